@@ -1,0 +1,109 @@
+# pyprofd — continuous profiler for Python fleets.
+#
+#   make deps       install the Debian packages the build and tests need
+#   make            build build/pyprofd
+#   make test       deps + build + the criterion suite against every CPython found
+#   make sanitize   the same suite on an ASan + UBSan build (in build-sanitize/)
+#   make demo       dump the stacks of a live Python workload
+#   make clean
+#
+# V=1 shows the commands.
+
+BUILD    ?= build
+CC       ?= cc
+PYTHON   ?= python3
+
+DEB_PACKAGES = build-essential pkg-config libelf-dev libjansson-dev libcriterion-dev \
+               libev-dev libprotobuf-c-dev protobuf-c-compiler libsqlite3-dev \
+               libinih-dev libsystemd-dev zlib1g-dev procps util-linux
+
+PKGS     = libelf jansson
+WARN     = -Wall -Wextra -Werror -Wshadow -Wpointer-arith -Wstrict-prototypes \
+           -Wmissing-prototypes -Wvla -Wformat=2
+OPT      ?= -O2 -g
+CFLAGS   ?=
+CFLAGS   += -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) -MMD -MP -fno-strict-aliasing \
+            -Idaemon -Idaemon/unwind $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+LDLIBS   += $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+
+ifeq ($(SANITIZE),1)
+CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+LDFLAGS += -fsanitize=address,undefined
+endif
+
+ifneq ($(V),1)
+Q = @
+E = @echo
+else
+E = @:
+endif
+
+UNWIND_SRC = $(wildcard daemon/unwind/*.c)
+DAEMON_SRC = $(wildcard daemon/*.c)
+TEST_SRC   = $(wildcard tests/*.c)
+
+UNWIND_OBJ = $(UNWIND_SRC:%.c=$(BUILD)/%.o)
+DAEMON_OBJ = $(DAEMON_SRC:%.c=$(BUILD)/%.o)
+TEST_OBJ   = $(TEST_SRC:%.c=$(BUILD)/%.o)
+
+PYPROFD    = $(BUILD)/pyprofd
+LIBUNWIND  = $(BUILD)/libpyunwind.a
+TESTS_BIN  = $(BUILD)/tests/pyprofd-tests
+
+.PHONY: all deps test check sanitize demo clean
+
+all: $(PYPROFD)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(@D)
+	$(E) "  CC      $<"
+	$(Q)$(CC) $(CFLAGS) -c -o $@ $<
+
+$(LIBUNWIND): $(UNWIND_OBJ)
+	$(E) "  AR      $@"
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(PYPROFD): $(DAEMON_OBJ) $(LIBUNWIND)
+	$(E) "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(TESTS_BIN): $(TEST_OBJ) $(LIBUNWIND)
+	@mkdir -p $(@D)
+	$(E) "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(shell pkg-config --libs criterion 2>/dev/null)
+
+# Installs only what is missing, so it is cheap to depend on.
+deps:
+	@missing=$$(for p in $(DEB_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; \
+	done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing:" $$missing; \
+		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+
+# The suite runs the real binary against real interpreters; see tests/README.md.
+test: deps
+	$(Q)$(MAKE) --no-print-directory all $(TESTS_BIN)
+	PYPROFD_BIN=$(abspath $(PYPROFD)) PYPROFD_TESTS_DIR=$(abspath tests) \
+		$(TESTS_BIN) --jobs 2 $(TEST_ARGS)
+
+check: test
+
+sanitize:
+	$(Q)$(MAKE) --no-print-directory BUILD=build-sanitize SANITIZE=1 OPT="-O1 -g" test
+
+demo: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)$(PYTHON) tests/targets/demo.py & pid=$$!; \
+	sleep 1; \
+	echo "\$$ $(PYPROFD) dump $$pid"; \
+	$(PYPROFD) dump $$pid; rc=$$?; \
+	kill $$pid; wait $$pid 2>/dev/null; exit $$rc
+
+clean:
+	rm -rf build build-sanitize
+
+-include $(UNWIND_OBJ:.o=.d) $(DAEMON_OBJ:.o=.d) $(TEST_OBJ:.o=.d)

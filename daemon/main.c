@@ -1,0 +1,54 @@
+/* pyprofd: the profiler daemon and its one-shot commands. */
+#include <stdio.h>
+#include <string.h>
+
+#include "pyprofd.h"
+
+static const char usage[] =
+	"usage: pyprofd COMMAND [ARGS]\n"
+	"\n"
+	"commands:\n"
+	"  dump PID [--json] [--native] [--gc]   print every thread's Python stack once\n"
+	"\n"
+	"Run `pyprofd COMMAND --help` for a command's options and exit statuses.\n";
+
+int exit_status_of(enum uw_status status)
+{
+	switch (status) {
+	case UW_OK: return EXIT_OK;
+	case UW_ENOPROC: return EXIT_NO_PROCESS;
+	case UW_EPERM: return EXIT_PERMISSION;
+	case UW_ENOTPYTHON: return EXIT_NOT_PYTHON;
+	case UW_EVERSION: return EXIT_UNSUPPORTED;
+	case UW_EGONE: return EXIT_EXITED;
+	case UW_ECORRUPT: return EXIT_CORRUPT;
+	case UW_ENOMEM:
+	case UW_EIO: break;
+	}
+	return EXIT_FAILURE_OTHER;
+}
+
+/* Subcommands by name; an unknown one is a usage error. */
+static const struct {
+	const char *name;
+	int (*run)(int argc, char **argv);
+} commands[] = {
+	{"dump", cmd_dump},
+};
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		fputs(usage, stderr);
+		return EXIT_USAGE;
+	}
+	if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
+		fputs(usage, stdout);
+		return EXIT_OK;
+	}
+	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+		if (strcmp(argv[1], commands[i].name) == 0)
+			return commands[i].run(argc - 1, argv + 1);
+	fprintf(stderr, "pyprofd: unknown command '%s' (try pyprofd --help)\n", argv[1]);
+	return EXIT_USAGE;
+}

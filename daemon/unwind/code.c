@@ -1,0 +1,278 @@
+/*
+ * Code objects of the target, decoded once and cached by remote address.
+ *
+ * A code object is immutable while it lives, but its address can be freed and
+ * reused by another one.  An entry is therefore revalidated the first time a
+ * snapshot meets it: the fixed header is read again and the fields the
+ * decoding depended on (type, name, file, line table pointers, first line)
+ * must be unchanged, which costs one exact-size read instead of a full decode.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "unwind_internal.h"
+
+/* Longest str we accept at all, and how much of one we keep. */
+#define STR_MAX_LENGTH (1u << 24)
+#define STR_KEEP_LENGTH 4096u
+/* Longest line table we read: real ones are a few KiB. */
+#define LINETABLE_MAX_BYTES (1u << 22)
+/* Entries before the cache is dropped whole; the sampling engine sets budgets. */
+#define CODE_CACHE_MAX_ENTRIES (1u << 16)
+
+void code_cache_init(struct code_cache *cache)
+{
+	memset(cache, 0, sizeof *cache);
+}
+
+static void code_info_free(struct code_info *ci)
+{
+	if (!ci)
+		return;
+	free(ci->header);
+	free(ci->name);
+	free(ci->qualname);
+	free(ci->file);
+	line_table_free(&ci->lines);
+	free(ci);
+}
+
+void code_cache_free(struct code_cache *cache)
+{
+	for (size_t i = 0; i < cache->cap; i++)
+		code_info_free(cache->slots[i]);
+	free(cache->slots);
+	memset(cache, 0, sizeof *cache);
+}
+
+void code_cache_trim(struct code_cache *cache)
+{
+	if (cache->count >= CODE_CACHE_MAX_ENTRIES)
+		code_cache_free(cache);
+}
+
+static size_t code_hash(raddr_t addr, size_t cap)
+{
+	return (size_t)((addr >> 4) * 0x9E3779B97F4A7C15ULL) & (cap - 1);
+}
+
+/* The slot holding addr, or the empty slot where it would go. */
+static struct code_info **code_slot(struct code_cache *cache, raddr_t addr)
+{
+	size_t i = code_hash(addr, cache->cap);
+	for (;;) {
+		struct code_info **slot = &cache->slots[i];
+		if (!*slot || (*slot)->addr == addr)
+			return slot;
+		i = (i + 1) & (cache->cap - 1);
+	}
+}
+
+static int code_cache_reserve(struct code_cache *cache, struct uw_error *err)
+{
+	if (cache->cap && (cache->count + 1) * 10 < cache->cap * 7)
+		return 0;
+	size_t ncap = cache->cap ? cache->cap * 2 : 256;
+	struct code_info **nslots = calloc(ncap, sizeof *nslots);
+	if (!nslots)
+		return uw_fail(err, UW_ENOMEM, "out of memory");
+	struct code_cache grown = {.slots = nslots, .cap = ncap, .count = cache->count};
+	for (size_t i = 0; i < cache->cap; i++)
+		if (cache->slots[i])
+			*code_slot(&grown, cache->slots[i]->addr) = cache->slots[i];
+	free(cache->slots);
+	*cache = grown;
+	return 0;
+}
+
+char *pyobj_read_str(struct uw_target *t, raddr_t addr, struct uw_error *err)
+{
+	const struct py_layout *L = &t->layout;
+	uint8_t hdr[128];
+	uint32_t hdr_len = L->unicode.ascii_size;
+	if (hdr_len > sizeof hdr || L->unicode.legacy_data + 8 > sizeof hdr) {
+		uw_fail(err, UW_ECORRUPT, "unicode layout too large");
+		return NULL;
+	}
+	if (remote_read(&t->mem, addr, hdr, hdr_len, err) != 0)
+		return NULL;
+	if (t->unicode_type && load_u64(hdr, L->object.ob_type) != t->unicode_type) {
+		uw_fail(err, UW_ECORRUPT, "object at 0x%llx is not a str", (unsigned long long)addr);
+		return NULL;
+	}
+	int64_t length = (int64_t)load_u64(hdr, L->unicode.length);
+	uint32_t state = load_u32(hdr, L->unicode.state);
+	/* Free-threaded builds keep `interned` in a whole byte before the bit fields. */
+	unsigned shift = L->free_threaded ? 8 : 2;
+	unsigned kind = (state >> shift) & 7;
+	bool compact = (state >> (shift + 3)) & 1;
+	bool ascii = (state >> (shift + 4)) & 1;
+	if (length < 0 || length > (int64_t)STR_MAX_LENGTH || (kind != 1 && kind != 2 && kind != 4) ||
+	    (ascii && kind != 1)) {
+		uw_fail(err, UW_ECORRUPT, "garbage str header at 0x%llx", (unsigned long long)addr);
+		return NULL;
+	}
+	raddr_t data;
+	if (compact) {
+		data = addr + (ascii ? L->unicode.ascii_size : L->unicode.compact_size);
+	} else {
+		uint8_t ptr[8];
+		if (remote_read(&t->mem, addr + L->unicode.legacy_data, ptr, 8, err) != 0)
+			return NULL;
+		data = load_u64(ptr, 0);
+	}
+	size_t count = (size_t)length < STR_KEEP_LENGTH ? (size_t)length : STR_KEEP_LENGTH;
+	uint8_t *raw = malloc(count * kind + 1);
+	if (!raw) {
+		uw_fail(err, UW_ENOMEM, "out of memory");
+		return NULL;
+	}
+	if (count && remote_read(&t->mem, data, raw, count * kind, err) != 0) {
+		free(raw);
+		return NULL;
+	}
+	char *s = pystr_to_utf8(raw, count, kind);
+	free(raw);
+	if (!s)
+		uw_fail(err, UW_ENOMEM, "out of memory");
+	return s;
+}
+
+/* The bytes of a bytes object, bounded. */
+static uint8_t *pyobj_read_bytes(struct uw_target *t, raddr_t addr, size_t *len,
+                                 struct uw_error *err)
+{
+	const struct py_layout *L = &t->layout;
+	uint8_t hdr[64];
+	uint32_t hdr_len = L->bytes.ob_sval;
+	if (hdr_len > sizeof hdr) {
+		uw_fail(err, UW_ECORRUPT, "bytes layout too large");
+		return NULL;
+	}
+	if (remote_read(&t->mem, addr, hdr, hdr_len, err) != 0)
+		return NULL;
+	if (t->bytes_type && load_u64(hdr, L->object.ob_type) != t->bytes_type) {
+		uw_fail(err, UW_ECORRUPT, "object at 0x%llx is not bytes", (unsigned long long)addr);
+		return NULL;
+	}
+	int64_t size = (int64_t)load_u64(hdr, L->bytes.ob_size);
+	if (size < 0 || size > (int64_t)LINETABLE_MAX_BYTES) {
+		uw_fail(err, UW_ECORRUPT, "garbage bytes size at 0x%llx", (unsigned long long)addr);
+		return NULL;
+	}
+	uint8_t *buf = malloc((size_t)size + 1);
+	if (!buf) {
+		uw_fail(err, UW_ENOMEM, "out of memory");
+		return NULL;
+	}
+	if (size && remote_read(&t->mem, addr + L->bytes.ob_sval, buf, (size_t)size, err) != 0) {
+		free(buf);
+		return NULL;
+	}
+	*len = (size_t)size;
+	return buf;
+}
+
+/* Whether a freshly read header describes the same code object as ci. */
+static bool code_header_same(const struct py_layout *L, const uint8_t *a, const uint8_t *b)
+{
+	const uint32_t ptrs[] = {L->object.ob_type, L->code.name, L->code.filename,
+	                         L->code.qualname, L->code.linetable};
+	for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
+		if (ptrs[i] != LAYOUT_ABSENT && load_u64(a, ptrs[i]) != load_u64(b, ptrs[i]))
+			return false;
+	return load_i32(a, L->code.firstlineno) == load_i32(b, L->code.firstlineno);
+}
+
+/* Decode the code object whose header is hdr into a new entry. */
+static struct code_info *code_decode(struct uw_target *t, raddr_t addr, uint8_t *hdr,
+                                     struct uw_error *err)
+{
+	const struct py_layout *L = &t->layout;
+	struct code_info *ci = calloc(1, sizeof *ci);
+	if (!ci) {
+		free(hdr);
+		uw_fail(err, UW_ENOMEM, "out of memory");
+		return NULL;
+	}
+	ci->addr = addr;
+	ci->header = hdr;
+	ci->firstlineno = load_i32(hdr, L->code.firstlineno);
+	if (L->code.code_adaptive != LAYOUT_ABSENT)
+		ci->bytecode = addr + L->code.code_adaptive;
+
+	ci->name = pyobj_read_str(t, load_u64(hdr, L->code.name), err);
+	if (!ci->name)
+		goto fail;
+	ci->file = pyobj_read_str(t, load_u64(hdr, L->code.filename), err);
+	if (!ci->file)
+		goto fail;
+	if (L->code.qualname != LAYOUT_ABSENT) {
+		ci->qualname = pyobj_read_str(t, load_u64(hdr, L->code.qualname), err);
+		if (!ci->qualname)
+			goto fail;
+	}
+	size_t table_len = 0;
+	uint8_t *table = pyobj_read_bytes(t, load_u64(hdr, L->code.linetable), &table_len, err);
+	if (!table)
+		goto fail;
+	int rc = line_table_decode(L->line_model, table, table_len, ci->firstlineno, &ci->lines);
+	free(table);
+	if (rc != 0) {
+		uw_fail(err, UW_ECORRUPT, "garbage line table in code object at 0x%llx",
+		        (unsigned long long)addr);
+		goto fail;
+	}
+	return ci;
+fail:
+	code_info_free(ci);
+	return NULL;
+}
+
+const struct code_info *code_get(struct uw_target *t, raddr_t addr, struct uw_error *err)
+{
+	const struct py_layout *L = &t->layout;
+	struct code_cache *cache = &t->codes;
+
+	struct code_info **slot = cache->cap ? code_slot(cache, addr) : NULL;
+	if (slot && *slot && (*slot)->checked_gen == t->snapshot_gen)
+		return *slot;
+
+	uint8_t *hdr = malloc(L->code.size);
+	if (!hdr) {
+		uw_fail(err, UW_ENOMEM, "out of memory");
+		return NULL;
+	}
+	if (remote_read(&t->mem, addr, hdr, L->code.size, err) != 0) {
+		free(hdr);
+		return NULL;
+	}
+	if (load_u64(hdr, L->object.ob_type) != t->code_type) {
+		free(hdr);
+		uw_fail(err, UW_ECORRUPT, "object at 0x%llx is not a code object",
+		        (unsigned long long)addr);
+		return NULL;
+	}
+	if (slot && *slot && code_header_same(L, (*slot)->header, hdr)) {
+		free(hdr);
+		(*slot)->checked_gen = t->snapshot_gen;
+		return *slot;
+	}
+
+	struct code_info *ci = code_decode(t, addr, hdr, err);
+	if (!ci)
+		return NULL;
+	ci->checked_gen = t->snapshot_gen;
+	if (slot && *slot) {
+		code_info_free(*slot); /* the address now holds another code object */
+		*slot = ci;
+		return ci;
+	}
+	if (code_cache_reserve(cache, err) != 0) {
+		code_info_free(ci);
+		return NULL;
+	}
+	*code_slot(cache, addr) = ci;
+	cache->count++;
+	return ci;
+}

@@ -1,0 +1,105 @@
+/* Symbols and load facts of an ELF file of the target, read with libelf. */
+#include <errno.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <libelf.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "unwind_internal.h"
+
+/* Symbol tables larger than this are not something we will walk. */
+#define ELF_MAX_SYMBOLS (1u << 22)
+
+static bool elf_name_matches(const char *want, const char *name)
+{
+	size_t n = strlen(want);
+	if (n > 0 && want[n - 1] == '.')
+		return strncmp(want, name, n) == 0;
+	return strcmp(want, name) == 0;
+}
+
+static void elf_scan_symtab(Elf *elf, Elf_Scn *scn, const GElf_Shdr *shdr,
+                            struct elf_symbol *syms, size_t nsyms)
+{
+	Elf_Data *data = elf_getdata(scn, NULL);
+	if (!data || shdr->sh_entsize == 0)
+		return;
+	size_t count = shdr->sh_size / shdr->sh_entsize;
+	if (count > ELF_MAX_SYMBOLS)
+		count = ELF_MAX_SYMBOLS;
+	for (size_t i = 0; i < count; i++) {
+		GElf_Sym sym;
+		if (!gelf_getsym(data, (int)i, &sym))
+			break;
+		if (sym.st_shndx == SHN_UNDEF || sym.st_name == 0)
+			continue;
+		const char *name = elf_strptr(elf, shdr->sh_link, sym.st_name);
+		if (!name)
+			continue;
+		for (size_t k = 0; k < nsyms; k++) {
+			if (!syms[k].found && elf_name_matches(syms[k].name, name)) {
+				syms[k].found = true;
+				syms[k].value = sym.st_value;
+				syms[k].size = sym.st_size;
+			}
+		}
+	}
+}
+
+int elf_lookup(const char *path, struct elf_symbol *syms, size_t nsyms,
+               struct elf_facts *facts, struct uw_error *err)
+{
+	memset(facts, 0, sizeof *facts);
+	for (size_t k = 0; k < nsyms; k++)
+		syms[k].found = false;
+
+	if (elf_version(EV_CURRENT) == EV_NONE)
+		return uw_fail(err, UW_EIO, "libelf: %s", elf_errmsg(-1));
+
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		if (errno == EACCES || errno == EPERM)
+			return uw_fail(err, UW_EPERM, "not permitted to open %s", path);
+		return uw_fail(err, UW_EIO, "cannot open %s: %s", path, strerror(errno));
+	}
+	Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+	if (!elf || elf_kind(elf) != ELF_K_ELF) {
+		if (elf)
+			elf_end(elf);
+		close(fd);
+		return 0; /* not ELF: simply nothing found */
+	}
+	facts->is_elf = true;
+
+	size_t phnum = 0;
+	if (elf_getphdrnum(elf, &phnum) == 0) {
+		for (size_t i = 0; i < phnum; i++) {
+			GElf_Phdr ph;
+			if (gelf_getphdr(elf, (int)i, &ph) && ph.p_type == PT_LOAD && ph.p_offset == 0) {
+				facts->first_load_vaddr = ph.p_vaddr & ~(uint64_t)0xfff;
+				break;
+			}
+		}
+	}
+
+	size_t shstrndx;
+	if (elf_getshdrstrndx(elf, &shstrndx) == 0) {
+		Elf_Scn *scn = NULL;
+		while ((scn = elf_nextscn(elf, scn)) != NULL) {
+			GElf_Shdr shdr;
+			if (!gelf_getshdr(scn, &shdr))
+				continue;
+			if (shdr.sh_type == SHT_DYNSYM || shdr.sh_type == SHT_SYMTAB) {
+				elf_scan_symtab(elf, scn, &shdr, syms, nsyms);
+			} else {
+				const char *name = elf_strptr(elf, shstrndx, shdr.sh_name);
+				if (name && strcmp(name, ".PyRuntime") == 0)
+					facts->pyruntime_section = shdr.sh_addr;
+			}
+		}
+	}
+	elf_end(elf);
+	close(fd);
+	return 0;
+}

@@ -1,0 +1,146 @@
+/*
+ * Where one CPython minor version keeps what the unwinder reads.
+ *
+ * Version differences are data: the walker is written once against this
+ * struct, and each supported minor version is one table (3.8-3.12, taken from
+ * the headers of that version) or is filled at attach time from the target's
+ * own _Py_DebugOffsets (3.13 and newer).  Offsets are bytes from the start of
+ * the named struct; LAYOUT_ABSENT marks a field the version does not have.
+ */
+#ifndef PYPROFD_UNWIND_LAYOUT_H
+#define PYPROFD_UNWIND_LAYOUT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define LAYOUT_ABSENT UINT32_MAX
+#define LAYOUT_OWNER_NONE 0xff
+
+/* How a thread's frames are linked. */
+enum frame_model {
+	FRAME_MODEL_OBJECT, /* 3.8-3.10: heap PyFrameObject linked by f_back */
+	FRAME_MODEL_INTERP, /* 3.11+: _PyInterpreterFrame linked by previous */
+};
+
+/* Which line-number table a code object carries. */
+enum line_model {
+	LINE_MODEL_LNOTAB,    /* 3.8-3.9 co_lnotab */
+	LINE_MODEL_PEP626,    /* 3.10 co_linetable */
+	LINE_MODEL_LOCATIONS, /* 3.11+ location table (Objects/locations.md) */
+};
+
+/* How the instruction position of a frame is stored. */
+enum lasti_model {
+	LASTI_BYTES,      /* 3.8-3.9: int f_lasti, byte offset, -1 before start */
+	LASTI_CODEUNITS,  /* 3.10: int f_lasti, index in 2-byte code units */
+	LASTI_INSTR_PTR,  /* 3.11+: pointer into the code object's bytecode */
+};
+
+struct py_layout {
+	unsigned minor; /* 8 .. 15 */
+	enum frame_model frame_model;
+	enum line_model line_model;
+	enum lasti_model lasti_model;
+	bool free_threaded;
+
+	/* _PyRuntimeState */
+	struct {
+		uint32_t size;              /* bytes to read: covers every field below */
+		uint32_t interpreters_head; /* PyInterpreterState * */
+		uint32_t gil;               /* embedded struct _gil_runtime_state (3.8-3.11) */
+		uint32_t gc_collecting;     /* int, 3.8 only (per interpreter later) */
+	} runtime;
+
+	/* PyInterpreterState */
+	struct {
+		uint32_t size;          /* bytes to read: covers every field below */
+		uint32_t next;          /* PyInterpreterState * */
+		uint32_t id;            /* int64_t */
+		uint32_t threads_head;  /* PyThreadState * (tstate_head / threads.head) */
+		uint32_t gc_collecting; /* int, 3.9+ */
+		uint32_t gil_ptr;       /* struct _gil_runtime_state *, 3.12+ (ceval.gil) */
+	} interp;
+
+	/* struct _gil_runtime_state, wherever it lives */
+	struct {
+		uint32_t last_holder; /* PyThreadState * */
+		uint32_t locked;      /* int */
+	} gil;
+
+	/* PyThreadState */
+	struct {
+		uint32_t size;             /* bytes to read: covers every field below */
+		uint32_t next;             /* PyThreadState * */
+		uint32_t interp;           /* PyInterpreterState * */
+		uint32_t frame;            /* innermost frame: PyFrameObject * (3.8-3.10)
+		                              or _PyInterpreterFrame * (3.13+) */
+		uint32_t cframe;           /* _PyCFrame * (3.11-3.12), else ABSENT */
+		uint32_t cframe_current_frame; /* in _PyCFrame: _PyInterpreterFrame * */
+		uint32_t thread_id;        /* unsigned long, pthread_self() */
+		uint32_t native_thread_id; /* unsigned long, 3.11+; else ABSENT */
+		uint32_t datastack_chunk;  /* _PyStackChunk *, 3.11+ */
+	} tstate;
+
+	/* PyFrameObject (3.8-3.10) or _PyInterpreterFrame (3.11+) */
+	struct {
+		uint32_t size;        /* bytes to read: covers every field below */
+		uint32_t back;        /* f_back / previous */
+		uint32_t code;        /* f_code / f_executable */
+		uint32_t lasti;       /* int f_lasti (3.8-3.10) */
+		uint32_t lineno;      /* int f_lineno (3.8-3.10) */
+		uint32_t trace;       /* PyObject *f_trace (3.8-3.10) */
+		uint32_t instr_ptr;   /* prev_instr (3.11-3.12) / instr_ptr (3.13+) */
+		uint32_t owner;       /* char owner (3.11+) */
+		uint32_t is_entry;    /* bool is_entry (3.11 only) */
+		uint8_t owner_generator;   /* enum values of owner, LAYOUT_OWNER_NONE if absent */
+		uint8_t owner_cstack;      /* shim frame pushed when C enters the eval loop */
+		uint8_t owner_interpreter; /* 3.14+ interpreter-owned shim frame */
+		uint64_t code_tag_mask;    /* low bits to clear from code (3.14+ _PyStackRef) */
+	} frame;
+
+	/* PyCodeObject */
+	struct {
+		uint32_t size;          /* bytes to read: covers every field below */
+		uint32_t filename;      /* PyObject * (str) */
+		uint32_t name;          /* PyObject * (str) */
+		uint32_t qualname;      /* PyObject * (str), 3.11+ */
+		uint32_t linetable;     /* PyObject * (bytes): co_lnotab / co_linetable */
+		uint32_t firstlineno;   /* int */
+		uint32_t code_adaptive; /* start of the bytecode inside the object, 3.11+ */
+	} code;
+
+	/* PyObject */
+	struct {
+		uint32_t ob_type;
+	} object;
+
+	/* PyASCIIObject / PyCompactUnicodeObject / PyUnicodeObject */
+	struct {
+		uint32_t length;       /* Py_ssize_t, in code points */
+		uint32_t state;        /* bit field word: interned:2 kind:3 compact:1 ascii:1 */
+		uint32_t ascii_size;   /* sizeof(PyASCIIObject): compact ASCII data follows */
+		uint32_t compact_size; /* sizeof(PyCompactUnicodeObject): compact data follows */
+		uint32_t legacy_data;  /* void *data.any of a non-compact PyUnicodeObject */
+	} unicode;
+
+	/* PyBytesObject */
+	struct {
+		uint32_t ob_size; /* Py_ssize_t */
+		uint32_t ob_sval; /* char[] */
+	} bytes;
+};
+
+/* The static table of a minor version without _Py_DebugOffsets (3.8-3.12). */
+const struct py_layout *layout_for_minor(unsigned minor);
+
+/*
+ * Fill a layout for 3.13+ from the raw bytes of the target's _Py_DebugOffsets.
+ * Returns 0, or -1 if the bytes do not describe a version we can read.
+ */
+int layout_from_debug_offsets(const uint8_t *raw, size_t len, struct py_layout *out);
+
+/* Bytes of _Py_DebugOffsets to read for a given PY_VERSION_HEX (0 if unknown). */
+size_t layout_debug_offsets_size(uint64_t version_hex);
+
+#endif

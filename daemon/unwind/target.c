@@ -1,0 +1,310 @@
+/*
+ * An opened Python process: where its runtime is, which CPython it is, and
+ * the layout to read it with.  Everything here is resolved once per open.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "unwind_internal.h"
+
+/* Symbols the unwinder needs, in this order. */
+enum {
+	SYM_RUNTIME,
+	SYM_PY_VERSION,
+	SYM_CODE_TYPE,
+	SYM_UNICODE_TYPE,
+	SYM_BYTES_TYPE,
+	SYM_FRAME_TYPE,
+	SYM_VERSION_BUFFER, /* static char version[] in Py_GetVersion, 3.8-3.10 */
+	SYM_API_3_10,       /* API functions first exported by a version tell the */
+	SYM_API_3_9,        /* minor version of a build without Py_Version */
+	SYM_API_3_8,
+	SYM_API_ANY,        /* any CPython at all */
+	SYM_COUNT
+};
+
+static void target_symbols(struct elf_symbol syms[SYM_COUNT])
+{
+	static const char *const names[SYM_COUNT] = {
+		[SYM_RUNTIME] = "_PyRuntime",
+		[SYM_PY_VERSION] = "Py_Version",
+		[SYM_CODE_TYPE] = "PyCode_Type",
+		[SYM_UNICODE_TYPE] = "PyUnicode_Type",
+		[SYM_BYTES_TYPE] = "PyBytes_Type",
+		[SYM_FRAME_TYPE] = "PyFrame_Type",
+		[SYM_VERSION_BUFFER] = "version.",
+		[SYM_API_3_10] = "Py_IsNone",
+		[SYM_API_3_9] = "PyFrame_GetCode",
+		[SYM_API_3_8] = "PyCode_NewWithPosOnlyArgs",
+		[SYM_API_ANY] = "Py_Initialize",
+	};
+	for (int i = 0; i < SYM_COUNT; i++)
+		syms[i] = (struct elf_symbol){.name = names[i]};
+}
+
+static bool path_is_libpython(const char *path)
+{
+	const char *base = strrchr(path, '/');
+	base = base ? base + 1 : path;
+	return strncmp(base, "libpython", 9) == 0 && strstr(base, ".so") != NULL;
+}
+
+/* The address the file at path is loaded at, minus its link-time base. */
+static bool maps_load_bias(const struct proc_maps *maps, const char *path,
+                           const struct elf_facts *facts, uint64_t *bias)
+{
+	for (size_t i = 0; i < maps->count; i++) {
+		const struct proc_map *m = &maps->maps[i];
+		if (m->path && m->offset == 0 && strcmp(m->path, path) == 0) {
+			*bias = m->start - facts->first_load_vaddr;
+			return true;
+		}
+	}
+	return false;
+}
+
+static void version_format(uint64_t hex, char *buf, size_t len)
+{
+	unsigned major = (hex >> 24) & 0xff, minor = (hex >> 16) & 0xff, micro = (hex >> 8) & 0xff;
+	unsigned level = (hex >> 4) & 0xf, serial = hex & 0xf;
+	const char *tag = level == 0xa ? "a" : level == 0xb ? "b" : level == 0xc ? "rc" : "";
+	if (*tag)
+		snprintf(buf, len, "%u.%u.%u%s%u", major, minor, micro, tag, serial);
+	else
+		snprintf(buf, len, "%u.%u.%u", major, minor, micro);
+}
+
+/* "3.10.13 (main, ...)" → hex; 0 if it does not start with a version. */
+static uint64_t version_parse(const char *s)
+{
+	unsigned major, minor, micro;
+	if (sscanf(s, "%u.%u.%u", &major, &minor, &micro) != 3 || major > 9 || minor > 99 ||
+	    micro > 99)
+		return 0;
+	return ((uint64_t)major << 24) | ((uint64_t)minor << 16) | ((uint64_t)micro << 8) | 0xf0;
+}
+
+/* Which CPython the runtime at t->runtime is, and the layout to read it with. */
+static int target_resolve_version(struct uw_target *t, const struct elf_symbol *syms,
+                                  uint64_t bias, struct uw_error *err)
+{
+	uint8_t head[24];
+	if (remote_read(&t->mem, t->runtime, head, sizeof head, err) != 0)
+		return -1;
+
+	if (memcmp(head, "xdebugpy", 8) == 0) {
+		t->version_hex = load_u64(head, 8);
+		version_format(t->version_hex, t->version, sizeof t->version);
+		size_t size = layout_debug_offsets_size(t->version_hex);
+		if (size == 0)
+			return uw_fail(err, UW_EVERSION, "Python %s is not supported (3.8 to 3.15 are)",
+			               t->version);
+		uint8_t *raw = malloc(size);
+		if (!raw)
+			return uw_fail(err, UW_ENOMEM, "out of memory");
+		int rc = remote_read(&t->mem, t->runtime, raw, size, err);
+		if (rc == 0 && layout_from_debug_offsets(raw, size, &t->layout) != 0)
+			rc = uw_fail(err, UW_ECORRUPT, "Python %s: unreadable _Py_DebugOffsets", t->version);
+		free(raw);
+		return rc;
+	}
+
+	unsigned minor = 0;
+	if (syms[SYM_PY_VERSION].found) {
+		uint8_t v[4];
+		if (remote_read(&t->mem, bias + syms[SYM_PY_VERSION].value, v, 4, err) != 0)
+			return -1;
+		t->version_hex = load_u32(v, 0);
+		version_format(t->version_hex, t->version, sizeof t->version);
+		minor = (t->version_hex >> 16) & 0xff;
+	} else {
+		minor = syms[SYM_API_3_10].found  ? 10
+		        : syms[SYM_API_3_9].found ? 9
+		        : syms[SYM_API_3_8].found ? 8
+		                                  : 0;
+		if (minor == 0)
+			return uw_fail(err, UW_EVERSION,
+			               "Python older than 3.8 is not supported (3.8 to 3.15 are)");
+		t->version_hex = 0x03000000ULL | ((uint64_t)minor << 16);
+		snprintf(t->version, sizeof t->version, "3.%u", minor);
+		/* Py_GetVersion() fills a static buffer at startup: the exact version. */
+		const struct elf_symbol *vb = &syms[SYM_VERSION_BUFFER];
+		char buf[64];
+		if (vb->found && vb->size >= sizeof buf &&
+		    remote_read(&t->mem, bias + vb->value, buf, sizeof buf, NULL) == 0) {
+			buf[sizeof buf - 1] = '\0';
+			uint64_t hex = version_parse(buf);
+			if (hex && ((hex >> 16) & 0xff) == minor) {
+				t->version_hex = hex;
+				version_format(hex, t->version, sizeof t->version);
+			}
+		}
+	}
+	if ((t->version_hex >> 24) != 3 || minor < 8 || minor > 15)
+		return uw_fail(err, UW_EVERSION, "Python %s is not supported (3.8 to 3.15 are)",
+		               t->version);
+	const struct py_layout *layout = layout_for_minor(minor);
+	if (!layout)
+		return uw_fail(err, UW_EVERSION, "Python %s is not supported (3.8 to 3.15 are)",
+		               t->version);
+	t->layout = *layout;
+	return 0;
+}
+
+/* Find the ELF file holding _PyRuntime among the executable and libpython. */
+static int target_find_runtime(struct uw_target *t, const struct proc_maps *maps,
+                               struct uw_error *err)
+{
+	const char *candidates[2] = {NULL, NULL};
+	for (size_t i = 0; i < maps->count && !candidates[0]; i++)
+		if (maps->maps[i].path && path_is_libpython(maps->maps[i].path))
+			candidates[0] = maps->maps[i].path;
+	char exe[4096];
+	char link[64];
+	snprintf(link, sizeof link, "/proc/%d/exe", (int)t->pid);
+	ssize_t n = readlink(link, exe, sizeof exe - 1);
+	if (n > 0) {
+		exe[n] = '\0';
+		char *del = strstr(exe, " (deleted)");
+		if (del)
+			*del = '\0';
+		candidates[1] = exe;
+	} else if (maps->count && maps->maps[0].path) {
+		candidates[1] = maps->maps[0].path;
+	}
+
+	bool saw_python = false;
+	for (int c = 0; c < 2; c++) {
+		if (!candidates[c])
+			continue;
+		struct elf_symbol syms[SYM_COUNT];
+		struct elf_facts facts;
+		char path[4096 + 64];
+		target_symbols(syms);
+		proc_root_path(t->pid, candidates[c], path, sizeof path);
+		if (elf_lookup(path, syms, SYM_COUNT, &facts, err) != 0)
+			return -1;
+		saw_python |= syms[SYM_API_ANY].found;
+		uint64_t runtime = syms[SYM_RUNTIME].found ? syms[SYM_RUNTIME].value
+		                                          : facts.pyruntime_section;
+		if (!runtime)
+			continue;
+		uint64_t bias;
+		if (!maps_load_bias(maps, candidates[c], &facts, &bias))
+			continue;
+		if (!syms[SYM_CODE_TYPE].found || !syms[SYM_UNICODE_TYPE].found ||
+		    !syms[SYM_BYTES_TYPE].found)
+			return uw_fail(err, UW_ENOTPYTHON, "%s has _PyRuntime but no type objects",
+			               candidates[c]);
+		t->runtime = bias + runtime;
+		t->code_type = bias + syms[SYM_CODE_TYPE].value;
+		t->unicode_type = bias + syms[SYM_UNICODE_TYPE].value;
+		t->bytes_type = bias + syms[SYM_BYTES_TYPE].value;
+		t->frame_type = syms[SYM_FRAME_TYPE].found ? bias + syms[SYM_FRAME_TYPE].value : 0;
+		t->runtime_file = strdup(candidates[c]);
+		if (!t->runtime_file)
+			return uw_fail(err, UW_ENOMEM, "out of memory");
+		return target_resolve_version(t, syms, bias, err);
+	}
+	if (saw_python)
+		return uw_fail(err, UW_EVERSION,
+		               "process %d runs a Python older than 3.8 (3.8 to 3.15 are supported)",
+		               (int)t->pid);
+	return uw_fail(err, UW_ENOTPYTHON,
+	               "process %d is not a Python process (no CPython runtime in %s)", (int)t->pid,
+	               candidates[1] ? candidates[1] : "its executable");
+}
+
+struct uw_target *uw_open(pid_t pid, struct uw_error *err)
+{
+	if (pid <= 0) {
+		uw_fail(err, UW_ENOPROC, "no process with pid %d", (int)pid);
+		return NULL;
+	}
+	if (kill(pid, 0) != 0 && errno == ESRCH) {
+		uw_fail(err, UW_ENOPROC, "no process with pid %d", (int)pid);
+		return NULL;
+	}
+	struct uw_target *t = calloc(1, sizeof *t);
+	if (!t) {
+		uw_fail(err, UW_ENOMEM, "out of memory");
+		return NULL;
+	}
+	t->pid = pid;
+	t->mem.pid = pid;
+	t->pthread_tid_offset = -1;
+	code_cache_init(&t->codes);
+
+	struct proc_maps maps;
+	if (proc_maps_read(pid, &maps, err) != 0) {
+		uw_close(t);
+		return NULL;
+	}
+	int rc = target_find_runtime(t, &maps, err);
+	proc_maps_free(&maps);
+	if (rc != 0) {
+		/* A process that died while we looked is "gone", whatever failed first. */
+		if (err && err->status != UW_EVERSION && err->status != UW_EPERM && !proc_alive(pid))
+			uw_fail(err, UW_ENOPROC, "no process with pid %d", (int)pid);
+		uw_close(t);
+		return NULL;
+	}
+	return t;
+}
+
+void uw_close(struct uw_target *t)
+{
+	if (!t)
+		return;
+	code_cache_free(&t->codes);
+	free(t->runtime_file);
+	free(t);
+}
+
+pid_t uw_pid(const struct uw_target *t)
+{
+	return t->pid;
+}
+
+const char *uw_version(const struct uw_target *t)
+{
+	return t->version;
+}
+
+uint64_t uw_version_hex(const struct uw_target *t)
+{
+	return t->version_hex;
+}
+
+const char *uw_runtime_file(const struct uw_target *t)
+{
+	return t->runtime_file;
+}
+
+int uw_snapshot(struct uw_target *t, unsigned flags, struct uw_snapshot *out,
+                struct uw_error *err)
+{
+	memset(out, 0, sizeof *out);
+	code_cache_trim(&t->codes);
+	t->snapshot_gen++;
+	int rc = walk_snapshot(t, flags, out, err);
+	if (rc != 0) {
+		uw_snapshot_release(out);
+		/* Garbage read from a dying process is the death, not corruption. */
+		if (err && err->status == UW_ECORRUPT && !proc_alive(t->pid))
+			uw_fail(err, UW_EGONE, "process %d exited", (int)t->pid);
+	}
+	return rc;
+}
+
+void uw_snapshot_release(struct uw_snapshot *snap)
+{
+	for (uint32_t i = 0; i < snap->nthreads; i++)
+		free(snap->threads[i].frames);
+	free(snap->threads);
+	memset(snap, 0, sizeof *snap);
+}
