@@ -1,4 +1,3 @@
-#define _GNU_SOURCE
 #include "pythons.h"
 
 #include <criterion/criterion.h>
