@@ -101,8 +101,8 @@ static int target_resolve_version(struct uw_target *t, const struct elf_symbol *
 		version_format(t->version_hex, t->version, sizeof t->version);
 		size_t size = layout_debug_offsets_size(t->version_hex);
 		if (size == 0)
-			return uw_fail(err, UW_EVERSION, "Python %s is not supported (3.8 to 3.15 are)",
-			               t->version);
+			return uw_fail(err, UW_EVERSION, "process %d runs Python %s, which is not "
+			               "supported (3.8 to 3.15 are)", (int)t->pid, t->version);
 		uint8_t *raw = malloc(size);
 		if (!raw)
 			return uw_fail(err, UW_ENOMEM, "out of memory");
@@ -125,10 +125,7 @@ static int target_resolve_version(struct uw_target *t, const struct elf_symbol *
 		minor = syms[SYM_API_3_10].found  ? 10
 		        : syms[SYM_API_3_9].found ? 9
 		        : syms[SYM_API_3_8].found ? 8
-		                                  : 0;
-		if (minor == 0)
-			return uw_fail(err, UW_EVERSION,
-			               "Python older than 3.8 is not supported (3.8 to 3.15 are)");
+		                                  : 7;
 		t->version_hex = 0x03000000ULL | ((uint64_t)minor << 16);
 		snprintf(t->version, sizeof t->version, "3.%u", minor);
 		/* Py_GetVersion() fills a static buffer at startup: the exact version. */
@@ -144,13 +141,10 @@ static int target_resolve_version(struct uw_target *t, const struct elf_symbol *
 			}
 		}
 	}
-	if ((t->version_hex >> 24) != 3 || minor < 8 || minor > 15)
-		return uw_fail(err, UW_EVERSION, "Python %s is not supported (3.8 to 3.15 are)",
-		               t->version);
 	const struct py_layout *layout = layout_for_minor(minor);
-	if (!layout)
-		return uw_fail(err, UW_EVERSION, "Python %s is not supported (3.8 to 3.15 are)",
-		               t->version);
+	if ((t->version_hex >> 24) != 3 || !layout)
+		return uw_fail(err, UW_EVERSION, "process %d runs Python %s, which is not supported "
+		               "(3.8 to 3.15 are)", (int)t->pid, t->version);
 	t->layout = *layout;
 	return 0;
 }
