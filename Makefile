@@ -88,6 +88,7 @@ deps:
 test: deps
 	$(Q)$(MAKE) --no-print-directory all $(TESTS_BIN)
 	PYPROFD_BIN=$(abspath $(PYPROFD)) PYPROFD_TESTS_DIR=$(abspath tests) \
+	LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp):print_suppressions=0 \
 		$(TESTS_BIN) --jobs 2 $(TEST_ARGS)
 
 check: test
