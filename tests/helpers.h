@@ -1,0 +1,124 @@
+/*
+ * Running real target processes and the real pyprofd binary from the tests.
+ *
+ * Every test that spawns anything uses helpers_init/helpers_fini as its
+ * fixture: targets, their orphans and scratch directories are then gone after
+ * the test however it ends, a failed assertion included.
+ */
+#ifndef PYPROFD_TESTS_HELPERS_H
+#define PYPROFD_TESTS_HELPERS_H
+
+#include <jansson.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "pythons.h"
+
+/* Generous: a loaded 2-core machine may start interpreters slowly. */
+#define TARGET_READY_TIMEOUT_S 45.0
+/* Only catches a hung dump; no test asserts on how long a dump takes. */
+#define DUMP_TIMEOUT_S 60.0
+
+/* Fixture hooks: scratch area and subreaping before, kill everything after. */
+void helpers_init(void);
+void helpers_fini(void);
+
+/* A fresh private directory (mkdtemp) removed by helpers_fini. */
+void scratch_dir(char *out, size_t len);
+
+/* $PYPROFD_TESTS_DIR/targets/<name>; fails the test if the variable is unset. */
+void target_script(const char *name, char *out, size_t len);
+
+/* $PYPROFD_BIN; fails the test if unset. */
+const char *pyprofd_bin(void);
+
+/*
+ * Starts argv[0] (looked up in PATH) with stdout and stderr appended to
+ * log_path (or discarded when NULL) and returns once the exec has happened,
+ * so the pid names the new program, not a copy of the test.
+ */
+pid_t spawn_process(char *const argv[], const char *log_path);
+
+/* A process started by target_start; files live in its own scratch dir. */
+struct target {
+	pid_t pid;
+	bool reaped;
+	char dir[PATH_MAX - 64]; /* room for the file names below */
+	char report[PATH_MAX];
+	char log[PATH_MAX];
+};
+
+/* `python -I stacks.py SCENARIO REPORT` in a new scratch dir. */
+void target_start(struct target *t, const struct python *py, const char *scenario);
+
+/* Any argv; "{report}" in an argument is replaced by the report path. */
+void target_start_argv(struct target *t, const char *const argv[]);
+
+/*
+ * Waits for the target's report and returns it parsed.  Fails the test, with
+ * the target's own output, if the target dies or the timeout passes first.
+ */
+json_t *target_wait_report(struct target *t, double timeout_s);
+
+/* True once the target has exited (and it has been reaped). */
+bool target_exited(struct target *t);
+
+void target_kill(struct target *t);
+
+/* What one command did. */
+struct run_result {
+	bool exited;    /* normal exit; else killed by a signal */
+	int code;       /* exit status when exited */
+	int signo;      /* terminating signal otherwise */
+	bool timed_out; /* killed by the helper after the timeout */
+	char *out;
+	size_t out_len;
+	char *err;
+	size_t err_len;
+};
+
+struct run_opts {
+	double timeout_s;  /* 0: DUMP_TIMEOUT_S */
+	const char *bin;   /* pyprofd binary to run instead of $PYPROFD_BIN */
+	bool drop_privileges;
+	uid_t uid;
+	gid_t gid;
+};
+
+/* Runs argv to completion (or the timeout), capturing stdout and stderr. */
+void run_command(struct run_result *r, const char *const argv[], const struct run_opts *opts);
+
+/* `pyprofd dump PID FLAGS...`; flags is NULL-terminated, opts may be NULL. */
+void run_dump(struct run_result *r, pid_t pid, const char *const flags[],
+              const struct run_opts *opts);
+
+void run_result_free(struct run_result *r);
+
+/* "exit 3" / "signal 11" / "timed out", then stderr, for failure messages. */
+const char *run_describe(const struct run_result *r, char *buf, size_t len);
+
+/* A dump that succeeded: exit 0 and a JSON object on stdout.  Fails the test otherwise. */
+json_t *dump_json(pid_t pid, const char *const flags[], const char *context);
+
+/*
+ * Checks (non-fatally) the documented shape of every failure: exit status
+ * `code`, nothing on stdout, exactly one stderr line starting "pyprofd: ".
+ * Returns true when all hold.
+ */
+bool expect_clean_failure(const struct run_result *r, int code, const char *context);
+
+/* Same shape, any status in `codes` (count n); returns the index matched or -1. */
+int expect_clean_failure_among(const struct run_result *r, const int codes[], size_t n,
+                               const char *context);
+
+/* Reads/writes another process's memory; returns bytes moved or -1. */
+ssize_t remote_read(pid_t pid, uint64_t addr, void *buf, size_t len);
+ssize_t remote_write(pid_t pid, uint64_t addr, const void *buf, size_t len);
+
+/* Copies a file (mode 0755); fails the test on error. */
+void copy_executable(const char *from, const char *to);
+
+#endif

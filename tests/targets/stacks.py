@@ -1,0 +1,467 @@
+"""Target workloads for the end-to-end tests of `pyprofd dump`.
+
+    python stacks.py SCENARIO REPORT_PATH
+
+Builds a known Python stack in one or more threads and parks every one of them
+forever.  Once all of them sit still, the stacks as CPython itself sees them
+(sys._current_frames, f_back, f_lineno) are written to REPORT_PATH as JSON, so
+the tests compare pyprofd's view against the interpreter's own.
+
+Must run unchanged on CPython 3.8 through 3.15: no syntax newer than 3.8.
+"""
+
+import asyncio
+import functools
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+
+# A blocked thread's innermost frame sits on a source line carrying this mark;
+# the reporter waits for that rather than trusting a fixed delay.
+BLOCK_MARK = "# BLOCK"
+
+# Sources of code that was not read from a file (exec), by co_filename.
+GENERATED_SOURCES = {}
+
+
+def hold():
+    while True:
+        time.sleep(3600)  # BLOCK
+
+
+# --- reporting ---------------------------------------------------------------
+
+
+def frame_list(frame):
+    frames = []
+    while frame is not None:
+        code = frame.f_code
+        frames.append({
+            "function": code.co_name,
+            "qualname": getattr(code, "co_qualname", None),
+            "file": code.co_filename,
+            # What traceback prints, i.e. CPython's own idea of the line.
+            "line": frame.f_lineno,
+        })
+        frame = frame.f_back
+    return frames
+
+
+def source_line(filename, lineno):
+    if lineno is None:
+        return ""
+    lines = GENERATED_SOURCES.get(filename)
+    if lines is None:
+        try:
+            with open(filename, encoding="utf-8") as f:
+                lines = f.read().splitlines()
+        except (OSError, UnicodeDecodeError):
+            return ""
+    if 1 <= lineno <= len(lines):
+        return lines[lineno - 1]
+    return ""
+
+
+def parked(frames):
+    return bool(frames) and BLOCK_MARK in source_line(frames[0]["file"], frames[0]["line"])
+
+
+def version_string():
+    return "%d.%d.%d" % sys.version_info[:3]
+
+
+def write_json(path, obj):
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(obj, f)
+
+
+def write_json_atomically(path, obj):
+    tmp = path + ".tmp"
+    write_json(tmp, obj)
+    os.rename(tmp, path)
+
+
+# Renames the report once the reporter thread is gone from the kernel's task
+# list, which happens only after CPython has unlinked its thread state: a
+# reader that sees the report never sees the reporter.
+RENAME_WHEN_GONE = 'while [ -d "/proc/$1/task/$2" ]; do sleep 0.01; done; exec mv -f -- "$3" "$4"'
+
+
+def start_reporter(report_path, idents, spinning=(), extra=None):
+    """Report the stacks of `idents` once each is parked and stays unchanged.
+
+    Threads in `spinning` never park: they only have to exist, and their
+    frames are reported as seen but not waited on.
+    """
+    idents = list(idents)
+    spinning = set(spinning)
+
+    def snapshot():
+        current = sys._current_frames()
+        try:
+            stacks = {}
+            for ident in idents:
+                frame = current.get(ident)
+                if frame is None:
+                    return None
+                frames = frame_list(frame)
+                if ident not in spinning and not parked(frames):
+                    return None
+                stacks[ident] = frames
+            return stacks
+        finally:
+            del current
+
+    def settled(a, b):
+        return all(ident in spinning or a[ident] == b[ident] for ident in idents)
+
+    def run():
+        previous, still = None, 0
+        # Three equal looks in a row: a thread caught between two statements
+        # on a marked line would not stay there for 100 ms.
+        while still < 2:
+            time.sleep(0.05)
+            stacks = snapshot()
+            if stacks is not None and previous is not None and settled(stacks, previous):
+                still += 1
+            else:
+                still = 0
+            previous = stacks
+        native_ids = dict((t.ident, t.native_id) for t in threading.enumerate())
+        threads = []
+        for ident in idents:
+            threads.append({
+                "thread_id": ident,
+                "native_thread_id": native_ids.get(ident),
+                "role": "spin" if ident in spinning else "blocked",
+                "frames": previous[ident],
+            })
+        report = {"pid": os.getpid(), "version": version_string(), "threads": threads}
+        report.update(extra or {})
+        tmp = report_path + ".tmp"
+        write_json(tmp, report)
+        subprocess.Popen(
+            ["/bin/sh", "-c", RENAME_WHEN_GONE, "sh", str(os.getpid()),
+             str(threading.get_native_id()), tmp, report_path],
+            stdin=subprocess.DEVNULL, close_fds=True)
+
+    reporter = threading.Thread(target=run, name="reporter", daemon=True)
+    reporter.start()
+
+
+def start_worker(target, name, *args):
+    thread = threading.Thread(target=target, name=name, args=args, daemon=True)
+    thread.start()
+    return thread.ident
+
+
+# --- nested ------------------------------------------------------------------
+
+
+def nested_outer():
+    nested_middle()
+
+
+def nested_middle():
+    nested_inner()
+
+
+def nested_inner():
+    hold()
+
+
+def scenario_nested(report_path):
+    start_reporter(report_path, [threading.get_ident()],
+                   extra={"code_id": id(nested_middle.__code__)})
+    nested_outer()
+
+
+# --- methods -----------------------------------------------------------------
+
+
+class Widget(object):
+    def run(self):
+        return self.build()
+
+    @classmethod
+    def build(cls):
+        return cls.helper()
+
+    @staticmethod
+    def helper():
+        return Widget().value
+
+    @property
+    def value(self):
+        while True:
+            time.sleep(3600)  # BLOCK
+
+
+def scenario_methods(report_path):
+    start_reporter(report_path, [threading.get_ident()])
+    Widget().run()
+
+
+# --- generators --------------------------------------------------------------
+
+
+def gen_values():
+    yield 1
+    yield 2
+    while True:
+        time.sleep(3600)  # BLOCK
+    yield 3
+
+
+async def gen_consume():
+    total = 0
+    for value in gen_values():
+        total += value
+    return total
+
+
+async def gen_outer():
+    await asyncio.sleep(0)
+    return await gen_consume()
+
+
+def scenario_generators(report_path):
+    start_reporter(report_path, [threading.get_ident()])
+    asyncio.run(gen_outer())
+
+
+# --- coroutines --------------------------------------------------------------
+
+
+async def co_leaf():
+    while True:
+        time.sleep(3600)  # BLOCK
+
+
+async def co_middle():
+    return await co_leaf()
+
+
+async def co_top():
+    await asyncio.sleep(0)
+    return await co_middle()
+
+
+def scenario_coroutines(report_path):
+    start_reporter(report_path, [threading.get_ident()])
+    asyncio.run(co_top())
+
+
+# --- lambdas and comprehensions -----------------------------------------------
+
+
+def lambdas_listcomp():
+    call = lambda x: hold()  # noqa: E731
+    return [call(x) for x in range(3)]
+
+
+def lambdas_dictcomp():
+    return {k: v for k, v in ((x, hold()) for x in range(2))}
+
+
+def scenario_lambdas(report_path):
+    worker = start_worker(lambdas_dictcomp, "dictcomp")
+    start_reporter(report_path, [threading.get_ident(), worker])
+    lambdas_listcomp()
+
+
+# --- recursion ---------------------------------------------------------------
+
+RECURSION_DEPTH = 1000
+
+
+def recurse(n):
+    if n == 0:
+        hold()
+    recurse(n - 1)
+
+
+def scenario_recursion(report_path):
+    sys.setrecursionlimit(RECURSION_DEPTH + 1000)
+    start_reporter(report_path, [threading.get_ident()])
+    recurse(RECURSION_DEPTH)
+
+
+# --- callbacks from C ----------------------------------------------------------
+
+
+def callbacks_key(item):
+    while True:
+        time.sleep(3600)  # BLOCK
+
+
+def callbacks_sort():
+    return sorted([3, 1, 2], key=callbacks_key)
+
+
+def callbacks_reducer(acc, item):
+    while True:
+        time.sleep(3600)  # BLOCK
+
+
+def callbacks_reduce():
+    return functools.reduce(callbacks_reducer, [1, 2, 3])
+
+
+def scenario_callbacks(report_path):
+    worker = start_worker(callbacks_reduce, "reduce")
+    start_reporter(report_path, [threading.get_ident(), worker])
+    callbacks_sort()
+
+
+# --- non-ASCII names -----------------------------------------------------------
+
+# Function names need UCS1 (e-acute), UCS2 (Cyrillic zhe, CJK) storage; the
+# file name adds a character outside the BMP, which only UCS4 can hold.
+NONASCII_SOURCE = (
+    "import time\n"
+    "\n"
+    "\n"
+    "def caf\u00e9():\n"
+    "    return \u0436\u0443\u043a()\n"
+    "\n"
+    "\n"
+    "def \u0436\u0443\u043a():\n"
+    "    return \u6a21\u5757()\n"
+    "\n"
+    "\n"
+    "def \u6a21\u5757():\n"
+    "    while True:\n"
+    "        time.sleep(3600)  # BLOCK\n"
+)
+NONASCII_FILE = "mod_\u00e9_\u0436_\u6a21_\U0001f600.py"
+
+
+def scenario_nonascii(report_path):
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(report_path)), NONASCII_FILE)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(NONASCII_SOURCE)
+    spec = importlib.util.spec_from_file_location("nonascii_target", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    start_reporter(report_path, [threading.get_ident()])
+    getattr(module, "caf\u00e9")()
+
+
+# --- twenty threads --------------------------------------------------------------
+
+THREADS20_FILE = "<threads20>"
+
+
+def scenario_threads20(report_path):
+    # Each thread parks in its own function, at its own line, so a dump that
+    # mixed up threads or frames would show it.
+    parts = []
+    for i in range(20):
+        parts.append("def worker_%02d():\n" % i)
+        parts.append("    level = %d\n" % i)
+        parts.append("\n" * (i % 3))
+        parts.append("    while True:\n        time.sleep(3600)  # BLOCK\n\n\n")
+    source = "".join(parts)
+    GENERATED_SOURCES[THREADS20_FILE] = source.splitlines()
+    namespace = {"time": time}
+    exec(compile(source, THREADS20_FILE, "exec"), namespace)
+    idents = [threading.get_ident()]
+    for i in range(20):
+        idents.append(start_worker(namespace["worker_%02d" % i], "worker-%02d" % i))
+    start_reporter(report_path, idents)
+    hold()
+
+
+# --- spin ------------------------------------------------------------------------
+
+
+def spin_forever():
+    n = 0
+    while True:
+        n += 1
+
+
+def scenario_spin(report_path):
+    spinner = start_worker(spin_forever, "spin")
+    start_reporter(report_path, [threading.get_ident(), spinner], spinning=[spinner])
+    hold()
+
+
+# --- exiting -----------------------------------------------------------------------
+
+# Not one of the stack scenarios: many threads keep building and unwinding deep
+# stacks and the process ends abruptly a short random time after it reports
+# being ready, so that dumps race the exit.
+
+EXITING_THREADS = 8
+EXITING_DEPTH = 300
+
+
+def churn(depth):
+    if depth:
+        churn(depth - 1)
+
+
+def churn_forever():
+    while True:
+        churn(EXITING_DEPTH)
+
+
+def scenario_exiting(report_path):
+    sys.setrecursionlimit(EXITING_DEPTH + 1000)
+    for i in range(EXITING_THREADS):
+        start_worker(churn_forever, "churn-%d" % i)
+    write_json_atomically(report_path, {"pid": os.getpid(), "version": version_string(),
+                                        "threads": []})
+    time.sleep(random.uniform(0.02, 0.6))
+    os._exit(0)
+
+
+# --- main ----------------------------------------------------------------------------
+
+SCENARIOS = {
+    "nested": scenario_nested,
+    "methods": scenario_methods,
+    "generators": scenario_generators,
+    "coroutines": scenario_coroutines,
+    "lambdas": scenario_lambdas,
+    "recursion": scenario_recursion,
+    "callbacks": scenario_callbacks,
+    "nonascii": scenario_nonascii,
+    "threads20": scenario_threads20,
+    "spin": scenario_spin,
+    "exiting": scenario_exiting,
+}
+
+
+def allow_any_tracer():
+    # Under Yama ptrace_scope 1 only ancestors may read this process; the
+    # dump is a sibling of the target in the test runner.
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_ptracer, pr_set_ptracer_any = 0x59616D61, ctypes.c_ulong(-1)
+        libc.prctl(pr_set_ptracer, pr_set_ptracer_any, 0, 0, 0)
+    except Exception:
+        pass
+
+
+def main():
+    if len(sys.argv) != 3 or sys.argv[1] not in SCENARIOS:
+        sys.stderr.write("usage: stacks.py {%s} REPORT_PATH\n" % ",".join(sorted(SCENARIOS)))
+        sys.exit(2)
+    sys.dont_write_bytecode = True
+    allow_any_tracer()
+    SCENARIOS[sys.argv[1]](sys.argv[2])
+
+
+if __name__ == "__main__":
+    main()
