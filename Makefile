@@ -5,6 +5,7 @@
 #   make test       deps + build + the criterion suite against every CPython found
 #   make sanitize   the same suite on an ASan + UBSan build (in build-sanitize/)
 #   make demo       dump the stacks of a live Python workload
+#   make bench      measure the sampling engine on every CPython found
 #   make clean
 #
 # V=1 shows the commands.
@@ -50,7 +51,7 @@ PYPROFD    = $(BUILD)/pyprofd
 LIBUNWIND  = $(BUILD)/libpyunwind.a
 TESTS_BIN  = $(BUILD)/tests/pyprofd-tests
 
-.PHONY: all deps test check sanitize demo clean
+.PHONY: all deps test check sanitize demo bench clean
 
 all: $(PYPROFD)
 
@@ -103,6 +104,12 @@ demo: deps
 	echo "\$$ $(PYPROFD) dump $$pid"; \
 	$(PYPROFD) dump $$pid; rc=$$?; \
 	kill $$pid; wait $$pid 2>/dev/null; exit $$rc
+
+# Prints figures (us per sample, syscalls and bytes per sample, cache hit rates)
+# for every installed CPython; see bench/run.py.
+bench: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(PYTHON) bench/run.py --pyprofd $(PYPROFD) $(BENCH_ARGS)
 
 clean:
 	rm -rf build build-sanitize

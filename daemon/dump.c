@@ -109,13 +109,17 @@ int cmd_dump(int argc, char **argv)
 	unsigned flags = 0;
 	int opt;
 	optind = 1;
+	opterr = 0; /* one line of our own instead of getopt's */
 	while ((opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
 		switch (opt) {
 		case 'j': as_json = true; break;
 		case 'n': flags |= UW_SNAP_NATIVE; break;
 		case 'g': flags |= UW_SNAP_GC; break;
 		case 'h': fputs(dump_usage, stdout); return EXIT_OK;
-		default: fputs(dump_usage, stderr); return EXIT_USAGE;
+		default:
+			fprintf(stderr, "pyprofd: dump: unknown or incomplete option '%s' (see pyprofd dump --help)\n",
+			        argv[optind - 1]);
+			return EXIT_USAGE;
 		}
 	}
 	if (optind + 1 != argc) {

@@ -9,6 +9,8 @@ static const char usage[] =
 	"\n"
 	"commands:\n"
 	"  dump PID [--json] [--native] [--gc]   print every thread's Python stack once\n"
+	"  record PID [--rate HZ|max] [--duration S] [-o FILE] ...\n"
+	"                                        sample a process and write its profile\n"
 	"\n"
 	"Run `pyprofd COMMAND --help` for a command's options and exit statuses.\n";
 
@@ -34,6 +36,7 @@ static const struct {
 	int (*run)(int argc, char **argv);
 } commands[] = {
 	{"dump", cmd_dump},
+	{"record", cmd_record},
 };
 
 int main(int argc, char **argv)

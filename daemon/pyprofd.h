@@ -2,6 +2,8 @@
 #ifndef PYPROFD_H
 #define PYPROFD_H
 
+#include <stdio.h>
+
 #include "unwind.h"
 
 /* Exit statuses of the one-shot commands, documented in README.md and --help. */
@@ -23,5 +25,34 @@ int exit_status_of(enum uw_status status);
 
 /* dump.c */
 int cmd_dump(int argc, char **argv);
+
+/* record.c */
+int cmd_record(int argc, char **argv);
+
+/* profile.c */
+struct profile_line {
+	char *text;
+	uint64_t count;
+};
+
+/* Sample counts by stack id of one epoch, and spelled-out lines of past epochs. */
+struct profile {
+	uint64_t *counts;
+	uint32_t counts_cap;
+	uint64_t counts_epoch;
+	bool touched;
+	struct profile_line *lines;
+	size_t nlines, lines_cap;
+	uint64_t total;
+};
+
+void profile_init(struct profile *p);
+void profile_free(struct profile *p);
+/* Count one sample; -1 if out of memory or its epoch was not settled first. */
+int profile_add(struct profile *p, const struct uw_sample *s);
+/* Spell out the current epoch's counts (before the target resets its ids). */
+int profile_settle(struct profile *p, const struct uw_target *t);
+/* "frame;frame;... count" lines, root first, sorted. */
+int profile_write_collapsed(struct profile *p, const struct uw_target *t, FILE *out);
 
 #endif

@@ -17,8 +17,6 @@
 #define STR_KEEP_LENGTH 4096u
 /* Longest line table we read: real ones are a few KiB. */
 #define LINETABLE_MAX_BYTES (1u << 22)
-/* Entries before the cache is dropped whole; the sampling engine sets budgets. */
-#define CODE_CACHE_MAX_ENTRIES (1u << 16)
 
 void code_cache_init(struct code_cache *cache)
 {
@@ -30,9 +28,6 @@ static void code_info_free(struct code_info *ci)
 	if (!ci)
 		return;
 	free(ci->header);
-	free(ci->name);
-	free(ci->qualname);
-	free(ci->file);
 	line_table_free(&ci->lines);
 	free(ci);
 }
@@ -43,12 +38,6 @@ void code_cache_free(struct code_cache *cache)
 		code_info_free(cache->slots[i]);
 	free(cache->slots);
 	memset(cache, 0, sizeof *cache);
-}
-
-void code_cache_trim(struct code_cache *cache)
-{
-	if (cache->count >= CODE_CACHE_MAX_ENTRIES)
-		code_cache_free(cache);
 }
 
 static size_t code_hash(raddr_t addr, size_t cap)
@@ -76,7 +65,8 @@ static int code_cache_reserve(struct code_cache *cache, struct uw_error *err)
 	struct code_info **nslots = calloc(ncap, sizeof *nslots);
 	if (!nslots)
 		return uw_fail(err, UW_ENOMEM, "out of memory");
-	struct code_cache grown = {.slots = nslots, .cap = ncap, .count = cache->count};
+	struct code_cache grown = {.slots = nslots, .cap = ncap, .count = cache->count,
+	                           .bytes = cache->bytes + (ncap - cache->cap) * sizeof *nslots};
 	for (size_t i = 0; i < cache->cap; i++)
 		if (cache->slots[i])
 			*code_slot(&grown, cache->slots[i]->addr) = cache->slots[i];
@@ -85,20 +75,20 @@ static int code_cache_reserve(struct code_cache *cache, struct uw_error *err)
 	return 0;
 }
 
-char *pyobj_read_str(struct uw_target *t, raddr_t addr, struct uw_error *err)
+uint32_t pyobj_read_str(struct uw_target *t, raddr_t addr, struct uw_error *err)
 {
 	const struct py_layout *L = &t->layout;
 	uint8_t hdr[128];
 	uint32_t hdr_len = L->unicode.ascii_size;
 	if (hdr_len > sizeof hdr || L->unicode.legacy_data + 8 > sizeof hdr) {
 		uw_fail(err, UW_ECORRUPT, "unicode layout too large");
-		return NULL;
+		return INTERN_FAILED;
 	}
 	if (remote_read(&t->mem, addr, hdr, hdr_len, err) != 0)
-		return NULL;
+		return INTERN_FAILED;
 	if (t->unicode_type && load_u64(hdr, L->object.ob_type) != t->unicode_type) {
 		uw_fail(err, UW_ECORRUPT, "object at 0x%llx is not a str", (unsigned long long)addr);
-		return NULL;
+		return INTERN_FAILED;
 	}
 	int64_t length = (int64_t)load_u64(hdr, L->unicode.length);
 	uint32_t state = load_u32(hdr, L->unicode.state);
@@ -110,7 +100,7 @@ char *pyobj_read_str(struct uw_target *t, raddr_t addr, struct uw_error *err)
 	if (length < 0 || length > (int64_t)STR_MAX_LENGTH || (kind != 1 && kind != 2 && kind != 4) ||
 	    (ascii && kind != 1)) {
 		uw_fail(err, UW_ECORRUPT, "garbage str header at 0x%llx", (unsigned long long)addr);
-		return NULL;
+		return INTERN_FAILED;
 	}
 	raddr_t data;
 	if (compact) {
@@ -118,24 +108,26 @@ char *pyobj_read_str(struct uw_target *t, raddr_t addr, struct uw_error *err)
 	} else {
 		uint8_t ptr[8];
 		if (remote_read(&t->mem, addr + L->unicode.legacy_data, ptr, 8, err) != 0)
-			return NULL;
+			return INTERN_FAILED;
 		data = load_u64(ptr, 0);
 	}
 	size_t count = (size_t)length < STR_KEEP_LENGTH ? (size_t)length : STR_KEEP_LENGTH;
 	uint8_t *raw = malloc(count * kind + 1);
 	if (!raw) {
 		uw_fail(err, UW_ENOMEM, "out of memory");
-		return NULL;
+		return INTERN_FAILED;
 	}
 	if (count && remote_read(&t->mem, data, raw, count * kind, err) != 0) {
 		free(raw);
-		return NULL;
+		return INTERN_FAILED;
 	}
 	char *s = pystr_to_utf8(raw, count, kind);
 	free(raw);
-	if (!s)
+	uint32_t id = s ? intern_string(&t->intern, s, strlen(s)) : INTERN_FAILED;
+	free(s);
+	if (id == INTERN_FAILED)
 		uw_fail(err, UW_ENOMEM, "out of memory");
-	return s;
+	return id;
 }
 
 /* The bytes of a bytes object, bounded. */
@@ -184,7 +176,7 @@ static bool code_header_same(const struct py_layout *L, const uint8_t *a, const 
 	return load_i32(a, L->code.firstlineno) == load_i32(b, L->code.firstlineno);
 }
 
-/* Decode the code object whose header is hdr into a new entry. */
+/* Decode the code object whose header is hdr into a new entry (which owns hdr). */
 static struct code_info *code_decode(struct uw_target *t, raddr_t addr, uint8_t *hdr,
                                      struct uw_error *err)
 {
@@ -198,20 +190,24 @@ static struct code_info *code_decode(struct uw_target *t, raddr_t addr, uint8_t 
 	ci->addr = addr;
 	ci->header = hdr;
 	ci->firstlineno = load_i32(hdr, L->code.firstlineno);
-	if (L->code.code_adaptive != LAYOUT_ABSENT)
+	if (L->code.code_adaptive != LAYOUT_ABSENT) {
 		ci->bytecode = addr + L->code.code_adaptive;
-
-	ci->name = pyobj_read_str(t, load_u64(hdr, L->code.name), err);
-	if (!ci->name)
-		goto fail;
-	ci->file = pyobj_read_str(t, load_u64(hdr, L->code.filename), err);
-	if (!ci->file)
-		goto fail;
-	if (L->code.qualname != LAYOUT_ABSENT) {
-		ci->qualname = pyobj_read_str(t, load_u64(hdr, L->code.qualname), err);
-		if (!ci->qualname)
+		/* A code object is a PyVarObject: ob_size (after ob_type) counts 2-byte code units. */
+		int64_t units = (int64_t)load_u64(hdr, L->object.ob_type + 8);
+		if (units < 0 || units > (1 << 28)) {
+			uw_fail(err, UW_ECORRUPT, "garbage code object size at 0x%llx",
+			        (unsigned long long)addr);
 			goto fail;
+		}
+		ci->bytecode_len = (uint64_t)units * 2;
 	}
+
+	if ((ci->name = pyobj_read_str(t, load_u64(hdr, L->code.name), err)) == INTERN_FAILED ||
+	    (ci->file = pyobj_read_str(t, load_u64(hdr, L->code.filename), err)) == INTERN_FAILED)
+		goto fail;
+	if (L->code.qualname != LAYOUT_ABSENT &&
+	    (ci->qualname = pyobj_read_str(t, load_u64(hdr, L->code.qualname), err)) == INTERN_FAILED)
+		goto fail;
 	size_t table_len = 0;
 	uint8_t *table = pyobj_read_bytes(t, load_u64(hdr, L->code.linetable), &table_len, err);
 	if (!table)
@@ -223,56 +219,126 @@ static struct code_info *code_decode(struct uw_target *t, raddr_t addr, uint8_t 
 		        (unsigned long long)addr);
 		goto fail;
 	}
+	ci->bytes = sizeof *ci + L->code.size + ci->lines.count * sizeof *ci->lines.ranges;
 	return ci;
 fail:
 	code_info_free(ci);
 	return NULL;
 }
 
-const struct code_info *code_get(struct uw_target *t, raddr_t addr, struct uw_error *err)
+/* Put a freshly decoded entry in the cache, replacing what held its address. */
+static struct code_info *code_cache_put(struct code_cache *cache, struct code_info *ci,
+                                        struct uw_error *err)
+{
+	struct code_info **slot = cache->cap ? code_slot(cache, ci->addr) : NULL;
+	if (!slot || !*slot) {
+		if (code_cache_reserve(cache, err) != 0) {
+			code_info_free(ci);
+			return NULL;
+		}
+		slot = code_slot(cache, ci->addr);
+		cache->count++;
+	} else {
+		cache->bytes -= (*slot)->bytes;
+		code_info_free(*slot);
+	}
+	*slot = ci;
+	cache->bytes += ci->bytes;
+	return ci;
+}
+
+struct code_info *code_get(struct uw_target *t, raddr_t addr, struct uw_error *err)
 {
 	const struct py_layout *L = &t->layout;
 	struct code_cache *cache = &t->codes;
 
 	struct code_info **slot = cache->cap ? code_slot(cache, addr) : NULL;
-	if (slot && *slot && (*slot)->checked_gen == t->snapshot_gen)
-		return *slot;
+	struct code_info *cached = slot ? *slot : NULL;
+	if (cached && !t->opts.no_cache && cached->checked_gen == t->sample_gen) {
+		t->stats.code_cache_hits++;
+		return cached;
+	}
 
-	uint8_t *hdr = malloc(L->code.size);
-	if (!hdr) {
-		uw_fail(err, UW_ENOMEM, "out of memory");
+	/* The header is read through the view: steady-state samples find it batched. */
+	const uint8_t *hdr = view_read(t, addr, L->code.size, 0, err);
+	if (!hdr)
 		return NULL;
-	}
-	if (remote_read(&t->mem, addr, hdr, L->code.size, err) != 0) {
-		free(hdr);
-		return NULL;
-	}
 	if (load_u64(hdr, L->object.ob_type) != t->code_type) {
-		free(hdr);
 		uw_fail(err, UW_ECORRUPT, "object at 0x%llx is not a code object",
 		        (unsigned long long)addr);
 		return NULL;
 	}
-	if (slot && *slot && code_header_same(L, (*slot)->header, hdr)) {
-		free(hdr);
-		(*slot)->checked_gen = t->snapshot_gen;
-		return *slot;
+	if (cached && !t->opts.no_cache) {
+		if (code_header_same(L, cached->header, hdr)) {
+			t->stats.code_cache_hits++;
+			cached->checked_gen = t->sample_gen;
+			return cached;
+		}
+		t->stats.stale_invalidations++;
 	}
-
-	struct code_info *ci = code_decode(t, addr, hdr, err);
-	if (!ci)
-		return NULL;
-	ci->checked_gen = t->snapshot_gen;
-	if (slot && *slot) {
-		code_info_free(*slot); /* the address now holds another code object */
-		*slot = ci;
-		return ci;
-	}
-	if (code_cache_reserve(cache, err) != 0) {
-		code_info_free(ci);
+	t->stats.code_cache_misses++;
+	uint8_t *copy = malloc(L->code.size);
+	if (!copy) {
+		uw_fail(err, UW_ENOMEM, "out of memory");
 		return NULL;
 	}
-	*code_slot(cache, addr) = ci;
-	cache->count++;
+	memcpy(copy, hdr, L->code.size);
+	struct code_info *ci = code_decode(t, addr, copy, err);
+	if (!ci || !code_cache_put(cache, ci, err))
+		return NULL;
+	ci->checked_gen = t->sample_gen;
 	return ci;
+}
+
+/* The line of a byte offset into the bytecode; before the first instruction is the def line. */
+static int code_line_at(const struct code_info *ci, int64_t offset)
+{
+	if (offset < 0)
+		return ci->firstlineno;
+	if (offset > UINT32_MAX)
+		return -1;
+	return line_table_lookup(&ci->lines, (uint32_t)offset);
+}
+
+/*
+ * pos is what the frame holds: 3.11+ the instruction pointer; 3.8-3.10 f_lasti
+ * in the low half and, when the frame is traced, f_lineno in the high half.
+ */
+static int code_line_of_pos(const struct uw_target *t, const struct code_info *ci, uint64_t pos)
+{
+	switch (t->layout.lasti_model) {
+	case LASTI_INSTR_PTR: {
+		int64_t offset = (int64_t)(pos - ci->bytecode);
+		/* Outside the code object: a per-thread bytecode copy (free-threaded builds). */
+		if (offset > (int64_t)ci->bytecode_len)
+			return -1;
+		return code_line_at(ci, offset);
+	}
+	case LASTI_BYTES:
+	case LASTI_CODEUNITS:
+		break;
+	}
+	int32_t traced_line = (int32_t)(pos >> 32);
+	if (traced_line)
+		return traced_line;
+	int64_t lasti = (int32_t)(uint32_t)pos;
+	return code_line_at(ci, t->layout.lasti_model == LASTI_CODEUNITS ? lasti * 2 : lasti);
+}
+
+uint32_t code_frame_at(struct uw_target *t, struct code_info *ci, uint64_t pos)
+{
+	unsigned slot = (unsigned)(pos >> 1) & (CODE_LINE_SLOTS - 1);
+	if (!t->opts.no_cache && ci->slot_frame[slot] && ci->slot_pos[slot] == pos)
+		return ci->slot_frame[slot];
+	struct frame_key key = {.function = ci->name,
+	                        .qualname = ci->qualname,
+	                        .file = ci->file,
+	                        .line = code_line_of_pos(t, ci, pos),
+	                        .kind = UW_FRAME_PYTHON};
+	uint32_t id = intern_frame(&t->intern, &key);
+	if (id != INTERN_FAILED) {
+		ci->slot_pos[slot] = pos;
+		ci->slot_frame[slot] = id;
+	}
+	return id;
 }

@@ -39,3 +39,67 @@ int remote_read(struct remote *r, raddr_t addr, void *buf, size_t len, struct uw
 		               (unsigned long long)addr, strerror(errno));
 	}
 }
+
+/* The kernel's limit on iovecs per call (UIO_MAXIOV). */
+#define BATCH_IOV_MAX 1024
+
+static bool range_plausible(const struct remote_range *r)
+{
+	return r->addr >= 4096 && r->addr + r->len > r->addr &&
+	       r->addr + r->len <= 0x0000800000000000ULL;
+}
+
+int remote_read_batch(struct remote *r, struct remote_range *ranges, uint32_t n,
+                      struct uw_error *err)
+{
+	struct iovec local[BATCH_IOV_MAX], remote[BATCH_IOV_MAX];
+	uint32_t i = 0;
+
+	for (uint32_t k = 0; k < n; k++)
+		ranges[k].got = 0;
+	while (i < n) {
+		/* Gather the next run of plausible ranges; skip the impossible ones. */
+		uint32_t idx[BATCH_IOV_MAX], count = 0;
+		while (i < n && count < BATCH_IOV_MAX) {
+			if (range_plausible(&ranges[i]) && ranges[i].len > 0) {
+				local[count] = (struct iovec){ranges[i].buf, ranges[i].len};
+				remote[count] = (struct iovec){(void *)(uintptr_t)ranges[i].addr, ranges[i].len};
+				idx[count++] = i;
+			}
+			i++;
+		}
+		uint32_t done = 0;
+		while (done < count) {
+			r->calls++;
+			ssize_t got = process_vm_readv(r->pid, local + done, count - done,
+			                               remote + done, count - done, 0);
+			if (got < 0) {
+				if (errno == ESRCH)
+					return uw_fail(err, UW_EGONE, "process %d exited", (int)r->pid);
+				if (errno == EPERM || errno == EACCES)
+					return uw_fail(err, UW_EPERM,
+					               "not permitted to read the memory of process %d",
+					               (int)r->pid);
+				if (errno == ENOMEM)
+					return uw_fail(err, UW_ENOMEM, "out of memory reading process %d",
+					               (int)r->pid);
+				/* The first range faulted: it stays empty, go on after it. */
+				done++;
+				continue;
+			}
+			r->bytes += (uint64_t)got;
+			/* The kernel stops at the first range that faults; credit what arrived. */
+			size_t left = (size_t)got;
+			while (done < count && left >= remote[done].iov_len) {
+				ranges[idx[done]].got = (uint32_t)remote[done].iov_len;
+				left -= remote[done].iov_len;
+				done++;
+			}
+			if (done < count) {
+				ranges[idx[done]].got = (uint32_t)left;
+				done++;
+			}
+		}
+	}
+	return 0;
+}

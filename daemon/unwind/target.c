@@ -149,6 +149,14 @@ static int target_resolve_version(struct uw_target *t, const struct elf_symbol *
 	return 0;
 }
 
+/* The walk reads datastack_top beside datastack_chunk: make the thread-state read cover it. */
+static void target_fit_layout(struct py_layout *L)
+{
+	uint32_t off = L->tstate.datastack_chunk;
+	if (off != LAYOUT_ABSENT && L->tstate.size < off + 16)
+		L->tstate.size = off + 16;
+}
+
 /* Find the ELF file holding _PyRuntime among the executable and libpython. */
 static int target_find_runtime(struct uw_target *t, const struct proc_maps *maps,
                                struct uw_error *err)
@@ -202,7 +210,10 @@ static int target_find_runtime(struct uw_target *t, const struct proc_maps *maps
 		t->runtime_file = strdup(candidates[c]);
 		if (!t->runtime_file)
 			return uw_fail(err, UW_ENOMEM, "out of memory");
-		return target_resolve_version(t, syms, bias, err);
+		if (target_resolve_version(t, syms, bias, err) != 0)
+			return -1;
+		target_fit_layout(&t->layout);
+		return 0;
 	}
 	if (saw_python)
 		return uw_fail(err, UW_EVERSION,
@@ -231,7 +242,13 @@ struct uw_target *uw_open(pid_t pid, struct uw_error *err)
 	t->pid = pid;
 	t->mem.pid = pid;
 	t->pthread_tid_offset = -1;
+	t->opts.cache_budget = UW_DEFAULT_CACHE_BUDGET;
 	code_cache_init(&t->codes);
+	if (intern_init(&t->intern) != 0) {
+		uw_fail(err, UW_ENOMEM, "out of memory");
+		uw_close(t);
+		return NULL;
+	}
 
 	struct proc_maps maps;
 	if (proc_maps_read(pid, &maps, err) != 0) {
@@ -255,6 +272,9 @@ void uw_close(struct uw_target *t)
 	if (!t)
 		return;
 	code_cache_free(&t->codes);
+	intern_free(&t->intern);
+	threads_free(t);
+	view_free(t);
 	free(t->runtime_file);
 	free(t);
 }
@@ -279,26 +299,14 @@ const char *uw_runtime_file(const struct uw_target *t)
 	return t->runtime_file;
 }
 
-int uw_snapshot(struct uw_target *t, unsigned flags, struct uw_snapshot *out,
-                struct uw_error *err)
+void uw_configure(struct uw_target *t, const struct uw_options *options)
 {
-	memset(out, 0, sizeof *out);
-	code_cache_trim(&t->codes);
-	t->snapshot_gen++;
-	int rc = walk_snapshot(t, flags, out, err);
-	if (rc != 0) {
-		uw_snapshot_release(out);
-		/* Garbage read from a dying process is the death, not corruption. */
-		if (err && err->status == UW_ECORRUPT && !proc_alive(t->pid))
-			uw_fail(err, UW_EGONE, "process %d exited", (int)t->pid);
-	}
-	return rc;
+	t->opts = *options;
+	if (!t->opts.cache_budget)
+		t->opts.cache_budget = UW_DEFAULT_CACHE_BUDGET;
 }
 
-void uw_snapshot_release(struct uw_snapshot *snap)
+void uw_stats(const struct uw_target *t, struct uw_stats *out)
 {
-	for (uint32_t i = 0; i < snap->nthreads; i++)
-		free(snap->threads[i].frames);
-	free(snap->threads);
-	memset(snap, 0, sizeof *snap);
+	*out = t->stats;
 }

@@ -40,8 +40,9 @@ enum uw_frame_kind {
 
 /*
  * One frame.  Strings are UTF-8 and owned by the target: they stay valid
- * until the next uw_snapshot or uw_close of that target; qualname is NULL before 3.11, file NULL and line -1 for
- * markers, line -1 also where CPython itself has no line.
+ * while the epoch that produced them lasts (until the caches are reset, see
+ * uw_sample) and at most until uw_close.  qualname is NULL before 3.11, file
+ * NULL and line -1 for markers, line -1 also where CPython has no line.
  */
 struct uw_frame {
 	const char *function;
@@ -79,11 +80,31 @@ struct uw_snapshot {
 
 struct uw_target;
 
+/* Which threads a sample walks. */
+enum uw_mode {
+	UW_MODE_WALL, /* every thread */
+	UW_MODE_CPU,  /* threads the kernel has running or runnable */
+	UW_MODE_GIL,  /* the thread holding the GIL */
+};
+
+/* How a target samples; uw_configure() may change it between samples. */
+struct uw_options {
+	unsigned flags;          /* UW_SNAP_* */
+	enum uw_mode mode;
+	bool no_cache;           /* every cache off: each sample reads and decodes everything */
+	bool want_on_cpu;        /* report on_cpu in wall/gil mode too (one /proc read a thread) */
+	size_t cache_budget;     /* bytes of caches and interned ids before they are reset */
+};
+
+#define UW_DEFAULT_CACHE_BUDGET (64u << 20)
+
 /* Open a process: finds its CPython runtime and layout. NULL and *err on failure. */
 struct uw_target *uw_open(pid_t pid, struct uw_error *err);
 
 /* Forget a target and everything it owns, strings of past snapshots included. */
 void uw_close(struct uw_target *target);
+
+void uw_configure(struct uw_target *target, const struct uw_options *options);
 
 pid_t uw_pid(const struct uw_target *target);
 
@@ -97,9 +118,78 @@ uint64_t uw_version_hex(const struct uw_target *target);
 const char *uw_runtime_file(const struct uw_target *target);
 
 /*
- * Take one snapshot of every thread of every interpreter.  The snapshot is not
- * atomic: the target keeps running, so a thread that moves under the walk can
- * give UW_ECORRUPT; callers that want one answer retry.  0, or -1 and *err.
+ * A sample: every selected thread's stack as one id of the target's stack
+ * prefix tree.  Ids stay valid while `epoch` is unchanged; a new epoch means
+ * the caches hit their budget and every id was forgotten.
+ */
+struct uw_sample_thread {
+	uint64_t thread_id;
+	int64_t native_id;
+	int64_t interp_id;
+	bool holds_gil;
+	bool on_cpu;
+	bool truncated;
+	uint32_t stack; /* 0 is the empty stack */
+};
+
+struct uw_sample {
+	uint64_t epoch;
+	bool gc_running;
+	/* Threads left out: their stack kept moving (or reading as garbage) under the read. */
+	uint32_t dropped_threads;
+	struct uw_error drop_reason;
+	uint32_t nthreads;
+	struct uw_sample_thread *threads;
+	uint32_t cap; /* owned by the sample; reused across calls */
+};
+
+/*
+ * Take one sample.  The target keeps running: a thread that moves under the
+ * read can give UW_ECORRUPT for that sample.  0, or -1 and *err.
+ */
+int uw_sample(struct uw_target *target, struct uw_sample *sample, struct uw_error *err);
+
+void uw_sample_free(struct uw_sample *sample);
+
+/* Whether the next uw_sample() starts a new epoch: resolve held ids first. */
+bool uw_reset_pending(const struct uw_target *target);
+
+/* A stack id's innermost frame id and its parent stack id (0 at the root). */
+uint32_t uw_stack_frame(const struct uw_target *target, uint32_t stack);
+uint32_t uw_stack_parent(const struct uw_target *target, uint32_t stack);
+uint32_t uw_stack_depth(const struct uw_target *target, uint32_t stack);
+
+/* A frame id's frame; valid in the epoch that produced the id. */
+const struct uw_frame *uw_frame_get(const struct uw_target *target, uint32_t frame);
+
+/* What sampling cost and how well the caches did, since uw_open. */
+struct uw_stats {
+	uint64_t samples;
+	uint64_t thread_samples;
+	uint64_t frame_cache_full_hits;    /* a thread's stack entirely as last time */
+	uint64_t frame_cache_partial_hits; /* its base reused, a new top decoded */
+	uint64_t frame_cache_misses;       /* nothing reused */
+	uint64_t frames_from_cache;
+	uint64_t frames_from_memory;
+	uint64_t readv_calls;
+	uint64_t bytes_read;
+	uint64_t prefetch_hits;            /* reads served by the sample's batched read */
+	uint64_t prefetch_misses;          /* reads that needed a call of their own */
+	uint64_t code_cache_hits;
+	uint64_t code_cache_misses;
+	uint64_t stale_invalidations;      /* cached code objects found replaced */
+	uint64_t torn_retries;             /* thread reads redone: the stack moved under them */
+	uint64_t torn_threads;             /* threads left out of a sample after retries */
+	uint64_t cache_resets;             /* budget reached: everything forgotten */
+	uint64_t cache_bytes;              /* now */
+	uint64_t errors[UW_EIO + 1];       /* failed samples by status */
+};
+
+void uw_stats(const struct uw_target *target, struct uw_stats *out);
+
+/*
+ * Take one snapshot with frames spelled out (for dumps).  Built on
+ * uw_sample with the target's options plus `flags`.  0, or -1 and *err.
  */
 int uw_snapshot(struct uw_target *target, unsigned flags, struct uw_snapshot *out,
                 struct uw_error *err);

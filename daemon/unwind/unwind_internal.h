@@ -37,6 +37,22 @@ struct remote {
  */
 int remote_read(struct remote *r, raddr_t addr, void *buf, size_t len, struct uw_error *err);
 
+/* One range of a batched read; `got` is how many bytes from addr arrived. */
+struct remote_range {
+	raddr_t addr;
+	uint32_t len;
+	uint32_t got;
+	uint8_t *buf;
+};
+
+/*
+ * Read many ranges in as few process_vm_readv calls as the kernel allows
+ * (IOV_MAX ranges a call).  A range that faults is left short (`got`) and the
+ * rest are still read.  -1 only when the process is gone or unreadable.
+ */
+int remote_read_batch(struct remote *r, struct remote_range *ranges, uint32_t n,
+                      struct uw_error *err);
+
 /* Little-endian field loads from a local copy of a remote struct. */
 static inline uint64_t load_u64(const uint8_t *base, uint32_t off)
 {
@@ -114,16 +130,69 @@ int elf_lookup(const char *path, struct elf_symbol *syms, size_t nsyms,
  */
 char *pystr_to_utf8(const uint8_t *data, size_t count, unsigned kind);
 
+/* intern.c */
+#define INTERN_FAILED UINT32_MAX
+#define INTERN_MAX_IDS (1u << 28)
+
+struct frame_key {
+	uint32_t function, qualname, file; /* string ids; 0 is none */
+	int32_t line;
+	uint32_t kind;                     /* enum uw_frame_kind */
+};
+
+struct stack_node {
+	uint32_t parent, frame, depth;
+};
+
+/* Open addressing over dense ids; a slot holds id + 1, zero is empty. */
+struct id_index {
+	uint32_t *slots;
+	uint32_t cap;
+};
+
+struct intern {
+	char **strs;
+	size_t *str_len;
+	uint32_t nstrs, strs_cap, str_len_cap;
+	struct id_index str_index;
+
+	struct frame_key *frame_keys;
+	struct uw_frame *frames; /* the same frames, spelled out for callers */
+	uint32_t nframes, frames_cap, frames_view_cap;
+	struct id_index frame_index;
+
+	struct stack_node *stacks;
+	uint32_t nstacks, stacks_cap;
+	struct id_index stack_index;
+
+	size_t bytes; /* memory held, for the cache budget */
+};
+
+int intern_init(struct intern *in);
+void intern_free(struct intern *in);
+int intern_reset(struct intern *in);
+/* Each returns the id, or INTERN_FAILED when out of memory or ids. */
+uint32_t intern_string(struct intern *in, const char *s, size_t len);
+uint32_t intern_frame(struct intern *in, const struct frame_key *key);
+uint32_t intern_stack(struct intern *in, uint32_t parent, uint32_t frame);
+
 /* code.c */
+#define CODE_LINE_SLOTS 8
+
 /* What the unwinder keeps of one code object. */
 struct code_info {
 	raddr_t addr;
 	uint8_t *header;          /* the layout.code.size bytes it was decoded from */
-	char *name, *qualname, *file;
+	uint32_t name, qualname, file; /* string ids */
 	int firstlineno;
 	raddr_t bytecode;         /* first instruction, 3.11+ */
+	uint64_t bytecode_len;    /* bytes of bytecode from there, 3.11+ */
 	struct line_table lines;
-	uint64_t checked_gen;     /* snapshot generation it was last validated in */
+	uint64_t checked_gen;     /* sample it was last validated in */
+	size_t bytes;             /* memory held */
+	/* (instruction position → frame id), direct-mapped: a hot loop hits here. */
+	uint64_t slot_pos[CODE_LINE_SLOTS];
+	uint32_t slot_frame[CODE_LINE_SLOTS];
 };
 
 /* Code objects by remote address. */
@@ -131,12 +200,37 @@ struct code_cache {
 	struct code_info **slots;
 	size_t cap;    /* power of two */
 	size_t count;
+	size_t bytes;
 };
 
 void code_cache_init(struct code_cache *cache);
 void code_cache_free(struct code_cache *cache);
-/* Between snapshots only: strings handed out stay valid until the next one. */
-void code_cache_trim(struct code_cache *cache);
+
+/* sample.c */
+/* What the previous sample saw of one thread: its chain, outermost first. */
+struct chain_link {
+	raddr_t addr;  /* frame address; 0 for a marker */
+	raddr_t code;
+	uint64_t pos;  /* instruction position (and traced line, 3.8-3.10) */
+	uint32_t kind; /* enum uw_frame_kind */
+	uint32_t stack;
+};
+
+struct thread_cache {
+	raddr_t tstate;
+	uint64_t seen;       /* sample number it was last seen in */
+	int stat_fd;         /* /proc/PID/task/TID/stat, kept open; -1 */
+	int64_t stat_tid;
+	uint32_t n, cap;
+	struct chain_link *chain;
+};
+
+/* A read this sample needed, remembered to batch it into the next one. */
+struct used_range {
+	raddr_t addr;
+	uint32_t len;
+	uint32_t grow;  /* bytes past the end worth reading too (a stack's top) */
+};
 
 /* target.c — the opened process; owns everything above. */
 struct uw_target {
@@ -152,22 +246,66 @@ struct uw_target {
 	raddr_t bytes_type;   /* &PyBytes_Type */
 	raddr_t frame_type;   /* &PyFrame_Type, to check heap frames (3.8-3.10) */
 	int pthread_tid_offset; /* 3.8-3.10: where struct pthread keeps the tid; -1 unknown */
+
+	struct uw_options opts;
+	int thread_attempts; /* reads of a moving thread before it is left out */
+	struct uw_stats stats;
+	uint64_t sample_gen;  /* number of the sample under way */
+	uint64_t epoch;
+
 	struct code_cache codes;
-	uint64_t snapshot_gen;
+	struct intern intern;
+	uint32_t native_frame, gc_frame; /* frame ids of the markers, this epoch */
+
+	struct thread_cache *threads;
+	uint32_t nthreads, threads_cap;
+
+	/* The batched read of this sample, planned from the reads of the last. */
+	struct remote_range *prefetch;
+	uint32_t nprefetch, prefetch_cap;
+	uint8_t *prefetch_buf;
+	size_t prefetch_buf_cap;
+	struct used_range *used;
+	uint32_t nused, used_cap;
+	/* Reads the prefetch missed, freed when the sample ends. */
+	uint8_t **scratch;
+	uint32_t nscratch, scratch_cap;
 };
 
 /* code.c */
 /*
  * The decoded code object at addr, validated against the target this
- * snapshot: a freed and reused address is decoded again.  NULL and *err.
+ * sample: a freed and reused address is decoded again.  NULL and *err.
  */
-const struct code_info *code_get(struct uw_target *t, raddr_t addr, struct uw_error *err);
+struct code_info *code_get(struct uw_target *t, raddr_t addr, struct uw_error *err);
 
-/* Read a str object into a malloc'd UTF-8 string (bounded length). */
-char *pyobj_read_str(struct uw_target *t, raddr_t addr, struct uw_error *err);
+/* The frame id of the instruction at pos in ci (pos as struct chain_link). */
+uint32_t code_frame_at(struct uw_target *t, struct code_info *ci, uint64_t pos);
 
-/* walk.c */
-int walk_snapshot(struct uw_target *t, unsigned flags, struct uw_snapshot *out,
-                  struct uw_error *err);
+/* Read a str object into a string id (bounded length). INTERN_FAILED and *err. */
+uint32_t pyobj_read_str(struct uw_target *t, raddr_t addr, struct uw_error *err);
+
+/* view.c */
+/*
+ * len bytes at addr, from the sample's batched read when it holds them, else
+ * read now.  The pointer lives until the sample ends.  NULL and *err.
+ * `grow` asks the next sample's batch to read that much past the end too.
+ */
+const uint8_t *view_read(struct uw_target *t, raddr_t addr, uint32_t len, uint32_t grow,
+                         struct uw_error *err);
+/* Start a sample: issue the batched read planned by the last one. */
+int view_begin(struct uw_target *t, struct uw_error *err);
+/*
+ * Read again, in one batch, everything this sample has read so far: after a
+ * torn read, a fresh copy of the whole stack beats a walk frame by frame.
+ * Pointers from earlier view_read calls of the batch are invalid after it.
+ */
+int view_refresh(struct uw_target *t, struct uw_error *err);
+/* End a sample: plan the next batch from what this one read; free scratch. */
+void view_end(struct uw_target *t, bool plan_next);
+void view_free(struct uw_target *t);
+
+/* sample.c */
+void threads_free(struct uw_target *t);
 
 #endif

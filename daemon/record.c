@@ -1,0 +1,391 @@
+/*
+ * `pyprofd record`: sample one process at a fixed rate (or as fast as
+ * possible) for a while, without a daemon, and write the profile.  It runs
+ * the same engine the daemon runs, so it is also how the engine is measured.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "pyprofd.h"
+
+/* Per-sample timings kept for percentiles; past this many, the rest are not timed. */
+#define RECORD_MAX_TIMINGS (1u << 22)
+/* At max rate, how many samples between looks for SIGINT/SIGTERM. */
+#define RECORD_SIGNAL_CHECK_EVERY 64
+
+static const char record_usage[] =
+	"usage: pyprofd record PID [options]\n"
+	"\n"
+	"Sample the Python stacks of process PID and write the profile (collapsed stacks:\n"
+	"\"frame;frame;... count\", root first, one frame as \"function (file:line)\").\n"
+	"Stops after --duration, when the process exits, or on SIGINT/SIGTERM.\n"
+	"\n"
+	"  --rate HZ|max       samples per second (default 100); max: back to back\n"
+	"  --duration S        seconds to record (default: until stopped)\n"
+	"  --mode wall|cpu|gil threads to sample: all (default), on CPU, holding the GIL\n"
+	"  --native            mark C code between Python frames (3.11+)\n"
+	"  --gc                mark the thread running the garbage collector\n"
+	"  --no-cache          turn every cache off (for comparison)\n"
+	"  -o, --output FILE   write the profile to FILE (default: standard output)\n"
+	"  --format collapsed  the profile format (only collapsed for now)\n"
+	"  --stats             print sampling statistics on standard error\n"
+	"  --stats-json        print them as one JSON object, the last line of standard error\n"
+	"\n"
+	"exit status: as pyprofd dump (0 ok, 2 usage, 3 no such process, 4 permission\n"
+	"denied, 5 not a Python process, 6 unsupported version, 1 other errors)\n";
+
+struct record_opts {
+	pid_t pid;
+	double rate; /* 0: max */
+	double duration;
+	struct uw_options uw;
+	const char *output;
+	bool stats, stats_json;
+};
+
+static int record_parse(int argc, char **argv, struct record_opts *o)
+{
+	static const struct option options[] = {
+		{"rate", required_argument, NULL, 'r'},
+		{"duration", required_argument, NULL, 'd'},
+		{"mode", required_argument, NULL, 'm'},
+		{"native", no_argument, NULL, 'n'},
+		{"gc", no_argument, NULL, 'g'},
+		{"no-cache", no_argument, NULL, 'C'},
+		{"output", required_argument, NULL, 'o'},
+		{"format", required_argument, NULL, 'f'},
+		{"stats", no_argument, NULL, 's'},
+		{"stats-json", no_argument, NULL, 'j'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	*o = (struct record_opts){.rate = 100, .uw = {.cache_budget = UW_DEFAULT_CACHE_BUDGET}};
+	int opt;
+	char *end;
+	optind = 1;
+	opterr = 0; /* one line of our own instead of getopt's */
+	while ((opt = getopt_long(argc, argv, "o:h", options, NULL)) != -1) {
+		switch (opt) {
+		case 'r':
+			if (strcmp(optarg, "max") == 0) {
+				o->rate = 0;
+				break;
+			}
+			o->rate = strtod(optarg, &end);
+			if (*end || !(o->rate > 0 && o->rate <= 1e6)) {
+				fprintf(stderr, "pyprofd: --rate takes a number of Hz (0 < HZ <= 1000000) or max\n");
+				return EXIT_USAGE;
+			}
+			break;
+		case 'd':
+			o->duration = strtod(optarg, &end);
+			if (*end || !(o->duration > 0)) {
+				fprintf(stderr, "pyprofd: --duration takes a positive number of seconds\n");
+				return EXIT_USAGE;
+			}
+			break;
+		case 'm':
+			if (strcmp(optarg, "wall") == 0)
+				o->uw.mode = UW_MODE_WALL;
+			else if (strcmp(optarg, "cpu") == 0)
+				o->uw.mode = UW_MODE_CPU;
+			else if (strcmp(optarg, "gil") == 0)
+				o->uw.mode = UW_MODE_GIL;
+			else {
+				fprintf(stderr, "pyprofd: --mode is wall, cpu or gil\n");
+				return EXIT_USAGE;
+			}
+			break;
+		case 'n': o->uw.flags |= UW_SNAP_NATIVE; break;
+		case 'g': o->uw.flags |= UW_SNAP_GC; break;
+		case 'C': o->uw.no_cache = true; break;
+		case 'o': o->output = optarg; break;
+		case 'f':
+			if (strcmp(optarg, "collapsed") != 0) {
+				fprintf(stderr, "pyprofd: --format: only collapsed is supported by record\n");
+				return EXIT_USAGE;
+			}
+			break;
+		case 's': o->stats = true; break;
+		case 'j': o->stats_json = true; break;
+		case 'h': fputs(record_usage, stdout); return -1;
+		default:
+			fprintf(stderr, "pyprofd: record: unknown or incomplete option '%s' (see pyprofd record --help)\n",
+			        argv[optind - 1]);
+			return EXIT_USAGE;
+		}
+	}
+	if (optind + 1 != argc) {
+		fputs("pyprofd: record takes exactly one PID (see pyprofd record --help)\n", stderr);
+		return EXIT_USAGE;
+	}
+	long pid = strtol(argv[optind], &end, 10);
+	if (*argv[optind] == '\0' || *end != '\0' || pid <= 0 || pid > INT32_MAX) {
+		fprintf(stderr, "pyprofd: '%s' is not a process id\n", argv[optind]);
+		return EXIT_USAGE;
+	}
+	o->pid = (pid_t)pid;
+	return 0;
+}
+
+static double ts_seconds(const struct timespec *ts)
+{
+	return (double)ts->tv_sec + (double)ts->tv_nsec / 1e9;
+}
+
+static int u32_cmp(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* What a run measured, beside the engine's own counters. */
+struct record_run {
+	uint64_t ok, failed;
+	double elapsed;
+	uint32_t *ns; /* per-sample time of uw_sample, nanoseconds */
+	uint32_t nns, ns_cap;
+};
+
+static double percentile_us(struct record_run *run, double q)
+{
+	if (run->nns == 0)
+		return 0;
+	size_t i = (size_t)(q * (double)(run->nns - 1) + 0.5);
+	return run->ns[i] / 1000.0;
+}
+
+static json_t *stats_json(const struct uw_target *t, struct record_run *run,
+                          const struct record_opts *o)
+{
+	struct uw_stats st;
+	uw_stats(t, &st);
+	qsort(run->ns, run->nns, sizeof *run->ns, u32_cmp);
+	double samples = (double)(st.samples ? st.samples : 1);
+	double threads = (double)(st.thread_samples ? st.thread_samples : 1);
+	uint64_t frames = st.frames_from_cache + st.frames_from_memory;
+	uint64_t codes = st.code_cache_hits + st.code_cache_misses;
+	json_t *errors = json_object();
+	for (int s = UW_ENOPROC; s <= UW_EIO; s++)
+		if (st.errors[s])
+			json_object_set_new(errors, uw_status_name((enum uw_status)s),
+			                    json_integer((json_int_t)st.errors[s]));
+	json_t *j = json_pack(
+		"{s:i, s:s, s:b, s:s, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:f, s:f}",
+		"pid", (int)o->pid, "python_version", uw_version(t), "cache", !o->uw.no_cache, "mode",
+		o->uw.mode == UW_MODE_CPU ? "cpu" : o->uw.mode == UW_MODE_GIL ? "gil" : "wall",
+		"total_samples", (json_int_t)st.samples, "ok_samples", (json_int_t)run->ok,
+		"failed_samples", (json_int_t)run->failed, "duration_s", run->elapsed,
+		"samples_per_s", run->elapsed > 0 ? (double)st.samples / run->elapsed : 0.0,
+		"us_per_sample_median", percentile_us(run, 0.5), "us_per_sample_p99",
+		percentile_us(run, 0.99), "success_rate", (double)run->ok / samples, "readv_calls",
+		(json_int_t)st.readv_calls, "bytes_read", (json_int_t)st.bytes_read,
+		"readv_calls_per_sample", (double)st.readv_calls / samples, "bytes_per_sample",
+		(double)st.bytes_read / samples);
+	json_object_set_new(j, "thread_samples", json_integer((json_int_t)st.thread_samples));
+	json_object_set_new(j, "frame_cache_full_hits", json_integer((json_int_t)st.frame_cache_full_hits));
+	json_object_set_new(j, "frame_cache_partial_hits",
+	                    json_integer((json_int_t)st.frame_cache_partial_hits));
+	json_object_set_new(j, "frame_cache_misses", json_integer((json_int_t)st.frame_cache_misses));
+	json_object_set_new(j, "frame_cache_hit_rate",
+	                    json_real((double)(st.frame_cache_full_hits + st.frame_cache_partial_hits) / threads));
+	json_object_set_new(j, "frames_from_cache", json_integer((json_int_t)st.frames_from_cache));
+	json_object_set_new(j, "frames_from_memory", json_integer((json_int_t)st.frames_from_memory));
+	json_object_set_new(j, "frames_from_cache_rate",
+	                    json_real(frames ? (double)st.frames_from_cache / (double)frames : 0.0));
+	json_object_set_new(j, "prefetch_hits", json_integer((json_int_t)st.prefetch_hits));
+	json_object_set_new(j, "prefetch_misses", json_integer((json_int_t)st.prefetch_misses));
+	json_object_set_new(j, "code_object_cache_hits", json_integer((json_int_t)st.code_cache_hits));
+	json_object_set_new(j, "code_object_cache_misses", json_integer((json_int_t)st.code_cache_misses));
+	json_object_set_new(j, "code_object_cache_hit_rate",
+	                    json_real(codes ? (double)st.code_cache_hits / (double)codes : 0.0));
+	json_object_set_new(j, "stale_invalidations", json_integer((json_int_t)st.stale_invalidations));
+	json_object_set_new(j, "torn_retries", json_integer((json_int_t)st.torn_retries));
+	json_object_set_new(j, "torn_threads", json_integer((json_int_t)st.torn_threads));
+	json_object_set_new(j, "cache_resets", json_integer((json_int_t)st.cache_resets));
+	json_object_set_new(j, "cache_bytes", json_integer((json_int_t)st.cache_bytes));
+	json_object_set_new(j, "errors", errors);
+	return j;
+}
+
+static void stats_print(json_t *j)
+{
+	fprintf(stderr, "\npyprofd record: %lld samples in %.2f s (%.0f/s), %.2f us median, %.2f us p99\n",
+	        (long long)json_integer_value(json_object_get(j, "total_samples")),
+	        json_real_value(json_object_get(j, "duration_s")),
+	        json_real_value(json_object_get(j, "samples_per_s")),
+	        json_real_value(json_object_get(j, "us_per_sample_median")),
+	        json_real_value(json_object_get(j, "us_per_sample_p99")));
+	const char *key;
+	json_t *value;
+	json_object_foreach(j, key, value) {
+		if (json_is_integer(value))
+			fprintf(stderr, "  %-28s %lld\n", key, (long long)json_integer_value(value));
+		else if (json_is_real(value))
+			fprintf(stderr, "  %-28s %.4f\n", key, json_real_value(value));
+	}
+}
+
+/* Sleep until `next` or a stop signal; true if a signal came. */
+static bool record_wait(const sigset_t *stop, const struct timespec *next)
+{
+	for (;;) {
+		struct timespec now, left;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		double d = ts_seconds(next) - ts_seconds(&now);
+		if (d <= 0)
+			return false;
+		left.tv_sec = (time_t)d;
+		left.tv_nsec = (long)((d - (double)left.tv_sec) * 1e9);
+		int sig = sigtimedwait(stop, NULL, &left);
+		if (sig > 0)
+			return true;
+		if (sig < 0 && errno == EAGAIN)
+			return false;
+	}
+}
+
+static bool record_stop_pending(const sigset_t *stop)
+{
+	sigset_t pending;
+	if (sigpending(&pending) != 0)
+		return false;
+	return sigismember(&pending, SIGINT) || sigismember(&pending, SIGTERM) ||
+	       (sigismember(stop, SIGHUP) && sigismember(&pending, SIGHUP));
+}
+
+/* The sampling loop: until the duration, a stop signal, or the target's exit. */
+static int record_loop(struct uw_target *t, const struct record_opts *o, struct profile *prof,
+                       struct record_run *run, const sigset_t *stop)
+{
+	struct uw_sample sample = {0};
+	struct timespec start, next, a, b;
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	next = start;
+	double interval = o->rate > 0 ? 1.0 / o->rate : 0;
+	int status = EXIT_OK;
+
+	for (uint64_t n = 0;; n++) {
+		clock_gettime(CLOCK_MONOTONIC, &a);
+		if (o->duration > 0 && ts_seconds(&a) - ts_seconds(&start) >= o->duration)
+			break;
+		if (uw_reset_pending(t) && profile_settle(prof, t) != 0) {
+			status = EXIT_FAILURE_OTHER;
+			break;
+		}
+		struct uw_error err = {0};
+		int rc = uw_sample(t, &sample, &err);
+		clock_gettime(CLOCK_MONOTONIC, &b);
+		if (run->nns < RECORD_MAX_TIMINGS) {
+			if (run->nns == run->ns_cap) {
+				uint32_t ncap = run->ns_cap ? run->ns_cap * 2 : 4096;
+				uint32_t *p = realloc(run->ns, ncap * sizeof *p);
+				if (p) {
+					run->ns = p;
+					run->ns_cap = ncap;
+				}
+			}
+			if (run->nns < run->ns_cap) {
+				double ns = (ts_seconds(&b) - ts_seconds(&a)) * 1e9;
+				run->ns[run->nns++] = ns > UINT32_MAX ? UINT32_MAX : (uint32_t)ns;
+			}
+		}
+		if (rc != 0) {
+			run->failed++;
+			if (err.status == UW_EGONE || err.status == UW_ENOPROC) {
+				fprintf(stderr, "pyprofd: process %d exited; stopping\n", (int)o->pid);
+				break;
+			}
+			if (err.status == UW_EPERM || err.status == UW_ENOMEM) {
+				fprintf(stderr, "pyprofd: %s\n", err.msg);
+				status = exit_status_of(err.status);
+				break;
+			}
+		} else {
+			run->ok++;
+			if (profile_add(prof, &sample) != 0) {
+				fputs("pyprofd: out of memory aggregating samples\n", stderr);
+				status = EXIT_FAILURE_OTHER;
+				break;
+			}
+		}
+		if (interval > 0) {
+			/* Drift-free: the schedule advances by the interval, not from now. */
+			double when = ts_seconds(&next) + interval;
+			if (when < ts_seconds(&b))
+				when = ts_seconds(&b); /* behind: skip, do not burst */
+			next.tv_sec = (time_t)when;
+			next.tv_nsec = (long)((when - (double)next.tv_sec) * 1e9);
+			if (record_wait(stop, &next))
+				break;
+		} else if (n % RECORD_SIGNAL_CHECK_EVERY == 0 && record_stop_pending(stop)) {
+			break;
+		}
+	}
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	run->elapsed = ts_seconds(&b) - ts_seconds(&start);
+	uw_sample_free(&sample);
+	return status;
+}
+
+int cmd_record(int argc, char **argv)
+{
+	struct record_opts o;
+	int rc = record_parse(argc, argv, &o);
+	if (rc != 0)
+		return rc < 0 ? EXIT_OK : rc;
+
+	FILE *out = stdout;
+	if (o.output && !(out = fopen(o.output, "we"))) {
+		fprintf(stderr, "pyprofd: cannot write %s: %s\n", o.output, strerror(errno));
+		return EXIT_FAILURE_OTHER;
+	}
+	struct uw_error err = {0};
+	struct uw_target *t = uw_open(o.pid, &err);
+	if (!t) {
+		fprintf(stderr, "pyprofd: %s\n", err.msg);
+		if (out != stdout)
+			fclose(out);
+		return exit_status_of(err.status);
+	}
+	uw_configure(t, &o.uw);
+
+	/* Signals stop the loop where it stands, so the profile is still written. */
+	sigset_t stop;
+	sigemptyset(&stop);
+	sigaddset(&stop, SIGINT);
+	sigaddset(&stop, SIGTERM);
+	sigprocmask(SIG_BLOCK, &stop, NULL);
+
+	struct profile prof;
+	struct record_run run = {0};
+	profile_init(&prof);
+	int status = record_loop(t, &o, &prof, &run, &stop);
+	if (profile_write_collapsed(&prof, t, out) != 0 && status == EXIT_OK) {
+		fputs("pyprofd: cannot write the profile\n", stderr);
+		status = EXIT_FAILURE_OTHER;
+	}
+	if (out != stdout)
+		fclose(out);
+	if (o.stats || o.stats_json) {
+		json_t *j = stats_json(t, &run, &o);
+		if (o.stats)
+			stats_print(j);
+		if (o.stats_json) {
+			char *s = json_dumps(j, JSON_COMPACT);
+			if (s)
+				fprintf(stderr, "%s\n", s);
+			free(s);
+		}
+		json_decref(j);
+	}
+	profile_free(&prof);
+	free(run.ns);
+	uw_close(t);
+	return status;
+}
