@@ -1,0 +1,124 @@
+"""A program whose call graph is known: only the caller -> callee pairs in
+EDGES exist.  Stacks unwind and rewind constantly (recursion up and down,
+short calls), and worker threads start and end, so a sampler that mixes two
+moments of a stack would show a pair that cannot exist.
+
+    python callgraph.py READY_PATH    (runs until killed; prints EDGES as JSON with --edges)
+"""
+import json
+import sys
+import threading
+import time
+
+# Iterations of busy work in every function: calls come every few microseconds.
+WORK = 100
+
+EDGES = {
+    "<module>": ["main"],
+    "main": ["spawn", "driver", "<listcomp>"],
+    "<listcomp>": [],
+    "spawn": [],
+    "worker": ["alpha", "beta"],
+    "driver": ["alpha", "beta", "climb"],
+    "alpha": ["gamma"],
+    "beta": ["delta"],
+    "gamma": ["leaf_g"],
+    "delta": ["leaf_d"],
+    "leaf_g": [],
+    "leaf_d": ["<genexpr>"],
+    "<genexpr>": [],
+    "climb": ["climb", "summit"],
+    "summit": [],
+}
+
+
+def leaf_g(x):
+    for _ in range(WORK):
+        x += 1
+    return sum(range(x % 50))
+
+
+def leaf_d(x):
+    for _ in range(WORK):
+        x += 1
+    return "".join(str(i) for i in range(x % 7))
+
+
+def gamma(x):
+    for _ in range(WORK):
+        x += 1
+    return leaf_g(x) + leaf_g(x + 1)
+
+
+def delta(x):
+    for _ in range(WORK):
+        x += 1
+    return len(leaf_d(x))
+
+
+def alpha(x):
+    for _ in range(WORK):
+        x += 1
+    return gamma(x)
+
+
+def beta(x):
+    for _ in range(WORK):
+        x += 1
+    return delta(x)
+
+
+def summit(x):
+    for _ in range(WORK):
+        x += 1
+    return x * 2
+
+
+def climb(depth, x):
+    for _ in range(WORK):
+        x += 1
+    if depth == 0:
+        return summit(x)
+    return climb(depth - 1, x + 1)
+
+
+def driver(i):
+    alpha(i)
+    beta(i)
+    climb(i % 40, i)
+
+
+def worker(n):
+    for i in range(n):
+        alpha(i)
+        beta(i)
+
+
+def spawn(i):
+    t = threading.Thread(target=worker, args=(200 + i % 300,))
+    t.start()
+    return t
+
+
+def main(ready):
+    threads = []
+    i = 0
+    while True:
+        i += 1
+        driver(i)
+        if i % 500 == 0:
+            threads = [t for t in threads if t.is_alive()]
+            if len(threads) < 4:
+                threads.append(spawn(i))
+        if i == 1000 and ready:
+            with open(ready, "w") as f:
+                f.write("ready\n")
+        if i % 2000 == 0:
+            time.sleep(0.001)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--edges"]:
+        print(json.dumps(EDGES))
+    else:
+        main(sys.argv[1] if len(sys.argv) > 1 else None)
