@@ -549,14 +549,14 @@ bool expect_clean_failure(const struct run_result *r, int code, const char *cont
 	return expect_clean_failure_among(r, &code, 1, context) == 0;
 }
 
-ssize_t remote_read(pid_t pid, uint64_t addr, void *buf, size_t len)
+ssize_t target_mem_read(pid_t pid, uint64_t addr, void *buf, size_t len)
 {
 	struct iovec local = {.iov_base = buf, .iov_len = len};
 	struct iovec remote = {.iov_base = (void *)(uintptr_t)addr, .iov_len = len};
 	return process_vm_readv(pid, &local, 1, &remote, 1, 0);
 }
 
-ssize_t remote_write(pid_t pid, uint64_t addr, const void *buf, size_t len)
+ssize_t target_mem_write(pid_t pid, uint64_t addr, const void *buf, size_t len)
 {
 	struct iovec local = {.iov_base = (void *)buf, .iov_len = len};
 	struct iovec remote = {.iov_base = (void *)(uintptr_t)addr, .iov_len = len};

@@ -115,8 +115,8 @@ int expect_clean_failure_among(const struct run_result *r, const int codes[], si
                                const char *context);
 
 /* Reads/writes another process's memory; returns bytes moved or -1. */
-ssize_t remote_read(pid_t pid, uint64_t addr, void *buf, size_t len);
-ssize_t remote_write(pid_t pid, uint64_t addr, const void *buf, size_t len);
+ssize_t target_mem_read(pid_t pid, uint64_t addr, void *buf, size_t len);
+ssize_t target_mem_write(pid_t pid, uint64_t addr, const void *buf, size_t len);
 
 /* Copies a file (mode 0755); fails the test on error. */
 void copy_executable(const char *from, const char *to);

@@ -603,9 +603,9 @@ ParameterizedTest(struct py_param *p, dump, corrupt_code_object)
 	stop_target(&t);
 	unsigned char saved[GARBAGE_LEN], garbage[GARBAGE_LEN];
 	memset(garbage, 0x41, sizeof garbage);
-	cr_assert(remote_read(t.pid, addr, saved, sizeof saved) == (ssize_t)sizeof saved,
+	cr_assert(target_mem_read(t.pid, addr, saved, sizeof saved) == (ssize_t)sizeof saved,
 	          "process_vm_readv: %s", strerror(errno));
-	cr_assert(remote_write(t.pid, addr, garbage, sizeof garbage) == (ssize_t)sizeof garbage,
+	cr_assert(target_mem_write(t.pid, addr, garbage, sizeof garbage) == (ssize_t)sizeof garbage,
 	          "process_vm_writev: %s", strerror(errno));
 
 	const char *const *const variants[] = {
@@ -624,7 +624,7 @@ ParameterizedTest(struct py_param *p, dump, corrupt_code_object)
 		run_result_free(&r);
 	}
 
-	cr_assert(remote_write(t.pid, addr, saved, sizeof saved) == (ssize_t)sizeof saved,
+	cr_assert(target_mem_write(t.pid, addr, saved, sizeof saved) == (ssize_t)sizeof saved,
 	          "restoring the code object: %s", strerror(errno));
 	cr_assert(kill(t.pid, SIGCONT) == 0, "SIGCONT: %s", strerror(errno));
 	snprintf(sub, sizeof sub, "%s, code object restored", ctx);

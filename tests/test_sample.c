@@ -1,0 +1,171 @@
+/*
+ * The sampling engine against real interpreters: the caches never change an
+ * answer, and they stay inside their budget however many code objects a
+ * target makes.
+ */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "helpers.h"
+#include "pythons.h"
+#include "unwind.h"
+
+TestSuite(sample, .init = helpers_init, .fini = helpers_fini);
+
+/* Every thread's stack spelled out, one line per thread, sorted: comparable across samples. */
+static char *sample_text(const struct uw_target *t, const struct uw_sample *s)
+{
+	size_t cap = 1 << 16, len = 0;
+	char *out = malloc(cap);
+	cr_assert_not_null(out);
+	out[0] = '\0';
+	for (uint32_t i = 0; i < s->nthreads; i++) {
+		char line[1 << 14];
+		int n = snprintf(line, sizeof line, "%llu:", (unsigned long long)s->threads[i].thread_id);
+		for (uint32_t st = s->threads[i].stack; st && n < (int)sizeof line - 256;
+		     st = uw_stack_parent(t, st)) {
+			const struct uw_frame *f = uw_frame_get(t, uw_stack_frame(t, st));
+			n += snprintf(line + n, sizeof line - (size_t)n, " %s@%s:%d", f->function,
+			              f->file ? f->file : "-", f->line);
+		}
+		if (len + (size_t)n + 2 > cap) {
+			cap = (cap + (size_t)n) * 2;
+			out = realloc(out, cap);
+			cr_assert_not_null(out);
+		}
+		memcpy(out + len, line, (size_t)n);
+		len += (size_t)n;
+		out[len++] = '\n';
+		out[len] = '\0';
+	}
+	return out;
+}
+
+/* Opens a target, waiting while it is still starting (no runtime mapped yet). */
+static struct uw_target *open_target(pid_t pid)
+{
+	struct uw_error err = {0};
+	struct uw_target *t = NULL;
+	for (int i = 0; i < 400 && !t; i++) {
+		t = uw_open(pid, &err);
+		if (!t && err.status == UW_ENOTPYTHON)
+			usleep(25 * 1000);
+		else
+			break;
+	}
+	cr_assert_not_null(t, "uw_open(%d): %s", (int)pid, err.msg);
+	return t;
+}
+
+/* A blocked target gives the same stacks with every cache on as with every cache off. */
+Test(sample, frozen_cache_identical, .timeout = 300)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	for (size_t i = 0; i < n; i++) {
+		static const char *const scenarios[] = {"threads20", "recursion", "coroutines"};
+		for (size_t k = 0; k < sizeof scenarios / sizeof scenarios[0]; k++) {
+			struct target target;
+			target_start(&target, &pys[i], scenarios[k]);
+			json_decref(target_wait_report(&target, TARGET_READY_TIMEOUT_S));
+			struct uw_target *t = open_target(target.pid);
+
+			struct uw_sample s = {0};
+			struct uw_error err = {0};
+			char *reference = NULL;
+			struct uw_options cached = {.flags = UW_SNAP_NATIVE, .cache_budget = 0};
+			struct uw_options uncached = {.flags = UW_SNAP_NATIVE, .no_cache = true};
+			for (int round = 0; round < 60; round++) {
+				uw_configure(t, round % 3 == 2 ? &uncached : &cached);
+				cr_assert_eq(uw_sample(t, &s, &err), 0, "%s %s: sample: %s", pys[i].path,
+				             scenarios[k], err.msg);
+				cr_assert_eq(s.dropped_threads, 0);
+				char *text = sample_text(t, &s);
+				if (!reference)
+					reference = text;
+				else {
+					cr_assert_str_eq(text, reference, "%s %s: round %d (%s) differs",
+					                 pys[i].path, scenarios[k], round,
+					                 round % 3 == 2 ? "no cache" : "cache");
+					free(text);
+				}
+			}
+			struct uw_stats st;
+			uw_stats(t, &st);
+			/* The cached rounds really were served from the caches. */
+			cr_assert_gt(st.frame_cache_full_hits, 0, "%s %s", pys[i].path, scenarios[k]);
+			cr_assert_gt(st.frames_from_cache, 0, "%s %s", pys[i].path, scenarios[k]);
+			free(reference);
+			uw_sample_free(&s);
+			uw_close(t);
+			target_kill(&target);
+		}
+	}
+}
+
+static bool file_exists(const char *path)
+{
+	struct stat sb;
+	return stat(path, &sb) == 0;
+}
+
+/*
+ * 100 000 code objects made, run and freed over time: the caches reset when
+ * they reach their budget, never grow past it, and notice reused addresses.
+ */
+Test(sample, caches_stay_in_budget, .timeout = 300)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	/* The oldest and the newest family: heap frames and interpreter frames. */
+	size_t picks[2] = {0, 0};
+	for (size_t i = 0; i < n; i++) {
+		if (pys[i].minor < pys[picks[0]].minor)
+			picks[0] = i;
+		if (pys[i].minor > pys[picks[1]].minor)
+			picks[1] = i;
+	}
+	const size_t budget = 1u << 20;
+	for (size_t p = 0; p < (picks[0] == picks[1] ? 1u : 2u); p++) {
+		const struct python *py = &pys[picks[p]];
+		char dir[512], script[1024], done[1024];
+		scratch_dir(dir, sizeof dir);
+		target_script("churn_code.py", script, sizeof script);
+		snprintf(done, sizeof done, "%s/churn-done-%zu", dir, p);
+		const char *argv[] = {py->path, script, "100000", done, NULL};
+		struct target target;
+		target_start_argv(&target, argv);
+		struct uw_target *t = open_target(target.pid);
+		struct uw_options opts = {.cache_budget = budget};
+		uw_configure(t, &opts);
+
+		struct uw_sample s = {0};
+		struct uw_stats st;
+		uint64_t max_bytes = 0;
+		time_t deadline = time(NULL) + 240;
+		while (!file_exists(done) && time(NULL) < deadline) {
+			struct uw_error err = {0};
+			int rc = uw_sample(t, &s, &err);
+			cr_assert(rc == 0 || err.status == UW_ECORRUPT, "%s: sample: %s", py->path, err.msg);
+			uw_stats(t, &st);
+			if (st.cache_bytes > max_bytes)
+				max_bytes = st.cache_bytes;
+		}
+		cr_assert(file_exists(done), "%s: the target did not finish its code objects", py->path);
+		uw_stats(t, &st);
+		/* One sample may add a little past the budget before the next one resets. */
+		cr_assert_leq(max_bytes, budget + budget / 4, "%s: caches grew to %llu bytes", py->path,
+		              (unsigned long long)max_bytes);
+		cr_assert_geq(st.cache_resets, 1, "%s: the budget was never reached", py->path);
+		cr_assert_gt(st.code_cache_misses, 1000, "%s: few code objects were seen", py->path);
+		uw_sample_free(&s);
+		uw_close(t);
+		target_kill(&target);
+	}
+}
