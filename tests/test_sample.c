@@ -169,3 +169,50 @@ Test(sample, caches_stay_in_budget, .timeout = 300)
 		target_kill(&target);
 	}
 }
+
+/* The kind of a dumped thread's innermost frame, or NULL. */
+static const char *innermost_kind(json_t *thread)
+{
+	json_t *frames = json_object_get(thread, "frames");
+	return json_array_size(frames) ? json_string_value(json_object_get(json_array_get(frames, 0), "kind"))
+	                               : NULL;
+}
+
+/* While the collector runs, --gc puts a <GC> frame on top of the thread running it. */
+Test(sample, gc_marker, .timeout = 300)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	for (size_t i = 0; i < n; i++) {
+		char dir[512], script[1024], ready[1024];
+		scratch_dir(dir, sizeof dir);
+		target_script("gc_spin.py", script, sizeof script);
+		snprintf(ready, sizeof ready, "%s/gc-ready-%zu", dir, i);
+		const char *argv[] = {pys[i].path, script, ready, NULL};
+		struct target target;
+		target_start_argv(&target, argv);
+		for (int k = 0; k < 4000 && !file_exists(ready); k++)
+			usleep(10 * 1000);
+		cr_assert(file_exists(ready), "%s: the target never entered the collector", pys[i].path);
+
+		static const char *const with_gc[] = {"--json", "--gc", NULL};
+		static const char *const without[] = {"--json", NULL};
+		json_t *marked = dump_json(target.pid, with_gc, pys[i].path);
+		json_t *plain = dump_json(target.pid, without, pys[i].path);
+		json_t *th = json_array_get(json_object_get(marked, "threads"), 0);
+		cr_assert(json_is_true(json_object_get(th, "gil")), "%s: the collecting thread holds the GIL",
+		          pys[i].path);
+		const char *kind = innermost_kind(th);
+		cr_assert(kind && strcmp(kind, "gc") == 0, "%s: no <GC> frame on top (got %s)", pys[i].path,
+		          kind ? kind : "nothing");
+		cr_assert_str_eq(json_string_value(json_object_get(
+		                         json_array_get(json_object_get(th, "frames"), 1), "function")),
+		                 "spin_in_collector");
+		const char *plain_kind = innermost_kind(json_array_get(json_object_get(plain, "threads"), 0));
+		cr_assert(plain_kind && strcmp(plain_kind, "python") == 0,
+		          "%s: a <GC> frame without --gc", pys[i].path);
+		json_decref(marked);
+		json_decref(plain);
+		target_kill(&target);
+	}
+}
