@@ -69,23 +69,6 @@ static int index_reserve(struct id_index *ix, uint32_t count, struct intern *in,
 	return 0;
 }
 
-/* Grow a dense array of elements so index n is valid. */
-static int array_reserve(void **arr, uint32_t *cap, uint32_t n, size_t elem, size_t *bytes)
-{
-	if (n < *cap)
-		return 0;
-	uint32_t ncap = *cap ? *cap * 2 : 1024;
-	while (ncap <= n)
-		ncap *= 2;
-	void *p = realloc(*arr, (size_t)ncap * elem);
-	if (!p)
-		return -1;
-	*bytes += (size_t)(ncap - *cap) * elem;
-	*arr = p;
-	*cap = ncap;
-	return 0;
-}
-
 struct str_key {
 	const char *s;
 	size_t len;

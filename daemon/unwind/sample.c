@@ -64,14 +64,8 @@ struct walk {
 static int check_add_kind(struct walk *w, raddr_t addr, const uint8_t *seen, uint32_t len,
                           bool top, raddr_t frame, struct uw_error *err)
 {
-	if (w->nchecks == w->checks_cap) {
-		uint32_t ncap = w->checks_cap ? w->checks_cap * 2 : 256;
-		struct check *n = realloc(w->checks, ncap * sizeof *n);
-		if (!n)
-			return uw_fail(err, UW_ENOMEM, "out of memory");
-		w->checks = n;
-		w->checks_cap = ncap;
-	}
+	if (array_reserve((void **)&w->checks, &w->checks_cap, w->nchecks, sizeof *w->checks, NULL))
+		return uw_fail(err, UW_ENOMEM, "out of memory");
 	struct check *c = &w->checks[w->nchecks++];
 	c->addr = addr;
 	c->len = len;
@@ -260,15 +254,9 @@ static struct thread_cache *threads_lookup(struct uw_target *t, raddr_t tstate, 
 	for (uint32_t i = 0; i < t->nthreads; i++)
 		if (t->threads[i].tstate == tstate)
 			return &t->threads[i];
-	if (t->nthreads == t->threads_cap) {
-		uint32_t ncap = t->threads_cap ? t->threads_cap * 2 : 16;
-		struct thread_cache *n = realloc(t->threads, ncap * sizeof *n);
-		if (!n) {
-			uw_fail(err, UW_ENOMEM, "out of memory");
-			return NULL;
-		}
-		t->threads = n;
-		t->threads_cap = ncap;
+	if (array_reserve((void **)&t->threads, &t->threads_cap, t->nthreads, sizeof *t->threads, NULL)) {
+		uw_fail(err, UW_ENOMEM, "out of memory");
+		return NULL;
 	}
 	struct thread_cache *tc = &t->threads[t->nthreads++];
 	*tc = (struct thread_cache){.tstate = tstate, .stat_fd = -1, .stat_tid = -1};
@@ -374,14 +362,8 @@ static int raw_push(struct walk *w, uint32_t *n, struct raw_frame f, struct uw_e
 	if (w->nraw >= SAMPLE_MAX_TOTAL_FRAMES)
 		return uw_fail(err, UW_ECORRUPT, "more than %u frames in one sample",
 		               SAMPLE_MAX_TOTAL_FRAMES);
-	if (w->nraw == w->raw_cap) {
-		uint32_t ncap = w->raw_cap ? w->raw_cap * 2 : 256;
-		struct raw_frame *r = realloc(w->raw, ncap * sizeof *r);
-		if (!r)
-			return uw_fail(err, UW_ENOMEM, "out of memory");
-		w->raw = r;
-		w->raw_cap = ncap;
-	}
+	if (array_reserve((void **)&w->raw, &w->raw_cap, w->nraw, sizeof *w->raw, NULL))
+		return uw_fail(err, UW_ENOMEM, "out of memory");
 	w->raw[w->nraw++] = f;
 	(*n)++;
 	return 0;
@@ -515,17 +497,9 @@ static uint32_t chain_resolve(struct uw_target *t, struct thread_cache *tc,
 			common++;
 		}
 	}
-	if (n > tc->cap) {
-		uint32_t ncap = tc->cap ? tc->cap : 16;
-		while (ncap < n)
-			ncap *= 2;
-		struct chain_link *c = realloc(tc->chain, ncap * sizeof *c);
-		if (!c) {
-			uw_fail(err, UW_ENOMEM, "out of memory");
-			return INTERN_FAILED;
-		}
-		tc->chain = c;
-		tc->cap = ncap;
+	if (n > 0 && array_reserve((void **)&tc->chain, &tc->cap, n - 1, sizeof *tc->chain, NULL)) {
+		uw_fail(err, UW_ENOMEM, "out of memory");
+		return INTERN_FAILED;
 	}
 	if (n > 0) {
 		if (common == n && tc->n == n)
@@ -583,15 +557,9 @@ static struct uw_sample_thread *sample_add_thread(struct walk *w, struct uw_erro
 		uw_fail(err, UW_ECORRUPT, "more than %u threads", UW_MAX_THREADS);
 		return NULL;
 	}
-	if (s->nthreads == s->cap) {
-		uint32_t ncap = s->cap ? s->cap * 2 : 16;
-		struct uw_sample_thread *n = realloc(s->threads, ncap * sizeof *n);
-		if (!n) {
-			uw_fail(err, UW_ENOMEM, "out of memory");
-			return NULL;
-		}
-		s->threads = n;
-		s->cap = ncap;
+	if (array_reserve((void **)&s->threads, &s->cap, s->nthreads, sizeof *s->threads, NULL)) {
+		uw_fail(err, UW_ENOMEM, "out of memory");
+		return NULL;
 	}
 	struct uw_sample_thread *th = &s->threads[s->nthreads++];
 	memset(th, 0, sizeof *th);

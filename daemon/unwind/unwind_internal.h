@@ -23,6 +23,13 @@ typedef uint64_t raddr_t;
 int uw_fail(struct uw_error *err, enum uw_status status, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
+/* grow.c */
+/*
+ * Make index n of a dense array valid, doubling its capacity; adds the bytes
+ * grown to *bytes when not NULL.  0, or -1 when out of memory.
+ */
+int array_reserve(void **arr, uint32_t *cap, uint32_t n, size_t elem, size_t *bytes);
+
 /* remote.c */
 /* The target's memory, and a count of what reading it cost. */
 struct remote {

@@ -61,14 +61,8 @@ static void view_remember(struct uw_target *t, raddr_t addr, uint32_t len, uint3
 {
 	if (t->opts.no_cache || t->nused >= VIEW_USED_MAX)
 		return;
-	if (t->nused == t->used_cap) {
-		uint32_t ncap = t->used_cap ? t->used_cap * 2 : 256;
-		struct used_range *n = realloc(t->used, ncap * sizeof *n);
-		if (!n)
-			return; /* only an optimisation is lost */
-		t->used = n;
-		t->used_cap = ncap;
-	}
+	if (array_reserve((void **)&t->used, &t->used_cap, t->nused, sizeof *t->used, NULL))
+		return; /* only an optimisation is lost */
 	t->used[t->nused++] = (struct used_range){addr, len, grow};
 }
 
@@ -103,15 +97,9 @@ const uint8_t *view_read(struct uw_target *t, raddr_t addr, uint32_t len, uint32
 		}
 		t->stats.prefetch_misses++;
 	}
-	if (t->nscratch == t->scratch_cap) {
-		uint32_t ncap = t->scratch_cap ? t->scratch_cap * 2 : 64;
-		uint8_t **n = realloc(t->scratch, ncap * sizeof *n);
-		if (!n) {
-			uw_fail(err, UW_ENOMEM, "out of memory");
-			return NULL;
-		}
-		t->scratch = n;
-		t->scratch_cap = ncap;
+	if (array_reserve((void **)&t->scratch, &t->scratch_cap, t->nscratch, sizeof *t->scratch, NULL)) {
+		uw_fail(err, UW_ENOMEM, "out of memory");
+		return NULL;
 	}
 	uint8_t *buf = malloc(len ? len : 1);
 	if (!buf) {
@@ -143,14 +131,8 @@ static void view_plan(struct uw_target *t)
 		if (end - start > VIEW_PREFETCH_MAX_BYTES || total + (end - start) > VIEW_PREFETCH_MAX_BYTES ||
 		    n >= VIEW_PREFETCH_MAX_RANGES)
 			break;
-		if (n == t->prefetch_cap) {
-			uint32_t ncap = t->prefetch_cap ? t->prefetch_cap * 2 : 64;
-			struct remote_range *p = realloc(t->prefetch, ncap * sizeof *p);
-			if (!p)
-				break;
-			t->prefetch = p;
-			t->prefetch_cap = ncap;
-		}
+		if (array_reserve((void **)&t->prefetch, &t->prefetch_cap, n, sizeof *t->prefetch, NULL))
+			break;
 		t->prefetch[n++] = (struct remote_range){.addr = start, .len = (uint32_t)(end - start)};
 		total += end - start;
 	}
