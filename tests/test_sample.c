@@ -131,7 +131,7 @@ Test(sample, caches_stay_in_budget, .timeout = 300)
 		if (pys[i].minor > pys[picks[1]].minor)
 			picks[1] = i;
 	}
-	const size_t budget = 1u << 20;
+	const size_t budget = 256u << 10;
 	for (size_t p = 0; p < (picks[0] == picks[1] ? 1u : 2u); p++) {
 		const struct python *py = &pys[picks[p]];
 		char dir[512], script[1024], done[1024];
@@ -159,11 +159,10 @@ Test(sample, caches_stay_in_budget, .timeout = 300)
 		}
 		cr_assert(file_exists(done), "%s: the target did not finish its code objects", py->path);
 		uw_stats(t, &st);
-		/* One sample may add a little past the budget before the next one resets. */
-		cr_assert_leq(max_bytes, budget + budget / 4, "%s: caches grew to %llu bytes", py->path,
+		cr_assert_leq(max_bytes, budget, "%s: caches grew to %llu bytes", py->path,
 		              (unsigned long long)max_bytes);
 		cr_assert_geq(st.cache_resets, 1, "%s: the budget was never reached", py->path);
-		cr_assert_gt(st.code_cache_misses, 1000, "%s: few code objects were seen", py->path);
+		cr_assert_gt(st.code_cache_misses, 200, "%s: few code objects were seen", py->path);
 		uw_sample_free(&s);
 		uw_close(t);
 		target_kill(&target);
@@ -197,9 +196,19 @@ Test(sample, gc_marker, .timeout = 300)
 
 		static const char *const with_gc[] = {"--json", "--gc", NULL};
 		static const char *const without[] = {"--json", NULL};
-		json_t *marked = dump_json(target.pid, with_gc, pys[i].path);
-		json_t *plain = dump_json(target.pid, without, pys[i].path);
-		json_t *th = json_array_get(json_object_get(marked, "threads"), 0);
+		/*
+		 * The callback holds the GIL while it spins, but it let the GIL go to
+		 * write its ready file: a dump may come before it has it back.
+		 */
+		json_t *marked = NULL, *th = NULL;
+		for (int attempt = 0; attempt < 50; attempt++) {
+			json_decref(marked);
+			marked = dump_json(target.pid, with_gc, pys[i].path);
+			th = json_array_get(json_object_get(marked, "threads"), 0);
+			if (json_is_true(json_object_get(th, "gil")))
+				break;
+			usleep(20 * 1000);
+		}
 		cr_assert(json_is_true(json_object_get(th, "gil")), "%s: the collecting thread holds the GIL",
 		          pys[i].path);
 		const char *kind = innermost_kind(th);
@@ -208,6 +217,7 @@ Test(sample, gc_marker, .timeout = 300)
 		cr_assert_str_eq(json_string_value(json_object_get(
 		                         json_array_get(json_object_get(th, "frames"), 1), "function")),
 		                 "spin_in_collector");
+		json_t *plain = dump_json(target.pid, without, pys[i].path);
 		const char *plain_kind = innermost_kind(json_array_get(json_object_get(plain, "threads"), 0));
 		cr_assert(plain_kind && strcmp(plain_kind, "python") == 0,
 		          "%s: a <GC> frame without --gc", pys[i].path);

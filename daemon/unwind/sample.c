@@ -867,9 +867,14 @@ static int target_intern_markers(struct uw_target *t, struct uw_error *err)
 	return 0;
 }
 
+/*
+ * Reset at half the budget: one sample grows the caches by a few entries, but
+ * a hash table that doubles can add as much again as it held, and the budget
+ * is a bound, not a target.
+ */
 bool uw_reset_pending(const struct uw_target *t)
 {
-	return target_cache_bytes(t) > t->opts.cache_budget;
+	return target_cache_bytes(t) > t->opts.cache_budget / 2;
 }
 
 int uw_sample(struct uw_target *t, struct uw_sample *s, struct uw_error *err)

@@ -93,7 +93,8 @@ struct uw_options {
 	enum uw_mode mode;
 	bool no_cache;           /* every cache off: each sample reads and decodes everything */
 	bool want_on_cpu;        /* report on_cpu in wall/gil mode too (one /proc read a thread) */
-	size_t cache_budget;     /* bytes of caches and interned ids before they are reset */
+	size_t cache_budget;     /* bytes the caches and interned ids never exceed: past
+	                            half of it, they are all reset (a new epoch) */
 };
 
 #define UW_DEFAULT_CACHE_BUDGET (64u << 20)
