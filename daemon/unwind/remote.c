@@ -5,12 +5,17 @@
 
 #include "unwind_internal.h"
 
+/* Remote pointers are untrusted: catch the obviously impossible before the syscall. */
+static bool remote_plausible(raddr_t addr, size_t len)
+{
+	return addr >= 4096 && addr + len >= addr && addr + len <= 0x0000800000000000ULL;
+}
+
 int remote_read(struct remote *r, raddr_t addr, void *buf, size_t len, struct uw_error *err)
 {
 	if (len == 0)
 		return 0;
-	/* Remote pointers are untrusted: catch the obviously impossible before the syscall. */
-	if (addr < 4096 || addr + len < addr || addr + len > 0x0000800000000000ULL)
+	if (!remote_plausible(addr, len))
 		return uw_fail(err, UW_ECORRUPT, "bad remote address 0x%llx",
 		               (unsigned long long)addr);
 
@@ -43,12 +48,6 @@ int remote_read(struct remote *r, raddr_t addr, void *buf, size_t len, struct uw
 /* The kernel's limit on iovecs per call (UIO_MAXIOV). */
 #define BATCH_IOV_MAX 1024
 
-static bool range_plausible(const struct remote_range *r)
-{
-	return r->addr >= 4096 && r->addr + r->len > r->addr &&
-	       r->addr + r->len <= 0x0000800000000000ULL;
-}
-
 int remote_read_batch(struct remote *r, struct remote_range *ranges, uint32_t n,
                       struct uw_error *err)
 {
@@ -61,7 +60,7 @@ int remote_read_batch(struct remote *r, struct remote_range *ranges, uint32_t n,
 		/* Gather the next run of plausible ranges; skip the impossible ones. */
 		uint32_t idx[BATCH_IOV_MAX], count = 0;
 		while (i < n && count < BATCH_IOV_MAX) {
-			if (range_plausible(&ranges[i]) && ranges[i].len > 0) {
+			if (ranges[i].len > 0 && remote_plausible(ranges[i].addr, ranges[i].len)) {
 				local[count] = (struct iovec){ranges[i].buf, ranges[i].len};
 				remote[count] = (struct iovec){(void *)(uintptr_t)ranges[i].addr, ranges[i].len};
 				idx[count++] = i;

@@ -49,13 +49,12 @@ struct raw_frame {
 	uint32_t kind;
 };
 
+/* A sample under way; kept by the target so its arrays are reused, not reallocated. */
 struct walk {
 	struct uw_target *t;
 	struct uw_sample *out;
-	struct raw_frame *raw; /* every thread's frames, innermost first per thread */
+	struct raw_frame *raw; /* the frames of the thread being read, innermost first */
 	uint32_t nraw, raw_cap;
-	pid_t tasks[UW_MAX_THREADS];
-	int ntasks; /* -1 until listed */
 	struct check *checks;
 	uint32_t nchecks, checks_cap;
 };
@@ -342,11 +341,11 @@ static int64_t pthread_tid(struct walk *w, uint64_t pthread)
 	struct uw_target *t = w->t;
 	if (t->pthread_tid_offset < 0) {
 		uint8_t buf[PTHREAD_SCAN_BYTES];
-		if (w->ntasks < 0)
-			w->ntasks = proc_tasks(t->pid, w->tasks, UW_MAX_THREADS);
-		if (w->ntasks <= 0 || remote_read(&t->mem, pthread, buf, sizeof buf, NULL) != 0)
-			return -1;
-		t->pthread_tid_offset = pthread_tid_offset_find(buf, sizeof buf, w->tasks, w->ntasks);
+		pid_t *tasks = malloc(UW_MAX_THREADS * sizeof *tasks);
+		int ntasks = tasks ? proc_tasks(t->pid, tasks, UW_MAX_THREADS) : -1;
+		if (ntasks > 0 && remote_read(&t->mem, pthread, buf, sizeof buf, NULL) == 0)
+			t->pthread_tid_offset = pthread_tid_offset_find(buf, sizeof buf, tasks, ntasks);
+		free(tasks);
 		if (t->pthread_tid_offset < 0)
 			return -1;
 	}
@@ -411,7 +410,7 @@ static int collect_frame_objects(struct walk *w, raddr_t addr, uint32_t *n, bool
 
 /* The live part of a thread's current data-stack chunk (3.11+): [start, top). */
 struct live_stack {
-	raddr_t start, top, end; /* end: end of the chunk's allocation */
+	raddr_t top, end; /* end: end of the chunk's allocation */
 };
 
 /*
@@ -482,21 +481,13 @@ static int collect_interp_frames(struct walk *w, raddr_t addr, const struct live
 /*
  * The stack id of a chain read innermost first.  The base the chain shares
  * with the thread's previous sample (same frames at the same addresses, same
- * code, same instruction) keeps its ids; only the rest is decoded.
+ * code, same instruction: `common` frames, from chain_common) keeps its ids;
+ * only the rest is decoded.
  */
 static uint32_t chain_resolve(struct uw_target *t, struct thread_cache *tc,
-                              const struct raw_frame *raw, uint32_t n, struct uw_error *err)
+                              const struct raw_frame *raw, uint32_t n, uint32_t common,
+                              struct uw_error *err)
 {
-	uint32_t common = 0;
-	if (!t->opts.no_cache) {
-		while (common < n && common < tc->n) {
-			const struct raw_frame *r = &raw[n - 1 - common];
-			const struct chain_link *c = &tc->chain[common];
-			if (r->addr != c->addr || r->code != c->code || r->pos != c->pos || r->kind != c->kind)
-				break;
-			common++;
-		}
-	}
 	if (n > 0 && array_reserve((void **)&tc->chain, &tc->cap, n - 1, sizeof *tc->chain, NULL)) {
 		uw_fail(err, UW_ENOMEM, "out of memory");
 		return INTERN_FAILED;
@@ -593,7 +584,7 @@ static int thread_live_stack(struct walk *w, const uint8_t *ts,
 	if (size > (1u << 30) || top < chunk || top > chunk + size)
 		return uw_fail(err, UW_ECORRUPT, "data stack top 0x%llx outside its chunk",
 		               (unsigned long long)top);
-	*live = (struct live_stack){.start = chunk, .top = top, .end = chunk + size};
+	*live = (struct live_stack){.top = top, .end = chunk + size};
 	return 0;
 }
 
@@ -671,7 +662,7 @@ static int thread_stack(struct walk *w, struct thread_cache *tc, raddr_t tstate,
 			free(base);
 		}
 		if (rc == 0) {
-			*stack = chain_resolve(t, tc, w->raw + start, n, err);
+			*stack = chain_resolve(t, tc, w->raw + start, n, common, err);
 			w->nraw = start;
 			return *stack == INTERN_FAILED ? -1 : 0;
 		}
@@ -888,20 +879,19 @@ int uw_sample(struct uw_target *t, struct uw_sample *s, struct uw_error *err)
 	t->stats.samples++;
 
 	int rc = -1;
-	struct walk *w = NULL;
 	if (uw_reset_pending(t) && target_reset_caches(t, err) != 0)
 		goto done;
 	if (target_intern_markers(t, err) != 0)
 		goto done;
 	s->epoch = t->epoch;
-	w = calloc(1, sizeof *w);
-	if (!w) {
+	if (!t->walk && !(t->walk = calloc(1, sizeof *t->walk))) {
 		uw_fail(err, UW_ENOMEM, "out of memory");
 		goto done;
 	}
+	struct walk *w = t->walk;
 	w->t = t;
 	w->out = s;
-	w->ntasks = -1;
+	w->nraw = w->nchecks = 0;
 	s->dropped_threads = 0;
 	if (view_begin(t, err) == 0)
 		rc = sample_walk(w, err);
@@ -920,12 +910,17 @@ done:
 	t->stats.readv_calls = t->mem.calls;
 	t->stats.bytes_read = t->mem.bytes;
 	t->stats.cache_bytes = target_cache_bytes(t);
-	if (w) {
-		free(w->raw);
-		free(w->checks);
-	}
-	free(w);
 	return rc;
+}
+
+void sample_scratch_free(struct uw_target *t)
+{
+	if (!t->walk)
+		return;
+	free(t->walk->raw);
+	free(t->walk->checks);
+	free(t->walk);
+	t->walk = NULL;
 }
 
 void uw_sample_free(struct uw_sample *s)

@@ -274,6 +274,7 @@ void uw_close(struct uw_target *t)
 	code_cache_free(&t->codes);
 	intern_free(&t->intern);
 	threads_free(t);
+	sample_scratch_free(t);
 	view_free(t);
 	free(t->runtime_file);
 	free(t);

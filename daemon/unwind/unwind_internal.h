@@ -266,6 +266,7 @@ struct uw_target {
 
 	struct thread_cache *threads;
 	uint32_t nthreads, threads_cap;
+	struct walk *walk; /* sample.c's working arrays, reused */
 
 	/* The batched read of this sample, planned from the reads of the last. */
 	struct remote_range *prefetch;
@@ -314,5 +315,7 @@ void view_free(struct uw_target *t);
 
 /* sample.c */
 void threads_free(struct uw_target *t);
+/* The arrays a sample works in, kept between samples. */
+void sample_scratch_free(struct uw_target *t);
 
 #endif
