@@ -116,25 +116,16 @@ int cmd_dump(int argc, char **argv)
 		case 'n': flags |= UW_SNAP_NATIVE; break;
 		case 'g': flags |= UW_SNAP_GC; break;
 		case 'h': fputs(dump_usage, stdout); return EXIT_OK;
-		default:
-			fprintf(stderr, "pyprofd: dump: unknown or incomplete option '%s' (see pyprofd dump --help)\n",
-			        argv[optind - 1]);
-			return EXIT_USAGE;
+		default: return usage_bad_option("dump", argv[optind - 1]);
 		}
 	}
-	if (optind + 1 != argc) {
-		fputs("pyprofd: dump takes exactly one PID (see pyprofd dump --help)\n", stderr);
-		return EXIT_USAGE;
-	}
-	char *end;
-	long pid = strtol(argv[optind], &end, 10);
-	if (*argv[optind] == '\0' || *end != '\0' || pid <= 0 || pid > INT32_MAX) {
-		fprintf(stderr, "pyprofd: '%s' is not a process id\n", argv[optind]);
-		return EXIT_USAGE;
-	}
+	pid_t pid;
+	int status = parse_pid_operand("dump", argc, argv, optind, &pid);
+	if (status != EXIT_OK)
+		return status;
 
 	struct uw_error err = {0};
-	struct uw_target *t = uw_open((pid_t)pid, &err);
+	struct uw_target *t = uw_open(pid, &err);
 	if (!t) {
 		fprintf(stderr, "pyprofd: %s\n", err.msg);
 		return exit_status_of(err.status);
@@ -150,12 +141,12 @@ int cmd_dump(int argc, char **argv)
 		rc = uw_snapshot(t, flags, &snap, &err);
 	}
 	if (rc != 0) {
-		fprintf(stderr, "pyprofd: process %ld (Python %s): %s\n", pid, uw_version(t), err.msg);
+		fprintf(stderr, "pyprofd: process %d (Python %s): %s\n", (int)pid, uw_version(t), err.msg);
 		uw_close(t);
 		return exit_status_of(err.status);
 	}
 
-	int status = EXIT_OK;
+	status = EXIT_OK;
 	if (as_json) {
 		json_t *doc = dump_json(t, &snap);
 		if (!doc || json_dumpf(doc, stdout, JSON_COMPACT) != 0) {

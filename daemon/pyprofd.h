@@ -22,6 +22,10 @@ enum pyprofd_exit {
 /* main.c */
 /* The exit status a command reports for an unwinder failure. */
 int exit_status_of(enum uw_status status);
+/* One stderr line for an option getopt rejected; returns EXIT_USAGE. */
+int usage_bad_option(const char *command, const char *option);
+/* The single PID operand left after the options; EXIT_OK or EXIT_USAGE (line printed). */
+int parse_pid_operand(const char *command, int argc, char **argv, int optind_, pid_t *pid);
 
 /* dump.c */
 int cmd_dump(int argc, char **argv);

@@ -7,6 +7,7 @@
 #include <getopt.h>
 #include <jansson.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -114,23 +115,10 @@ static int record_parse(int argc, char **argv, struct record_opts *o)
 		case 's': o->stats = true; break;
 		case 'j': o->stats_json = true; break;
 		case 'h': fputs(record_usage, stdout); return -1;
-		default:
-			fprintf(stderr, "pyprofd: record: unknown or incomplete option '%s' (see pyprofd record --help)\n",
-			        argv[optind - 1]);
-			return EXIT_USAGE;
+		default: return usage_bad_option("record", argv[optind - 1]);
 		}
 	}
-	if (optind + 1 != argc) {
-		fputs("pyprofd: record takes exactly one PID (see pyprofd record --help)\n", stderr);
-		return EXIT_USAGE;
-	}
-	long pid = strtol(argv[optind], &end, 10);
-	if (*argv[optind] == '\0' || *end != '\0' || pid <= 0 || pid > INT32_MAX) {
-		fprintf(stderr, "pyprofd: '%s' is not a process id\n", argv[optind]);
-		return EXIT_USAGE;
-	}
-	o->pid = (pid_t)pid;
-	return 0;
+	return parse_pid_operand("record", argc, argv, optind, &o->pid);
 }
 
 static double ts_seconds(const struct timespec *ts)
@@ -160,6 +148,28 @@ static double percentile_us(struct record_run *run, double q)
 	return run->ns[i] / 1000.0;
 }
 
+/* The engine's counters as --stats-json names them. */
+static const struct {
+	const char *name;
+	size_t offset;
+} stats_counters[] = {
+	{"thread_samples", offsetof(struct uw_stats, thread_samples)},
+	{"frame_cache_full_hits", offsetof(struct uw_stats, frame_cache_full_hits)},
+	{"frame_cache_partial_hits", offsetof(struct uw_stats, frame_cache_partial_hits)},
+	{"frame_cache_misses", offsetof(struct uw_stats, frame_cache_misses)},
+	{"frames_from_cache", offsetof(struct uw_stats, frames_from_cache)},
+	{"frames_from_memory", offsetof(struct uw_stats, frames_from_memory)},
+	{"prefetch_hits", offsetof(struct uw_stats, prefetch_hits)},
+	{"prefetch_misses", offsetof(struct uw_stats, prefetch_misses)},
+	{"code_object_cache_hits", offsetof(struct uw_stats, code_cache_hits)},
+	{"code_object_cache_misses", offsetof(struct uw_stats, code_cache_misses)},
+	{"stale_invalidations", offsetof(struct uw_stats, stale_invalidations)},
+	{"torn_retries", offsetof(struct uw_stats, torn_retries)},
+	{"torn_threads", offsetof(struct uw_stats, torn_threads)},
+	{"cache_resets", offsetof(struct uw_stats, cache_resets)},
+	{"cache_bytes", offsetof(struct uw_stats, cache_bytes)},
+};
+
 static json_t *stats_json(const struct uw_target *t, struct record_run *run,
                           const struct record_opts *o)
 {
@@ -187,28 +197,17 @@ static json_t *stats_json(const struct uw_target *t, struct record_run *run,
 		(json_int_t)st.readv_calls, "bytes_read", (json_int_t)st.bytes_read,
 		"readv_calls_per_sample", (double)st.readv_calls / samples, "bytes_per_sample",
 		(double)st.bytes_read / samples);
-	json_object_set_new(j, "thread_samples", json_integer((json_int_t)st.thread_samples));
-	json_object_set_new(j, "frame_cache_full_hits", json_integer((json_int_t)st.frame_cache_full_hits));
-	json_object_set_new(j, "frame_cache_partial_hits",
-	                    json_integer((json_int_t)st.frame_cache_partial_hits));
-	json_object_set_new(j, "frame_cache_misses", json_integer((json_int_t)st.frame_cache_misses));
+	for (size_t i = 0; i < sizeof stats_counters / sizeof stats_counters[0]; i++) {
+		uint64_t v;
+		memcpy(&v, (const char *)&st + stats_counters[i].offset, sizeof v);
+		json_object_set_new(j, stats_counters[i].name, json_integer((json_int_t)v));
+	}
 	json_object_set_new(j, "frame_cache_hit_rate",
 	                    json_real((double)(st.frame_cache_full_hits + st.frame_cache_partial_hits) / threads));
-	json_object_set_new(j, "frames_from_cache", json_integer((json_int_t)st.frames_from_cache));
-	json_object_set_new(j, "frames_from_memory", json_integer((json_int_t)st.frames_from_memory));
 	json_object_set_new(j, "frames_from_cache_rate",
 	                    json_real(frames ? (double)st.frames_from_cache / (double)frames : 0.0));
-	json_object_set_new(j, "prefetch_hits", json_integer((json_int_t)st.prefetch_hits));
-	json_object_set_new(j, "prefetch_misses", json_integer((json_int_t)st.prefetch_misses));
-	json_object_set_new(j, "code_object_cache_hits", json_integer((json_int_t)st.code_cache_hits));
-	json_object_set_new(j, "code_object_cache_misses", json_integer((json_int_t)st.code_cache_misses));
 	json_object_set_new(j, "code_object_cache_hit_rate",
 	                    json_real(codes ? (double)st.code_cache_hits / (double)codes : 0.0));
-	json_object_set_new(j, "stale_invalidations", json_integer((json_int_t)st.stale_invalidations));
-	json_object_set_new(j, "torn_retries", json_integer((json_int_t)st.torn_retries));
-	json_object_set_new(j, "torn_threads", json_integer((json_int_t)st.torn_threads));
-	json_object_set_new(j, "cache_resets", json_integer((json_int_t)st.cache_resets));
-	json_object_set_new(j, "cache_bytes", json_integer((json_int_t)st.cache_bytes));
 	json_object_set_new(j, "errors", errors);
 	return j;
 }
