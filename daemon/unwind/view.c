@@ -6,9 +6,10 @@
  * object headers.  So every read a sample makes is remembered, and the next
  * sample starts by reading all of them again in one batched process_vm_readv
  * (merged into few ranges, the top of each stack read with some room to
- * grow).  The walk then finds almost everything in that batch and validates
- * it as it goes — the data is fresh, only the choice of addresses came from
- * the past — and anything the batch missed is read on its own.
+ * grow).  The walk then finds almost everything in that batch — the data
+ * is fresh, only the choice of addresses came from the past — and anything
+ * the batch missed is read on its own.  Whether what was read hangs together
+ * is sample.c's to prove.
  */
 #include <stdlib.h>
 #include <string.h>
