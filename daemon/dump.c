@@ -57,6 +57,8 @@ static void dump_text(const struct uw_target *t, const struct uw_snapshot *s)
 			else
 				printf("    %s (%s)\n", f->function, f->file);
 		}
+		if (th->unreadable)
+			printf("    (stack not shown: it kept changing while it was read)\n");
 		if (th->truncated)
 			printf("    ... (truncated at %u frames)\n", UW_MAX_FRAMES);
 	}
@@ -86,11 +88,12 @@ static json_t *dump_json(const struct uw_target *t, const struct uw_snapshot *s)
 		}
 		json_array_append_new(
 			threads,
-			json_pack("{s:I, s:o, s:I, s:b, s:b, s:b, s:o}", "thread_id",
+			json_pack("{s:I, s:o, s:I, s:b, s:b, s:b, s:b, s:o}", "thread_id",
 		                  (json_int_t)th->thread_id, "native_thread_id",
 		                  th->native_id > 0 ? json_integer(th->native_id) : json_null(),
 		                  "interpreter_id", (json_int_t)th->interp_id, "gil", th->holds_gil,
-		                  "on_cpu", th->on_cpu, "truncated", th->truncated, "frames", frames));
+		                  "on_cpu", th->on_cpu, "truncated", th->truncated, "unreadable",
+		                  th->unreadable, "frames", frames));
 	}
 	return json_pack("{s:i, s:s, s:o}", "pid", (int)uw_pid(t), "python_version", uw_version(t),
 	                 "threads", threads);

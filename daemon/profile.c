@@ -28,6 +28,8 @@ int profile_add(struct profile *p, const struct uw_sample *s)
 		return -1; /* the caller must profile_settle() before a new epoch */
 	p->counts_epoch = s->epoch;
 	for (uint32_t i = 0; i < s->nthreads; i++) {
+		if (s->threads[i].moving)
+			continue; /* no stack was read: counting it would invent one */
 		uint32_t stack = s->threads[i].stack;
 		if (stack >= p->counts_cap) {
 			uint32_t ncap = p->counts_cap ? p->counts_cap : 1024;

@@ -86,6 +86,9 @@ Test(sample, frozen_cache_identical, .timeout = 300)
 				cr_assert_eq(uw_sample(t, &s, &err), 0, "%s %s: sample: %s", pys[i].path,
 				             scenarios[k], err.msg);
 				cr_assert_eq(s.dropped_threads, 0);
+				for (uint32_t th = 0; th < s.nthreads; th++)
+					cr_assert(!s.threads[th].moving, "%s %s: a blocked stack moved",
+					          pys[i].path, scenarios[k]);
 				char *text = sample_text(t, &s);
 				if (!reference)
 					reference = text;

@@ -148,13 +148,22 @@ static uint32_t chain_common(const struct uw_target *t, const struct thread_cach
  * second look: their pairs existed; the frame where that base meets the new
  * top is checked with the new part.  The frames are read bottom-up in merged
  * ranges (the walk went top-down, so one tearing pattern cannot fool both),
- * the pointer to the innermost frame last.  0 if all held, -1 (ECORRUPT) if
- * the stack moved under the walk.
+ * the pointer to the innermost frame last.  0 if all held, 1 if the stack
+ * moved under the walk, -1 if it could not be read again.
  */
-static int thread_validate(struct walk *w, const raddr_t *base, uint32_t nbase,
+static int thread_validate(struct walk *w, uint32_t first, uint32_t nraw, uint32_t common,
                            struct uw_error *err)
 {
 	struct uw_target *t = w->t;
+	/* The base: every frame below the one where old and new meet. */
+	raddr_t *base = malloc((common ? common : 1) * sizeof *base);
+	uint32_t nbase = 0;
+	if (!base)
+		return uw_fail(err, UW_ENOMEM, "out of memory");
+	for (uint32_t d = 0; d + 1 < common; d++)
+		if (w->raw[first + nraw - 1 - d].addr)
+			base[nbase++] = w->raw[first + nraw - 1 - d].addr;
+	qsort(base, nbase, sizeof *base, addr_cmp);
 	const struct check **frames = malloc((w->nchecks ? w->nchecks : 1) * sizeof *frames);
 	struct remote_range *ranges = malloc((w->nchecks + 1) * sizeof *ranges);
 	uint32_t *range_of = malloc((w->nchecks ? w->nchecks : 1) * sizeof *range_of);
@@ -216,9 +225,12 @@ static int thread_validate(struct walk *w, const raddr_t *base, uint32_t nbase,
 			held = check_holds(&w->checks[i], &ranges[k++]);
 	for (uint32_t i = 0; i < nframes && held; i++)
 		held = check_holds(frames[i], &ranges[range_of[i]]);
-	if (!held)
-		rc = uw_fail(err, UW_ECORRUPT, "the stack moved while it was read");
+	if (!held) {
+		uw_fail(err, UW_ECORRUPT, "the stack moved while it was read");
+		rc = 1;
+	}
 done:
+	free(base);
 	free(frames);
 	free(ranges);
 	free(range_of);
@@ -588,7 +600,6 @@ static int thread_live_stack(struct walk *w, const uint8_t *ts,
 	return 0;
 }
 
-/* One thread state: its identity, flags and (if the mode selects it) its stack. */
 /* Read one thread's innermost-frame pointer and its frames onto w->raw, with checks. */
 static int thread_collect(struct walk *w, raddr_t tstate, uint32_t *n, bool *truncated,
                           struct uw_error *err)
@@ -627,51 +638,50 @@ static int thread_collect(struct walk *w, raddr_t tstate, uint32_t *n, bool *tru
 /*
  * A thread's stack, read and proven not torn.  A thread that runs moves its
  * stack every microsecond or so: when the proof fails it is read again,
- * fresh, a few times.  If it keeps moving (or keeps reading as garbage), the
- * thread is left out of this sample and counted; the others stand.
+ * fresh, a few times.  If it keeps moving, *moving says so and the thread
+ * has no stack this sample; if it keeps reading as garbage, *dropped alone.
+ * Either way the other threads stand.
  */
 static int thread_stack(struct walk *w, struct thread_cache *tc, raddr_t tstate, bool may_move,
-                        uint32_t *stack, bool *truncated, bool *dropped, struct uw_error *err)
+                        uint32_t *stack, bool *truncated, bool *dropped, bool *moving,
+                        struct uw_error *err)
 {
 	struct uw_target *t = w->t;
-	*dropped = false;
 	int attempts = t->thread_attempts > 0 ? t->thread_attempts : SAMPLE_ATTEMPTS;
+	uint32_t mark = view_mark(t), start = w->nraw;
+	int rc = -1;
+	*dropped = false;
 	for (int attempt = 0; attempt < attempts; attempt++) {
-		uint32_t start = w->nraw, n = 0;
+		uint32_t n = 0;
+		w->nraw = start;
 		w->nchecks = 0;
 		*truncated = false;
+		/* The batch's copy of this stack is what just failed: take a fresh one. */
 		if (attempt > 0) {
-			/* The batch's copy is what just failed: take a fresh one. */
 			t->stats.torn_retries++;
-			if (view_refresh(t, err) != 0)
-				return -1;
+			if ((rc = view_retry(t, mark, err)) != 0)
+				break;
 		}
-		int rc = thread_collect(w, tstate, &n, truncated, err);
+		rc = thread_collect(w, tstate, &n, truncated, err);
 		uint32_t common = rc == 0 ? chain_common(t, tc, w->raw + start, n) : 0;
 		/* A stack exactly as last time is one already proven whole. */
+		*moving = false;
 		if (rc == 0 && may_move && !(common == n && tc->n == n && n > 0)) {
-			raddr_t *base = malloc((common ? common : 1) * sizeof *base);
-			uint32_t nbase = 0;
-			if (!base)
-				return uw_fail(err, UW_ENOMEM, "out of memory");
-			for (uint32_t d = 0; d + 1 < common; d++)
-				if (w->raw[start + n - 1 - d].addr)
-					base[nbase++] = w->raw[start + n - 1 - d].addr;
-			qsort(base, nbase, sizeof *base, addr_cmp);
-			rc = thread_validate(w, base, nbase, err);
-			free(base);
+			rc = thread_validate(w, start, n, common, err);
+			*moving = rc == 1;
 		}
 		if (rc == 0) {
 			*stack = chain_resolve(t, tc, w->raw + start, n, common, err);
-			w->nraw = start;
-			return *stack == INTERN_FAILED ? -1 : 0;
+			rc = *stack == INTERN_FAILED ? -1 : 0;
+			break;
 		}
-		w->nraw = start;
 		if (err->status != UW_ECORRUPT || !proc_alive(t->pid))
-			return -1;
+			break;
+		*dropped = attempt + 1 == attempts;
 	}
-	*dropped = true;
-	return 0;
+	view_retry_end(t);
+	w->nraw = start;
+	return *dropped ? 0 : rc;
 }
 
 /* One thread state: its identity, flags and (if the mode selects it) its stack. */
@@ -716,16 +726,21 @@ static int sample_thread(struct walk *w, const struct interp_view *iv, raddr_t t
 	 * Every thread is checked, GIL or not: a thread waiting for the GIL has
 	 * been seen to publish a frame pointer that lags its frames.
 	 */
-	bool may_move = true;
-	if (thread_stack(w, tc, tstate, may_move, &stack, &truncated, &dropped, &thread_err) != 0) {
+	bool may_move = true, moving = false;
+	if (thread_stack(w, tc, tstate, may_move, &stack, &truncated, &dropped, &moving,
+	                 &thread_err) != 0) {
 		*err = thread_err;
 		return -1;
 	}
-	if (dropped) {
-		t->stats.torn_threads++;
+	if (dropped && !moving) {
+		/* Read as garbage every time: no thread to show, and the caller is told why. */
 		w->out->dropped_threads++;
 		w->out->drop_reason = thread_err;
 		return 0;
+	}
+	if (dropped) {
+		t->stats.torn_threads++;
+		stack = 0;
 	}
 	if ((t->opts.flags & UW_SNAP_GC) && iv->gc_running && holds_gil &&
 	    (stack = intern_stack(&t->intern, stack, t->gc_frame)) == INTERN_FAILED)
@@ -740,6 +755,7 @@ static int sample_thread(struct walk *w, const struct interp_view *iv, raddr_t t
 	                                .holds_gil = holds_gil,
 	                                .on_cpu = on_cpu,
 	                                .truncated = truncated,
+	                                .moving = moving && dropped,
 	                                .stack = stack};
 	t->stats.thread_samples++;
 	return 0;
@@ -963,7 +979,7 @@ int uw_snapshot(struct uw_target *t, unsigned flags, struct uw_snapshot *out,
 	int rc = uw_sample(t, &s, err);
 	t->opts = saved;
 	t->thread_attempts = 0;
-	/* A dump wants every thread: one left out makes the snapshot fail. */
+	/* A thread read as garbage makes the snapshot fail; one that kept moving is shown as such. */
 	if (rc == 0 && s.dropped_threads) {
 		if (err)
 			*err = s.drop_reason;
@@ -987,7 +1003,8 @@ int uw_snapshot(struct uw_target *t, unsigned flags, struct uw_snapshot *out,
 		                         .interp_id = st->interp_id,
 		                         .holds_gil = st->holds_gil,
 		                         .on_cpu = st->on_cpu,
-		                         .truncated = st->truncated};
+		                         .truncated = st->truncated,
+		                         .unreadable = st->moving};
 		uint32_t depth = uw_stack_depth(t, st->stack);
 		th->frames = calloc(depth ? depth : 1, sizeof *th->frames);
 		if (!th->frames) {

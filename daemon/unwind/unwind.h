@@ -59,6 +59,7 @@ struct uw_thread {
 	bool holds_gil;
 	bool on_cpu;          /* running or runnable, per the kernel */
 	bool truncated;       /* more frames than UW_MAX_FRAMES */
+	bool unreadable;      /* its stack moved under every read: no frames shown */
 	uint32_t nframes;
 	struct uw_frame *frames; /* innermost first */
 };
@@ -130,13 +131,14 @@ struct uw_sample_thread {
 	bool holds_gil;
 	bool on_cpu;
 	bool truncated;
+	bool moving;    /* its stack moved under every read: stack is 0, not a real stack */
 	uint32_t stack; /* 0 is the empty stack */
 };
 
 struct uw_sample {
 	uint64_t epoch;
 	bool gc_running;
-	/* Threads left out: their stack kept moving (or reading as garbage) under the read. */
+	/* Threads left out: their stack read as garbage every time (drop_reason says how). */
 	uint32_t dropped_threads;
 	struct uw_error drop_reason;
 	uint32_t nthreads;
@@ -180,7 +182,7 @@ struct uw_stats {
 	uint64_t code_cache_misses;
 	uint64_t stale_invalidations;      /* cached code objects found replaced */
 	uint64_t torn_retries;             /* thread reads redone: the stack moved under them */
-	uint64_t torn_threads;             /* threads left out of a sample after retries */
+	uint64_t torn_threads;             /* thread samples with no stack: it kept moving */
 	uint64_t cache_resets;             /* budget reached: everything forgotten */
 	uint64_t cache_bytes;              /* now */
 	uint64_t errors[UW_EIO + 1];       /* failed samples by status */

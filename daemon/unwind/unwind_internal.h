@@ -232,6 +232,14 @@ struct thread_cache {
 	struct chain_link *chain;
 };
 
+/* Ranges read together in one batch, sorted by address, and their bytes. */
+struct view_batch {
+	struct remote_range *ranges;
+	uint32_t n, cap;
+	uint8_t *buf;
+	size_t buf_cap;
+};
+
 /* A read this sample needed, remembered to batch it into the next one. */
 struct used_range {
 	raddr_t addr;
@@ -269,10 +277,10 @@ struct uw_target {
 	struct walk *walk; /* sample.c's working arrays, reused */
 
 	/* The batched read of this sample, planned from the reads of the last. */
-	struct remote_range *prefetch;
-	uint32_t nprefetch, prefetch_cap;
-	uint8_t *prefetch_buf;
-	size_t prefetch_buf_cap;
+	struct view_batch batch;
+	/* A thread read again after a torn read: looked at before the batch. */
+	struct view_batch retry;
+	bool retrying;
 	struct used_range *used;
 	uint32_t nused, used_cap;
 	/* Reads the prefetch missed, freed when the sample ends. */
@@ -304,11 +312,14 @@ const uint8_t *view_read(struct uw_target *t, raddr_t addr, uint32_t len, uint32
 /* Start a sample: issue the batched read planned by the last one. */
 int view_begin(struct uw_target *t, struct uw_error *err);
 /*
- * Read again, in one batch, everything this sample has read so far: after a
- * torn read, a fresh copy of the whole stack beats a walk frame by frame.
- * Pointers from earlier view_read calls of the batch are invalid after it.
+ * Read again, in one batch of their own, the reads made since `mark` (the
+ * count of reads when one thread's walk began): after a torn read, a fresh
+ * copy of that stack beats a walk frame by frame.  Later reads look in it
+ * first, until view_retry_end().  Pointers from earlier retries are invalid.
  */
-int view_refresh(struct uw_target *t, struct uw_error *err);
+uint32_t view_mark(const struct uw_target *t);
+int view_retry(struct uw_target *t, uint32_t mark, struct uw_error *err);
+void view_retry_end(struct uw_target *t);
 /* End a sample: plan the next batch from what this one read; free scratch. */
 void view_end(struct uw_target *t, bool plan_next);
 void view_free(struct uw_target *t);

@@ -29,33 +29,84 @@ static int used_cmp(const void *a, const void *b)
 	return x->addr < y->addr ? -1 : x->addr > y->addr;
 }
 
-/* Issue the planned batch. */
-static int view_fetch(struct uw_target *t, struct uw_error *err)
+/* Read a planned batch. */
+static int batch_fetch(struct uw_target *t, struct view_batch *b, struct uw_error *err)
 {
-	if (t->opts.no_cache || t->nprefetch == 0)
-		return 0;
 	size_t total = 0;
-	for (uint32_t i = 0; i < t->nprefetch; i++)
-		total += t->prefetch[i].len;
-	if (total > t->prefetch_buf_cap) {
-		uint8_t *buf = realloc(t->prefetch_buf, total);
+	for (uint32_t i = 0; i < b->n; i++)
+		total += b->ranges[i].len;
+	if (total > b->buf_cap) {
+		uint8_t *buf = realloc(b->buf, total);
 		if (!buf)
 			return uw_fail(err, UW_ENOMEM, "out of memory");
-		t->prefetch_buf = buf;
-		t->prefetch_buf_cap = total;
+		b->buf = buf;
+		b->buf_cap = total;
 	}
 	size_t off = 0;
-	for (uint32_t i = 0; i < t->nprefetch; i++) {
-		t->prefetch[i].buf = t->prefetch_buf + off;
-		off += t->prefetch[i].len;
+	for (uint32_t i = 0; i < b->n; i++) {
+		b->ranges[i].buf = b->buf + off;
+		off += b->ranges[i].len;
 	}
-	return remote_read_batch(&t->mem, t->prefetch, t->nprefetch, err);
+	return remote_read_batch(&t->mem, b->ranges, b->n, err);
+}
+
+/* Merge reads (sorted here) into a batch's ranges, within the batch bounds. */
+static void batch_plan(struct view_batch *b, struct used_range *used, uint32_t nused)
+{
+	qsort(used, nused, sizeof *used, used_cmp);
+	uint32_t n = 0;
+	size_t total = 0;
+	for (uint32_t i = 0; i < nused;) {
+		raddr_t start = used[i].addr;
+		raddr_t end = start + used[i].len + used[i].grow;
+		for (i++; i < nused && used[i].addr <= end + VIEW_MERGE_GAP; i++) {
+			raddr_t e = used[i].addr + used[i].len + used[i].grow;
+			if (e > end)
+				end = e;
+		}
+		if (end - start > VIEW_PREFETCH_MAX_BYTES || total + (end - start) > VIEW_PREFETCH_MAX_BYTES ||
+		    n >= VIEW_PREFETCH_MAX_RANGES)
+			break;
+		if (array_reserve((void **)&b->ranges, &b->cap, n, sizeof *b->ranges, NULL))
+			break;
+		b->ranges[n++] = (struct remote_range){.addr = start, .len = (uint32_t)(end - start)};
+		total += end - start;
+	}
+	b->n = n;
+}
+
+/* The range of a batch holding [addr, addr+len), or NULL. */
+static const struct remote_range *batch_find(const struct view_batch *b, raddr_t addr, uint32_t len)
+{
+	uint32_t lo = 0, hi = b->n;
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+		if (b->ranges[mid].addr <= addr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == 0)
+		return NULL;
+	const struct remote_range *r = &b->ranges[lo - 1];
+	if (addr + len < addr || addr + len > r->addr + r->got)
+		return NULL;
+	return r;
+}
+
+static void batch_free(struct view_batch *b)
+{
+	free(b->ranges);
+	free(b->buf);
+	memset(b, 0, sizeof *b);
 }
 
 int view_begin(struct uw_target *t, struct uw_error *err)
 {
 	t->nused = 0;
-	return view_fetch(t, err);
+	if (t->opts.no_cache || t->batch.n == 0)
+		return 0;
+	return batch_fetch(t, &t->batch, err);
 }
 
 static void view_remember(struct uw_target *t, raddr_t addr, uint32_t len, uint32_t grow)
@@ -67,31 +118,15 @@ static void view_remember(struct uw_target *t, raddr_t addr, uint32_t len, uint3
 	t->used[t->nused++] = (struct used_range){addr, len, grow};
 }
 
-/* The prefetched range holding [addr, addr+len), or NULL. */
-static const struct remote_range *view_find(const struct uw_target *t, raddr_t addr, uint32_t len)
-{
-	uint32_t lo = 0, hi = t->nprefetch;
-	while (lo < hi) {
-		uint32_t mid = lo + (hi - lo) / 2;
-		if (t->prefetch[mid].addr <= addr)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	if (lo == 0)
-		return NULL;
-	const struct remote_range *r = &t->prefetch[lo - 1];
-	if (addr + len < addr || addr + len > r->addr + r->got)
-		return NULL;
-	return r;
-}
-
 const uint8_t *view_read(struct uw_target *t, raddr_t addr, uint32_t len, uint32_t grow,
                          struct uw_error *err)
 {
 	view_remember(t, addr, len, grow);
 	if (!t->opts.no_cache) {
-		const struct remote_range *r = view_find(t, addr, len);
+		/* A retry's fresh copy first; the sample's batch still serves the rest. */
+		const struct remote_range *r = t->retrying ? batch_find(&t->retry, addr, len) : NULL;
+		if (!r)
+			r = batch_find(&t->batch, addr, len);
 		if (r) {
 			t->stats.prefetch_hits++;
 			return r->buf + (addr - r->addr);
@@ -115,37 +150,30 @@ const uint8_t *view_read(struct uw_target *t, raddr_t addr, uint32_t len, uint32
 	return buf;
 }
 
-/* Turn this sample's reads into the next sample's batch. */
-static void view_plan(struct uw_target *t)
+uint32_t view_mark(const struct uw_target *t)
 {
-	qsort(t->used, t->nused, sizeof *t->used, used_cmp);
-	uint32_t n = 0;
-	size_t total = 0;
-	for (uint32_t i = 0; i < t->nused;) {
-		raddr_t start = t->used[i].addr;
-		raddr_t end = start + t->used[i].len + t->used[i].grow;
-		for (i++; i < t->nused && t->used[i].addr <= end + VIEW_MERGE_GAP; i++) {
-			raddr_t e = t->used[i].addr + t->used[i].len + t->used[i].grow;
-			if (e > end)
-				end = e;
-		}
-		if (end - start > VIEW_PREFETCH_MAX_BYTES || total + (end - start) > VIEW_PREFETCH_MAX_BYTES ||
-		    n >= VIEW_PREFETCH_MAX_RANGES)
-			break;
-		if (array_reserve((void **)&t->prefetch, &t->prefetch_cap, n, sizeof *t->prefetch, NULL))
-			break;
-		t->prefetch[n++] = (struct remote_range){.addr = start, .len = (uint32_t)(end - start)};
-		total += end - start;
-	}
-	t->nprefetch = n;
+	return t->nused;
 }
 
-int view_refresh(struct uw_target *t, struct uw_error *err)
+int view_retry(struct uw_target *t, uint32_t mark, struct uw_error *err)
 {
-	if (t->opts.no_cache)
+	if (t->opts.no_cache || mark > t->nused)
 		return 0;
-	view_plan(t);
-	return view_fetch(t, err);
+	/* The reads since the mark, copied: the main list keeps its order for the next plan. */
+	uint32_t n = t->nused - mark;
+	struct used_range *copy = malloc((n ? n : 1) * sizeof *copy);
+	if (!copy)
+		return uw_fail(err, UW_ENOMEM, "out of memory");
+	memcpy(copy, t->used + mark, n * sizeof *copy);
+	batch_plan(&t->retry, copy, n);
+	free(copy);
+	t->retrying = true;
+	return batch_fetch(t, &t->retry, err);
+}
+
+void view_retry_end(struct uw_target *t)
+{
+	t->retrying = false;
 }
 
 void view_end(struct uw_target *t, bool plan_next)
@@ -153,11 +181,12 @@ void view_end(struct uw_target *t, bool plan_next)
 	for (uint32_t i = 0; i < t->nscratch; i++)
 		free(t->scratch[i]);
 	t->nscratch = 0;
+	t->retrying = false;
 	/* A failed sample keeps the last plan: its reads were cut short. */
 	if (t->opts.no_cache)
-		t->nprefetch = 0;
+		t->batch.n = 0;
 	else if (plan_next)
-		view_plan(t);
+		batch_plan(&t->batch, t->used, t->nused);
 	t->nused = 0;
 }
 
@@ -165,13 +194,10 @@ void view_free(struct uw_target *t)
 {
 	view_end(t, false);
 	free(t->scratch);
-	free(t->prefetch);
-	free(t->prefetch_buf);
 	free(t->used);
+	batch_free(&t->batch);
+	batch_free(&t->retry);
 	t->scratch = NULL;
-	t->prefetch = NULL;
-	t->prefetch_buf = NULL;
 	t->used = NULL;
-	t->scratch_cap = t->prefetch_cap = t->used_cap = 0;
-	t->prefetch_buf_cap = 0;
+	t->scratch_cap = t->used_cap = 0;
 }
