@@ -164,6 +164,7 @@ static const struct {
 	{"code_object_cache_hits", offsetof(struct uw_stats, code_cache_hits)},
 	{"code_object_cache_misses", offsetof(struct uw_stats, code_cache_misses)},
 	{"stale_invalidations", offsetof(struct uw_stats, stale_invalidations)},
+	{"stack_rereads", offsetof(struct uw_stats, stack_rereads)},
 	{"torn_retries", offsetof(struct uw_stats, torn_retries)},
 	{"torn_threads", offsetof(struct uw_stats, torn_threads)},
 	{"cache_resets", offsetof(struct uw_stats, cache_resets)},

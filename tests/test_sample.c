@@ -229,3 +229,84 @@ Test(sample, gc_marker, .timeout = 300)
 		target_kill(&target);
 	}
 }
+
+/* The name of a frame of callgraph.py, or NULL for any other frame. */
+static const char *callgraph_function(const struct uw_frame *f)
+{
+	const char *base = f->file ? strrchr(f->file, '/') : NULL;
+	return base && strcmp(base + 1, "callgraph.py") == 0 ? f->function : NULL;
+}
+
+/*
+ * Never a torn stack: a program whose caller -> callee pairs are all known,
+ * sampled as fast as the engine goes while its stacks unwind and rewind
+ * every few microseconds and its threads start and end.  A stack read half
+ * before a return and half after the next call shows a pair that cannot
+ * exist.
+ */
+Test(sample, no_impossible_callers, .timeout = 600)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	for (size_t i = 0; i < n; i++) {
+		char script[1024];
+		target_script("callgraph.py", script, sizeof script);
+		const char *argv[] = {pys[i].path, "-I", script, "{report}", NULL};
+		struct target target;
+		target_start_argv(&target, argv);
+		json_t *report = target_wait_report(&target, TARGET_READY_TIMEOUT_S);
+		json_t *edges = json_object_get(report, "edges");
+		cr_assert(json_is_object(edges), "%s: no edges in the report", pys[i].path);
+		struct uw_target *t = open_target(target.pid);
+
+		uint64_t pairs = 0, samples = 0, max_climb = 0;
+		uint64_t thread_ids[64]; /* native ids: Python reuses its own thread ids */
+		size_t nthread_ids = 0;
+		struct uw_sample s = {0};
+		struct timespec start, now;
+		clock_gettime(CLOCK_MONOTONIC, &start);
+		do {
+			struct uw_error err = {0};
+			int rc = uw_sample(t, &s, &err);
+			cr_assert(rc == 0 || err.status == UW_ECORRUPT, "%s: sample: %s", pys[i].path, err.msg);
+			samples += rc == 0;
+			for (uint32_t k = 0; rc == 0 && k < s.nthreads; k++) {
+				const struct uw_sample_thread *th = &s.threads[k];
+				uint64_t climb = 0;
+				const char *callee = NULL;
+				for (uint32_t st = th->stack; st; st = uw_stack_parent(t, st)) {
+					const char *caller = callgraph_function(uw_frame_get(t, uw_stack_frame(t, st)));
+					if (caller && callee) {
+						json_t *callees = json_object_get(edges, caller);
+						bool known = false;
+						for (size_t e = 0; e < json_array_size(callees); e++)
+							known = known || strcmp(json_string_value(json_array_get(callees, e)), callee) == 0;
+						cr_assert(known, "%s: a stack shows %s calling %s", pys[i].path, caller, callee);
+						pairs++;
+					}
+					climb += caller && strcmp(caller, "climb") == 0;
+					callee = caller;
+				}
+				if (climb > max_climb)
+					max_climb = climb;
+				bool seen = false;
+				for (size_t j = 0; j < nthread_ids; j++)
+					seen = seen || thread_ids[j] == (uint64_t)th->native_id;
+				if (!seen && nthread_ids < sizeof thread_ids / sizeof thread_ids[0])
+					thread_ids[nthread_ids++] = (uint64_t)th->native_id;
+			}
+			clock_gettime(CLOCK_MONOTONIC, &now);
+		} while (now.tv_sec - start.tv_sec < 3);
+
+		/* The run must have seen what it is about: many pairs, deep recursion, threads coming and going. */
+		cr_assert_gt(pairs, 1000, "%s: only %llu pairs in %llu samples", pys[i].path,
+		             (unsigned long long)pairs, (unsigned long long)samples);
+		cr_assert_geq(max_climb, 10, "%s: recursion never went deeper than %llu", pys[i].path,
+		              (unsigned long long)max_climb);
+		cr_assert_geq(nthread_ids, 4, "%s: only %zu threads seen", pys[i].path, nthread_ids);
+		uw_sample_free(&s);
+		uw_close(t);
+		json_decref(report);
+		target_kill(&target);
+	}
+}

@@ -53,6 +53,7 @@ static const struct py_layout layout_38 = {
 	           .native_thread_id = ABSENT, .datastack_chunk = ABSENT},
 	.frame = {.size = 112, .back = 24, .code = 32, .lasti = 104, .lineno = 108,
 	          .trace = 80, .instr_ptr = ABSENT, .owner = ABSENT, .is_entry = ABSENT,
+	          .stacktop = ABSENT,
 	          .owner_generator = NO_OWNER, .owner_cstack = NO_OWNER,
 	          .owner_interpreter = NO_OWNER, .code_tag_mask = 0},
 	.code = {.size = 128, .filename = 104, .name = 112, .qualname = ABSENT,
@@ -79,6 +80,7 @@ static const struct py_layout layout_39 = {
 	           .native_thread_id = ABSENT, .datastack_chunk = ABSENT},
 	.frame = {.size = 112, .back = 24, .code = 32, .lasti = 104, .lineno = 108,
 	          .trace = 80, .instr_ptr = ABSENT, .owner = ABSENT, .is_entry = ABSENT,
+	          .stacktop = ABSENT,
 	          .owner_generator = NO_OWNER, .owner_cstack = NO_OWNER,
 	          .owner_interpreter = NO_OWNER, .code_tag_mask = 0},
 	.code = {.size = 128, .filename = 104, .name = 112, .qualname = ABSENT,
@@ -105,6 +107,7 @@ static const struct py_layout layout_310 = {
 	           .native_thread_id = ABSENT, .datastack_chunk = ABSENT},
 	.frame = {.size = 104, .back = 24, .code = 32, .lasti = 96, .lineno = 100,
 	          .trace = 72, .instr_ptr = ABSENT, .owner = ABSENT, .is_entry = ABSENT,
+	          .stacktop = ABSENT,
 	          .owner_generator = NO_OWNER, .owner_cstack = NO_OWNER,
 	          .owner_interpreter = NO_OWNER, .code_tag_mask = 0},
 	.code = {.size = 128, .filename = 104, .name = 112, .qualname = ABSENT,
@@ -132,6 +135,7 @@ static const struct py_layout layout_311 = {
 	 * Include/internal/pycore_frame.h: THREAD 0, GENERATOR 1, FRAME_OBJECT 2). */
 	.frame = {.size = 70, .back = 48, .code = 32, .lasti = ABSENT, .lineno = ABSENT,
 	          .trace = ABSENT, .instr_ptr = 56, .owner = 69, .is_entry = 68,
+	          .stacktop = ABSENT,
 	          .owner_generator = 1, .owner_cstack = NO_OWNER,
 	          .owner_interpreter = NO_OWNER, .code_tag_mask = 0},
 	/* code_adaptive is where the bytecode starts, an address we compute and
@@ -161,7 +165,7 @@ static const struct py_layout layout_312 = {
 	/* enum _frameowner, Include/internal/pycore_frame.h: THREAD 0,
 	 * GENERATOR 1, FRAME_OBJECT 2, CSTACK 3. */
 	.frame = {.size = 71, .back = 8, .code = 0, .lasti = ABSENT, .lineno = ABSENT,
-	          .trace = ABSENT, .instr_ptr = 56, .owner = 70, .is_entry = ABSENT,
+	          .trace = ABSENT, .instr_ptr = 56, .owner = 70, .is_entry = ABSENT, .stacktop = 64,
 	          .owner_generator = 1, .owner_cstack = 3,
 	          .owner_interpreter = NO_OWNER, .code_tag_mask = 0},
 	.code = {.size = 144, .filename = 112, .name = 120, .qualname = 128,
@@ -760,6 +764,17 @@ int layout_from_debug_offsets(const uint8_t *raw, size_t len, struct py_layout *
 	l.frame.lineno = ABSENT;
 	l.frame.trace = ABSENT;
 	l.frame.is_entry = ABSENT;
+	/*
+	 * 3.13 still has 3.12's int stacktop right after instr_ptr (the debug
+	 * offsets do not list it); 3.14 replaced it with a pointer that only
+	 * debug builds clear.
+	 */
+	l.frame.stacktop = ABSENT;
+	if (ver->minor == 13 && l.frame.instr_ptr == 56 && fr_size >= 68) {
+		l.frame.stacktop = 64;
+		if (l.frame.size < 68)
+			l.frame.size = 68;
+	}
 	l.frame.owner_generator = ver->owner_generator;
 	l.frame.owner_cstack = ver->owner_cstack;
 	l.frame.owner_interpreter = ver->owner_interpreter;

@@ -93,6 +93,7 @@ struct py_layout {
 		uint32_t instr_ptr;   /* prev_instr (3.11-3.12) / instr_ptr (3.13+) */
 		uint32_t owner;       /* char owner (3.11+) */
 		uint32_t is_entry;    /* bool is_entry (3.11 only) */
+		uint32_t stacktop;    /* int stacktop, -1 while the frame runs (3.12-3.13) */
 		uint8_t owner_generator;   /* enum values of owner, LAYOUT_OWNER_NONE if absent */
 		uint8_t owner_cstack;      /* shim frame pushed when C enters the eval loop */
 		uint8_t owner_interpreter; /* 3.14+ interpreter-owned shim frame */

@@ -77,12 +77,17 @@ static int check_add_kind(struct walk *w, raddr_t addr, const uint8_t *seen, uin
 /*
  * The links of a frame (its code and its caller) as one window to re-check.
  * Frames that moved under the walk are what makes a torn stack: a caller read
- * before a return and a callee read after the next call.
+ * before a return and a callee read after the next call.  A caller's
+ * instruction stands still while it calls and moves while it runs, so it is
+ * checked too where the layout has one (3.11+).
  */
 static int check_frame_links(struct walk *w, raddr_t addr, const uint8_t *f, bool with_code,
-                             struct uw_error *err)
+                             bool caller, struct uw_error *err)
 {
 	const struct py_layout *L = &w->t->layout;
+	if (caller && L->frame.instr_ptr != LAYOUT_ABSENT &&
+	    check_add_kind(w, addr + L->frame.instr_ptr, f + L->frame.instr_ptr, 8, false, addr, err))
+		return -1;
 	uint32_t lo = L->frame.back, hi = L->frame.back + 8;
 	if (with_code) {
 		if (L->frame.code < lo)
@@ -100,11 +105,14 @@ static int check_frame_links(struct walk *w, raddr_t addr, const uint8_t *f, boo
 }
 
 /*
- * Read every checked window again, in one batch, after the walk.  The
- * pointers to each thread's innermost frame are read first and last, the
- * frames in between bottom-up (the walk went top-down, so one tearing pattern
- * cannot fool both).  If everything still holds what the walk saw, the chain
- * of frames it reported existed as such; if not, the stack moved under it.
+ * Read every checked window again, in one process_vm_readv, whose ranges the
+ * kernel copies in order: the pointers to the thread's innermost frame, then
+ * its frames bottom-up, then the pointers again.  A frame is published only
+ * after it is written, so frames read after the pointer are at least as new
+ * as it; the pointer unchanged at the end means the stack did not move in
+ * between (short of unwinding below and rewinding to the very same frame).
+ * If everything still holds what the walk saw, the chain of frames it
+ * reported existed as such; if not, the stack moved under it.
  */
 static int check_cmp(const void *a, const void *b)
 {
@@ -146,10 +154,9 @@ static uint32_t chain_common(const struct uw_target *t, const struct thread_cach
  * Read the windows of one thread's walk again and compare.  Frames at the
  * base that are exactly as in the thread's last (validated) sample need no
  * second look: their pairs existed; the frame where that base meets the new
- * top is checked with the new part.  The frames are read bottom-up in merged
- * ranges (the walk went top-down, so one tearing pattern cannot fool both),
- * the pointer to the innermost frame last.  0 if all held, 1 if the stack
- * moved under the walk, -1 if it could not be read again.
+ * top is checked with the new part.  The frames are read in merged ranges
+ * between two reads of the pointer to the innermost frame.  0 if all held, 1
+ * if the stack moved under the walk, -1 if it could not be read again.
  */
 static int thread_validate(struct walk *w, uint32_t first, uint32_t nraw, uint32_t common,
                            struct uw_error *err)
@@ -165,7 +172,7 @@ static int thread_validate(struct walk *w, uint32_t first, uint32_t nraw, uint32
 			base[nbase++] = w->raw[first + nraw - 1 - d].addr;
 	qsort(base, nbase, sizeof *base, addr_cmp);
 	const struct check **frames = malloc((w->nchecks ? w->nchecks : 1) * sizeof *frames);
-	struct remote_range *ranges = malloc((w->nchecks + 1) * sizeof *ranges);
+	struct remote_range *ranges = malloc((2 * w->nchecks + 1) * sizeof *ranges);
 	uint32_t *range_of = malloc((w->nchecks ? w->nchecks : 1) * sizeof *range_of);
 	uint8_t *buf = NULL;
 	int rc = 0;
@@ -185,8 +192,14 @@ static int thread_validate(struct walk *w, uint32_t first, uint32_t nraw, uint32
 		goto done; /* nothing new: the stack is one already seen whole */
 	qsort(frames, nframes, sizeof *frames, check_cmp);
 
-	uint32_t n = 0;
+	uint32_t n = 0, ntops = 0;
 	size_t total = 0;
+	for (uint32_t i = 0; i < w->nchecks; i++)
+		if (w->checks[i].top) {
+			ranges[n++] = (struct remote_range){.addr = w->checks[i].addr, .len = w->checks[i].len};
+			total += w->checks[i].len;
+			ntops++;
+		}
 	for (uint32_t i = 0; i < nframes;) {
 		raddr_t start = frames[i]->addr, end = start + frames[i]->len;
 		uint32_t j = i;
@@ -199,12 +212,11 @@ static int thread_validate(struct walk *w, uint32_t first, uint32_t nraw, uint32
 		total += end - start;
 		i = j;
 	}
-	uint32_t first_top = n;
-	for (uint32_t i = 0; i < w->nchecks; i++)
-		if (w->checks[i].top) {
-			ranges[n++] = (struct remote_range){.addr = w->checks[i].addr, .len = w->checks[i].len};
-			total += w->checks[i].len;
-		}
+	uint32_t last_top = n;
+	for (uint32_t i = 0; i < ntops; i++) {
+		ranges[n++] = ranges[i];
+		total += ranges[i].len;
+	}
 	buf = malloc(total ? total : 1);
 	if (!buf) {
 		rc = uw_fail(err, UW_ENOMEM, "out of memory");
@@ -220,9 +232,12 @@ static int thread_validate(struct walk *w, uint32_t first, uint32_t nraw, uint32
 		goto done;
 	}
 	bool held = true;
-	for (uint32_t i = 0, k = first_top; i < w->nchecks && held; i++)
-		if (w->checks[i].top)
-			held = check_holds(&w->checks[i], &ranges[k++]);
+	for (uint32_t i = 0, k = 0; i < w->nchecks && held; i++)
+		if (w->checks[i].top) {
+			held = check_holds(&w->checks[i], &ranges[k]) &&
+			       check_holds(&w->checks[i], &ranges[last_top + k]);
+			k++;
+		}
 	for (uint32_t i = 0; i < nframes && held; i++)
 		held = check_holds(frames[i], &ranges[range_of[i]]);
 	if (!held) {
@@ -398,7 +413,7 @@ static int collect_frame_objects(struct walk *w, raddr_t addr, uint32_t *n, bool
 		if (t->frame_type && load_u64(f, L->object.ob_type) != t->frame_type)
 			return uw_fail(err, UW_ECORRUPT, "object at 0x%llx is not a frame",
 			               (unsigned long long)addr);
-		if (check_frame_links(w, addr, f, true, err) != 0)
+		if (check_frame_links(w, addr, f, true, false, err) != 0)
 			return -1;
 		uint32_t lasti = (uint32_t)load_i32(f, L->frame.lasti);
 		int32_t lineno = load_i32(f, L->frame.lineno);
@@ -436,7 +451,7 @@ static int collect_interp_frames(struct walk *w, raddr_t addr, const struct live
 	struct uw_target *t = w->t;
 	const struct py_layout *L = &t->layout;
 	uint32_t links = 0;
-	bool native_pending = false;
+	bool native_pending = false, callee_inline = false;
 	bool want_native = t->opts.flags & UW_SNAP_NATIVE;
 
 	while (addr) {
@@ -459,14 +474,24 @@ static int collect_interp_frames(struct walk *w, raddr_t addr, const struct live
 		bool shim = (L->frame.owner_cstack != LAYOUT_OWNER_NONE && owner == L->frame.owner_cstack) ||
 		            (L->frame.owner_interpreter != LAYOUT_OWNER_NONE &&
 		             owner == L->frame.owner_interpreter);
-		if (check_frame_links(w, addr, f, !shim, err) != 0)
+		if (check_frame_links(w, addr, f, !shim, !shim && *n > 0, err) != 0)
 			return -1;
 		if (shim) {
 			/* The eval loop was entered from C here: C code sits below. */
 			native_pending = want_native && *n > 0;
+			callee_inline = false;
 			addr = previous;
 			continue;
 		}
+		/*
+		 * 3.12-3.13 mark a running frame with stacktop -1 and set it when
+		 * the frame calls: a caller that runs has returned from the callee
+		 * the walk came from, a frame left over from an earlier call.
+		 */
+		if (callee_inline && L->frame.stacktop != LAYOUT_ABSENT &&
+		    load_i32(f, L->frame.stacktop) == -1)
+			return uw_fail(err, UW_ECORRUPT, "frame 0x%llx runs above its callee",
+			               (unsigned long long)addr);
 		if (native_pending) {
 			struct raw_frame marker = {.kind = UW_FRAME_NATIVE};
 			if (raw_push(w, n, marker, err) != 0)
@@ -483,8 +508,10 @@ static int collect_interp_frames(struct walk *w, raddr_t addr, const struct live
 		                       .kind = UW_FRAME_PYTHON};
 		if (raw_push(w, n, rf, err) != 0)
 			return -1;
-		if (L->frame.is_entry != LAYOUT_ABSENT && f[L->frame.is_entry])
+		bool entered = L->frame.is_entry != LAYOUT_ABSENT && f[L->frame.is_entry];
+		if (entered)
 			native_pending = want_native; /* 3.11 marks the entered frame itself */
+		callee_inline = !entered;
 		addr = previous;
 	}
 	return 0;
@@ -667,6 +694,7 @@ static int thread_stack(struct walk *w, struct thread_cache *tc, raddr_t tstate,
 		/* A stack exactly as last time is one already proven whole. */
 		*moving = false;
 		if (rc == 0 && may_move && !(common == n && tc->n == n && n > 0)) {
+			t->stats.stack_rereads++;
 			rc = thread_validate(w, start, n, common, err);
 			*moving = rc == 1;
 		}

@@ -181,6 +181,7 @@ struct uw_stats {
 	uint64_t code_cache_hits;
 	uint64_t code_cache_misses;
 	uint64_t stale_invalidations;      /* cached code objects found replaced */
+	uint64_t stack_rereads;            /* changed stacks the batch could not prove whole: read again to check */
 	uint64_t torn_retries;             /* thread reads redone: the stack moved under them */
 	uint64_t torn_threads;             /* thread samples with no stack: it kept moving */
 	uint64_t cache_resets;             /* budget reached: everything forgotten */

@@ -3,9 +3,11 @@ EDGES exist.  Stacks unwind and rewind constantly (recursion up and down,
 short calls), and worker threads start and end, so a sampler that mixes two
 moments of a stack would show a pair that cannot exist.
 
-    python callgraph.py READY_PATH    (runs until killed; prints EDGES as JSON with --edges)
+    python callgraph.py REPORT    (runs until killed; writes EDGES to REPORT as JSON once warm)
+    python callgraph.py --edges   (prints EDGES as JSON)
 """
 import json
+import os
 import sys
 import threading
 import time
@@ -100,7 +102,7 @@ def spawn(i):
     return t
 
 
-def main(ready):
+def main(report):
     threads = []
     i = 0
     while True:
@@ -110,9 +112,10 @@ def main(ready):
             threads = [t for t in threads if t.is_alive()]
             if len(threads) < 4:
                 threads.append(spawn(i))
-        if i == 1000 and ready:
-            with open(ready, "w") as f:
-                f.write("ready\n")
+        if i == 1000 and report:
+            with open(report + ".tmp", "w") as f:
+                json.dump({"edges": EDGES}, f)
+            os.rename(report + ".tmp", report)
         if i % 2000 == 0:
             time.sleep(0.001)
 
