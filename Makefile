@@ -1,11 +1,12 @@
 # pyprofd — continuous profiler for Python fleets.
 #
 #   make deps       install the Debian packages the build and tests need
-#   make            build build/pyprofd
+#   make            build build/pyprofd and build/pyprofd-ctl
 #   make test       deps + build + the criterion suite against every CPython found
 #   make sanitize   the same suite on an ASan + UBSan build (in build-sanitize/)
 #   make demo       dump the stacks of a live Python workload
 #   make bench      measure the sampling engine on every CPython found
+#   make install    binaries, systemd units and man pages (PREFIX, DESTDIR)
 #   make clean
 #
 # V=1 shows the commands.
@@ -18,14 +19,15 @@ DEB_PACKAGES = build-essential pkg-config libelf-dev libjansson-dev libcriterion
                libev-dev libprotobuf-c-dev protobuf-c-compiler libsqlite3-dev \
                libinih-dev libsystemd-dev zlib1g-dev procps util-linux
 
-PKGS     = libelf jansson
+PKGS     = libelf jansson libprotobuf-c inih libsystemd
 WARN     = -Wall -Wextra -Werror -Wshadow -Wpointer-arith -Wstrict-prototypes \
            -Wmissing-prototypes -Wvla -Wformat=2
 OPT      ?= -O2 -g
 CFLAGS   ?=
 CFLAGS   += -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) -MMD -MP -fno-strict-aliasing \
-            -Idaemon -Idaemon/unwind $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-LDLIBS   += $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+            -Idaemon -Idaemon/unwind -I$(BUILD)/proto \
+            $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+LDLIBS   += $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lev -lm
 
 ifeq ($(SANITIZE),1)
 CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
@@ -41,21 +43,43 @@ endif
 
 UNWIND_SRC = $(wildcard daemon/unwind/*.c)
 DAEMON_SRC = $(wildcard daemon/*.c)
+CLIENT_SRC = $(wildcard client/*.c)
 TEST_SRC   = $(wildcard tests/*.c)
+PROTO      = $(wildcard proto/*.proto)
+
+# protoc-c writes the C for each .proto into the build tree, never the source tree.
+PROTO_C    = $(PROTO:proto/%.proto=$(BUILD)/proto/%.pb-c.c)
+PROTO_H    = $(PROTO_C:.c=.h)
+PROTO_OBJ  = $(PROTO_C:.c=.o)
 
 UNWIND_OBJ = $(UNWIND_SRC:%.c=$(BUILD)/%.o)
 DAEMON_OBJ = $(DAEMON_SRC:%.c=$(BUILD)/%.o)
+CLIENT_OBJ = $(CLIENT_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ   = $(TEST_SRC:%.c=$(BUILD)/%.o)
 
 PYPROFD    = $(BUILD)/pyprofd
+CTL        = $(BUILD)/pyprofd-ctl
 LIBUNWIND  = $(BUILD)/libpyunwind.a
 TESTS_BIN  = $(BUILD)/tests/pyprofd-tests
 
-.PHONY: all deps test check sanitize demo bench clean
+.PHONY: all deps test check sanitize demo bench install clean
 
-all: $(PYPROFD)
+all: $(PYPROFD) $(CTL)
 
-$(BUILD)/%.o: %.c
+$(BUILD)/proto/%.pb-c.c $(BUILD)/proto/%.pb-c.h: proto/%.proto
+	@mkdir -p $(@D)
+	$(E) "  PROTOC  $<"
+	$(Q)protoc-c --c_out=$(BUILD)/proto -Iproto $<
+
+# Kept: make would otherwise delete the headers as intermediates.
+.SECONDARY: $(PROTO_C) $(PROTO_H)
+
+# Generated protobuf code is not ours to hold to our warnings.
+$(BUILD)/proto/%.pb-c.o: $(BUILD)/proto/%.pb-c.c
+	$(E) "  CC      $<"
+	$(Q)$(CC) $(filter-out -Wmissing-prototypes -Wshadow,$(CFLAGS)) -c -o $@ $<
+
+$(BUILD)/%.o: %.c | $(PROTO_H)
 	@mkdir -p $(@D)
 	$(E) "  CC      $<"
 	$(Q)$(CC) $(CFLAGS) -c -o $@ $<
@@ -64,11 +88,15 @@ $(LIBUNWIND): $(UNWIND_OBJ)
 	$(E) "  AR      $@"
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-$(PYPROFD): $(DAEMON_OBJ) $(LIBUNWIND)
+$(PYPROFD): $(DAEMON_OBJ) $(PROTO_OBJ) $(LIBUNWIND)
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(TESTS_BIN): $(TEST_OBJ) $(LIBUNWIND)
+$(CTL): $(CLIENT_OBJ) $(PROTO_OBJ)
+	$(E) "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(TESTS_BIN): $(TEST_OBJ) $(PROTO_OBJ) $(LIBUNWIND)
 	@mkdir -p $(@D)
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(shell pkg-config --libs criterion 2>/dev/null)
@@ -88,7 +116,8 @@ deps:
 # The suite runs the real binary against real interpreters; see tests/README.md.
 test: deps
 	$(Q)$(MAKE) --no-print-directory all $(TESTS_BIN)
-	PYPROFD_BIN=$(abspath $(PYPROFD)) PYPROFD_TESTS_DIR=$(abspath tests) \
+	PYPROFD_BIN=$(abspath $(PYPROFD)) PYPROFD_CTL=$(abspath $(CTL)) \
+	PYPROFD_TESTS_DIR=$(abspath tests) \
 	LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp):print_suppressions=0 \
 		$(TESTS_BIN) --jobs 2 $(TEST_ARGS)
 
@@ -111,7 +140,15 @@ bench: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(PYTHON) bench/run.py --pyprofd $(PYPROFD) $(BENCH_ARGS)
 
+# --- install: binaries, systemd units, man pages ---
+PREFIX  ?= /usr/local
+DESTDIR ?=
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 0755 $(PYPROFD) $(CTL) $(DESTDIR)$(PREFIX)/bin/
+
 clean:
 	rm -rf build build-sanitize
 
--include $(UNWIND_OBJ:.o=.d) $(DAEMON_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
+-include $(UNWIND_OBJ:.o=.d) $(DAEMON_OBJ:.o=.d) $(CLIENT_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
