@@ -17,7 +17,8 @@ PYTHON   ?= python3
 
 DEB_PACKAGES = build-essential pkg-config libelf-dev libjansson-dev libcriterion-dev \
                libev-dev libprotobuf-c-dev protobuf-c-compiler libsqlite3-dev \
-               libinih-dev libsystemd-dev zlib1g-dev procps util-linux
+               libinih-dev libsystemd-dev zlib1g-dev procps util-linux \
+               systemd man-db
 
 PKGS     = libelf jansson libprotobuf-c inih libsystemd
 WARN     = -Wall -Wextra -Werror -Wshadow -Wpointer-arith -Wstrict-prototypes \
@@ -141,12 +142,26 @@ bench: deps
 	$(PYTHON) bench/run.py --pyprofd $(PYPROFD) $(BENCH_ARGS)
 
 # --- install: binaries, systemd units, man pages ---
+# Everything goes under $(DESTDIR), so a packager or a test can install as a
+# plain user into a scratch root.  The units name the binary by its installed
+# path ($(BINDIR), without DESTDIR): templates in systemd/ are filled here.
 PREFIX  ?= /usr/local
 DESTDIR ?=
+BINDIR  ?= $(PREFIX)/bin
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+MANDIR  ?= $(PREFIX)/share/man
+DOCDIR  ?= $(PREFIX)/share/doc/pyprofd
 
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin
-	install -m 0755 $(PYPROFD) $(CTL) $(DESTDIR)$(PREFIX)/bin/
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(MANDIR)/man8 \
+		$(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(DOCDIR)
+	install -m 0755 $(PYPROFD) $(CTL) $(DESTDIR)$(BINDIR)/
+	sed 's|@BINDIR@|$(BINDIR)|g' systemd/pyprofd.service.in > $(DESTDIR)$(UNITDIR)/pyprofd.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/pyprofd.service
+	install -m 0644 systemd/pyprofd.socket $(DESTDIR)$(UNITDIR)/
+	install -m 0644 daemon/pyprofd.8 $(DESTDIR)$(MANDIR)/man8/
+	install -m 0644 client/pyprofd-ctl.1 $(DESTDIR)$(MANDIR)/man1/
+	install -m 0644 systemd/pyprofd.conf.example $(DESTDIR)$(DOCDIR)/
 
 clean:
 	rm -rf build build-sanitize
