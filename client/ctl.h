@@ -1,0 +1,67 @@
+/* pyprofd-ctl's internal interfaces, grouped by the file that owns them. */
+#ifndef PYPROFD_CTL_H
+#define PYPROFD_CTL_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "client.h"
+
+/* Exit statuses, documented in --help. */
+enum ctl_exit {
+	CTL_EXIT_OK = 0,
+	CTL_EXIT_FAILURE = 1, /* bad request, protocol, daemon limit or internal error, bad answer */
+	CTL_EXIT_USAGE = 2,
+	CTL_EXIT_NO_PROCESS = 3,
+	CTL_EXIT_PERMISSION = 4,
+	CTL_EXIT_NOT_PYTHON = 5,
+	CTL_EXIT_UNSUPPORTED = 6,
+	CTL_EXIT_EXITED = 7,
+	CTL_EXIT_CORRUPT = 8,
+	CTL_EXIT_NOT_ATTACHED = 9,
+	CTL_EXIT_UNREACHABLE = 10,
+};
+
+/* ctl.c */
+/* Print a failed call's one line on stderr; returns its exit status. */
+int ctl_report(const struct client_error *err);
+
+/* format.c */
+/* "wall", "cpu" or "gil". */
+const char *format_mode(Pyprofd__Mode mode);
+/* s, or "" for a string the decoder left NULL. */
+const char *format_str(const char *s);
+/* A JSON string even for bytes that are not UTF-8 (they become U+FFFD); NULL if out of memory. */
+json_t *format_json_string(const char *s);
+/* A JSON integer; past what JSON integers hold here, the largest one. */
+json_t *format_json_u64(uint64_t v);
+/* A JSON number, or null for NaN and infinities (JSON has neither). */
+json_t *format_json_double(double v);
+/* The documented JSON form of a Target; NULL if out of memory. */
+json_t *format_json_target(const Pyprofd__Target *t);
+/* Write doc as one compact line on stdout and free it; -1 if that failed. */
+int format_json_print(json_t *doc);
+/* Columns s takes on a terminal: one per UTF-8 character. */
+size_t format_width(const char *s);
+/*
+ * Write at most `cols` columns of s to out with control characters shown as
+ * '?' (a process's command line or file names must not drive the terminal),
+ * padded with spaces to `pad` columns; returns the columns written.
+ */
+size_t format_put(FILE *out, const char *s, size_t cols, size_t pad);
+
+/* top.c */
+struct top_options {
+	int32_t pid;
+	uint32_t window_s; /* 0: the daemon's default */
+	uint32_t limit;    /* 0: as many as fit, or all when not live */
+	bool once;
+	bool json;
+};
+
+/* Show the busiest functions of a target, live or once; returns the exit status. */
+int top_run(struct client *c, const struct top_options *o);
+
+#endif

@@ -1,0 +1,295 @@
+/*
+ * pyprofd-ctl top: the functions seen most in a target's recent samples.
+ *
+ * On a terminal it is a live view redrawn every second, the terminal in
+ * non-canonical mode without echo or signal keys so q and Ctrl-C arrive as
+ * bytes; the terminal is given back on every way out, signals included.
+ * Otherwise it prints one table (or one JSON object) and exits.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <termios.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ctl.h"
+
+/* Screen rows when the terminal does not say. */
+#define TOP_DEFAULT_ROWS 40
+/* Lines the view takes above the rows: header, blank, column titles; and the cursor's below. */
+#define TOP_CHROME_LINES 4
+#define TOP_INTERVAL_MS 1000
+
+/*
+ * The signal that asked the live view to end, 0 while none has.  The one
+ * piece of global state: a signal handler can reach nothing else.
+ */
+static volatile sig_atomic_t top_signal;
+
+static void top_on_signal(int sig)
+{
+	top_signal = sig;
+}
+
+/* Signals that end the live view, their handlers saved to be put back. */
+static const int top_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+#define TOP_NSIGNALS (sizeof top_signals / sizeof top_signals[0])
+
+/* What the live view changed in the terminal and the process, to undo it. */
+struct top_screen {
+	bool keys; /* stdin is the terminal: read q and Ctrl-C from it */
+	bool raw;
+	struct termios saved;
+	struct sigaction old[TOP_NSIGNALS];
+};
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* One TopRequest; its answer, or NULL and *err. */
+static struct client_reply *top_fetch(struct client *c, const struct top_options *o, uint32_t limit,
+                                      struct client_error *err)
+{
+	Pyprofd__TopRequest t = PYPROFD__TOP_REQUEST__INIT;
+	t.pid = o->pid;
+	t.window_s = o->window_s;
+	t.limit = limit;
+	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
+	req.body_case = PYPROFD__REQUEST__BODY_TOP;
+	req.top = &t;
+	return client_call(c, &req, err);
+}
+
+static double percent(uint64_t part, uint64_t whole)
+{
+	return whole ? 100.0 * (double)part / (double)whole : 0.0;
+}
+
+/* The window as people write it: "10", or "2.5" when it is not whole seconds. */
+static void put_seconds(char *buf, size_t size, double s)
+{
+	if (s == (double)(long long)s)
+		snprintf(buf, size, "%lld", (long long)s);
+	else
+		snprintf(buf, size, "%.1f", s);
+}
+
+/*
+ * The table: a header line, the column titles, at most maxrows rows, every
+ * line cut to cols columns.  The rows of all parts, in the daemon's order.
+ */
+static void top_print(FILE *out, int32_t pid, struct client_reply *reply, size_t cols,
+                      size_t maxrows, bool live)
+{
+	const Pyprofd__TopResult *head = reply->parts[0]->top;
+	const Pyprofd__Target *t = head->target;
+	char window[64], line[256];
+	put_seconds(window, sizeof window, head->window_s);
+	snprintf(line, sizeof line, "PID %d  Python %.32s  %.16s  %llu samples in %s s%s",
+	         (int)(t ? t->pid : pid), t && *format_str(t->python_version) ? t->python_version : "?",
+	         t && *format_str(t->state) ? t->state : "?", (unsigned long long)head->samples, window,
+	         live ? "  (q quits)" : "");
+	format_put(out, line, cols, 0);
+	fputs("\n\n", out);
+	snprintf(line, sizeof line, "%6s %7s  %s", "%Own", "%Total", "Function (file)");
+	format_put(out, line, cols, 0);
+	fputc('\n', out);
+
+	size_t shown = 0;
+	for (size_t p = 0; p < reply->nparts && shown < maxrows; p++) {
+		const Pyprofd__TopResult *r = reply->parts[p]->top;
+		for (size_t i = 0; i < r->n_rows && shown < maxrows; i++, shown++) {
+			const Pyprofd__FunctionRow *row = r->rows[i];
+			snprintf(line, sizeof line, "%6.1f %7.1f  ", percent(row->own, head->samples),
+			         percent(row->total, head->samples));
+			size_t w = format_put(out, line, cols, 0);
+			if (w < cols)
+				w += format_put(out, row->function, cols - w, 0);
+			if (*format_str(row->file) && w + 2 < cols) {
+				fputs(" (", out);
+				w += 2;
+				w += format_put(out, row->file, cols - w, 0);
+				if (w < cols)
+					fputc(')', out);
+			}
+			fputc('\n', out);
+		}
+	}
+}
+
+static json_t *top_json(int32_t pid, struct client_reply *reply)
+{
+	const Pyprofd__TopResult *head = reply->parts[0]->top;
+	json_t *rows = json_array();
+	for (size_t p = 0; rows && p < reply->nparts; p++) {
+		const Pyprofd__TopResult *r = reply->parts[p]->top;
+		for (size_t i = 0; rows && i < r->n_rows; i++) {
+			const Pyprofd__FunctionRow *row = r->rows[i];
+			json_t *obj = json_pack("{s:o, s:o, s:o, s:o, s:f, s:f}", "function",
+			                        format_json_string(row->function), "file",
+			                        format_json_string(row->file), "own",
+			                        format_json_u64(row->own), "total",
+			                        format_json_u64(row->total), "own_percent",
+			                        percent(row->own, head->samples), "total_percent",
+			                        percent(row->total, head->samples));
+			if (json_array_append_new(rows, obj) != 0) {
+				json_decref(rows);
+				rows = NULL;
+			}
+		}
+	}
+	return json_pack("{s:i, s:o, s:o, s:o}", "pid", (int)(head->target ? head->target->pid : pid),
+	                 "window_s", format_json_double(head->window_s), "samples",
+	                 format_json_u64(head->samples), "rows", rows);
+}
+
+/* One table or JSON object, no escapes. */
+static int top_once(struct client *c, const struct top_options *o)
+{
+	struct client_error err;
+	struct client_reply *reply = top_fetch(c, o, o->limit, &err);
+	if (!reply)
+		return ctl_report(&err);
+	int status = CTL_EXIT_OK;
+	if (o->json) {
+		if (format_json_print(top_json(o->pid, reply)) != 0) {
+			fputs("pyprofd-ctl: cannot write the JSON output (out of memory?)\n", stderr);
+			status = CTL_EXIT_FAILURE;
+		}
+	} else {
+		top_print(stdout, o->pid, reply, SIZE_MAX, SIZE_MAX, false);
+	}
+	client_reply_free(reply);
+	if (fflush(stdout) != 0 && status == CTL_EXIT_OK) {
+		fputs("pyprofd-ctl: cannot write the output\n", stderr);
+		status = CTL_EXIT_FAILURE;
+	}
+	return status;
+}
+
+/* Take over the terminal: handlers, keys without echo, the alternate screen. */
+static void top_screen_enter(struct top_screen *s)
+{
+	struct sigaction sa = {.sa_handler = top_on_signal};
+	sigemptyset(&sa.sa_mask);
+	/* no SA_RESTART: a signal must cut a wait short */
+	for (size_t i = 0; i < TOP_NSIGNALS; i++)
+		sigaction(top_signals[i], &sa, &s->old[i]);
+
+	s->keys = isatty(STDIN_FILENO);
+	if (s->keys && tcgetattr(STDIN_FILENO, &s->saved) == 0) {
+		struct termios raw = s->saved;
+		raw.c_lflag &= ~(tcflag_t)(ICANON | ECHO | ISIG | IEXTEN);
+		raw.c_iflag &= ~(tcflag_t)(IXON | ICRNL);
+		raw.c_cc[VMIN] = 0;
+		raw.c_cc[VTIME] = 0;
+		s->raw = tcsetattr(STDIN_FILENO, TCSANOW, &raw) == 0;
+	}
+	fputs("\033[?1049h\033[?25l", stdout); /* alternate screen, cursor hidden */
+	fflush(stdout);
+}
+
+/* Give everything back as it was: the one way out of the live view. */
+static void top_screen_leave(struct top_screen *s)
+{
+	fputs("\033[?25h\033[?1049l", stdout);
+	fflush(stdout);
+	if (s->raw)
+		tcsetattr(STDIN_FILENO, TCSANOW, &s->saved);
+	for (size_t i = 0; i < TOP_NSIGNALS; i++)
+		sigaction(top_signals[i], &s->old[i], NULL);
+}
+
+/*
+ * Wait until `deadline` for a key.  True when the view should end: q, Ctrl-C,
+ * or a signal.
+ */
+static bool top_wait(struct top_screen *s, int64_t deadline)
+{
+	for (;;) {
+		if (top_signal)
+			return true;
+		int64_t left = deadline - now_ms();
+		if (left <= 0)
+			return false;
+		struct pollfd pfd = {.fd = STDIN_FILENO, .events = POLLIN};
+		int n = poll(&pfd, s->keys ? 1 : 0, (int)left);
+		if (n < 0 && errno != EINTR)
+			return false;
+		if (n <= 0)
+			continue;
+		char buf[64];
+		ssize_t got = read(STDIN_FILENO, buf, sizeof buf);
+		if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN)) {
+			s->keys = false; /* the terminal went away: only signals are left */
+			continue;
+		}
+		for (ssize_t i = 0; i < got; i++)
+			if (buf[i] == 'q' || buf[i] == 'Q' || buf[i] == 0x03)
+				return true;
+	}
+}
+
+static int top_live(struct client *c, const struct top_options *o)
+{
+	struct top_screen s = {0};
+	struct client_error err = {.status = CLIENT_OK};
+	top_signal = 0;
+	top_screen_enter(&s);
+	client_set_interrupt(c, &top_signal);
+
+	for (int64_t next = now_ms();;) {
+		struct winsize ws = {0};
+		size_t rows = TOP_DEFAULT_ROWS, cols = SIZE_MAX;
+		if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_row > 0) {
+			rows = ws.ws_row;
+			cols = ws.ws_col ? ws.ws_col : SIZE_MAX;
+		}
+		size_t fit = rows > TOP_CHROME_LINES ? rows - TOP_CHROME_LINES : 1;
+		if (o->limit && o->limit < fit)
+			fit = o->limit;
+
+		struct client_reply *reply = top_fetch(c, o, (uint32_t)fit, &err);
+		if (!reply)
+			break;
+		fputs("\033[H\033[2J", stdout);
+		top_print(stdout, o->pid, reply, cols, fit, true);
+		client_reply_free(reply);
+		if (fflush(stdout) != 0)
+			break;
+
+		next += TOP_INTERVAL_MS;
+		if (next < now_ms()) /* the answer took longer than a tick: start afresh */
+			next = now_ms() + TOP_INTERVAL_MS;
+		if (top_wait(&s, next))
+			break;
+	}
+
+	top_screen_leave(&s);
+	client_set_interrupt(c, NULL);
+	/* A failure shows on the normal screen, after it is back. */
+	if (err.status != CLIENT_OK && err.status != CLIENT_EINTR)
+		return ctl_report(&err);
+	if (ferror(stdout)) {
+		fputs("pyprofd-ctl: cannot write the output\n", stderr);
+		return CTL_EXIT_FAILURE;
+	}
+	/* Ctrl-C is the way to quit; a signal from elsewhere ends us as it would have. */
+	int sig = top_signal;
+	return sig && sig != SIGINT ? 128 + sig : CTL_EXIT_OK;
+}
+
+int top_run(struct client *c, const struct top_options *o)
+{
+	if (o->once || o->json || !isatty(STDOUT_FILENO))
+		return top_once(c, o);
+	return top_live(c, o);
+}
