@@ -4,8 +4,9 @@
 #   make            build build/pyprofd and build/pyprofd-ctl
 #   make test       deps + build + the criterion suite against every CPython found
 #   make sanitize   the same suite on an ASan + UBSan build (in build-sanitize/)
-#   make demo       dump the stacks of a live Python workload
+#   make demo       the daemon attached to a live Python workload: list, top, dump
 #   make bench      measure the sampling engine on every CPython found
+#   make bench-daemon  measure the daemon: 10 targets x 4 threads at 100 Hz
 #   make install    binaries, systemd units and man pages (PREFIX, DESTDIR)
 #   make clean
 #
@@ -63,7 +64,7 @@ CTL        = $(BUILD)/pyprofd-ctl
 LIBUNWIND  = $(BUILD)/libpyunwind.a
 TESTS_BIN  = $(BUILD)/tests/pyprofd-tests
 
-.PHONY: all deps test check sanitize demo bench install clean
+.PHONY: all deps test check sanitize demo bench bench-daemon install clean
 
 all: $(PYPROFD) $(CTL)
 
@@ -127,13 +128,21 @@ check: test
 sanitize:
 	$(Q)$(MAKE) --no-print-directory BUILD=build-sanitize SANITIZE=1 OPT="-O1 -g" test
 
+# The daemon in a throwaway state directory, attached to a small workload.
 demo: deps
 	$(Q)$(MAKE) --no-print-directory all
-	$(Q)$(PYTHON) tests/targets/demo.py & pid=$$!; \
-	sleep 1; \
-	echo "\$$ $(PYPROFD) dump $$pid"; \
-	$(PYPROFD) dump $$pid; rc=$$?; \
-	kill $$pid; wait $$pid 2>/dev/null; exit $$rc
+	$(Q)dir=$$(mktemp -d); sock=$$dir/pyprofd.sock; ctl="$(CTL) --socket $$sock"; \
+	$(PYPROFD) --state-dir $$dir --log-level warn & daemon=$$!; \
+	$(PYTHON) tests/targets/demo.py & target=$$!; \
+	trap 'kill $$target $$daemon 2>/dev/null; wait; rm -rf $$dir' EXIT; \
+	for i in $$(seq 100); do [ -S $$sock ] && break; sleep 0.1; done; sleep 1; \
+	echo "\$$ pyprofd --state-dir $$dir &"; \
+	echo "\$$ pyprofd-ctl attach $$target --label app=demo"; \
+	$$ctl attach $$target --label app=demo || exit 1; sleep 3; \
+	echo; echo "\$$ pyprofd-ctl list"; $$ctl list || exit 1; \
+	echo; echo "\$$ pyprofd-ctl top $$target --once --window 3 --limit 12"; \
+	$$ctl top $$target --once --window 3 --limit 12 || exit 1; \
+	echo; echo "\$$ pyprofd-ctl dump $$target"; $$ctl dump $$target || exit 1
 
 # Prints figures (us per sample, syscalls and bytes per sample, cache hit rates)
 # for every installed CPython; see bench/run.py.
@@ -162,6 +171,11 @@ install: all
 	install -m 0644 daemon/pyprofd.8 $(DESTDIR)$(MANDIR)/man8/
 	install -m 0644 client/pyprofd-ctl.1 $(DESTDIR)$(MANDIR)/man1/
 	install -m 0644 systemd/pyprofd.conf.example $(DESTDIR)$(DOCDIR)/
+
+# The daemon with 10 targets x 4 threads at 100 Hz for 30 s; see bench/daemon.py.
+bench-daemon: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(PYTHON) bench/daemon.py --pyprofd $(PYPROFD) --ctl $(CTL) $(BENCH_ARGS)
 
 clean:
 	rm -rf build build-sanitize

@@ -7,9 +7,11 @@
 #include "pyprofd.h"
 
 static const char usage[] =
-	"usage: pyprofd COMMAND [ARGS]\n"
+	"usage: pyprofd [serve] [OPTIONS]       run the daemon (pyprofd serve --help)\n"
+	"       pyprofd COMMAND [ARGS]\n"
 	"\n"
 	"commands:\n"
+	"  serve [OPTIONS]                       the daemon, in the foreground (the default)\n"
 	"  dump PID [--json] [--native] [--gc]   print every thread's Python stack once\n"
 	"  record PID [--rate HZ|max] [--duration S] [-o FILE] ...\n"
 	"                                        sample a process and write its profile\n"
@@ -62,16 +64,17 @@ static const struct {
 	const char *name;
 	int (*run)(int argc, char **argv);
 } commands[] = {
+	{"serve", cmd_serve},
 	{"dump", cmd_dump},
 	{"record", cmd_record},
 };
 
 int main(int argc, char **argv)
 {
-	if (argc < 2) {
-		fputs(usage, stderr);
-		return EXIT_USAGE;
-	}
+	/* No command, or options first: the daemon. */
+	if (argc < 2 || (argv[1][0] == '-' && strcmp(argv[1], "-h") != 0 &&
+	                 strcmp(argv[1], "--help") != 0))
+		return cmd_serve(argc, argv);
 	if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
 		fputs(usage, stdout);
 		return EXIT_OK;

@@ -2,9 +2,15 @@
 #ifndef PYPROFD_H
 #define PYPROFD_H
 
+#include <ev.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <sys/types.h>
 
+#include "pyprofd.pb-c.h"
 #include "unwind.h"
+
+#define PYPROFD_VERSION "0.4.0"
 
 /* Exit statuses of the one-shot commands, documented in README.md and --help. */
 enum pyprofd_exit {
@@ -19,6 +25,8 @@ enum pyprofd_exit {
 	EXIT_CORRUPT = 8,
 };
 
+/* Exit statuses of pyprofd-ctl beyond those: see client/. */
+
 /* main.c */
 /* The exit status a command reports for an unwinder failure. */
 int exit_status_of(enum uw_status status);
@@ -29,6 +37,16 @@ int parse_pid_operand(const char *command, int argc, char **argv, int optind_, p
 
 /* dump.c */
 int cmd_dump(int argc, char **argv);
+
+/* counters.c */
+/* The engine's counters by the names --stats-json and the stats RPC give them. */
+struct stats_counter {
+	const char *name;
+	size_t offset; /* of a uint64_t in struct uw_stats */
+};
+extern const struct stats_counter stats_counters[];
+#define NSTATS_COUNTERS 16
+uint64_t stats_counter_value(const struct uw_stats *st, size_t i);
 
 /* record.c */
 int cmd_record(int argc, char **argv);
@@ -58,5 +76,196 @@ int profile_add(struct profile *p, const struct uw_sample *s);
 int profile_settle(struct profile *p, const struct uw_target *t);
 /* "frame;frame;... count" lines, root first, sorted. */
 int profile_write_collapsed(struct profile *p, const struct uw_target *t, FILE *out);
+
+/* log.c */
+enum log_level { LOG_LEVEL_ERROR, LOG_LEVEL_WARN, LOG_LEVEL_INFO, LOG_LEVEL_DEBUG };
+void log_init(enum log_level level);
+void log_set_level(enum log_level level);
+int log_level_parse(const char *name, enum log_level *out);
+const char *log_level_name(enum log_level level);
+void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define log_error(...) log_msg(LOG_LEVEL_ERROR, __VA_ARGS__)
+#define log_warn(...) log_msg(LOG_LEVEL_WARN, __VA_ARGS__)
+#define log_info(...) log_msg(LOG_LEVEL_INFO, __VA_ARGS__)
+#define log_debug(...) log_msg(LOG_LEVEL_DEBUG, __VA_ARGS__)
+
+/* arena.c */
+/* Allocations freed all at once: a response's nested messages live in one. */
+struct arena {
+	struct arena_block *blocks;
+};
+void *arena_alloc(struct arena *a, size_t size); /* zeroed; NULL if out of memory */
+char *arena_strdup(struct arena *a, const char *s); /* NULL stays NULL */
+void arena_free(struct arena *a);
+
+/* config.c */
+struct config {
+	char *state_dir;
+	char *socket_path;
+	char *config_path; /* the file read, or NULL */
+	enum log_level log_level;
+	unsigned max_connections;
+	size_t max_message_bytes;
+	unsigned max_pending_requests;
+	unsigned max_targets;
+	size_t warm_budget_bytes;
+	unsigned default_rate_hz;
+	unsigned max_rate_hz;
+	unsigned top_window_s;
+};
+/*
+ * The configuration from defaults, the file and the flags, in that order of
+ * strength.  EXIT_OK, or an exit status with the reason printed (--help
+ * prints usage and gives -1: exit 0).
+ */
+int config_load(struct config *c, int argc, char **argv);
+/* Read the file again (SIGHUP); flags still win.  0, or -1 with the old config kept. */
+int config_reload(struct config *c, int argc, char **argv);
+void config_free(struct config *c);
+
+/* recent.c */
+/* Sample counts by stack id, per second, over the last RECENT_SECONDS. */
+#define RECENT_SECONDS 64
+struct recent;
+struct recent *recent_new(void);
+void recent_free(struct recent *r);
+void recent_clear(struct recent *r);
+int recent_add(struct recent *r, int64_t second, uint32_t stack, uint64_t count);
+/* Calls fn for every (stack, count) of the seconds from `since` on. */
+void recent_visit(const struct recent *r, int64_t since,
+                  void (*fn)(void *ctx, uint32_t stack, uint64_t count), void *ctx);
+
+/* timing.c */
+/* The last TIMING_KEEP measurements of something, for percentiles. */
+#define TIMING_KEEP 4096
+struct timing {
+	double v[TIMING_KEEP];
+	uint32_t n, next;
+};
+void timing_add(struct timing *t, double value);
+double timing_percentile(const struct timing *t, double p); /* 0 when empty */
+
+/* target.c */
+struct server;
+enum target_state { TARGET_SAMPLING, TARGET_DETACHED, TARGET_EXITED };
+
+struct target_params {
+	unsigned rate_hz;
+	enum uw_mode mode;
+	unsigned flags; /* UW_SNAP_* */
+	double duration_s;
+	size_t nlabels;
+	char **label_keys, **label_values;
+};
+
+/* A process the daemon knows: identity, warm unwinder state, its sampling. */
+struct target {
+	struct server *server;
+	pid_t pid;
+	uint64_t start_time; /* clock ticks after boot: pid + this is the identity */
+	uid_t uid;
+	char *executable, *command_line;
+	char python_version[32];
+	struct uw_target *uw; /* NULL once exited */
+	enum target_state state;
+	struct target_params params;
+	double attached_at;     /* unix time the last session began */
+	ev_tstamp session_start; /* loop time of the same */
+	uint64_t samples, errors, sessions, session_samples;
+	int timer_fd;        /* periodic timerfd of the sampling schedule */
+	ev_io timer;
+	double next_due;     /* CLOCK_MONOTONIC seconds of the next tick */
+	uint64_t missed_ticks; /* ticks that passed while the loop was busy */
+	struct uw_sample sample;
+	uint64_t epoch;
+	struct recent *recent;
+	struct timing jitter_us, cost_us;
+	struct uw_stats final_stats; /* the engine's counters when the process exited */
+	ev_tstamp last_used; /* loop time; detached targets are evicted oldest first */
+};
+
+/* Identity of a live process: 0, or -1 and *err (no such process, permission). */
+int proc_identity(pid_t pid, uint64_t *start_time, uid_t *uid, struct uw_error *err);
+struct target *target_open(struct server *server, pid_t pid, struct uw_error *err);
+/* Start (or restart) sampling with these parameters; the target takes the labels. */
+void target_start(struct target *t, struct target_params *params);
+/* Stop sampling and keep the unwinder state warm. */
+void target_stop(struct target *t);
+/* The process is gone: stop and drop its unwinder state. */
+void target_mark_exited(struct target *t, const char *why);
+/* Whether the process still lives as the same process; marks it exited if not. */
+bool target_check_alive(struct target *t);
+void target_free(struct target *t);
+const char *target_state_name(enum target_state state);
+size_t target_cache_bytes(const struct target *t);
+/* The target as the protocol shows it, allocated in a. */
+Pyprofd__Target *target_to_proto(const struct target *t, struct arena *a);
+void target_params_free(struct target_params *p);
+
+/* targets.c */
+/* Every target the daemon knows, by pid. */
+struct targets {
+	struct target **v;
+	size_t n, cap;
+};
+struct target *targets_find(const struct targets *ts, pid_t pid);
+int targets_add(struct targets *ts, struct target *t);
+void targets_remove(struct targets *ts, struct target *t);
+/* Drop detached state past the budget (oldest first) and exited targets past the cap. */
+void targets_trim(struct targets *ts, size_t warm_budget, size_t max_targets);
+size_t targets_warm_bytes(const struct targets *ts);
+void targets_free(struct targets *ts);
+
+/* server.c */
+struct server {
+	struct ev_loop *loop;
+	struct config config;
+	int argc;
+	char **argv;
+	int listen_fd;
+	bool socket_activated;
+	bool socket_created;
+	ev_io accept_watcher;
+	ev_signal sigterm, sigint, sighup;
+	ev_timer housekeeping;
+	struct targets targets;
+	struct client *clients;
+	unsigned nclients;
+	double started_at;    /* unix time */
+	ev_tstamp started;    /* loop time */
+};
+int cmd_serve(int argc, char **argv);
+/* CPU time the daemon used so far, user and system. */
+double server_cpu_seconds(void);
+/* sd_notify STATUS= with what the daemon is doing. */
+void server_update_status(struct server *s);
+
+/* server_client.c */
+/* One connected client: its credentials, buffers and requests in flight. */
+struct client {
+	struct server *server;
+	struct client *next;
+	int fd;
+	uid_t uid;
+	pid_t pid;
+	ev_io reader, writer;
+	unsigned char *in;
+	size_t in_len, in_cap;
+	unsigned char *out;
+	size_t out_len, out_off, out_cap;
+	bool closing; /* flush what is queued, then close */
+};
+void server_client_accept(struct server *s, int fd);
+void server_client_free(struct client *c);
+/* Queue one response (packed with its length prefix); -1 if out of memory. */
+int server_client_send(struct client *c, const Pyprofd__Response *resp);
+
+/* rpc.c */
+/* Answer one request into resp (its nested messages in a). */
+void rpc_dispatch(struct server *s, struct client *c, const Pyprofd__Request *req,
+                  Pyprofd__Response *resp, struct arena *a);
+/* An error response. */
+void rpc_error(Pyprofd__Response *resp, struct arena *a, Pyprofd__ErrorCode code,
+               const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 #endif

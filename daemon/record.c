@@ -148,29 +148,6 @@ static double percentile_us(struct record_run *run, double q)
 	return run->ns[i] / 1000.0;
 }
 
-/* The engine's counters as --stats-json names them. */
-static const struct {
-	const char *name;
-	size_t offset;
-} stats_counters[] = {
-	{"thread_samples", offsetof(struct uw_stats, thread_samples)},
-	{"frame_cache_full_hits", offsetof(struct uw_stats, frame_cache_full_hits)},
-	{"frame_cache_partial_hits", offsetof(struct uw_stats, frame_cache_partial_hits)},
-	{"frame_cache_misses", offsetof(struct uw_stats, frame_cache_misses)},
-	{"frames_from_cache", offsetof(struct uw_stats, frames_from_cache)},
-	{"frames_from_memory", offsetof(struct uw_stats, frames_from_memory)},
-	{"prefetch_hits", offsetof(struct uw_stats, prefetch_hits)},
-	{"prefetch_misses", offsetof(struct uw_stats, prefetch_misses)},
-	{"code_object_cache_hits", offsetof(struct uw_stats, code_cache_hits)},
-	{"code_object_cache_misses", offsetof(struct uw_stats, code_cache_misses)},
-	{"stale_invalidations", offsetof(struct uw_stats, stale_invalidations)},
-	{"stack_rereads", offsetof(struct uw_stats, stack_rereads)},
-	{"torn_retries", offsetof(struct uw_stats, torn_retries)},
-	{"torn_threads", offsetof(struct uw_stats, torn_threads)},
-	{"cache_resets", offsetof(struct uw_stats, cache_resets)},
-	{"cache_bytes", offsetof(struct uw_stats, cache_bytes)},
-};
-
 static json_t *stats_json(const struct uw_target *t, struct record_run *run,
                           const struct record_opts *o)
 {
@@ -198,11 +175,9 @@ static json_t *stats_json(const struct uw_target *t, struct record_run *run,
 		(json_int_t)st.readv_calls, "bytes_read", (json_int_t)st.bytes_read,
 		"readv_calls_per_sample", (double)st.readv_calls / samples, "bytes_per_sample",
 		(double)st.bytes_read / samples);
-	for (size_t i = 0; i < sizeof stats_counters / sizeof stats_counters[0]; i++) {
-		uint64_t v;
-		memcpy(&v, (const char *)&st + stats_counters[i].offset, sizeof v);
-		json_object_set_new(j, stats_counters[i].name, json_integer((json_int_t)v));
-	}
+	for (size_t i = 0; i < NSTATS_COUNTERS; i++)
+		json_object_set_new(j, stats_counters[i].name,
+		                    json_integer((json_int_t)stats_counter_value(&st, i)));
 	json_object_set_new(j, "frame_cache_hit_rate",
 	                    json_real((double)(st.frame_cache_full_hits + st.frame_cache_partial_hits) / threads));
 	json_object_set_new(j, "frames_from_cache_rate",

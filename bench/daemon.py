@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Measure the daemon: many targets sampled at once, as a fleet host runs it.
+
+Starts pyprofd in a temporary state directory, attaches it to N targets of
+4 threads each (bench/workloads/service4.py, on the newest interpreter found)
+at R Hz for S seconds, and prints: daemon CPU % of one core, µs per sample,
+achieved rate against requested, sampling-timer lateness (jitter) p50/p99,
+and the daemon's RSS.  Prints figures; never passes or fails on them.
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from run import interpreters  # noqa: E402
+
+
+def cpu_seconds(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--pyprofd", default="build/pyprofd")
+    ap.add_argument("--ctl", default="build/pyprofd-ctl")
+    ap.add_argument("--targets", type=int, default=10)
+    ap.add_argument("--rate", type=int, default=100)
+    ap.add_argument("--seconds", type=float, default=30)
+    args = ap.parse_args()
+
+    pys = interpreters()
+    if not pys:
+        sys.exit("no CPython found")
+    python = max(pys, key=lambda p: (p[2], "debian" not in p[0]))[1]
+    state = tempfile.mkdtemp(prefix="pyprofd-bench.")
+    sock = os.path.join(state, "pyprofd.sock")
+    workload = os.path.join(HERE, "workloads", "service4.py")
+    daemon = subprocess.Popen([args.pyprofd, "--state-dir", state, "--log-level", "warn"])
+    targets = []
+
+    def ctl(*argv):
+        out = subprocess.run([args.ctl, "--socket", sock, "--json"] + list(argv),
+                             capture_output=True, text=True, check=True).stdout
+        return json.loads(out)
+
+    try:
+        for _ in range(200):
+            if os.path.exists(sock):
+                break
+            time.sleep(0.05)
+        targets = [subprocess.Popen([python, "-I", workload]) for _ in range(args.targets)]
+        time.sleep(1.5)
+        for t in targets:
+            ctl("attach", str(t.pid), "--rate", str(args.rate))
+        time.sleep(1.0)  # the first samples decode everything: measure steady state
+        cpu0, wall0 = cpu_seconds(daemon.pid), time.monotonic()
+        samples0 = {e["pid"]: e["samples"] for e in ctl("list")}
+        time.sleep(args.seconds)
+        cpu1, wall1 = cpu_seconds(daemon.pid), time.monotonic()
+        entries = {e["pid"]: e for e in ctl("list")}
+        stats = [ctl("stats", str(t.pid)) for t in targets]
+        status = ctl("status")
+    finally:
+        for t in targets:
+            t.kill()
+        daemon.terminate()
+        daemon.wait(timeout=10)
+        shutil.rmtree(state, ignore_errors=True)
+
+    elapsed = wall1 - wall0
+    rates = [(entries[t.pid]["samples"] - samples0[t.pid]) / elapsed for t in targets]
+    threads = sum(s["thread_samples"] for s in stats) / max(1, sum(s["total_samples"] for s in stats))
+    print("pyprofd daemon: %d targets x 4 threads at %d Hz for %.0f s (%s, Python %s)"
+          % (args.targets, args.rate, elapsed, os.path.basename(python),
+             entries[targets[0].pid]["python_version"]))
+    print("  daemon CPU                %6.2f %% of one core" % (100 * (cpu1 - cpu0) / elapsed))
+    print("  per sample                %6.1f us median, %.1f us p99 (median over targets)"
+          % (statistics.median(s["sample_us_p50"] for s in stats),
+             statistics.median(s["sample_us_p99"] for s in stats)))
+    print("  threads per sample        %6.2f" % threads)
+    print("  achieved rate             %6.1f Hz mean, %.1f Hz min (asked %d)"
+          % (statistics.mean(rates), min(rates), args.rate))
+    print("  timer lateness (jitter)   %6.1f us p50, %.1f us p99 (worst target)"
+          % (statistics.median(s["jitter_us_p50"] for s in stats),
+             max(s["jitter_us_p99"] for s in stats)))
+    print("  readv calls per sample    %6.2f" % statistics.median(
+        s["readv_calls"] / max(1, s["total_samples"]) for s in stats))
+    print("  torn threads              %6.3f %% of thread samples" % (100 * sum(
+        s["torn_threads"] for s in stats) / max(1, sum(s["thread_samples"] for s in stats))))
+    print("  daemon RSS                %6.1f MiB" % (status["rss_bytes"] / 2**20))
+
+
+if __name__ == "__main__":
+    main()

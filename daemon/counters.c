@@ -1,0 +1,31 @@
+/* The sampling engine's counters, named once for every place that reports them. */
+#include <stddef.h>
+#include <string.h>
+
+#include "pyprofd.h"
+
+const struct stats_counter stats_counters[NSTATS_COUNTERS] = {
+	{"thread_samples", offsetof(struct uw_stats, thread_samples)},
+	{"frame_cache_full_hits", offsetof(struct uw_stats, frame_cache_full_hits)},
+	{"frame_cache_partial_hits", offsetof(struct uw_stats, frame_cache_partial_hits)},
+	{"frame_cache_misses", offsetof(struct uw_stats, frame_cache_misses)},
+	{"frames_from_cache", offsetof(struct uw_stats, frames_from_cache)},
+	{"frames_from_memory", offsetof(struct uw_stats, frames_from_memory)},
+	{"prefetch_hits", offsetof(struct uw_stats, prefetch_hits)},
+	{"prefetch_misses", offsetof(struct uw_stats, prefetch_misses)},
+	{"code_object_cache_hits", offsetof(struct uw_stats, code_cache_hits)},
+	{"code_object_cache_misses", offsetof(struct uw_stats, code_cache_misses)},
+	{"stale_invalidations", offsetof(struct uw_stats, stale_invalidations)},
+	{"stack_rereads", offsetof(struct uw_stats, stack_rereads)},
+	{"torn_retries", offsetof(struct uw_stats, torn_retries)},
+	{"torn_threads", offsetof(struct uw_stats, torn_threads)},
+	{"cache_resets", offsetof(struct uw_stats, cache_resets)},
+	{"cache_bytes", offsetof(struct uw_stats, cache_bytes)},
+};
+
+uint64_t stats_counter_value(const struct uw_stats *st, size_t i)
+{
+	uint64_t v;
+	memcpy(&v, (const char *)st + stats_counters[i].offset, sizeof v);
+	return v;
+}

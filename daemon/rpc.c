@@ -1,0 +1,711 @@
+/*
+ * The requests the daemon answers, one handler each, found in a table by
+ * the request's type.  The protocol version is checked before dispatch.
+ *
+ * Authorization, by the peer's uid from SO_PEERCRED: root may act on any
+ * process; any other uid only on processes whose real uid is its own, and
+ * it sees only those in `list`.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pyprofd.h"
+
+#define LABELS_MAX 64
+#define LABEL_KEY_MAX 128
+#define LABEL_VALUE_MAX 1024
+#define TOP_ROWS_MAX 1000
+
+void rpc_error(Pyprofd__Response *resp, struct arena *a, Pyprofd__ErrorCode code, const char *fmt,
+               ...)
+{
+	char msg[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	Pyprofd__Error *e = arena_alloc(a, sizeof *e);
+	resp->result_case = PYPROFD__RESPONSE__RESULT_ERROR;
+	resp->error = e;
+	if (!e) {
+		/* Even the error could not be built: an empty error still says "failed". */
+		static Pyprofd__Error oom = PYPROFD__ERROR__INIT;
+		resp->error = &oom;
+		return;
+	}
+	pyprofd__error__init(e);
+	e->code = code;
+	e->message = arena_strdup(a, msg);
+	if (!e->message)
+		e->message = (char *)"out of memory";
+}
+
+static void rpc_oom(Pyprofd__Response *resp, struct arena *a)
+{
+	rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_INTERNAL, "the daemon is out of memory");
+}
+
+static Pyprofd__ErrorCode code_of(enum uw_status status)
+{
+	switch (status) {
+	case UW_ENOPROC: return PYPROFD__ERROR_CODE__ERROR_NO_PROCESS;
+	case UW_EPERM: return PYPROFD__ERROR_CODE__ERROR_PERMISSION;
+	case UW_ENOTPYTHON: return PYPROFD__ERROR_CODE__ERROR_NOT_PYTHON;
+	case UW_EVERSION: return PYPROFD__ERROR_CODE__ERROR_UNSUPPORTED;
+	case UW_EGONE: return PYPROFD__ERROR_CODE__ERROR_EXITED;
+	case UW_ECORRUPT: return PYPROFD__ERROR_CODE__ERROR_CORRUPT;
+	case UW_OK:
+	case UW_ENOMEM:
+	case UW_EIO: break;
+	}
+	return PYPROFD__ERROR_CODE__ERROR_INTERNAL;
+}
+
+static bool may_see(const struct client *c, uid_t owner)
+{
+	return c->uid == 0 || c->uid == owner;
+}
+
+/*
+ * The live process pid, if the client may act on it: its identity in
+ * *start and *owner.  Otherwise an error in resp and -1.
+ */
+static int authorize(const struct client *c, pid_t pid, uint64_t *start, uid_t *owner,
+                     Pyprofd__Response *resp, struct arena *a)
+{
+	struct uw_error err = {0};
+	if (pid <= 0) {
+		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST, "%d is not a process id", (int)pid);
+		return -1;
+	}
+	if (proc_identity(pid, start, owner, &err) != 0) {
+		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_NO_PROCESS, "no such process: %d", (int)pid);
+		return -1;
+	}
+	if (!may_see(c, *owner)) {
+		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_PERMISSION,
+		          "permission denied: process %d belongs to another user", (int)pid);
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * The target pid names, if it is still the same process; a target whose
+ * pid was reused by another process is forgotten here.
+ */
+static struct target *current_target(struct server *s, pid_t pid, uint64_t start)
+{
+	struct target *t = targets_find(&s->targets, pid);
+	if (t && t->start_time != start) {
+		log_info("pid %d was reused by another process: forgetting the old one", (int)pid);
+		targets_remove(&s->targets, t);
+		target_free(t);
+		t = NULL;
+	}
+	return t;
+}
+
+static enum uw_mode mode_of(Pyprofd__Mode mode)
+{
+	return mode == PYPROFD__MODE__MODE_CPU ? UW_MODE_CPU
+	       : mode == PYPROFD__MODE__MODE_GIL ? UW_MODE_GIL
+	                                         : UW_MODE_WALL;
+}
+
+static const char *mode_name(enum uw_mode mode)
+{
+	return mode == UW_MODE_CPU ? "cpu" : mode == UW_MODE_GIL ? "gil" : "wall";
+}
+
+/* The attach request as target parameters, checked; -1 with the error in resp. */
+static int attach_params(struct server *s, const Pyprofd__AttachRequest *req,
+                         struct target_params *p, Pyprofd__Response *resp, struct arena *a)
+{
+	memset(p, 0, sizeof *p);
+	p->rate_hz = req->rate_hz ? req->rate_hz : s->config.default_rate_hz;
+	if (p->rate_hz > s->config.max_rate_hz) {
+		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST,
+		          "a rate of %u Hz is above the daemon's maximum of %u Hz", p->rate_hz,
+		          s->config.max_rate_hz);
+		return -1;
+	}
+	if (req->mode != PYPROFD__MODE__MODE_WALL && req->mode != PYPROFD__MODE__MODE_CPU &&
+	    req->mode != PYPROFD__MODE__MODE_GIL) {
+		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST, "unknown sampling mode %d",
+		          (int)req->mode);
+		return -1;
+	}
+	p->mode = mode_of(req->mode);
+	if (!isfinite(req->duration_s) || req->duration_s < 0 || req->duration_s > 1e9) {
+		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST,
+		          "a duration must be a number of seconds, 0 for no end");
+		return -1;
+	}
+	p->duration_s = req->duration_s;
+	p->flags = (req->native ? UW_SNAP_NATIVE : 0u) | (req->gc ? UW_SNAP_GC : 0u);
+	if (req->n_labels > LABELS_MAX) {
+		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST, "more than %d labels",
+		          LABELS_MAX);
+		return -1;
+	}
+	for (size_t i = 0; i < req->n_labels; i++) {
+		const char *k = req->labels[i]->key, *v = req->labels[i]->value;
+		if (!*k || strlen(k) > LABEL_KEY_MAX || strlen(v) > LABEL_VALUE_MAX ||
+		    strpbrk(k, "=,\n")) {
+			rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST,
+			          "label keys are 1 to %d characters without '=', ',' or newlines; values "
+			          "up to %d",
+			          LABEL_KEY_MAX, LABEL_VALUE_MAX);
+			return -1;
+		}
+	}
+	if (req->n_labels) {
+		p->label_keys = calloc(req->n_labels, sizeof *p->label_keys);
+		p->label_values = calloc(req->n_labels, sizeof *p->label_values);
+		if (!p->label_keys || !p->label_values) {
+			target_params_free(p);
+			rpc_oom(resp, a);
+			return -1;
+		}
+		for (size_t i = 0; i < req->n_labels; i++) {
+			p->label_keys[i] = strdup(req->labels[i]->key);
+			p->label_values[i] = strdup(req->labels[i]->value);
+			p->nlabels++;
+			if (!p->label_keys[i] || !p->label_values[i]) {
+				target_params_free(p);
+				rpc_oom(resp, a);
+				return -1;
+			}
+		}
+	}
+	return 0;
+}
+
+static size_t live_targets(const struct targets *ts)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < ts->n; i++)
+		n += ts->v[i]->state != TARGET_EXITED;
+	return n;
+}
+
+static void rpc_attach(struct server *s, struct client *c, const Pyprofd__Request *req,
+                       Pyprofd__Response *resp, struct arena *a)
+{
+	const Pyprofd__AttachRequest *r = req->attach;
+	uint64_t start;
+	uid_t owner;
+	if (authorize(c, r->pid, &start, &owner, resp, a) != 0)
+		return;
+	struct target_params params;
+	if (attach_params(s, r, &params, resp, a) != 0)
+		return;
+	struct target *t = current_target(s, r->pid, start);
+	if (t && t->state == TARGET_EXITED) {
+		targets_remove(&s->targets, t);
+		target_free(t);
+		t = NULL;
+	}
+	bool warm = t && t->state == TARGET_DETACHED;
+	if (!t) {
+		targets_trim(&s->targets, s->config.warm_budget_bytes, s->config.max_targets);
+		if (live_targets(&s->targets) >= s->config.max_targets) {
+			target_params_free(&params);
+			rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_LIMIT,
+			          "the daemon already profiles its maximum of %u processes",
+			          s->config.max_targets);
+			return;
+		}
+		struct uw_error err = {0};
+		t = target_open(s, r->pid, &err);
+		if (!t) {
+			target_params_free(&params);
+			rpc_error(resp, a, code_of(err.status), "%s", err.msg);
+			return;
+		}
+		if (targets_add(&s->targets, t) != 0) {
+			target_free(t);
+			target_params_free(&params);
+			rpc_oom(resp, a);
+			return;
+		}
+	}
+	target_start(t, &params);
+	log_info("pid %d: attached (Python %s, %u Hz, %s%s) for uid %d", (int)t->pid,
+	         t->python_version, t->params.rate_hz, mode_name(t->params.mode),
+	         warm ? ", warm" : "", (int)c->uid);
+	server_update_status(s);
+
+	Pyprofd__AttachResult *res = arena_alloc(a, sizeof *res);
+	if (!res) {
+		rpc_oom(resp, a);
+		return;
+	}
+	pyprofd__attach_result__init(res);
+	res->target = target_to_proto(t, a);
+	res->warm = warm;
+	if (!res->target) {
+		rpc_oom(resp, a);
+		return;
+	}
+	resp->result_case = PYPROFD__RESPONSE__RESULT_ATTACH;
+	resp->attach = res;
+}
+
+/* A known target the client may see, or an error in resp. */
+static struct target *known_target(struct server *s, const struct client *c, pid_t pid,
+                                   Pyprofd__Response *resp, struct arena *a)
+{
+	struct target *t = pid > 0 ? targets_find(&s->targets, pid) : NULL;
+	if (!t) {
+		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_NOT_ATTACHED,
+		          "pyprofd is not profiling process %d", (int)pid);
+		return NULL;
+	}
+	if (!may_see(c, t->uid)) {
+		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_PERMISSION,
+		          "permission denied: process %d belongs to another user", (int)pid);
+		return NULL;
+	}
+	target_check_alive(t);
+	return t;
+}
+
+static void rpc_detach(struct server *s, struct client *c, const Pyprofd__Request *req,
+                       Pyprofd__Response *resp, struct arena *a)
+{
+	struct target *t = known_target(s, c, req->detach->pid, resp, a);
+	if (!t)
+		return;
+	if (t->state != TARGET_SAMPLING) {
+		rpc_error(resp, a, t->state == TARGET_EXITED ? PYPROFD__ERROR_CODE__ERROR_EXITED
+		                                              : PYPROFD__ERROR_CODE__ERROR_NOT_ATTACHED,
+		          "process %d is not being sampled (%s)", (int)t->pid, target_state_name(t->state));
+		return;
+	}
+	target_stop(t);
+	log_info("pid %d: detached after %llu samples; state kept warm", (int)t->pid,
+	         (unsigned long long)t->session_samples);
+	Pyprofd__DetachResult *res = arena_alloc(a, sizeof *res);
+	if (!res) {
+		rpc_oom(resp, a);
+		return;
+	}
+	pyprofd__detach_result__init(res);
+	res->target = target_to_proto(t, a);
+	if (!res->target) {
+		rpc_oom(resp, a);
+		return;
+	}
+	resp->result_case = PYPROFD__RESPONSE__RESULT_DETACH;
+	resp->detach = res;
+	targets_trim(&s->targets, s->config.warm_budget_bytes, s->config.max_targets);
+	server_update_status(s);
+}
+
+static void rpc_list(struct server *s, struct client *c, const Pyprofd__Request *req,
+                     Pyprofd__Response *resp, struct arena *a)
+{
+	(void)req;
+	Pyprofd__ListResult *res = arena_alloc(a, sizeof *res);
+	Pyprofd__Target **v = arena_alloc(a, (s->targets.n ? s->targets.n : 1) * sizeof *v);
+	if (!res || !v) {
+		rpc_oom(resp, a);
+		return;
+	}
+	pyprofd__list_result__init(res);
+	res->targets = v;
+	for (size_t i = 0; i < s->targets.n; i++) {
+		const struct target *t = s->targets.v[i];
+		if (!may_see(c, t->uid))
+			continue;
+		if (!(v[res->n_targets++] = target_to_proto(t, a))) {
+			rpc_oom(resp, a);
+			return;
+		}
+	}
+	resp->result_case = PYPROFD__RESPONSE__RESULT_LIST;
+	resp->list = res;
+}
+
+static const char *frame_kind_name(enum uw_frame_kind kind)
+{
+	return kind == UW_FRAME_NATIVE ? "native" : kind == UW_FRAME_GC ? "gc" : "python";
+}
+
+static Pyprofd__DumpResult *dump_to_proto(pid_t pid, const char *version,
+                                          const struct uw_snapshot *snap, struct arena *a)
+{
+	Pyprofd__DumpResult *res = arena_alloc(a, sizeof *res);
+	if (!res)
+		return NULL;
+	pyprofd__dump_result__init(res);
+	res->pid = pid;
+	res->python_version = arena_strdup(a, version);
+	res->threads = arena_alloc(a, (snap->nthreads ? snap->nthreads : 1) * sizeof *res->threads);
+	if (!res->python_version || !res->threads)
+		return NULL;
+	for (uint32_t i = 0; i < snap->nthreads; i++) {
+		const struct uw_thread *th = &snap->threads[i];
+		Pyprofd__Thread *pt = arena_alloc(a, sizeof *pt);
+		if (!pt)
+			return NULL;
+		pyprofd__thread__init(pt);
+		pt->thread_id = th->thread_id;
+		pt->native_thread_id = th->native_id;
+		pt->interpreter_id = th->interp_id;
+		pt->gil = th->holds_gil;
+		pt->on_cpu = th->on_cpu;
+		pt->truncated = th->truncated;
+		pt->unreadable = th->unreadable;
+		pt->frames = arena_alloc(a, (th->nframes ? th->nframes : 1) * sizeof *pt->frames);
+		if (!pt->frames)
+			return NULL;
+		for (uint32_t k = 0; k < th->nframes; k++) {
+			const struct uw_frame *f = &th->frames[k];
+			Pyprofd__Frame *pf = arena_alloc(a, sizeof *pf);
+			if (!pf)
+				return NULL;
+			pyprofd__frame__init(pf);
+			pf->function = arena_strdup(a, f->function ? f->function : "");
+			pf->qualname = arena_strdup(a, f->qualname ? f->qualname : "");
+			pf->file = arena_strdup(a, f->file ? f->file : "");
+			pf->line = f->line > 0 ? f->line : 0;
+			pf->kind = arena_strdup(a, frame_kind_name(f->kind));
+			if (!pf->function || !pf->qualname || !pf->file || !pf->kind)
+				return NULL;
+			pt->frames[pt->n_frames++] = pf;
+		}
+		res->threads[res->n_threads++] = pt;
+	}
+	return res;
+}
+
+static void rpc_dump(struct server *s, struct client *c, const Pyprofd__Request *req,
+                     Pyprofd__Response *resp, struct arena *a)
+{
+	const Pyprofd__DumpRequest *r = req->dump;
+	uint64_t start;
+	uid_t owner;
+	if (authorize(c, r->pid, &start, &owner, resp, a) != 0)
+		return;
+	struct target *t = current_target(s, r->pid, start);
+	struct uw_error err = {0};
+	/* A known process answers from its warm state; any other is opened for this dump alone. */
+	struct uw_target *uw = t && t->uw ? t->uw : uw_open(r->pid, &err);
+	if (!uw) {
+		rpc_error(resp, a, code_of(err.status), "%s", err.msg);
+		return;
+	}
+	unsigned flags = (r->native ? UW_SNAP_NATIVE : 0u) | (r->gc ? UW_SNAP_GC : 0u);
+	struct uw_snapshot snap = {0};
+	if (uw_snapshot(uw, flags, &snap, &err) != 0) {
+		rpc_error(resp, a, code_of(err.status), "%s", err.msg);
+	} else {
+		Pyprofd__DumpResult *res = dump_to_proto(r->pid, uw_version(uw), &snap, a);
+		if (res) {
+			resp->result_case = PYPROFD__RESPONSE__RESULT_DUMP;
+			resp->dump = res;
+		} else {
+			rpc_oom(resp, a);
+		}
+	}
+	uw_snapshot_release(&snap);
+	if (!t || uw != t->uw)
+		uw_close(uw);
+}
+
+static void rpc_stats(struct server *s, struct client *c, const Pyprofd__Request *req,
+                      Pyprofd__Response *resp, struct arena *a)
+{
+	struct target *t = known_target(s, c, req->stats->pid, resp, a);
+	if (!t)
+		return;
+	struct uw_stats st = t->final_stats;
+	if (t->uw)
+		uw_stats(t->uw, &st);
+	Pyprofd__StatsResult *res = arena_alloc(a, sizeof *res);
+	size_t n = NSTATS_COUNTERS + 3;
+	Pyprofd__Counter **v = arena_alloc(a, n * sizeof *v);
+	if (!res || !v) {
+		rpc_oom(resp, a);
+		return;
+	}
+	pyprofd__stats_result__init(res);
+	res->target = target_to_proto(t, a);
+	res->counters = v;
+	const struct {
+		const char *name;
+		uint64_t value;
+	} totals[] = {{"total_samples", st.samples},
+	              {"readv_calls", st.readv_calls},
+	              {"bytes_read", st.bytes_read}};
+	for (size_t i = 0; i < n; i++) {
+		Pyprofd__Counter *ctr = arena_alloc(a, sizeof *ctr);
+		if (!ctr) {
+			rpc_oom(resp, a);
+			return;
+		}
+		pyprofd__counter__init(ctr);
+		if (i < 3) {
+			ctr->name = (char *)totals[i].name;
+			ctr->value = totals[i].value;
+		} else {
+			ctr->name = (char *)stats_counters[i - 3].name;
+			ctr->value = stats_counter_value(&st, i - 3);
+		}
+		v[res->n_counters++] = ctr;
+	}
+	ev_tstamp elapsed = ev_now(s->loop) - t->session_start;
+	res->achieved_rate_hz =
+		t->state == TARGET_SAMPLING && elapsed > 0 ? (double)t->session_samples / elapsed : 0;
+	res->jitter_us_p50 = timing_percentile(&t->jitter_us, 50);
+	res->jitter_us_p99 = timing_percentile(&t->jitter_us, 99);
+	res->sample_us_p50 = timing_percentile(&t->cost_us, 50);
+	res->sample_us_p99 = timing_percentile(&t->cost_us, 99);
+	res->cache_bytes = st.cache_bytes;
+	res->missed_ticks = t->missed_ticks;
+	if (!res->target) {
+		rpc_oom(resp, a);
+		return;
+	}
+	resp->result_case = PYPROFD__RESPONSE__RESULT_STATS;
+	resp->stats = res;
+}
+
+static uint64_t rss_bytes(void)
+{
+	FILE *f = fopen("/proc/self/statm", "re");
+	unsigned long long size = 0, resident = 0;
+	if (f) {
+		if (fscanf(f, "%llu %llu", &size, &resident) != 2)
+			resident = 0;
+		fclose(f);
+	}
+	return resident * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+static void rpc_status(struct server *s, struct client *c, const Pyprofd__Request *req,
+                       Pyprofd__Response *resp, struct arena *a)
+{
+	(void)req;
+	(void)c;
+	Pyprofd__StatusResult *res = arena_alloc(a, sizeof *res);
+	if (!res) {
+		rpc_oom(resp, a);
+		return;
+	}
+	pyprofd__status_result__init(res);
+	res->version = (char *)PYPROFD_VERSION;
+	res->pid = (int32_t)getpid();
+	res->uptime_s = ev_now(s->loop) - s->started;
+	for (size_t i = 0; i < s->targets.n; i++) {
+		enum target_state st = s->targets.v[i]->state;
+		res->targets_sampling += st == TARGET_SAMPLING;
+		res->targets_detached += st == TARGET_DETACHED;
+		res->targets_exited += st == TARGET_EXITED;
+	}
+	res->connections = s->nclients;
+	res->warm_bytes = targets_warm_bytes(&s->targets);
+	res->warm_budget_bytes = s->config.warm_budget_bytes;
+	res->rss_bytes = rss_bytes();
+	res->cpu_percent = res->uptime_s > 0 ? 100.0 * server_cpu_seconds() / res->uptime_s : 0;
+	res->state_dir = s->config.state_dir;
+	res->socket = s->socket_activated ? (char *)"(from systemd)" : s->config.socket_path;
+	resp->result_case = PYPROFD__RESPONSE__RESULT_STATUS;
+	resp->status = res;
+}
+
+/* Own and total counts per function, gathered from a target's recent stacks. */
+struct top_acc {
+	const struct uw_target *uw;
+	struct arena *a;
+	Pyprofd__FunctionRow **rows;
+	size_t nrows, cap;
+	uint64_t samples;
+	uint64_t stamp; /* which stack last counted a row's total */
+	uint64_t *seen;
+	uint32_t *row_of_frame; /* frame id -> row + 1; 0 not seen yet */
+	uint32_t nframes;
+	bool failed;
+};
+
+/* The row of a function (by name and file); -1 if out of memory. */
+static long top_row_by_name(struct top_acc *acc, const struct uw_frame *f)
+{
+	const char *file = f->file ? f->file : "";
+	for (size_t i = 0; i < acc->nrows; i++)
+		if (strcmp(acc->rows[i]->function, f->function) == 0 && strcmp(acc->rows[i]->file, file) == 0)
+			return (long)i;
+	if (acc->nrows == acc->cap) {
+		size_t cap = acc->cap ? acc->cap * 2 : 64;
+		Pyprofd__FunctionRow **rows = realloc(acc->rows, cap * sizeof *rows);
+		uint64_t *seen = realloc(acc->seen, cap * sizeof *seen);
+		if (rows)
+			acc->rows = rows;
+		if (seen)
+			acc->seen = seen;
+		if (!rows || !seen)
+			return -1;
+		acc->cap = cap;
+	}
+	Pyprofd__FunctionRow *row = arena_alloc(acc->a, sizeof *row);
+	if (!row)
+		return -1;
+	pyprofd__function_row__init(row);
+	row->function = arena_strdup(acc->a, f->function);
+	row->file = arena_strdup(acc->a, file);
+	if (!row->function || !row->file)
+		return -1;
+	acc->seen[acc->nrows] = 0;
+	acc->rows[acc->nrows++] = row;
+	return (long)acc->nrows - 1;
+}
+
+/* The row of a frame id: names are compared once per frame id, not once per sample. */
+static long top_row(struct top_acc *acc, uint32_t frame, const struct uw_frame *f)
+{
+	if (frame >= acc->nframes) {
+		uint32_t n = frame + 1 > acc->nframes * 2 ? frame + 1 : acc->nframes * 2;
+		uint32_t *v = realloc(acc->row_of_frame, n * sizeof *v);
+		if (!v)
+			return -1;
+		memset(v + acc->nframes, 0, (n - acc->nframes) * sizeof *v);
+		acc->row_of_frame = v;
+		acc->nframes = n;
+	}
+	if (!acc->row_of_frame[frame]) {
+		long row = top_row_by_name(acc, f);
+		if (row < 0)
+			return -1;
+		acc->row_of_frame[frame] = (uint32_t)row + 1;
+	}
+	return (long)acc->row_of_frame[frame] - 1;
+}
+
+static void top_count(void *ctx, uint32_t stack, uint64_t count)
+{
+	struct top_acc *acc = ctx;
+	if (acc->failed)
+		return;
+	acc->samples += count;
+	acc->stamp++;
+	bool innermost = true;
+	for (uint32_t depth = 0; stack && depth < UW_MAX_FRAMES; depth++, stack = uw_stack_parent(acc->uw, stack)) {
+		uint32_t frame = uw_stack_frame(acc->uw, stack);
+		const struct uw_frame *f = uw_frame_get(acc->uw, frame);
+		if (!f || !f->function)
+			continue;
+		long at = top_row(acc, frame, f);
+		if (at < 0) {
+			acc->failed = true;
+			return;
+		}
+		Pyprofd__FunctionRow *row = acc->rows[at];
+		if (innermost)
+			row->own += count;
+		innermost = false;
+		/* Recursion counts a function once per stack in its total. */
+		if (acc->seen[at] != acc->stamp) {
+			acc->seen[at] = acc->stamp;
+			row->total += count;
+		}
+	}
+}
+
+static int row_cmp(const void *x, const void *y)
+{
+	const Pyprofd__FunctionRow *a = *(Pyprofd__FunctionRow *const *)x;
+	const Pyprofd__FunctionRow *b = *(Pyprofd__FunctionRow *const *)y;
+	if (a->own != b->own)
+		return a->own > b->own ? -1 : 1;
+	if (a->total != b->total)
+		return a->total > b->total ? -1 : 1;
+	return strcmp(a->function, b->function);
+}
+
+static void rpc_top(struct server *s, struct client *c, const Pyprofd__Request *req,
+                    Pyprofd__Response *resp, struct arena *a)
+{
+	const Pyprofd__TopRequest *r = req->top;
+	struct target *t = known_target(s, c, r->pid, resp, a);
+	if (!t)
+		return;
+	if (!t->uw) {
+		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_EXITED, "process %d exited", (int)t->pid);
+		return;
+	}
+	unsigned window = r->window_s ? r->window_s : s->config.top_window_s;
+	if (window > RECENT_SECONDS - 2)
+		window = RECENT_SECONDS - 2;
+	struct top_acc acc = {.uw = t->uw, .a = a};
+	/* Whole seconds: the current one, partly filled, and the `window` before it. */
+	int64_t now = (int64_t)ev_now(s->loop);
+	recent_visit(t->recent, now - (int64_t)window, top_count, &acc);
+	Pyprofd__TopResult *res = arena_alloc(a, sizeof *res);
+	free(acc.row_of_frame);
+	if (acc.failed || !res) {
+		free(acc.rows);
+		free(acc.seen);
+		rpc_oom(resp, a);
+		return;
+	}
+	pyprofd__top_result__init(res);
+	qsort(acc.rows, acc.nrows, sizeof *acc.rows, row_cmp);
+	size_t limit = r->limit ? r->limit : TOP_ROWS_MAX;
+	res->n_rows = acc.nrows < limit ? acc.nrows : limit;
+	res->rows = arena_alloc(a, (res->n_rows ? res->n_rows : 1) * sizeof *res->rows);
+	if (res->rows && res->n_rows)
+		memcpy(res->rows, acc.rows, res->n_rows * sizeof *res->rows);
+	free(acc.rows);
+	free(acc.seen);
+	res->target = target_to_proto(t, a);
+	res->window_s = window;
+	res->samples = acc.samples;
+	if (!res->rows || !res->target) {
+		rpc_oom(resp, a);
+		return;
+	}
+	resp->result_case = PYPROFD__RESPONSE__RESULT_TOP;
+	resp->top = res;
+}
+
+typedef void (*rpc_handler)(struct server *, struct client *, const Pyprofd__Request *,
+                            Pyprofd__Response *, struct arena *);
+
+static const struct {
+	Pyprofd__Request__BodyCase body;
+	const char *name;
+	rpc_handler handle;
+} handlers[] = {
+	{PYPROFD__REQUEST__BODY_ATTACH, "attach", rpc_attach},
+	{PYPROFD__REQUEST__BODY_DETACH, "detach", rpc_detach},
+	{PYPROFD__REQUEST__BODY_LIST, "list", rpc_list},
+	{PYPROFD__REQUEST__BODY_DUMP, "dump", rpc_dump},
+	{PYPROFD__REQUEST__BODY_STATS, "stats", rpc_stats},
+	{PYPROFD__REQUEST__BODY_STATUS, "status", rpc_status},
+	{PYPROFD__REQUEST__BODY_TOP, "top", rpc_top},
+};
+
+void rpc_dispatch(struct server *s, struct client *c, const Pyprofd__Request *req,
+                  Pyprofd__Response *resp, struct arena *a)
+{
+	if (req->version != PYPROFD__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT) {
+		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_PROTOCOL,
+		          "protocol version %u is not spoken here (this daemon speaks %d)", req->version,
+		          PYPROFD__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT);
+		return;
+	}
+	for (size_t i = 0; i < sizeof handlers / sizeof handlers[0]; i++)
+		if (handlers[i].body == req->body_case) {
+			log_debug("uid %d: %s", (int)c->uid, handlers[i].name);
+			handlers[i].handle(s, c, req, resp, a);
+			return;
+		}
+	rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST, "the request has no known body");
+}

@@ -1,0 +1,276 @@
+/*
+ * The daemon: one libev loop that owns the listening socket, the clients,
+ * the targets and their sampling timers, and the signals.  Everything it
+ * does on the loop is short and bounded; a sample is a few process_vm_readv
+ * calls.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
+
+#include "pyprofd.h"
+
+#define LISTEN_BACKLOG 128
+
+/* mkdir -p with `mode` for the directories it creates. */
+static int make_dirs(const char *path, mode_t mode)
+{
+	char buf[4096];
+	if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	for (char *p = buf + 1;; p++) {
+		if (*p != '/' && *p != '\0')
+			continue;
+		char saved = *p;
+		*p = '\0';
+		if (mkdir(buf, mode) != 0 && errno != EEXIST)
+			return -1;
+		*p = saved;
+		if (saved == '\0')
+			return 0;
+	}
+}
+
+/*
+ * The state directory: ours, and not writable by anyone else — the
+ * database and the socket live there.
+ */
+static int prepare_state_dir(const char *dir)
+{
+	if (make_dirs(dir, 0700) != 0) {
+		fprintf(stderr, "pyprofd: cannot create state directory %s: %s\n", dir, strerror(errno));
+		return -1;
+	}
+	struct stat st;
+	if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+		fprintf(stderr, "pyprofd: state directory %s is not a directory\n", dir);
+		return -1;
+	}
+	if (st.st_uid != geteuid() || (st.st_mode & 0022)) {
+		fprintf(stderr, "pyprofd: state directory %s must be owned by uid %d and writable "
+		                "by its owner alone\n",
+		        dir, (int)geteuid());
+		return -1;
+	}
+	return 0;
+}
+
+/* Whether a daemon already answers on path (then it is not ours to replace). */
+static bool socket_in_use(const char *path)
+{
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return false;
+	struct sockaddr_un addr = {.sun_family = AF_UNIX};
+	snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path);
+	bool in_use = connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0;
+	close(fd);
+	return in_use;
+}
+
+static int listen_on(struct server *s)
+{
+	const char *path = s->config.socket_path;
+	int n = sd_listen_fds(1);
+	if (n > 1) {
+		fprintf(stderr, "pyprofd: systemd passed %d sockets; one is expected\n", n);
+		return -1;
+	}
+	if (n == 1) {
+		if (sd_is_socket_unix(SD_LISTEN_FDS_START, SOCK_STREAM, 1, NULL, 0) <= 0) {
+			fprintf(stderr, "pyprofd: the socket systemd passed is not a listening Unix stream socket\n");
+			return -1;
+		}
+		s->listen_fd = SD_LISTEN_FDS_START;
+		s->socket_activated = true;
+		return 0;
+	}
+	struct sockaddr_un addr = {.sun_family = AF_UNIX};
+	if (strlen(path) >= sizeof addr.sun_path) {
+		fprintf(stderr, "pyprofd: socket path too long: %s\n", path);
+		return -1;
+	}
+	memcpy(addr.sun_path, path, strlen(path) + 1);
+	char dir[sizeof addr.sun_path];
+	snprintf(dir, sizeof dir, "%s", path);
+	char *slash = strrchr(dir, '/');
+	if (slash && slash != dir) {
+		*slash = '\0';
+		/* Others must reach a system socket; each request is authorized by its peer's uid. */
+		if (make_dirs(dir, geteuid() == 0 ? 0755 : 0700) != 0) {
+			fprintf(stderr, "pyprofd: cannot create %s: %s\n", dir, strerror(errno));
+			return -1;
+		}
+	}
+	if (socket_in_use(path)) {
+		fprintf(stderr, "pyprofd: another daemon is listening on %s\n", path);
+		return -1;
+	}
+	unlink(path); /* a socket left by a daemon that died */
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0 || bind(fd, (struct sockaddr *)&addr, sizeof addr) != 0 ||
+	    chmod(path, geteuid() == 0 ? 0666 : 0600) != 0 || listen(fd, LISTEN_BACKLOG) != 0) {
+		fprintf(stderr, "pyprofd: cannot listen on %s: %s\n", path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	s->listen_fd = fd;
+	s->socket_created = true;
+	return 0;
+}
+
+static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	struct server *s = w->data;
+	/* A bounded batch per wakeup: a flood of connections cannot starve the timers. */
+	for (int i = 0; i < 64; i++) {
+		int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+				log_warn("accept: %s", strerror(errno));
+			return;
+		}
+		server_client_accept(s, fd);
+	}
+}
+
+static void on_stop_signal(struct ev_loop *loop, ev_signal *w, int revents)
+{
+	(void)revents;
+	log_info("stopping on %s", w->signum == SIGTERM ? "SIGTERM" : "SIGINT");
+	ev_break(loop, EVBREAK_ALL);
+}
+
+static void on_reload_signal(struct ev_loop *loop, ev_signal *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	struct server *s = w->data;
+	sd_notify(0, "RELOADING=1");
+	if (config_reload(&s->config, s->argc, s->argv) == 0) {
+		log_set_level(s->config.log_level);
+		log_info("configuration reloaded%s%s", s->config.config_path ? " from " : "",
+		         s->config.config_path ? s->config.config_path : "");
+	} else {
+		log_error("configuration not reloaded: the file has errors (kept the last one)");
+	}
+	targets_trim(&s->targets, s->config.warm_budget_bytes, s->config.max_targets);
+	sd_notify(0, "READY=1");
+	server_update_status(s);
+}
+
+/* Once a second: notice processes that exited while detached, hold the budgets. */
+static void on_housekeeping(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	struct server *s = w->data;
+	for (size_t i = 0; i < s->targets.n; i++)
+		target_check_alive(s->targets.v[i]);
+	targets_trim(&s->targets, s->config.warm_budget_bytes, s->config.max_targets);
+	server_update_status(s);
+}
+
+void server_update_status(struct server *s)
+{
+	unsigned sampling = 0, warm = 0;
+	for (size_t i = 0; i < s->targets.n; i++) {
+		sampling += s->targets.v[i]->state == TARGET_SAMPLING;
+		warm += s->targets.v[i]->state == TARGET_DETACHED;
+	}
+	sd_notifyf(0, "STATUS=sampling %u target%s, %u kept warm, %u client%s", sampling,
+	           sampling == 1 ? "" : "s", warm, s->nclients, s->nclients == 1 ? "" : "s");
+}
+
+static void server_shutdown(struct server *s)
+{
+	sd_notify(0, "STOPPING=1");
+	while (s->clients)
+		server_client_free(s->clients);
+	targets_free(&s->targets);
+	if (s->listen_fd >= 0) {
+		ev_io_stop(s->loop, &s->accept_watcher);
+		close(s->listen_fd);
+		if (s->socket_created)
+			unlink(s->config.socket_path);
+	}
+	ev_signal_stop(s->loop, &s->sigterm);
+	ev_signal_stop(s->loop, &s->sigint);
+	ev_signal_stop(s->loop, &s->sighup);
+	ev_timer_stop(s->loop, &s->housekeeping);
+	ev_loop_destroy(s->loop);
+	config_free(&s->config);
+}
+
+int cmd_serve(int argc, char **argv)
+{
+	struct server s = {.listen_fd = -1, .argc = argc, .argv = argv};
+	int rc = config_load(&s.config, argc, argv);
+	if (rc == -1)
+		return EXIT_OK; /* --help */
+	if (rc != EXIT_OK)
+		return rc;
+	log_init(s.config.log_level);
+	signal(SIGPIPE, SIG_IGN);
+
+	s.loop = ev_default_loop(EVFLAG_AUTO);
+	if (!s.loop) {
+		fprintf(stderr, "pyprofd: cannot create the event loop\n");
+		config_free(&s.config);
+		return EXIT_FAILURE_OTHER;
+	}
+	if (prepare_state_dir(s.config.state_dir) != 0 || listen_on(&s) != 0) {
+		ev_loop_destroy(s.loop);
+		config_free(&s.config);
+		return EXIT_FAILURE_OTHER;
+	}
+	s.started = ev_now(s.loop);
+	s.started_at = ev_time();
+
+	ev_io_init(&s.accept_watcher, on_accept, s.listen_fd, EV_READ);
+	s.accept_watcher.data = &s;
+	ev_io_start(s.loop, &s.accept_watcher);
+	ev_signal_init(&s.sigterm, on_stop_signal, SIGTERM);
+	ev_signal_init(&s.sigint, on_stop_signal, SIGINT);
+	ev_signal_init(&s.sighup, on_reload_signal, SIGHUP);
+	s.sighup.data = &s;
+	ev_signal_start(s.loop, &s.sigterm);
+	ev_signal_start(s.loop, &s.sigint);
+	ev_signal_start(s.loop, &s.sighup);
+	ev_timer_init(&s.housekeeping, on_housekeeping, 1.0, 1.0);
+	s.housekeeping.data = &s;
+	ev_timer_start(s.loop, &s.housekeeping);
+
+	log_info("pyprofd %s listening on %s%s (state in %s)", PYPROFD_VERSION,
+	         s.socket_activated ? "a socket from systemd" : s.config.socket_path,
+	         s.socket_activated ? "" : "", s.config.state_dir);
+	sd_notify(0, "READY=1");
+	server_update_status(&s);
+
+	ev_run(s.loop, 0);
+
+	server_shutdown(&s);
+	log_info("stopped");
+	return EXIT_OK;
+}
+
+double server_cpu_seconds(void)
+{
+	struct rusage ru;
+	if (getrusage(RUSAGE_SELF, &ru) != 0)
+		return 0;
+	return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+	       (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+}

@@ -1,0 +1,401 @@
+/*
+ * A target: one process the daemon knows, and everything about it — its
+ * identity (pid and start time, so a reused pid is a different process), its
+ * unwinder state with the warm caches, its sampling timer, what it sampled
+ * lately and how punctual and costly the sampling was.
+ *
+ * Lifecycle: target_open (detached, state warm), target_start (sampling),
+ * target_stop (detached again, caches kept), target_mark_exited (state
+ * dropped, entry kept for `list`), target_free.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pyprofd.h"
+
+#define CMDLINE_MAX 4096
+
+/* Read a small /proc file whole; its length, or -1 with errno. */
+static ssize_t read_proc_file(pid_t pid, const char *name, char *buf, size_t cap)
+{
+	char path[64];
+	snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, name);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	size_t len = 0;
+	while (len + 1 < cap) {
+		ssize_t got = read(fd, buf + len, cap - 1 - len);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0)
+			break;
+		len += (size_t)got;
+	}
+	int saved = errno;
+	close(fd);
+	errno = saved;
+	buf[len] = '\0';
+	return (ssize_t)len;
+}
+
+int proc_identity(pid_t pid, uint64_t *start_time, uid_t *uid, struct uw_error *err)
+{
+	char buf[4096];
+	if (pid <= 0 || read_proc_file(pid, "stat", buf, sizeof buf) < 0) {
+		err->status = errno == EACCES ? UW_EPERM : UW_ENOPROC;
+		snprintf(err->msg, sizeof err->msg, "no such process: %d", (int)pid);
+		return -1;
+	}
+	/* The command name may hold anything, ')' included: fields start after the last one. */
+	const char *p = strrchr(buf, ')');
+	unsigned long long start = 0;
+	/* After ") ": state is field 3, starttime field 22. */
+	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+	                 &start) != 1) {
+		err->status = UW_ENOPROC;
+		snprintf(err->msg, sizeof err->msg, "process %d has no readable status", (int)pid);
+		return -1;
+	}
+	if (read_proc_file(pid, "status", buf, sizeof buf) < 0) {
+		err->status = UW_ENOPROC;
+		snprintf(err->msg, sizeof err->msg, "no such process: %d", (int)pid);
+		return -1;
+	}
+	const char *line = strstr(buf, "\nUid:");
+	unsigned long real_uid;
+	if (!line || sscanf(line + 5, "%lu", &real_uid) != 1) {
+		err->status = UW_ENOPROC;
+		snprintf(err->msg, sizeof err->msg, "process %d has no readable owner", (int)pid);
+		return -1;
+	}
+	*start_time = start;
+	*uid = (uid_t)real_uid;
+	return 0;
+}
+
+static char *read_executable(pid_t pid)
+{
+	char path[64], buf[4096];
+	snprintf(path, sizeof path, "/proc/%d/exe", (int)pid);
+	ssize_t len = readlink(path, buf, sizeof buf - 1);
+	if (len < 0)
+		return strdup("");
+	buf[len] = '\0';
+	return strdup(buf);
+}
+
+/* The command line with its NULs as spaces, cut at CMDLINE_MAX bytes. */
+static char *read_command_line(pid_t pid)
+{
+	char buf[CMDLINE_MAX];
+	ssize_t len = read_proc_file(pid, "cmdline", buf, sizeof buf);
+	if (len < 0)
+		len = 0;
+	while (len > 0 && buf[len - 1] == '\0')
+		len--;
+	for (ssize_t i = 0; i < len; i++)
+		if (buf[i] == '\0')
+			buf[i] = ' ';
+	buf[len] = '\0';
+	return strdup(buf);
+}
+
+static void target_on_tick(struct ev_loop *loop, ev_io *w, int revents);
+
+static double monotonic_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+struct target *target_open(struct server *server, pid_t pid, struct uw_error *err)
+{
+	uint64_t start_time;
+	uid_t uid;
+	if (proc_identity(pid, &start_time, &uid, err) != 0)
+		return NULL;
+	struct target *t = calloc(1, sizeof *t);
+	if (!t) {
+		err->status = UW_ENOMEM;
+		snprintf(err->msg, sizeof err->msg, "out of memory");
+		return NULL;
+	}
+	t->server = server;
+	t->timer_fd = -1;
+	t->pid = pid;
+	t->start_time = start_time;
+	t->uid = uid;
+	t->state = TARGET_DETACHED;
+	t->executable = read_executable(pid);
+	t->command_line = read_command_line(pid);
+	t->recent = recent_new();
+	if (!t->executable || !t->command_line || !t->recent) {
+		err->status = UW_ENOMEM;
+		snprintf(err->msg, sizeof err->msg, "out of memory");
+		target_free(t);
+		return NULL;
+	}
+	t->uw = uw_open(pid, err);
+	if (!t->uw) {
+		target_free(t);
+		return NULL;
+	}
+	snprintf(t->python_version, sizeof t->python_version, "%s", uw_version(t->uw));
+	/*
+	 * A timerfd per target, not an ev_timer: epoll waits in whole
+	 * milliseconds, so loop timers fire up to 1 ms late; a timerfd wakes the
+	 * loop when the kernel's high-resolution timer expires, on a drift-free
+	 * periodic schedule.
+	 */
+	t->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	if (t->timer_fd < 0) {
+		err->status = UW_EIO;
+		snprintf(err->msg, sizeof err->msg, "timerfd: %s", strerror(errno));
+		target_free(t);
+		return NULL;
+	}
+	ev_io_init(&t->timer, target_on_tick, t->timer_fd, EV_READ);
+	t->timer.data = t;
+	t->last_used = ev_now(server->loop);
+	return t;
+}
+
+void target_params_free(struct target_params *p)
+{
+	for (size_t i = 0; i < p->nlabels; i++) {
+		free(p->label_keys[i]);
+		free(p->label_values[i]);
+	}
+	free(p->label_keys);
+	free(p->label_values);
+	memset(p, 0, sizeof *p);
+}
+
+/* Arm (interval > 0) or disarm the sampling timer. */
+static void timer_arm(struct target *t, double interval)
+{
+	struct itimerspec spec = {0};
+	if (interval > 0) {
+		long ns = (long)(interval * 1e9);
+		spec.it_interval = (struct timespec){.tv_sec = ns / 1000000000L, .tv_nsec = ns % 1000000000L};
+		spec.it_value = spec.it_interval;
+		t->next_due = monotonic_now() + interval;
+	}
+	if (timerfd_settime(t->timer_fd, 0, &spec, NULL) != 0)
+		log_error("pid %d: timerfd_settime: %s", (int)t->pid, strerror(errno));
+}
+
+void target_start(struct target *t, struct target_params *params)
+{
+	struct ev_loop *loop = t->server->loop;
+	ev_io_stop(loop, &t->timer);
+	target_params_free(&t->params);
+	t->params = *params;
+	memset(params, 0, sizeof *params);
+
+	struct uw_options opts = {.flags = t->params.flags,
+	                          .mode = t->params.mode,
+	                          .cache_budget = UW_DEFAULT_CACHE_BUDGET};
+	uw_configure(t->uw, &opts);
+	t->state = TARGET_SAMPLING;
+	t->sessions++;
+	t->session_samples = 0;
+	t->session_start = ev_now(loop);
+	t->attached_at = ev_time();
+	t->last_used = ev_now(loop);
+	memset(&t->jitter_us, 0, sizeof t->jitter_us);
+	memset(&t->cost_us, 0, sizeof t->cost_us);
+	/* Each timer runs at its own phase: targets attached together do not sample in step. */
+	timer_arm(t, 1.0 / t->params.rate_hz);
+	ev_io_start(loop, &t->timer);
+}
+
+void target_stop(struct target *t)
+{
+	ev_io_stop(t->server->loop, &t->timer);
+	timer_arm(t, 0);
+	if (t->state == TARGET_SAMPLING)
+		t->state = TARGET_DETACHED;
+	t->last_used = ev_now(t->server->loop);
+}
+
+void target_mark_exited(struct target *t, const char *why)
+{
+	ev_io_stop(t->server->loop, &t->timer);
+	timer_arm(t, 0);
+	if (t->state != TARGET_EXITED)
+		log_info("pid %d: %s; stopped after %llu samples", (int)t->pid, why,
+		         (unsigned long long)t->samples);
+	t->state = TARGET_EXITED;
+	if (t->uw) {
+		uw_stats(t->uw, &t->final_stats);
+		uw_close(t->uw);
+		t->uw = NULL;
+	}
+	uw_sample_free(&t->sample);
+	recent_clear(t->recent);
+	t->last_used = ev_now(t->server->loop);
+}
+
+void target_free(struct target *t)
+{
+	if (!t)
+		return;
+	if (t->server)
+		ev_io_stop(t->server->loop, &t->timer);
+	if (t->timer_fd >= 0)
+		close(t->timer_fd);
+	if (t->uw)
+		uw_close(t->uw);
+	uw_sample_free(&t->sample);
+	recent_free(t->recent);
+	target_params_free(&t->params);
+	free(t->executable);
+	free(t->command_line);
+	free(t);
+}
+
+/* Whether pid still names the process this target was opened on. */
+static bool target_same_process(const struct target *t)
+{
+	uint64_t start;
+	uid_t uid;
+	struct uw_error err;
+	return proc_identity(t->pid, &start, &uid, &err) == 0 && start == t->start_time;
+}
+
+bool target_check_alive(struct target *t)
+{
+	if (t->state == TARGET_EXITED)
+		return false;
+	if (!target_same_process(t)) {
+		target_mark_exited(t, "the process exited");
+		return false;
+	}
+	return true;
+}
+
+static void target_sample(struct target *t)
+{
+	struct uw_error err = {0};
+	struct timespec a, b;
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	int rc = uw_sample(t->uw, &t->sample, &err);
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	timing_add(&t->cost_us, (double)(b.tv_sec - a.tv_sec) * 1e6 + (double)(b.tv_nsec - a.tv_nsec) / 1e3);
+	if (rc != 0) {
+		/* A failed read may be a process that is gone, or a pid already reused. */
+		if (err.status == UW_EGONE || err.status == UW_ENOPROC || !target_same_process(t)) {
+			target_mark_exited(t, "the process exited");
+			return;
+		}
+		t->errors++;
+		log_debug("pid %d: sample failed: %s", (int)t->pid, err.msg);
+		return;
+	}
+	t->samples++;
+	t->session_samples++;
+	if (t->sample.epoch != t->epoch) {
+		/* The caches were reset: stack ids of the last epoch mean nothing now. */
+		recent_clear(t->recent);
+		t->epoch = t->sample.epoch;
+	}
+	int64_t second = (int64_t)ev_now(t->server->loop);
+	for (uint32_t i = 0; i < t->sample.nthreads; i++)
+		if (recent_add(t->recent, second, t->sample.threads[i].stack, 1) != 0)
+			log_warn("pid %d: out of memory counting samples", (int)t->pid);
+}
+
+static void target_on_tick(struct ev_loop *loop, ev_io *w, int revents)
+{
+	(void)revents;
+	struct target *t = w->data;
+	uint64_t expirations;
+	if (read(t->timer_fd, &expirations, sizeof expirations) != (ssize_t)sizeof expirations ||
+	    expirations == 0)
+		return;
+	/* Lateness of the latest tick; ticks the loop could not keep up with are skipped, counted. */
+	double interval = 1.0 / t->params.rate_hz;
+	double due = t->next_due + (double)(expirations - 1) * interval;
+	double late = monotonic_now() - due;
+	timing_add(&t->jitter_us, late > 0 ? late * 1e6 : 0);
+	t->next_due += (double)expirations * interval;
+	t->missed_ticks += expirations - 1;
+	target_sample(t);
+	if (t->state == TARGET_SAMPLING && t->params.duration_s > 0 &&
+	    ev_now(loop) - t->session_start >= t->params.duration_s) {
+		target_stop(t);
+		log_info("pid %d: sampled for %.1f s as asked; state kept warm", (int)t->pid,
+		         t->params.duration_s);
+		server_update_status(t->server);
+	}
+}
+
+const char *target_state_name(enum target_state state)
+{
+	switch (state) {
+	case TARGET_SAMPLING: return "sampling";
+	case TARGET_DETACHED: return "detached";
+	case TARGET_EXITED: return "exited";
+	}
+	return "unknown";
+}
+
+size_t target_cache_bytes(const struct target *t)
+{
+	if (!t->uw)
+		return 0;
+	struct uw_stats st;
+	uw_stats(t->uw, &st);
+	return st.cache_bytes;
+}
+
+Pyprofd__Target *target_to_proto(const struct target *t, struct arena *a)
+{
+	Pyprofd__Target *p = arena_alloc(a, sizeof *p);
+	if (!p)
+		return NULL;
+	pyprofd__target__init(p);
+	p->pid = t->pid;
+	p->start_time = t->start_time;
+	p->uid = t->uid;
+	p->state = arena_strdup(a, target_state_name(t->state));
+	p->python_version = arena_strdup(a, t->python_version);
+	p->rate_hz = t->params.rate_hz;
+	p->mode = t->params.mode == UW_MODE_CPU   ? PYPROFD__MODE__MODE_CPU
+	          : t->params.mode == UW_MODE_GIL ? PYPROFD__MODE__MODE_GIL
+	                                          : PYPROFD__MODE__MODE_WALL;
+	p->samples = t->samples;
+	p->errors = t->errors;
+	p->executable = arena_strdup(a, t->executable);
+	p->command_line = arena_strdup(a, t->command_line);
+	p->attached_at = t->attached_at;
+	p->duration_s = t->params.duration_s;
+	p->sessions = t->sessions;
+	if (t->params.nlabels) {
+		p->labels = arena_alloc(a, t->params.nlabels * sizeof *p->labels);
+		if (!p->labels)
+			return NULL;
+		for (size_t i = 0; i < t->params.nlabels; i++) {
+			Pyprofd__Label *l = arena_alloc(a, sizeof *l);
+			if (!l)
+				return NULL;
+			pyprofd__label__init(l);
+			l->key = arena_strdup(a, t->params.label_keys[i]);
+			l->value = arena_strdup(a, t->params.label_values[i]);
+			p->labels[p->n_labels++] = l;
+		}
+	}
+	if (!p->state || !p->python_version || !p->executable || !p->command_line)
+		return NULL;
+	return p;
+}

@@ -1,0 +1,86 @@
+/*
+ * The registry of targets.  Detached targets keep their unwinder state only
+ * within the warm budget (least recently used go first), and exited ones stay
+ * listed a while so an operator sees what ended, but never past the cap.
+ */
+#include <stdlib.h>
+
+#include "pyprofd.h"
+
+/* How long an exited target stays in `list`. */
+#define EXITED_KEEP_S 600.0
+
+struct target *targets_find(const struct targets *ts, pid_t pid)
+{
+	for (size_t i = 0; i < ts->n; i++)
+		if (ts->v[i]->pid == pid)
+			return ts->v[i];
+	return NULL;
+}
+
+int targets_add(struct targets *ts, struct target *t)
+{
+	if (ts->n == ts->cap) {
+		size_t cap = ts->cap ? ts->cap * 2 : 16;
+		struct target **v = realloc(ts->v, cap * sizeof *v);
+		if (!v)
+			return -1;
+		ts->v = v;
+		ts->cap = cap;
+	}
+	ts->v[ts->n++] = t;
+	return 0;
+}
+
+void targets_remove(struct targets *ts, struct target *t)
+{
+	for (size_t i = 0; i < ts->n; i++)
+		if (ts->v[i] == t) {
+			ts->v[i] = ts->v[--ts->n];
+			return;
+		}
+}
+
+size_t targets_warm_bytes(const struct targets *ts)
+{
+	size_t total = 0;
+	for (size_t i = 0; i < ts->n; i++)
+		if (ts->v[i]->state == TARGET_DETACHED)
+			total += target_cache_bytes(ts->v[i]);
+	return total;
+}
+
+/* The least recently used target in `state`, or NULL. */
+static struct target *oldest_in(const struct targets *ts, enum target_state state)
+{
+	struct target *oldest = NULL;
+	for (size_t i = 0; i < ts->n; i++)
+		if (ts->v[i]->state == state && (!oldest || ts->v[i]->last_used < oldest->last_used))
+			oldest = ts->v[i];
+	return oldest;
+}
+
+void targets_trim(struct targets *ts, size_t warm_budget, size_t max_targets)
+{
+	struct target *t;
+	while (targets_warm_bytes(ts) > warm_budget && (t = oldest_in(ts, TARGET_DETACHED))) {
+		log_info("pid %d: warm state dropped (over the %zu MiB budget)", (int)t->pid,
+		         warm_budget >> 20);
+		targets_remove(ts, t);
+		target_free(t);
+	}
+	while ((t = oldest_in(ts, TARGET_EXITED)) &&
+	       (ts->n > max_targets || ev_now(t->server->loop) - t->last_used > EXITED_KEEP_S)) {
+		targets_remove(ts, t);
+		target_free(t);
+	}
+}
+
+void targets_free(struct targets *ts)
+{
+	for (size_t i = 0; i < ts->n; i++)
+		target_free(ts->v[i]);
+	free(ts->v);
+	ts->v = NULL;
+	ts->n = ts->cap = 0;
+}

@@ -1,0 +1,308 @@
+#include "daemon.h"
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define DAEMON_START_TIMEOUT_S 20.0
+#define DAEMON_ARGV_MAX 32
+
+static double mono_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void pause_ms(long ms)
+{
+	struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+}
+
+const char *ctl_bin(void)
+{
+	const char *bin = getenv("PYPROFD_CTL");
+	cr_assert(bin && *bin, "PYPROFD_CTL is not set: run the suite with `make test`");
+	return bin;
+}
+
+char *daemon_log(const struct daemon *d)
+{
+	FILE *f = fopen(d->log, "r");
+	if (!f)
+		return strdup("");
+	size_t cap = 1 << 16, len = 0;
+	char *buf = malloc(cap);
+	cr_assert_not_null(buf);
+	size_t got;
+	while ((got = fread(buf + len, 1, cap - len - 1, f)) > 0) {
+		len += got;
+		if (cap - len < 2) {
+			cap *= 2;
+			buf = realloc(buf, cap);
+			cr_assert_not_null(buf);
+		}
+	}
+	fclose(f);
+	buf[len] = '\0';
+	return buf;
+}
+
+int daemon_connect(const struct daemon *d)
+{
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	cr_assert(fd >= 0, "socket: %s", strerror(errno));
+	struct sockaddr_un addr = {.sun_family = AF_UNIX};
+	cr_assert_lt(strlen(d->sock), sizeof addr.sun_path, "socket path too long: %s", d->sock);
+	memcpy(addr.sun_path, d->sock, strlen(d->sock) + 1);
+	if (connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+void daemon_start(struct daemon *d, const char *const extra[])
+{
+	memset(d, 0, sizeof *d);
+	scratch_dir(d->dir, sizeof d->dir);
+	/* Others (the unprivileged user of the permission test) must reach the socket. */
+	chmod(d->dir, 0755);
+	snprintf(d->state, sizeof d->state, "%s/state", d->dir);
+	snprintf(d->sock, sizeof d->sock, "%s/run/pyprofd.sock", d->dir);
+	snprintf(d->log, sizeof d->log, "%s/daemon.log", d->dir);
+	const char *argv[DAEMON_ARGV_MAX] = {pyprofd_bin(), "--state-dir", d->state, "--socket", d->sock,
+	                                     "--log-level", "debug"};
+	size_t n = 7;
+	for (size_t i = 0; extra && extra[i]; i++) {
+		cr_assert(n + 1 < DAEMON_ARGV_MAX, "too many daemon arguments");
+		argv[n++] = extra[i];
+	}
+	argv[n] = NULL;
+	d->pid = spawn_process((char *const *)argv, d->log);
+	double deadline = mono_now() + DAEMON_START_TIMEOUT_S;
+	while (mono_now() < deadline) {
+		int fd = daemon_connect(d);
+		if (fd >= 0) {
+			close(fd);
+			return;
+		}
+		int status;
+		if (waitpid(d->pid, &status, WNOHANG) == d->pid) {
+			char *log = daemon_log(d);
+			cr_assert_fail("the daemon exited before listening:\n%s", log);
+		}
+		pause_ms(20);
+	}
+	char *log = daemon_log(d);
+	cr_assert_fail("the daemon did not listen on %s within %.0f s:\n%s", d->sock,
+	               DAEMON_START_TIMEOUT_S, log);
+}
+
+bool daemon_alive(struct daemon *d)
+{
+	int status;
+	return d->pid > 0 && waitpid(d->pid, &status, WNOHANG) == 0;
+}
+
+void daemon_stop(struct daemon *d)
+{
+	cr_assert(kill(d->pid, SIGTERM) == 0, "kill: %s", strerror(errno));
+	double deadline = mono_now() + 15.0;
+	int status = 0;
+	pid_t r = 0;
+	while (mono_now() < deadline && (r = waitpid(d->pid, &status, WNOHANG)) == 0)
+		pause_ms(10);
+	char *log = daemon_log(d);
+	cr_assert(r == d->pid, "the daemon did not stop on SIGTERM:\n%s", log);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	          "the daemon did not exit cleanly (status 0x%x):\n%s", status, log);
+	free(log);
+	struct stat st;
+	cr_assert(stat(d->sock, &st) != 0, "the daemon left its socket behind");
+	d->pid = 0;
+}
+
+void ctl_run(const struct daemon *d, struct run_result *r, const char *const args[],
+             const struct run_opts *opts)
+{
+	const char *argv[DAEMON_ARGV_MAX] = {ctl_bin(), "--socket", d->sock};
+	size_t n = 3;
+	for (size_t i = 0; args[i]; i++) {
+		cr_assert(n + 1 < DAEMON_ARGV_MAX, "too many arguments");
+		argv[n++] = args[i];
+	}
+	argv[n] = NULL;
+	run_command(r, argv, opts);
+}
+
+json_t *ctl_json(const struct daemon *d, const char *const args[])
+{
+	const char *argv[DAEMON_ARGV_MAX] = {"--json"};
+	size_t n = 1;
+	for (size_t i = 0; args[i]; i++) {
+		cr_assert(n + 1 < DAEMON_ARGV_MAX, "too many arguments");
+		argv[n++] = args[i];
+	}
+	argv[n] = NULL;
+	struct run_result r;
+	ctl_run(d, &r, argv, NULL);
+	char why[512];
+	cr_assert(r.exited && r.code == 0, "pyprofd-ctl %s: %s", args[0], run_describe(&r, why, sizeof why));
+	json_error_t jerr;
+	json_t *j = json_loadb(r.out, r.out_len, 0, &jerr);
+	cr_assert_not_null(j, "pyprofd-ctl %s --json printed no JSON (%s): %s", args[0], jerr.text, r.out);
+	run_result_free(&r);
+	return j;
+}
+
+bool send_all(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+	while (len > 0) {
+		ssize_t put = send(fd, p, len, MSG_NOSIGNAL);
+		if (put < 0 && errno == EINTR)
+			continue;
+		if (put <= 0)
+			return false;
+		p += put;
+		len -= (size_t)put;
+	}
+	return true;
+}
+
+bool send_request(int fd, Pyprofd__Request *req)
+{
+	if (!req->version)
+		req->version = PYPROFD__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT;
+	size_t len = pyprofd__request__get_packed_size(req);
+	unsigned char *buf = malloc(len + 4);
+	cr_assert_not_null(buf);
+	buf[0] = (unsigned char)(len >> 24);
+	buf[1] = (unsigned char)(len >> 16);
+	buf[2] = (unsigned char)(len >> 8);
+	buf[3] = (unsigned char)len;
+	pyprofd__request__pack(req, buf + 4);
+	bool ok = send_all(fd, buf, len + 4);
+	free(buf);
+	return ok;
+}
+
+/* Read exactly len bytes before the deadline; false on EOF, error or timeout. */
+static bool recv_exact(int fd, void *buf, size_t len, double deadline)
+{
+	char *p = buf;
+	while (len > 0) {
+		double left = deadline - mono_now();
+		if (left <= 0)
+			return false;
+		struct pollfd pfd = {.fd = fd, .events = POLLIN};
+		int n = poll(&pfd, 1, (int)(left * 1000) + 1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return false;
+		ssize_t got = recv(fd, p, len, 0);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0)
+			return false;
+		p += got;
+		len -= (size_t)got;
+	}
+	return true;
+}
+
+Pyprofd__Response *recv_response(int fd, double timeout_s)
+{
+	double deadline = mono_now() + timeout_s;
+	unsigned char hdr[4];
+	if (!recv_exact(fd, hdr, 4, deadline))
+		return NULL;
+	uint32_t len = (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 | (uint32_t)hdr[2] << 8 | hdr[3];
+	cr_assert_leq(len, 64u << 20, "the daemon sent a frame of %u bytes", len);
+	unsigned char *buf = malloc(len ? len : 1);
+	cr_assert_not_null(buf);
+	if (!recv_exact(fd, buf, len, deadline)) {
+		free(buf);
+		return NULL;
+	}
+	Pyprofd__Response *resp = pyprofd__response__unpack(NULL, len, buf);
+	free(buf);
+	cr_assert_not_null(resp, "the daemon sent a frame that is not a Response");
+	return resp;
+}
+
+bool connection_closed(int fd, double timeout_s)
+{
+	double deadline = mono_now() + timeout_s;
+	char buf[4096];
+	for (;;) {
+		double left = deadline - mono_now();
+		if (left <= 0)
+			return false;
+		struct pollfd pfd = {.fd = fd, .events = POLLIN};
+		int n = poll(&pfd, 1, (int)(left * 1000) + 1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return false;
+		ssize_t got = recv(fd, buf, sizeof buf, 0);
+		if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN))
+			return true;
+		/* Responses still in flight (an error reply) are read past. */
+	}
+}
+
+bool daemon_serves(const struct daemon *d)
+{
+	int fd = daemon_connect(d);
+	if (fd < 0)
+		return false;
+	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
+	Pyprofd__StatusRequest status = PYPROFD__STATUS_REQUEST__INIT;
+	req.id = 7;
+	req.body_case = PYPROFD__REQUEST__BODY_STATUS;
+	req.status = &status;
+	bool ok = send_request(fd, &req);
+	Pyprofd__Response *resp = ok ? recv_response(fd, 10.0) : NULL;
+	ok = resp && resp->id == 7 && resp->result_case == PYPROFD__RESPONSE__RESULT_STATUS;
+	if (resp)
+		pyprofd__response__free_unpacked(resp, NULL);
+	close(fd);
+	return ok;
+}
+
+json_t *wait_target(const struct daemon *d, pid_t pid, bool (*pred)(json_t *entry), double timeout_s)
+{
+	double deadline = mono_now() + timeout_s;
+	for (;;) {
+		static const char *const list[] = {"list", NULL};
+		json_t *all = ctl_json(d, list);
+		size_t i;
+		json_t *entry;
+		json_array_foreach(all, i, entry) {
+			if (json_integer_value(json_object_get(entry, "pid")) == pid && pred(entry)) {
+				json_incref(entry);
+				json_decref(all);
+				return entry;
+			}
+		}
+		json_decref(all);
+		if (mono_now() > deadline)
+			return NULL;
+		pause_ms(50);
+	}
+}

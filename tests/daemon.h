@@ -1,0 +1,71 @@
+/*
+ * The real daemon under test: started in a scratch directory of its own,
+ * driven with the real pyprofd-ctl or with raw frames on its socket.
+ */
+#ifndef PYPROFD_TESTS_DAEMON_H
+#define PYPROFD_TESTS_DAEMON_H
+
+#include <jansson.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "helpers.h"
+#include "pyprofd.pb-c.h"
+
+struct daemon {
+	pid_t pid;
+	char dir[PATH_MAX - 64];
+	char state[PATH_MAX];
+	char sock[PATH_MAX]; /* in a directory others may reach: the permission tests need it */
+	char log[PATH_MAX];
+};
+
+/* Start `pyprofd --state-dir DIR/state --socket DIR/run/pyprofd.sock EXTRA...`; returns once it listens. */
+void daemon_start(struct daemon *d, const char *const extra[]);
+
+/* SIGTERM; the daemon must exit 0 within a few seconds. */
+void daemon_stop(struct daemon *d);
+
+/* True while the daemon process lives. */
+bool daemon_alive(struct daemon *d);
+
+/* The daemon's log so far (malloc'd, NUL-terminated). */
+char *daemon_log(const struct daemon *d);
+
+/* $PYPROFD_CTL; fails the test if unset. */
+const char *ctl_bin(void);
+
+/* `pyprofd-ctl --socket SOCK ARGS...` (args NULL-terminated). */
+void ctl_run(const struct daemon *d, struct run_result *r, const char *const args[],
+             const struct run_opts *opts);
+
+/* The same with --json; the command must succeed and print JSON, returned parsed. */
+json_t *ctl_json(const struct daemon *d, const char *const args[]);
+
+/* A raw connection to the daemon's socket. */
+int daemon_connect(const struct daemon *d);
+
+/* Write all of buf; false if the daemon closed the connection. */
+bool send_all(int fd, const void *buf, size_t len);
+
+/* Send one request (version and id filled in when 0) framed. */
+bool send_request(int fd, Pyprofd__Request *req);
+
+/*
+ * Read one framed response within timeout_s: NULL if the connection closed
+ * (or timed out) first.  Free with pyprofd__response__free_unpacked.
+ */
+Pyprofd__Response *recv_response(int fd, double timeout_s);
+
+/* Whether the peer closed the connection within timeout_s (EOF or reset). */
+bool connection_closed(int fd, double timeout_s);
+
+/* A status request on a fresh connection answers: the daemon still serves. */
+bool daemon_serves(const struct daemon *d);
+
+/* Poll the target's list entry until pred holds or timeout; the entry (owned) or NULL. */
+json_t *wait_target(const struct daemon *d, pid_t pid, bool (*pred)(json_t *entry), double timeout_s);
+
+#endif

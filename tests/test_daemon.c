@@ -1,0 +1,702 @@
+/*
+ * The daemon end to end: the real pyprofd on a socket in a scratch
+ * directory, the real pyprofd-ctl, real Python targets of every installed
+ * version, and raw frames for what a well-behaved client never sends.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "helpers.h"
+#include "pythons.h"
+
+TestSuite(daemon, .init = helpers_init, .fini = helpers_fini);
+
+#define NOBODY_UID 65534
+#define NOBODY_GID 65534
+
+static void pause_ms(long ms)
+{
+	struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+}
+
+static const char *pid_text(pid_t pid, char *buf, size_t len)
+{
+	snprintf(buf, len, "%d", (int)pid);
+	return buf;
+}
+
+static json_int_t jint(json_t *obj, const char *key)
+{
+	json_t *v = json_object_get(obj, key);
+	cr_assert(json_is_integer(v), "no integer \"%s\" in %s", key, json_dumps(obj, JSON_COMPACT));
+	return json_integer_value(v);
+}
+
+static const char *jstr(json_t *obj, const char *key)
+{
+	json_t *v = json_object_get(obj, key);
+	cr_assert(json_is_string(v), "no string \"%s\" in %s", key, json_dumps(obj, JSON_COMPACT));
+	return json_string_value(v);
+}
+
+/* `pyprofd-ctl ARGS` must fail with `code` and one stderr line. */
+static void ctl_expect_failure(const struct daemon *d, const char *const args[], int code,
+                               const struct run_opts *opts, const char *context)
+{
+	struct run_result r;
+	ctl_run(d, &r, args, opts);
+	char why[512];
+	cr_assert(r.exited && r.code == code, "%s: pyprofd-ctl %s: expected exit %d, got %s", context,
+	          args[0], code, run_describe(&r, why, sizeof why));
+	cr_assert(r.err_len > 0 && strchr(r.err, '\n') == r.err + r.err_len - 1,
+	          "%s: expected one error line, got: %s", context, r.err);
+	run_result_free(&r);
+}
+
+static void ctl_ok(const struct daemon *d, const char *const args[])
+{
+	struct run_result r;
+	ctl_run(d, &r, args, NULL);
+	char why[512];
+	cr_assert(r.exited && r.code == 0, "pyprofd-ctl %s: %s", args[0], run_describe(&r, why, sizeof why));
+	run_result_free(&r);
+}
+
+static void attach(const struct daemon *d, pid_t pid, const char *rate)
+{
+	char p[16];
+	const char *args[] = {"attach", pid_text(pid, p, sizeof p), "--rate", rate, NULL};
+	ctl_ok(d, args);
+}
+
+static json_t *stats_of(const struct daemon *d, pid_t pid)
+{
+	char p[16];
+	const char *args[] = {"stats", pid_text(pid, p, sizeof p), NULL};
+	return ctl_json(d, args);
+}
+
+/* The list entry of pid once pred holds (within 30 s), or the test fails. */
+static json_t *entry_when(const struct daemon *d, pid_t pid, bool (*pred)(json_t *), const char *what)
+{
+	json_t *e = wait_target(d, pid, pred, 30.0);
+	if (!e) {
+		char *log = daemon_log(d);
+		cr_assert_fail("pid %d never became %s; daemon log:\n%s", (int)pid, what, log);
+	}
+	return e;
+}
+
+static bool sampled_a_while(json_t *e)
+{
+	return strcmp(json_string_value(json_object_get(e, "state")), "sampling") == 0 &&
+	       json_integer_value(json_object_get(e, "samples")) >= 30;
+}
+
+static bool is_exited(json_t *e)
+{
+	return strcmp(json_string_value(json_object_get(e, "state")), "exited") == 0;
+}
+
+/* Whether a dumped thread shows these functions, innermost first, at its top. */
+static bool thread_shows(json_t *thread, const char *const names[])
+{
+	json_t *frames = json_object_get(thread, "frames");
+	for (size_t i = 0; names[i]; i++) {
+		json_t *f = json_array_get(frames, i);
+		if (!f || strcmp(json_string_value(json_object_get(f, "function")), names[i]) != 0)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Every installed version at once: attach, list, dump, stats, top, detach,
+ * and the answers match what each interpreter itself reported.
+ */
+Test(daemon, attach_list_dump_stats_detach, .timeout = 300)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	struct target targets[PYTHONS_MAX];
+	json_t *reports[PYTHONS_MAX];
+	for (size_t i = 0; i < n; i++)
+		target_start(&targets[i], &pys[i], "nested");
+	for (size_t i = 0; i < n; i++)
+		reports[i] = target_wait_report(&targets[i], TARGET_READY_TIMEOUT_S);
+
+	struct daemon d;
+	daemon_start(&d, NULL);
+	for (size_t i = 0; i < n; i++)
+		attach(&d, targets[i].pid, "200");
+
+	static const char *const nested[] = {"hold", "nested_inner", "nested_middle", "nested_outer", NULL};
+	for (size_t i = 0; i < n; i++) {
+		pid_t pid = targets[i].pid;
+		char p[16];
+		json_t *e = entry_when(&d, pid, sampled_a_while, "sampled");
+		cr_assert_str_eq(jstr(e, "python_version"), jstr(reports[i], "version"), "%s", pys[i].path);
+		cr_expect_eq(jint(e, "rate_hz"), 200);
+		cr_expect_str_eq(jstr(e, "mode"), "wall");
+		cr_expect_eq(jint(e, "errors"), 0, "%s: sampling errors", pys[i].path);
+		json_decref(e);
+
+		const char *dump[] = {"dump", pid_text(pid, p, sizeof p), NULL};
+		json_t *j = ctl_json(&d, dump);
+		cr_assert_eq(jint(j, "pid"), pid);
+		cr_assert(thread_shows(json_array_get(json_object_get(j, "threads"), 0), nested),
+		          "%s: dump through the daemon: %s", pys[i].path, json_dumps(j, JSON_COMPACT));
+		json_decref(j);
+
+		json_t *st = stats_of(&d, pid);
+		cr_assert_gt(jint(st, "total_samples"), 0, "%s", pys[i].path);
+		/* A parked stack is the frame cache's best case: every sample after the first hits whole. */
+		cr_assert_gt(jint(st, "frame_cache_full_hits"), 0, "%s", pys[i].path);
+		json_decref(st);
+
+		const char *top[] = {"top", pid_text(pid, p, sizeof p), "--once", "--window", "5", NULL};
+		json_t *t = ctl_json(&d, top);
+		json_t *rows = json_object_get(t, "rows");
+		bool found = false;
+		size_t k;
+		json_t *row;
+		json_array_foreach(rows, k, row)
+			found = found || (strcmp(jstr(row, "function"), "hold") == 0 && jint(row, "own") > 0);
+		cr_assert(found, "%s: top shows no own time in hold(): %s", pys[i].path,
+		          json_dumps(t, JSON_COMPACT));
+		json_decref(t);
+	}
+
+	static const char *const status[] = {"status", NULL};
+	json_t *s = ctl_json(&d, status);
+	cr_assert_eq(jint(s, "targets_sampling"), (json_int_t)n);
+	json_decref(s);
+
+	for (size_t i = 0; i < n; i++) {
+		char p[16];
+		const char *detach[] = {"detach", pid_text(targets[i].pid, p, sizeof p), NULL};
+		ctl_ok(&d, detach);
+	}
+	static const char *const list[] = {"list", NULL};
+	json_t *before = ctl_json(&d, list);
+	pause_ms(300);
+	json_t *after = ctl_json(&d, list);
+	size_t i;
+	json_t *e;
+	json_array_foreach(after, i, e) {
+		cr_assert_str_eq(jstr(e, "state"), "detached");
+		json_t *b = json_array_get(before, i);
+		cr_assert_eq(jint(e, "samples"), jint(b, "samples"), "pid %lld sampled after detach",
+		             (long long)jint(e, "pid"));
+	}
+	json_decref(before);
+	json_decref(after);
+	daemon_stop(&d);
+	for (size_t k = 0; k < n; k++)
+		json_decref(reports[k]);
+}
+
+/* Twenty processes at once, each sampled at its rate, none failing. */
+Test(daemon, twenty_targets, .timeout = 300)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	enum { N = 20 };
+	struct target targets[N];
+	for (size_t i = 0; i < N; i++)
+		target_start(&targets[i], &pys[i % n], "nested");
+	for (size_t i = 0; i < N; i++)
+		json_decref(target_wait_report(&targets[i], TARGET_READY_TIMEOUT_S));
+	struct daemon d;
+	daemon_start(&d, NULL);
+	for (size_t i = 0; i < N; i++)
+		attach(&d, targets[i].pid, "100");
+	for (size_t i = 0; i < N; i++) {
+		json_t *e = entry_when(&d, targets[i].pid, sampled_a_while, "sampled");
+		cr_expect_eq(jint(e, "errors"), 0, "pid %d: sampling errors", (int)targets[i].pid);
+		json_decref(e);
+	}
+	static const char *const status[] = {"status", NULL};
+	json_t *s = ctl_json(&d, status);
+	cr_assert_eq(jint(s, "targets_sampling"), N);
+	json_decref(s);
+	for (size_t i = 0; i < N; i++) {
+		json_t *st = stats_of(&d, targets[i].pid);
+		/* Blocked targets, 100 Hz: the timer must have kept close to its rate. */
+		double rate = json_real_value(json_object_get(st, "achieved_rate_hz"));
+		cr_expect(rate > 50 && rate < 150, "pid %d: %.1f Hz achieved for 100 asked",
+		          (int)targets[i].pid, rate);
+		json_decref(st);
+	}
+	daemon_stop(&d);
+}
+
+/*
+ * Detach keeps the caches; attaching again starts warm: the code objects a
+ * busy target runs are found in the cache, not decoded again.
+ */
+Test(daemon, reattach_is_warm, .timeout = 300)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	const struct python *py = &pys[n - 1];
+	char script[PATH_MAX];
+	target_script("callgraph.py", script, sizeof script);
+	const char *argv[] = {py->path, "-I", script, "{report}", NULL};
+	struct target target;
+	target_start_argv(&target, argv);
+	json_decref(target_wait_report(&target, TARGET_READY_TIMEOUT_S));
+	struct daemon d;
+	daemon_start(&d, NULL);
+	char p[16];
+	pid_text(target.pid, p, sizeof p);
+	attach(&d, target.pid, "200");
+	json_decref(entry_when(&d, target.pid, sampled_a_while, "sampled"));
+	const char *detach[] = {"detach", p, NULL};
+	ctl_ok(&d, detach);
+	json_t *before = stats_of(&d, target.pid);
+
+	const char *again[] = {"attach", p, "--rate", "200", NULL};
+	json_t *a = ctl_json(&d, again);
+	cr_assert(json_is_true(json_object_get(a, "warm")), "re-attach was not warm: %s",
+	          json_dumps(a, JSON_COMPACT));
+	cr_assert_eq(jint(a, "sessions"), 2);
+	json_decref(a);
+	json_t *after = NULL;
+	for (int i = 0; i < 300; i++) {
+		json_decref(after);
+		after = stats_of(&d, target.pid);
+		if (jint(after, "total_samples") >= jint(before, "total_samples") + 30)
+			break;
+		pause_ms(50);
+	}
+	cr_assert_gt(jint(after, "total_samples"), jint(before, "total_samples"));
+	json_int_t hits = jint(after, "code_object_cache_hits") - jint(before, "code_object_cache_hits");
+	json_int_t misses =
+		jint(after, "code_object_cache_misses") - jint(before, "code_object_cache_misses");
+	cr_assert_gt(hits, 0, "no code object cache hits after re-attaching (%s)", py->path);
+	/* A rarely run function may be met for the first time; nearly all must hit. */
+	cr_assert_leq(misses * 20, hits, "%lld code objects decoded again for %lld found warm (%s)",
+	              (long long)misses, (long long)hits, py->path);
+	cr_assert_eq(jint(after, "cache_resets"), 0);
+	json_decref(before);
+	json_decref(after);
+	daemon_stop(&d);
+}
+
+/* A target killed while sampled is marked exited, logged once, and nothing else stops. */
+Test(daemon, target_killed_while_sampled, .timeout = 300)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	struct target doomed, other;
+	target_start(&doomed, &pys[0], "threads20");
+	target_start(&other, &pys[n - 1], "nested");
+	json_decref(target_wait_report(&doomed, TARGET_READY_TIMEOUT_S));
+	json_decref(target_wait_report(&other, TARGET_READY_TIMEOUT_S));
+	struct daemon d;
+	daemon_start(&d, NULL);
+	attach(&d, doomed.pid, "500");
+	attach(&d, other.pid, "100");
+	json_decref(entry_when(&d, doomed.pid, sampled_a_while, "sampled"));
+	target_kill(&doomed);
+	json_decref(entry_when(&d, doomed.pid, is_exited, "exited"));
+
+	json_t *e = entry_when(&d, other.pid, sampled_a_while, "sampled");
+	json_int_t samples = jint(e, "samples");
+	json_decref(e);
+	pause_ms(500);
+	e = entry_when(&d, other.pid, sampled_a_while, "sampled");
+	cr_assert_gt(jint(e, "samples"), samples, "the other target stopped being sampled");
+	json_decref(e);
+	cr_assert(daemon_alive(&d) && daemon_serves(&d));
+
+	char p[16];
+	const char *stats[] = {"detach", pid_text(doomed.pid, p, sizeof p), NULL};
+	ctl_expect_failure(&d, stats, 7, NULL, "detach of an exited target");
+
+	char *log = daemon_log(&d);
+	char needle[64];
+	snprintf(needle, sizeof needle, "pid %d: the process exited", (int)doomed.pid);
+	char *first = strstr(log, needle);
+	cr_assert_not_null(first, "no log line for the exit:\n%s", log);
+	cr_assert_null(strstr(first + 1, needle), "the exit was logged more than once:\n%s", log);
+	free(log);
+	daemon_stop(&d);
+}
+
+/* Make the next fork get `pid` (root only); false if the kernel will not. */
+static bool next_pid_is(pid_t pid)
+{
+	int fd = open("/proc/sys/kernel/ns_last_pid", O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	char buf[16];
+	int len = snprintf(buf, sizeof buf, "%d", (int)pid - 1);
+	bool ok = write(fd, buf, (size_t)len) == len;
+	close(fd);
+	return ok;
+}
+
+/* A target started at exactly `pid`, or false after many tries (other processes fork too). */
+static bool start_at_pid(struct target *t, const struct python *py, pid_t pid)
+{
+	for (int attempt = 0; attempt < 200; attempt++) {
+		if (!next_pid_is(pid))
+			return false;
+		target_start(t, py, "nested");
+		if (t->pid == pid)
+			return true;
+		target_kill(t);
+	}
+	return false;
+}
+
+/*
+ * A pid reused by a new process is a new target: never its predecessor's
+ * warm state, whether the old one was seen exiting or not.
+ */
+Test(daemon, pid_reuse, .timeout = 300)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	const struct python *py = &pys[n - 1];
+	struct daemon d;
+	daemon_start(&d, NULL);
+	char p[16];
+
+	/* Detached (warm), then killed and replaced before the daemon looks. */
+	struct target first, second;
+	target_start(&first, py, "nested");
+	json_decref(target_wait_report(&first, TARGET_READY_TIMEOUT_S));
+	pid_t pid = first.pid;
+	pid_text(pid, p, sizeof p);
+	attach(&d, pid, "200");
+	json_t *e = entry_when(&d, pid, sampled_a_while, "sampled");
+	json_int_t old_start = jint(e, "start_time");
+	json_decref(e);
+	const char *detach[] = {"detach", p, NULL};
+	ctl_ok(&d, detach);
+	target_kill(&first);
+	if (!start_at_pid(&second, py, pid))
+		cr_skip_test("cannot make the kernel reuse pid %d here (needs root and ns_last_pid)", (int)pid);
+	json_decref(target_wait_report(&second, TARGET_READY_TIMEOUT_S));
+	const char *again[] = {"attach", p, "--rate", "200", NULL};
+	json_t *a = ctl_json(&d, again);
+	cr_assert(json_is_false(json_object_get(a, "warm")), "a new process got the old one's state");
+	cr_assert_neq(jint(a, "start_time"), old_start);
+	cr_assert_eq(jint(a, "sessions"), 1);
+	json_decref(a);
+	e = entry_when(&d, pid, sampled_a_while, "sampled");
+	cr_assert_eq(jint(e, "errors"), 0);
+	json_decref(e);
+
+	/* Sampling, killed: marked exited; a new process at the pid attaches afresh. */
+	json_t *st = stats_of(&d, pid);
+	json_decref(st);
+	target_kill(&second);
+	json_decref(entry_when(&d, pid, is_exited, "exited"));
+	struct target third;
+	cr_assert(start_at_pid(&third, py, pid), "could not reuse pid %d a second time", (int)pid);
+	json_decref(target_wait_report(&third, TARGET_READY_TIMEOUT_S));
+	a = ctl_json(&d, again);
+	cr_assert(json_is_false(json_object_get(a, "warm")));
+	cr_assert_str_eq(jstr(a, "state"), "sampling");
+	json_decref(a);
+	static const char *const list[] = {"list", NULL};
+	json_t *all = ctl_json(&d, list);
+	size_t i, same_pid = 0;
+	json_array_foreach(all, i, e)
+		same_pid += jint(e, "pid") == pid;
+	cr_assert_eq(same_pid, 1, "two entries for pid %d: %s", (int)pid, json_dumps(all, JSON_COMPACT));
+	json_decref(all);
+	daemon_stop(&d);
+}
+
+/* A raw frame: 4-byte big-endian length, then payload. */
+static bool send_frame(int fd, uint32_t len, const void *payload, size_t payload_len)
+{
+	unsigned char hdr[4] = {(unsigned char)(len >> 24), (unsigned char)(len >> 16),
+	                        (unsigned char)(len >> 8), (unsigned char)len};
+	return send_all(fd, hdr, 4) && send_all(fd, payload, payload_len);
+}
+
+static Pyprofd__Response *status_call(int fd, uint64_t id)
+{
+	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
+	Pyprofd__StatusRequest status = PYPROFD__STATUS_REQUEST__INIT;
+	req.id = id;
+	req.body_case = PYPROFD__REQUEST__BODY_STATUS;
+	req.status = &status;
+	cr_assert(send_request(fd, &req));
+	return recv_response(fd, 10.0);
+}
+
+static void expect_error(Pyprofd__Response *resp, Pyprofd__ErrorCode code, const char *context)
+{
+	cr_assert_not_null(resp, "%s: no response", context);
+	cr_assert_eq(resp->result_case, PYPROFD__RESPONSE__RESULT_ERROR, "%s: not an error", context);
+	cr_assert_eq(resp->error->code, code, "%s: error code %d (%s)", context, (int)resp->error->code,
+	             resp->error->message);
+	cr_assert(resp->error->message && *resp->error->message, "%s: an error without a message", context);
+	pyprofd__response__free_unpacked(resp, NULL);
+}
+
+/*
+ * Bad frames of every kind, while a well-behaved client keeps its own
+ * connection: the daemon answers or closes the bad one and serves the good.
+ */
+Test(daemon, malformed_frames, .timeout = 300)
+{
+	struct daemon d;
+	daemon_start(&d, NULL);
+	int good = daemon_connect(&d);
+	cr_assert(good >= 0);
+	uint64_t id = 100;
+	Pyprofd__Response *r = status_call(good, ++id);
+	cr_assert(r && r->result_case == PYPROFD__RESPONSE__RESULT_STATUS);
+	pyprofd__response__free_unpacked(r, NULL);
+
+	/* Truncated: a length promising more than ever comes, then the client leaves. */
+	int fd = daemon_connect(&d);
+	unsigned char some[10] = {0x10, 0x01};
+	cr_assert(send_frame(fd, 100, some, sizeof some));
+	close(fd);
+
+	/* 0xFFFFFFFF: refused before anything is allocated, with an error, then closed. */
+	fd = daemon_connect(&d);
+	cr_assert(send_frame(fd, 0xFFFFFFFFu, some, sizeof some));
+	expect_error(recv_response(fd, 10.0), PYPROFD__ERROR_CODE__ERROR_LIMIT, "length 0xFFFFFFFF");
+	cr_assert(connection_closed(fd, 10.0), "an oversized frame left the connection open");
+	close(fd);
+
+	/* Random bytes: whatever they say, an answer or a close, never a hang or a crash. */
+	srand(12345);
+	for (int round = 0; round < 20; round++) {
+		fd = daemon_connect(&d);
+		unsigned char noise[256];
+		for (size_t i = 0; i < sizeof noise; i++)
+			noise[i] = (unsigned char)rand();
+		send_all(fd, noise, sizeof noise);
+		shutdown(fd, SHUT_WR);
+		cr_assert(connection_closed(fd, 10.0), "random bytes (round %d) hung the connection", round);
+		close(fd);
+	}
+
+	/* A sound frame of garbage: an error, and the same connection goes on working. */
+	fd = daemon_connect(&d);
+	unsigned char garbage[32];
+	memset(garbage, 0xff, sizeof garbage);
+	cr_assert(send_frame(fd, sizeof garbage, garbage, sizeof garbage));
+	expect_error(recv_response(fd, 10.0), PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST, "garbage protobuf");
+	r = status_call(fd, ++id);
+	cr_assert(r && r->id == id && r->result_case == PYPROFD__RESPONSE__RESULT_STATUS,
+	          "the connection stopped working after a garbage frame");
+	pyprofd__response__free_unpacked(r, NULL);
+
+	/* An empty frame is an empty request: no protocol version. */
+	cr_assert(send_frame(fd, 0, NULL, 0));
+	expect_error(recv_response(fd, 10.0), PYPROFD__ERROR_CODE__ERROR_PROTOCOL, "empty frame");
+	/* A future protocol version. */
+	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
+	Pyprofd__ListRequest list = PYPROFD__LIST_REQUEST__INIT;
+	req.version = 99;
+	req.id = ++id;
+	req.body_case = PYPROFD__REQUEST__BODY_LIST;
+	req.list = &list;
+	cr_assert(send_request(fd, &req));
+	r = recv_response(fd, 10.0);
+	cr_assert(r && r->id == id);
+	expect_error(r, PYPROFD__ERROR_CODE__ERROR_PROTOCOL, "version 99");
+	/* A request with no body. */
+	Pyprofd__Request empty = PYPROFD__REQUEST__INIT;
+	empty.id = ++id;
+	cr_assert(send_request(fd, &empty));
+	expect_error(recv_response(fd, 10.0), PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST, "no body");
+	close(fd);
+
+	/* The patient client was served all along. */
+	r = status_call(good, ++id);
+	cr_assert(r && r->id == id && r->result_case == PYPROFD__RESPONSE__RESULT_STATUS,
+	          "the well-behaved client lost its connection");
+	pyprofd__response__free_unpacked(r, NULL);
+	close(good);
+	cr_assert(daemon_alive(&d) && daemon_serves(&d));
+	daemon_stop(&d);
+}
+
+/* An interpreter the unprivileged user may run, or NULL. */
+static const struct python *python_for_nobody(const struct python *pys, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct run_result r;
+		char uid[32], gid[32];
+		snprintf(uid, sizeof uid, "--reuid=%d", NOBODY_UID);
+		snprintf(gid, sizeof gid, "--regid=%d", NOBODY_GID);
+		const char *argv[] = {"setpriv", uid, gid, "--clear-groups", pys[i].path, "-I", "-c", "pass", NULL};
+		run_command(&r, argv, NULL);
+		bool ok = r.exited && r.code == 0;
+		run_result_free(&r);
+		if (ok)
+			return &pys[i];
+	}
+	return NULL;
+}
+
+/* Another uid acts only on its own processes: SO_PEERCRED against each process's owner. */
+Test(daemon, unprivileged_user, .timeout = 300)
+{
+	cr_assert_eq(geteuid(), 0, "this test runs as root (it starts processes as nobody)");
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	const struct python *py = python_for_nobody(pys, n);
+	cr_assert_not_null(py, "no interpreter found that the user nobody may run");
+
+	struct target root_target, own_target;
+	target_start(&root_target, py, "nested");
+	json_decref(target_wait_report(&root_target, TARGET_READY_TIMEOUT_S));
+	char uid[16], gid[16];
+	snprintf(uid, sizeof uid, "--reuid=%d", NOBODY_UID);
+	snprintf(gid, sizeof gid, "--regid=%d", NOBODY_GID);
+	const char *as_nobody[] = {"setpriv", uid, gid, "--clear-groups", py->path, "-I", "-c",
+	                           "import time\ndef idle():\n    while True:\n        time.sleep(0.01)\nidle()\n",
+	                           NULL};
+	target_start_argv(&own_target, as_nobody);
+
+	struct daemon d;
+	daemon_start(&d, NULL);
+	attach(&d, root_target.pid, "100");
+	struct run_opts nobody = {.drop_privileges = true, .uid = NOBODY_UID, .gid = NOBODY_GID};
+	char rp[16], op[16];
+	pid_text(root_target.pid, rp, sizeof rp);
+	pid_text(own_target.pid, op, sizeof op);
+
+	const char *attach_root[] = {"attach", rp, NULL};
+	const char *dump_root[] = {"dump", rp, NULL};
+	const char *stats_root[] = {"stats", rp, NULL};
+	const char *detach_root[] = {"detach", rp, NULL};
+	ctl_expect_failure(&d, attach_root, 4, &nobody, "nobody attaching to root's process");
+	ctl_expect_failure(&d, dump_root, 4, &nobody, "nobody dumping root's process");
+	ctl_expect_failure(&d, stats_root, 4, &nobody, "nobody reading root's stats");
+	ctl_expect_failure(&d, detach_root, 4, &nobody, "nobody detaching root's process");
+
+	/* Its own process: attach, see it sampled, dump it, detach it. */
+	struct run_result r;
+	const char *attach_own[] = {"attach", op, "--rate", "100", NULL};
+	char why[512];
+	for (int i = 0; i < 100; i++) {
+		ctl_run(&d, &r, attach_own, &nobody);
+		if (r.exited && r.code == 0)
+			break;
+		/* Until the interpreter has started, it is not yet a Python process. */
+		run_result_free(&r);
+		pause_ms(100);
+	}
+	cr_assert(r.exited && r.code == 0, "nobody attaching to its own process: %s",
+	          run_describe(&r, why, sizeof why));
+	run_result_free(&r);
+	json_decref(entry_when(&d, own_target.pid, sampled_a_while, "sampled"));
+	const char *list_args[] = {"--json", "list", NULL};
+	ctl_run(&d, &r, list_args, &nobody);
+	cr_assert(r.exited && r.code == 0, "nobody listing: %s", run_describe(&r, why, sizeof why));
+	json_t *mine = json_loads(r.out, 0, NULL);
+	cr_assert(json_is_array(mine) && json_array_size(mine) == 1 &&
+	          jint(json_array_get(mine, 0), "pid") == own_target.pid,
+	          "nobody must see its own process alone: %s", r.out);
+	json_decref(mine);
+	run_result_free(&r);
+	const char *dump_own[] = {"dump", op, NULL};
+	ctl_run(&d, &r, dump_own, &nobody);
+	cr_assert(r.exited && r.code == 0 && strstr(r.out, "idle"), "nobody dumping its own process: %s\n%s",
+	          run_describe(&r, why, sizeof why), r.out);
+	run_result_free(&r);
+	const char *detach_own[] = {"detach", op, NULL};
+	ctl_run(&d, &r, detach_own, &nobody);
+	cr_assert(r.exited && r.code == 0, "nobody detaching its own process: %s",
+	          run_describe(&r, why, sizeof why));
+	run_result_free(&r);
+
+	/* Root sees both. */
+	static const char *const list[] = {"list", NULL};
+	json_t *all = ctl_json(&d, list);
+	cr_assert_eq(json_array_size(all), 2);
+	json_decref(all);
+	daemon_stop(&d);
+}
+
+/* Clear errors: no daemon, no process, not Python, not attached. */
+Test(daemon, clear_errors, .timeout = 300)
+{
+	struct daemon d;
+	daemon_start(&d, NULL);
+	const char *attach_word[] = {"attach", "twelve", NULL};
+	ctl_expect_failure(&d, attach_word, 2, NULL, "a pid that is not a number");
+	const char *attach_none[] = {"attach", "999999999", NULL};
+	ctl_expect_failure(&d, attach_none, 3, NULL, "a pid that cannot exist");
+	char p[16];
+	pid_t gone = fork();
+	if (gone == 0)
+		_exit(0);
+	waitpid(gone, NULL, 0);
+	const char *attach_gone[] = {"attach", pid_text(gone, p, sizeof p), NULL};
+	ctl_expect_failure(&d, attach_gone, 3, NULL, "a process that exited");
+	const char *detach_self[] = {"detach", pid_text(getpid(), p, sizeof p), NULL};
+	ctl_expect_failure(&d, detach_self, 9, NULL, "a process never attached");
+	const char *attach_self[] = {"attach", pid_text(getpid(), p, sizeof p), NULL};
+	ctl_expect_failure(&d, attach_self, 5, NULL, "a process that is not Python");
+	const char *too_fast[] = {"attach", pid_text(getpid(), p, sizeof p), "--rate", "1000000", NULL};
+	ctl_expect_failure(&d, too_fast, 1, NULL, "a rate above the maximum");
+	daemon_stop(&d);
+	static const char *const status[] = {"status", NULL};
+	ctl_expect_failure(&d, status, 10, NULL, "no daemon running");
+}
+
+/* SIGHUP reads the config file again; a bad file keeps the old settings and the daemon. */
+Test(daemon, sighup_reloads_config, .timeout = 120)
+{
+	struct daemon d;
+	daemon_start(&d, NULL);
+	char conf[PATH_MAX + 32];
+	snprintf(conf, sizeof conf, "%s/pyprofd.conf", d.state);
+	FILE *f = fopen(conf, "w");
+	cr_assert_not_null(f);
+	fputs("[limits]\nwarm_budget_mb = 7\n", f);
+	fclose(f);
+	cr_assert(kill(d.pid, SIGHUP) == 0);
+	static const char *const status[] = {"status", NULL};
+	json_t *s = NULL;
+	for (int i = 0; i < 100; i++) {
+		json_decref(s);
+		s = ctl_json(&d, status);
+		if (jint(s, "warm_budget_bytes") == 7 << 20)
+			break;
+		pause_ms(50);
+	}
+	cr_assert_eq(jint(s, "warm_budget_bytes"), 7 << 20, "SIGHUP did not apply the config file");
+	json_decref(s);
+	f = fopen(conf, "w");
+	cr_assert_not_null(f);
+	fputs("[limits]\nwarm_budget_mb = lots\n", f);
+	fclose(f);
+	cr_assert(kill(d.pid, SIGHUP) == 0);
+	pause_ms(300);
+	s = ctl_json(&d, status);
+	cr_assert_eq(jint(s, "warm_budget_bytes"), 7 << 20, "a bad config file changed the settings");
+	json_decref(s);
+	cr_assert(daemon_alive(&d));
+	daemon_stop(&d);
+}
