@@ -125,11 +125,12 @@ static const char stats_usage[] =
 	"\n"
 	"What sampling process PID costs: the sampling engine's counters, then the rate\n"
 	"achieved, the sampling timer's lateness (jitter) and the time one sample takes\n"
-	"(median and 99th percentile, in microseconds), and the memory its caches hold.\n"
+	"(median and 99th percentile, in microseconds), the memory its caches hold, and\n"
+	"the timer ticks skipped while the daemon was busy.\n"
 	"\n"
 	"  --json            one JSON object: {pid, target, COUNTER..., achieved_rate_hz,\n"
 	"                    jitter_us_p50, jitter_us_p99, sample_us_p50, sample_us_p99,\n"
-	"                    cache_bytes}\n";
+	"                    cache_bytes, missed_ticks}\n";
 
 static const char status_usage[] =
 	"usage: pyprofd-ctl status [--json]\n"
@@ -797,7 +798,7 @@ static int cmd_dump(struct ctl *ctl, int argc, char **argv)
 /* The figures after the counters, in order; a counter of the same name gives way to them. */
 static const char *const stats_fields[] = {
 	"achieved_rate_hz", "jitter_us_p50", "jitter_us_p99", "sample_us_p50",
-	"sample_us_p99",    "cache_bytes",
+	"sample_us_p99",    "cache_bytes",   "missed_ticks",
 };
 #define STATS_NFIELDS (sizeof stats_fields / sizeof stats_fields[0])
 #define STATS_NREALS 5 /* the first five are measurements, the rest counts */
@@ -822,8 +823,7 @@ static double stats_real(const Pyprofd__StatsResult *r, size_t k)
 
 static uint64_t stats_count(const Pyprofd__StatsResult *r, size_t k)
 {
-	(void)k;
-	return r->cache_bytes;
+	return k == STATS_NREALS ? r->cache_bytes : r->missed_ticks;
 }
 
 /* `name value` lines, names padded to one column; counters of every part first. */
