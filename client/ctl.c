@@ -53,8 +53,9 @@ static const char usage[] =
 	"socket, when --socket is not given: $PYPROFD_SOCKET if set; else, run as root,\n"
 	"/run/pyprofd/pyprofd.sock if it exists (the daemon of root or systemd); else\n"
 	"$XDG_STATE_HOME/pyprofd/pyprofd.sock, $XDG_STATE_HOME defaulting to\n"
-	"$HOME/.local/state (the daemon a user runs without flags).  `pyprofd --state-dir\n"
-	"DIR` listens on DIR/pyprofd.sock.\n"
+	"$HOME/.local/state (the daemon a user runs without flags), or, when that does\n"
+	"not exist, /run/pyprofd/pyprofd.sock.  `pyprofd --state-dir DIR` listens on\n"
+	"DIR/pyprofd.sock.\n"
 	"\n"
 	"exit status:\n"
 	"   0  done\n"
@@ -283,6 +284,15 @@ static char *ctl_socket_path(const struct ctl *ctl, int *status)
 		fputs("pyprofd-ctl: out of memory\n", stderr);
 		*status = CTL_EXIT_FAILURE;
 		return NULL;
+	}
+	/* A user with no daemon of its own talks to the system's. */
+	if (!path && stat(out, &st) != 0 && stat(CTL_SYSTEM_SOCKET, &st) == 0) {
+		free(out);
+		out = strdup(CTL_SYSTEM_SOCKET);
+		if (!out) {
+			fputs("pyprofd-ctl: out of memory\n", stderr);
+			*status = CTL_EXIT_FAILURE;
+		}
 	}
 	return out;
 }
@@ -680,7 +690,11 @@ static bool frame_is_python(const Pyprofd__Frame *f)
 static void dump_text(const Pyprofd__DumpResult *head, struct client_reply *reply)
 {
 	/* The contract carries no runtime file, so the header stops at the version. */
-	printf("Process %d: Python %s\n", (int)head->pid, format_str(head->python_version));
+	if (head->runtime_file && *head->runtime_file)
+		printf("Process %d: Python %s (%s)\n", (int)head->pid, format_str(head->python_version),
+		       head->runtime_file);
+	else
+		printf("Process %d: Python %s\n", (int)head->pid, format_str(head->python_version));
 	for (size_t p = 0; p < reply->nparts; p++) {
 		const Pyprofd__DumpResult *d = reply->parts[p]->dump;
 		for (size_t i = 0; i < d->n_threads; i++) {
@@ -696,7 +710,7 @@ static void dump_text(const Pyprofd__DumpResult *head, struct client_reply *repl
 				const Pyprofd__Frame *f = th->frames[k];
 				if (!frame_is_python(f))
 					printf("    %s\n", format_str(f->function));
-				else if (f->line > 0)
+				else if (f->line >= 0)
 					printf("    %s (%s:%d)\n", format_str(f->function), format_str(f->file),
 					       (int)f->line);
 				else
@@ -731,7 +745,7 @@ static json_t *dump_json(const Pyprofd__DumpResult *head, struct client_reply *r
 					"{s:o, s:o, s:o, s:o, s:o}", "function", format_json_string(f->function),
 					"qualname", json_string_or_null(f->qualname), "file",
 					json_string_or_null(f->file), "line",
-					f->line > 0 ? json_integer(f->line) : json_null(), "kind",
+					f->line >= 0 ? json_integer(f->line) : json_null(), "kind",
 					frame_is_python(f) ? json_string("python") : format_json_string(f->kind));
 				if (json_array_append_new(frames, frame) != 0) {
 					json_decref(frames);

@@ -171,6 +171,7 @@ struct target {
 	struct target_params params;
 	double attached_at;     /* unix time the last session began */
 	ev_tstamp session_start; /* loop time of the same */
+	ev_tstamp session_end;   /* loop time the last session stopped */
 	uint64_t samples, errors, sessions, session_samples;
 	int timer_fd;        /* periodic timerfd of the sampling schedule */
 	ev_io timer;

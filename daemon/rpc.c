@@ -338,7 +338,7 @@ static const char *frame_kind_name(enum uw_frame_kind kind)
 	return kind == UW_FRAME_NATIVE ? "native" : kind == UW_FRAME_GC ? "gc" : "python";
 }
 
-static Pyprofd__DumpResult *dump_to_proto(pid_t pid, const char *version,
+static Pyprofd__DumpResult *dump_to_proto(pid_t pid, const struct uw_target *uw,
                                           const struct uw_snapshot *snap, struct arena *a)
 {
 	Pyprofd__DumpResult *res = arena_alloc(a, sizeof *res);
@@ -346,9 +346,10 @@ static Pyprofd__DumpResult *dump_to_proto(pid_t pid, const char *version,
 		return NULL;
 	pyprofd__dump_result__init(res);
 	res->pid = pid;
-	res->python_version = arena_strdup(a, version);
+	res->python_version = arena_strdup(a, uw_version(uw));
+	res->runtime_file = arena_strdup(a, uw_runtime_file(uw));
 	res->threads = arena_alloc(a, (snap->nthreads ? snap->nthreads : 1) * sizeof *res->threads);
-	if (!res->python_version || !res->threads)
+	if (!res->python_version || !res->runtime_file || !res->threads)
 		return NULL;
 	for (uint32_t i = 0; i < snap->nthreads; i++) {
 		const struct uw_thread *th = &snap->threads[i];
@@ -375,7 +376,7 @@ static Pyprofd__DumpResult *dump_to_proto(pid_t pid, const char *version,
 			pf->function = arena_strdup(a, f->function ? f->function : "");
 			pf->qualname = arena_strdup(a, f->qualname ? f->qualname : "");
 			pf->file = arena_strdup(a, f->file ? f->file : "");
-			pf->line = f->line > 0 ? f->line : 0;
+			pf->line = f->line >= 0 ? f->line : -1;
 			pf->kind = arena_strdup(a, frame_kind_name(f->kind));
 			if (!pf->function || !pf->qualname || !pf->file || !pf->kind)
 				return NULL;
@@ -407,7 +408,7 @@ static void rpc_dump(struct server *s, struct client *c, const Pyprofd__Request 
 	if (uw_snapshot(uw, flags, &snap, &err) != 0) {
 		rpc_error(resp, a, code_of(err.status), "%s", err.msg);
 	} else {
-		Pyprofd__DumpResult *res = dump_to_proto(r->pid, uw_version(uw), &snap, a);
+		Pyprofd__DumpResult *res = dump_to_proto(r->pid, uw, &snap, a);
 		if (res) {
 			resp->result_case = PYPROFD__RESPONSE__RESULT_DUMP;
 			resp->dump = res;
@@ -461,9 +462,9 @@ static void rpc_stats(struct server *s, struct client *c, const Pyprofd__Request
 		}
 		v[res->n_counters++] = ctr;
 	}
-	ev_tstamp elapsed = ev_now(s->loop) - t->session_start;
-	res->achieved_rate_hz =
-		t->state == TARGET_SAMPLING && elapsed > 0 ? (double)t->session_samples / elapsed : 0;
+	ev_tstamp end = t->state == TARGET_SAMPLING ? ev_now(s->loop) : t->session_end;
+	ev_tstamp elapsed = end - t->session_start;
+	res->achieved_rate_hz = t->sessions && elapsed > 0 ? (double)t->session_samples / elapsed : 0;
 	res->jitter_us_p50 = timing_percentile(&t->jitter_us, 50);
 	res->jitter_us_p99 = timing_percentile(&t->jitter_us, 99);
 	res->sample_us_p50 = timing_percentile(&t->cost_us, 50);

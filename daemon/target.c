@@ -221,6 +221,8 @@ void target_start(struct target *t, struct target_params *params)
 
 void target_stop(struct target *t)
 {
+	if (t->state == TARGET_SAMPLING)
+		t->session_end = ev_now(t->server->loop);
 	ev_io_stop(t->server->loop, &t->timer);
 	timer_arm(t, 0);
 	if (t->state == TARGET_SAMPLING)
@@ -230,6 +232,8 @@ void target_stop(struct target *t)
 
 void target_mark_exited(struct target *t, const char *why)
 {
+	if (t->state == TARGET_SAMPLING)
+		t->session_end = ev_now(t->server->loop);
 	ev_io_stop(t->server->loop, &t->timer);
 	timer_arm(t, 0);
 	if (t->state != TARGET_EXITED)

@@ -162,6 +162,17 @@ Test(daemon, attach_list_dump_stats_detach, .timeout = 300)
 		          "%s: dump through the daemon: %s", pys[i].path, json_dumps(j, JSON_COMPACT));
 		json_decref(j);
 
+		/* The daemon's dump prints exactly what the one-shot command prints. */
+		const char *dump_text[] = {"dump", p, NULL};
+		struct run_result via_daemon, direct;
+		ctl_run(&d, &via_daemon, dump_text, NULL);
+		run_dump(&direct, pid, (const char *const[]){NULL}, NULL);
+		cr_assert(via_daemon.exited && via_daemon.code == 0 && direct.exited && direct.code == 0);
+		cr_assert_str_eq(via_daemon.out, direct.out, "%s: pyprofd-ctl dump and pyprofd dump differ",
+		                 pys[i].path);
+		run_result_free(&via_daemon);
+		run_result_free(&direct);
+
 		json_t *st = stats_of(&d, pid);
 		cr_assert_gt(jint(st, "total_samples"), 0, "%s", pys[i].path);
 		/* A parked stack is the frame cache's best case: every sample after the first hits whole. */
