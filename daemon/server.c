@@ -5,6 +5,7 @@
  * calls.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,6 +89,13 @@ static int listen_on(struct server *s)
 	if (n == 1) {
 		if (sd_is_socket_unix(SD_LISTEN_FDS_START, SOCK_STREAM, 1, NULL, 0) <= 0) {
 			fprintf(stderr, "pyprofd: the socket systemd passed is not a listening Unix stream socket\n");
+			return -1;
+		}
+		/* systemd hands the socket over blocking; the accept loop must never wait. */
+		int flags = fcntl(SD_LISTEN_FDS_START, F_GETFL);
+		if (flags < 0 || fcntl(SD_LISTEN_FDS_START, F_SETFL, flags | O_NONBLOCK) != 0 ||
+		    fcntl(SD_LISTEN_FDS_START, F_SETFD, FD_CLOEXEC) != 0) {
+			fprintf(stderr, "pyprofd: cannot set up the socket systemd passed: %s\n", strerror(errno));
 			return -1;
 		}
 		s->listen_fd = SD_LISTEN_FDS_START;

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -277,6 +278,16 @@ Test(daemon, reattach_is_warm, .timeout = 300)
 	pid_text(target.pid, p, sizeof p);
 	attach(&d, target.pid, "200");
 	json_decref(entry_when(&d, target.pid, sampled_a_while, "sampled"));
+	/* Warm up until the target's code objects have all been met: no new miss for 1.5 s. */
+	json_int_t seen = -1;
+	for (int stable = 0, i = 0; stable < 5 && i < 100; i++) {
+		json_t *st = stats_of(&d, target.pid);
+		json_int_t now = jint(st, "code_object_cache_misses");
+		stable = now == seen ? stable + 1 : 0;
+		seen = now;
+		json_decref(st);
+		pause_ms(300);
+	}
 	const char *detach[] = {"detach", p, NULL};
 	ctl_ok(&d, detach);
 	json_t *before = stats_of(&d, target.pid);
@@ -710,4 +721,152 @@ Test(daemon, sighup_reloads_config, .timeout = 120)
 	json_decref(s);
 	cr_assert(daemon_alive(&d));
 	daemon_stop(&d);
+}
+
+/* Whether top (last few seconds) shows `function` at all. */
+static bool top_shows(const struct daemon *d, pid_t pid, const char *function)
+{
+	char p[16];
+	const char *top[] = {"top", pid_text(pid, p, sizeof p), "--once", "--window", "1", NULL};
+	json_t *t = ctl_json(d, top);
+	bool found = false;
+	size_t k;
+	json_t *row;
+	json_array_foreach(json_object_get(t, "rows"), k, row)
+		found = found || strcmp(jstr(row, "function"), function) == 0;
+	json_decref(t);
+	return found;
+}
+
+/*
+ * The modes pick threads: wall every thread, cpu the one the kernel runs,
+ * gil the one holding the GIL.  A spinning thread beside a sleeping one
+ * tells them apart.
+ */
+Test(daemon, sampling_modes, .timeout = 300)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	struct daemon d;
+	daemon_start(&d, NULL);
+	static const char *const modes[] = {"wall", "cpu", "gil"};
+	for (size_t m = 0; m < 3; m++) {
+		struct target target;
+		target_start(&target, &pys[n - 1], "spin");
+		json_decref(target_wait_report(&target, TARGET_READY_TIMEOUT_S));
+		char p[16];
+		const char *args[] = {"attach", pid_text(target.pid, p, sizeof p), "--rate", "200",
+		                      "--mode", modes[m], NULL};
+		ctl_ok(&d, args);
+		json_t *e = entry_when(&d, target.pid, sampled_a_while, "sampled");
+		cr_assert_str_eq(jstr(e, "mode"), modes[m]);
+		json_decref(e);
+		cr_assert(top_shows(&d, target.pid, "spin_forever"), "mode %s misses the spinning thread",
+		          modes[m]);
+		bool sleeper = top_shows(&d, target.pid, "hold");
+		cr_assert(m == 0 ? sleeper : !sleeper, "mode %s %s the sleeping thread", modes[m],
+		          sleeper ? "samples" : "misses");
+		target_kill(&target);
+	}
+	daemon_stop(&d);
+}
+
+/* Past the warm budget, a detached target's state is dropped: the next attach starts cold. */
+Test(daemon, warm_budget, .timeout = 300)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	struct target target;
+	target_start(&target, &pys[n - 1], "nested");
+	json_decref(target_wait_report(&target, TARGET_READY_TIMEOUT_S));
+	static const char *const no_budget[] = {"--warm-budget", "0", NULL};
+	struct daemon d;
+	daemon_start(&d, no_budget);
+	char p[16];
+	pid_text(target.pid, p, sizeof p);
+	attach(&d, target.pid, "200");
+	json_decref(entry_when(&d, target.pid, sampled_a_while, "sampled"));
+	const char *detach[] = {"detach", p, NULL};
+	ctl_ok(&d, detach);
+	static const char *const list[] = {"list", NULL};
+	json_t *all = ctl_json(&d, list);
+	cr_assert_eq(json_array_size(all), 0, "a detached target outlived a zero budget: %s",
+	             json_dumps(all, JSON_COMPACT));
+	json_decref(all);
+	const char *again[] = {"attach", p, NULL};
+	json_t *a = ctl_json(&d, again);
+	cr_assert(json_is_false(json_object_get(a, "warm")));
+	json_decref(a);
+	daemon_stop(&d);
+}
+
+/* Under systemd: the socket comes from LISTEN_FDS, readiness and status go to NOTIFY_SOCKET. */
+Test(daemon, systemd_socket_and_notify, .timeout = 120)
+{
+	char dir[PATH_MAX - 64], sock[PATH_MAX], notify[PATH_MAX], state[PATH_MAX], log[PATH_MAX];
+	scratch_dir(dir, sizeof dir);
+	snprintf(sock, sizeof sock, "%s/pyprofd.sock", dir);
+	snprintf(notify, sizeof notify, "%s/notify", dir);
+	snprintf(state, sizeof state, "%s/state", dir);
+	snprintf(log, sizeof log, "%s/daemon.log", dir);
+	int nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_un addr = {.sun_family = AF_UNIX};
+	cr_assert_lt(strlen(notify), sizeof addr.sun_path);
+	memcpy(addr.sun_path, notify, strlen(notify) + 1);
+	cr_assert(nfd >= 0 && bind(nfd, (struct sockaddr *)&addr, sizeof addr) == 0, "notify socket: %s",
+	          strerror(errno));
+
+	/* systemd-socket-activate listens, then execs the daemon with the socket as fd 3. */
+	setenv("NOTIFY_SOCKET", notify, 1);
+	/* It passes on only the variables it is told to. */
+	char *const argv[] = {"systemd-socket-activate", "-E", "NOTIFY_SOCKET", "-l", sock, (char *)pyprofd_bin(),
+	                      "--state-dir", state, NULL};
+	pid_t pid = spawn_process(argv, log);
+	unsetenv("NOTIFY_SOCKET");
+	struct daemon d = {.pid = pid};
+	snprintf(d.sock, sizeof d.sock, "%s", sock);
+	snprintf(d.log, sizeof d.log, "%s", log);
+	snprintf(d.state, sizeof d.state, "%s", state);
+	int fd = -1;
+	for (int i = 0; i < 500 && fd < 0; i++) {
+		fd = daemon_connect(&d);
+		if (fd < 0)
+			pause_ms(20);
+	}
+	cr_assert(fd >= 0, "nothing listens on %s", sock);
+	close(fd);
+	static const char *const status[] = {"status", NULL};
+	json_t *s = ctl_json(&d, status);
+	cr_assert_str_eq(jstr(s, "socket"), "(from systemd)", "the daemon made its own socket");
+	json_decref(s);
+
+	char got[4096] = "";
+	size_t len = 0;
+	for (int i = 0; i < 100 && !(strstr(got, "READY=1") && strstr(got, "STATUS=")); i++) {
+		char buf[1024];
+		ssize_t r = recv(nfd, buf, sizeof buf - 1, MSG_DONTWAIT);
+		if (r > 0 && len + (size_t)r + 2 < sizeof got) {
+			memcpy(got + len, buf, (size_t)r);
+			len += (size_t)r;
+			got[len++] = '\n';
+			got[len] = '\0';
+		} else {
+			pause_ms(20);
+		}
+	}
+	cr_assert(strstr(got, "READY=1") && strstr(got, "STATUS=sampling"),
+	          "no readiness or status sent to NOTIFY_SOCKET: %s", got);
+	cr_assert(kill(pid, SIGTERM) == 0);
+	int wstatus;
+	cr_assert_eq(waitpid(pid, &wstatus, 0), pid);
+	cr_assert(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0, "status 0x%x", wstatus);
+	char buf[1024];
+	ssize_t r = recv(nfd, buf, sizeof buf - 1, MSG_DONTWAIT);
+	for (; r > 0; r = recv(nfd, buf, sizeof buf - 1, MSG_DONTWAIT)) {
+		buf[r] = '\0';
+		if (strstr(buf, "STOPPING=1"))
+			break;
+	}
+	cr_assert(r > 0, "no STOPPING=1 on shutdown");
+	close(nfd);
 }
