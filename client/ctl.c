@@ -483,15 +483,24 @@ out:
 	return status;
 }
 
-/* --- detach --- */
-
-static int cmd_detach(struct ctl *ctl, int argc, char **argv)
+/* The options of a command that has only the common ones: -1 to go on, else its exit status. */
+static int ctl_common_options_only(struct ctl *ctl, int argc, char **argv)
 {
 	static const struct option options[] = {CTL_COMMON_OPTIONS};
 	int opt, status;
 	while ((opt = getopt_long(argc, argv, ":h", options, NULL)) != -1)
 		if ((status = ctl_common_option(ctl, opt, argv)) >= 0)
 			return status;
+	return -1;
+}
+
+/* --- detach --- */
+
+static int cmd_detach(struct ctl *ctl, int argc, char **argv)
+{
+	int status = ctl_common_options_only(ctl, argc, argv);
+	if (status >= 0)
+		return status;
 	Pyprofd__DetachRequest d = PYPROFD__DETACH_REQUEST__INIT;
 	if ((status = ctl_pid_operand(ctl, argc, argv, &d.pid)) != CTL_EXIT_OK)
 		return status;
@@ -628,11 +637,9 @@ out:
 
 static int cmd_list(struct ctl *ctl, int argc, char **argv)
 {
-	static const struct option options[] = {CTL_COMMON_OPTIONS};
-	int opt, status;
-	while ((opt = getopt_long(argc, argv, ":h", options, NULL)) != -1)
-		if ((status = ctl_common_option(ctl, opt, argv)) >= 0)
-			return status;
+	int status = ctl_common_options_only(ctl, argc, argv);
+	if (status >= 0)
+		return status;
 	if ((status = ctl_no_operand(ctl, argc, argv)) != CTL_EXIT_OK)
 		return status;
 
@@ -904,11 +911,9 @@ static json_t *stats_json(int32_t pid, const Pyprofd__StatsResult *head, struct 
 
 static int cmd_stats(struct ctl *ctl, int argc, char **argv)
 {
-	static const struct option options[] = {CTL_COMMON_OPTIONS};
-	int opt, status;
-	while ((opt = getopt_long(argc, argv, ":h", options, NULL)) != -1)
-		if ((status = ctl_common_option(ctl, opt, argv)) >= 0)
-			return status;
+	int status = ctl_common_options_only(ctl, argc, argv);
+	if (status >= 0)
+		return status;
 	Pyprofd__StatsRequest s = PYPROFD__STATS_REQUEST__INIT;
 	if ((status = ctl_pid_operand(ctl, argc, argv, &s.pid)) != CTL_EXIT_OK)
 		return status;
@@ -933,11 +938,9 @@ static int cmd_stats(struct ctl *ctl, int argc, char **argv)
 
 static int cmd_status(struct ctl *ctl, int argc, char **argv)
 {
-	static const struct option options[] = {CTL_COMMON_OPTIONS};
-	int opt, status;
-	while ((opt = getopt_long(argc, argv, ":h", options, NULL)) != -1)
-		if ((status = ctl_common_option(ctl, opt, argv)) >= 0)
-			return status;
+	int status = ctl_common_options_only(ctl, argc, argv);
+	if (status >= 0)
+		return status;
 	if ((status = ctl_no_operand(ctl, argc, argv)) != CTL_EXIT_OK)
 		return status;
 

@@ -870,3 +870,87 @@ Test(daemon, systemd_socket_and_notify, .timeout = 120)
 	cr_assert(r > 0, "no STOPPING=1 on shutdown");
 	close(nfd);
 }
+
+/* Yama may forbid reading a process that is not one's child; then only root can profile. */
+static bool yama_restricts_ptrace(void)
+{
+	FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
+	int scope = 0;
+	if (f) {
+		if (fscanf(f, "%d", &scope) != 1)
+			scope = 0;
+		fclose(f);
+	}
+	return scope > 0;
+}
+
+/* The daemon run by a plain user, on its own state directory, profiles that user's processes. */
+Test(daemon, runs_as_any_user, .timeout = 300)
+{
+	cr_assert_eq(geteuid(), 0, "this test runs as root (it starts the daemon as nobody)");
+	if (yama_restricts_ptrace())
+		cr_skip_test("Yama ptrace_scope > 0: a user's daemon may read only its own children");
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	const struct python *py = python_for_nobody(pys, n);
+	cr_assert_not_null(py, "no interpreter found that the user nobody may run");
+
+	struct daemon d = {0};
+	scratch_dir(d.dir, sizeof d.dir);
+	cr_assert(chown(d.dir, NOBODY_UID, NOBODY_GID) == 0 && chmod(d.dir, 0755) == 0);
+	snprintf(d.state, sizeof d.state, "%s/state", d.dir);
+	snprintf(d.sock, sizeof d.sock, "%s/state/pyprofd.sock", d.dir);
+	snprintf(d.log, sizeof d.log, "%s/daemon.log", d.dir);
+	char uid[32], gid[32];
+	snprintf(uid, sizeof uid, "--reuid=%d", NOBODY_UID);
+	snprintf(gid, sizeof gid, "--regid=%d", NOBODY_GID);
+	char *const daemon_argv[] = {"setpriv", uid, gid, "--clear-groups", (char *)pyprofd_bin(),
+	                             "--state-dir", d.state, NULL};
+	d.pid = spawn_process(daemon_argv, d.log);
+	int fd = -1;
+	for (int i = 0; i < 500 && fd < 0; i++) {
+		fd = daemon_connect(&d);
+		if (fd < 0)
+			pause_ms(20);
+	}
+	cr_assert(fd >= 0, "the daemon run by nobody does not listen on %s", d.sock);
+	close(fd);
+	struct stat st;
+	cr_assert(stat(d.state, &st) == 0 && st.st_uid == NOBODY_UID && (st.st_mode & 0777) == 0700,
+	          "the state directory is not nobody's alone");
+
+	struct target own, roots;
+	const char *as_nobody[] = {"setpriv", uid, gid, "--clear-groups", py->path, "-I", "-c",
+	                           "import time\ndef idle():\n    while True:\n        time.sleep(0.01)\nidle()\n",
+	                           NULL};
+	target_start_argv(&own, as_nobody);
+	target_start(&roots, py, "nested");
+	json_decref(target_wait_report(&roots, TARGET_READY_TIMEOUT_S));
+
+	struct run_opts nobody = {.drop_privileges = true, .uid = NOBODY_UID, .gid = NOBODY_GID};
+	char op[16], rp[16];
+	pid_text(own.pid, op, sizeof op);
+	pid_text(roots.pid, rp, sizeof rp);
+	struct run_result r;
+	char why[512];
+	const char *attach_own[] = {"attach", op, "--rate", "100", NULL};
+	for (int i = 0; i < 100; i++) {
+		ctl_run(&d, &r, attach_own, &nobody);
+		if (r.exited && r.code == 0)
+			break;
+		run_result_free(&r);
+		pause_ms(100);
+	}
+	cr_assert(r.exited && r.code == 0, "nobody's daemon attaching to nobody's process: %s",
+	          run_describe(&r, why, sizeof why));
+	run_result_free(&r);
+	json_decref(entry_when(&d, own.pid, sampled_a_while, "sampled"));
+
+	/* Root may ask, but a daemon without the rights cannot read root's process: it says so. */
+	const char *attach_roots[] = {"attach", rp, NULL};
+	ctl_expect_failure(&d, attach_roots, 4, NULL, "a user's daemon asked for root's process");
+	cr_assert(kill(d.pid, SIGTERM) == 0);
+	int status;
+	cr_assert_eq(waitpid(d.pid, &status, 0), d.pid);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status 0x%x", status);
+}
