@@ -21,13 +21,13 @@ DEB_PACKAGES = build-essential pkg-config libelf-dev libjansson-dev libcriterion
                libinih-dev libsystemd-dev zlib1g-dev procps util-linux \
                systemd man-db
 
-PKGS     = libelf jansson libprotobuf-c inih libsystemd
+PKGS     = libelf jansson libprotobuf-c inih libsystemd sqlite3 zlib
 WARN     = -Wall -Wextra -Werror -Wshadow -Wpointer-arith -Wstrict-prototypes \
            -Wmissing-prototypes -Wvla -Wformat=2
 OPT      ?= -O2 -g
 CFLAGS   ?=
 CFLAGS   += -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) -MMD -MP -fno-strict-aliasing \
-            -Idaemon -Idaemon/unwind -I$(BUILD)/proto \
+            -Idaemon -Idaemon/unwind -Istorage -Iclient -I$(BUILD)/proto \
             $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 LDLIBS   += $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lev -lm
 
@@ -45,7 +45,10 @@ endif
 
 UNWIND_SRC = $(wildcard daemon/unwind/*.c)
 DAEMON_SRC = $(wildcard daemon/*.c)
+STORE_SRC  = $(wildcard storage/*.c)
 CLIENT_SRC = $(wildcard client/*.c)
+# The export writers are a library of the client that the tests also link.
+EXPORT_SRC = $(wildcard client/export*.c)
 TEST_SRC   = $(wildcard tests/*.c)
 PROTO      = $(wildcard proto/*.proto)
 
@@ -56,7 +59,9 @@ PROTO_OBJ  = $(PROTO_C:.c=.o)
 
 UNWIND_OBJ = $(UNWIND_SRC:%.c=$(BUILD)/%.o)
 DAEMON_OBJ = $(DAEMON_SRC:%.c=$(BUILD)/%.o)
+STORE_OBJ  = $(STORE_SRC:%.c=$(BUILD)/%.o)
 CLIENT_OBJ = $(CLIENT_SRC:%.c=$(BUILD)/%.o)
+EXPORT_OBJ = $(EXPORT_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ   = $(TEST_SRC:%.c=$(BUILD)/%.o)
 
 PYPROFD    = $(BUILD)/pyprofd
@@ -90,7 +95,7 @@ $(LIBUNWIND): $(UNWIND_OBJ)
 	$(E) "  AR      $@"
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-$(PYPROFD): $(DAEMON_OBJ) $(PROTO_OBJ) $(LIBUNWIND)
+$(PYPROFD): $(DAEMON_OBJ) $(STORE_OBJ) $(PROTO_OBJ) $(LIBUNWIND)
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -98,7 +103,7 @@ $(CTL): $(CLIENT_OBJ) $(PROTO_OBJ)
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(TESTS_BIN): $(TEST_OBJ) $(PROTO_OBJ) $(LIBUNWIND)
+$(TESTS_BIN): $(TEST_OBJ) $(STORE_OBJ) $(EXPORT_OBJ) $(PROTO_OBJ) $(LIBUNWIND)
 	@mkdir -p $(@D)
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(shell pkg-config --libs criterion 2>/dev/null)
@@ -180,4 +185,4 @@ bench-daemon: deps
 clean:
 	rm -rf build build-sanitize
 
--include $(UNWIND_OBJ:.o=.d) $(DAEMON_OBJ:.o=.d) $(CLIENT_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
+-include $(UNWIND_OBJ:.o=.d) $(DAEMON_OBJ:.o=.d) $(STORE_OBJ:.o=.d) $(CLIENT_OBJ:.o=.d) $(TEST_OBJ:.o=.d)

@@ -1,0 +1,164 @@
+/*
+ * The history store: aggregated samples in SQLite.  Only storage/ includes
+ * sqlite3.h; the daemon sees this header.
+ *
+ * Data model: strings, frames (function, file, line, kind) and stacks (a
+ * prefix tree: parent stack + frame) are interned; samples are counts per
+ * (target, time bucket, thread, stack).  A target is a process by identity
+ * (pid + start time) with its uid, executable, command line, Python version
+ * and labels; a session is one attach..detach of it with its rate and mode.
+ *
+ * Threads: a store_writer owns one connection on a thread of its own and
+ * takes batches from any thread; queries open their own read-only
+ * connection (store_reader) on whatever thread runs them.  Nothing here
+ * touches the daemon's event loop.
+ */
+#ifndef PYPROFD_STORE_H
+#define PYPROFD_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct store_error {
+	char msg[256];
+};
+
+/* ---- writing ---- */
+
+/*
+ * A batch: what the daemon aggregated since its last flush, self-contained.
+ * Frames and stacks are numbered within the batch (a stack's parent is an
+ * earlier stack of the same batch, or -1 for the root); the writer maps them
+ * to the database's ids.  All strings are copied by store_batch_* calls.
+ */
+struct store_batch;
+
+struct store_batch *store_batch_new(void);
+void store_batch_free(struct store_batch *b);
+
+struct store_target_info {
+	pid_t pid;
+	uint64_t start_time; /* clock ticks after boot */
+	uid_t uid;
+	const char *executable;
+	const char *command_line;
+	const char *python_version;
+	size_t nlabels;
+	const char *const *label_keys;
+	const char *const *label_values;
+};
+
+/* Declare a target (inserted or updated: labels replace the old ones); its batch-local index, or -1. */
+int store_batch_target(struct store_batch *b, const struct store_target_info *t);
+
+/* A session of a target of this batch: opened at attached_at, closed when detached_at > 0. */
+int store_batch_session(struct store_batch *b, int target, double attached_at, double detached_at,
+                        uint32_t rate_hz, const char *mode);
+
+/* A frame; kind 0 python, 1 native, 2 gc.  Its batch-local index, or -1. */
+int32_t store_batch_frame(struct store_batch *b, const char *function, const char *file,
+                          int32_t line, int kind);
+
+/* A stack: parent (-1 for the root's child) plus frame.  Its batch-local index, or -1. */
+int32_t store_batch_stack(struct store_batch *b, int32_t parent, int32_t frame);
+
+/* count samples of stack in a thread of a target, in the bucket starting at bucket_start. */
+int store_batch_samples(struct store_batch *b, int target, int64_t bucket_start,
+                        uint32_t bucket_seconds, uint64_t thread_id, int32_t stack, uint64_t count);
+
+/* Samples in the batch (for bounds on what waits in memory). */
+uint64_t store_batch_sample_rows(const struct store_batch *b);
+
+struct store_writer;
+
+/*
+ * Open (create, migrate) the database at path and start its writer thread.
+ * WAL mode; the schema version lives in PRAGMA user_version.  NULL and *err.
+ */
+struct store_writer *store_writer_open(const char *path, struct store_error *err);
+
+/*
+ * Hand a batch to the writer (which takes ownership); it is written in one
+ * transaction.  Never blocks on SQLite.  If writes fail (full disk, read-only
+ * file), batches wait in memory up to max_pending_rows sample rows, oldest
+ * dropped first past that, and are retried.
+ */
+void store_writer_submit(struct store_writer *w, struct store_batch *b);
+
+struct store_writer_status {
+	uint64_t batches_written, rows_written;
+	uint64_t pending_batches, pending_rows; /* waiting in memory */
+	uint64_t dropped_rows;                   /* lost past the memory bound */
+	bool failing;                            /* the last write failed */
+	char last_error[256];
+	uint64_t db_bytes;
+};
+void store_writer_status(struct store_writer *w, struct store_writer_status *out);
+
+void store_writer_set_limits(struct store_writer *w, uint64_t max_pending_rows, uint64_t max_db_bytes);
+
+/* Wait until everything submitted so far is written (or has failed); for shutdown and tests. */
+void store_writer_sync(struct store_writer *w);
+
+/* Write what is pending, stop the thread, close. */
+void store_writer_close(struct store_writer *w);
+
+/* ---- retention ---- */
+
+/*
+ * Merge buckets older than each step's age into that step's width (e.g. 10 s
+ * buckets older than 1 h into 1 min, older than 1 day into 1 h), keeping the
+ * totals of every (target, thread, stack) over any range of whole merged
+ * buckets exact.  Then, past max_db_bytes (0: no cap), drop the oldest
+ * buckets.  Runs on the writer's thread, between batches.
+ */
+struct store_retention_step {
+	double older_than_s;
+	uint32_t bucket_seconds;
+};
+void store_writer_retention(struct store_writer *w, const struct store_retention_step *steps,
+                            size_t nsteps);
+
+/* ---- reading ---- */
+
+struct store_reader;
+
+/* A read-only connection for the calling thread.  NULL and *err. */
+struct store_reader *store_reader_open(const char *path, struct store_error *err);
+void store_reader_close(struct store_reader *r);
+
+struct store_query {
+	pid_t pid;                /* 0: any */
+	int64_t target_id;        /* 0: any */
+	size_t nlabels;           /* every one must match */
+	const char *const *label_keys;
+	const char *const *label_values;
+	double from_unix, until_unix; /* [from, until) by bucket start; until 0: now */
+	bool by_thread;
+	uint64_t thread_id;       /* with by_thread */
+};
+
+/* One aggregated stack of a query's result: frames root first. */
+struct store_frame {
+	const char *function, *file;
+	int32_t line;
+	int kind;
+};
+struct store_row {
+	const struct store_frame *frames;
+	uint32_t depth;
+	uint64_t count;
+};
+
+/*
+ * Run a query: fn is called once per distinct stack with its summed count
+ * (frames valid during the call), in no particular order.  0, or -1 and *err.
+ * *total receives the sum of the counts.
+ */
+int store_query_stacks(struct store_reader *r, const struct store_query *q,
+                       int (*fn)(void *ctx, const struct store_row *row), void *ctx,
+                       uint64_t *total, struct store_error *err);
+
+#endif
