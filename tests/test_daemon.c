@@ -954,3 +954,43 @@ Test(daemon, runs_as_any_user, .timeout = 300)
 	cr_assert_eq(waitpid(d.pid, &status, 0), d.pid);
 	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status 0x%x", status);
 }
+
+/* Bad flags, a missing config file, a taken socket, a state directory others may write: refused clearly. */
+Test(daemon, refuses_bad_setups, .timeout = 120)
+{
+	char dir[PATH_MAX - 64], conf[PATH_MAX], open_dir[PATH_MAX];
+	scratch_dir(dir, sizeof dir);
+	snprintf(conf, sizeof conf, "%s/missing.conf", dir);
+	snprintf(open_dir, sizeof open_dir, "%s/open", dir);
+	const char *bad_number[] = {pyprofd_bin(), "--state-dir", dir, "--max-connections", "nope", NULL};
+	const char *bad_flag[] = {pyprofd_bin(), "--state-dir", dir, "--frobnicate", NULL};
+	const char *no_config[] = {pyprofd_bin(), "--state-dir", dir, "--config", conf, NULL};
+	const char *const *usage_errors[] = {bad_number, bad_flag, no_config};
+	for (size_t i = 0; i < 3; i++) {
+		struct run_result r;
+		run_command(&r, usage_errors[i], NULL);
+		char why[512];
+		cr_assert(r.exited && r.code == 2 && r.err_len > 0 && strchr(r.err, '\n') == r.err + r.err_len - 1,
+		          "%s %s: expected exit 2 and one line, got %s", usage_errors[i][3],
+		          usage_errors[i][4] ? usage_errors[i][4] : "", run_describe(&r, why, sizeof why));
+		run_result_free(&r);
+	}
+
+	cr_assert(mkdir(open_dir, 0777) == 0 && chmod(open_dir, 0777) == 0);
+	const char *open_state[] = {pyprofd_bin(), "--state-dir", open_dir, NULL};
+	struct run_result r;
+	run_command(&r, open_state, NULL);
+	cr_assert(r.exited && r.code == 1 && strstr(r.err, "writable"),
+	          "a world-writable state directory was accepted: %s", r.err);
+	run_result_free(&r);
+
+	struct daemon d;
+	daemon_start(&d, NULL);
+	const char *second[] = {pyprofd_bin(), "--state-dir", d.state, "--socket", d.sock, NULL};
+	run_command(&r, second, NULL);
+	cr_assert(r.exited && r.code == 1 && strstr(r.err, "another daemon"),
+	          "a second daemon took the socket: %s", r.err);
+	run_result_free(&r);
+	cr_assert(daemon_serves(&d), "the first daemon stopped serving");
+	daemon_stop(&d);
+}
