@@ -27,7 +27,7 @@ enum pyprofd_exit {
 
 /* Exit statuses of pyprofd-ctl beyond those: see client/. */
 
-/* main.c */
+/* cli.c */
 /* The exit status a command reports for an unwinder failure. */
 int exit_status_of(enum uw_status status);
 /* One stderr line for an option getopt rejected; returns EXIT_USAGE. */
