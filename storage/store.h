@@ -99,6 +99,14 @@ void store_writer_status(struct store_writer *w, struct store_writer_status *out
 
 void store_writer_set_limits(struct store_writer *w, uint64_t max_pending_rows, uint64_t max_db_bytes);
 
+/*
+ * A hard limit on the database file (PRAGMA max_page_count on the writer's
+ * connection; 0: none, the default).  Writes that would pass it fail as on a
+ * full disk: batches wait and are retried.  For a store on a shared file
+ * system, and for tests of the full-disk path without a full disk.
+ */
+void store_writer_set_file_limit(struct store_writer *w, uint64_t max_file_bytes);
+
 /* Wait until everything submitted so far is written (or has failed); for shutdown and tests. */
 void store_writer_sync(struct store_writer *w);
 
@@ -154,8 +162,11 @@ struct store_row {
 
 /*
  * Run a query: fn is called once per distinct stack with its summed count
- * (frames valid during the call), in no particular order.  0, or -1 and *err.
- * *total receives the sum of the counts.
+ * (frames valid during the call), in no particular order; it returns 0 to go
+ * on, anything else stops the query (which then returns -1).  0, or -1 and
+ * *err.  *total receives the sum of the counts (fn may be NULL for it alone).
+ * Stacks deeper than 8192 frames (only a corrupt database has them) fail the
+ * query.
  */
 int store_query_stacks(struct store_reader *r, const struct store_query *q,
                        int (*fn)(void *ctx, const struct store_row *row), void *ctx,

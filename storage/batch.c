@@ -1,0 +1,203 @@
+/*
+ * A batch: what the daemon aggregated between two flushes, self-contained
+ * and checked as it is built (a stack's parent and frame, a sample's target
+ * and stack must already be in the batch), so the writer maps it to the
+ * database in one pass and never meets a dangling index.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "storage.h"
+
+struct store_batch *store_batch_new(void)
+{
+	return calloc(1, sizeof(struct store_batch));
+}
+
+void store_batch_free(struct store_batch *b)
+{
+	if (!b)
+		return;
+	for (size_t i = 0; i < b->ntargets; i++) {
+		struct batch_target *t = &b->targets[i];
+		free(t->executable);
+		free(t->command_line);
+		free(t->python_version);
+		for (size_t k = 0; k < t->nlabels; k++) {
+			free(t->label_keys[k]);
+			free(t->label_values[k]);
+		}
+		free(t->label_keys);
+		free(t->label_values);
+	}
+	for (size_t i = 0; i < b->nsessions; i++)
+		free(b->sessions[i].mode);
+	for (size_t i = 0; i < b->nframes; i++) {
+		free(b->frames[i].function);
+		free(b->frames[i].file);
+	}
+	free(b->targets);
+	free(b->sessions);
+	free(b->frames);
+	free(b->stacks);
+	free(b->samples);
+	free(b);
+}
+
+/* Room for one more element in *arr; 0, or -1 when out of memory or past INT32_MAX. */
+static int batch_reserve(void **arr, size_t *cap, size_t len, size_t elem)
+{
+	if (len < *cap)
+		return 0;
+	size_t ncap = *cap ? *cap * 2 : 16;
+	if (ncap > INT32_MAX || ncap > SIZE_MAX / elem)
+		return -1;
+	void *p = realloc(*arr, ncap * elem);
+	if (!p)
+		return -1;
+	*arr = p;
+	*cap = ncap;
+	return 0;
+}
+
+/* A copy of s, NULL for NULL; *ok cleared when the copy fails. */
+static char *batch_strdup(const char *s, bool *ok)
+{
+	if (!s)
+		return NULL;
+	char *c = strdup(s);
+	if (!c)
+		*ok = false;
+	return c;
+}
+
+static double batch_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+int store_batch_target(struct store_batch *b, const struct store_target_info *t)
+{
+	if (!b || !t || t->nlabels > STORE_MAX_LABELS ||
+	    (t->nlabels && (!t->label_keys || !t->label_values)))
+		return -1;
+	for (size_t k = 0; k < t->nlabels; k++) {
+		if (!t->label_keys[k] || !t->label_values[k])
+			return -1;
+	}
+	if (batch_reserve((void **)&b->targets, &b->targets_cap, b->ntargets, sizeof *b->targets) < 0)
+		return -1;
+	struct batch_target *bt = &b->targets[b->ntargets];
+	memset(bt, 0, sizeof *bt);
+	bool ok = true;
+	bt->pid = t->pid;
+	bt->start_time = t->start_time;
+	bt->uid = t->uid;
+	bt->seen = batch_now();
+	bt->executable = batch_strdup(t->executable, &ok);
+	bt->command_line = batch_strdup(t->command_line, &ok);
+	bt->python_version = batch_strdup(t->python_version, &ok);
+	if (t->nlabels) {
+		bt->label_keys = calloc(t->nlabels, sizeof *bt->label_keys);
+		bt->label_values = calloc(t->nlabels, sizeof *bt->label_values);
+		ok = ok && bt->label_keys && bt->label_values;
+		for (size_t k = 0; ok && k < t->nlabels; k++) {
+			bt->label_keys[k] = batch_strdup(t->label_keys[k], &ok);
+			bt->label_values[k] = batch_strdup(t->label_values[k], &ok);
+			bt->nlabels = k + 1;
+		}
+	}
+	if (!ok) {
+		free(bt->executable);
+		free(bt->command_line);
+		free(bt->python_version);
+		for (size_t k = 0; k < bt->nlabels; k++) {
+			free(bt->label_keys[k]);
+			free(bt->label_values[k]);
+		}
+		free(bt->label_keys);
+		free(bt->label_values);
+		return -1;
+	}
+	return (int)b->ntargets++;
+}
+
+int store_batch_session(struct store_batch *b, int target, double attached_at, double detached_at,
+                        uint32_t rate_hz, const char *mode)
+{
+	if (!b || target < 0 || (size_t)target >= b->ntargets)
+		return -1;
+	if (batch_reserve((void **)&b->sessions, &b->sessions_cap, b->nsessions,
+	                  sizeof *b->sessions) < 0)
+		return -1;
+	bool ok = true;
+	struct batch_session *s = &b->sessions[b->nsessions];
+	s->target = target;
+	s->attached_at = attached_at;
+	s->detached_at = detached_at;
+	s->rate_hz = rate_hz;
+	s->mode = batch_strdup(mode, &ok);
+	if (!ok)
+		return -1;
+	return (int)b->nsessions++;
+}
+
+int32_t store_batch_frame(struct store_batch *b, const char *function, const char *file,
+                          int32_t line, int kind)
+{
+	if (!b || kind < 0 || kind > 2)
+		return -1;
+	if (batch_reserve((void **)&b->frames, &b->frames_cap, b->nframes, sizeof *b->frames) < 0)
+		return -1;
+	bool ok = true;
+	struct batch_frame *f = &b->frames[b->nframes];
+	f->function = batch_strdup(function, &ok);
+	f->file = batch_strdup(file, &ok);
+	f->line = line;
+	f->kind = kind;
+	if (!ok) {
+		free(f->function);
+		free(f->file);
+		return -1;
+	}
+	return (int32_t)b->nframes++;
+}
+
+int32_t store_batch_stack(struct store_batch *b, int32_t parent, int32_t frame)
+{
+	if (!b || parent < -1 || (parent >= 0 && (size_t)parent >= b->nstacks) || frame < 0 ||
+	    (size_t)frame >= b->nframes)
+		return -1;
+	if (batch_reserve((void **)&b->stacks, &b->stacks_cap, b->nstacks, sizeof *b->stacks) < 0)
+		return -1;
+	b->stacks[b->nstacks] = (struct batch_stack){.parent = parent, .frame = frame};
+	return (int32_t)b->nstacks++;
+}
+
+int store_batch_samples(struct store_batch *b, int target, int64_t bucket_start,
+                        uint32_t bucket_seconds, uint64_t thread_id, int32_t stack, uint64_t count)
+{
+	/* Counts are stored as SQLite's signed 64-bit integers. */
+	if (!b || target < 0 || (size_t)target >= b->ntargets || stack < 0 ||
+	    (size_t)stack >= b->nstacks || bucket_seconds == 0 || count > INT64_MAX)
+		return -1;
+	if (batch_reserve((void **)&b->samples, &b->samples_cap, b->nsamples, sizeof *b->samples) < 0)
+		return -1;
+	b->samples[b->nsamples++] = (struct batch_sample){
+		.target = target,
+		.stack = stack,
+		.bucket_seconds = bucket_seconds,
+		.bucket_start = bucket_start,
+		.thread_id = thread_id,
+		.count = count,
+	};
+	return 0;
+}
+
+uint64_t store_batch_sample_rows(const struct store_batch *b)
+{
+	return b ? b->nsamples : 0;
+}

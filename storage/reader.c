@@ -1,0 +1,370 @@
+/*
+ * Queries over the history on a read-only connection of the caller's thread.
+ *
+ * A query sums counts per stack id in SQL, then spells each stack out from
+ * the prefix tree in memory: every stack node and every frame it needs is
+ * read once (by primary key) into a per-query cache, so a result of many
+ * stacks sharing prefixes costs one lookup per distinct node, not one per
+ * frame of every row.  Walks up the tree stop at STORE_MAX_DEPTH, so a
+ * corrupt database with a cycle in stacks gives an error, not a hang.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "storage.h"
+
+struct store_reader {
+	sqlite3 *db;
+	sqlite3_stmt *node; /* a stack's parent and frame */
+	sqlite3_stmt *frame; /* a frame's strings */
+};
+
+struct store_reader *store_reader_open(const char *path, struct store_error *err)
+{
+	struct store_reader *r = calloc(1, sizeof *r);
+	if (!r) {
+		store_error_text(err, "store_reader_open: out of memory");
+		return NULL;
+	}
+	r->db = store_db_open_ro(path, err);
+	if (!r->db)
+		goto fail;
+	if (sqlite3_prepare_v2(r->db, "SELECT parent, frame FROM stacks WHERE id = ?1", -1, &r->node,
+	                       NULL) != SQLITE_OK ||
+	    sqlite3_prepare_v2(r->db,
+	                       "SELECT f.line, f.kind, fn.s, fl.s FROM frames f "
+	                       "LEFT JOIN strings fn ON fn.id = f.function "
+	                       "LEFT JOIN strings fl ON fl.id = f.file WHERE f.id = ?1",
+	                       -1, &r->frame, NULL) != SQLITE_OK) {
+		store_error_set(err, r->db, "store_reader_open: prepare");
+		goto fail;
+	}
+	return r;
+fail:
+	store_reader_close(r);
+	return NULL;
+}
+
+void store_reader_close(struct store_reader *r)
+{
+	if (!r)
+		return;
+	sqlite3_finalize(r->node);
+	sqlite3_finalize(r->frame);
+	sqlite3_close(r->db);
+	free(r);
+}
+
+/* ---- one query's state ---- */
+
+struct query_row {
+	int64_t stack;
+	uint64_t count;
+};
+
+struct query_node {
+	int64_t parent;
+	size_t frame; /* index into frames */
+};
+
+struct query {
+	struct store_reader *r;
+	struct query_row *rows;
+	size_t nrows, rows_cap;
+	struct store_map node_ids, frame_ids; /* database id -> index below */
+	struct query_node *nodes;
+	size_t nnodes, nodes_cap;
+	struct store_frame *frames;
+	size_t nframes, frames_cap;
+	size_t *path;         /* frame indexes of one stack, leaf first */
+	struct store_frame *out; /* the same, root first, for the callback */
+};
+
+static void query_free(struct query *qs)
+{
+	for (size_t i = 0; i < qs->nframes; i++) {
+		free((char *)qs->frames[i].function);
+		free((char *)qs->frames[i].file);
+	}
+	free(qs->frames);
+	free(qs->nodes);
+	free(qs->rows);
+	free(qs->path);
+	free(qs->out);
+	store_map_clear(&qs->node_ids);
+	store_map_clear(&qs->frame_ids);
+}
+
+/* Room for one more element; 0 or -1. */
+static int grow(void **arr, size_t *cap, size_t len, size_t elem)
+{
+	if (len < *cap)
+		return 0;
+	size_t ncap = *cap ? *cap * 2 : 64;
+	if (ncap > SIZE_MAX / elem)
+		return -1;
+	void *p = realloc(*arr, ncap * elem);
+	if (!p)
+		return -1;
+	*arr = p;
+	*cap = ncap;
+	return 0;
+}
+
+/* A copy of a text column, NULL for NULL; *ok cleared when out of memory. */
+static char *column_dup(sqlite3_stmt *st, int col, bool *ok)
+{
+	const unsigned char *s = sqlite3_column_text(st, col);
+	if (!s)
+		return NULL;
+	char *c = strdup((const char *)s);
+	if (!c)
+		*ok = false;
+	return c;
+}
+
+/* The index of frame id in qs->frames, reading it on first use.  0, or -1 and *err. */
+static int query_frame(struct query *qs, int64_t id, size_t *index, struct store_error *err)
+{
+	int64_t v;
+	if (store_map_get(&qs->frame_ids, &id, sizeof id, &v)) {
+		*index = (size_t)v;
+		return 0;
+	}
+	sqlite3_stmt *st = qs->r->frame;
+	sqlite3_bind_int64(st, 1, id);
+	int rc = sqlite3_step(st);
+	if (rc != SQLITE_ROW) {
+		if (rc == SQLITE_DONE)
+			store_error_text(err, "frame %lld is missing: the database is corrupt",
+			                 (long long)id);
+		else
+			store_error_set(err, qs->r->db, "read frame %lld", (long long)id);
+		sqlite3_reset(st);
+		return -1;
+	}
+	if (grow((void **)&qs->frames, &qs->frames_cap, qs->nframes, sizeof *qs->frames) < 0)
+		goto nomem;
+	bool ok = true;
+	struct store_frame *f = &qs->frames[qs->nframes];
+	f->line = sqlite3_column_int(st, 0);
+	f->kind = sqlite3_column_int(st, 1);
+	f->function = column_dup(st, 2, &ok);
+	f->file = column_dup(st, 3, &ok);
+	if (!ok) {
+		free((char *)f->function);
+		free((char *)f->file);
+		goto nomem;
+	}
+	sqlite3_reset(st);
+	if (store_map_put(&qs->frame_ids, &id, sizeof id, (int64_t)qs->nframes) < 0) {
+		/* Counted so query_free frees its strings. */
+		qs->nframes++;
+		store_error_text(err, "query: out of memory");
+		return -1;
+	}
+	*index = qs->nframes++;
+	return 0;
+nomem:
+	sqlite3_reset(st);
+	store_error_text(err, "query: out of memory");
+	return -1;
+}
+
+/* The node of stack id, reading it (and its frame) on first use.  0, or -1 and *err. */
+static int query_node(struct query *qs, int64_t id, const struct query_node **node,
+                      struct store_error *err)
+{
+	int64_t v;
+	if (store_map_get(&qs->node_ids, &id, sizeof id, &v)) {
+		*node = &qs->nodes[v];
+		return 0;
+	}
+	sqlite3_stmt *st = qs->r->node;
+	sqlite3_bind_int64(st, 1, id);
+	int rc = sqlite3_step(st);
+	if (rc != SQLITE_ROW) {
+		if (rc == SQLITE_DONE)
+			store_error_text(err, "stack %lld is missing: the database is corrupt",
+			                 (long long)id);
+		else
+			store_error_set(err, qs->r->db, "read stack %lld", (long long)id);
+		sqlite3_reset(st);
+		return -1;
+	}
+	int64_t parent = sqlite3_column_int64(st, 0), frame = sqlite3_column_int64(st, 1);
+	sqlite3_reset(st);
+	size_t fi;
+	if (query_frame(qs, frame, &fi, err) < 0)
+		return -1;
+	if (grow((void **)&qs->nodes, &qs->nodes_cap, qs->nnodes, sizeof *qs->nodes) < 0 ||
+	    store_map_put(&qs->node_ids, &id, sizeof id, (int64_t)qs->nnodes) < 0) {
+		store_error_text(err, "query: out of memory");
+		return -1;
+	}
+	qs->nodes[qs->nnodes] = (struct query_node){.parent = parent, .frame = fi};
+	*node = &qs->nodes[qs->nnodes++];
+	return 0;
+}
+
+/* Spells out stack id root first into qs->out; its depth, or -1 and *err. */
+static int64_t query_spell(struct query *qs, int64_t id, struct store_error *err)
+{
+	size_t depth = 0;
+	int64_t at = id;
+	while (at != 0) {
+		if (depth >= STORE_MAX_DEPTH) {
+			store_error_text(err,
+			                 "stack %lld is deeper than %d frames: the stacks table has a cycle "
+			                 "or is corrupt",
+			                 (long long)id, STORE_MAX_DEPTH);
+			return -1;
+		}
+		const struct query_node *n;
+		if (query_node(qs, at, &n, err) < 0)
+			return -1;
+		qs->path[depth++] = n->frame;
+		at = n->parent;
+	}
+	for (size_t i = 0; i < depth; i++)
+		qs->out[i] = qs->frames[qs->path[depth - 1 - i]];
+	return (int64_t)depth;
+}
+
+/* The SELECT for q into buf (its ? numbers fixed by position).  0, or -1 and *err. */
+static int query_sql(const struct store_query *q, char *buf, size_t len, struct store_error *err)
+{
+	size_t n = (size_t)snprintf(buf, len,
+	                            "SELECT stack, sum(count) FROM samples "
+	                            "WHERE bucket_start >= ?1 AND bucket_start < ?2");
+	if (q->target_id)
+		n += (size_t)snprintf(buf + n, len - n, " AND target = ?3");
+	if (q->pid)
+		n += (size_t)snprintf(buf + n, len - n,
+		                      " AND target IN (SELECT id FROM targets WHERE pid = ?4)");
+	if (q->by_thread)
+		n += (size_t)snprintf(buf + n, len - n, " AND thread_id = ?5");
+	for (size_t i = 0; i < q->nlabels && n < len; i++)
+		n += (size_t)snprintf(buf + n, len - n,
+		                      " AND target IN (SELECT target FROM target_labels "
+		                      "WHERE key = ?%zu AND value = ?%zu)",
+		                      6 + 2 * i, 7 + 2 * i);
+	if (n < len)
+		n += (size_t)snprintf(buf + n, len - n, " GROUP BY stack");
+	if (n >= len) {
+		store_error_text(err, "query: too long");
+		return -1;
+	}
+	return 0;
+}
+
+/* Sums per stack into qs->rows and *total.  0, or -1 and *err. */
+static int query_collect(struct query *qs, const struct store_query *q, uint64_t *total,
+                         struct store_error *err)
+{
+	sqlite3 *db = qs->r->db;
+	char sql[8192];
+	if (query_sql(q, sql, sizeof sql, err) < 0)
+		return -1;
+	double until = q->until_unix;
+	if (until == 0) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		until = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+	}
+	sqlite3_stmt *st = NULL;
+	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
+		store_error_set(err, db, "query: prepare");
+		return -1;
+	}
+	int rc = sqlite3_bind_double(st, 1, q->from_unix);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_bind_double(st, 2, until);
+	if (rc == SQLITE_OK && q->target_id)
+		rc = sqlite3_bind_int64(st, 3, q->target_id);
+	if (rc == SQLITE_OK && q->pid)
+		rc = sqlite3_bind_int64(st, 4, q->pid);
+	if (rc == SQLITE_OK && q->by_thread)
+		rc = sqlite3_bind_int64(st, 5, (int64_t)q->thread_id);
+	for (size_t i = 0; rc == SQLITE_OK && i < q->nlabels; i++) {
+		rc = sqlite3_bind_text(st, (int)(6 + 2 * i), q->label_keys[i], -1, SQLITE_STATIC);
+		if (rc == SQLITE_OK)
+			rc = sqlite3_bind_text(st, (int)(7 + 2 * i), q->label_values[i], -1, SQLITE_STATIC);
+	}
+	if (rc != SQLITE_OK) {
+		store_error_set(err, db, "query: bind");
+		sqlite3_finalize(st);
+		return -1;
+	}
+	uint64_t sum = 0;
+	/* One row per distinct stack: bounded by the stacks table, and each row needs memory checked. */
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		if (grow((void **)&qs->rows, &qs->rows_cap, qs->nrows, sizeof *qs->rows) < 0) {
+			store_error_text(err, "query: out of memory");
+			sqlite3_finalize(st);
+			return -1;
+		}
+		int64_t count = sqlite3_column_int64(st, 1);
+		qs->rows[qs->nrows++] = (struct query_row){
+			.stack = sqlite3_column_int64(st, 0),
+			.count = count > 0 ? (uint64_t)count : 0,
+		};
+		sum += count > 0 ? (uint64_t)count : 0;
+	}
+	if (rc != SQLITE_DONE) {
+		store_error_set(err, db, "query");
+		sqlite3_finalize(st);
+		return -1;
+	}
+	sqlite3_finalize(st);
+	*total = sum;
+	return 0;
+}
+
+int store_query_stacks(struct store_reader *r, const struct store_query *q,
+                       int (*fn)(void *ctx, const struct store_row *row), void *ctx,
+                       uint64_t *total, struct store_error *err)
+{
+	if (total)
+		*total = 0;
+	if (q->nlabels > STORE_MAX_LABELS || (q->nlabels && (!q->label_keys || !q->label_values))) {
+		store_error_text(err, "query: labels must be at most %d key/value pairs",
+		                 STORE_MAX_LABELS);
+		return -1;
+	}
+	struct query qs = {.r = r};
+	uint64_t sum = 0;
+	int ret = -1;
+	qs.path = calloc(STORE_MAX_DEPTH, sizeof *qs.path);
+	qs.out = calloc(STORE_MAX_DEPTH, sizeof *qs.out);
+	if (!qs.path || !qs.out) {
+		store_error_text(err, "query: out of memory");
+		goto out;
+	}
+	/* A read transaction around both phases: stacks are read from the snapshot that was summed. */
+	if (store_exec(r->db, "BEGIN", err) < 0)
+		goto out;
+	if (query_collect(&qs, q, &sum, err) < 0)
+		goto end;
+	if (total)
+		*total = sum;
+	for (size_t i = 0; i < qs.nrows; i++) {
+		int64_t depth = query_spell(&qs, qs.rows[i].stack, err);
+		if (depth < 0)
+			goto end;
+		struct store_row row = {.frames = qs.out, .depth = (uint32_t)depth,
+		                        .count = qs.rows[i].count};
+		if (fn && fn(ctx, &row) != 0) {
+			store_error_text(err, "query: stopped by its callback");
+			goto end;
+		}
+	}
+	ret = 0;
+end:
+	store_exec(r->db, "COMMIT", NULL);
+out:
+	query_free(&qs);
+	return ret;
+}

@@ -1,0 +1,276 @@
+/*
+ * The store's connections and schema: pragmas, migrations, error messages.
+ *
+ * The schema version lives in PRAGMA user_version.  Migrations are a table
+ * of steps; each step runs in one transaction together with the bump of
+ * user_version, so a crash leaves the database at one version or the next,
+ * never between.  A database written by a newer pyprofd is refused rather
+ * than guessed at.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "storage.h"
+
+void store_error_text(struct store_error *err, const char *fmt, ...)
+{
+	if (!err)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+	va_end(ap);
+}
+
+void store_error_set(struct store_error *err, sqlite3 *db, const char *fmt, ...)
+{
+	if (!err)
+		return;
+	char what[160];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof what, fmt, ap);
+	va_end(ap);
+	snprintf(err->msg, sizeof err->msg, "%s: %s", what,
+	         db ? sqlite3_errmsg(db) : "out of memory");
+}
+
+int store_exec(sqlite3 *db, const char *sql, struct store_error *err)
+{
+	char *msg = NULL;
+	if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK) {
+		/* The first line of the SQL names the step well enough. */
+		int n = (int)strcspn(sql, "\n");
+		store_error_text(err, "%.*s: %s", n > 60 ? 60 : n, sql,
+		                 msg ? msg : sqlite3_errmsg(db));
+		sqlite3_free(msg);
+		return -1;
+	}
+	return 0;
+}
+
+int store_query_int(sqlite3 *db, const char *sql, int64_t *out, struct store_error *err)
+{
+	sqlite3_stmt *st = NULL;
+	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
+		store_error_set(err, db, "%s", sql);
+		return -1;
+	}
+	int rc = sqlite3_step(st);
+	if (rc != SQLITE_ROW) {
+		if (rc == SQLITE_DONE)
+			store_error_text(err, "%s: no result", sql);
+		else
+			store_error_set(err, db, "%s", sql);
+		sqlite3_finalize(st);
+		return -1;
+	}
+	*out = sqlite3_column_int64(st, 0);
+	sqlite3_finalize(st);
+	return 0;
+}
+
+uint64_t store_db_bytes(sqlite3 *db)
+{
+	int64_t pages = 0, size = 0;
+	if (store_query_int(db, "PRAGMA page_count", &pages, NULL) < 0 ||
+	    store_query_int(db, "PRAGMA page_size", &size, NULL) < 0 || pages < 0 || size < 0)
+		return 0;
+	return (uint64_t)pages * (uint64_t)size;
+}
+
+/*
+ * Version 1.  Strings, frames and stacks are interned; a stack is a node of
+ * a prefix tree (parent 0 is the root, which has no row).  Samples are
+ * WITHOUT ROWID: the primary key is the whole identity of a row and the
+ * table's only access path besides the bucket index, so a rowid would only
+ * add a second b-tree to keep in step.  Its key leads with the target and
+ * bucket, the shape of every query (one target or a few, a time range);
+ * samples_bucket serves queries over all targets, retention's merges and
+ * dropping the oldest buckets.
+ */
+static const char schema_v1[] =
+	"CREATE TABLE strings(\n"
+	"  id INTEGER PRIMARY KEY,\n"
+	"  s TEXT NOT NULL UNIQUE);\n"
+	"CREATE TABLE frames(\n"
+	"  id INTEGER PRIMARY KEY,\n"
+	"  function INTEGER NOT NULL,\n" /* strings.id, 0 for none */
+	"  file INTEGER NOT NULL,\n"
+	"  line INTEGER NOT NULL,\n"
+	"  kind INTEGER NOT NULL,\n"
+	"  UNIQUE(function, file, line, kind));\n"
+	"CREATE TABLE stacks(\n"
+	"  id INTEGER PRIMARY KEY,\n"
+	"  parent INTEGER NOT NULL,\n" /* stacks.id, 0 for the root */
+	"  frame INTEGER NOT NULL,\n"
+	"  UNIQUE(parent, frame));\n"
+	"CREATE TABLE targets(\n"
+	"  id INTEGER PRIMARY KEY,\n"
+	"  pid INTEGER NOT NULL,\n"
+	"  start_time INTEGER NOT NULL,\n"
+	"  uid INTEGER NOT NULL,\n"
+	"  executable TEXT,\n"
+	"  command_line TEXT,\n"
+	"  python_version TEXT,\n"
+	"  first_seen REAL NOT NULL,\n"
+	"  last_seen REAL NOT NULL,\n"
+	"  UNIQUE(pid, start_time));\n"
+	"CREATE TABLE target_labels(\n"
+	"  target INTEGER NOT NULL,\n"
+	"  key TEXT NOT NULL,\n"
+	"  value TEXT NOT NULL,\n"
+	"  PRIMARY KEY(target, key)) WITHOUT ROWID;\n"
+	"CREATE INDEX target_labels_kv ON target_labels(key, value, target);\n"
+	"CREATE TABLE sessions(\n"
+	"  id INTEGER PRIMARY KEY,\n"
+	"  target INTEGER NOT NULL,\n"
+	"  attached_at REAL NOT NULL,\n"
+	"  detached_at REAL,\n" /* NULL while attached */
+	"  rate_hz INTEGER NOT NULL,\n"
+	"  mode TEXT,\n"
+	"  UNIQUE(target, attached_at));\n"
+	"CREATE TABLE samples(\n"
+	"  target INTEGER NOT NULL,\n"
+	"  bucket_start INTEGER NOT NULL,\n"
+	"  bucket_seconds INTEGER NOT NULL,\n"
+	"  thread_id INTEGER NOT NULL,\n"
+	"  stack INTEGER NOT NULL,\n"
+	"  count INTEGER NOT NULL,\n"
+	"  PRIMARY KEY(target, bucket_start, bucket_seconds, thread_id, stack)) WITHOUT ROWID;\n"
+	"CREATE INDEX samples_bucket ON samples(bucket_start);\n";
+
+/* Step i brings the schema from version i to i + 1. */
+static const char *const migrations[STORE_SCHEMA_VERSION] = {
+	schema_v1,
+};
+
+/* Applies every step past the database's version, one transaction each. */
+static int store_db_migrate(sqlite3 *db, struct store_error *err)
+{
+	int64_t version;
+	if (store_query_int(db, "PRAGMA user_version", &version, err) < 0)
+		return -1;
+	if (version > STORE_SCHEMA_VERSION) {
+		store_error_text(err,
+		                 "the database has schema version %lld, newer than this pyprofd's %d; "
+		                 "refusing to touch it",
+		                 (long long)version, STORE_SCHEMA_VERSION);
+		return -1;
+	}
+	if (version < 0) {
+		store_error_text(err, "the database has a negative schema version %lld",
+		                 (long long)version);
+		return -1;
+	}
+	for (int64_t v = version; v < STORE_SCHEMA_VERSION; v++) {
+		char bump[64];
+		snprintf(bump, sizeof bump, "PRAGMA user_version = %lld", (long long)(v + 1));
+		if (store_exec(db, "BEGIN IMMEDIATE", err) < 0)
+			return -1;
+		/* Re-read inside the lock: another process may have migrated meanwhile. */
+		int64_t now;
+		if (store_query_int(db, "PRAGMA user_version", &now, err) < 0)
+			goto rollback;
+		if (now != v) {
+			store_exec(db, "ROLLBACK", NULL);
+			return store_db_migrate(db, err);
+		}
+		if (store_exec(db, migrations[v], err) < 0 || store_exec(db, bump, err) < 0 ||
+		    store_exec(db, "COMMIT", err) < 0)
+			goto rollback;
+	}
+	return 0;
+rollback:
+	store_exec(db, "ROLLBACK", NULL);
+	return -1;
+}
+
+/* Opens path with flags and sets what every connection wants. */
+static sqlite3 *store_db_connect(const char *path, int flags, struct store_error *err)
+{
+	sqlite3 *db = NULL;
+	int rc = sqlite3_open_v2(path, &db, flags | SQLITE_OPEN_NOMUTEX, NULL);
+	if (rc != SQLITE_OK) {
+		store_error_text(err, "open %s: %s", path, db ? sqlite3_errmsg(db) : "out of memory");
+		sqlite3_close(db);
+		return NULL;
+	}
+	sqlite3_extended_result_codes(db, 1);
+	if (sqlite3_busy_timeout(db, STORE_BUSY_TIMEOUT_MS) != SQLITE_OK) {
+		store_error_set(err, db, "busy timeout");
+		sqlite3_close(db);
+		return NULL;
+	}
+	return db;
+}
+
+sqlite3 *store_db_open_rw(const char *path, struct store_error *err)
+{
+	sqlite3 *db = store_db_connect(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, err);
+	if (!db)
+		return NULL;
+	/*
+	 * auto_vacuum only takes on a database without tables, so it is set
+	 * first and is a no-op later.  INCREMENTAL: when retention drops the
+	 * oldest buckets, PRAGMA incremental_vacuum hands the freed pages back
+	 * in proportion to what was freed, where VACUUM would rewrite the whole
+	 * file (and need as much space again, on a disk that may be full).
+	 */
+	if (store_exec(db, "PRAGMA auto_vacuum = INCREMENTAL", err) < 0)
+		goto fail;
+	/* journal_mode answers with the mode it got: WAL can be refused (some network file systems). */
+	sqlite3_stmt *st = NULL;
+	if (sqlite3_prepare_v2(db, "PRAGMA journal_mode = WAL", -1, &st, NULL) != SQLITE_OK ||
+	    sqlite3_step(st) != SQLITE_ROW) {
+		store_error_set(err, db, "PRAGMA journal_mode = WAL");
+		sqlite3_finalize(st);
+		goto fail;
+	}
+	const unsigned char *jm = sqlite3_column_text(st, 0);
+	bool wal = jm && strcmp((const char *)jm, "wal") == 0;
+	sqlite3_finalize(st);
+	if (!wal) {
+		store_error_text(err, "%s: the file system refuses WAL mode", path);
+		goto fail;
+	}
+	/* In WAL mode NORMAL survives any crash of the process; only power loss may take the last commits. */
+	if (store_exec(db, "PRAGMA synchronous = NORMAL", err) < 0 ||
+	    store_exec(db, "PRAGMA foreign_keys = OFF", err) < 0 || store_db_migrate(db, err) < 0)
+		goto fail;
+	return db;
+fail:
+	sqlite3_close(db);
+	return NULL;
+}
+
+sqlite3 *store_db_open_ro(const char *path, struct store_error *err)
+{
+	sqlite3 *db = store_db_connect(path, SQLITE_OPEN_READONLY, err);
+	if (!db)
+		return NULL;
+	int64_t version;
+	if (store_exec(db, "PRAGMA query_only = 1", err) < 0 ||
+	    store_query_int(db, "PRAGMA user_version", &version, err) < 0)
+		goto fail;
+	if (version > STORE_SCHEMA_VERSION) {
+		store_error_text(err, "%s has schema version %lld, newer than this pyprofd's %d", path,
+		                 (long long)version, STORE_SCHEMA_VERSION);
+		goto fail;
+	}
+	if (version < 1) {
+		store_error_text(err, "%s is not a pyprofd history (no schema)", path);
+		goto fail;
+	}
+	/* A reader cannot migrate; the writer does when the daemon opens the store. */
+	if (version < STORE_SCHEMA_VERSION) {
+		store_error_text(err, "%s has schema version %lld, older than this pyprofd's %d: "
+		                 "open it for writing once to migrate it",
+		                 path, (long long)version, STORE_SCHEMA_VERSION);
+		goto fail;
+	}
+	return db;
+fail:
+	sqlite3_close(db);
+	return NULL;
+}

@@ -1,0 +1,844 @@
+/*
+ * The history store on real SQLite files: what is written is what queries
+ * return, filter by filter; retention keeps whole-bucket totals exact and
+ * drops the oldest first; the schema is versioned; a full disk loses
+ * nothing already stored and recovers; SIGKILL at any moment leaves a sound
+ * database holding every batch synced before it.
+ *
+ * The seeded data is a pure function of its coordinates (target, bucket,
+ * thread, stack), so the expected answer of any query is computed from the
+ * same loop that wrote it.  sqlite3.h is used only to look at or tamper with
+ * the file from outside the store.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "helpers.h"
+#include "store.h"
+
+TestSuite(storage, .init = helpers_init, .fini = helpers_fini);
+
+/* ---- the seeded history ---- */
+
+#define NTARGETS 3
+#define NTHREADS 2
+#define NSTACKS 6
+#define BUCKET_S 10
+
+static const struct {
+	const char *function, *file;
+	int line, kind;
+} frames[NSTACKS] = {
+	{"main", "app.py", 1, 0},     {"handle", "app.py", 10, 0},
+	{"query", "db.py", 20, 0},    {"render", "web.py", 30, 0},
+	{"<GC>", NULL, 0, 2},         {"PyEval_EvalFrameDefault", "libpython3.12.so", 0, 1},
+};
+/* Stack s is frame s under stack parent[s]: they share prefixes (main;handle;...). */
+static const int parent[NSTACKS] = {-1, 0, 1, 1, 0, 2};
+
+static const pid_t pids[NTARGETS] = {1001, 1002, 1003};
+static const char *const apps[NTARGETS] = {"api", "api", "worker"};
+static const char *const envs[NTARGETS] = {"prod", "dev", "prod"};
+
+/* Thread ids use all 64 bits: the store must give them back unchanged. */
+static uint64_t tid_of(int t, int th)
+{
+	return th ? 0xffff800000000000ULL + (uint64_t)t : 1000 + (uint64_t)t;
+}
+
+/* The count of a cell, 0 where there is none (a sparse history). */
+static uint64_t count_of(int t, int64_t k, int th, int s)
+{
+	if ((t + k + th + s) % 3 == 0)
+		return 0;
+	return 1 + (uint64_t)((t * 7 + k * 3 + th * 5 + s) % 11);
+}
+
+/* An hour boundary `days` days ago: old enough for every retention step. */
+static int64_t base_days_ago(int days)
+{
+	int64_t now = (int64_t)time(NULL);
+	return (now - days * 86400) / 3600 * 3600;
+}
+
+/* Adds bucket k (of base) for every target, thread and stack to b. */
+static void batch_add_bucket(struct store_batch *b, const int tix[NTARGETS], int64_t base,
+                             int64_t k, uint64_t *rows_out)
+{
+	for (int t = 0; t < NTARGETS; t++)
+		for (int th = 0; th < NTHREADS; th++)
+			for (int s = 0; s < NSTACKS; s++) {
+				uint64_t c = count_of(t, k, th, s);
+				if (!c)
+					continue;
+				cr_assert_eq(store_batch_samples(b, tix[t], base + k * BUCKET_S, BUCKET_S,
+				                                 tid_of(t, th), s, c),
+				             0);
+				if (rows_out)
+					(*rows_out)++;
+			}
+}
+
+/* A batch declaring every target, a session each, the frames and stacks. */
+static struct store_batch *batch_begin(int tix[NTARGETS])
+{
+	struct store_batch *b = store_batch_new();
+	cr_assert_not_null(b);
+	for (int t = 0; t < NTARGETS; t++) {
+		const char *keys[] = {"app", "env"};
+		const char *values[] = {apps[t], envs[t]};
+		struct store_target_info info = {
+			.pid = pids[t],
+			.start_time = 5000 + (uint64_t)t,
+			.uid = 1000,
+			.executable = "/usr/bin/python3.12",
+			.command_line = "python3.12 app.py",
+			.python_version = "3.12.3",
+			.nlabels = 2,
+			.label_keys = keys,
+			.label_values = values,
+		};
+		tix[t] = store_batch_target(b, &info);
+		cr_assert_eq(tix[t], t);
+		cr_assert(store_batch_session(b, tix[t], 1.7e9, 0, 100, "wall") >= 0);
+	}
+	for (int s = 0; s < NSTACKS; s++)
+		cr_assert_eq(store_batch_frame(b, frames[s].function, frames[s].file, frames[s].line,
+		                               frames[s].kind),
+		             s);
+	for (int s = 0; s < NSTACKS; s++)
+		cr_assert_eq(store_batch_stack(b, parent[s], s), s);
+	return b;
+}
+
+/* Buckets [k0, k1) of base in one batch; its sample rows. */
+static uint64_t submit_buckets(struct store_writer *w, int64_t base, int64_t k0, int64_t k1)
+{
+	int tix[NTARGETS];
+	struct store_batch *b = batch_begin(tix);
+	uint64_t rows = 0;
+	for (int64_t k = k0; k < k1; k++)
+		batch_add_bucket(b, tix, base, k, &rows);
+	cr_assert_eq(store_batch_sample_rows(b), rows);
+	store_writer_submit(w, b);
+	return rows;
+}
+
+/* What a query should select, in the seed's coordinates. */
+struct expect {
+	unsigned targets; /* bit t */
+	int thread_t, thread_th; /* -1: every thread */
+	int64_t k0, k1;          /* buckets [k0, k1) */
+	int times;               /* how many times each bucket was written */
+};
+
+static uint64_t expected(const struct expect *e, uint64_t per_stack[NSTACKS])
+{
+	uint64_t total = 0;
+	memset(per_stack, 0, NSTACKS * sizeof *per_stack);
+	for (int t = 0; t < NTARGETS; t++) {
+		if (!(e->targets & (1u << t)))
+			continue;
+		for (int th = 0; th < NTHREADS; th++) {
+			if (e->thread_t >= 0 && (t != e->thread_t || th != e->thread_th))
+				continue;
+			for (int64_t k = e->k0; k < e->k1; k++)
+				for (int s = 0; s < NSTACKS; s++) {
+					uint64_t c = count_of(t, k, th, s) * (uint64_t)e->times;
+					per_stack[s] += c;
+					total += c;
+				}
+		}
+	}
+	return total;
+}
+
+/* ---- reading results back ---- */
+
+struct tally {
+	uint64_t per_stack[NSTACKS];
+	unsigned rows, unknown;
+	char first_unknown[256];
+};
+
+/* Which seeded stack the frames spell, or -1. */
+static int stack_of(const struct store_row *row)
+{
+	for (int s = 0; s < NSTACKS; s++) {
+		uint32_t depth = 0;
+		for (int at = s; at >= 0; at = parent[at])
+			depth++;
+		if (depth != row->depth)
+			continue;
+		bool same = true;
+		int at = s;
+		for (uint32_t i = depth; i-- > 0 && same; at = parent[at]) {
+			const struct store_frame *f = &row->frames[i];
+			same = strcmp(f->function, frames[at].function) == 0 &&
+			       (f->file && frames[at].file ? strcmp(f->file, frames[at].file) == 0
+			                                   : f->file == frames[at].file) &&
+			       f->line == frames[at].line && f->kind == frames[at].kind;
+		}
+		if (same)
+			return s;
+	}
+	return -1;
+}
+
+static int tally_row(void *ctx, const struct store_row *row)
+{
+	struct tally *t = ctx;
+	t->rows++;
+	int s = stack_of(row);
+	if (s < 0) {
+		if (!t->unknown++ && row->depth)
+			snprintf(t->first_unknown, sizeof t->first_unknown, "depth %u, leaf %s",
+			         row->depth, row->frames[row->depth - 1].function);
+		return 0;
+	}
+	t->per_stack[s] += row->count;
+	return 0;
+}
+
+static uint64_t run_query(struct store_reader *r, const struct store_query *q, struct tally *t)
+{
+	memset(t, 0, sizeof *t);
+	uint64_t total = 0;
+	struct store_error err = {{0}};
+	cr_assert_eq(store_query_stacks(r, q, tally_row, t, &total, &err), 0, "query: %s", err.msg);
+	cr_assert_eq(t->unknown, 0, "a stack the seed never wrote: %s", t->first_unknown);
+	return total;
+}
+
+/* The query answers exactly what the seed says, stack by stack. */
+static void check_query(struct store_reader *r, const struct store_query *q,
+                        const struct expect *e, const char *what)
+{
+	uint64_t want[NSTACKS];
+	uint64_t want_total = expected(e, want);
+	struct tally t;
+	uint64_t total = run_query(r, q, &t);
+	cr_expect_eq(total, want_total, "%s: total %llu, expected %llu", what,
+	             (unsigned long long)total, (unsigned long long)want_total);
+	for (int s = 0; s < NSTACKS; s++)
+		cr_expect_eq(t.per_stack[s], want[s], "%s: stack %d has %llu, expected %llu", what, s,
+		             (unsigned long long)t.per_stack[s], (unsigned long long)want[s]);
+}
+
+static struct store_query range_query(int64_t base, int64_t k0, int64_t k1)
+{
+	return (struct store_query){.from_unix = (double)(base + k0 * BUCKET_S),
+	                            .until_unix = (double)(base + k1 * BUCKET_S)};
+}
+
+/* ---- looking at the file from outside ---- */
+
+static sqlite3 *raw_open(const char *path)
+{
+	sqlite3 *db = NULL;
+	cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK, "open %s",
+	             path);
+	sqlite3_busy_timeout(db, 5000);
+	return db;
+}
+
+static int64_t raw_int(const char *path, const char *sql)
+{
+	sqlite3 *db = raw_open(path);
+	sqlite3_stmt *st = NULL;
+	cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql,
+	             sqlite3_errmsg(db));
+	cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s: %s", sql, sqlite3_errmsg(db));
+	int64_t v = sqlite3_column_int64(st, 0);
+	sqlite3_finalize(st);
+	sqlite3_close(db);
+	return v;
+}
+
+static void raw_exec(const char *path, const char *sql)
+{
+	sqlite3 *db = raw_open(path);
+	char *msg = NULL;
+	cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, &msg), SQLITE_OK, "%s: %s", sql,
+	             msg ? msg : "?");
+	sqlite3_close(db);
+}
+
+/* PRAGMA integrity_check's first line. */
+static void raw_integrity(const char *path, char *out, size_t len)
+{
+	sqlite3 *db = raw_open(path);
+	sqlite3_stmt *st = NULL;
+	cr_assert_eq(sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &st, NULL), SQLITE_OK);
+	cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "integrity_check: %s", sqlite3_errmsg(db));
+	snprintf(out, len, "%s", (const char *)sqlite3_column_text(st, 0));
+	sqlite3_finalize(st);
+	sqlite3_close(db);
+}
+
+static void db_path(char *out, size_t len)
+{
+	char dir[PATH_MAX - 32];
+	scratch_dir(dir, sizeof dir);
+	snprintf(out, len, "%s/history.db", dir);
+}
+
+static struct store_writer *open_writer(const char *path)
+{
+	struct store_error err = {{0}};
+	struct store_writer *w = store_writer_open(path, &err);
+	cr_assert_not_null(w, "store_writer_open: %s", err.msg);
+	return w;
+}
+
+static struct store_reader *open_reader(const char *path)
+{
+	struct store_error err = {{0}};
+	struct store_reader *r = store_reader_open(path, &err);
+	cr_assert_not_null(r, "store_reader_open: %s", err.msg);
+	return r;
+}
+
+static void expect_written(struct store_writer *w, const char *what)
+{
+	struct store_writer_status st;
+	store_writer_status(w, &st);
+	cr_assert(!st.failing, "%s: writer failing: %s", what, st.last_error);
+	cr_assert_eq(st.pending_batches, 0, "%s: %llu batches still pending", what,
+	             (unsigned long long)st.pending_batches);
+}
+
+/* ---- writing and querying ---- */
+
+/* Batches overlapping by one bucket: counts of a bucket written twice add up. */
+static void seed_overlapping(struct store_writer *w, int64_t base, int64_t from, int64_t to, int per)
+{
+	for (int64_t k0 = from; k0 < to; k0 += per) {
+		int64_t k1 = k0 + per + 1 < to ? k0 + per + 1 : to;
+		submit_buckets(w, base, k0, k1);
+	}
+}
+
+Test(storage, write_then_query_every_filter, .timeout = 120)
+{
+	char path[PATH_MAX];
+	db_path(path, sizeof path);
+	int64_t base = base_days_ago(1), n = 60;
+	struct store_writer *w = open_writer(path);
+	/* Written once: buckets [0, 30); twice (overlapping batches): 30..60 in batches of 5+1. */
+	submit_buckets(w, base, 0, 30);
+	seed_overlapping(w, base, 30, n, 5);
+	store_writer_sync(w);
+	expect_written(w, "seed");
+	struct store_writer_status st;
+	store_writer_status(w, &st);
+	cr_expect_gt(st.rows_written, 0);
+	cr_expect_gt(st.db_bytes, 0);
+
+	struct store_reader *r = open_reader(path);
+	/* Buckets 30, 35, 40, 45, 50, 55 sit on two batches' edge: written twice. */
+	struct expect once = {.targets = 7, .thread_t = -1, .k0 = 0, .k1 = 30, .times = 1};
+	struct store_query q = range_query(base, 0, 30);
+	check_query(r, &q, &once, "first 30 buckets");
+
+	struct expect e = {.targets = 7, .thread_t = -1, .k0 = 31, .k1 = 35, .times = 1};
+	q = range_query(base, 31, 35);
+	check_query(r, &q, &e, "between batch edges");
+	e = (struct expect){.targets = 7, .thread_t = -1, .k0 = 35, .k1 = 36, .times = 2};
+	q = range_query(base, 35, 36);
+	check_query(r, &q, &e, "bucket written by two batches");
+
+	/* Range edges: from is inclusive, until exclusive, on bucket starts. */
+	e = (struct expect){.targets = 7, .thread_t = -1, .k0 = 10, .k1 = 20, .times = 1};
+	q = range_query(base, 10, 20);
+	check_query(r, &q, &e, "[10, 20)");
+	q.from_unix -= 0.5;
+	check_query(r, &q, &e, "[10 - 0.5 s, 20)");
+	q.from_unix += 0.5;
+	q.until_unix += 0.5;
+	e.k1 = 21;
+	check_query(r, &q, &e, "[10, 20 + 0.5 s)");
+	q = range_query(base, 10, 10);
+	e.k1 = 10;
+	check_query(r, &q, &e, "empty range");
+	q = (struct store_query){.from_unix = (double)(base - 86400), .until_unix = (double)base};
+	check_query(r, &q, &e, "before everything");
+	/* until 0 is now: everything written is in the past. */
+	q = (struct store_query){.from_unix = 0, .until_unix = 0};
+	struct tally t;
+	uint64_t all = run_query(r, &q, &t);
+	uint64_t want[NSTACKS];
+	e = (struct expect){.targets = 7, .thread_t = -1, .k0 = 0, .k1 = 60, .times = 1};
+	uint64_t want_all = expected(&e, want);
+	e.k0 = 35;
+	for (; e.k0 < n; e.k0 += 5) {
+		e.k1 = e.k0 + 1;
+		want_all += expected(&e, want);
+	}
+	cr_expect_eq(all, want_all, "everything: %llu, expected %llu", (unsigned long long)all,
+	             (unsigned long long)want_all);
+	cr_expect_eq(t.rows, NSTACKS, "one row per distinct stack, got %u", t.rows);
+
+	/* By pid, by target id, by labels, by thread: over the buckets written once. */
+	q = range_query(base, 0, 30);
+	q.pid = 1002;
+	once.targets = 1u << 1;
+	check_query(r, &q, &once, "pid 1002");
+	q.pid = 4242;
+	once.targets = 0;
+	check_query(r, &q, &once, "a pid never seen");
+
+	q = range_query(base, 0, 30);
+	q.target_id = raw_int(path, "SELECT id FROM targets WHERE pid = 1003");
+	once.targets = 1u << 2;
+	check_query(r, &q, &once, "target id of pid 1003");
+	q.pid = 1001; /* both must hold */
+	once.targets = 0;
+	check_query(r, &q, &once, "target id of 1003 with pid 1001");
+
+	const char *k1[] = {"app"}, *v1[] = {"api"};
+	q = range_query(base, 0, 30);
+	q.nlabels = 1;
+	q.label_keys = k1;
+	q.label_values = v1;
+	once.targets = 3;
+	check_query(r, &q, &once, "app=api");
+	const char *k2[] = {"app", "env"}, *v2[] = {"api", "prod"};
+	q.nlabels = 2;
+	q.label_keys = k2;
+	q.label_values = v2;
+	once.targets = 1;
+	check_query(r, &q, &once, "app=api env=prod");
+	const char *v3[] = {"api", "staging"};
+	q.label_values = v3;
+	once.targets = 0;
+	check_query(r, &q, &once, "app=api env=staging");
+
+	q = range_query(base, 0, 30);
+	q.by_thread = true;
+	q.thread_id = tid_of(1, 1);
+	once = (struct expect){.targets = 7, .thread_t = 1, .thread_th = 1, .k0 = 0, .k1 = 30,
+	                       .times = 1};
+	check_query(r, &q, &once, "thread with the high bit set");
+	q.thread_id = tid_of(2, 0);
+	q.pid = 1003;
+	once.thread_t = 2;
+	once.thread_th = 0;
+	check_query(r, &q, &once, "thread of pid 1003");
+
+	/* Targets, labels and sessions landed once each, whatever the batches repeated. */
+	cr_expect_eq(raw_int(path, "SELECT count(*) FROM targets"), NTARGETS);
+	cr_expect_eq(raw_int(path, "SELECT count(*) FROM target_labels"), 2 * NTARGETS);
+	cr_expect_eq(raw_int(path, "SELECT count(*) FROM sessions"), NTARGETS);
+	cr_expect_eq(raw_int(path, "SELECT count(*) FROM stacks"), NSTACKS);
+	cr_expect_eq(raw_int(path, "SELECT count(*) FROM frames"), NSTACKS);
+	cr_expect_eq(raw_int(path, "SELECT count(*) FROM frames WHERE file = 0"), 1);
+
+	store_reader_close(r);
+	store_writer_close(w);
+}
+
+/* A batch refuses indexes that are not in it, so the writer never meets one. */
+Test(storage, batch_refuses_dangling_indexes)
+{
+	struct store_batch *b = store_batch_new();
+	cr_assert_not_null(b);
+	cr_expect_eq(store_batch_frame(b, "f", "x.py", 1, 3), -1, "kind 3");
+	cr_expect_eq(store_batch_stack(b, -1, 0), -1, "no frame 0 yet");
+	int32_t f = store_batch_frame(b, "f", "x.py", 1, 0);
+	cr_assert_eq(f, 0);
+	cr_expect_eq(store_batch_stack(b, 0, f), -1, "no stack 0 yet");
+	cr_assert_eq(store_batch_stack(b, -1, f), 0);
+	cr_expect_eq(store_batch_samples(b, 0, 0, 10, 1, 0, 1), -1, "no target 0 yet");
+	struct store_target_info info = {.pid = 1, .start_time = 1};
+	cr_assert_eq(store_batch_target(b, &info), 0);
+	cr_expect_eq(store_batch_samples(b, 0, 0, 10, 1, 1, 1), -1, "no stack 1");
+	cr_expect_eq(store_batch_samples(b, 0, 0, 0, 1, 0, 1), -1, "zero-width bucket");
+	cr_expect_eq(store_batch_samples(b, 0, 0, 10, 1, 0, 1), 0);
+	cr_expect_eq(store_batch_session(b, 1, 1, 0, 100, "wall"), -1, "no target 1");
+	cr_expect_eq(store_batch_sample_rows(b), 1);
+	store_batch_free(b);
+}
+
+/* ---- schema ---- */
+
+Test(storage, schema_reopen_keeps_data_and_refuses_newer, .timeout = 60)
+{
+	char path[PATH_MAX];
+	db_path(path, sizeof path);
+	int64_t base = base_days_ago(1);
+	struct store_writer *w = open_writer(path);
+	submit_buckets(w, base, 0, 10);
+	store_writer_close(w); /* close writes what is pending */
+
+	cr_expect_eq(raw_int(path, "PRAGMA user_version"), 1);
+	cr_expect_eq(raw_int(path, "PRAGMA auto_vacuum"), 2, "incremental auto-vacuum");
+	char mode[32];
+	{
+		sqlite3 *db = raw_open(path);
+		sqlite3_stmt *st = NULL;
+		cr_assert_eq(sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, NULL), SQLITE_OK);
+		cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+		snprintf(mode, sizeof mode, "%s", (const char *)sqlite3_column_text(st, 0));
+		sqlite3_finalize(st);
+		sqlite3_close(db);
+	}
+	cr_expect_str_eq(mode, "wal");
+
+	w = open_writer(path);
+	submit_buckets(w, base, 10, 20);
+	store_writer_sync(w);
+	expect_written(w, "reopened");
+	store_writer_close(w);
+
+	struct store_reader *r = open_reader(path);
+	struct store_query q = range_query(base, 0, 20);
+	struct expect e = {.targets = 7, .thread_t = -1, .k0 = 0, .k1 = 20, .times = 1};
+	check_query(r, &q, &e, "both sessions of the writer");
+	store_reader_close(r);
+
+	raw_exec(path, "PRAGMA user_version = 99");
+	struct store_error err = {{0}};
+	cr_expect_null(store_writer_open(path, &err), "a newer schema is opened for writing");
+	cr_expect(strstr(err.msg, "newer") && strstr(err.msg, "99"), "error: %s", err.msg);
+	memset(&err, 0, sizeof err);
+	cr_expect_null(store_reader_open(path, &err), "a newer schema is opened for reading");
+	cr_expect(strstr(err.msg, "newer"), "error: %s", err.msg);
+	/* Refusing did not touch it. */
+	cr_expect_eq(raw_int(path, "PRAGMA user_version"), 99);
+
+	char missing[PATH_MAX + 8];
+	snprintf(missing, sizeof missing, "%s.none", path);
+	memset(&err, 0, sizeof err);
+	cr_expect_null(store_reader_open(missing, &err));
+	cr_expect(err.msg[0], "an error message for a missing file");
+}
+
+/* A cycle in the prefix tree (a corrupt file) gives an error, not a hang. */
+Test(storage, query_survives_a_cycle_in_stacks, .timeout = 60)
+{
+	char path[PATH_MAX];
+	db_path(path, sizeof path);
+	int64_t base = base_days_ago(1);
+	struct store_writer *w = open_writer(path);
+	submit_buckets(w, base, 0, 2);
+	store_writer_close(w);
+	/* main's parent becomes main;handle: every stack now loops. */
+	raw_exec(path, "UPDATE stacks SET parent = (SELECT max(id) FROM stacks WHERE parent != 0 "
+	               "AND frame = (SELECT id FROM frames WHERE line = 10)) WHERE parent = 0");
+	struct store_reader *r = open_reader(path);
+	struct store_query q = range_query(base, 0, 2);
+	struct store_error err = {{0}};
+	struct tally t;
+	memset(&t, 0, sizeof t);
+	uint64_t total = 0;
+	cr_expect_eq(store_query_stacks(r, &q, tally_row, &t, &total, &err), -1);
+	cr_expect(strstr(err.msg, "cycle"), "error: %s", err.msg);
+	store_reader_close(r);
+}
+
+/* ---- retention ---- */
+
+/* Per (target, thread, stack) over each whole coarse bucket, the store agrees with the seed. */
+static void check_coarse(struct store_reader *r, int64_t base, int64_t nbuckets, int64_t width_k,
+                         const char *what)
+{
+	for (int64_t k0 = 0; k0 < nbuckets; k0 += width_k)
+		for (int t = 0; t < NTARGETS; t++)
+			for (int th = 0; th < NTHREADS; th++) {
+				struct store_query q = range_query(base, k0, k0 + width_k);
+				q.pid = pids[t];
+				q.by_thread = true;
+				q.thread_id = tid_of(t, th);
+				struct expect e = {.targets = 1u << t, .thread_t = t, .thread_th = th,
+				                   .k0 = k0, .k1 = k0 + width_k, .times = 1};
+				char ctx[128];
+				snprintf(ctx, sizeof ctx, "%s: buckets [%lld, %lld) target %d thread %d", what,
+				         (long long)k0, (long long)(k0 + width_k), t, th);
+				check_query(r, &q, &e, ctx);
+			}
+}
+
+Test(storage, retention_merges_keep_whole_bucket_totals, .timeout = 180)
+{
+	char path[PATH_MAX];
+	db_path(path, sizeof path);
+	/* Two hours of 10 s buckets, three days old, plus a bucket of a minute ago. */
+	int64_t base = base_days_ago(3), n = 720;
+	int64_t recent = ((int64_t)time(NULL) - 60) / BUCKET_S * BUCKET_S;
+	struct store_writer *w = open_writer(path);
+	for (int64_t k = 0; k < n; k += 60)
+		submit_buckets(w, base, k, k + 60);
+	submit_buckets(w, recent, 0, 1);
+	store_writer_sync(w);
+	expect_written(w, "seed");
+	struct store_reader *r = open_reader(path);
+	check_coarse(r, base, n, 6, "before");
+	int64_t rows_before = raw_int(path, "SELECT count(*) FROM samples");
+
+	/* Older than an hour into minutes. */
+	const struct store_retention_step minutes[] = {{3600, 60}};
+	store_writer_retention(w, minutes, 1);
+	store_writer_sync(w);
+	expect_written(w, "minutes");
+	cr_expect_eq(raw_int(path, "SELECT count(*) FROM samples WHERE bucket_start < "
+	                           "strftime('%s','now') - 3600 AND bucket_seconds != 60"),
+	             0, "every old bucket is a minute wide");
+	cr_expect_eq(raw_int(path, "SELECT count(*) FROM samples WHERE bucket_start % 60 != 0 "
+	                           "AND bucket_seconds = 60"),
+	             0, "minute buckets start on minutes");
+	cr_expect_gt(raw_int(path, "SELECT count(*) FROM samples WHERE bucket_seconds = 10"), 0,
+	             "the recent bucket is left alone");
+	cr_expect_lt(raw_int(path, "SELECT count(*) FROM samples"), rows_before);
+	check_coarse(r, base, n, 6, "minutes");
+
+	/* Then older than a day into hours, and the minutes rule again (a no-op now). */
+	const struct store_retention_step hours[] = {{3600, 60}, {86400, 3600}};
+	store_writer_retention(w, hours, 2);
+	store_writer_sync(w);
+	expect_written(w, "hours");
+	cr_expect_eq(raw_int(path, "SELECT count(DISTINCT bucket_start) FROM samples WHERE "
+	                           "bucket_seconds = 3600"),
+	             2);
+	check_coarse(r, base, n, 360, "hours");
+	struct store_query q = range_query(recent, 0, 1);
+	struct expect e = {.targets = 7, .thread_t = -1, .k0 = 0, .k1 = 1, .times = 1};
+	check_query(r, &q, &e, "recent bucket");
+	store_reader_close(r);
+	store_writer_close(w);
+
+	char ok[64];
+	raw_integrity(path, ok, sizeof ok);
+	cr_expect_str_eq(ok, "ok");
+}
+
+Test(storage, retention_size_cap_drops_oldest_first, .timeout = 180)
+{
+	char path[PATH_MAX];
+	db_path(path, sizeof path);
+	int64_t base = base_days_ago(2), n = 3000;
+	struct store_writer *w = open_writer(path);
+	for (int64_t k = 0; k < n; k += 100)
+		submit_buckets(w, base, k, k + 100);
+	store_writer_sync(w);
+	expect_written(w, "seed");
+	struct store_writer_status st;
+	store_writer_status(w, &st);
+	uint64_t full = st.db_bytes, cap = full / 2;
+	cr_assert_gt(full, 1 << 20, "seed too small to measure: %llu bytes",
+	             (unsigned long long)full);
+
+	store_writer_set_limits(w, 1u << 20, cap);
+	store_writer_retention(w, NULL, 0);
+	store_writer_sync(w);
+	expect_written(w, "cap");
+	store_writer_status(w, &st);
+	cr_expect_leq(st.db_bytes, cap, "database %llu bytes, cap %llu",
+	              (unsigned long long)st.db_bytes, (unsigned long long)cap);
+	cr_expect_gt(st.db_bytes, cap / 4, "dropped far more than needed: %llu bytes",
+	             (unsigned long long)st.db_bytes);
+	store_writer_close(w); /* checkpoints: the file itself shrinks */
+	struct stat sb;
+	cr_assert_eq(stat(path, &sb), 0);
+	cr_expect_leq((uint64_t)sb.st_size, cap, "file %lld bytes, cap %llu",
+	              (long long)sb.st_size, (unsigned long long)cap);
+
+	/* Oldest first: buckets before some k are gone, every one from k on is whole. */
+	struct store_reader *r = open_reader(path);
+	int64_t first = -1;
+	for (int64_t k = 0; k < n; k++) {
+		struct store_query q = range_query(base, k, k + 1);
+		struct tally t;
+		uint64_t total = run_query(r, &q, &t);
+		if (first < 0 && total)
+			first = k;
+		if (first >= 0) {
+			struct expect e = {.targets = 7, .thread_t = -1, .k0 = k, .k1 = k + 1, .times = 1};
+			check_query(r, &q, &e, "a bucket after the cut");
+		}
+	}
+	cr_expect_gt(first, 0, "nothing dropped");
+	cr_expect_lt(first, n - 1, "everything dropped");
+	store_reader_close(r);
+	char ok[64];
+	raw_integrity(path, ok, sizeof ok);
+	cr_expect_str_eq(ok, "ok");
+}
+
+/* ---- a full disk ---- */
+
+Test(storage, full_disk_keeps_batches_and_recovers, .timeout = 120)
+{
+	char path[PATH_MAX];
+	db_path(path, sizeof path);
+	int64_t base = base_days_ago(1);
+	struct store_writer *w = open_writer(path);
+	uint64_t per = submit_buckets(w, base, 0, 50);
+	store_writer_sync(w);
+	expect_written(w, "before the disk fills");
+	struct store_reader *r = open_reader(path);
+	struct store_query all = range_query(base, 0, 10000);
+	struct expect before = {.targets = 7, .thread_t = -1, .k0 = 0, .k1 = 50, .times = 1};
+	check_query(r, &all, &before, "before");
+
+	/* The file may not grow: every batch of new buckets fails with SQLITE_FULL. */
+	struct store_writer_status st;
+	store_writer_status(w, &st);
+	store_writer_set_file_limit(w, st.db_bytes);
+	store_writer_set_limits(w, 3 * per, 0);
+	int nfull = 6;
+	for (int i = 0; i < nfull; i++)
+		cr_assert_eq(submit_buckets(w, base, 50 + 50 * i, 100 + 50 * i), per);
+	store_writer_sync(w);
+	store_writer_status(w, &st);
+	cr_expect(st.failing, "the writer does not say it is failing");
+	cr_expect(strstr(st.last_error, "full"), "last error: %s", st.last_error);
+	cr_expect_leq(st.pending_rows, 3 * per, "pending %llu rows past the bound %llu",
+	              (unsigned long long)st.pending_rows, (unsigned long long)(3 * per));
+	cr_expect_eq(st.pending_rows + st.dropped_rows, (uint64_t)nfull * per);
+	cr_expect_eq(st.pending_rows, 3 * per, "the bound is kept full, not emptier");
+	check_query(r, &all, &before, "while the disk is full");
+	/* Retries go on failing, and still lose nothing. */
+	usleep(1500 * 1000);
+	store_writer_sync(w);
+	store_writer_status(w, &st);
+	cr_expect(st.failing);
+	check_query(r, &all, &before, "after retries on a full disk");
+
+	store_writer_set_file_limit(w, 0);
+	store_writer_sync(w);
+	store_writer_status(w, &st);
+	cr_expect(!st.failing, "still failing after room was made: %s", st.last_error);
+	cr_expect_eq(st.pending_rows, 0);
+	uint64_t dropped_batches = st.dropped_rows / per;
+	cr_expect_eq(dropped_batches, (uint64_t)nfull - 3);
+	/* The dropped batches are the oldest; the kept ones are whole. */
+	for (int i = 0; i < nfull; i++) {
+		struct store_query q = range_query(base, 50 + 50 * i, 100 + 50 * i);
+		struct expect e = {.targets = 7, .thread_t = -1, .k0 = 50 + 50 * i, .k1 = 100 + 50 * i,
+		                   .times = 1};
+		if ((uint64_t)i < dropped_batches)
+			e.targets = 0;
+		char what[64];
+		snprintf(what, sizeof what, "batch %d after recovery", i);
+		check_query(r, &q, &e, what);
+	}
+	check_query(r, &(struct store_query){.from_unix = (double)base,
+	                                     .until_unix = (double)(base + 50 * BUCKET_S)},
+	            &before, "the first batch after recovery");
+	store_reader_close(r);
+	store_writer_close(w);
+}
+
+/* ---- crash durability ---- */
+
+#define CRASH_BUCKETS 20 /* per batch: about 700 rows */
+
+/* The child: batch after batch from index `from`, reporting each one synced on fd. */
+static void crash_child(const char *path, int64_t base, int64_t from, int fd)
+{
+	struct store_error err = {{0}};
+	struct store_writer *w = store_writer_open(path, &err);
+	if (!w)
+		_exit(2);
+	for (int64_t i = from;; i++) {
+		int tix[NTARGETS];
+		struct store_batch *b = batch_begin(tix);
+		for (int64_t k = i * CRASH_BUCKETS; k < (i + 1) * CRASH_BUCKETS; k++)
+			batch_add_bucket(b, tix, base, k, NULL);
+		store_writer_submit(w, b);
+		store_writer_sync(w);
+		struct store_writer_status st;
+		store_writer_status(w, &st);
+		if (st.failing)
+			_exit(4);
+		if (write(fd, &i, sizeof i) != sizeof i)
+			_exit(5);
+	}
+}
+
+Test(storage, sigkill_keeps_every_synced_batch, .timeout = 300)
+{
+	char path[PATH_MAX];
+	db_path(path, sizeof path);
+	int64_t base = base_days_ago(1);
+	unsigned seed = (unsigned)time(NULL) ^ (unsigned)getpid();
+	srand(seed);
+	cr_log_info("seed %u", seed);
+	int64_t next = 0;
+	enum { MAX_BATCHES = 1 << 15 };
+	bool *synced = calloc(MAX_BATCHES, sizeof *synced);
+	cr_assert_not_null(synced);
+	int rounds = 8;
+	for (int round = 0; round < rounds; round++) {
+		int p[2];
+		cr_assert_eq(pipe(p), 0);
+		pid_t pid = fork();
+		cr_assert_geq(pid, 0);
+		if (pid == 0) {
+			close(p[0]);
+			crash_child(path, base, next, p[1]);
+			_exit(1);
+		}
+		close(p[1]);
+		/* 20 to 400 ms: mostly mid-transaction, since the child is always writing. */
+		usleep((useconds_t)(20000 + rand() % 380000));
+		kill(pid, SIGKILL);
+		int status;
+		cr_assert_eq(waitpid(pid, &status, 0), pid);
+		cr_assert(WIFSIGNALED(status), "child ended on its own: status %d", status);
+		int64_t i, last = next - 1;
+		ssize_t got;
+		while ((got = read(p[0], &i, sizeof i)) == sizeof i) {
+			cr_assert(i >= next && i < MAX_BATCHES);
+			synced[i] = true;
+			last = i;
+		}
+		close(p[0]);
+
+		char ok[64];
+		raw_integrity(path, ok, sizeof ok);
+		cr_assert_str_eq(ok, "ok", "round %d: integrity_check", round);
+		struct store_error err = {{0}};
+		struct store_reader *r = store_reader_open(path, &err);
+		/* Killed while it created the schema: nothing to read yet, and the next child migrates. */
+		if (!r && last < 0 && strstr(err.msg, "no schema"))
+			continue;
+		cr_assert_not_null(r, "round %d: store_reader_open: %s", round, err.msg);
+		/* Every synced batch whole; the one in flight whole or absent. */
+		for (int64_t b = 0; b <= last + 1; b++) {
+			struct store_query q =
+				range_query(base, b * CRASH_BUCKETS, (b + 1) * CRASH_BUCKETS);
+			struct expect e = {.targets = 7, .thread_t = -1, .k0 = b * CRASH_BUCKETS,
+			                   .k1 = (b + 1) * CRASH_BUCKETS, .times = 1};
+			uint64_t want[NSTACKS];
+			uint64_t want_total = expected(&e, want);
+			struct tally t;
+			uint64_t total = run_query(r, &q, &t);
+			if (b < MAX_BATCHES && synced[b])
+				cr_assert_eq(total, want_total, "round %d: synced batch %lld has %llu of %llu",
+				             round, (long long)b, (unsigned long long)total,
+				             (unsigned long long)want_total);
+			else
+				cr_assert(total == 0 || total == want_total,
+				          "round %d: batch %lld is partial: %llu of %llu", round, (long long)b,
+				          (unsigned long long)total, (unsigned long long)want_total);
+		}
+		store_reader_close(r);
+		/* The next child starts past anything the killed one may have committed. */
+		next = last + 2;
+		cr_assert_lt(next + 200, MAX_BATCHES);
+	}
+	cr_log_info("synced %lld batches over %d kills", (long long)next, rounds);
+	free(synced);
+}
