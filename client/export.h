@@ -19,6 +19,18 @@ struct export_frame {
 	enum export_frame_kind kind;
 };
 
+/*
+ * Bounds of a profile export_write accepts; past them it fails with EINVAL.
+ * The unwinder cuts stacks at 8192 Python frames and markers may sit between
+ * them, so real stacks stay far below EXPORT_MAX_DEPTH; the bound is there so
+ * a corrupt depth cannot make a writer walk off into memory.  Sample totals
+ * stay exact as JSON numbers (JavaScript's integers end at 2^53), and times
+ * fit pprof's int64 nanoseconds.
+ */
+#define EXPORT_MAX_DEPTH 65536
+#define EXPORT_MAX_SAMPLES (UINT64_C(1) << 53)
+#define EXPORT_MAX_UNIX 9.0e9
+
 /* One distinct stack and how many samples had it. */
 struct export_stack {
 	const uint32_t *frames; /* indices into export_profile.frames, root first */
@@ -32,26 +44,54 @@ struct export_profile {
 	uint32_t nframes;
 	const struct export_stack *stacks;
 	uint32_t nstacks;
-	const char *name;        /* e.g. "pid 4242 (service=api)", for titles */
-	const char *mode;        /* "wall", "cpu" or "gil" */
+	const char *name;        /* e.g. "pid 4242 (service=api)", for titles; NULL as "" */
+	const char *mode;        /* "wall", "cpu" or "gil"; NULL as "" */
 	uint32_t rate_hz;        /* samples per second per thread: one sample is 1/rate_hz s */
 	double from_unix;        /* the time range the samples cover */
 	double until_unix;
 };
 
 enum export_format {
-	EXPORT_COLLAPSED,  /* "frame;frame;... count" lines, root first, frame as "function (file:line)" */
-	EXPORT_FLAMEGRAPH, /* one HTML file, no network needed, with search and zoom */
-	EXPORT_SPEEDSCOPE, /* speedscope's file format (JSON) */
-	EXPORT_PPROF,      /* gzip'd perftools.profiles.Profile */
-	EXPORT_TABLE,      /* top functions, own and total */
-	EXPORT_JSON,       /* the profile itself as JSON */
+	/*
+	 * "frame;frame;... count" lines, root first, frame as "function (file:line)",
+	 * "function (file)" without a line, "function" for a marker; equal lines
+	 * merged, sorted bytewise.  In names '\' is doubled, and ';' and control
+	 * characters are written \xNN, so a line is one line with ';' between frames.
+	 */
+	EXPORT_COLLAPSED,
+	/* One HTML file, no network needed: an icicle graph with search, zoom, tooltips. */
+	EXPORT_FLAMEGRAPH,
+	/* speedscope's file format (JSON): one "sampled" profile in seconds, 1/rate_hz a sample. */
+	EXPORT_SPEEDSCOPE,
+	/*
+	 * gzip'd perftools.profiles.Profile (proto/profile.proto): values samples/count
+	 * and cpu/nanoseconds for mode "cpu", wall/nanoseconds otherwise; a
+	 * "thread_id" label on samples of a known thread.
+	 */
+	EXPORT_PPROF,
+	/* Top functions, (function, file), by own samples, with own and total, aligned. */
+	EXPORT_TABLE,
+	/*
+	 * The profile itself, one line: {name, mode, rate_hz, from, until, samples,
+	 * frames: [{function, file, line (null: unknown), kind: python|native|gc}],
+	 * stacks: [{frames: [index...], count, thread_id}]}.
+	 */
+	EXPORT_JSON,
 };
 
 /* The format named "collapsed", "flamegraph", ...; -1 if none is. */
 int export_format_parse(const char *name, enum export_format *out);
 
-/* Write the profile in a format; 0, or -1 with errno (or EINVAL for a bad profile). */
+/*
+ * Write the profile in a format; 0, or -1 with errno (or EINVAL for a bad
+ * profile, with nothing written).  A valid profile: every frame has a function
+ * and a file (both non-NULL) and a known kind; every stack at least one frame
+ * and at most EXPORT_MAX_DEPTH, each index below nframes; counts summing to at
+ * most EXPORT_MAX_SAMPLES; rate_hz > 0; 0 <= from_unix <= until_unix <=
+ * EXPORT_MAX_UNIX.  Strings need not be UTF-8: bytes that are not become
+ * U+FFFD in every format.  Stacks with a count of 0 appear only in json.
+ * Writes are checked (the stream is flushed at the end).
+ */
 int export_write(const struct export_profile *p, enum export_format format, FILE *out);
 
 #endif

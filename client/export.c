@@ -1,0 +1,270 @@
+/*
+ * export_write: validate the profile, build the view every writer shares,
+ * hand it to the writer of the format.  A profile is checked whole before a
+ * byte is written, so a bad one leaves the output untouched.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "export_int.h"
+
+static const struct {
+	const char *name;
+	enum export_format format;
+	int (*write)(const struct export_view *v, FILE *out);
+} formats[] = {
+	{"collapsed", EXPORT_COLLAPSED, export_write_collapsed},
+	{"flamegraph", EXPORT_FLAMEGRAPH, export_write_flamegraph},
+	{"speedscope", EXPORT_SPEEDSCOPE, export_write_speedscope},
+	{"pprof", EXPORT_PPROF, export_write_pprof},
+	{"table", EXPORT_TABLE, export_write_table},
+	{"json", EXPORT_JSON, export_write_json},
+};
+
+#define NFORMATS (sizeof formats / sizeof formats[0])
+
+int export_format_parse(const char *name, enum export_format *out)
+{
+	for (size_t i = 0; name && i < NFORMATS; i++) {
+		if (strcmp(name, formats[i].name) == 0) {
+			*out = formats[i].format;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+int export_puts(FILE *out, const char *s)
+{
+	return fputs(s, out) == EOF ? -1 : 0;
+}
+
+/* Length of the valid UTF-8 sequence at s (1-4), or 0 if it is not one. */
+static size_t utf8_seq(const unsigned char *s)
+{
+	if (s[0] < 0x80)
+		return 1;
+	size_t n;
+	uint32_t min;
+	if ((s[0] & 0xe0) == 0xc0) {
+		n = 2;
+		min = 0x80;
+	} else if ((s[0] & 0xf0) == 0xe0) {
+		n = 3;
+		min = 0x800;
+	} else if ((s[0] & 0xf8) == 0xf0) {
+		n = 4;
+		min = 0x10000;
+	} else {
+		return 0;
+	}
+	uint32_t cp = s[0] & (0x7fu >> n);
+	for (size_t i = 1; i < n; i++) {
+		if ((s[i] & 0xc0) != 0x80) /* also stops at the terminating NUL */
+			return 0;
+		cp = cp << 6 | (s[i] & 0x3fu);
+	}
+	if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+		return 0;
+	return n;
+}
+
+/*
+ * s itself when it is valid UTF-8, else a copy with each bad byte replaced by
+ * U+FFFD, recorded in the view to be freed.  JSON, protobuf strings and the
+ * browser all need UTF-8, and every format should show a name the same way.
+ */
+static const char *view_utf8(struct export_view *v, const char *s)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	size_t n;
+	while (*p && (n = utf8_seq(p)) != 0)
+		p += n;
+	if (!*p)
+		return s;
+	size_t len = strlen(s);
+	if (len > (SIZE_MAX - 1) / 3)
+		return NULL;
+	char *fixed = malloc(len * 3 + 1);
+	if (!fixed)
+		return NULL;
+	size_t o = 0;
+	for (p = (const unsigned char *)s; *p;) {
+		n = utf8_seq(p);
+		if (n) {
+			memcpy(fixed + o, p, n);
+			o += n;
+			p += n;
+		} else {
+			memcpy(fixed + o, "\xef\xbf\xbd", 3);
+			o += 3;
+			p++;
+		}
+	}
+	fixed[o] = '\0';
+	v->owned[v->nowned++] = fixed;
+	return fixed;
+}
+
+/* Checks everything a writer relies on; 0, or -1 with errno EINVAL. */
+static int profile_check(const struct export_profile *p, uint64_t *total)
+{
+	if (!p || (p->nframes && !p->frames) || (p->nstacks && !p->stacks) || p->rate_hz == 0 ||
+	    !isfinite(p->from_unix) || !isfinite(p->until_unix) || p->until_unix < p->from_unix ||
+	    p->from_unix < 0 || p->until_unix > EXPORT_MAX_UNIX)
+		goto bad;
+	for (uint32_t i = 0; i < p->nframes; i++) {
+		const struct export_frame *f = &p->frames[i];
+		if (!f->function || !f->file || f->kind < EXPORT_FRAME_PYTHON || f->kind > EXPORT_FRAME_GC)
+			goto bad;
+	}
+	uint64_t sum = 0;
+	for (uint32_t i = 0; i < p->nstacks; i++) {
+		const struct export_stack *s = &p->stacks[i];
+		if (s->depth == 0 || s->depth > EXPORT_MAX_DEPTH || !s->frames ||
+		    s->count > EXPORT_MAX_SAMPLES - sum)
+			goto bad;
+		for (uint32_t d = 0; d < s->depth; d++)
+			if (s->frames[d] >= p->nframes)
+				goto bad;
+		sum += s->count;
+	}
+	*total = sum;
+	return 0;
+bad:
+	errno = EINVAL;
+	return -1;
+}
+
+/* Orders frame indices by what a frame shows: (function, file[, line, kind]). */
+struct frame_order {
+	const struct export_view *v;
+	bool whole; /* false: by function, (function, file), only */
+};
+
+/* <0, 0, >0 as frames i and j show before, the same as, after each other. */
+static int frame_shown_cmp(const struct frame_order *o, uint32_t i, uint32_t j)
+{
+	int c = strcmp(o->v->function[i], o->v->function[j]);
+	if (!c)
+		c = strcmp(o->v->file[i], o->v->file[j]);
+	if (!c && o->whole) {
+		const struct export_frame *fi = &o->v->p->frames[i], *fj = &o->v->p->frames[j];
+		c = (fi->line > fj->line) - (fi->line < fj->line);
+		if (!c)
+			c = (fi->kind > fj->kind) - (fi->kind < fj->kind);
+	}
+	return c;
+}
+
+static int frame_cmp(const void *a, const void *b, void *arg)
+{
+	uint32_t i = *(const uint32_t *)a, j = *(const uint32_t *)b;
+	int c = frame_shown_cmp(arg, i, j);
+	/* A total order, so the ids do not depend on how qsort treats ties. */
+	return c ? c : (i > j) - (i < j);
+}
+
+/*
+ * Numbers the frames so that frames showing the same get the same id, ids
+ * in the order of what they show; rep[id] is the first frame index with it.
+ * Returns the number of ids.
+ */
+static uint32_t view_number(const struct export_view *v, bool whole, uint32_t *order,
+                            uint32_t *id, uint32_t *rep)
+{
+	uint32_t n = v->p->nframes;
+	struct frame_order o = {v, whole};
+	for (uint32_t i = 0; i < n; i++)
+		order[i] = i;
+	qsort_r(order, n, sizeof *order, frame_cmp, &o);
+	uint32_t next = 0;
+	for (uint32_t k = 0; k < n; k++) {
+		bool fresh = k == 0 || frame_shown_cmp(&o, order[k - 1], order[k]) != 0;
+		if (fresh && k > 0)
+			next++;
+		id[order[k]] = next;
+		if (fresh)
+			rep[next] = order[k];
+	}
+	return n ? next + 1 : 0;
+}
+
+static void view_free(struct export_view *v)
+{
+	for (size_t i = 0; i < v->nowned; i++)
+		free(v->owned[i]);
+	free(v->owned);
+	free(v->function);
+	free(v->file);
+	free(v->frame_id);
+	free(v->frame_rep);
+	free(v->func_id);
+	free(v->func_rep);
+}
+
+static int view_build(struct export_view *v, const struct export_profile *p, uint64_t total)
+{
+	memset(v, 0, sizeof *v);
+	v->p = p;
+	v->total = total;
+	size_t n = p->nframes;
+	uint32_t *order = NULL;
+	v->owned = calloc(2 * n + 2, sizeof *v->owned);
+	v->function = calloc(n ? n : 1, sizeof *v->function);
+	v->file = calloc(n ? n : 1, sizeof *v->file);
+	v->frame_id = calloc(n ? n : 1, sizeof *v->frame_id);
+	v->frame_rep = malloc((n ? n : 1) * sizeof *v->frame_rep);
+	v->func_id = calloc(n ? n : 1, sizeof *v->func_id);
+	v->func_rep = malloc((n ? n : 1) * sizeof *v->func_rep);
+	order = calloc(n ? n : 1, sizeof *order);
+	if (!v->owned || !v->function || !v->file || !v->frame_id || !v->frame_rep || !v->func_id ||
+	    !v->func_rep || !order)
+		goto fail;
+	v->name = view_utf8(v, p->name ? p->name : "");
+	v->mode = view_utf8(v, p->mode ? p->mode : "");
+	if (!v->name || !v->mode)
+		goto fail;
+	for (size_t i = 0; i < n; i++) {
+		v->function[i] = view_utf8(v, p->frames[i].function);
+		v->file[i] = view_utf8(v, p->frames[i].file);
+		if (!v->function[i] || !v->file[i])
+			goto fail;
+	}
+	v->nuniq = view_number(v, true, order, v->frame_id, v->frame_rep);
+	v->nfuncs = view_number(v, false, order, v->func_id, v->func_rep);
+	free(order);
+	return 0;
+fail:
+	free(order);
+	view_free(v);
+	errno = ENOMEM;
+	return -1;
+}
+
+int export_write(const struct export_profile *p, enum export_format format, FILE *out)
+{
+	uint64_t total;
+	if (!out || profile_check(p, &total) < 0)
+		return errno = EINVAL, -1;
+	size_t f = 0;
+	while (f < NFORMATS && formats[f].format != format)
+		f++;
+	if (f == NFORMATS)
+		return errno = EINVAL, -1;
+	struct export_view v;
+	if (view_build(&v, p, total) < 0)
+		return -1;
+	int r = formats[f].write(&v, out);
+	int saved = errno;
+	view_free(&v);
+	errno = saved;
+	if (r == 0 && (fflush(out) == EOF || ferror(out))) {
+		if (!errno)
+			errno = EIO;
+		r = -1;
+	}
+	return r;
+}

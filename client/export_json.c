@@ -1,0 +1,177 @@
+/*
+ * The JSON formats, through jansson: the profile itself, and speedscope's
+ * file format (https://www.speedscope.app/file-format-schema.json).
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include <jansson.h>
+
+#include "export_int.h"
+
+int export_json_set(json_t *obj, const char *key, json_t *value)
+{
+	/* set_new fails on a NULL value too (and frees a value it could not
+	 * place), so one check covers making the value and inserting it. */
+	return json_object_set_new(obj, key, value) < 0 ? -1 : 0;
+}
+
+int export_json_add(json_t *arr, json_t *value)
+{
+	return json_array_append_new(arr, value) < 0 ? -1 : 0;
+}
+
+/* Writes doc as one line and frees it; a failure is ENOMEM unless the write said otherwise. */
+static int dump(json_t *doc, FILE *out)
+{
+	errno = 0;
+	int r = doc && json_dumpf(doc, out, JSON_COMPACT) == 0 && fputc('\n', out) != EOF ? 0 : -1;
+	if (r < 0 && !errno)
+		errno = ENOMEM;
+	json_decref(doc);
+	return r;
+}
+
+static const char *kind_name(enum export_frame_kind k)
+{
+	switch (k) {
+	case EXPORT_FRAME_NATIVE: return "native";
+	case EXPORT_FRAME_GC: return "gc";
+	default: return "python";
+	}
+}
+
+int export_write_json(const struct export_view *v, FILE *out)
+{
+	const struct export_profile *p = v->p;
+	int r = -1;
+	json_t *doc = json_object(), *frames = json_array(), *stacks = json_array();
+	/* Locals keep their own reference, so cleanup is the same on every path. */
+	if (!doc || !frames || !stacks || export_json_set(doc, "name", json_string(v->name)) ||
+	    export_json_set(doc, "mode", json_string(v->mode)) ||
+	    export_json_set(doc, "rate_hz", json_integer(p->rate_hz)) ||
+	    export_json_set(doc, "from", json_real(p->from_unix)) ||
+	    export_json_set(doc, "until", json_real(p->until_unix)) ||
+	    export_json_set(doc, "samples", json_integer((json_int_t)v->total)) ||
+	    export_json_set(doc, "frames", json_incref(frames)) ||
+	    export_json_set(doc, "stacks", json_incref(stacks)))
+		goto fail;
+	for (uint32_t i = 0; i < p->nframes; i++) {
+		const struct export_frame *f = &p->frames[i];
+		json_t *o = json_object();
+		if (export_json_add(frames, o) ||
+		    export_json_set(o, "function", json_string(v->function[i])) ||
+		    export_json_set(o, "file", json_string(v->file[i])) ||
+		    export_json_set(o, "line",
+		                    f->line >= 0 ? json_integer(f->line) : json_null()) ||
+		    export_json_set(o, "kind", json_string(kind_name(f->kind))))
+			goto fail;
+	}
+	for (uint32_t s = 0; s < p->nstacks; s++) {
+		const struct export_stack *st = &p->stacks[s];
+		json_t *o = json_object();
+		if (export_json_add(stacks, o))
+			goto fail;
+		json_t *ids = json_array();
+		if (export_json_set(o, "frames", ids))
+			goto fail;
+		for (uint32_t d = 0; d < st->depth; d++)
+			if (export_json_add(ids, json_integer(st->frames[d])))
+				goto fail;
+		/* Thread ids are pthread_t values, which fit; cast as pyprofd dump does. */
+		if (export_json_set(o, "count", json_integer((json_int_t)st->count)) ||
+		    export_json_set(o, "thread_id", json_integer((json_int_t)st->thread_id)))
+			goto fail;
+	}
+	r = dump(json_incref(doc), out);
+	goto done;
+fail:
+	errno = ENOMEM;
+done:
+	json_decref(frames);
+	json_decref(stacks);
+	json_decref(doc);
+	return r;
+}
+
+/*
+ * speedscope: one "sampled" profile over shared frames.  The unit is seconds,
+ * each stack weighing count / rate_hz: speedscope then shows every frame as
+ * time (1.25s, 340ms) in its tooltips and sandwich table, which is what a
+ * sample stands for, where "none" would show bare counts.  speedscope lays the
+ * samples of a sampled profile end to end, so its range is 0 to the summed
+ * weight rather than the wall-clock range (which is in the name).
+ */
+int export_write_speedscope(const struct export_view *v, FILE *out)
+{
+	const struct export_profile *p = v->p;
+	json_t *doc = json_object();
+	json_t *shared = json_object(), *frames = json_array(), *profiles = json_array();
+	json_t *prof = json_object(), *samples = json_array(), *weights = json_array();
+	/* Each is handed to its parent at once, so only the unplaced ones need freeing. */
+	if (!doc ||
+	    export_json_set(doc, "$schema",
+	                    json_string("https://www.speedscope.app/file-format-schema.json")) ||
+	    export_json_set(doc, "exporter", json_string("pyprofd")) ||
+	    export_json_set(doc, "name", json_string(v->name[0] ? v->name : "pyprofd")) ||
+	    export_json_set(doc, "activeProfileIndex", json_integer(0)) || !shared || !frames ||
+	    export_json_set(shared, "frames", json_incref(frames)) ||
+	    export_json_set(doc, "shared", json_incref(shared)) || !profiles ||
+	    export_json_set(doc, "profiles", json_incref(profiles)) || !prof ||
+	    export_json_add(profiles, json_incref(prof)) || !samples ||
+	    export_json_set(prof, "samples", json_incref(samples)) || !weights ||
+	    export_json_set(prof, "weights", json_incref(weights)))
+		goto fail;
+	for (uint32_t u = 0; u < v->nuniq; u++) {
+		uint32_t i = v->frame_rep[u];
+		json_t *f = json_object();
+		if (export_json_add(frames, f) ||
+		    export_json_set(f, "name", json_string(v->function[i])))
+			goto fail;
+		if (v->file[i][0] && export_json_set(f, "file", json_string(v->file[i])))
+			goto fail;
+		if (p->frames[i].line >= 0 &&
+		    export_json_set(f, "line", json_integer(p->frames[i].line)))
+			goto fail;
+	}
+	double period = 1.0 / p->rate_hz;
+	for (uint32_t s = 0; s < p->nstacks; s++) {
+		const struct export_stack *st = &p->stacks[s];
+		if (!st->count)
+			continue;
+		json_t *ids = json_array();
+		if (export_json_add(samples, ids))
+			goto fail;
+		for (uint32_t d = 0; d < st->depth; d++)
+			if (export_json_add(ids, json_integer(v->frame_id[st->frames[d]])))
+				goto fail;
+		if (export_json_add(weights, json_real((double)st->count * period)))
+			goto fail;
+	}
+	char name[64];
+	snprintf(name, sizeof name, "%s samples at %u Hz", v->mode[0] ? v->mode : "all",
+	         (unsigned)p->rate_hz);
+	if (export_json_set(prof, "type", json_string("sampled")) ||
+	    export_json_set(prof, "name", json_string(v->name[0] ? v->name : name)) ||
+	    export_json_set(prof, "unit", json_string("seconds")) ||
+	    export_json_set(prof, "startValue", json_real(0)) ||
+	    export_json_set(prof, "endValue", json_real((double)v->total * period)))
+		goto fail;
+	json_decref(shared);
+	json_decref(frames);
+	json_decref(profiles);
+	json_decref(prof);
+	json_decref(samples);
+	json_decref(weights);
+	return dump(doc, out);
+fail:
+	json_decref(shared);
+	json_decref(frames);
+	json_decref(profiles);
+	json_decref(prof);
+	json_decref(samples);
+	json_decref(weights);
+	json_decref(doc);
+	errno = ENOMEM;
+	return -1;
+}

@@ -1,0 +1,243 @@
+/*
+ * pprof: a perftools.profiles.Profile (proto/profile.proto), encoded with
+ * protobuf-c and gzip'd, as pprof readers expect a file to be.
+ *
+ * Each distinct frame is one Location with one Line; each (function, file)
+ * one Function, so pprof's function view merges the lines of a function as
+ * the table does.  Ids are the dense ids of the view plus one (0 means none).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <zlib.h>
+
+#include "export_int.h"
+#include "profile.pb-c.h"
+
+/* The strings of a profile, sorted and unique: "" sorts first, as entry 0 must be. */
+struct strings {
+	const char **s;
+	size_t n;
+};
+
+static int str_cmp(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static void strings_sort(struct strings *t)
+{
+	qsort(t->s, t->n, sizeof *t->s, str_cmp);
+	size_t o = 0;
+	for (size_t i = 0; i < t->n; i++)
+		if (o == 0 || strcmp(t->s[o - 1], t->s[i]) != 0)
+			t->s[o++] = t->s[i];
+	t->n = o;
+}
+
+/* The index of a string put in the table before sorting. */
+static int64_t strings_index(const struct strings *t, const char *s)
+{
+	const char **hit = bsearch(&s, t->s, t->n, sizeof *t->s, str_cmp);
+	return hit ? hit - t->s : 0;
+}
+
+/* Compresses buf as one gzip member onto out. */
+static int write_gzip(const uint8_t *buf, size_t len, FILE *out)
+{
+	z_stream z;
+	memset(&z, 0, sizeof z);
+	/* 16 + window bits: a gzip header and trailer instead of zlib's. */
+	if (deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+		return errno = ENOMEM, -1;
+	uint8_t chunk[16384];
+	int r = -1, zr;
+	do {
+		/* avail_in is 32 bits: feed a large buffer in slices. */
+		if (z.avail_in == 0 && len > 0) {
+			size_t n = len > (1u << 30) ? (1u << 30) : len;
+			z.next_in = (Bytef *)buf;
+			z.avail_in = (uInt)n;
+			buf += n;
+			len -= n;
+		}
+		z.next_out = chunk;
+		z.avail_out = sizeof chunk;
+		zr = deflate(&z, len == 0 ? Z_FINISH : Z_NO_FLUSH);
+		if (zr == Z_STREAM_ERROR) {
+			errno = EIO;
+			goto out;
+		}
+		size_t have = sizeof chunk - z.avail_out;
+		if (have && fwrite(chunk, 1, have, out) != have)
+			goto out;
+	} while (zr != Z_STREAM_END);
+	r = 0;
+out:
+	deflateEnd(&z);
+	return r;
+}
+
+int export_write_pprof(const struct export_view *v, FILE *out)
+{
+	const struct export_profile *p = v->p;
+	/* gil samples are the GIL holder on wall-clock ticks, whether it runs or waits. */
+	const char *kind = strcmp(v->mode, "cpu") == 0 ? "cpu" : "wall";
+	int64_t period = llround(1e9 / p->rate_hz);
+	if (period < 1) /* past 1 GHz: nonsense, but no division by zero */
+		period = 1;
+	int r = -1;
+
+	size_t nsamples = 0, nids = 0;
+	for (uint32_t s = 0; s < p->nstacks; s++) {
+		if (!p->stacks[s].count)
+			continue;
+		/* The time value must fit pprof's int64. */
+		if (p->stacks[s].count > (uint64_t)(INT64_MAX / period))
+			return errno = EINVAL, -1;
+		nsamples++;
+		nids += p->stacks[s].depth;
+	}
+	size_t nlabels = 0;
+	for (uint32_t s = 0; s < p->nstacks; s++)
+		if (p->stacks[s].count && p->stacks[s].thread_id)
+			nlabels++;
+
+	struct strings t = {0};
+	Perftools__Profiles__Function *funcs = calloc(v->nfuncs + 1, sizeof *funcs);
+	Perftools__Profiles__Function **funcp = calloc(v->nfuncs + 1, sizeof *funcp);
+	Perftools__Profiles__Location *locs = calloc(v->nuniq + 1, sizeof *locs);
+	Perftools__Profiles__Location **locp = calloc(v->nuniq + 1, sizeof *locp);
+	Perftools__Profiles__Line *lines = calloc(v->nuniq + 1, sizeof *lines);
+	Perftools__Profiles__Line **linep = calloc(v->nuniq + 1, sizeof *linep);
+	Perftools__Profiles__Sample *samples = calloc(nsamples + 1, sizeof *samples);
+	Perftools__Profiles__Sample **samplep = calloc(nsamples + 1, sizeof *samplep);
+	Perftools__Profiles__Label *labels = calloc(nlabels + 1, sizeof *labels);
+	Perftools__Profiles__Label **labelp = calloc(nlabels + 1, sizeof *labelp);
+	uint64_t *ids = calloc(nids + 1, sizeof *ids);
+	int64_t *values = calloc(2 * nsamples + 1, sizeof *values);
+	t.s = calloc(8 + 2 * (size_t)v->nfuncs, sizeof *t.s);
+	uint8_t *packed = NULL;
+	if (!funcs || !funcp || !locs || !locp || !lines || !linep || !samples || !samplep ||
+	    !labels || !labelp || !ids || !values || !t.s)
+		goto out;
+
+	const char *comment = v->name[0] ? v->name : NULL;
+	t.s[t.n++] = "";
+	t.s[t.n++] = "samples";
+	t.s[t.n++] = "count";
+	t.s[t.n++] = kind;
+	t.s[t.n++] = "nanoseconds";
+	t.s[t.n++] = "thread_id";
+	if (comment)
+		t.s[t.n++] = comment;
+	for (uint32_t f = 0; f < v->nfuncs; f++) {
+		t.s[t.n++] = v->function[v->func_rep[f]];
+		t.s[t.n++] = v->file[v->func_rep[f]];
+	}
+	strings_sort(&t);
+
+	for (uint32_t f = 0; f < v->nfuncs; f++) {
+		uint32_t i = v->func_rep[f];
+		perftools__profiles__function__init(&funcs[f]);
+		funcs[f].id = f + 1;
+		funcs[f].name = funcs[f].system_name = strings_index(&t, v->function[i]);
+		funcs[f].filename = strings_index(&t, v->file[i]);
+		funcp[f] = &funcs[f];
+	}
+	for (uint32_t u = 0; u < v->nuniq; u++) {
+		uint32_t i = v->frame_rep[u];
+		perftools__profiles__line__init(&lines[u]);
+		lines[u].function_id = v->func_id[i] + 1;
+		lines[u].line = p->frames[i].line > 0 ? p->frames[i].line : 0;
+		linep[u] = &lines[u];
+		perftools__profiles__location__init(&locs[u]);
+		locs[u].id = u + 1;
+		locs[u].n_line = 1;
+		locs[u].line = &linep[u];
+		locp[u] = &locs[u];
+	}
+	size_t k = 0, id = 0, l = 0;
+	int64_t thread_key = strings_index(&t, "thread_id");
+	for (uint32_t s = 0; s < p->nstacks; s++) {
+		const struct export_stack *st = &p->stacks[s];
+		if (!st->count)
+			continue;
+		Perftools__Profiles__Sample *sm = &samples[k];
+		perftools__profiles__sample__init(sm);
+		sm->location_id = &ids[id];
+		sm->n_location_id = st->depth;
+		/* pprof wants the leaf first; our stacks are root first. */
+		for (uint32_t d = 0; d < st->depth; d++)
+			ids[id++] = v->frame_id[st->frames[st->depth - 1 - d]] + 1;
+		sm->value = &values[2 * k];
+		sm->n_value = 2;
+		sm->value[0] = (int64_t)st->count;
+		sm->value[1] = (int64_t)st->count * period;
+		if (st->thread_id) {
+			perftools__profiles__label__init(&labels[l]);
+			labels[l].key = thread_key;
+			labels[l].num = (int64_t)st->thread_id;
+			labelp[l] = &labels[l];
+			sm->label = &labelp[l++];
+			sm->n_label = 1;
+		}
+		samplep[k++] = sm;
+	}
+
+	Perftools__Profiles__ValueType count_type = PERFTOOLS__PROFILES__VALUE_TYPE__INIT;
+	Perftools__Profiles__ValueType time_type = PERFTOOLS__PROFILES__VALUE_TYPE__INIT;
+	Perftools__Profiles__ValueType period_type = PERFTOOLS__PROFILES__VALUE_TYPE__INIT;
+	Perftools__Profiles__ValueType *types[2] = {&count_type, &time_type};
+	count_type.type = strings_index(&t, "samples");
+	count_type.unit = strings_index(&t, "count");
+	time_type.type = period_type.type = strings_index(&t, kind);
+	time_type.unit = period_type.unit = strings_index(&t, "nanoseconds");
+	int64_t comment_index = comment ? strings_index(&t, comment) : 0;
+
+	Perftools__Profiles__Profile prof = PERFTOOLS__PROFILES__PROFILE__INIT;
+	prof.n_sample_type = 2;
+	prof.sample_type = types;
+	prof.n_sample = nsamples;
+	prof.sample = samplep;
+	prof.n_location = v->nuniq;
+	prof.location = locp;
+	prof.n_function = v->nfuncs;
+	prof.function = funcp;
+	prof.n_string_table = t.n;
+	prof.string_table = (char **)t.s; /* only read by the encoder */
+	prof.time_nanos = llround(p->from_unix * 1e9);
+	prof.duration_nanos = llround((p->until_unix - p->from_unix) * 1e9);
+	prof.period_type = &period_type;
+	prof.period = period;
+	prof.default_sample_type = time_type.type;
+	if (comment) {
+		prof.n_comment = 1;
+		prof.comment = &comment_index;
+	}
+
+	size_t len = perftools__profiles__profile__get_packed_size(&prof);
+	packed = malloc(len ? len : 1);
+	if (!packed)
+		goto out;
+	perftools__profiles__profile__pack(&prof, packed);
+	r = write_gzip(packed, len, out);
+out:
+	free(packed);
+	free(t.s);
+	free(funcs);
+	free(funcp);
+	free(locs);
+	free(locp);
+	free(lines);
+	free(linep);
+	free(samples);
+	free(samplep);
+	free(labels);
+	free(labelp);
+	free(ids);
+	free(values);
+	return r;
+}
