@@ -19,7 +19,7 @@ PYTHON   ?= python3
 DEB_PACKAGES = build-essential pkg-config libelf-dev libjansson-dev libcriterion-dev \
                libev-dev libprotobuf-c-dev protobuf-c-compiler libsqlite3-dev \
                libinih-dev libsystemd-dev zlib1g-dev procps util-linux \
-               systemd man-db
+               systemd man-db protobuf-compiler chromium
 
 PKGS     = libelf jansson libprotobuf-c inih libsystemd sqlite3 zlib
 WARN     = -Wall -Wextra -Werror -Wshadow -Wpointer-arith -Wstrict-prototypes \
