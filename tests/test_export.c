@@ -658,8 +658,10 @@ static char *render_dom(const struct out *o)
 	/* Its own profile directory: HOME may not be writable, and runs must not share state. */
 	snprintf(profile_dir, sizeof profile_dir, "--user-data-dir=%s/chromium", dir);
 	write_file(page, o->buf, o->len);
-	const char *argv[] = {"chromium", "--headless", "--no-sandbox", "--disable-gpu",
-	                      "--no-first-run", profile_dir, "--dump-dom", url, NULL};
+	/* Root needs --no-sandbox; a container's small /dev/shm must not matter. */
+	const char *argv[] = {"chromium",       "--headless",  "--no-sandbox",
+	                      "--disable-gpu",  "--no-first-run", "--disable-dev-shm-usage",
+	                      profile_dir,      "--dump-dom",  url, NULL};
 	struct run_opts opts = {.timeout_s = CHROMIUM_TIMEOUT_S};
 	struct run_result r;
 	run_command(&r, argv, &opts);
