@@ -315,6 +315,7 @@ static Pyprofd__Response__ResultCase result_case_for(Pyprofd__Request__BodyCase 
 	case PYPROFD__REQUEST__BODY_STATS: return PYPROFD__RESPONSE__RESULT_STATS;
 	case PYPROFD__REQUEST__BODY_STATUS: return PYPROFD__RESPONSE__RESULT_STATUS;
 	case PYPROFD__REQUEST__BODY_TOP: return PYPROFD__RESPONSE__RESULT_TOP;
+	case PYPROFD__REQUEST__BODY_QUERY: return PYPROFD__RESPONSE__RESULT_QUERY;
 	default: break;
 	}
 	return PYPROFD__RESPONSE__RESULT__NOT_SET;

@@ -6,9 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ctl.h"
+#include "export.h"
 
 /* Where the daemon listens when run by root under systemd. */
 #define CTL_SYSTEM_SOCKET "/run/pyprofd/pyprofd.sock"
@@ -157,6 +159,24 @@ static const char top_usage[] =
 	"  --once            print one table and exit\n"
 	"  --json            once, as one JSON object: {pid, window_s, samples, rows:\n"
 	"                    [{function, file, own, total, own_percent, total_percent}]}\n";
+
+static const char query_usage[] =
+	"usage: pyprofd-ctl query [--pid P] [--label K=V]... [--since D | --from T [--until T]]\n"
+	"                         [--thread TID] [--format F] [-o FILE]\n"
+	"\n"
+	"What the history holds: the stored samples of the selected processes in a time\n"
+	"range, aggregated by stack (samples not yet written to the database included).\n"
+	"A user other than root sees only its own processes.\n"
+	"\n"
+	"  --pid P           one process (by pid; every process that had it)\n"
+	"  --label K=V       processes attached with this label; repeat: all must match\n"
+	"  --since D         the last D: 90s, 15m, 2h, 1d (default: everything stored)\n"
+	"  --from T, --until T\n"
+	"                    a range: unix seconds, or local time YYYY-MM-DDTHH:MM[:SS]\n"
+	"  --thread TID      one thread (threading.get_ident())\n"
+	"  --format F        collapsed (default), flamegraph (one HTML file), speedscope,\n"
+	"                    pprof (gzip'd protobuf), table (top functions), json\n"
+	"  -o, --output FILE write there instead of standard output\n";
 
 /* Options every command takes, after it as before it; last, as they end the table. */
 #define CTL_COMMON_OPTIONS                                                                         \
@@ -953,7 +973,7 @@ static int cmd_status(struct ctl *ctl, int argc, char **argv)
 		return status;
 	const Pyprofd__StatusResult *r = reply->parts[0]->status;
 	if (ctl->json) {
-		status = ctl_print_json(json_pack(
+		json_t *doc = json_pack(
 			"{s:o, s:i, s:o, s:I, s:I, s:I, s:I, s:o, s:o, s:o, s:o, s:o, s:o}", "version",
 			format_json_string(r->version), "pid", (int)r->pid, "uptime_s",
 			format_json_double(r->uptime_s), "targets_sampling", (json_int_t)r->targets_sampling,
@@ -962,7 +982,19 @@ static int cmd_status(struct ctl *ctl, int argc, char **argv)
 			"warm_bytes", format_json_u64(r->warm_bytes), "warm_budget_bytes",
 			format_json_u64(r->warm_budget_bytes), "rss_bytes", format_json_u64(r->rss_bytes),
 			"cpu_percent", format_json_double(r->cpu_percent), "state_dir",
-			format_json_string(r->state_dir), "socket", format_json_string(r->socket)));
+			format_json_string(r->state_dir), "socket", format_json_string(r->socket));
+		json_t *history = json_pack(
+			"{s:o, s:b, s:o, s:o, s:o, s:o, s:o, s:o}", "file", format_json_string(r->history_file),
+			"failing", r->history_failing, "error", format_json_string(r->history_error),
+			"pending_rows", format_json_u64(r->history_pending_rows), "rows_written",
+			format_json_u64(r->history_rows_written), "dropped_rows",
+			format_json_u64(r->history_dropped_rows), "bytes", format_json_u64(r->history_bytes),
+			"lost_samples", format_json_u64(r->history_lost_samples));
+		if (doc && history)
+			json_object_set_new(doc, "history", history);
+		else
+			json_decref(history);
+		status = ctl_print_json(doc);
 	} else {
 		printf("version: ");
 		format_put(stdout, r->version, SIZE_MAX, 0);
@@ -980,6 +1012,18 @@ static int cmd_status(struct ctl *ctl, int argc, char **argv)
 		format_put(stdout, r->state_dir, SIZE_MAX, 0);
 		printf("\nsocket: ");
 		format_put(stdout, r->socket, SIZE_MAX, 0);
+		printf("\nhistory: ");
+		format_put(stdout, r->history_file, SIZE_MAX, 0);
+		printf(", %llu rows written, %llu waiting, %llu bytes%s",
+		       (unsigned long long)r->history_rows_written,
+		       (unsigned long long)r->history_pending_rows, (unsigned long long)r->history_bytes,
+		       r->history_failing ? ", FAILING: " : "");
+		if (r->history_failing)
+			format_put(stdout, r->history_error, SIZE_MAX, 0);
+		if (r->history_dropped_rows || r->history_lost_samples)
+			printf(" (%llu rows dropped, %llu samples lost)",
+			       (unsigned long long)r->history_dropped_rows,
+			       (unsigned long long)r->history_lost_samples);
 		putchar('\n');
 		status = ctl_finish(CTL_EXIT_OK);
 	}
@@ -1025,11 +1069,246 @@ static int cmd_top(struct ctl *ctl, int argc, char **argv)
 	return status;
 }
 
+/* --- query --- */
+
+/* "90s", "15m", "2h", "1d" or plain seconds; -1 if it is none of those. */
+static double parse_duration(const char *arg)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(arg, &end);
+	if (end == arg || errno != 0 || !(v >= 0))
+		return -1;
+	double unit = *end == '\0' || strcmp(end, "s") == 0 ? 1
+	              : strcmp(end, "m") == 0                ? 60
+	              : strcmp(end, "h") == 0                ? 3600
+	              : strcmp(end, "d") == 0                ? 86400
+	                                                     : -1;
+	return unit < 0 ? -1 : v * unit;
+}
+
+/* Unix seconds, or local time YYYY-MM-DDTHH:MM[:SS]; -1 if neither. */
+static double parse_time(const char *arg)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(arg, &end);
+	if (end != arg && *end == '\0' && errno == 0 && v >= 0)
+		return v;
+	struct tm tm = {0};
+	const char *rest = strptime(arg, "%Y-%m-%dT%H:%M", &tm);
+	if (rest && *rest == ':')
+		rest = strptime(rest, ":%S", &tm);
+	if (!rest || *rest)
+		return -1;
+	tm.tm_isdst = -1;
+	time_t t = mktime(&tm);
+	return t == (time_t)-1 ? -1 : (double)t;
+}
+
+/* The query's answer, all parts, as the export writers take it. */
+static int query_export(const struct ctl *ctl, const struct client_reply *reply, const char *name,
+                        enum export_format format, FILE *out)
+{
+	(void)ctl;
+	size_t nframes = 0, nstacks = 0;
+	for (size_t i = 0; i < reply->nparts; i++) {
+		nframes += reply->parts[i]->query->n_frames;
+		nstacks += reply->parts[i]->query->n_stacks;
+	}
+	if (nframes > UINT32_MAX || nstacks > UINT32_MAX)
+		return -1;
+	struct export_frame *frames = calloc(nframes ? nframes : 1, sizeof *frames);
+	struct export_stack *stacks = calloc(nstacks ? nstacks : 1, sizeof *stacks);
+	int rc = -1;
+	if (!frames || !stacks)
+		goto out;
+	size_t f = 0, s = 0;
+	for (size_t i = 0; i < reply->nparts; i++) {
+		const Pyprofd__QueryResult *r = reply->parts[i]->query;
+		for (size_t k = 0; k < r->n_frames; k++, f++) {
+			const Pyprofd__QueryFrame *qf = r->frames[k];
+			const char *kind = format_str(qf->kind);
+			frames[f] = (struct export_frame){
+				.function = format_str(qf->function),
+				.file = format_str(qf->file),
+				.line = qf->line,
+				.kind = strcmp(kind, "native") == 0 ? EXPORT_FRAME_NATIVE
+				        : strcmp(kind, "gc") == 0   ? EXPORT_FRAME_GC
+				                                    : EXPORT_FRAME_PYTHON,
+			};
+		}
+		for (size_t k = 0; k < r->n_stacks; k++, s++)
+			stacks[s] = (struct export_stack){.frames = r->stacks[k]->frames,
+			                                  .depth = (uint32_t)r->stacks[k]->n_frames,
+			                                  .count = r->stacks[k]->count};
+	}
+	const Pyprofd__QueryResult *head = reply->parts[0]->query;
+	struct export_profile p = {
+		.frames = frames,
+		.nframes = (uint32_t)nframes,
+		.stacks = stacks,
+		.nstacks = (uint32_t)nstacks,
+		.name = name,
+		.mode = head->mode && *head->mode ? head->mode : "wall",
+		.rate_hz = head->rate_hz ? head->rate_hz : 100,
+		.from_unix = head->from_unix,
+		.until_unix = head->until_unix,
+	};
+	rc = export_write(&p, format, out);
+out:
+	free(frames);
+	free(stacks);
+	return rc;
+}
+
+static int cmd_query(struct ctl *ctl, int argc, char **argv)
+{
+	static const struct option options[] = {
+		{"pid", required_argument, NULL, 'p'},    {"label", required_argument, NULL, 'l'},
+		{"since", required_argument, NULL, 's'},  {"from", required_argument, NULL, 'f'},
+		{"until", required_argument, NULL, 'u'},  {"thread", required_argument, NULL, 't'},
+		{"format", required_argument, NULL, 'F'}, {"output", required_argument, NULL, 'o'},
+		CTL_COMMON_OPTIONS,
+	};
+	Pyprofd__QueryRequest q = PYPROFD__QUERY_REQUEST__INIT;
+	Pyprofd__Label *labels = calloc((size_t)argc, sizeof *labels);
+	Pyprofd__Label **label_ptrs = calloc((size_t)argc, sizeof *label_ptrs);
+	enum export_format format = EXPORT_COLLAPSED;
+	const char *output = NULL, *format_name = "collapsed";
+	double since = -1;
+	char name[256] = "all processes";
+	int status = CTL_EXIT_OK, opt;
+	if (!labels || !label_ptrs) {
+		fputs("pyprofd-ctl: out of memory\n", stderr);
+		status = CTL_EXIT_FAILURE;
+		goto out;
+	}
+	q.labels = label_ptrs;
+	while (status == CTL_EXIT_OK && (opt = getopt_long(argc, argv, ":ho:", options, NULL)) != -1) {
+		uint32_t u;
+		switch (opt) {
+		case 'p':
+			if ((status = ctl_parse_u32(ctl, "--pid", optarg, 1, &u)) == CTL_EXIT_OK) {
+				if (u > INT32_MAX)
+					status = ctl_usage_error(ctl, "'%s' is not a process id", optarg);
+				q.pid = (int32_t)u;
+				snprintf(name, sizeof name, "pid %u", u);
+			}
+			break;
+		case 'l': {
+			char *eq = strchr(optarg, '=');
+			if (!eq || eq == optarg) {
+				status = ctl_usage_error(ctl, "--label takes KEY=VALUE, not '%s'", optarg);
+				break;
+			}
+			*eq = '\0';
+			Pyprofd__Label *l = &labels[q.n_labels];
+			pyprofd__label__init(l);
+			l->key = optarg;
+			l->value = eq + 1;
+			label_ptrs[q.n_labels++] = l;
+			if (!q.pid)
+				snprintf(name, sizeof name, "%s=%s", l->key, l->value);
+			break;
+		}
+		case 's':
+			if ((since = parse_duration(optarg)) < 0)
+				status = ctl_usage_error(ctl, "--since takes a duration such as 90s, 15m, 2h or 1d");
+			break;
+		case 'f':
+		case 'u': {
+			double t = parse_time(optarg);
+			if (t < 0)
+				status = ctl_usage_error(ctl, "--%s takes unix seconds or YYYY-MM-DDTHH:MM[:SS]",
+				                         opt == 'f' ? "from" : "until");
+			else if (opt == 'f')
+				q.from_unix = t;
+			else
+				q.until_unix = t;
+			break;
+		}
+		case 't': {
+			char *end;
+			errno = 0;
+			unsigned long long tid = strtoull(optarg, &end, 10);
+			if (*optarg < '0' || *optarg > '9' || *end || errno)
+				status = ctl_usage_error(ctl, "--thread takes a thread id, not '%s'", optarg);
+			q.by_thread = true;
+			q.thread_id = tid;
+			break;
+		}
+		case 'F':
+			if (export_format_parse(optarg, &format) != 0)
+				status = ctl_usage_error(ctl, "unknown format '%s'", optarg);
+			format_name = optarg;
+			break;
+		case 'o':
+			output = optarg;
+			break;
+		default:
+			if ((status = ctl_common_option(ctl, opt, argv)) < 0)
+				status = CTL_EXIT_OK;
+			else if (status == CTL_EXIT_OK)
+				status = -1; /* --help printed */
+		}
+	}
+	if (status == -1) {
+		status = CTL_EXIT_OK;
+		goto out;
+	}
+	if (status != CTL_EXIT_OK)
+		goto out;
+	if ((status = ctl_no_operand(ctl, argc, argv)) != CTL_EXIT_OK)
+		goto out;
+	if (since >= 0) {
+		if (q.from_unix || q.until_unix) {
+			status = ctl_usage_error(ctl, "--since and --from/--until do not go together");
+			goto out;
+		}
+		struct timespec now;
+		clock_gettime(CLOCK_REALTIME, &now);
+		q.from_unix = (double)now.tv_sec - since;
+	}
+	if (q.until_unix && q.until_unix < q.from_unix) {
+		status = ctl_usage_error(ctl, "--until is before --from");
+		goto out;
+	}
+	(void)format_name;
+
+	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
+	req.body_case = PYPROFD__REQUEST__BODY_QUERY;
+	req.query = &q;
+	struct client_reply *reply = ctl_call(ctl, &req, &status);
+	if (!reply)
+		goto out;
+	FILE *out = output ? fopen(output, "wb") : stdout;
+	if (!out) {
+		fprintf(stderr, "pyprofd-ctl: cannot write %s: %s\n", output, strerror(errno));
+		status = CTL_EXIT_FAILURE;
+	} else {
+		int rc = query_export(ctl, reply, name, format, out);
+		if (output && fclose(out) != 0)
+			rc = -1;
+		if (rc != 0) {
+			fprintf(stderr, "pyprofd-ctl: cannot write the profile: %s\n", strerror(errno));
+			status = CTL_EXIT_FAILURE;
+		} else {
+			status = output ? CTL_EXIT_OK : ctl_finish(CTL_EXIT_OK);
+		}
+	}
+	client_reply_free(reply);
+out:
+	free(labels);
+	free(label_ptrs);
+	return status;
+}
+
 static const struct command commands[] = {
 	{"attach", cmd_attach, attach_usage}, {"detach", cmd_detach, detach_usage},
 	{"list", cmd_list, list_usage},       {"dump", cmd_dump, dump_usage},
 	{"stats", cmd_stats, stats_usage},    {"status", cmd_status, status_usage},
-	{"top", cmd_top, top_usage},
+	{"top", cmd_top, top_usage},          {"query", cmd_query, query_usage},
 };
 
 int main(int argc, char **argv)

@@ -30,6 +30,7 @@ static const char serve_usage[] =
 	"  --warm-budget MB       memory kept for detached targets' caches (default 256)\n"
 	"  --default-rate HZ      sampling rate when attach gives none (default 100)\n"
 	"  --max-rate HZ          highest rate a client may ask for (default 1000)\n"
+	"  --flush-interval S     how often samples reach the history database (default 10)\n"
 	"\n"
 	"Defaults: as root, state in /var/lib/pyprofd, socket /run/pyprofd/pyprofd.sock,\n"
 	"config /etc/pyprofd/pyprofd.conf when present; under systemd $STATE_DIRECTORY\n"
@@ -54,6 +55,10 @@ static void config_defaults(struct config *c)
 		.default_rate_hz = 100,
 		.max_rate_hz = 1000,
 		.top_window_s = 1,
+		.flush_interval_s = 10,
+		.bucket_seconds = 10,
+		.max_pending_rows = 1u << 20,
+		.max_db_bytes = (uint64_t)4096 * MB,
 	};
 }
 
@@ -116,6 +121,15 @@ static int config_set(struct config *c, const char *section, const char *name, c
 			return c->max_rate_hz = (unsigned)v, 0;
 		if (strcmp(name, "top_window_s") == 0 && parse_uint(value, 1, RECENT_SECONDS - 2, &v) == 0)
 			return c->top_window_s = (unsigned)v, 0;
+	} else if (strcmp(section, "storage") == 0) {
+		if (strcmp(name, "flush_interval_s") == 0 && parse_uint(value, 1, 3600, &v) == 0)
+			return c->flush_interval_s = (double)v, 0;
+		if (strcmp(name, "bucket_seconds") == 0 && parse_uint(value, 1, 3600, &v) == 0)
+			return c->bucket_seconds = (unsigned)v, 0;
+		if (strcmp(name, "max_pending_rows") == 0 && parse_uint(value, 1000, 1ul << 32, &v) == 0)
+			return c->max_pending_rows = v, 0;
+		if (strcmp(name, "max_db_mb") == 0 && parse_uint(value, 0, 1ul << 24, &v) == 0)
+			return c->max_db_bytes = (uint64_t)v * MB, 0;
 	}
 	return -1;
 }
@@ -164,6 +178,7 @@ static const struct {
 	{"warm-budget", "limits", "warm_budget_mb"},
 	{"default-rate", "sampling", "default_rate_hz"},
 	{"max-rate", "sampling", "max_rate_hz"},
+	{"flush-interval", "storage", "flush_interval_s"},
 };
 #define NFLAGS (sizeof flag_settings / sizeof flag_settings[0])
 

@@ -3,6 +3,7 @@
 #define PYPROFD_H
 
 #include <ev.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <sys/types.h>
@@ -112,6 +113,10 @@ struct config {
 	unsigned default_rate_hz;
 	unsigned max_rate_hz;
 	unsigned top_window_s;
+	double flush_interval_s;   /* samples reach the history this often */
+	unsigned bucket_seconds;   /* the finest time bucket of the history */
+	uint64_t max_pending_rows; /* history rows kept in memory while writes fail */
+	uint64_t max_db_bytes;     /* the history's size cap; 0: none */
 };
 /*
  * The configuration from defaults, the file and the flags, in that order of
@@ -145,8 +150,49 @@ struct timing {
 void timing_add(struct timing *t, double value);
 double timing_percentile(const struct timing *t, double p); /* 0 when empty */
 
-/* target.c */
+/* history.c */
 struct server;
+struct target;
+struct store_writer;
+
+/* A target's samples since its last flush, counted by (bucket, thread, stack id). */
+struct pending_entry {
+	int64_t bucket;
+	uint64_t thread_id;
+	uint32_t stack;
+	uint64_t count; /* 0 marks a free slot */
+};
+struct pending {
+	struct pending_entry *v;
+	uint32_t used, cap;
+	uint64_t samples;
+};
+int pending_add(struct pending *p, int64_t bucket, uint64_t thread_id, uint32_t stack);
+void pending_free(struct pending *p);
+
+/* The daemon's way into the store: flushes, its writer, what failed. */
+struct history {
+	struct server *server;
+	char *path;
+	struct store_writer *writer; /* NULL while the database cannot be opened */
+	ev_timer flush_timer;
+	unsigned bucket_seconds;
+	uint64_t max_pending_rows, max_db_bytes;
+	bool open_failing;
+	char open_error[256];
+	uint64_t lost_samples, flushed_samples, flushes;
+};
+int history_open(struct history *h, struct server *s);
+void history_configure(struct history *h, const struct config *c);
+/* Hand a target's counts to the writer: at flush time, and before its stack ids lose meaning. */
+void history_flush_target(struct history *h, struct target *t);
+void history_flush_all(struct history *h);
+/* Wait until what was handed over is written (or failing); not on the loop. */
+void history_sync(struct history *h);
+void history_close(struct history *h);
+void history_status(struct history *h, Pyprofd__StatusResult *out, struct arena *a);
+
+/* target.c */
 enum target_state { TARGET_SAMPLING, TARGET_DETACHED, TARGET_EXITED };
 
 struct target_params {
@@ -180,6 +226,8 @@ struct target {
 	struct uw_sample sample;
 	uint64_t epoch;
 	struct recent *recent;
+	struct pending pending; /* for the history */
+	uint64_t history_samples; /* thread samples counted for the history, all sessions */
 	struct timing jitter_us, cost_us;
 	struct uw_stats final_stats; /* the engine's counters when the process exited */
 	ev_tstamp last_used; /* loop time; detached targets are evicted oldest first */
@@ -230,8 +278,15 @@ struct server {
 	ev_signal sigterm, sigint, sighup;
 	ev_timer housekeeping;
 	struct targets targets;
+	struct history history;
 	struct client *clients;
 	unsigned nclients;
+	uint64_t next_client_serial;
+	/* History queries running on threads of their own (query.c). */
+	pthread_mutex_t queries_lock;
+	ev_async queries_async;
+	struct query_job *queries_done; /* under queries_lock */
+	unsigned queries_running;
 	double started_at;    /* unix time */
 	ev_tstamp started;    /* loop time */
 };
@@ -246,6 +301,7 @@ void server_update_status(struct server *s);
 struct client {
 	struct server *server;
 	struct client *next;
+	uint64_t serial; /* never reused: a late answer finds its client, or none */
 	int fd;
 	uid_t uid;
 	pid_t pid;
@@ -255,15 +311,30 @@ struct client {
 	unsigned char *out;
 	size_t out_len, out_off, out_cap;
 	bool closing; /* flush what is queued, then close */
+	bool paused;  /* a query of its own runs: its later requests wait */
 };
 void server_client_accept(struct server *s, int fd);
 void server_client_free(struct client *c);
 /* Queue one response (packed with its length prefix); -1 if out of memory. */
 int server_client_send(struct client *c, const Pyprofd__Response *resp);
+/* Queue responses already framed. */
+int server_client_send_bytes(struct client *c, const unsigned char *bytes, size_t len);
+/* Stop reading requests (an answer is being worked out elsewhere) and start again. */
+void server_client_pause(struct client *c);
+void server_client_resume(struct client *c);
+
+/* query.c */
+struct query_job;
+int queries_init(struct server *s);
+/* Wait for running queries and drop their answers (shutdown). */
+void queries_finish(struct server *s);
+/* Start a history query; true if it will be answered later, else the error is in resp. */
+bool rpc_query(struct server *s, struct client *c, const Pyprofd__Request *req,
+               Pyprofd__Response *resp, struct arena *a);
 
 /* rpc.c */
-/* Answer one request into resp (its nested messages in a). */
-void rpc_dispatch(struct server *s, struct client *c, const Pyprofd__Request *req,
+/* Answer one request into resp (its nested messages in a); false if the answer comes later. */
+bool rpc_dispatch(struct server *s, struct client *c, const Pyprofd__Request *req,
                   Pyprofd__Response *resp, struct arena *a);
 /* An error response. */
 void rpc_error(Pyprofd__Response *resp, struct arena *a, Pyprofd__ErrorCode code,

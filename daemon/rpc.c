@@ -431,7 +431,7 @@ static void rpc_stats(struct server *s, struct client *c, const Pyprofd__Request
 	if (t->uw)
 		uw_stats(t->uw, &st);
 	Pyprofd__StatsResult *res = arena_alloc(a, sizeof *res);
-	size_t n = NSTATS_COUNTERS + 3;
+	size_t n = NSTATS_COUNTERS + 4;
 	Pyprofd__Counter **v = arena_alloc(a, n * sizeof *v);
 	if (!res || !v) {
 		rpc_oom(resp, a);
@@ -445,7 +445,8 @@ static void rpc_stats(struct server *s, struct client *c, const Pyprofd__Request
 		uint64_t value;
 	} totals[] = {{"total_samples", st.samples},
 	              {"readv_calls", st.readv_calls},
-	              {"bytes_read", st.bytes_read}};
+	              {"bytes_read", st.bytes_read},
+	              {"history_samples", t->history_samples}};
 	for (size_t i = 0; i < n; i++) {
 		Pyprofd__Counter *ctr = arena_alloc(a, sizeof *ctr);
 		if (!ctr) {
@@ -453,12 +454,13 @@ static void rpc_stats(struct server *s, struct client *c, const Pyprofd__Request
 			return;
 		}
 		pyprofd__counter__init(ctr);
-		if (i < 3) {
+		size_t ntotals = sizeof totals / sizeof totals[0];
+		if (i < ntotals) {
 			ctr->name = (char *)totals[i].name;
 			ctr->value = totals[i].value;
 		} else {
-			ctr->name = (char *)stats_counters[i - 3].name;
-			ctr->value = stats_counter_value(&st, i - 3);
+			ctr->name = (char *)stats_counters[i - ntotals].name;
+			ctr->value = stats_counter_value(&st, i - ntotals);
 		}
 		v[res->n_counters++] = ctr;
 	}
@@ -518,6 +520,7 @@ static void rpc_status(struct server *s, struct client *c, const Pyprofd__Reques
 	res->cpu_percent = res->uptime_s > 0 ? 100.0 * server_cpu_seconds() / res->uptime_s : 0;
 	res->state_dir = s->config.state_dir;
 	res->socket = s->socket_activated ? (char *)"(from systemd)" : s->config.socket_path;
+	history_status(&s->history, res, a);
 	resp->result_case = PYPROFD__RESPONSE__RESULT_STATUS;
 	resp->status = res;
 }
@@ -679,6 +682,13 @@ static void rpc_top(struct server *s, struct client *c, const Pyprofd__Request *
 typedef void (*rpc_handler)(struct server *, struct client *, const Pyprofd__Request *,
                             Pyprofd__Response *, struct arena *);
 
+static void rpc_history_query(struct server *s, struct client *c, const Pyprofd__Request *req,
+                              Pyprofd__Response *resp, struct arena *a)
+{
+	if (rpc_query(s, c, req, resp, a))
+		resp->result_case = PYPROFD__RESPONSE__RESULT__NOT_SET; /* answered later */
+}
+
 static const struct {
 	Pyprofd__Request__BodyCase body;
 	const char *name;
@@ -691,22 +701,25 @@ static const struct {
 	{PYPROFD__REQUEST__BODY_STATS, "stats", rpc_stats},
 	{PYPROFD__REQUEST__BODY_STATUS, "status", rpc_status},
 	{PYPROFD__REQUEST__BODY_TOP, "top", rpc_top},
+	{PYPROFD__REQUEST__BODY_QUERY, "query", rpc_history_query},
 };
 
-void rpc_dispatch(struct server *s, struct client *c, const Pyprofd__Request *req,
+bool rpc_dispatch(struct server *s, struct client *c, const Pyprofd__Request *req,
                   Pyprofd__Response *resp, struct arena *a)
 {
 	if (req->version != PYPROFD__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT) {
 		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_PROTOCOL,
 		          "protocol version %u is not spoken here (this daemon speaks %d)", req->version,
 		          PYPROFD__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT);
-		return;
+		return true;
 	}
 	for (size_t i = 0; i < sizeof handlers / sizeof handlers[0]; i++)
 		if (handlers[i].body == req->body_case) {
 			log_debug("uid %d: %s", (int)c->uid, handlers[i].name);
 			handlers[i].handle(s, c, req, resp, a);
-			return;
+			/* Every handler answers now or with an error, save a query that went to its thread. */
+			return resp->result_case != PYPROFD__RESPONSE__RESULT__NOT_SET;
 		}
 	rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST, "the request has no known body");
+	return true;
 }

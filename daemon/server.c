@@ -169,6 +169,7 @@ static void on_reload_signal(struct ev_loop *loop, ev_signal *w, int revents)
 	sd_notify(0, "RELOADING=1");
 	if (config_reload(&s->config, s->argc, s->argv) == 0) {
 		log_set_level(s->config.log_level);
+		history_configure(&s->history, &s->config);
 		log_info("configuration reloaded%s%s", s->config.config_path ? " from " : "",
 		         s->config.config_path ? s->config.config_path : "");
 	} else {
@@ -207,6 +208,9 @@ static void server_shutdown(struct server *s)
 	sd_notify(0, "STOPPING=1");
 	while (s->clients)
 		server_client_free(s->clients);
+	/* Everything counted reaches the database before the targets go. */
+	queries_finish(s);
+	history_close(&s->history);
 	targets_free(&s->targets);
 	if (s->listen_fd >= 0) {
 		ev_io_stop(s->loop, &s->accept_watcher);
@@ -246,6 +250,13 @@ int cmd_serve(int argc, char **argv)
 	}
 	s.started = ev_now(s.loop);
 	s.started_at = ev_time();
+	if (history_open(&s.history, &s) != 0 || queries_init(&s) != 0) {
+		fprintf(stderr, "pyprofd: out of memory\n");
+		close(s.listen_fd);
+		ev_loop_destroy(s.loop);
+		config_free(&s.config);
+		return EXIT_FAILURE_OTHER;
+	}
 
 	ev_io_init(&s.accept_watcher, on_accept, s.listen_fd, EV_READ);
 	s.accept_watcher.data = &s;

@@ -70,6 +70,7 @@ void server_client_accept(struct server *s, int fd)
 		return;
 	}
 	c->server = s;
+	c->serial = ++s->next_client_serial;
 	c->fd = fd;
 	c->uid = cred.uid;
 	c->pid = cred.pid;
@@ -143,6 +144,36 @@ int server_client_send(struct client *c, const Pyprofd__Response *resp)
 	return 0;
 }
 
+int server_client_send_bytes(struct client *c, const unsigned char *bytes, size_t len)
+{
+	if (out_reserve(c, len) != 0)
+		return -1;
+	memcpy(c->out + c->out_len, bytes, len);
+	c->out_len += len;
+	ev_io_start(c->server->loop, &c->writer);
+	return 0;
+}
+
+void server_client_pause(struct client *c)
+{
+	c->paused = true;
+	ev_io_stop(c->server->loop, &c->reader);
+}
+
+void server_client_resume(struct client *c)
+{
+	c->paused = false;
+	if (c->closing) {
+		if (c->out_len == c->out_off)
+			ev_feed_event(c->server->loop, &c->writer, EV_WRITE);
+		return;
+	}
+	ev_io_start(c->server->loop, &c->reader);
+	/* Requests that came while paused are already buffered: handle them without waiting for more. */
+	if (c->in_len)
+		ev_feed_event(c->server->loop, &c->reader, EV_READ);
+}
+
 /* Send an error that answers no particular request (the request id could not be read). */
 static void send_error(struct client *c, uint64_t id, Pyprofd__ErrorCode code, const char *msg)
 {
@@ -170,8 +201,7 @@ static void handle_frame(struct client *c, const unsigned char *payload, size_t 
 	Pyprofd__Response resp = PYPROFD__RESPONSE__INIT;
 	struct arena arena = {0};
 	resp.id = req->id;
-	rpc_dispatch(c->server, c, req, &resp, &arena);
-	if (server_client_send(c, &resp) != 0) {
+	if (rpc_dispatch(c->server, c, req, &resp, &arena) && server_client_send(c, &resp) != 0) {
 		log_warn("client uid %d: out of memory queueing a response", (int)c->uid);
 		c->closing = true;
 	}
@@ -188,7 +218,7 @@ static void handle_input(struct client *c)
 {
 	size_t off = 0;
 	unsigned handled = 0;
-	while (!c->closing && c->in_len - off >= 4) {
+	while (!c->closing && !c->paused && c->in_len - off >= 4) {
 		const unsigned char *p = c->in + off;
 		uint32_t len = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 		if (len > c->server->config.max_message_bytes) {

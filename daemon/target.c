@@ -227,6 +227,7 @@ void target_stop(struct target *t)
 	timer_arm(t, 0);
 	if (t->state == TARGET_SAMPLING)
 		t->state = TARGET_DETACHED;
+	history_flush_target(&t->server->history, t);
 	t->last_used = ev_now(t->server->loop);
 }
 
@@ -240,6 +241,7 @@ void target_mark_exited(struct target *t, const char *why)
 		log_info("pid %d: %s; stopped after %llu samples", (int)t->pid, why,
 		         (unsigned long long)t->samples);
 	t->state = TARGET_EXITED;
+	history_flush_target(&t->server->history, t);
 	if (t->uw) {
 		uw_stats(t->uw, &t->final_stats);
 		uw_close(t->uw);
@@ -254,8 +256,13 @@ void target_free(struct target *t)
 {
 	if (!t)
 		return;
-	if (t->server)
+	if (t->server) {
 		ev_io_stop(t->server->loop, &t->timer);
+		/* A target dropped while alive (budget, reused pid) keeps what it counted. */
+		if (t->server->history.path)
+			history_flush_target(&t->server->history, t);
+	}
+	pending_free(&t->pending);
 	if (t->timer_fd >= 0)
 		close(t->timer_fd);
 	if (t->uw)
@@ -292,6 +299,9 @@ static void target_sample(struct target *t)
 {
 	struct uw_error err = {0};
 	struct timespec a, b;
+	/* The caches are about to reset and forget every stack id: write the counts out first. */
+	if (uw_reset_pending(t->uw))
+		history_flush_target(&t->server->history, t);
 	clock_gettime(CLOCK_MONOTONIC, &a);
 	int rc = uw_sample(t->uw, &t->sample, &err);
 	clock_gettime(CLOCK_MONOTONIC, &b);
@@ -313,10 +323,20 @@ static void target_sample(struct target *t)
 		recent_clear(t->recent);
 		t->epoch = t->sample.epoch;
 	}
-	int64_t second = (int64_t)ev_now(t->server->loop);
-	for (uint32_t i = 0; i < t->sample.nthreads; i++)
-		if (recent_add(t->recent, second, t->sample.threads[i].stack, 1) != 0)
+	double now = ev_now(t->server->loop);
+	int64_t second = (int64_t)now;
+	unsigned width = t->server->history.bucket_seconds ? t->server->history.bucket_seconds : 10;
+	int64_t bucket = (int64_t)floor(now / width) * width;
+	for (uint32_t i = 0; i < t->sample.nthreads; i++) {
+		const struct uw_sample_thread *th = &t->sample.threads[i];
+		if (!th->stack)
+			continue; /* no Python frames, or a stack that would not hold still */
+		if (recent_add(t->recent, second, th->stack, 1) != 0 ||
+		    pending_add(&t->pending, bucket, th->thread_id, th->stack) != 0)
 			log_warn("pid %d: out of memory counting samples", (int)t->pid);
+		else
+			t->history_samples++;
+	}
 }
 
 static void target_on_tick(struct ev_loop *loop, ev_io *w, int revents)

@@ -233,6 +233,9 @@ static int64_t query_spell(struct query *qs, int64_t id, struct store_error *err
 	return (int64_t)depth;
 }
 
+/* The uid's parameter: past every label's (6 + 2 * STORE_MAX_LABELS). */
+#define QUERY_UID_PARAM "999"
+
 /* The SELECT for q into buf (its ? numbers fixed by position).  0, or -1 and *err. */
 static int query_sql(const struct store_query *q, char *buf, size_t len, struct store_error *err)
 {
@@ -246,6 +249,9 @@ static int query_sql(const struct store_query *q, char *buf, size_t len, struct 
 		                      " AND target IN (SELECT id FROM targets WHERE pid = ?4)");
 	if (q->by_thread)
 		n += (size_t)snprintf(buf + n, len - n, " AND thread_id = ?5");
+	if (q->by_uid)
+		n += (size_t)snprintf(buf + n, len - n,
+		                      " AND target IN (SELECT id FROM targets WHERE uid = ?" QUERY_UID_PARAM ")");
 	for (size_t i = 0; i < q->nlabels && n < len; i++)
 		n += (size_t)snprintf(buf + n, len - n,
 		                      " AND target IN (SELECT target FROM target_labels "
@@ -288,6 +294,8 @@ static int query_collect(struct query *qs, const struct store_query *q, uint64_t
 		rc = sqlite3_bind_int64(st, 4, q->pid);
 	if (rc == SQLITE_OK && q->by_thread)
 		rc = sqlite3_bind_int64(st, 5, (int64_t)q->thread_id);
+	if (rc == SQLITE_OK && q->by_uid)
+		rc = sqlite3_bind_int64(st, atoi(QUERY_UID_PARAM), (int64_t)q->uid);
 	for (size_t i = 0; rc == SQLITE_OK && i < q->nlabels; i++) {
 		rc = sqlite3_bind_text(st, (int)(6 + 2 * i), q->label_keys[i], -1, SQLITE_STATIC);
 		if (rc == SQLITE_OK)

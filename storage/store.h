@@ -146,6 +146,8 @@ struct store_query {
 	double from_unix, until_unix; /* [from, until) by bucket start; until 0: now */
 	bool by_thread;
 	uint64_t thread_id;       /* with by_thread */
+	bool by_uid;              /* only processes this uid owned */
+	uid_t uid;
 };
 
 /* One aggregated stack of a query's result: frames root first. */

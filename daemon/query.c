@@ -1,0 +1,438 @@
+/*
+ * History queries.  SQLite never runs on the loop: each query gets a thread
+ * of its own with a read-only connection; it waits for the writer to store
+ * what the loop handed it (so the answer includes samples not yet flushed
+ * when the query came), aggregates, and packs the whole answer into framed
+ * responses.  The loop gets it back through an ev_async and sends it to the
+ * client if that client is still connected.  While a client's query runs,
+ * its later requests wait unread, so answers keep their order.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pyprofd.h"
+#include "store.h"
+
+#define QUERIES_MAX 4
+/* A response part stays under this many bytes; the client's limit is far above. */
+#define QUERY_PART_BYTES (1u << 20)
+
+struct query_job {
+	struct query_job *next;
+	struct server *server;
+	pthread_t thread;
+	uint64_t client_serial;
+	uint64_t request_id;
+	struct store_query q;
+	char **label_keys, **label_values;
+	char *db_path;
+	uint32_t rate_hz;
+	char mode[8];
+	/* The answer: framed responses, ready to send. */
+	unsigned char *out;
+	size_t out_len, out_cap;
+	bool failed;
+};
+
+/* ---- on the query's thread ---- */
+
+static int out_append(struct query_job *j, const Pyprofd__Response *resp)
+{
+	size_t len = pyprofd__response__get_packed_size(resp);
+	if (j->out_len + len + 4 > j->out_cap) {
+		size_t cap = j->out_cap ? j->out_cap : 65536;
+		while (cap < j->out_len + len + 4)
+			cap *= 2;
+		unsigned char *out = realloc(j->out, cap);
+		if (!out)
+			return -1;
+		j->out = out;
+		j->out_cap = cap;
+	}
+	unsigned char *p = j->out + j->out_len;
+	p[0] = (unsigned char)(len >> 24);
+	p[1] = (unsigned char)(len >> 16);
+	p[2] = (unsigned char)(len >> 8);
+	p[3] = (unsigned char)len;
+	pyprofd__response__pack(resp, p + 4);
+	j->out_len += len + 4;
+	return 0;
+}
+
+static void answer_error(struct query_job *j, Pyprofd__ErrorCode code, const char *msg)
+{
+	Pyprofd__Response resp = PYPROFD__RESPONSE__INIT;
+	Pyprofd__Error e = PYPROFD__ERROR__INIT;
+	e.code = code;
+	e.message = (char *)msg;
+	resp.id = j->request_id;
+	resp.result_case = PYPROFD__RESPONSE__RESULT_ERROR;
+	resp.error = &e;
+	j->out_len = 0;
+	if (out_append(j, &resp) != 0)
+		j->failed = true;
+}
+
+/* Frames by content, numbered in the order they were first sent. */
+struct frame_index {
+	char **keys; /* "kind\x1ffunction\x1ffile\x1fline" */
+	uint32_t *ids;
+	uint32_t used, cap;
+};
+
+static uint64_t text_hash(const char *s)
+{
+	uint64_t h = 1469598103934665603ull;
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 1099511628211ull;
+	return h;
+}
+
+/* The answer being built: a part at a time. */
+struct builder {
+	struct query_job *job;
+	struct frame_index index;
+	uint32_t nframes_sent;
+	/* The part under way. */
+	struct arena arena;
+	Pyprofd__QueryFrame **frames;
+	size_t nframes, frames_cap;
+	Pyprofd__QueryStack **stacks;
+	size_t nstacks, stacks_cap;
+	size_t part_bytes;
+	bool first_sent;
+	uint64_t total;
+	bool oom;
+};
+
+static int grow(void **v, size_t *cap, size_t n, size_t size)
+{
+	if (n < *cap)
+		return 0;
+	size_t c = *cap ? *cap * 2 : 256;
+	void *p = realloc(*v, c * size);
+	if (!p)
+		return -1;
+	*v = p;
+	*cap = c;
+	return 0;
+}
+
+static uint32_t frame_id_of(struct builder *b, const struct store_frame *f, const char *key);
+
+/* The index of a frame, sent with the current part when new; UINT32_MAX if out of memory. */
+static uint32_t frame_id(struct builder *b, const struct store_frame *f)
+{
+	char *key = NULL;
+	if (asprintf(&key, "%d\x1f%s\x1f%s\x1f%d", f->kind, f->function, f->file, f->line) < 0)
+		return UINT32_MAX;
+	uint32_t id = frame_id_of(b, f, key);
+	free(key);
+	return id;
+}
+
+/* frame_id with its key made. */
+static uint32_t frame_id_of(struct builder *b, const struct store_frame *f, const char *key)
+{
+	struct frame_index *x = &b->index;
+	if ((x->used + 1) * 2 > x->cap) {
+		uint32_t cap = x->cap ? x->cap * 2 : 1024;
+		char **keys = calloc(cap, sizeof *keys);
+		uint32_t *ids = calloc(cap, sizeof *ids);
+		if (!keys || !ids) {
+			free(keys);
+			free(ids);
+			return UINT32_MAX;
+		}
+		for (uint32_t i = 0; i < x->cap; i++) {
+			if (!x->keys[i])
+				continue;
+			uint32_t k = (uint32_t)text_hash(x->keys[i]) & (cap - 1);
+			while (keys[k])
+				k = (k + 1) & (cap - 1);
+			keys[k] = x->keys[i];
+			ids[k] = x->ids[i];
+		}
+		free(x->keys);
+		free(x->ids);
+		x->keys = keys;
+		x->ids = ids;
+		x->cap = cap;
+	}
+	uint32_t k = (uint32_t)text_hash(key) & (x->cap - 1);
+	while (x->keys[k] && strcmp(x->keys[k], key) != 0)
+		k = (k + 1) & (x->cap - 1);
+	if (x->keys[k])
+		return x->ids[k];
+	Pyprofd__QueryFrame *qf = arena_alloc(&b->arena, sizeof *qf);
+	if (!qf || !(x->keys[k] = strdup(key)) || grow((void **)&b->frames, &b->frames_cap, b->nframes, sizeof *b->frames))
+		return UINT32_MAX;
+	pyprofd__query_frame__init(qf);
+	qf->function = arena_strdup(&b->arena, f->function);
+	qf->file = arena_strdup(&b->arena, f->file);
+	qf->line = f->line;
+	qf->kind = (char *)(f->kind == 1 ? "native" : f->kind == 2 ? "gc" : "python");
+	if (!qf->function || !qf->file)
+		return UINT32_MAX;
+	b->frames[b->nframes++] = qf;
+	x->ids[k] = b->nframes_sent++;
+	x->used++;
+	b->part_bytes += strlen(f->function) + strlen(f->file) + 16;
+	return x->ids[k];
+}
+
+/* Send the part under way (more: parts follow). */
+static int flush_part(struct builder *b, bool more)
+{
+	Pyprofd__Response resp = PYPROFD__RESPONSE__INIT;
+	Pyprofd__QueryResult res = PYPROFD__QUERY_RESULT__INIT;
+	res.frames = b->frames;
+	res.n_frames = b->nframes;
+	res.stacks = b->stacks;
+	res.n_stacks = b->nstacks;
+	if (!b->first_sent) {
+		res.total = b->total;
+		res.from_unix = b->job->q.from_unix;
+		res.until_unix = b->job->q.until_unix;
+		res.rate_hz = b->job->rate_hz;
+		res.mode = b->job->mode;
+	}
+	resp.id = b->job->request_id;
+	resp.more = more;
+	resp.result_case = PYPROFD__RESPONSE__RESULT_QUERY;
+	resp.query = &res;
+	int rc = out_append(b->job, &resp);
+	b->first_sent = true;
+	b->nframes = b->nstacks = 0;
+	b->part_bytes = 0;
+	arena_free(&b->arena);
+	return rc;
+}
+
+static int on_row(void *ctx, const struct store_row *row)
+{
+	struct builder *b = ctx;
+	Pyprofd__QueryStack *qs = arena_alloc(&b->arena, sizeof *qs);
+	uint32_t *ids = arena_alloc(&b->arena, (row->depth ? row->depth : 1) * sizeof *ids);
+	if (!qs || !ids || grow((void **)&b->stacks, &b->stacks_cap, b->nstacks, sizeof *b->stacks)) {
+		b->oom = true;
+		return -1;
+	}
+	pyprofd__query_stack__init(qs);
+	for (uint32_t i = 0; i < row->depth; i++)
+		if ((ids[i] = frame_id(b, &row->frames[i])) == UINT32_MAX) {
+			b->oom = true;
+			return -1;
+		}
+	qs->frames = ids;
+	qs->n_frames = row->depth;
+	qs->count = row->count;
+	b->stacks[b->nstacks++] = qs;
+	b->part_bytes += 4 * (size_t)row->depth + 16;
+	/* The arena holds this part's frames and stacks: send it before it grows large. */
+	if (b->part_bytes > QUERY_PART_BYTES && flush_part(b, true) != 0) {
+		b->oom = true;
+		return -1;
+	}
+	return 0;
+}
+
+static void builder_free(struct builder *b)
+{
+	for (uint32_t i = 0; i < b->index.cap; i++)
+		free(b->index.keys[i]);
+	free(b->index.keys);
+	free(b->index.ids);
+	free(b->frames);
+	free(b->stacks);
+	arena_free(&b->arena);
+}
+
+static void *query_thread(void *arg)
+{
+	struct query_job *j = arg;
+	struct server *s = j->server;
+	struct store_error err = {{0}};
+	history_sync(&s->history);
+	struct store_reader *r = store_reader_open(j->db_path, &err);
+	if (!r) {
+		answer_error(j, PYPROFD__ERROR_CODE__ERROR_INTERNAL, err.msg);
+	} else {
+		/* The total first, so the first part can carry it. */
+		struct builder b = {.job = j};
+		int rc = store_query_stacks(r, &j->q, NULL, NULL, &b.total, &err);
+		if (rc == 0)
+			rc = store_query_stacks(r, &j->q, on_row, &b, &b.total, &err);
+		if (rc == 0 && flush_part(&b, false) == 0)
+			; /* answered */
+		else
+			answer_error(j, PYPROFD__ERROR_CODE__ERROR_INTERNAL,
+			             b.oom ? "the daemon ran out of memory answering the query" : err.msg);
+		builder_free(&b);
+		store_reader_close(r);
+	}
+	pthread_mutex_lock(&s->queries_lock);
+	j->next = s->queries_done;
+	s->queries_done = j;
+	pthread_mutex_unlock(&s->queries_lock);
+	ev_async_send(s->loop, &s->queries_async);
+	return NULL;
+}
+
+/* ---- on the loop ---- */
+
+static void job_free(struct query_job *j)
+{
+	for (size_t i = 0; i < j->q.nlabels; i++) {
+		free(j->label_keys[i]);
+		free(j->label_values[i]);
+	}
+	free(j->label_keys);
+	free(j->label_values);
+	free(j->db_path);
+	free(j->out);
+	free(j);
+}
+
+static void on_queries_done(struct ev_loop *loop, ev_async *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	struct server *s = w->data;
+	pthread_mutex_lock(&s->queries_lock);
+	struct query_job *done = s->queries_done;
+	s->queries_done = NULL;
+	pthread_mutex_unlock(&s->queries_lock);
+	while (done) {
+		struct query_job *j = done;
+		done = j->next;
+		pthread_join(j->thread, NULL);
+		s->queries_running--;
+		struct client *c = s->clients;
+		while (c && c->serial != j->client_serial)
+			c = c->next;
+		if (c) {
+			if (j->failed || server_client_send_bytes(c, j->out, j->out_len) != 0) {
+				log_warn("client uid %d: out of memory sending a query's answer", (int)c->uid);
+				c->closing = true;
+			}
+			server_client_resume(c);
+		}
+		job_free(j);
+	}
+}
+
+int queries_init(struct server *s)
+{
+	if (pthread_mutex_init(&s->queries_lock, NULL) != 0)
+		return -1;
+	ev_async_init(&s->queries_async, on_queries_done);
+	s->queries_async.data = s;
+	ev_async_start(s->loop, &s->queries_async);
+	return 0;
+}
+
+void queries_finish(struct server *s)
+{
+	/* The threads end on their own; wait for each, then drop the answers. */
+	while (s->queries_running > 0) {
+		pthread_mutex_lock(&s->queries_lock);
+		struct query_job *done = s->queries_done;
+		s->queries_done = NULL;
+		pthread_mutex_unlock(&s->queries_lock);
+		while (done) {
+			struct query_job *j = done;
+			done = j->next;
+			pthread_join(j->thread, NULL);
+			s->queries_running--;
+			job_free(j);
+		}
+		if (s->queries_running > 0) {
+			struct timespec pause = {0, 10 * 1000 * 1000};
+			nanosleep(&pause, NULL);
+		}
+	}
+	ev_async_stop(s->loop, &s->queries_async);
+	pthread_mutex_destroy(&s->queries_lock);
+}
+
+/* The label strings of a request, copied into the job. */
+static int copy_labels(struct query_job *j, const Pyprofd__QueryRequest *r)
+{
+	if (!r->n_labels)
+		return 0;
+	j->label_keys = calloc(r->n_labels, sizeof *j->label_keys);
+	j->label_values = calloc(r->n_labels, sizeof *j->label_values);
+	if (!j->label_keys || !j->label_values)
+		return -1;
+	for (size_t i = 0; i < r->n_labels; i++) {
+		j->label_keys[i] = strdup(r->labels[i]->key);
+		j->label_values[i] = strdup(r->labels[i]->value);
+		j->q.nlabels = i + 1;
+		if (!j->label_keys[i] || !j->label_values[i])
+			return -1;
+	}
+	j->q.label_keys = (const char *const *)j->label_keys;
+	j->q.label_values = (const char *const *)j->label_values;
+	return 0;
+}
+
+bool rpc_query(struct server *s, struct client *c, const Pyprofd__Request *req,
+               Pyprofd__Response *resp, struct arena *a)
+{
+	const Pyprofd__QueryRequest *r = req->query;
+	if (!s->history.path) {
+		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_INTERNAL, "this daemon keeps no history");
+		return false;
+	}
+	if (r->n_labels > 64 || r->pid < 0 || !(r->from_unix >= 0) || !(r->until_unix >= 0) ||
+	    (r->until_unix && r->until_unix < r->from_unix)) {
+		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST,
+		          "a query needs a valid pid, at most 64 labels and from <= until");
+		return false;
+	}
+	if (s->queries_running >= QUERIES_MAX) {
+		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_LIMIT, "%d queries are already running",
+		          QUERIES_MAX);
+		return false;
+	}
+	struct query_job *j = calloc(1, sizeof *j);
+	if (!j || copy_labels(j, r) != 0 || !(j->db_path = strdup(s->history.path))) {
+		if (j)
+			job_free(j);
+		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_INTERNAL, "the daemon is out of memory");
+		return false;
+	}
+	j->server = s;
+	j->client_serial = c->serial;
+	j->request_id = req->id;
+	j->q.pid = r->pid;
+	j->q.target_id = r->target_id;
+	j->q.from_unix = r->from_unix;
+	/* An open end is now, or the start if that is later (a range in the future is empty, not invalid). */
+	j->q.until_unix = r->until_unix ? r->until_unix : ev_time() > r->from_unix ? ev_time() : r->from_unix;
+	j->q.by_thread = r->by_thread;
+	j->q.thread_id = r->thread_id;
+	/* Another user sees the history of its own processes alone. */
+	j->q.by_uid = c->uid != 0;
+	j->q.uid = c->uid;
+	const struct target *t = r->pid ? targets_find(&s->targets, r->pid) : NULL;
+	if (t) {
+		j->rate_hz = t->params.rate_hz;
+		snprintf(j->mode, sizeof j->mode, "%s",
+		         t->params.mode == UW_MODE_CPU ? "cpu" : t->params.mode == UW_MODE_GIL ? "gil" : "wall");
+	}
+	/* What was sampled up to now goes to the writer first; the thread waits for it. */
+	history_flush_all(&s->history);
+	if (pthread_create(&j->thread, NULL, query_thread, j) != 0) {
+		job_free(j);
+		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_INTERNAL, "cannot start a query: %s",
+		          strerror(errno));
+		return false;
+	}
+	s->queries_running++;
+	server_client_pause(c);
+	return true;
+}

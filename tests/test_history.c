@@ -1,0 +1,230 @@
+/*
+ * History end to end: the real daemon writes what it samples to its SQLite
+ * file, `pyprofd-ctl query` reads it back in every format, and what was
+ * stored survives the daemon being killed.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "helpers.h"
+#include "pythons.h"
+
+TestSuite(history, .init = helpers_init, .fini = helpers_fini);
+
+static void pause_ms(long ms)
+{
+	struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+}
+
+static json_int_t jint(json_t *obj, const char *key)
+{
+	json_t *v = json_object_get(obj, key);
+	cr_assert(json_is_integer(v), "no integer \"%s\" in %s", key, json_dumps(obj, JSON_COMPACT));
+	return json_integer_value(v);
+}
+
+static const char *pid_text(pid_t pid, char *buf, size_t len)
+{
+	snprintf(buf, len, "%d", (int)pid);
+	return buf;
+}
+
+static void ctl_ok(const struct daemon *d, const char *const args[])
+{
+	struct run_result r;
+	ctl_run(d, &r, args, NULL);
+	char why[512];
+	cr_assert(r.exited && r.code == 0, "pyprofd-ctl %s: %s", args[0], run_describe(&r, why, sizeof why));
+	run_result_free(&r);
+}
+
+/* The samples a query returns, summed from its JSON export. */
+static json_int_t query_total(const struct daemon *d, const char *const args[],
+                              const struct run_opts *opts)
+{
+	const char *argv[16] = {"query", "--format", "json"};
+	size_t n = 3;
+	for (size_t i = 0; args[i]; i++)
+		argv[n++] = args[i];
+	argv[n] = NULL;
+	struct run_result r;
+	ctl_run(d, &r, argv, opts);
+	char why[512];
+	cr_assert(r.exited && r.code == 0, "pyprofd-ctl query: %s", run_describe(&r, why, sizeof why));
+	json_t *j = json_loads(r.out, 0, NULL);
+	cr_assert_not_null(j, "query --format json printed no JSON: %s", r.out);
+	json_int_t total = 0;
+	size_t i;
+	json_t *s;
+	json_array_foreach(json_object_get(j, "stacks"), i, s)
+		total += jint(s, "count");
+	json_decref(j);
+	run_result_free(&r);
+	return total;
+}
+
+/* The stats counter of the samples a target handed to the history. */
+static json_int_t history_samples(const struct daemon *d, pid_t pid)
+{
+	char p[16];
+	const char *args[] = {"stats", pid_text(pid, p, sizeof p), NULL};
+	json_t *st = ctl_json(d, args);
+	json_int_t n = jint(st, "history_samples");
+	json_decref(st);
+	return n;
+}
+
+/* Sample a parked target for a while, then detach: nothing more is counted after. */
+static json_int_t sample_then_detach(const struct daemon *d, pid_t pid, long ms)
+{
+	char p[16];
+	const char *attach[] = {"attach", pid_text(pid, p, sizeof p), "--rate", "200", "--label",
+	                        "service=history-test", NULL};
+	ctl_ok(d, attach);
+	pause_ms(ms);
+	const char *detach[] = {"detach", p, NULL};
+	ctl_ok(d, detach);
+	return history_samples(d, pid);
+}
+
+/*
+ * What is stored equals what was sampled, on every version, and the query
+ * answers before and after the flush alike; every format comes out.
+ */
+Test(history, stored_totals_equal_samples_taken, .timeout = 300)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	/* An hour between flushes: queries must include what the loop still holds. */
+	static const char *const slow_flush[] = {"--flush-interval", "3600", NULL};
+	struct daemon d;
+	daemon_start(&d, slow_flush);
+	for (size_t i = 0; i < n; i++) {
+		struct target target;
+		target_start(&target, &pys[i], "nested");
+		json_decref(target_wait_report(&target, TARGET_READY_TIMEOUT_S));
+		json_int_t taken = sample_then_detach(&d, target.pid, 600);
+		cr_assert_gt(taken, 20, "%s: few samples", pys[i].path);
+		char p[16];
+		const char *by_pid[] = {"--pid", pid_text(target.pid, p, sizeof p), NULL};
+		cr_assert_eq(query_total(&d, by_pid, NULL), taken, "%s: stored %lld of %lld samples",
+		             pys[i].path, (long long)query_total(&d, by_pid, NULL), (long long)taken);
+
+		/* The parked stack, root first, in collapsed form. */
+		const char *collapsed[] = {"query", "--pid", p, "--format", "collapsed", NULL};
+		struct run_result r;
+		ctl_run(&d, &r, collapsed, NULL);
+		cr_assert(r.exited && r.code == 0);
+		cr_assert(strstr(r.out, "nested_outer (") && strstr(r.out, ";nested_middle (") &&
+		          strstr(r.out, ";nested_inner (") && strstr(r.out, ";hold ("),
+		          "%s: the parked stack is not in the collapsed output:\n%s", pys[i].path, r.out);
+		run_result_free(&r);
+		target_kill(&target);
+	}
+	static const char *const by_label[] = {"--label", "service=history-test", "--since", "1h", NULL};
+	static const char *const other_label[] = {"--label", "service=nothing", NULL};
+	cr_assert_gt(query_total(&d, by_label, NULL), 0);
+	cr_assert_eq(query_total(&d, other_label, NULL), 0);
+	static const char *const future[] = {"--from", "4102444800", NULL}; /* 2100 */
+	cr_assert_eq(query_total(&d, future, NULL), 0);
+
+	/* Each format, to a file. */
+	static const char *const formats[] = {"flamegraph", "speedscope", "pprof", "table", "collapsed"};
+	for (size_t k = 0; k < sizeof formats / sizeof formats[0]; k++) {
+		char path[PATH_MAX + 32];
+		snprintf(path, sizeof path, "%s/out.%s", d.dir, formats[k]);
+		const char *args[] = {"query", "--format", formats[k], "-o", path, NULL};
+		ctl_ok(&d, args);
+		FILE *f = fopen(path, "rb");
+		cr_assert_not_null(f, "%s: no output file", formats[k]);
+		unsigned char head[64] = {0};
+		size_t got = fread(head, 1, sizeof head - 1, f);
+		fclose(f);
+		cr_assert_gt(got, 2, "%s: empty output", formats[k]);
+		if (strcmp(formats[k], "pprof") == 0)
+			cr_assert(head[0] == 0x1f && head[1] == 0x8b, "pprof output is not gzip'd");
+		if (strcmp(formats[k], "flamegraph") == 0)
+			cr_assert(strstr((char *)head, "<!") || strstr((char *)head, "<html"), "not HTML: %s", head);
+		if (strcmp(formats[k], "speedscope") == 0)
+			cr_assert(head[0] == '{', "not JSON: %s", head);
+	}
+	static const char *const status[] = {"status", NULL};
+	json_t *s = ctl_json(&d, status);
+	json_t *h = json_object_get(s, "history");
+	cr_assert(json_is_false(json_object_get(h, "failing")), "history failing: %s",
+	          json_dumps(s, JSON_COMPACT));
+	json_decref(s);
+	daemon_stop(&d);
+}
+
+/* Another user's query sees none of root's history. */
+Test(history, other_users_see_only_their_own, .timeout = 300)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	struct daemon d;
+	daemon_start(&d, NULL);
+	struct target target;
+	target_start(&target, &pys[n - 1], "nested");
+	json_decref(target_wait_report(&target, TARGET_READY_TIMEOUT_S));
+	json_int_t taken = sample_then_detach(&d, target.pid, 400);
+	static const char *const all[] = {NULL};
+	cr_assert_eq(query_total(&d, all, NULL), taken);
+	struct run_opts nobody = {.drop_privileges = true, .uid = 65534, .gid = 65534};
+	cr_assert_eq(query_total(&d, all, &nobody), 0, "nobody read root's history");
+	daemon_stop(&d);
+}
+
+/*
+ * kill -9 at any moment: restarted on the same state directory, the daemon
+ * still has every sample older than one flush interval.
+ */
+Test(history, survives_kill_9, .timeout = 300)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	struct target target;
+	target_start(&target, &pys[n - 1], "threads20");
+	json_decref(target_wait_report(&target, TARGET_READY_TIMEOUT_S));
+	static const char *const fast_flush[] = {"--flush-interval", "1", NULL};
+	struct daemon d;
+	daemon_start(&d, fast_flush);
+	char p[16];
+	const char *attach[] = {"attach", pid_text(target.pid, p, sizeof p), "--rate", "500", NULL};
+	ctl_ok(&d, attach);
+	pause_ms(2500);
+	/* What was counted up to a moment more than a flush interval before the kill. */
+	json_int_t counted = history_samples(&d, target.pid);
+	pause_ms(1500 + rand() % 1000);
+	cr_assert(kill(d.pid, SIGKILL) == 0);
+	int status;
+	waitpid(d.pid, &status, 0);
+
+	/* Same state directory, a new daemon. */
+	const char *argv[] = {pyprofd_bin(), "--state-dir", d.state, "--socket", d.sock, NULL};
+	unlink(d.sock);
+	d.pid = spawn_process((char *const *)argv, d.log);
+	for (int i = 0; i < 500 && !daemon_serves(&d); i++)
+		pause_ms(20);
+	cr_assert(daemon_serves(&d), "the daemon did not come back");
+	const char *by_pid[] = {"--pid", p, NULL};
+	json_int_t stored = query_total(&d, by_pid, NULL);
+	cr_assert_geq(stored, counted, "only %lld of the %lld samples counted a flush before the kill survived",
+	              (long long)stored, (long long)counted);
+	static const char *const statusq[] = {"status", NULL};
+	json_t *s = ctl_json(&d, statusq);
+	cr_assert(json_is_false(json_object_get(json_object_get(s, "history"), "failing")));
+	json_decref(s);
+	daemon_stop(&d);
+}
