@@ -130,6 +130,8 @@ static int config_set(struct config *c, const char *section, const char *name, c
 			return c->max_pending_rows = v, 0;
 		if (strcmp(name, "max_db_mb") == 0 && parse_uint(value, 0, 1ul << 24, &v) == 0)
 			return c->max_db_bytes = (uint64_t)v * MB, 0;
+		if (strcmp(name, "max_file_kb") == 0 && parse_uint(value, 0, 1ul << 34, &v) == 0)
+			return c->max_file_bytes = (uint64_t)v * 1024, 0;
 	}
 	return -1;
 }

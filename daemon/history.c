@@ -262,6 +262,7 @@ static bool history_ready(struct history *h)
 	h->open_failing = false;
 	h->open_error[0] = '\0';
 	store_writer_set_limits(h->writer, h->max_pending_rows, h->max_db_bytes);
+	store_writer_set_file_limit(h->writer, h->max_file_bytes);
 	return true;
 }
 
@@ -272,6 +273,7 @@ int history_open(struct history *h, struct server *s)
 	h->bucket_seconds = s->config.bucket_seconds;
 	h->max_pending_rows = s->config.max_pending_rows;
 	h->max_db_bytes = s->config.max_db_bytes;
+	h->max_file_bytes = s->config.max_file_bytes;
 	size_t len = strlen(s->config.state_dir) + sizeof "/pyprofd.db";
 	h->path = malloc(len);
 	if (!h->path)
@@ -288,8 +290,11 @@ void history_configure(struct history *h, const struct config *c)
 {
 	h->max_pending_rows = c->max_pending_rows;
 	h->max_db_bytes = c->max_db_bytes;
-	if (h->writer)
+	h->max_file_bytes = c->max_file_bytes;
+	if (h->writer) {
 		store_writer_set_limits(h->writer, h->max_pending_rows, h->max_db_bytes);
+		store_writer_set_file_limit(h->writer, h->max_file_bytes);
+	}
 	/* An active watcher's repeat may change; ev_timer_again restarts it with the new one. */
 	h->flush_timer.repeat = c->flush_interval_s;
 	ev_timer_again(h->server->loop, &h->flush_timer);
@@ -334,11 +339,28 @@ void history_flush_all(struct history *h)
 	}
 }
 
+/* Say once when writes start failing (full disk, read-only file) and once when they recover. */
+static void history_watch(struct history *h)
+{
+	if (!h->writer)
+		return;
+	struct store_writer_status st;
+	store_writer_status(h->writer, &st);
+	if (st.failing && !h->write_failing)
+		log_error("history: writing %s fails: %s; samples wait in memory (%llu rows)", h->path,
+		          st.last_error, (unsigned long long)st.pending_rows);
+	else if (!st.failing && h->write_failing)
+		log_info("history: writing %s again (%llu rows dropped meanwhile)", h->path,
+		         (unsigned long long)st.dropped_rows);
+	h->write_failing = st.failing;
+}
+
 static void on_flush_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	(void)loop;
 	(void)revents;
 	history_flush_all(w->data);
+	history_watch(w->data);
 }
 
 void history_sync(struct history *h)

@@ -117,6 +117,7 @@ struct config {
 	unsigned bucket_seconds;   /* the finest time bucket of the history */
 	uint64_t max_pending_rows; /* history rows kept in memory while writes fail */
 	uint64_t max_db_bytes;     /* the history's size cap; 0: none */
+	uint64_t max_file_bytes;   /* a hard limit on the database file; writes past it fail */
 };
 /*
  * The configuration from defaults, the file and the flags, in that order of
@@ -177,8 +178,8 @@ struct history {
 	struct store_writer *writer; /* NULL while the database cannot be opened */
 	ev_timer flush_timer;
 	unsigned bucket_seconds;
-	uint64_t max_pending_rows, max_db_bytes;
-	bool open_failing;
+	uint64_t max_pending_rows, max_db_bytes, max_file_bytes;
+	bool open_failing, write_failing;
 	char open_error[256];
 	uint64_t lost_samples, flushed_samples, flushes;
 };

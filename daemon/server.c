@@ -243,6 +243,17 @@ int cmd_serve(int argc, char **argv)
 		config_free(&s.config);
 		return EXIT_FAILURE_OTHER;
 	}
+	/*
+	 * Signals first: a client may connect (and an operator signal) as soon as
+	 * the socket listens, before the loop runs; SIGHUP's default would kill.
+	 */
+	ev_signal_init(&s.sigterm, on_stop_signal, SIGTERM);
+	ev_signal_init(&s.sigint, on_stop_signal, SIGINT);
+	ev_signal_init(&s.sighup, on_reload_signal, SIGHUP);
+	s.sighup.data = &s;
+	ev_signal_start(s.loop, &s.sigterm);
+	ev_signal_start(s.loop, &s.sigint);
+	ev_signal_start(s.loop, &s.sighup);
 	if (prepare_state_dir(s.config.state_dir) != 0 || listen_on(&s) != 0) {
 		ev_loop_destroy(s.loop);
 		config_free(&s.config);
@@ -261,13 +272,6 @@ int cmd_serve(int argc, char **argv)
 	ev_io_init(&s.accept_watcher, on_accept, s.listen_fd, EV_READ);
 	s.accept_watcher.data = &s;
 	ev_io_start(s.loop, &s.accept_watcher);
-	ev_signal_init(&s.sigterm, on_stop_signal, SIGTERM);
-	ev_signal_init(&s.sigint, on_stop_signal, SIGINT);
-	ev_signal_init(&s.sighup, on_reload_signal, SIGHUP);
-	s.sighup.data = &s;
-	ev_signal_start(s.loop, &s.sigterm);
-	ev_signal_start(s.loop, &s.sigint);
-	ev_signal_start(s.loop, &s.sighup);
 	ev_timer_init(&s.housekeeping, on_housekeeping, 1.0, 1.0);
 	s.housekeeping.data = &s;
 	ev_timer_start(s.loop, &s.housekeeping);

@@ -228,3 +228,86 @@ Test(history, survives_kill_9, .timeout = 300)
 	json_decref(s);
 	daemon_stop(&d);
 }
+
+static void write_config(const struct daemon *d, const char *text)
+{
+	char path[PATH_MAX + 32];
+	snprintf(path, sizeof path, "%s/pyprofd.conf", d->state);
+	FILE *f = fopen(path, "w");
+	cr_assert_not_null(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+/* The history's health as status reports it. */
+static bool history_failing(const struct daemon *d, json_int_t *pending)
+{
+	static const char *const status[] = {"status", NULL};
+	json_t *s = ctl_json(d, status);
+	json_t *h = json_object_get(s, "history");
+	bool failing = json_is_true(json_object_get(h, "failing"));
+	if (pending)
+		*pending = json_integer_value(json_object_get(h, "pending_rows"));
+	json_decref(s);
+	return failing;
+}
+
+/*
+ * A full disk: writes fail, the daemon says so (log and status), keeps
+ * sampling into memory, loses nothing stored, and catches up when there is
+ * room again.
+ */
+Test(history, full_disk_then_recovery, .timeout = 300)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	/* A busy target whose stacks keep changing: its history keeps needing new pages. */
+	char script[PATH_MAX];
+	target_script("callgraph.py", script, sizeof script);
+	const char *argv[] = {pys[n - 1].path, "-I", script, "{report}", NULL};
+	struct target target;
+	target_start_argv(&target, argv);
+	json_decref(target_wait_report(&target, TARGET_READY_TIMEOUT_S));
+	static const char *const fast_flush[] = {"--flush-interval", "1", NULL};
+	struct daemon d;
+	daemon_start(&d, fast_flush);
+	char p[16];
+	const char *attach[] = {"attach", pid_text(target.pid, p, sizeof p), "--rate", "500", NULL};
+	ctl_ok(&d, attach);
+	pause_ms(1500);
+	/* A file limit of one page: the file cannot grow at all. */
+	write_config(&d, "[storage]\nmax_file_kb = 1\n");
+	cr_assert(kill(d.pid, SIGHUP) == 0);
+	json_int_t pending = 0;
+	bool failed = false;
+	for (int i = 0; i < 200 && !failed; i++) {
+		failed = history_failing(&d, &pending);
+		pause_ms(100);
+	}
+	cr_assert(failed, "the history never reported failing writes");
+	cr_assert(daemon_alive(&d) && daemon_serves(&d));
+	/* The log speaks at the next flush. */
+	char *log = NULL;
+	for (int i = 0; i < 50; i++) {
+		free(log);
+		log = daemon_log(&d);
+		if (strstr(log, "history: writing"))
+			break;
+		pause_ms(100);
+	}
+	cr_assert_not_null(strstr(log, "history: writing"), "no log line for the failing writes:\n%s", log);
+	free(log);
+
+	/* Room again: everything counted meanwhile is written. */
+	write_config(&d, "[storage]\nmax_file_kb = 0\n");
+	cr_assert(kill(d.pid, SIGHUP) == 0);
+	for (int i = 0; i < 200 && history_failing(&d, NULL); i++)
+		pause_ms(100);
+	cr_assert(!history_failing(&d, NULL), "the history did not recover");
+	const char *detach[] = {"detach", p, NULL};
+	ctl_ok(&d, detach);
+	json_int_t taken = history_samples(&d, target.pid);
+	const char *by_pid[] = {"--pid", p, NULL};
+	cr_assert_eq(query_total(&d, by_pid, NULL), taken, "samples were lost to the full disk");
+	daemon_stop(&d);
+}
