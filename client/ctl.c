@@ -178,6 +178,20 @@ static const char query_usage[] =
 	"                    pprof (gzip'd protobuf), table (top functions), json\n"
 	"  -o, --output FILE write there instead of standard output\n";
 
+static const char diff_usage[] =
+	"usage: pyprofd-ctl diff [--pid P] [--label K=V]... [--thread TID]\n"
+	"                        --base FROM..UNTIL --compare FROM..UNTIL [--json] [-o FILE]\n"
+	"\n"
+	"Two ranges of the history side by side: each function's share of the samples\n"
+	"(own and total) in the base range and in the compared one, the functions whose\n"
+	"own share changed most first.  Shares, not counts, so ranges of different\n"
+	"lengths compare fairly.  A time is unix seconds, local YYYY-MM-DDTHH:MM[:SS],\n"
+	"now, or -D for D ago (-90s, -15m, -2h, -1d): --base -2h..-1h --compare -1h..now.\n"
+	"\n"
+	"  --json            one JSON object: {base_samples, compare_samples, functions:\n"
+	"                    [{function, file, base_own, base_total, compare_own,\n"
+	"                    compare_total, own_percent_change, total_percent_change}]}\n";
+
 /* Options every command takes, after it as before it; last, as they end the table. */
 #define CTL_COMMON_OPTIONS                                                                         \
 	{"json", no_argument, NULL, 'j'}, {"socket", required_argument, NULL, 'S'},                  \
@@ -1304,11 +1318,162 @@ out:
 	return status;
 }
 
+/* --- diff --- */
+
+/* A time of a diff range: as parse_time, or "now", or "-D" for D ago; -1 if none. */
+static double parse_when(const char *arg, double now)
+{
+	if (strcmp(arg, "now") == 0)
+		return now;
+	if (arg[0] == '-') {
+		double ago = parse_duration(arg + 1);
+		return ago < 0 ? -1 : now - ago;
+	}
+	return parse_time(arg);
+}
+
+/* "FROM..UNTIL" into q; CTL_EXIT_OK or a usage error. */
+static int parse_range(const struct ctl *ctl, const char *option, const char *arg, double now,
+                       Pyprofd__QueryRequest *q)
+{
+	const char *dots = strstr(arg, "..");
+	char from[64];
+	if (!dots || (size_t)(dots - arg) >= sizeof from)
+		return ctl_usage_error(ctl, "%s takes FROM..UNTIL, not '%s'", option, arg);
+	memcpy(from, arg, (size_t)(dots - arg));
+	from[dots - arg] = '\0';
+	double a = parse_when(from, now), b = parse_when(dots + 2, now);
+	if (a < 0 || b < 0 || b < a)
+		return ctl_usage_error(ctl, "%s: '%s' is not a range of times (FROM..UNTIL)", option, arg);
+	q->from_unix = a;
+	q->until_unix = b > a ? b : a + 1e-6;
+	return CTL_EXIT_OK;
+}
+
+static int cmd_diff(struct ctl *ctl, int argc, char **argv)
+{
+	static const struct option options[] = {
+		{"pid", required_argument, NULL, 'p'},     {"label", required_argument, NULL, 'l'},
+		{"thread", required_argument, NULL, 't'},  {"base", required_argument, NULL, 'b'},
+		{"compare", required_argument, NULL, 'c'}, {"output", required_argument, NULL, 'o'},
+		CTL_COMMON_OPTIONS,
+	};
+	Pyprofd__QueryRequest q[2] = {PYPROFD__QUERY_REQUEST__INIT, PYPROFD__QUERY_REQUEST__INIT};
+	Pyprofd__Label *labels = calloc((size_t)argc, sizeof *labels);
+	Pyprofd__Label **label_ptrs = calloc((size_t)argc, sizeof *label_ptrs);
+	struct client_reply *reply[2] = {NULL, NULL};
+	const char *output = NULL;
+	bool have[2] = {false, false};
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	double now = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+	int status = CTL_EXIT_OK, opt;
+	if (!labels || !label_ptrs) {
+		fputs("pyprofd-ctl: out of memory\n", stderr);
+		status = CTL_EXIT_FAILURE;
+		goto out;
+	}
+	q[0].labels = label_ptrs;
+	while (status == CTL_EXIT_OK && (opt = getopt_long(argc, argv, ":ho:", options, NULL)) != -1) {
+		uint32_t u;
+		switch (opt) {
+		case 'p':
+			if ((status = ctl_parse_u32(ctl, "--pid", optarg, 1, &u)) == CTL_EXIT_OK)
+				q[0].pid = u > INT32_MAX ? -1 : (int32_t)u;
+			if (q[0].pid < 0)
+				status = ctl_usage_error(ctl, "'%s' is not a process id", optarg);
+			break;
+		case 'l': {
+			char *eq = strchr(optarg, '=');
+			if (!eq || eq == optarg) {
+				status = ctl_usage_error(ctl, "--label takes KEY=VALUE, not '%s'", optarg);
+				break;
+			}
+			*eq = '\0';
+			Pyprofd__Label *l = &labels[q[0].n_labels];
+			pyprofd__label__init(l);
+			l->key = optarg;
+			l->value = eq + 1;
+			label_ptrs[q[0].n_labels++] = l;
+			break;
+		}
+		case 't': {
+			char *end;
+			errno = 0;
+			unsigned long long tid = strtoull(optarg, &end, 10);
+			if (*optarg < '0' || *optarg > '9' || *end || errno)
+				status = ctl_usage_error(ctl, "--thread takes a thread id, not '%s'", optarg);
+			q[0].by_thread = true;
+			q[0].thread_id = tid;
+			break;
+		}
+		case 'b':
+		case 'c': {
+			int side = opt == 'c';
+			status = parse_range(ctl, side ? "--compare" : "--base", optarg, now, &q[side]);
+			have[side] = status == CTL_EXIT_OK;
+			break;
+		}
+		case 'o':
+			output = optarg;
+			break;
+		default:
+			if ((status = ctl_common_option(ctl, opt, argv)) < 0)
+				status = CTL_EXIT_OK;
+			else if (status == CTL_EXIT_OK)
+				status = -1; /* --help printed */
+		}
+	}
+	if (status == -1) {
+		status = CTL_EXIT_OK;
+		goto out;
+	}
+	if (status != CTL_EXIT_OK || (status = ctl_no_operand(ctl, argc, argv)) != CTL_EXIT_OK)
+		goto out;
+	if (!have[0] || !have[1]) {
+		status = ctl_usage_error(ctl, "diff needs --base and --compare");
+		goto out;
+	}
+	/* The same selection on both sides; only the ranges differ. */
+	q[1].pid = q[0].pid;
+	q[1].labels = q[0].labels;
+	q[1].n_labels = q[0].n_labels;
+	q[1].by_thread = q[0].by_thread;
+	q[1].thread_id = q[0].thread_id;
+	for (int side = 0; side < 2; side++) {
+		Pyprofd__Request req = PYPROFD__REQUEST__INIT;
+		req.body_case = PYPROFD__REQUEST__BODY_QUERY;
+		req.query = &q[side];
+		if (!(reply[side] = ctl_call(ctl, &req, &status)))
+			goto out;
+	}
+	FILE *out = output ? fopen(output, "w") : stdout;
+	if (!out) {
+		fprintf(stderr, "pyprofd-ctl: cannot write %s: %s\n", output, strerror(errno));
+		status = CTL_EXIT_FAILURE;
+		goto out;
+	}
+	int rc = diff_write(reply[0], reply[1], ctl->json, out);
+	if (output && fclose(out) != 0)
+		rc = -1;
+	if (rc != 0) {
+		fprintf(stderr, "pyprofd-ctl: cannot write the comparison: %s\n", strerror(errno));
+		status = CTL_EXIT_FAILURE;
+	}
+out:
+	client_reply_free(reply[0]);
+	client_reply_free(reply[1]);
+	free(labels);
+	free(label_ptrs);
+	return status;
+}
+
 static const struct command commands[] = {
 	{"attach", cmd_attach, attach_usage}, {"detach", cmd_detach, detach_usage},
 	{"list", cmd_list, list_usage},       {"dump", cmd_dump, dump_usage},
 	{"stats", cmd_stats, stats_usage},    {"status", cmd_status, status_usage},
 	{"top", cmd_top, top_usage},          {"query", cmd_query, query_usage},
+	{"diff", cmd_diff, diff_usage},
 };
 
 int main(int argc, char **argv)

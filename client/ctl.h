@@ -52,6 +52,11 @@ size_t format_width(const char *s);
  */
 size_t format_put(FILE *out, const char *s, size_t cols, size_t pad);
 
+/* diff.c */
+/* Two history answers side by side, as a table (or JSON); 0, or -1 with errno. */
+int diff_write(const struct client_reply *base, const struct client_reply *compare, bool json,
+               FILE *out);
+
 /* top.c */
 struct top_options {
 	int32_t pid;

@@ -311,3 +311,59 @@ Test(history, full_disk_then_recovery, .timeout = 300)
 	cr_assert_eq(query_total(&d, by_pid, NULL), taken, "samples were lost to the full disk");
 	daemon_stop(&d);
 }
+
+/* diff: two ranges side by side, shares compared; a steady target does not change. */
+Test(history, diff_of_two_ranges, .timeout = 300)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	struct target target;
+	target_start(&target, &pys[n - 1], "nested");
+	json_decref(target_wait_report(&target, TARGET_READY_TIMEOUT_S));
+	char dir[PATH_MAX - 64], conf[PATH_MAX];
+	scratch_dir(dir, sizeof dir);
+	snprintf(conf, sizeof conf, "%s/pyprofd.conf", dir);
+	FILE *f = fopen(conf, "w");
+	cr_assert_not_null(f);
+	fputs("[storage]\nbucket_seconds = 1\nflush_interval_s = 1\n", f);
+	fclose(f);
+	const char *extra[] = {"--config", conf, NULL};
+	struct daemon d;
+	daemon_start(&d, extra);
+	char p[16];
+	const char *attach[] = {"attach", pid_text(target.pid, p, sizeof p), "--rate", "200", NULL};
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	long t0 = (long)ts.tv_sec;
+	ctl_ok(&d, attach);
+	pause_ms(2600);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	long t1 = (long)ts.tv_sec;
+	pause_ms(2600);
+	const char *detach[] = {"detach", p, NULL};
+	ctl_ok(&d, detach);
+
+	char base[64], compare[64];
+	snprintf(base, sizeof base, "%ld..%ld", t0 - 1, t1);
+	snprintf(compare, sizeof compare, "%ld..now", t1);
+	const char *args[] = {"diff", "--pid", p, "--base", base, "--compare", compare, NULL};
+	json_t *j = ctl_json(&d, args);
+	json_int_t b = jint(j, "base_samples"), c = jint(j, "compare_samples");
+	cr_assert_gt(b, 0, "no samples in the base range");
+	cr_assert_gt(c, 0, "no samples in the compared range");
+	const char *by_pid[] = {"--pid", p, NULL};
+	cr_assert_eq(b + c, query_total(&d, by_pid, NULL), "the two ranges do not add up to the whole");
+	bool found = false;
+	size_t i;
+	json_t *row;
+	json_array_foreach(json_object_get(j, "functions"), i, row) {
+		if (strcmp(json_string_value(json_object_get(row, "function")), "hold") != 0)
+			continue;
+		found = true;
+		double change = json_real_value(json_object_get(row, "own_percent_change"));
+		cr_assert(change > -1 && change < 1, "a parked thread's share changed by %.2f points", change);
+	}
+	cr_assert(found, "hold() is not in the comparison: %s", json_dumps(j, JSON_COMPACT));
+	json_decref(j);
+	daemon_stop(&d);
+}
