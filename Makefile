@@ -7,6 +7,7 @@
 #   make demo       the daemon attached to a live Python workload: list, top, dump
 #   make bench      measure the sampling engine on every CPython found
 #   make bench-daemon  measure the daemon: 10 targets x 4 threads at 100 Hz
+#   make bench-history measure the history store over a synthetic day
 #   make install    binaries, systemd units and man pages (PREFIX, DESTDIR)
 #   make clean
 #
@@ -69,7 +70,7 @@ CTL        = $(BUILD)/pyprofd-ctl
 LIBUNWIND  = $(BUILD)/libpyunwind.a
 TESTS_BIN  = $(BUILD)/tests/pyprofd-tests
 
-.PHONY: all deps test check sanitize demo bench bench-daemon install clean
+.PHONY: all deps test check sanitize demo bench bench-daemon bench-history install clean
 
 all: $(PYPROFD) $(CTL)
 
@@ -176,6 +177,17 @@ install: all
 	install -m 0644 daemon/pyprofd.8 $(DESTDIR)$(MANDIR)/man8/
 	install -m 0644 client/pyprofd-ctl.1 $(DESTDIR)$(MANDIR)/man1/
 	install -m 0644 systemd/pyprofd.conf.example $(DESTDIR)$(DOCDIR)/
+
+# The history store under a synthetic day of 10 targets; see bench/store_bench.c.
+$(BUILD)/bench/store_bench: bench/store_bench.c $(STORE_OBJ)
+	@mkdir -p $(@D)
+	$(E) "  LD      $@"
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+bench-history: deps
+	$(Q)$(MAKE) --no-print-directory all $(BUILD)/bench/store_bench
+	$(BUILD)/bench/store_bench
+	$(PYTHON) bench/history.py --pyprofd $(PYPROFD) --ctl $(CTL) $(BENCH_ARGS)
 
 # The daemon with 10 targets x 4 threads at 100 Hz for 30 s; see bench/daemon.py.
 bench-daemon: deps

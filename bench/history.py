@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""Measure the history as the daemon writes it.
+
+1. Bytes per target-hour: the *basic* workload sampled at 100 Hz for a minute
+   (10 s buckets, 10 s flushes); the database's growth over the last 40 s,
+   scaled to an hour, and the rows an hour would keep once retention has
+   merged it into 1 h buckets (one row per thread and stack seen).
+2. Sampling punctuality while the history works hard: 10 targets x 4 threads
+   at 100 Hz, first with 10 s flushes and no queries, then with 1 s flushes
+   and a query of everything running back to back; timer lateness (jitter)
+   p50/p99 and achieved rate in each phase.
+
+Prints figures; never passes or fails on them.
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from run import interpreters  # noqa: E402
+
+
+class Daemon:
+    def __init__(self, pyprofd, ctl):
+        self.state = tempfile.mkdtemp(prefix="pyprofd-history-bench.")
+        self.sock = os.path.join(self.state, "pyprofd.sock")
+        self.ctl_bin = ctl
+        self.proc = subprocess.Popen([pyprofd, "--state-dir", self.state, "--log-level", "warn"])
+        for _ in range(200):
+            if os.path.exists(self.sock):
+                break
+            time.sleep(0.05)
+
+    def ctl(self, *argv, json_out=True):
+        args = [self.ctl_bin, "--socket", self.sock] + (["--json"] if json_out else []) + list(argv)
+        out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
+        return json.loads(out) if json_out else out
+
+    def configure(self, text):
+        with open(os.path.join(self.state, "pyprofd.conf"), "w") as f:
+            f.write(text)
+        self.proc.send_signal(signal.SIGHUP)
+        time.sleep(0.5)
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+        shutil.rmtree(self.state, ignore_errors=True)
+
+
+def bytes_per_target_hour(args, python):
+    d = Daemon(args.pyprofd, args.ctl)
+    target = subprocess.Popen([python, "-I", os.path.join(HERE, "workloads", "basic.py")],
+                              stdout=subprocess.DEVNULL)
+    try:
+        time.sleep(1.5)
+        d.ctl("attach", str(target.pid), "--rate", "100")
+        time.sleep(20)
+        b0 = d.ctl("status")["history"]
+        time.sleep(40)
+        b1 = d.ctl("status")["history"]
+        stacks = d.ctl("query", "--pid", str(target.pid), "--format", "json", json_out=False)
+    finally:
+        target.kill()
+        d.stop()
+    per_hour = (b1["bytes"] - b0["bytes"]) / 40 * 3600
+    rows_hour = (b1["rows_written"] - b0["rows_written"]) / 40 * 3600
+    distinct = len(json.loads(stacks)["stacks"])
+    print("history of the basic workload at 100 Hz (10 s buckets):")
+    print("  database growth          %8.1f KiB per target-hour (%.0f rows written per hour)"
+          % (per_hour / 1024, rows_hour))
+    print("  after retention (1 h)    ~%7.1f KiB per target-hour (%d distinct stacks x %.0f B/row)"
+          % (distinct * 42 / 1024, distinct, 42))
+
+
+def jitter_phases(args, python):
+    d = Daemon(args.pyprofd, args.ctl)
+    workload = os.path.join(HERE, "workloads", "service4.py")
+    targets = [subprocess.Popen([python, "-I", workload]) for _ in range(10)]
+    results = {}
+    stop = threading.Event()
+
+    def query_loop():
+        while not stop.is_set():
+            d.ctl("query", "--format", "collapsed", json_out=False)
+
+    try:
+        time.sleep(1.5)
+        for phase in ("quiet", "heavy"):
+            if phase == "heavy":
+                d.configure("[storage]\nflush_interval_s = 1\n")
+                threading.Thread(target=query_loop, daemon=True).start()
+            for t in targets:  # attaching again starts the timing afresh
+                d.ctl("attach", str(t.pid), "--rate", "100")
+            time.sleep(args.seconds)
+            stats = [d.ctl("stats", str(t.pid)) for t in targets]
+            results[phase] = stats
+        stop.set()
+        queries = d.ctl("status")["history"]
+    finally:
+        for t in targets:
+            t.kill()
+        d.stop()
+    print("sampling while the history works (10 targets x 4 threads, 100 Hz, %.0f s each):" % args.seconds)
+    for phase, label in (("quiet", "10 s flushes, no query"), ("heavy", "1 s flushes + queries back to back")):
+        st = results[phase]
+        print("  %-36s jitter %6.1f us p50, %7.1f us p99 (worst); %.1f Hz achieved (min %.1f)"
+              % (label, statistics.median(s["jitter_us_p50"] for s in st),
+                 max(s["jitter_us_p99"] for s in st),
+                 statistics.mean(s["achieved_rate_hz"] for s in st),
+                 min(s["achieved_rate_hz"] for s in st)))
+    print("  history rows written: %d" % queries["rows_written"])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--pyprofd", default="build/pyprofd")
+    ap.add_argument("--ctl", default="build/pyprofd-ctl")
+    ap.add_argument("--seconds", type=float, default=20)
+    args = ap.parse_args()
+    pys = interpreters()
+    if not pys:
+        sys.exit("no CPython found")
+    python = max(pys, key=lambda p: (p[2], "debian" not in p[0]))[1]
+    bytes_per_target_hour(args, python)
+    jitter_phases(args, python)
+
+
+if __name__ == "__main__":
+    main()
