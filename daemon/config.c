@@ -59,6 +59,10 @@ static void config_defaults(struct config *c)
 		.bucket_seconds = 10,
 		.max_pending_rows = 1u << 20,
 		.max_db_bytes = (uint64_t)4096 * MB,
+		/* 10 s buckets for an hour, 1 min for a day, 1 h after that. */
+		.nretention = 2,
+		.retention_age_s = {3600, 86400},
+		.retention_bucket_s = {60, 3600},
 	};
 }
 
@@ -89,6 +93,44 @@ static int parse_uint(const char *text, unsigned long min, unsigned long max, un
 	if (*text == '\0' || *text == '-' || *end != '\0' || errno || v < min || v > max)
 		return -1;
 	*out = v;
+	return 0;
+}
+
+/*
+ * "AGE:BUCKET,AGE:BUCKET,..." in seconds, ages and buckets growing, each bucket
+ * a multiple of the one before (merges stay exact); "none" for no merging.
+ */
+static int parse_retention(struct config *c, const char *value)
+{
+	if (strcmp(value, "none") == 0) {
+		c->nretention = 0;
+		return 0;
+	}
+	unsigned n = 0;
+	double ages[CONFIG_RETENTION_MAX];
+	unsigned buckets[CONFIG_RETENTION_MAX];
+	const char *p = value;
+	while (*p) {
+		char *end;
+		unsigned long age = strtoul(p, &end, 10), bucket;
+		if (end == p || *end != ':' || n == CONFIG_RETENTION_MAX)
+			return -1;
+		p = end + 1;
+		bucket = strtoul(p, &end, 10);
+		if (end == p || (*end && *end != ',') || bucket == 0 || bucket > 86400 * 7 || age > 1ul << 31)
+			return -1;
+		unsigned previous = n ? buckets[n - 1] : c->bucket_seconds;
+		if ((n && age <= ages[n - 1]) || bucket <= previous || bucket % previous)
+			return -1;
+		ages[n] = (double)age;
+		buckets[n++] = (unsigned)bucket;
+		p = *end ? end + 1 : end;
+	}
+	if (n == 0)
+		return -1;
+	c->nretention = n;
+	memcpy(c->retention_age_s, ages, n * sizeof *ages);
+	memcpy(c->retention_bucket_s, buckets, n * sizeof *buckets);
 	return 0;
 }
 
@@ -132,6 +174,8 @@ static int config_set(struct config *c, const char *section, const char *name, c
 			return c->max_db_bytes = (uint64_t)v * MB, 0;
 		if (strcmp(name, "max_file_kb") == 0 && parse_uint(value, 0, 1ul << 34, &v) == 0)
 			return c->max_file_bytes = (uint64_t)v * 1024, 0;
+		if (strcmp(name, "retention") == 0)
+			return parse_retention(c, value);
 	}
 	return -1;
 }

@@ -332,10 +332,13 @@ void history_flush_all(struct history *h)
 	struct targets *ts = &h->server->targets;
 	for (size_t i = 0; i < ts->n; i++)
 		history_flush_target(h, ts->v[i]);
-	/* Old buckets merge into coarser ones: 10 s for an hour, 1 min for a day, then 1 h. */
-	if (h->writer && h->flushes++ % 60 == 0) {
-		static const struct store_retention_step steps[] = {{3600, 60}, {86400, 3600}};
-		store_writer_retention(h->writer, steps, sizeof steps / sizeof steps[0]);
+	/* Old buckets merge into coarser ones ([storage] retention), now and then. */
+	const struct config *c = &h->server->config;
+	if (h->writer && c->nretention && h->flushes++ % 60 == 0) {
+		struct store_retention_step steps[CONFIG_RETENTION_MAX];
+		for (unsigned i = 0; i < c->nretention; i++)
+			steps[i] = (struct store_retention_step){c->retention_age_s[i], c->retention_bucket_s[i]};
+		store_writer_retention(h->writer, steps, c->nretention);
 	}
 }
 

@@ -118,6 +118,11 @@ struct config {
 	uint64_t max_pending_rows; /* history rows kept in memory while writes fail */
 	uint64_t max_db_bytes;     /* the history's size cap; 0: none */
 	uint64_t max_file_bytes;   /* a hard limit on the database file; writes past it fail */
+	/* Retention: buckets older than age_s[i] merge into buckets of bucket_s[i]. */
+#define CONFIG_RETENTION_MAX 8
+	unsigned nretention;
+	double retention_age_s[CONFIG_RETENTION_MAX];
+	unsigned retention_bucket_s[CONFIG_RETENTION_MAX];
 };
 /*
  * The configuration from defaults, the file and the flags, in that order of

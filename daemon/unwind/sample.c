@@ -57,6 +57,7 @@ struct walk {
 	uint32_t nraw, raw_cap;
 	struct check *checks;
 	uint32_t nchecks, checks_cap;
+	bool torn; /* the walk failed on values read at different moments, not on garbage */
 };
 
 /* Remember that the walk used len bytes at addr (a pointer it followed). */
@@ -467,9 +468,11 @@ static int collect_interp_frames(struct walk *w, raddr_t addr, const struct live
 		if (previous == addr)
 			return uw_fail(err, UW_ECORRUPT, "frame 0x%llx is its own caller",
 			               (unsigned long long)addr);
-		if (addr >= live->top && addr < live->end)
+		if (addr >= live->top && addr < live->end) {
+			w->torn = true; /* the top moved between reading it and the pointer to the frame */
 			return uw_fail(err, UW_ECORRUPT, "frame 0x%llx is above its data stack's top",
 			               (unsigned long long)addr);
+		}
 		uint8_t owner = f[L->frame.owner];
 		bool shim = (L->frame.owner_cstack != LAYOUT_OWNER_NONE && owner == L->frame.owner_cstack) ||
 		            (L->frame.owner_interpreter != LAYOUT_OWNER_NONE &&
@@ -489,9 +492,11 @@ static int collect_interp_frames(struct walk *w, raddr_t addr, const struct live
 		 * the walk came from, a frame left over from an earlier call.
 		 */
 		if (callee_inline && L->frame.stacktop != LAYOUT_ABSENT &&
-		    load_i32(f, L->frame.stacktop) == -1)
+		    load_i32(f, L->frame.stacktop) == -1) {
+			w->torn = true;
 			return uw_fail(err, UW_ECORRUPT, "frame 0x%llx runs above its callee",
 			               (unsigned long long)addr);
+		}
 		if (native_pending) {
 			struct raw_frame marker = {.kind = UW_FRAME_NATIVE};
 			if (raw_push(w, n, marker, err) != 0)
@@ -689,10 +694,11 @@ static int thread_stack(struct walk *w, struct thread_cache *tc, raddr_t tstate,
 			if ((rc = view_retry(t, mark, err)) != 0)
 				break;
 		}
+		w->torn = false;
 		rc = thread_collect(w, tstate, &n, truncated, err);
 		uint32_t common = rc == 0 ? chain_common(t, tc, w->raw + start, n) : 0;
 		/* A stack exactly as last time is one already proven whole. */
-		*moving = false;
+		*moving = rc != 0 && w->torn;
 		if (rc == 0 && may_move && !(common == n && tc->n == n && n > 0)) {
 			t->stats.stack_rereads++;
 			rc = thread_validate(w, start, n, common, err);
