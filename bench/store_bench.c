@@ -14,12 +14,12 @@
 
 #include "store.h"
 
-#define TARGETS 2
+#define TARGETS 10
 #define THREADS 4
 #define STACKS 20
 #define DEPTH 12
 #define BUCKET 10
-#define DAY (3600)
+#define DAY (24 * 3600)
 
 static double now_s(void)
 {
