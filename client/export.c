@@ -41,8 +41,7 @@ int export_puts(FILE *out, const char *s)
 	return fputs(s, out) == EOF ? -1 : 0;
 }
 
-/* Length of the valid UTF-8 sequence at s (1-4), or 0 if it is not one. */
-static size_t utf8_seq(const unsigned char *s)
+size_t export_utf8_seq(const unsigned char *s)
 {
 	if (s[0] < 0x80)
 		return 1;
@@ -80,7 +79,7 @@ static const char *view_utf8(struct export_view *v, const char *s)
 {
 	const unsigned char *p = (const unsigned char *)s;
 	size_t n;
-	while (*p && (n = utf8_seq(p)) != 0)
+	while (*p && (n = export_utf8_seq(p)) != 0)
 		p += n;
 	if (!*p)
 		return s;
@@ -92,7 +91,7 @@ static const char *view_utf8(struct export_view *v, const char *s)
 		return NULL;
 	size_t o = 0;
 	for (p = (const unsigned char *)s; *p;) {
-		n = utf8_seq(p);
+		n = export_utf8_seq(p);
 		if (n) {
 			memcpy(fixed + o, p, n);
 			o += n;

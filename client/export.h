@@ -7,6 +7,7 @@
 #ifndef PYPROFD_EXPORT_H
 #define PYPROFD_EXPORT_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -93,5 +94,8 @@ int export_format_parse(const char *name, enum export_format *out);
  * Writes are checked (the stream is flushed at the end).
  */
 int export_write(const struct export_profile *p, enum export_format format, FILE *out);
+
+/* Length of the valid UTF-8 sequence at s (1-4), or 0 if it is not one; the client's text uses it too. */
+size_t export_utf8_seq(const unsigned char *s);
 
 #endif

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "ctl.h"
+#include "export.h"
 
 const char *format_mode(Pyprofd__Mode mode)
 {
@@ -19,36 +20,6 @@ const char *format_mode(Pyprofd__Mode mode)
 const char *format_str(const char *s)
 {
 	return s ? s : "";
-}
-
-/* Length of the valid UTF-8 sequence at s (1-4), or 0 if it is not one. */
-static size_t utf8_seq(const unsigned char *s)
-{
-	if (s[0] < 0x80)
-		return 1;
-	size_t n;
-	uint32_t min;
-	if ((s[0] & 0xe0) == 0xc0) {
-		n = 2;
-		min = 0x80;
-	} else if ((s[0] & 0xf0) == 0xe0) {
-		n = 3;
-		min = 0x800;
-	} else if ((s[0] & 0xf8) == 0xf0) {
-		n = 4;
-		min = 0x10000;
-	} else {
-		return 0;
-	}
-	uint32_t cp = s[0] & (0x7fu >> n);
-	for (size_t i = 1; i < n; i++) {
-		if ((s[i] & 0xc0) != 0x80)
-			return 0;
-		cp = cp << 6 | (s[i] & 0x3fu);
-	}
-	if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-		return 0;
-	return n;
 }
 
 json_t *format_json_string(const char *s)
@@ -67,7 +38,7 @@ json_t *format_json_string(const char *s)
 	const unsigned char *p = (const unsigned char *)s;
 	size_t o = 0;
 	while (*p) {
-		size_t n = utf8_seq(p);
+		size_t n = export_utf8_seq(p);
 		if (n) {
 			memcpy(fixed + o, p, n);
 			o += n;
@@ -137,7 +108,7 @@ size_t format_width(const char *s)
 {
 	size_t w = 0;
 	for (const unsigned char *p = (const unsigned char *)format_str(s); *p; w++) {
-		size_t n = utf8_seq(p);
+		size_t n = export_utf8_seq(p);
 		p += n ? n : 1; /* a broken byte shows as one '?' */
 	}
 	return w;
@@ -148,7 +119,7 @@ size_t format_put(FILE *out, const char *s, size_t cols, size_t pad)
 	size_t w = 0;
 	const unsigned char *p = (const unsigned char *)format_str(s);
 	while (*p && w < cols) {
-		size_t n = utf8_seq(p);
+		size_t n = export_utf8_seq(p);
 		if (n == 0 || (n == 1 && (*p < 0x20 || *p == 0x7f)) ||
 		    (n == 2 && p[0] == 0xc2 && p[1] < 0xa0)) {
 			/* control characters, C1 controls included, and broken bytes */
