@@ -1120,11 +1120,52 @@ static double parse_time(const char *arg)
 	return t == (time_t)-1 ? -1 : (double)t;
 }
 
+/*
+ * One of the selection options query and diff share, into q: --pid, --label
+ * (labels, sized by argc, hold them), --thread.  -1 when opt is none of them;
+ * else CTL_EXIT_OK or a usage error.
+ */
+static int selection_option(const struct ctl *ctl, int opt, Pyprofd__QueryRequest *q,
+                            Pyprofd__Label *labels)
+{
+	switch (opt) {
+	case 'p': {
+		uint32_t u;
+		int status = ctl_parse_u32(ctl, "--pid", optarg, 1, &u);
+		if (status == CTL_EXIT_OK && u > INT32_MAX)
+			status = ctl_usage_error(ctl, "'%s' is not a process id", optarg);
+		q->pid = (int32_t)u;
+		return status;
+	}
+	case 'l': {
+		char *eq = strchr(optarg, '=');
+		if (!eq || eq == optarg)
+			return ctl_usage_error(ctl, "--label takes KEY=VALUE, not '%s'", optarg);
+		*eq = '\0';
+		Pyprofd__Label *l = &labels[q->n_labels];
+		pyprofd__label__init(l);
+		l->key = optarg;
+		l->value = eq + 1;
+		q->labels[q->n_labels++] = l;
+		return CTL_EXIT_OK;
+	}
+	case 't': {
+		char *end;
+		errno = 0;
+		q->thread_id = strtoull(optarg, &end, 10);
+		q->by_thread = true;
+		if (*optarg < '0' || *optarg > '9' || *end || errno)
+			return ctl_usage_error(ctl, "--thread takes a thread id, not '%s'", optarg);
+		return CTL_EXIT_OK;
+	}
+	}
+	return -1;
+}
+
 /* The query's answer, all parts, as the export writers take it. */
-static int query_export(const struct ctl *ctl, const struct client_reply *reply, const char *name,
+static int query_export(const struct client_reply *reply, const char *name,
                         enum export_format format, FILE *out)
 {
-	(void)ctl;
 	size_t nframes = 0, nstacks = 0;
 	for (size_t i = 0; i < reply->nparts; i++) {
 		nframes += reply->parts[i]->query->n_frames;
@@ -1189,7 +1230,7 @@ static int cmd_query(struct ctl *ctl, int argc, char **argv)
 	Pyprofd__Label *labels = calloc((size_t)argc, sizeof *labels);
 	Pyprofd__Label **label_ptrs = calloc((size_t)argc, sizeof *label_ptrs);
 	enum export_format format = EXPORT_COLLAPSED;
-	const char *output = NULL, *format_name = "collapsed";
+	const char *output = NULL;
 	double since = -1;
 	char name[256] = "all processes";
 	int status = CTL_EXIT_OK, opt;
@@ -1200,32 +1241,10 @@ static int cmd_query(struct ctl *ctl, int argc, char **argv)
 	}
 	q.labels = label_ptrs;
 	while (status == CTL_EXIT_OK && (opt = getopt_long(argc, argv, ":ho:", options, NULL)) != -1) {
-		uint32_t u;
+		if ((status = selection_option(ctl, opt, &q, labels)) >= 0)
+			continue;
+		status = CTL_EXIT_OK;
 		switch (opt) {
-		case 'p':
-			if ((status = ctl_parse_u32(ctl, "--pid", optarg, 1, &u)) == CTL_EXIT_OK) {
-				if (u > INT32_MAX)
-					status = ctl_usage_error(ctl, "'%s' is not a process id", optarg);
-				q.pid = (int32_t)u;
-				snprintf(name, sizeof name, "pid %u", u);
-			}
-			break;
-		case 'l': {
-			char *eq = strchr(optarg, '=');
-			if (!eq || eq == optarg) {
-				status = ctl_usage_error(ctl, "--label takes KEY=VALUE, not '%s'", optarg);
-				break;
-			}
-			*eq = '\0';
-			Pyprofd__Label *l = &labels[q.n_labels];
-			pyprofd__label__init(l);
-			l->key = optarg;
-			l->value = eq + 1;
-			label_ptrs[q.n_labels++] = l;
-			if (!q.pid)
-				snprintf(name, sizeof name, "%s=%s", l->key, l->value);
-			break;
-		}
 		case 's':
 			if ((since = parse_duration(optarg)) < 0)
 				status = ctl_usage_error(ctl, "--since takes a duration such as 90s, 15m, 2h or 1d");
@@ -1242,20 +1261,9 @@ static int cmd_query(struct ctl *ctl, int argc, char **argv)
 				q.until_unix = t;
 			break;
 		}
-		case 't': {
-			char *end;
-			errno = 0;
-			unsigned long long tid = strtoull(optarg, &end, 10);
-			if (*optarg < '0' || *optarg > '9' || *end || errno)
-				status = ctl_usage_error(ctl, "--thread takes a thread id, not '%s'", optarg);
-			q.by_thread = true;
-			q.thread_id = tid;
-			break;
-		}
 		case 'F':
 			if (export_format_parse(optarg, &format) != 0)
 				status = ctl_usage_error(ctl, "unknown format '%s'", optarg);
-			format_name = optarg;
 			break;
 		case 'o':
 			output = optarg;
@@ -1275,6 +1283,10 @@ static int cmd_query(struct ctl *ctl, int argc, char **argv)
 		goto out;
 	if ((status = ctl_no_operand(ctl, argc, argv)) != CTL_EXIT_OK)
 		goto out;
+	if (q.pid)
+		snprintf(name, sizeof name, "pid %d", (int)q.pid);
+	else if (q.n_labels)
+		snprintf(name, sizeof name, "%s=%s", q.labels[0]->key, q.labels[0]->value);
 	if (since >= 0) {
 		if (q.from_unix || q.until_unix) {
 			status = ctl_usage_error(ctl, "--since and --from/--until do not go together");
@@ -1288,7 +1300,6 @@ static int cmd_query(struct ctl *ctl, int argc, char **argv)
 		status = ctl_usage_error(ctl, "--until is before --from");
 		goto out;
 	}
-	(void)format_name;
 
 	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
 	req.body_case = PYPROFD__REQUEST__BODY_QUERY;
@@ -1301,7 +1312,7 @@ static int cmd_query(struct ctl *ctl, int argc, char **argv)
 		fprintf(stderr, "pyprofd-ctl: cannot write %s: %s\n", output, strerror(errno));
 		status = CTL_EXIT_FAILURE;
 	} else {
-		int rc = query_export(ctl, reply, name, format, out);
+		int rc = query_export(reply, name, format, out);
 		if (output && fclose(out) != 0)
 			rc = -1;
 		if (rc != 0) {
@@ -1375,38 +1386,10 @@ static int cmd_diff(struct ctl *ctl, int argc, char **argv)
 	}
 	q[0].labels = label_ptrs;
 	while (status == CTL_EXIT_OK && (opt = getopt_long(argc, argv, ":ho:", options, NULL)) != -1) {
-		uint32_t u;
+		if ((status = selection_option(ctl, opt, &q[0], labels)) >= 0)
+			continue;
+		status = CTL_EXIT_OK;
 		switch (opt) {
-		case 'p':
-			if ((status = ctl_parse_u32(ctl, "--pid", optarg, 1, &u)) == CTL_EXIT_OK)
-				q[0].pid = u > INT32_MAX ? -1 : (int32_t)u;
-			if (q[0].pid < 0)
-				status = ctl_usage_error(ctl, "'%s' is not a process id", optarg);
-			break;
-		case 'l': {
-			char *eq = strchr(optarg, '=');
-			if (!eq || eq == optarg) {
-				status = ctl_usage_error(ctl, "--label takes KEY=VALUE, not '%s'", optarg);
-				break;
-			}
-			*eq = '\0';
-			Pyprofd__Label *l = &labels[q[0].n_labels];
-			pyprofd__label__init(l);
-			l->key = optarg;
-			l->value = eq + 1;
-			label_ptrs[q[0].n_labels++] = l;
-			break;
-		}
-		case 't': {
-			char *end;
-			errno = 0;
-			unsigned long long tid = strtoull(optarg, &end, 10);
-			if (*optarg < '0' || *optarg > '9' || *end || errno)
-				status = ctl_usage_error(ctl, "--thread takes a thread id, not '%s'", optarg);
-			q[0].by_thread = true;
-			q[0].thread_id = tid;
-			break;
-		}
 		case 'b':
 		case 'c': {
 			int side = opt == 'c';
