@@ -322,7 +322,6 @@ void history_flush_target(struct history *h, struct target *t)
 		h->lost_samples += t->pending.samples;
 	} else {
 		store_writer_submit(h->writer, b);
-		h->flushed_samples += t->pending.samples;
 	}
 	pending_clear(&t->pending);
 }

@@ -186,7 +186,7 @@ struct history {
 	uint64_t max_pending_rows, max_db_bytes, max_file_bytes;
 	bool open_failing, write_failing;
 	char open_error[256];
-	uint64_t lost_samples, flushed_samples, flushes;
+	uint64_t lost_samples, flushes;
 };
 int history_open(struct history *h, struct server *s);
 void history_configure(struct history *h, const struct config *c);

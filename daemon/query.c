@@ -296,11 +296,9 @@ static void job_free(struct query_job *j)
 	free(j);
 }
 
-static void on_queries_done(struct ev_loop *loop, ev_async *w, int revents)
+/* Join the queries that ended and send each answer to its client, if it is still connected. */
+static void queries_collect(struct server *s)
 {
-	(void)loop;
-	(void)revents;
-	struct server *s = w->data;
 	pthread_mutex_lock(&s->queries_lock);
 	struct query_job *done = s->queries_done;
 	s->queries_done = NULL;
@@ -324,6 +322,13 @@ static void on_queries_done(struct ev_loop *loop, ev_async *w, int revents)
 	}
 }
 
+static void on_queries_done(struct ev_loop *loop, ev_async *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	queries_collect(w->data);
+}
+
 int queries_init(struct server *s)
 {
 	if (pthread_mutex_init(&s->queries_lock, NULL) != 0)
@@ -336,23 +341,13 @@ int queries_init(struct server *s)
 
 void queries_finish(struct server *s)
 {
-	/* The threads end on their own; wait for each, then drop the answers. */
-	while (s->queries_running > 0) {
-		pthread_mutex_lock(&s->queries_lock);
-		struct query_job *done = s->queries_done;
-		s->queries_done = NULL;
-		pthread_mutex_unlock(&s->queries_lock);
-		while (done) {
-			struct query_job *j = done;
-			done = j->next;
-			pthread_join(j->thread, NULL);
-			s->queries_running--;
-			job_free(j);
-		}
-		if (s->queries_running > 0) {
-			struct timespec pause = {0, 10 * 1000 * 1000};
-			nanosleep(&pause, NULL);
-		}
+	/* The threads end on their own; the clients are gone, so their answers are dropped. */
+	for (;;) {
+		queries_collect(s);
+		if (s->queries_running == 0)
+			break;
+		struct timespec pause = {0, 10 * 1000 * 1000};
+		nanosleep(&pause, NULL);
 	}
 	ev_async_stop(s->loop, &s->queries_async);
 	pthread_mutex_destroy(&s->queries_lock);
