@@ -24,7 +24,7 @@ static double mono_now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static void pause_ms(long ms)
+void pause_ms(long ms)
 {
 	struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
 	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
@@ -92,12 +92,21 @@ void daemon_start(struct daemon *d, const char *const extra[])
 	}
 	argv[n] = NULL;
 	d->pid = spawn_process((char *const *)argv, d->log);
+	if (!daemon_wait_listening(d)) {
+		char *log = daemon_log(d);
+		cr_assert_fail("the daemon did not listen on %s within %.0f s:\n%s", d->sock,
+		               DAEMON_START_TIMEOUT_S, log);
+	}
+}
+
+bool daemon_wait_listening(struct daemon *d)
+{
 	double deadline = mono_now() + DAEMON_START_TIMEOUT_S;
 	while (mono_now() < deadline) {
 		int fd = daemon_connect(d);
 		if (fd >= 0) {
 			close(fd);
-			return;
+			return true;
 		}
 		int status;
 		if (waitpid(d->pid, &status, WNOHANG) == d->pid) {
@@ -106,9 +115,7 @@ void daemon_start(struct daemon *d, const char *const extra[])
 		}
 		pause_ms(20);
 	}
-	char *log = daemon_log(d);
-	cr_assert_fail("the daemon did not listen on %s within %.0f s:\n%s", d->sock,
-	               DAEMON_START_TIMEOUT_S, log);
+	return false;
 }
 
 bool daemon_alive(struct daemon *d)
@@ -305,4 +312,26 @@ json_t *wait_target(const struct daemon *d, pid_t pid, bool (*pred)(json_t *entr
 			return NULL;
 		pause_ms(50);
 	}
+}
+
+json_int_t jint(json_t *obj, const char *key)
+{
+	json_t *v = json_object_get(obj, key);
+	cr_assert(json_is_integer(v), "no integer \"%s\" in %s", key, json_dumps(obj, JSON_COMPACT));
+	return json_integer_value(v);
+}
+
+const char *pid_text(pid_t pid, char *buf, size_t len)
+{
+	snprintf(buf, len, "%d", (int)pid);
+	return buf;
+}
+
+void ctl_ok(const struct daemon *d, const char *const args[])
+{
+	struct run_result r;
+	ctl_run(d, &r, args, NULL);
+	char why[512];
+	cr_assert(r.exited && r.code == 0, "pyprofd-ctl %s: %s", args[0], run_describe(&r, why, sizeof why));
+	run_result_free(&r);
 }

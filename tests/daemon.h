@@ -25,6 +25,9 @@ struct daemon {
 /* Start `pyprofd --state-dir DIR/state --socket DIR/run/pyprofd.sock EXTRA...`; returns once it listens. */
 void daemon_start(struct daemon *d, const char *const extra[]);
 
+/* Wait for d->pid to listen on d->sock; false after the start timeout (fails if it exits). */
+bool daemon_wait_listening(struct daemon *d);
+
 /* SIGTERM; the daemon must exit 0 within a few seconds. */
 void daemon_stop(struct daemon *d);
 
@@ -67,5 +70,13 @@ bool daemon_serves(const struct daemon *d);
 
 /* Poll the target's list entry until pred holds or timeout; the entry (owned) or NULL. */
 json_t *wait_target(const struct daemon *d, pid_t pid, bool (*pred)(json_t *entry), double timeout_s);
+
+/* Small things every daemon test needs. */
+void pause_ms(long ms);
+/* The integer at key; fails the test when there is none. */
+json_int_t jint(json_t *obj, const char *key);
+const char *pid_text(pid_t pid, char *buf, size_t len);
+/* `pyprofd-ctl ARGS` must succeed. */
+void ctl_ok(const struct daemon *d, const char *const args[]);
 
 #endif

@@ -27,26 +27,6 @@ TestSuite(daemon, .init = helpers_init, .fini = helpers_fini);
 #define NOBODY_UID 65534
 #define NOBODY_GID 65534
 
-static void pause_ms(long ms)
-{
-	struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
-	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-		;
-}
-
-static const char *pid_text(pid_t pid, char *buf, size_t len)
-{
-	snprintf(buf, len, "%d", (int)pid);
-	return buf;
-}
-
-static json_int_t jint(json_t *obj, const char *key)
-{
-	json_t *v = json_object_get(obj, key);
-	cr_assert(json_is_integer(v), "no integer \"%s\" in %s", key, json_dumps(obj, JSON_COMPACT));
-	return json_integer_value(v);
-}
-
 static const char *jstr(json_t *obj, const char *key)
 {
 	json_t *v = json_object_get(obj, key);
@@ -65,15 +45,6 @@ static void ctl_expect_failure(const struct daemon *d, const char *const args[],
 	          args[0], code, run_describe(&r, why, sizeof why));
 	cr_assert(r.err_len > 0 && strchr(r.err, '\n') == r.err + r.err_len - 1,
 	          "%s: expected one error line, got: %s", context, r.err);
-	run_result_free(&r);
-}
-
-static void ctl_ok(const struct daemon *d, const char *const args[])
-{
-	struct run_result r;
-	ctl_run(d, &r, args, NULL);
-	char why[512];
-	cr_assert(r.exited && r.code == 0, "pyprofd-ctl %s: %s", args[0], run_describe(&r, why, sizeof why));
 	run_result_free(&r);
 }
 
@@ -569,15 +540,38 @@ Test(daemon, malformed_frames, .timeout = 300)
 	daemon_stop(&d);
 }
 
+/* The start of an argv that runs the rest as the user nobody. */
+#define AS_NOBODY "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"
+
+/* A program that idles in a function of its own, for nobody to run. */
+static const char idle_program[] =
+	"import time\ndef idle():\n    while True:\n        time.sleep(0.01)\nidle()\n";
+
+/* nobody attaches to its own process pid, retrying while its interpreter starts. */
+static void attach_as_nobody(const struct daemon *d, pid_t pid, const char *context)
+{
+	struct run_opts nobody = {.drop_privileges = true, .uid = NOBODY_UID, .gid = NOBODY_GID};
+	char p[16], why[512];
+	const char *attach_own[] = {"attach", pid_text(pid, p, sizeof p), "--rate", "100", NULL};
+	struct run_result r;
+	for (int i = 0; i < 100; i++) {
+		ctl_run(d, &r, attach_own, &nobody);
+		if (r.exited && r.code == 0)
+			break;
+		/* Until the interpreter has started, it is not yet a Python process. */
+		run_result_free(&r);
+		pause_ms(100);
+	}
+	cr_assert(r.exited && r.code == 0, "%s: %s", context, run_describe(&r, why, sizeof why));
+	run_result_free(&r);
+}
+
 /* An interpreter the unprivileged user may run, or NULL. */
 static const struct python *python_for_nobody(const struct python *pys, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
 		struct run_result r;
-		char uid[32], gid[32];
-		snprintf(uid, sizeof uid, "--reuid=%d", NOBODY_UID);
-		snprintf(gid, sizeof gid, "--regid=%d", NOBODY_GID);
-		const char *argv[] = {"setpriv", uid, gid, "--clear-groups", pys[i].path, "-I", "-c", "pass", NULL};
+		const char *argv[] = {AS_NOBODY, pys[i].path, "-I", "-c", "pass", NULL};
 		run_command(&r, argv, NULL);
 		bool ok = r.exited && r.code == 0;
 		run_result_free(&r);
@@ -599,12 +593,7 @@ Test(daemon, unprivileged_user, .timeout = 300)
 	struct target root_target, own_target;
 	target_start(&root_target, py, "nested");
 	json_decref(target_wait_report(&root_target, TARGET_READY_TIMEOUT_S));
-	char uid[16], gid[16];
-	snprintf(uid, sizeof uid, "--reuid=%d", NOBODY_UID);
-	snprintf(gid, sizeof gid, "--regid=%d", NOBODY_GID);
-	const char *as_nobody[] = {"setpriv", uid, gid, "--clear-groups", py->path, "-I", "-c",
-	                           "import time\ndef idle():\n    while True:\n        time.sleep(0.01)\nidle()\n",
-	                           NULL};
+	const char *as_nobody[] = {AS_NOBODY, py->path, "-I", "-c", idle_program, NULL};
 	target_start_argv(&own_target, as_nobody);
 
 	struct daemon d;
@@ -625,20 +614,9 @@ Test(daemon, unprivileged_user, .timeout = 300)
 	ctl_expect_failure(&d, detach_root, 4, &nobody, "nobody detaching root's process");
 
 	/* Its own process: attach, see it sampled, dump it, detach it. */
+	attach_as_nobody(&d, own_target.pid, "nobody attaching to its own process");
 	struct run_result r;
-	const char *attach_own[] = {"attach", op, "--rate", "100", NULL};
 	char why[512];
-	for (int i = 0; i < 100; i++) {
-		ctl_run(&d, &r, attach_own, &nobody);
-		if (r.exited && r.code == 0)
-			break;
-		/* Until the interpreter has started, it is not yet a Python process. */
-		run_result_free(&r);
-		pause_ms(100);
-	}
-	cr_assert(r.exited && r.code == 0, "nobody attaching to its own process: %s",
-	          run_describe(&r, why, sizeof why));
-	run_result_free(&r);
 	json_decref(entry_when(&d, own_target.pid, sampled_a_while, "sampled"));
 	const char *list_args[] = {"--json", "list", NULL};
 	ctl_run(&d, &r, list_args, &nobody);
@@ -835,14 +813,7 @@ Test(daemon, systemd_socket_and_notify, .timeout = 120)
 	snprintf(d.sock, sizeof d.sock, "%s", sock);
 	snprintf(d.log, sizeof d.log, "%s", log);
 	snprintf(d.state, sizeof d.state, "%s", state);
-	int fd = -1;
-	for (int i = 0; i < 500 && fd < 0; i++) {
-		fd = daemon_connect(&d);
-		if (fd < 0)
-			pause_ms(20);
-	}
-	cr_assert(fd >= 0, "nothing listens on %s", sock);
-	close(fd);
+	cr_assert(daemon_wait_listening(&d), "nothing listens on %s", sock);
 	static const char *const status[] = {"status", NULL};
 	json_t *s = ctl_json(&d, status);
 	cr_assert_str_eq(jstr(s, "socket"), "(from systemd)", "the daemon made its own socket");
@@ -909,49 +880,23 @@ Test(daemon, runs_as_any_user, .timeout = 300)
 	snprintf(d.state, sizeof d.state, "%s/state", d.dir);
 	snprintf(d.sock, sizeof d.sock, "%s/state/pyprofd.sock", d.dir);
 	snprintf(d.log, sizeof d.log, "%s/daemon.log", d.dir);
-	char uid[32], gid[32];
-	snprintf(uid, sizeof uid, "--reuid=%d", NOBODY_UID);
-	snprintf(gid, sizeof gid, "--regid=%d", NOBODY_GID);
-	char *const daemon_argv[] = {"setpriv", uid, gid, "--clear-groups", (char *)pyprofd_bin(),
-	                             "--state-dir", d.state, NULL};
+	char *const daemon_argv[] = {AS_NOBODY, (char *)pyprofd_bin(), "--state-dir", d.state, NULL};
 	d.pid = spawn_process(daemon_argv, d.log);
-	int fd = -1;
-	for (int i = 0; i < 500 && fd < 0; i++) {
-		fd = daemon_connect(&d);
-		if (fd < 0)
-			pause_ms(20);
-	}
-	cr_assert(fd >= 0, "the daemon run by nobody does not listen on %s", d.sock);
-	close(fd);
+	cr_assert(daemon_wait_listening(&d), "the daemon run by nobody does not listen on %s", d.sock);
 	struct stat st;
 	cr_assert(stat(d.state, &st) == 0 && st.st_uid == NOBODY_UID && (st.st_mode & 0777) == 0700,
 	          "the state directory is not nobody's alone");
 
 	struct target own, roots;
-	const char *as_nobody[] = {"setpriv", uid, gid, "--clear-groups", py->path, "-I", "-c",
-	                           "import time\ndef idle():\n    while True:\n        time.sleep(0.01)\nidle()\n",
-	                           NULL};
+	const char *as_nobody[] = {AS_NOBODY, py->path, "-I", "-c", idle_program, NULL};
 	target_start_argv(&own, as_nobody);
 	target_start(&roots, py, "nested");
 	json_decref(target_wait_report(&roots, TARGET_READY_TIMEOUT_S));
 
-	struct run_opts nobody = {.drop_privileges = true, .uid = NOBODY_UID, .gid = NOBODY_GID};
 	char op[16], rp[16];
 	pid_text(own.pid, op, sizeof op);
 	pid_text(roots.pid, rp, sizeof rp);
-	struct run_result r;
-	char why[512];
-	const char *attach_own[] = {"attach", op, "--rate", "100", NULL};
-	for (int i = 0; i < 100; i++) {
-		ctl_run(&d, &r, attach_own, &nobody);
-		if (r.exited && r.code == 0)
-			break;
-		run_result_free(&r);
-		pause_ms(100);
-	}
-	cr_assert(r.exited && r.code == 0, "nobody's daemon attaching to nobody's process: %s",
-	          run_describe(&r, why, sizeof why));
-	run_result_free(&r);
+	attach_as_nobody(&d, own.pid, "nobody's daemon attaching to nobody's process");
 	json_decref(entry_when(&d, own.pid, sampled_a_while, "sampled"));
 
 	/* Root may ask, but a daemon without the rights cannot read root's process: it says so. */

@@ -20,35 +20,6 @@
 
 TestSuite(history, .init = helpers_init, .fini = helpers_fini);
 
-static void pause_ms(long ms)
-{
-	struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
-	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-		;
-}
-
-static json_int_t jint(json_t *obj, const char *key)
-{
-	json_t *v = json_object_get(obj, key);
-	cr_assert(json_is_integer(v), "no integer \"%s\" in %s", key, json_dumps(obj, JSON_COMPACT));
-	return json_integer_value(v);
-}
-
-static const char *pid_text(pid_t pid, char *buf, size_t len)
-{
-	snprintf(buf, len, "%d", (int)pid);
-	return buf;
-}
-
-static void ctl_ok(const struct daemon *d, const char *const args[])
-{
-	struct run_result r;
-	ctl_run(d, &r, args, NULL);
-	char why[512];
-	cr_assert(r.exited && r.code == 0, "pyprofd-ctl %s: %s", args[0], run_describe(&r, why, sizeof why));
-	run_result_free(&r);
-}
-
 /* The samples a query returns, summed from its JSON export. */
 static json_int_t query_total(const struct daemon *d, const char *const args[],
                               const struct run_opts *opts)
@@ -215,9 +186,7 @@ Test(history, survives_kill_9, .timeout = 300)
 	const char *argv[] = {pyprofd_bin(), "--state-dir", d.state, "--socket", d.sock, NULL};
 	unlink(d.sock);
 	d.pid = spawn_process((char *const *)argv, d.log);
-	for (int i = 0; i < 500 && !daemon_serves(&d); i++)
-		pause_ms(20);
-	cr_assert(daemon_serves(&d), "the daemon did not come back");
+	cr_assert(daemon_wait_listening(&d) && daemon_serves(&d), "the daemon did not come back");
 	const char *by_pid[] = {"--pid", p, NULL};
 	json_int_t stored = query_total(&d, by_pid, NULL);
 	cr_assert_geq(stored, counted, "only %lld of the %lld samples counted a flush before the kill survived",
