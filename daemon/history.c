@@ -248,6 +248,11 @@ static bool history_ready(struct history *h)
 {
 	if (h->writer)
 		return true;
+	/* Opening is SQLite work on the loop: after a failure, once a flush interval at most. */
+	ev_tstamp now = ev_now(h->server->loop);
+	if (h->open_failing && now < h->next_open_try)
+		return false;
+	h->next_open_try = now + h->server->config.flush_interval_s;
 	struct store_error err = {{0}};
 	h->writer = store_writer_open(h->path, &err);
 	if (!h->writer) {

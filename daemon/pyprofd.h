@@ -185,6 +185,7 @@ struct history {
 	unsigned bucket_seconds;
 	uint64_t max_pending_rows, max_db_bytes, max_file_bytes;
 	bool open_failing, write_failing;
+	ev_tstamp next_open_try; /* while the database cannot be opened */
 	char open_error[256];
 	uint64_t lost_samples, flushes;
 };
@@ -239,7 +240,7 @@ struct target {
 	ev_tstamp last_used; /* loop time; detached targets are evicted oldest first */
 };
 
-/* Identity of a live process: 0, or -1 and *err (no such process, permission). */
+/* Identity of a live process (uid may be NULL: the start time alone is one read): 0, or -1 and *err. */
 int proc_identity(pid_t pid, uint64_t *start_time, uid_t *uid, struct uw_error *err);
 struct target *target_open(struct server *server, pid_t pid, struct uw_error *err);
 /* Start (or restart) sampling with these parameters; the target takes the labels. */

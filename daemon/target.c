@@ -64,6 +64,9 @@ int proc_identity(pid_t pid, uint64_t *start_time, uid_t *uid, struct uw_error *
 		snprintf(err->msg, sizeof err->msg, "process %d has no readable status", (int)pid);
 		return -1;
 	}
+	*start_time = start;
+	if (!uid)
+		return 0;
 	if (read_proc_file(pid, "status", buf, sizeof buf) < 0) {
 		err->status = UW_ENOPROC;
 		snprintf(err->msg, sizeof err->msg, "no such process: %d", (int)pid);
@@ -76,7 +79,6 @@ int proc_identity(pid_t pid, uint64_t *start_time, uid_t *uid, struct uw_error *
 		snprintf(err->msg, sizeof err->msg, "process %d has no readable owner", (int)pid);
 		return -1;
 	}
-	*start_time = start;
 	*uid = (uid_t)real_uid;
 	return 0;
 }
@@ -279,9 +281,8 @@ void target_free(struct target *t)
 static bool target_same_process(const struct target *t)
 {
 	uint64_t start;
-	uid_t uid;
 	struct uw_error err;
-	return proc_identity(t->pid, &start, &uid, &err) == 0 && start == t->start_time;
+	return proc_identity(t->pid, &start, NULL, &err) == 0 && start == t->start_time;
 }
 
 bool target_check_alive(struct target *t)
