@@ -162,7 +162,7 @@ static const char top_usage[] =
 
 static const char query_usage[] =
 	"usage: pyprofd-ctl query [--pid P] [--label K=V]... [--since D | --from T [--until T]]\n"
-	"                         [--thread TID] [--format F] [-o FILE]\n"
+	"                         [--thread TID] [--format F] [--limit N] [-o FILE]\n"
 	"\n"
 	"What the history holds: the stored samples of the selected processes in a time\n"
 	"range, aggregated by stack (samples not yet written to the database included).\n"
@@ -175,11 +175,15 @@ static const char query_usage[] =
 	"                    a range: unix seconds, or local time YYYY-MM-DDTHH:MM[:SS]\n"
 	"  --thread TID      one thread (threading.get_ident())\n"
 	"  --format F        collapsed (default), flamegraph (one HTML file), speedscope,\n"
-	"                    pprof (gzip'd protobuf), table (top functions), json\n"
+	"                    pprof (gzip'd protobuf), table (top functions, counted by\n"
+	"                    the daemon; with --json one object: {name, mode, from, until,\n"
+	"                    samples, functions_found, functions: [{function, file, own,\n"
+	"                    total, own_percent, total_percent}]}), json\n"
+	"  --limit N         table: the first N functions (default: all)\n"
 	"  -o, --output FILE write there instead of standard output\n";
 
 static const char diff_usage[] =
-	"usage: pyprofd-ctl diff [--pid P] [--label K=V]... [--thread TID]\n"
+	"usage: pyprofd-ctl diff [--pid P] [--label K=V]... [--thread TID] [--limit N]\n"
 	"                        --base FROM..UNTIL --compare FROM..UNTIL [--json] [-o FILE]\n"
 	"\n"
 	"Two ranges of the history side by side: each function's share of the samples\n"
@@ -187,8 +191,11 @@ static const char diff_usage[] =
 	"own share changed most first.  Shares, not counts, so ranges of different\n"
 	"lengths compare fairly.  A time is unix seconds, local YYYY-MM-DDTHH:MM[:SS],\n"
 	"now, or -D for D ago (-90s, -15m, -2h, -1d): --base -2h..-1h --compare -1h..now.\n"
+	"The daemon counts and orders; one request answers both ranges.\n"
 	"\n"
-	"  --json            one JSON object: {base_samples, compare_samples, functions:\n"
+	"  --limit N         the first N functions (default: all)\n"
+	"  --json            one JSON object: {base_samples, compare_samples,\n"
+	"                    functions_found, functions:\n"
 	"                    [{function, file, base_own, base_total, compare_own,\n"
 	"                    compare_total, own_percent_change, total_percent_change}]}\n";
 
@@ -1224,9 +1231,10 @@ static int cmd_query(struct ctl *ctl, int argc, char **argv)
 		{"since", required_argument, NULL, 's'},  {"from", required_argument, NULL, 'f'},
 		{"until", required_argument, NULL, 'u'},  {"thread", required_argument, NULL, 't'},
 		{"format", required_argument, NULL, 'F'}, {"output", required_argument, NULL, 'o'},
-		CTL_COMMON_OPTIONS,
+		{"limit", required_argument, NULL, 'n'},  CTL_COMMON_OPTIONS,
 	};
 	Pyprofd__QueryRequest q = PYPROFD__QUERY_REQUEST__INIT;
+	bool table = false;
 	Pyprofd__Label *labels = calloc((size_t)argc, sizeof *labels);
 	Pyprofd__Label **label_ptrs = calloc((size_t)argc, sizeof *label_ptrs);
 	enum export_format format = EXPORT_COLLAPSED;
@@ -1262,8 +1270,13 @@ static int cmd_query(struct ctl *ctl, int argc, char **argv)
 			break;
 		}
 		case 'F':
-			if (export_format_parse(optarg, &format) != 0)
+			/* The table is counted by the daemon; the other formats are written from stacks. */
+			table = strcmp(optarg, "table") == 0;
+			if (!table && export_format_parse(optarg, &format) != 0)
 				status = ctl_usage_error(ctl, "unknown format '%s'", optarg);
+			break;
+		case 'n':
+			status = ctl_parse_u32(ctl, "--limit", optarg, 0, &q.limit);
 			break;
 		case 'o':
 			output = optarg;
@@ -1283,6 +1296,12 @@ static int cmd_query(struct ctl *ctl, int argc, char **argv)
 		goto out;
 	if ((status = ctl_no_operand(ctl, argc, argv)) != CTL_EXIT_OK)
 		goto out;
+	if (q.limit && !table) {
+		status = ctl_usage_error(ctl, "--limit goes with --format table");
+		goto out;
+	}
+	if (table)
+		q.aggregate = PYPROFD__QUERY_AGGREGATE__QUERY_FUNCTIONS;
 	if (q.pid)
 		snprintf(name, sizeof name, "pid %d", (int)q.pid);
 	else if (q.n_labels)
@@ -1312,7 +1331,8 @@ static int cmd_query(struct ctl *ctl, int argc, char **argv)
 		fprintf(stderr, "pyprofd-ctl: cannot write %s: %s\n", output, strerror(errno));
 		status = CTL_EXIT_FAILURE;
 	} else {
-		int rc = query_export(reply, name, format, out);
+		int rc = table ? functions_write(reply, name, false, ctl->json, out)
+		               : query_export(reply, name, format, out);
 		if (output && fclose(out) != 0)
 			rc = -1;
 		if (rc != 0) {
@@ -1367,14 +1387,15 @@ static int cmd_diff(struct ctl *ctl, int argc, char **argv)
 		{"pid", required_argument, NULL, 'p'},     {"label", required_argument, NULL, 'l'},
 		{"thread", required_argument, NULL, 't'},  {"base", required_argument, NULL, 'b'},
 		{"compare", required_argument, NULL, 'c'}, {"output", required_argument, NULL, 'o'},
-		CTL_COMMON_OPTIONS,
+		{"limit", required_argument, NULL, 'n'},   CTL_COMMON_OPTIONS,
 	};
-	Pyprofd__QueryRequest q[2] = {PYPROFD__QUERY_REQUEST__INIT, PYPROFD__QUERY_REQUEST__INIT};
+	/* The compared range is the query's own; the base range rides along in base_*. */
+	Pyprofd__QueryRequest q = PYPROFD__QUERY_REQUEST__INIT, base = PYPROFD__QUERY_REQUEST__INIT;
 	Pyprofd__Label *labels = calloc((size_t)argc, sizeof *labels);
 	Pyprofd__Label **label_ptrs = calloc((size_t)argc, sizeof *label_ptrs);
-	struct client_reply *reply[2] = {NULL, NULL};
+	struct client_reply *reply = NULL;
 	const char *output = NULL;
-	bool have[2] = {false, false};
+	bool have_base = false, have_compare = false;
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	double now = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
@@ -1384,19 +1405,23 @@ static int cmd_diff(struct ctl *ctl, int argc, char **argv)
 		status = CTL_EXIT_FAILURE;
 		goto out;
 	}
-	q[0].labels = label_ptrs;
+	q.labels = label_ptrs;
 	while (status == CTL_EXIT_OK && (opt = getopt_long(argc, argv, ":ho:", options, NULL)) != -1) {
-		if ((status = selection_option(ctl, opt, &q[0], labels)) >= 0)
+		if ((status = selection_option(ctl, opt, &q, labels)) >= 0)
 			continue;
 		status = CTL_EXIT_OK;
 		switch (opt) {
 		case 'b':
-		case 'c': {
-			int side = opt == 'c';
-			status = parse_range(ctl, side ? "--compare" : "--base", optarg, now, &q[side]);
-			have[side] = status == CTL_EXIT_OK;
+			status = parse_range(ctl, "--base", optarg, now, &base);
+			have_base = status == CTL_EXIT_OK;
 			break;
-		}
+		case 'c':
+			status = parse_range(ctl, "--compare", optarg, now, &q);
+			have_compare = status == CTL_EXIT_OK;
+			break;
+		case 'n':
+			status = ctl_parse_u32(ctl, "--limit", optarg, 0, &q.limit);
+			break;
 		case 'o':
 			output = optarg;
 			break;
@@ -1413,30 +1438,25 @@ static int cmd_diff(struct ctl *ctl, int argc, char **argv)
 	}
 	if (status != CTL_EXIT_OK || (status = ctl_no_operand(ctl, argc, argv)) != CTL_EXIT_OK)
 		goto out;
-	if (!have[0] || !have[1]) {
+	if (!have_base || !have_compare) {
 		status = ctl_usage_error(ctl, "diff needs --base and --compare");
 		goto out;
 	}
-	/* The same selection on both sides; only the ranges differ. */
-	q[1].pid = q[0].pid;
-	q[1].labels = q[0].labels;
-	q[1].n_labels = q[0].n_labels;
-	q[1].by_thread = q[0].by_thread;
-	q[1].thread_id = q[0].thread_id;
-	for (int side = 0; side < 2; side++) {
-		Pyprofd__Request req = PYPROFD__REQUEST__INIT;
-		req.body_case = PYPROFD__REQUEST__BODY_QUERY;
-		req.query = &q[side];
-		if (!(reply[side] = ctl_call(ctl, &req, &status)))
-			goto out;
-	}
+	q.aggregate = PYPROFD__QUERY_AGGREGATE__QUERY_DIFF;
+	q.base_from_unix = base.from_unix;
+	q.base_until_unix = base.until_unix;
+	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
+	req.body_case = PYPROFD__REQUEST__BODY_QUERY;
+	req.query = &q;
+	if (!(reply = ctl_call(ctl, &req, &status)))
+		goto out;
 	FILE *out = output ? fopen(output, "w") : stdout;
 	if (!out) {
 		fprintf(stderr, "pyprofd-ctl: cannot write %s: %s\n", output, strerror(errno));
 		status = CTL_EXIT_FAILURE;
 		goto out;
 	}
-	int rc = diff_write(reply[0], reply[1], ctl->json, out);
+	int rc = functions_write(reply, NULL, true, ctl->json, out);
 	if (output && fclose(out) != 0)
 		rc = -1;
 	if (rc != 0) {
@@ -1444,8 +1464,7 @@ static int cmd_diff(struct ctl *ctl, int argc, char **argv)
 		status = CTL_EXIT_FAILURE;
 	}
 out:
-	client_reply_free(reply[0]);
-	client_reply_free(reply[1]);
+	client_reply_free(reply);
 	free(labels);
 	free(label_ptrs);
 	return status;

@@ -52,10 +52,14 @@ size_t format_width(const char *s);
  */
 size_t format_put(FILE *out, const char *s, size_t cols, size_t pad);
 
-/* diff.c */
-/* Two history answers side by side, as a table (or JSON); 0, or -1 with errno. */
-int diff_write(const struct client_reply *base, const struct client_reply *compare, bool json,
-               FILE *out);
+/* functions.c */
+/*
+ * A history query's function table (QUERY_FUNCTIONS) or diff (QUERY_DIFF),
+ * every part, as text or one JSON line; name titles the table.  0, or -1 if
+ * writing failed.
+ */
+int functions_write(const struct client_reply *reply, const char *name, bool diff, bool json,
+                    FILE *out);
 
 /* top.c */
 struct top_options {

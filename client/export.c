@@ -19,7 +19,6 @@ static const struct {
 	{"flamegraph", EXPORT_FLAMEGRAPH, export_write_flamegraph},
 	{"speedscope", EXPORT_SPEEDSCOPE, export_write_speedscope},
 	{"pprof", EXPORT_PPROF, export_write_pprof},
-	{"table", EXPORT_TABLE, export_write_table},
 	{"json", EXPORT_JSON, export_write_json},
 };
 

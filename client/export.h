@@ -1,7 +1,7 @@
 /*
  * Writing an aggregated profile out: collapsed stacks, a self-contained
- * flamegraph page, speedscope JSON, pprof (gzip'd protobuf), a table of top
- * functions, JSON.  Pure functions of the profile below: no socket, no
+ * flamegraph page, speedscope JSON, pprof (gzip'd protobuf), JSON.  (The
+ * table of top functions is counted by the daemon: see functions.c.)  Pure functions of the profile below: no socket, no
  * daemon, so the tests drive them directly.
  */
 #ifndef PYPROFD_EXPORT_H
@@ -70,8 +70,6 @@ enum export_format {
 	 * "thread_id" label on samples of a known thread.
 	 */
 	EXPORT_PPROF,
-	/* Top functions, (function, file), by own samples, with own and total, aligned. */
-	EXPORT_TABLE,
 	/*
 	 * The profile itself, one line: {name, mode, rate_hz, from, until, samples,
 	 * frames: [{function, file, line (null: unknown), kind: python|native|gc}],

@@ -46,7 +46,6 @@ int export_puts(FILE *out, const char *s);
 
 /* export_text.c */
 int export_write_collapsed(const struct export_view *v, FILE *out);
-int export_write_table(const struct export_view *v, FILE *out);
 
 /* export_json.c */
 /* Put a new value in an object or array; -1 if it or the insertion failed (value freed). */

@@ -99,6 +99,39 @@ void *arena_alloc(struct arena *a, size_t size); /* zeroed; NULL if out of memor
 char *arena_strdup(struct arena *a, const char *s); /* NULL stays NULL */
 void arena_free(struct arena *a);
 
+/* functions.c */
+/*
+ * Own and total samples per function (name and file) over stacks fed frame
+ * by frame: functions_next_stack, then functions_count for each of its
+ * frames.  Side 0 counts into a row's own/total, side 1 into base_own/
+ * base_total.  Rows and their strings live in the arena.
+ */
+struct functions {
+	struct arena *arena;
+	Pyprofd__FunctionRow **rows;
+	size_t nrows, cap;
+	uint64_t samples[2]; /* per side */
+	uint64_t stamp;      /* the stack being counted: a row's total counts it once */
+	uint64_t *seen;      /* per row: the stamp that last counted its total */
+	uint32_t *slots;     /* name index: row + 1, 0 empty */
+	size_t nslots;
+	uint32_t *row_of_frame; /* frame id -> row + 1; 0 not seen yet */
+	size_t nframes;
+};
+void functions_init(struct functions *fs, struct arena *a);
+void functions_free(struct functions *fs); /* not the rows: the arena has them */
+/* Frame ids of the stacks to come mean other frames (another query's). */
+void functions_forget_frames(struct functions *fs);
+void functions_next_stack(struct functions *fs, int side, uint64_t count);
+/* One frame of the current stack; -1 if out of memory. */
+int functions_count(struct functions *fs, int side, uint32_t frame, const char *function,
+                    const char *file, bool innermost, uint64_t count);
+/*
+ * Order the rows: by own, then total, then name; or, for a diff, by how far
+ * the own share moved between the sides.  Counting ends here.
+ */
+void functions_sort(struct functions *fs, bool by_share_change);
+
 /* config.c */
 struct config {
 	char *state_dir;

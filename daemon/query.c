@@ -26,6 +26,9 @@ struct query_job {
 	uint64_t client_serial;
 	uint64_t request_id;
 	struct store_query q;
+	Pyprofd__QueryAggregate aggregate;
+	uint32_t limit;
+	double base_from, base_until; /* QUERY_DIFF */
 	char **label_keys, **label_values;
 	char *db_path;
 	uint32_t rate_hz;
@@ -75,32 +78,24 @@ static void answer_error(struct query_job *j, Pyprofd__ErrorCode code, const cha
 		j->failed = true;
 }
 
-/* Frames by content, numbered in the order they were first sent. */
-struct frame_index {
-	char **keys; /* "kind\x1ffunction\x1ffile\x1fline" */
-	uint32_t *ids;
-	uint32_t used, cap;
-};
-
-static uint64_t text_hash(const char *s)
-{
-	uint64_t h = 1469598103934665603ull;
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 1099511628211ull;
-	return h;
-}
-
 /* The answer being built: a part at a time. */
 struct builder {
 	struct query_job *job;
-	struct frame_index index;
+	/* Stacks: a store frame id's index in the answer + 1; 0 not sent yet. */
+	uint32_t *sent;
+	size_t nsent_cap;
 	uint32_t nframes_sent;
+	/* Functions, and the arena their rows live in until the last part. */
+	struct functions fs;
+	struct arena fs_arena;
 	/* The part under way. */
 	struct arena arena;
 	Pyprofd__QueryFrame **frames;
 	size_t nframes, frames_cap;
 	Pyprofd__QueryStack **stacks;
 	size_t nstacks, stacks_cap;
+	Pyprofd__FunctionRow **rows;
+	size_t nrows;
 	size_t part_bytes;
 	bool first_sent;
 	uint64_t total;
@@ -120,100 +115,83 @@ static int grow(void **v, size_t *cap, size_t n, size_t size)
 	return 0;
 }
 
-static uint32_t frame_id_of(struct builder *b, const struct store_frame *f, const char *key);
-
-/* The index of a frame, sent with the current part when new; UINT32_MAX if out of memory. */
+/* The index of a frame in the answer, sent with the current part when new; UINT32_MAX if out of memory. */
 static uint32_t frame_id(struct builder *b, const struct store_frame *f)
 {
-	char *key = NULL;
-	if (asprintf(&key, "%d\x1f%s\x1f%s\x1f%d", f->kind, f->function, f->file, f->line) < 0)
-		return UINT32_MAX;
-	uint32_t id = frame_id_of(b, f, key);
-	free(key);
-	return id;
-}
-
-/* frame_id with its key made. */
-static uint32_t frame_id_of(struct builder *b, const struct store_frame *f, const char *key)
-{
-	struct frame_index *x = &b->index;
-	if ((x->used + 1) * 2 > x->cap) {
-		uint32_t cap = x->cap ? x->cap * 2 : 1024;
-		char **keys = calloc(cap, sizeof *keys);
-		uint32_t *ids = calloc(cap, sizeof *ids);
-		if (!keys || !ids) {
-			free(keys);
-			free(ids);
+	if (f->id >= b->nsent_cap) {
+		size_t cap = b->nsent_cap ? b->nsent_cap : 1024;
+		while (cap <= f->id)
+			cap *= 2;
+		uint32_t *sent = realloc(b->sent, cap * sizeof *sent);
+		if (!sent)
 			return UINT32_MAX;
-		}
-		for (uint32_t i = 0; i < x->cap; i++) {
-			if (!x->keys[i])
-				continue;
-			uint32_t k = (uint32_t)text_hash(x->keys[i]) & (cap - 1);
-			while (keys[k])
-				k = (k + 1) & (cap - 1);
-			keys[k] = x->keys[i];
-			ids[k] = x->ids[i];
-		}
-		free(x->keys);
-		free(x->ids);
-		x->keys = keys;
-		x->ids = ids;
-		x->cap = cap;
+		memset(sent + b->nsent_cap, 0, (cap - b->nsent_cap) * sizeof *sent);
+		b->sent = sent;
+		b->nsent_cap = cap;
 	}
-	uint32_t k = (uint32_t)text_hash(key) & (x->cap - 1);
-	while (x->keys[k] && strcmp(x->keys[k], key) != 0)
-		k = (k + 1) & (x->cap - 1);
-	if (x->keys[k])
-		return x->ids[k];
+	if (b->sent[f->id])
+		return b->sent[f->id] - 1;
 	Pyprofd__QueryFrame *qf = arena_alloc(&b->arena, sizeof *qf);
-	if (!qf || !(x->keys[k] = strdup(key)) || grow((void **)&b->frames, &b->frames_cap, b->nframes, sizeof *b->frames))
+	if (!qf || b->nframes_sent >= UINT32_MAX - 1 ||
+	    grow((void **)&b->frames, &b->frames_cap, b->nframes, sizeof *b->frames))
 		return UINT32_MAX;
 	pyprofd__query_frame__init(qf);
-	qf->function = arena_strdup(&b->arena, f->function);
-	qf->file = arena_strdup(&b->arena, f->file);
+	qf->function = arena_strdup(&b->arena, f->function ? f->function : "");
+	qf->file = arena_strdup(&b->arena, f->file ? f->file : "");
 	qf->line = f->line;
 	qf->kind = (char *)(f->kind == 1 ? "native" : f->kind == 2 ? "gc" : "python");
 	if (!qf->function || !qf->file)
 		return UINT32_MAX;
 	b->frames[b->nframes++] = qf;
-	x->ids[k] = b->nframes_sent++;
-	x->used++;
-	b->part_bytes += strlen(f->function) + strlen(f->file) + 16;
-	return x->ids[k];
+	b->part_bytes += strlen(qf->function) + strlen(qf->file) + 16;
+	b->sent[f->id] = ++b->nframes_sent;
+	return b->nframes_sent - 1;
 }
 
 /* Send the part under way (more: parts follow). */
 static int flush_part(struct builder *b, bool more)
 {
+	struct query_job *j = b->job;
 	Pyprofd__Response resp = PYPROFD__RESPONSE__INIT;
 	Pyprofd__QueryResult res = PYPROFD__QUERY_RESULT__INIT;
 	res.frames = b->frames;
 	res.n_frames = b->nframes;
 	res.stacks = b->stacks;
 	res.n_stacks = b->nstacks;
+	res.functions = b->rows;
+	res.n_functions = b->nrows;
 	if (!b->first_sent) {
 		res.total = b->total;
-		res.from_unix = b->job->q.from_unix;
-		res.until_unix = b->job->q.until_unix;
-		res.rate_hz = b->job->rate_hz;
-		res.mode = b->job->mode;
+		res.from_unix = j->q.from_unix;
+		res.until_unix = j->q.until_unix;
+		res.rate_hz = j->rate_hz;
+		res.mode = j->mode;
+		res.functions_found = b->fs.nrows;
+		if (j->aggregate == PYPROFD__QUERY_AGGREGATE__QUERY_DIFF) {
+			res.base_total = b->fs.samples[1];
+			res.base_from_unix = j->base_from;
+			res.base_until_unix = j->base_until;
+		}
 	}
-	resp.id = b->job->request_id;
+	resp.id = j->request_id;
 	resp.more = more;
 	resp.result_case = PYPROFD__RESPONSE__RESULT_QUERY;
 	resp.query = &res;
-	int rc = out_append(b->job, &resp);
+	int rc = out_append(j, &resp);
 	b->first_sent = true;
 	b->nframes = b->nstacks = 0;
+	if (b->nrows)
+		b->rows += b->nrows; /* rows go out of the sorted table in order */
+	b->nrows = 0;
 	b->part_bytes = 0;
 	arena_free(&b->arena);
 	return rc;
 }
 
-static int on_row(void *ctx, const struct store_row *row)
+static int on_stack(void *ctx, const struct store_row *row)
 {
 	struct builder *b = ctx;
+	b->total = row->query_total;
 	Pyprofd__QueryStack *qs = arena_alloc(&b->arena, sizeof *qs);
 	uint32_t *ids = arena_alloc(&b->arena, (row->depth ? row->depth : 1) * sizeof *ids);
 	if (!qs || !ids || grow((void **)&b->stacks, &b->stacks_cap, b->nstacks, sizeof *b->stacks)) {
@@ -239,15 +217,84 @@ static int on_row(void *ctx, const struct store_row *row)
 	return 0;
 }
 
+/* A stack counted into the function table; side 1 is a diff's base range. */
+static int count_stack(struct builder *b, int side, const struct store_row *row)
+{
+	functions_next_stack(&b->fs, side, row->count);
+	for (uint32_t i = row->depth; i-- > 0;) {
+		const struct store_frame *f = &row->frames[i];
+		if (!f->function)
+			continue;
+		if (functions_count(&b->fs, side, f->id, f->function, f->file, i + 1 == row->depth,
+		                    row->count) < 0) {
+			b->oom = true;
+			return -1;
+		}
+	}
+	return 0;
+}
+
+static int on_stack_compared(void *ctx, const struct store_row *row)
+{
+	return count_stack(ctx, 0, row);
+}
+
+static int on_stack_base(void *ctx, const struct store_row *row)
+{
+	return count_stack(ctx, 1, row);
+}
+
+/* The function table sorted and sent, the first `limit` rows, in parts. */
+static int send_functions(struct builder *b)
+{
+	struct query_job *j = b->job;
+	functions_sort(&b->fs, j->aggregate == PYPROFD__QUERY_AGGREGATE__QUERY_DIFF);
+	b->total = b->fs.samples[0];
+	size_t n = j->limit && j->limit < b->fs.nrows ? j->limit : b->fs.nrows;
+	b->rows = b->fs.rows;
+	for (size_t i = 0; i < n; i++) {
+		b->nrows++;
+		b->part_bytes += strlen(b->fs.rows[i]->function) + strlen(b->fs.rows[i]->file) + 48;
+		if (b->part_bytes > QUERY_PART_BYTES && i + 1 < n && flush_part(b, true) != 0)
+			return -1;
+	}
+	return flush_part(b, false);
+}
+
 static void builder_free(struct builder *b)
 {
-	for (uint32_t i = 0; i < b->index.cap; i++)
-		free(b->index.keys[i]);
-	free(b->index.keys);
-	free(b->index.ids);
+	free(b->sent);
 	free(b->frames);
 	free(b->stacks);
 	arena_free(&b->arena);
+	functions_free(&b->fs);
+	arena_free(&b->fs_arena);
+}
+
+/* The answer into j->out; 0, or -1 and *err (b->oom says whether memory ran out). */
+static int answer(struct query_job *j, struct store_reader *r, struct builder *b,
+                  struct store_error *err)
+{
+	switch (j->aggregate) {
+	case PYPROFD__QUERY_AGGREGATE__QUERY_STACKS:
+		if (store_query_stacks(r, &j->q, on_stack, b, &b->total, err) != 0)
+			return -1;
+		return flush_part(b, false);
+	case PYPROFD__QUERY_AGGREGATE__QUERY_DIFF: {
+		struct store_query base = j->q;
+		base.from_unix = j->base_from;
+		base.until_unix = j->base_until;
+		if (store_query_stacks(r, &base, on_stack_base, b, NULL, err) != 0)
+			return -1;
+		/* The next query numbers its frames afresh. */
+		functions_forget_frames(&b->fs);
+	}
+		/* fall through */
+	default:
+		if (store_query_stacks(r, &j->q, on_stack_compared, b, NULL, err) != 0)
+			return -1;
+		return send_functions(b);
+	}
 }
 
 static void *query_thread(void *arg)
@@ -260,16 +307,12 @@ static void *query_thread(void *arg)
 	if (!r) {
 		answer_error(j, PYPROFD__ERROR_CODE__ERROR_INTERNAL, err.msg);
 	} else {
-		/* The total first, so the first part can carry it. */
 		struct builder b = {.job = j};
-		int rc = store_query_stacks(r, &j->q, NULL, NULL, &b.total, &err);
-		if (rc == 0)
-			rc = store_query_stacks(r, &j->q, on_row, &b, &b.total, &err);
-		if (rc == 0 && flush_part(&b, false) == 0)
-			; /* answered */
-		else
+		functions_init(&b.fs, &b.fs_arena);
+		if (answer(j, r, &b, &err) != 0)
 			answer_error(j, PYPROFD__ERROR_CODE__ERROR_INTERNAL,
-			             b.oom ? "the daemon ran out of memory answering the query" : err.msg);
+			             b.oom || !err.msg[0] ? "the daemon ran out of memory answering the query"
+			                                  : err.msg);
 		builder_free(&b);
 		store_reader_close(r);
 	}
@@ -388,6 +431,19 @@ bool rpc_query(struct server *s, struct client *c, const Pyprofd__Request *req,
 		          "a query needs a valid pid, at most 64 labels and from <= until");
 		return false;
 	}
+	bool diff = r->aggregate == PYPROFD__QUERY_AGGREGATE__QUERY_DIFF;
+	if (r->aggregate != PYPROFD__QUERY_AGGREGATE__QUERY_STACKS &&
+	    r->aggregate != PYPROFD__QUERY_AGGREGATE__QUERY_FUNCTIONS && !diff) {
+		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST, "unknown aggregate %d",
+		          (int)r->aggregate);
+		return false;
+	}
+	if (diff && (!(r->base_from_unix >= 0) || !(r->base_until_unix >= 0) ||
+	             (r->base_until_unix && r->base_until_unix < r->base_from_unix))) {
+		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST,
+		          "a diff needs a base range with from <= until");
+		return false;
+	}
 	if (s->queries_running >= QUERIES_MAX) {
 		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_LIMIT, "%d queries are already running",
 		          QUERIES_MAX);
@@ -407,7 +463,15 @@ bool rpc_query(struct server *s, struct client *c, const Pyprofd__Request *req,
 	j->q.target_id = r->target_id;
 	j->q.from_unix = r->from_unix;
 	/* An open end is now, or the start if that is later (a range in the future is empty, not invalid). */
-	j->q.until_unix = r->until_unix ? r->until_unix : ev_time() > r->from_unix ? ev_time() : r->from_unix;
+	double now = ev_time();
+	j->q.until_unix = r->until_unix ? r->until_unix : now > r->from_unix ? now : r->from_unix;
+	j->aggregate = r->aggregate;
+	j->limit = r->limit;
+	if (diff) {
+		j->base_from = r->base_from_unix;
+		j->base_until = r->base_until_unix ? r->base_until_unix
+		                : now > r->base_from_unix ? now : r->base_from_unix;
+	}
 	j->q.by_thread = r->by_thread;
 	j->q.thread_id = r->thread_id;
 	/* Another user sees the history of its own processes alone. */

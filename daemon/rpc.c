@@ -525,112 +525,31 @@ static void rpc_status(struct server *s, struct client *c, const Pyprofd__Reques
 	resp->status = res;
 }
 
-/* Own and total counts per function, gathered from a target's recent stacks. */
+/* A target's recent stacks, counted per function. */
 struct top_acc {
 	const struct uw_target *uw;
-	struct arena *a;
-	Pyprofd__FunctionRow **rows;
-	size_t nrows, cap;
-	uint64_t samples;
-	uint64_t stamp; /* which stack last counted a row's total */
-	uint64_t *seen;
-	uint32_t *row_of_frame; /* frame id -> row + 1; 0 not seen yet */
-	uint32_t nframes;
+	struct functions fs;
 	bool failed;
 };
-
-/* The row of a function (by name and file); -1 if out of memory. */
-static long top_row_by_name(struct top_acc *acc, const struct uw_frame *f)
-{
-	const char *file = f->file ? f->file : "";
-	for (size_t i = 0; i < acc->nrows; i++)
-		if (strcmp(acc->rows[i]->function, f->function) == 0 && strcmp(acc->rows[i]->file, file) == 0)
-			return (long)i;
-	if (acc->nrows == acc->cap) {
-		size_t cap = acc->cap ? acc->cap * 2 : 64;
-		Pyprofd__FunctionRow **rows = realloc(acc->rows, cap * sizeof *rows);
-		uint64_t *seen = realloc(acc->seen, cap * sizeof *seen);
-		if (rows)
-			acc->rows = rows;
-		if (seen)
-			acc->seen = seen;
-		if (!rows || !seen)
-			return -1;
-		acc->cap = cap;
-	}
-	Pyprofd__FunctionRow *row = arena_alloc(acc->a, sizeof *row);
-	if (!row)
-		return -1;
-	pyprofd__function_row__init(row);
-	row->function = arena_strdup(acc->a, f->function);
-	row->file = arena_strdup(acc->a, file);
-	if (!row->function || !row->file)
-		return -1;
-	acc->seen[acc->nrows] = 0;
-	acc->rows[acc->nrows++] = row;
-	return (long)acc->nrows - 1;
-}
-
-/* The row of a frame id: names are compared once per frame id, not once per sample. */
-static long top_row(struct top_acc *acc, uint32_t frame, const struct uw_frame *f)
-{
-	if (frame >= acc->nframes) {
-		uint32_t n = frame + 1 > acc->nframes * 2 ? frame + 1 : acc->nframes * 2;
-		uint32_t *v = realloc(acc->row_of_frame, n * sizeof *v);
-		if (!v)
-			return -1;
-		memset(v + acc->nframes, 0, (n - acc->nframes) * sizeof *v);
-		acc->row_of_frame = v;
-		acc->nframes = n;
-	}
-	if (!acc->row_of_frame[frame]) {
-		long row = top_row_by_name(acc, f);
-		if (row < 0)
-			return -1;
-		acc->row_of_frame[frame] = (uint32_t)row + 1;
-	}
-	return (long)acc->row_of_frame[frame] - 1;
-}
 
 static void top_count(void *ctx, uint32_t stack, uint64_t count)
 {
 	struct top_acc *acc = ctx;
 	if (acc->failed)
 		return;
-	acc->samples += count;
-	acc->stamp++;
+	functions_next_stack(&acc->fs, 0, count);
 	bool innermost = true;
 	for (uint32_t depth = 0; stack && depth < UW_MAX_FRAMES; depth++, stack = uw_stack_parent(acc->uw, stack)) {
 		uint32_t frame = uw_stack_frame(acc->uw, stack);
 		const struct uw_frame *f = uw_frame_get(acc->uw, frame);
 		if (!f || !f->function)
 			continue;
-		long at = top_row(acc, frame, f);
-		if (at < 0) {
+		if (functions_count(&acc->fs, 0, frame, f->function, f->file, innermost, count) < 0) {
 			acc->failed = true;
 			return;
 		}
-		Pyprofd__FunctionRow *row = acc->rows[at];
-		if (innermost)
-			row->own += count;
 		innermost = false;
-		/* Recursion counts a function once per stack in its total. */
-		if (acc->seen[at] != acc->stamp) {
-			acc->seen[at] = acc->stamp;
-			row->total += count;
-		}
 	}
-}
-
-static int row_cmp(const void *x, const void *y)
-{
-	const Pyprofd__FunctionRow *a = *(Pyprofd__FunctionRow *const *)x;
-	const Pyprofd__FunctionRow *b = *(Pyprofd__FunctionRow *const *)y;
-	if (a->own != b->own)
-		return a->own > b->own ? -1 : 1;
-	if (a->total != b->total)
-		return a->total > b->total ? -1 : 1;
-	return strcmp(a->function, b->function);
 }
 
 static void rpc_top(struct server *s, struct client *c, const Pyprofd__Request *req,
@@ -647,30 +566,28 @@ static void rpc_top(struct server *s, struct client *c, const Pyprofd__Request *
 	unsigned window = r->window_s ? r->window_s : s->config.top_window_s;
 	if (window > RECENT_SECONDS - 2)
 		window = RECENT_SECONDS - 2;
-	struct top_acc acc = {.uw = t->uw, .a = a};
+	struct top_acc acc = {.uw = t->uw};
+	functions_init(&acc.fs, a);
 	/* Whole seconds: the current one, partly filled, and the `window` before it. */
 	int64_t now = (int64_t)ev_now(s->loop);
 	recent_visit(t->recent, now - (int64_t)window, top_count, &acc);
 	Pyprofd__TopResult *res = arena_alloc(a, sizeof *res);
-	free(acc.row_of_frame);
 	if (acc.failed || !res) {
-		free(acc.rows);
-		free(acc.seen);
+		functions_free(&acc.fs);
 		rpc_oom(resp, a);
 		return;
 	}
 	pyprofd__top_result__init(res);
-	qsort(acc.rows, acc.nrows, sizeof *acc.rows, row_cmp);
+	functions_sort(&acc.fs, false);
 	size_t limit = r->limit ? r->limit : TOP_ROWS_MAX;
-	res->n_rows = acc.nrows < limit ? acc.nrows : limit;
+	res->n_rows = acc.fs.nrows < limit ? acc.fs.nrows : limit;
 	res->rows = arena_alloc(a, (res->n_rows ? res->n_rows : 1) * sizeof *res->rows);
 	if (res->rows && res->n_rows)
-		memcpy(res->rows, acc.rows, res->n_rows * sizeof *res->rows);
-	free(acc.rows);
-	free(acc.seen);
+		memcpy(res->rows, acc.fs.rows, res->n_rows * sizeof *res->rows);
+	res->samples = acc.fs.samples[0];
+	functions_free(&acc.fs);
 	res->target = target_to_proto(t, a);
 	res->window_s = window;
-	res->samples = acc.samples;
 	if (!res->rows || !res->target) {
 		rpc_oom(resp, a);
 		return;

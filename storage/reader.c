@@ -145,12 +145,15 @@ static int query_frame(struct query *qs, int64_t id, size_t *index, struct store
 		sqlite3_reset(st);
 		return -1;
 	}
-	if (grow((void **)&qs->frames, &qs->frames_cap, qs->nframes, sizeof *qs->frames) < 0)
+	if (qs->nframes >= UINT32_MAX ||
+	    grow((void **)&qs->frames, &qs->frames_cap, qs->nframes, sizeof *qs->frames) < 0)
 		goto nomem;
 	bool ok = true;
 	struct store_frame *f = &qs->frames[qs->nframes];
 	f->line = sqlite3_column_int(st, 0);
 	f->kind = sqlite3_column_int(st, 1);
+	/* Frames are interned by content, so a distinct database id is a distinct frame. */
+	f->id = (uint32_t)qs->nframes;
 	f->function = column_dup(st, 2, &ok);
 	f->file = column_dup(st, 3, &ok);
 	if (!ok) {
@@ -363,7 +366,7 @@ int store_query_stacks(struct store_reader *r, const struct store_query *q,
 		if (depth < 0)
 			goto end;
 		struct store_row row = {.frames = qs.out, .depth = (uint32_t)depth,
-		                        .count = qs.rows[i].count};
+		                        .count = qs.rows[i].count, .query_total = sum};
 		if (fn && fn(ctx, &row) != 0) {
 			store_error_text(err, "query: stopped by its callback");
 			goto end;

@@ -155,11 +155,14 @@ struct store_frame {
 	const char *function, *file;
 	int32_t line;
 	int kind;
+	/* Within one store_query_stacks call: 0, 1, 2... in order of first appearance, equal for equal frames. */
+	uint32_t id;
 };
 struct store_row {
 	const struct store_frame *frames;
 	uint32_t depth;
 	uint64_t count;
+	uint64_t query_total; /* the sum over every row of the query, known from the first */
 };
 
 /*

@@ -82,8 +82,7 @@ static const struct export_profile empty = {
 };
 
 static const enum export_format all_formats[] = {
-	EXPORT_COLLAPSED, EXPORT_FLAMEGRAPH, EXPORT_SPEEDSCOPE,
-	EXPORT_PPROF,     EXPORT_TABLE,      EXPORT_JSON,
+	EXPORT_COLLAPSED, EXPORT_FLAMEGRAPH, EXPORT_SPEEDSCOPE, EXPORT_PPROF, EXPORT_JSON,
 };
 
 /* What a writer wrote, in memory. */
@@ -174,64 +173,6 @@ Test(export, collapsed_escapes_backslash_and_controls)
 	struct out o;
 	export_ok(&p, EXPORT_COLLAPSED, &o);
 	cr_expect_str_eq(o.buf, "x\\\\y (dir\\\\f.py:1);tab\\x09here (p\\x3bq\\x0d.py) 3\n");
-	free(o.buf);
-}
-
-/* ---- table ---------------------------------------------------------------- */
-
-struct table_row {
-	unsigned long long own, total;
-	double own_pct, total_pct;
-	const char *function;
-};
-
-Test(export, table_totals_and_order)
-{
-	/* own first, then total, then name; fib counts once per stack for total. */
-	static const struct table_row want[] = {
-		{7, 10, 700.0 / TOTAL, 1000.0 / TOTAL, "handle (server.py)"},
-		{4, 4, 400.0 / TOTAL, 400.0 / TOTAL, "fib (fib.py)"},
-		{3, 3, 300.0 / TOTAL, 300.0 / TOTAL, "parse (json.py)"},
-		{2, 2, 200.0 / TOTAL, 200.0 / TOTAL, "<GC>"},
-		{1, 1, 100.0 / TOTAL, 100.0 / TOTAL, EVIL_COMMENT " (evil.py)"},
-		{1, 1, 100.0 / TOTAL, 100.0 / TOTAL, EVIL_SCRIPT " (evil.py)"},
-		{1, 1, 100.0 / TOTAL, 100.0 / TOTAL, "größe_λ (ünï.py)"},
-		{0, TOTAL, 0.0, 100.0, "main (app.py)"},
-		{0, 10, 0.0, 1000.0 / TOTAL, "serve (server.py)"},
-		{0, 2, 0.0, 200.0 / TOTAL, "a;b\\x0ac (semi.py)"},
-		{0, 1, 0.0, 100.0 / TOTAL, "<native>"},
-	};
-	struct out o;
-	export_ok(&profile, EXPORT_TABLE, &o);
-	char *save = NULL;
-	char *line = strtok_r(o.buf, "\n", &save);
-	cr_assert_not_null(line);
-	cr_expect(strstr(line, "pid 4242 (service=api)") && strstr(line, "cpu") &&
-	                  strstr(line, "19 samples") && strstr(line, "100 Hz") &&
-	                  strstr(line, "2023-11-14 22:13:20 to 2023-11-14 22:14:20 UTC"),
-	          "heading: %s", line);
-	line = strtok_r(NULL, "\n", &save);
-	cr_assert_not_null(line);
-	cr_expect(strstr(line, "own") && strstr(line, "total%") && strstr(line, "function"),
-	          "column heading: %s", line);
-	size_t name_col = (size_t)(strstr(line, "function") - line);
-	for (size_t i = 0; i < COUNT(want); i++) {
-		line = strtok_r(NULL, "\n", &save);
-		cr_assert_not_null(line, "row %zu missing", i);
-		struct table_row got;
-		int used = 0;
-		cr_assert_eq(sscanf(line, "%llu %lf%% %llu %lf%% %n", &got.own, &got.own_pct, &got.total,
-		                    &got.total_pct, &used),
-		             4, "row %zu: %s", i, line);
-		cr_expect_eq(got.own, want[i].own, "row %zu: %s", i, line);
-		cr_expect_eq(got.total, want[i].total, "row %zu: %s", i, line);
-		cr_expect(fabs(got.own_pct - want[i].own_pct) < 0.006, "row %zu: %s", i, line);
-		cr_expect(fabs(got.total_pct - want[i].total_pct) < 0.006, "row %zu: %s", i, line);
-		/* Aligned: every function starts in the column of its heading. */
-		cr_expect_eq((size_t)used, name_col, "row %zu not aligned: %s", i, line);
-		cr_expect_str_eq(line + used, want[i].function, "row %zu", i);
-	}
-	cr_expect_null(strtok_r(NULL, "\n", &save), "rows past the expected ones");
 	free(o.buf);
 }
 
@@ -808,7 +749,7 @@ Test(export, format_names)
 	} names[] = {
 		{"collapsed", EXPORT_COLLAPSED}, {"flamegraph", EXPORT_FLAMEGRAPH},
 		{"speedscope", EXPORT_SPEEDSCOPE}, {"pprof", EXPORT_PPROF},
-		{"table", EXPORT_TABLE},         {"json", EXPORT_JSON},
+		{"json", EXPORT_JSON},
 	};
 	for (size_t i = 0; i < COUNT(names); i++) {
 		enum export_format f;
@@ -817,6 +758,8 @@ Test(export, format_names)
 	}
 	enum export_format f;
 	cr_expect_eq(export_format_parse("svg", &f), -1);
+	/* The daemon counts the table: it is no profile format. */
+	cr_expect_eq(export_format_parse("table", &f), -1);
 	cr_expect_eq(export_format_parse("", &f), -1);
 	cr_expect_eq(export_format_parse(NULL, &f), -1);
 }
@@ -827,11 +770,6 @@ Test(export, empty_profile)
 	struct out o;
 	export_ok(&empty, EXPORT_COLLAPSED, &o);
 	cr_expect_eq(o.len, 0);
-	free(o.buf);
-
-	export_ok(&empty, EXPORT_TABLE, &o);
-	cr_expect(strstr(o.buf, "0 samples"), "%s", o.buf);
-	cr_expect(strstr(o.buf, "function\n"), "%s", o.buf);
 	free(o.buf);
 
 	export_ok(&empty, EXPORT_JSON, &o);
@@ -985,9 +923,5 @@ Test(export, deepest_stack)
 		cr_expect_gt(o.len, 0);
 		free(o.buf);
 	}
-	struct out o;
-	export_ok(&p, EXPORT_TABLE, &o);
-	cr_expect(strstr(o.buf, "    3 100.00%     3 100.00%  fib (fib.py)\n"), "%s", o.buf);
-	free(o.buf);
 	free(ids);
 }

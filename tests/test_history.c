@@ -331,8 +331,171 @@ Test(history, diff_of_two_ranges, .timeout = 300)
 		found = true;
 		double change = json_real_value(json_object_get(row, "own_percent_change"));
 		cr_assert(change > -1 && change < 1, "a parked thread's share changed by %.2f points", change);
+		/* Each side counts as a function table of its range alone would. */
+		char b_from[32], b_until[32];
+		snprintf(b_from, sizeof b_from, "%ld", t0 - 1);
+		snprintf(b_until, sizeof b_until, "%ld", t1);
+		const char *base_table[] = {"query", "--pid", p, "--from", b_from, "--until", b_until,
+		                            "--format", "table", "--json", NULL};
+		json_t *bt = ctl_json(&d, base_table);
+		json_t *first = json_array_get(json_object_get(bt, "functions"), 0);
+		cr_assert_str_eq(json_string_value(json_object_get(first, "function")), "hold");
+		cr_assert_eq(jint(first, "own"), jint(row, "base_own"));
+		cr_assert_eq(jint(first, "total"), jint(row, "base_total"));
+		cr_assert_eq(jint(bt, "samples"), b);
+		json_decref(bt);
 	}
 	cr_assert(found, "hold() is not in the comparison: %s", json_dumps(j, JSON_COMPACT));
 	json_decref(j);
 	daemon_stop(&d);
+}
+
+/* One function's counts, as the test works them out from the stacks. */
+struct fn_count {
+	char key[512]; /* "function\x1ffile" */
+	json_int_t own, total;
+	size_t seen; /* the stack (+1) that last counted its total */
+};
+
+/* The function table worked out from a query's stacks (--format json): the daemon's must equal it. */
+static size_t functions_from_stacks(json_t *profile, struct fn_count *fns, size_t cap,
+                                    json_int_t *samples)
+{
+	json_t *frames = json_object_get(profile, "frames");
+	size_t n = 0, si;
+	json_t *st;
+	*samples = 0;
+	json_array_foreach(json_object_get(profile, "stacks"), si, st) {
+		json_int_t count = jint(st, "count");
+		json_t *ids = json_object_get(st, "frames");
+		*samples += count;
+		for (size_t d = 0; d < json_array_size(ids); d++) {
+			json_t *f = json_array_get(frames, (size_t)json_integer_value(json_array_get(ids, d)));
+			char key[512];
+			snprintf(key, sizeof key, "%s\x1f%s", json_string_value(json_object_get(f, "function")),
+			         json_string_value(json_object_get(f, "file")));
+			size_t k = 0;
+			while (k < n && strcmp(fns[k].key, key) != 0)
+				k++;
+			if (k == n) {
+				cr_assert_lt(n, cap, "more functions than the test expects");
+				memset(&fns[n], 0, sizeof fns[n]);
+				snprintf(fns[n++].key, sizeof fns[k].key, "%s", key);
+			}
+			if (d + 1 == json_array_size(ids))
+				fns[k].own += count;
+			if (fns[k].seen != si + 1) {
+				fns[k].seen = si + 1;
+				fns[k].total += count;
+			}
+		}
+	}
+	return n;
+}
+
+/*
+ * The function table is counted by the daemon: it equals the one worked out
+ * from the same range's stacks, recursion counts once per stack, rows come
+ * by own then total, and --limit keeps the first rows and says how many
+ * there were.
+ */
+Test(history, function_table_counted_by_daemon, .timeout = 300)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	struct target deep, many;
+	target_start(&deep, &pys[n - 1], "recursion");
+	target_start(&many, &pys[0], "threads20");
+	json_decref(target_wait_report(&deep, TARGET_READY_TIMEOUT_S));
+	json_decref(target_wait_report(&many, TARGET_READY_TIMEOUT_S));
+	struct daemon d;
+	daemon_start(&d, NULL);
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	char from[32], until[32], p1[16], p2[16];
+	/* Ranges select whole buckets by their start: from reaches back past the current one. */
+	snprintf(from, sizeof from, "%ld", (long)ts.tv_sec - 60);
+	pid_text(deep.pid, p1, sizeof p1);
+	pid_text(many.pid, p2, sizeof p2);
+	const char *a1[] = {"attach", p1, "--rate", "200", "--label", "service=fn-test", NULL};
+	const char *a2[] = {"attach", p2, "--rate", "200", "--label", "service=fn-test", NULL};
+	ctl_ok(&d, a1);
+	ctl_ok(&d, a2);
+	pause_ms(1500);
+	const char *d1[] = {"detach", p1, NULL}, *d2[] = {"detach", p2, NULL};
+	ctl_ok(&d, d1);
+	ctl_ok(&d, d2);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	snprintf(until, sizeof until, "%ld", (long)ts.tv_sec + 2);
+
+	const char *stacks[] = {"query", "--label", "service=fn-test", "--from", from, "--until", until,
+	                        "--format", "json", NULL};
+	json_t *profile = ctl_json(&d, stacks);
+	static struct fn_count want[4096];
+	json_int_t samples;
+	size_t nwant = functions_from_stacks(profile, want, 4096, &samples);
+	json_decref(profile);
+	cr_assert_gt(samples, 100, "few samples");
+	cr_assert_gt(nwant, 20, "the 20 workers' functions are missing");
+
+	const char *table[] = {"query", "--label", "service=fn-test", "--from", from, "--until", until,
+	                       "--format", "table", "--json", NULL};
+	json_t *t = ctl_json(&d, table);
+	cr_assert_eq(jint(t, "samples"), samples);
+	cr_assert_eq(jint(t, "functions_found"), (json_int_t)nwant);
+	json_t *rows = json_object_get(t, "functions");
+	cr_assert_eq(json_array_size(rows), nwant);
+	json_int_t own_sum = 0, prev_own = -1, prev_total = -1;
+	bool recursion_seen = false;
+	size_t i;
+	json_t *row;
+	json_array_foreach(rows, i, row) {
+		char key[512];
+		const char *fn = json_string_value(json_object_get(row, "function"));
+		snprintf(key, sizeof key, "%s\x1f%s", fn, json_string_value(json_object_get(row, "file")));
+		size_t k = 0;
+		while (k < nwant && strcmp(want[k].key, key) != 0)
+			k++;
+		cr_assert_lt(k, nwant, "the daemon counted %s, which no stack has", fn);
+		cr_assert_eq(jint(row, "own"), want[k].own, "%s: own", fn);
+		cr_assert_eq(jint(row, "total"), want[k].total, "%s: total", fn);
+		own_sum += jint(row, "own");
+		if (prev_own >= 0)
+			cr_assert(jint(row, "own") < prev_own ||
+			                  (jint(row, "own") == prev_own && jint(row, "total") <= prev_total),
+			          "row %zu (%s) is out of order", i, fn);
+		prev_own = jint(row, "own");
+		prev_total = jint(row, "total");
+		if (strcmp(fn, "recurse") == 0) {
+			recursion_seen = true;
+			cr_assert_leq(jint(row, "total"), samples, "recursion counted more than once per stack");
+		}
+	}
+	cr_assert(recursion_seen, "recurse() is not in the table");
+	cr_assert_eq(own_sum, samples, "every sample has one innermost function");
+
+	const char *top3[] = {"query", "--label", "service=fn-test", "--from", from, "--until", until,
+	                      "--format", "table", "--limit", "3", "--json", NULL};
+	json_t *t3 = ctl_json(&d, top3);
+	cr_assert_eq(json_array_size(json_object_get(t3, "functions")), 3);
+	cr_assert_eq(jint(t3, "functions_found"), (json_int_t)nwant);
+	for (size_t k = 0; k < 3; k++)
+		cr_assert(json_equal(json_array_get(json_object_get(t3, "functions"), k), json_array_get(rows, k)),
+		          "row %zu differs under --limit", k);
+	json_decref(t3);
+	json_decref(t);
+
+	const char *text[] = {"query", "--label", "service=fn-test", "--from", from, "--until", until,
+	                      "--format", "table", "--limit", "5", NULL};
+	struct run_result r;
+	ctl_run(&d, &r, text, NULL);
+	cr_assert(r.exited && r.code == 0);
+	char more[64];
+	snprintf(more, sizeof more, "(%zu more functions", nwant - 5);
+	cr_assert(strstr(r.out, "service=fn-test, ") && strstr(r.out, "own%") && strstr(r.out, more),
+	          "%s", r.out);
+	run_result_free(&r);
+	daemon_stop(&d);
+	target_kill(&deep);
+	target_kill(&many);
 }
