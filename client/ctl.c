@@ -88,7 +88,8 @@ static const char attach_usage[] =
 	"  --mode MODE       wall: every thread (default); cpu: threads the kernel has\n"
 	"                    running; gil: the thread holding the GIL\n"
 	"  --duration S      stop after S seconds (default: until detached)\n"
-	"  --label K=V       tag the samples; repeat for several labels\n"
+	"  --label K=V       tag the samples; repeat for several labels (attached\n"
+	"                    again without, a process keeps the labels it had)\n"
 	"  --native          mark where C code entered the interpreter\n"
 	"  --gc              mark samples taken while the garbage collector runs\n"
 	"  --json            print the target as JSON, with \"warm\"\n";
@@ -1331,6 +1332,11 @@ static int cmd_query(struct ctl *ctl, int argc, char **argv)
 		fprintf(stderr, "pyprofd-ctl: cannot write %s: %s\n", output, strerror(errno));
 		status = CTL_EXIT_FAILURE;
 	} else {
+		const Pyprofd__QueryResult *head = reply->parts[0]->query;
+		if (!table && head->total && !head->rate_hz)
+			fputs("pyprofd-ctl: the selected processes were sampled at different rates or in "
+			      "different modes; times assume 100 Hz wall-clock samples\n",
+			      stderr);
 		int rc = table ? functions_write(reply, name, false, ctl->json, out)
 		               : query_export(reply, name, format, out);
 		if (output && fclose(out) != 0)

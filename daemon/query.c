@@ -31,7 +31,7 @@ struct query_job {
 	double base_from, base_until; /* QUERY_DIFF */
 	char **label_keys, **label_values;
 	char *db_path;
-	uint32_t rate_hz;
+	uint32_t rate_hz; /* of the selected processes' sessions, when they agree */
 	char mode[8];
 	/* The answer: framed responses, ready to send. */
 	unsigned char *out;
@@ -309,7 +309,9 @@ static void *query_thread(void *arg)
 	} else {
 		struct builder b = {.job = j};
 		functions_init(&b.fs, &b.fs_arena);
-		if (answer(j, r, &b, &err) != 0)
+		/* The stored sessions know how every process of the range was sampled, gone or not. */
+		int rc = store_query_sampling(r, &j->q, &j->rate_hz, j->mode, sizeof j->mode, &err);
+		if (rc != 0 || answer(j, r, &b, &err) != 0)
 			answer_error(j, PYPROFD__ERROR_CODE__ERROR_INTERNAL,
 			             b.oom || !err.msg[0] ? "the daemon ran out of memory answering the query"
 			                                  : err.msg);
@@ -477,12 +479,6 @@ bool rpc_query(struct server *s, struct client *c, const Pyprofd__Request *req,
 	/* Another user sees the history of its own processes alone. */
 	j->q.by_uid = c->uid != 0;
 	j->q.uid = c->uid;
-	const struct target *t = r->pid ? targets_find(&s->targets, r->pid) : NULL;
-	if (t) {
-		j->rate_hz = t->params.rate_hz;
-		snprintf(j->mode, sizeof j->mode, "%s",
-		         t->params.mode == UW_MODE_CPU ? "cpu" : t->params.mode == UW_MODE_GIL ? "gil" : "wall");
-	}
 	/* What was sampled up to now goes to the writer first; the thread waits for it. */
 	history_flush_all(&s->history);
 	if (pthread_create(&j->thread, NULL, query_thread, j) != 0) {

@@ -200,6 +200,14 @@ void target_start(struct target *t, struct target_params *params)
 {
 	struct ev_loop *loop = t->server->loop;
 	ev_io_stop(loop, &t->timer);
+	/* Attached again without labels: the process keeps its labels, and its history under them. */
+	if (!params->nlabels) {
+		params->nlabels = t->params.nlabels;
+		params->label_keys = t->params.label_keys;
+		params->label_values = t->params.label_values;
+		t->params.nlabels = 0;
+		t->params.label_keys = t->params.label_values = NULL;
+	}
 	target_params_free(&t->params);
 	t->params = *params;
 	memset(params, 0, sizeof *params);

@@ -239,20 +239,19 @@ static int64_t query_spell(struct query *qs, int64_t id, struct store_error *err
 /* The uid's parameter: past every label's (6 + 2 * STORE_MAX_LABELS). */
 #define QUERY_UID_PARAM "999"
 
-/* The SELECT for q into buf (its ? numbers fixed by position).  0, or -1 and *err. */
-static int query_sql(const struct store_query *q, char *buf, size_t len, struct store_error *err)
+/*
+ * The conditions on a table's target column that select q's processes, into
+ * buf from n on (its ? numbers fixed by position, bound by query_bind_targets).
+ * The new length; len or more if it did not fit.
+ */
+static size_t query_sql_targets(const struct store_query *q, char *buf, size_t len, size_t n)
 {
-	size_t n = (size_t)snprintf(buf, len,
-	                            "SELECT stack, sum(count) FROM samples "
-	                            "WHERE bucket_start >= ?1 AND bucket_start < ?2");
-	if (q->target_id)
+	if (q->target_id && n < len)
 		n += (size_t)snprintf(buf + n, len - n, " AND target = ?3");
-	if (q->pid)
+	if (q->pid && n < len)
 		n += (size_t)snprintf(buf + n, len - n,
 		                      " AND target IN (SELECT id FROM targets WHERE pid = ?4)");
-	if (q->by_thread)
-		n += (size_t)snprintf(buf + n, len - n, " AND thread_id = ?5");
-	if (q->by_uid)
+	if (q->by_uid && n < len)
 		n += (size_t)snprintf(buf + n, len - n,
 		                      " AND target IN (SELECT id FROM targets WHERE uid = ?" QUERY_UID_PARAM ")");
 	for (size_t i = 0; i < q->nlabels && n < len; i++)
@@ -260,6 +259,18 @@ static int query_sql(const struct store_query *q, char *buf, size_t len, struct 
 		                      " AND target IN (SELECT target FROM target_labels "
 		                      "WHERE key = ?%zu AND value = ?%zu)",
 		                      6 + 2 * i, 7 + 2 * i);
+	return n;
+}
+
+/* The SELECT for q into buf (its ? numbers fixed by position).  0, or -1 and *err. */
+static int query_sql(const struct store_query *q, char *buf, size_t len, struct store_error *err)
+{
+	size_t n = (size_t)snprintf(buf, len,
+	                            "SELECT stack, sum(count) FROM samples "
+	                            "WHERE bucket_start >= ?1 AND bucket_start < ?2");
+	if (q->by_thread && n < len)
+		n += (size_t)snprintf(buf + n, len - n, " AND thread_id = ?5");
+	n = query_sql_targets(q, buf, len, n);
 	if (n < len)
 		n += (size_t)snprintf(buf + n, len - n, " GROUP BY stack");
 	if (n >= len) {
@@ -267,6 +278,37 @@ static int query_sql(const struct store_query *q, char *buf, size_t len, struct 
 		return -1;
 	}
 	return 0;
+}
+
+/* Binds q's parameters (?1 and ?2 are from and until); an SQLite result code. */
+static int query_bind(sqlite3_stmt *st, const struct store_query *q, double until)
+{
+	int rc = sqlite3_bind_double(st, 1, q->from_unix);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_bind_double(st, 2, until);
+	if (rc == SQLITE_OK && q->target_id)
+		rc = sqlite3_bind_int64(st, 3, q->target_id);
+	if (rc == SQLITE_OK && q->pid)
+		rc = sqlite3_bind_int64(st, 4, q->pid);
+	if (rc == SQLITE_OK && q->by_thread && sqlite3_bind_parameter_index(st, "?5"))
+		rc = sqlite3_bind_int64(st, 5, (int64_t)q->thread_id);
+	if (rc == SQLITE_OK && q->by_uid)
+		rc = sqlite3_bind_int64(st, atoi(QUERY_UID_PARAM), (int64_t)q->uid);
+	for (size_t i = 0; rc == SQLITE_OK && i < q->nlabels; i++) {
+		rc = sqlite3_bind_text(st, (int)(6 + 2 * i), q->label_keys[i], -1, SQLITE_STATIC);
+		if (rc == SQLITE_OK)
+			rc = sqlite3_bind_text(st, (int)(7 + 2 * i), q->label_values[i], -1, SQLITE_STATIC);
+	}
+	return rc;
+}
+
+static double query_until(const struct store_query *q)
+{
+	if (q->until_unix != 0)
+		return q->until_unix;
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 /* Sums per stack into qs->rows and *total.  0, or -1 and *err. */
@@ -277,38 +319,17 @@ static int query_collect(struct query *qs, const struct store_query *q, uint64_t
 	char sql[8192];
 	if (query_sql(q, sql, sizeof sql, err) < 0)
 		return -1;
-	double until = q->until_unix;
-	if (until == 0) {
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		until = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-	}
 	sqlite3_stmt *st = NULL;
 	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
 		store_error_set(err, db, "query: prepare");
 		return -1;
 	}
-	int rc = sqlite3_bind_double(st, 1, q->from_unix);
-	if (rc == SQLITE_OK)
-		rc = sqlite3_bind_double(st, 2, until);
-	if (rc == SQLITE_OK && q->target_id)
-		rc = sqlite3_bind_int64(st, 3, q->target_id);
-	if (rc == SQLITE_OK && q->pid)
-		rc = sqlite3_bind_int64(st, 4, q->pid);
-	if (rc == SQLITE_OK && q->by_thread)
-		rc = sqlite3_bind_int64(st, 5, (int64_t)q->thread_id);
-	if (rc == SQLITE_OK && q->by_uid)
-		rc = sqlite3_bind_int64(st, atoi(QUERY_UID_PARAM), (int64_t)q->uid);
-	for (size_t i = 0; rc == SQLITE_OK && i < q->nlabels; i++) {
-		rc = sqlite3_bind_text(st, (int)(6 + 2 * i), q->label_keys[i], -1, SQLITE_STATIC);
-		if (rc == SQLITE_OK)
-			rc = sqlite3_bind_text(st, (int)(7 + 2 * i), q->label_values[i], -1, SQLITE_STATIC);
-	}
-	if (rc != SQLITE_OK) {
+	if (query_bind(st, q, query_until(q)) != SQLITE_OK) {
 		store_error_set(err, db, "query: bind");
 		sqlite3_finalize(st);
 		return -1;
 	}
+	int rc;
 	uint64_t sum = 0;
 	/* One row per distinct stack: bounded by the stacks table, and each row needs memory checked. */
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -378,4 +399,56 @@ end:
 out:
 	query_free(&qs);
 	return ret;
+}
+
+int store_query_sampling(struct store_reader *r, const struct store_query *q, uint32_t *rate_hz,
+                         char *mode, size_t mode_len, struct store_error *err)
+{
+	*rate_hz = 0;
+	if (mode_len)
+		mode[0] = '\0';
+	if (q->nlabels > STORE_MAX_LABELS || (q->nlabels && (!q->label_keys || !q->label_values))) {
+		store_error_text(err, "query: labels must be at most %d key/value pairs",
+		                 STORE_MAX_LABELS);
+		return -1;
+	}
+	/* Sessions that overlap the range; two distinct settings are enough to know they differ. */
+	char sql[8192];
+	size_t n = (size_t)snprintf(sql, sizeof sql,
+	                            "SELECT DISTINCT rate_hz, mode FROM sessions "
+	                            "WHERE (detached_at IS NULL OR detached_at >= ?1) AND attached_at < ?2");
+	n = query_sql_targets(q, sql, sizeof sql, n);
+	if (n + sizeof " LIMIT 2" > sizeof sql) {
+		store_error_text(err, "query: too long");
+		return -1;
+	}
+	strcat(sql, " LIMIT 2");
+	sqlite3_stmt *st = NULL;
+	if (sqlite3_prepare_v2(r->db, sql, -1, &st, NULL) != SQLITE_OK ||
+	    query_bind(st, q, query_until(q)) != SQLITE_OK) {
+		store_error_set(err, r->db, "query sampling");
+		sqlite3_finalize(st);
+		return -1;
+	}
+	int64_t rate = 0;
+	char first_mode[16] = "";
+	int rows = 0, rc;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW && rows < 2) {
+		rate = sqlite3_column_int64(st, 0);
+		const unsigned char *m = sqlite3_column_text(st, 1);
+		snprintf(first_mode, sizeof first_mode, "%s", m ? (const char *)m : "");
+		rows++;
+	}
+	if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+		store_error_set(err, r->db, "query sampling");
+		sqlite3_finalize(st);
+		return -1;
+	}
+	sqlite3_finalize(st);
+	if (rows == 1 && rate > 0 && rate <= UINT32_MAX) {
+		*rate_hz = (uint32_t)rate;
+		if (mode_len)
+			snprintf(mode, mode_len, "%s", first_mode);
+	}
+	return 0;
 }

@@ -177,4 +177,12 @@ int store_query_stacks(struct store_reader *r, const struct store_query *q,
                        int (*fn)(void *ctx, const struct store_row *row), void *ctx,
                        uint64_t *total, struct store_error *err);
 
+/*
+ * How q's processes were sampled over its range: the rate and mode of their
+ * sessions if all that overlap the range agree, else (none, or several)
+ * *rate_hz 0 and mode "".  0, or -1 and *err.
+ */
+int store_query_sampling(struct store_reader *r, const struct store_query *q, uint32_t *rate_hz,
+                         char *mode, size_t mode_len, struct store_error *err);
+
 #endif

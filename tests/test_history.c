@@ -492,8 +492,24 @@ Test(history, function_table_counted_by_daemon, .timeout = 300)
 	cr_assert(r.exited && r.code == 0);
 	char more[64];
 	snprintf(more, sizeof more, "(%zu more functions", nwant - 5);
-	cr_assert(strstr(r.out, "service=fn-test, ") && strstr(r.out, "own%") && strstr(r.out, more),
+	/* Both were sampled at 200 Hz in wall mode: their stored sessions say so. */
+	cr_assert(strstr(r.out, "service=fn-test: wall, ") && strstr(r.out, " samples at 200 Hz, ") &&
+	                  strstr(r.out, "own%") && strstr(r.out, more),
 	          "%s", r.out);
+	run_result_free(&r);
+
+	/* Sampled at another rate too: the range no longer has one rate, and exports say so. */
+	const char *again[] = {"attach", p2, "--rate", "50", NULL};
+	ctl_ok(&d, again);
+	pause_ms(300);
+	ctl_ok(&d, d2);
+	snprintf(until, sizeof until, "%ld", (long)time(NULL) + 2);
+	ctl_run(&d, &r, stacks, NULL);
+	cr_assert(r.exited && r.code == 0);
+	json_t *mixed = json_loads(r.out, 0, NULL);
+	cr_assert_not_null(mixed);
+	cr_assert(strstr(r.err, "different rates"), "no warning of mixed rates: %s", r.err);
+	json_decref(mixed);
 	run_result_free(&r);
 	daemon_stop(&d);
 	target_kill(&deep);
