@@ -1,6 +1,7 @@
 # pyprofd — continuous profiler for Python fleets.
 #
-#   make deps       install the Debian packages the build and tests need
+#   make deps       install the Debian packages the build and tests need, fetch
+#                   speedscope's file-format schema (build/deps/) for the tests
 #   make            build build/pyprofd and build/pyprofd-ctl
 #   make test       deps + build + the criterion suite against every CPython found
 #   make sanitize   the same suite on an ASan + UBSan build (in build-sanitize/)
@@ -20,7 +21,20 @@ PYTHON   ?= python3
 DEB_PACKAGES = build-essential pkg-config libelf-dev libjansson-dev libcriterion-dev \
                libev-dev libprotobuf-c-dev protobuf-c-compiler libsqlite3-dev \
                libinih-dev libsystemd-dev zlib1g-dev procps util-linux \
-               systemd man-db protobuf-compiler chromium
+               systemd man-db protobuf-compiler chromium \
+               curl ca-certificates python3-jsonschema
+
+# speedscope's file-format schema, which the tests hold the speedscope export
+# to.  It is speedscope's, not ours to commit: make deps fetches the npm package
+# it is published in and keeps only the schema.  The pin is the registry's
+# dist.integrity for this version; a tarball that does not match is refused.
+# Under build/ whatever $(BUILD) is, so make sanitize shares the one copy.
+SPEEDSCOPE_VERSION   = 1.25.0
+SPEEDSCOPE_INTEGRITY = sha512-cpf9HWTZf1ijLXBJrk87Ve/54tnYx6rlf0gUThvn3ook6h63hLXVOQiMf44PT+XoV503cPfvfiT5gP5vojp6Ag==
+SPEEDSCOPE_URL       = https://registry.npmjs.org/speedscope/-/speedscope-$(SPEEDSCOPE_VERSION).tgz
+DEPS_DIR             = build/deps
+SPEEDSCOPE_TGZ       = $(DEPS_DIR)/speedscope-$(SPEEDSCOPE_VERSION).tgz
+SPEEDSCOPE_SCHEMA    = $(DEPS_DIR)/speedscope-file-format-schema.json
 
 PKGS     = libelf jansson libprotobuf-c inih libsystemd sqlite3 zlib
 WARN     = -Wall -Wextra -Werror -Wshadow -Wpointer-arith -Wstrict-prototypes \
@@ -109,7 +123,11 @@ $(TESTS_BIN): $(TEST_OBJ) $(STORE_OBJ) $(EXPORT_OBJ) $(PROTO_OBJ) $(LIBUNWIND)
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(shell pkg-config --libs criterion 2>/dev/null)
 
-# Installs only what is missing, so it is cheap to depend on.
+# Installs only what is missing, so it is cheap to depend on.  The speedscope
+# tarball is kept, so each run checks the schema still comes from the pinned
+# bytes; the network is used only when the tarball is missing or wrong.  The
+# registry's integrity is base64 and sha512sum prints hex: coreutils converts,
+# so the check needs nothing a minimal Debian lacks.
 deps:
 	@missing=$$(for p in $(DEB_PACKAGES); do \
 		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; \
@@ -120,12 +138,33 @@ deps:
 		$$SUDO apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
+	@set -e; mkdir -p $(DEPS_DIR); \
+	tgz=$(SPEEDSCOPE_TGZ); schema=$(SPEEDSCOPE_SCHEMA); \
+	want=$$(printf '%s' '$(patsubst sha512-%,%,$(SPEEDSCOPE_INTEGRITY))' | base64 -d | \
+		od -An -v -tx1 | tr -d ' \n'); \
+	[ $${#want} = 128 ] || { echo "error: SPEEDSCOPE_INTEGRITY is not a sha512 integrity" >&2; exit 1; }; \
+	tmp=$$(mktemp $(DEPS_DIR)/.speedscope.XXXXXX); trap 'rm -f "$$tmp"' EXIT; chmod 644 "$$tmp"; \
+	if [ ! -f "$$tgz" ] || [ "$$(sha512sum < "$$tgz" | cut -d' ' -f1)" != "$$want" ]; then \
+		echo "fetching $(SPEEDSCOPE_URL)"; \
+		curl -fsSL --proto '=https' --retry 3 -o "$$tmp" $(SPEEDSCOPE_URL); \
+		got=$$(sha512sum < "$$tmp" | cut -d' ' -f1); \
+		if [ "$$got" != "$$want" ]; then \
+			echo "error: $(SPEEDSCOPE_URL) does not match the pinned hash; refusing it" >&2; \
+			echo "  sha512 expected $$want" >&2; \
+			echo "  sha512 received $$got" >&2; \
+			exit 1; \
+		fi; \
+		mv "$$tmp" "$$tgz"; \
+	fi; \
+	tar -xzOf "$$tgz" package/dist/release/file-format-schema.json > "$$tmp"; \
+	cmp -s "$$tmp" "$$schema" || mv "$$tmp" "$$schema"
 
 # The suite runs the real binary against real interpreters; see tests/README.md.
 test: deps
 	$(Q)$(MAKE) --no-print-directory all $(TESTS_BIN)
 	PYPROFD_BIN=$(abspath $(PYPROFD)) PYPROFD_CTL=$(abspath $(CTL)) \
 	PYPROFD_TESTS_DIR=$(abspath tests) \
+	PYPROFD_SPEEDSCOPE_SCHEMA=$(abspath $(SPEEDSCOPE_SCHEMA)) \
 	LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp):print_suppressions=0 \
 		$(TESTS_BIN) --jobs 2 $(TEST_ARGS)
 
