@@ -159,7 +159,7 @@ deps:
 	tar -xzOf "$$tgz" package/dist/release/file-format-schema.json > "$$tmp"; \
 	cmp -s "$$tmp" "$$schema" || mv "$$tmp" "$$schema"
 
-# The suite runs the real binary against real interpreters; see tests/README.md.
+# The suite runs the real binary against real interpreters; see README.md, Tests.
 test: deps
 	$(Q)$(MAKE) --no-print-directory all $(TESTS_BIN)
 	PYPROFD_BIN=$(abspath $(PYPROFD)) PYPROFD_CTL=$(abspath $(CTL)) \
