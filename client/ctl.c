@@ -162,7 +162,7 @@ static const char top_usage[] =
 	"                    [{function, file, own, total, own_percent, total_percent}]}\n";
 
 static const char query_usage[] =
-	"usage: pyprofd-ctl query [--pid P] [--label K=V]... [--since D | --from T [--until T]]\n"
+	"usage: pyprofd-ctl query [--pid P | --target ID] [--label K=V]... [--since D | --from T [--until T]]\n"
 	"                         [--thread TID] [--format F] [--limit N] [-o FILE]\n"
 	"\n"
 	"What the history holds: the stored samples of the selected processes in a time\n"
@@ -170,6 +170,7 @@ static const char query_usage[] =
 	"A user other than root sees only its own processes.\n"
 	"\n"
 	"  --pid P           one process (by pid; every process that had it)\n"
+	"  --target ID       one process by its id in the history (--format processes)\n"
 	"  --label K=V       processes attached with this label; repeat: all must match\n"
 	"  --since D         the last D: 90s, 15m, 2h, 1d (default: everything stored)\n"
 	"  --from T, --until T\n"
@@ -179,12 +180,16 @@ static const char query_usage[] =
 	"                    pprof (gzip'd protobuf), table (top functions, counted by\n"
 	"                    the daemon; with --json one object: {name, mode, from, until,\n"
 	"                    samples, functions_found, functions: [{function, file, own,\n"
-	"                    total, own_percent, total_percent}]}), json\n"
+	"                    total, own_percent, total_percent}]}), json, or processes\n"
+	"                    (which processes the range has samples of, and their\n"
+	"                    target ids; with --json an array of objects: {target_id,\n"
+	"                    pid, uid, executable, command_line, python_version,\n"
+	"                    labels, first, last, samples})\n"
 	"  --limit N         table: the first N functions (default: all)\n"
 	"  -o, --output FILE write there instead of standard output\n";
 
 static const char diff_usage[] =
-	"usage: pyprofd-ctl diff [--pid P] [--label K=V]... [--thread TID] [--limit N]\n"
+	"usage: pyprofd-ctl diff [--pid P | --target ID] [--label K=V]... [--thread TID] [--limit N]\n"
 	"                        --base FROM..UNTIL --compare FROM..UNTIL [--json] [-o FILE]\n"
 	"\n"
 	"Two ranges of the history side by side: each function's share of the samples\n"
@@ -1129,8 +1134,8 @@ static double parse_time(const char *arg)
 }
 
 /*
- * One of the selection options query and diff share, into q: --pid, --label
- * (labels, sized by argc, hold them), --thread.  -1 when opt is none of them;
+ * One of the selection options query and diff share, into q: --pid, --target,
+ * --label (labels, sized by argc, hold them), --thread.  -1 when opt is none of them;
  * else CTL_EXIT_OK or a usage error.
  */
 static int selection_option(const struct ctl *ctl, int opt, Pyprofd__QueryRequest *q,
@@ -1155,6 +1160,16 @@ static int selection_option(const struct ctl *ctl, int opt, Pyprofd__QueryReques
 		l->key = optarg;
 		l->value = eq + 1;
 		q->labels[q->n_labels++] = l;
+		return CTL_EXIT_OK;
+	}
+	case 'T': {
+		char *end;
+		errno = 0;
+		long long id = strtoll(optarg, &end, 10);
+		if (*optarg < '1' || *optarg > '9' || *end || errno || id <= 0)
+			return ctl_usage_error(ctl, "--target takes a target id (query --format processes "
+			                            "lists them), not '%s'", optarg);
+		q->target_id = id;
 		return CTL_EXIT_OK;
 	}
 	case 't': {
@@ -1232,10 +1247,11 @@ static int cmd_query(struct ctl *ctl, int argc, char **argv)
 		{"since", required_argument, NULL, 's'},  {"from", required_argument, NULL, 'f'},
 		{"until", required_argument, NULL, 'u'},  {"thread", required_argument, NULL, 't'},
 		{"format", required_argument, NULL, 'F'}, {"output", required_argument, NULL, 'o'},
-		{"limit", required_argument, NULL, 'n'},  CTL_COMMON_OPTIONS,
+		{"limit", required_argument, NULL, 'n'},  {"target", required_argument, NULL, 'T'},
+		CTL_COMMON_OPTIONS,
 	};
 	Pyprofd__QueryRequest q = PYPROFD__QUERY_REQUEST__INIT;
-	bool table = false;
+	bool table = false, processes = false;
 	Pyprofd__Label *labels = calloc((size_t)argc, sizeof *labels);
 	Pyprofd__Label **label_ptrs = calloc((size_t)argc, sizeof *label_ptrs);
 	enum export_format format = EXPORT_COLLAPSED;
@@ -1273,7 +1289,8 @@ static int cmd_query(struct ctl *ctl, int argc, char **argv)
 		case 'F':
 			/* The table is counted by the daemon; the other formats are written from stacks. */
 			table = strcmp(optarg, "table") == 0;
-			if (!table && export_format_parse(optarg, &format) != 0)
+			processes = strcmp(optarg, "processes") == 0;
+			if (!table && !processes && export_format_parse(optarg, &format) != 0)
 				status = ctl_usage_error(ctl, "unknown format '%s'", optarg);
 			break;
 		case 'n':
@@ -1303,7 +1320,11 @@ static int cmd_query(struct ctl *ctl, int argc, char **argv)
 	}
 	if (table)
 		q.aggregate = PYPROFD__QUERY_AGGREGATE__QUERY_FUNCTIONS;
-	if (q.pid)
+	if (processes)
+		q.aggregate = PYPROFD__QUERY_AGGREGATE__QUERY_PROCESSES;
+	if (q.target_id)
+		snprintf(name, sizeof name, "target %lld", (long long)q.target_id);
+	else if (q.pid)
 		snprintf(name, sizeof name, "pid %d", (int)q.pid);
 	else if (q.n_labels)
 		snprintf(name, sizeof name, "%s=%s", q.labels[0]->key, q.labels[0]->value);
@@ -1333,12 +1354,13 @@ static int cmd_query(struct ctl *ctl, int argc, char **argv)
 		status = CTL_EXIT_FAILURE;
 	} else {
 		const Pyprofd__QueryResult *head = reply->parts[0]->query;
-		if (!table && head->total && !head->rate_hz)
+		if (!table && !processes && head->total && !head->rate_hz)
 			fputs("pyprofd-ctl: the selected processes were sampled at different rates or in "
 			      "different modes; times assume 100 Hz wall-clock samples\n",
 			      stderr);
-		int rc = table ? functions_write(reply, name, false, ctl->json, out)
-		               : query_export(reply, name, format, out);
+		int rc = table       ? functions_write(reply, name, false, ctl->json, out)
+		         : processes ? processes_write(reply, ctl->json, out)
+		                     : query_export(reply, name, format, out);
 		if (output && fclose(out) != 0)
 			rc = -1;
 		if (rc != 0) {
@@ -1393,7 +1415,8 @@ static int cmd_diff(struct ctl *ctl, int argc, char **argv)
 		{"pid", required_argument, NULL, 'p'},     {"label", required_argument, NULL, 'l'},
 		{"thread", required_argument, NULL, 't'},  {"base", required_argument, NULL, 'b'},
 		{"compare", required_argument, NULL, 'c'}, {"output", required_argument, NULL, 'o'},
-		{"limit", required_argument, NULL, 'n'},   CTL_COMMON_OPTIONS,
+		{"limit", required_argument, NULL, 'n'},   {"target", required_argument, NULL, 'T'},
+		CTL_COMMON_OPTIONS,
 	};
 	/* The compared range is the query's own; the base range rides along in base_*. */
 	Pyprofd__QueryRequest q = PYPROFD__QUERY_REQUEST__INIT, base = PYPROFD__QUERY_REQUEST__INIT;

@@ -61,6 +61,10 @@ size_t format_put(FILE *out, const char *s, size_t cols, size_t pad);
 int functions_write(const struct client_reply *reply, const char *name, bool diff, bool json,
                     FILE *out);
 
+/* processes.c */
+/* A history query's processes (QUERY_PROCESSES), every part, as a table or one JSON line. */
+int processes_write(const struct client_reply *reply, bool json, FILE *out);
+
 /* top.c */
 struct top_options {
 	int32_t pid;

@@ -168,9 +168,13 @@ int functions_write(const struct client_reply *reply, const char *name, bool dif
 		fprintf(out, ", %" PRIu64 " samples", head->total);
 		if (head->rate_hz)
 			fprintf(out, " at %" PRIu32 " Hz", head->rate_hz);
-		fputs(", ", out);
-		put_utc(out, head->from_unix);
-		fputs(" to ", out);
+		if (head->from_unix > 0) {
+			fputs(", ", out);
+			put_utc(out, head->from_unix);
+			fputs(" to ", out);
+		} else {
+			fputs(", everything stored up to ", out);
+		}
 		put_utc(out, head->until_unix);
 		fputs(" UTC\n\n", out);
 		each_row(reply, max_total, &t);

@@ -85,9 +85,11 @@ struct builder {
 	uint32_t *sent;
 	size_t nsent_cap;
 	uint32_t nframes_sent;
-	/* Functions, and the arena their rows live in until the last part. */
+	/* Functions or processes, and the arena they live in until the last part. */
 	struct functions fs;
-	struct arena fs_arena;
+	struct arena rows_arena;
+	Pyprofd__StoredProcess **all_processes;
+	size_t nall_processes, all_processes_cap;
 	/* The part under way. */
 	struct arena arena;
 	Pyprofd__QueryFrame **frames;
@@ -96,6 +98,8 @@ struct builder {
 	size_t nstacks, stacks_cap;
 	Pyprofd__FunctionRow **rows;
 	size_t nrows;
+	Pyprofd__StoredProcess **processes;
+	size_t nprocesses;
 	size_t part_bytes;
 	bool first_sent;
 	uint64_t total;
@@ -160,6 +164,8 @@ static int flush_part(struct builder *b, bool more)
 	res.n_stacks = b->nstacks;
 	res.functions = b->rows;
 	res.n_functions = b->nrows;
+	res.processes = b->processes;
+	res.n_processes = b->nprocesses;
 	if (!b->first_sent) {
 		res.total = b->total;
 		res.from_unix = j->q.from_unix;
@@ -179,9 +185,12 @@ static int flush_part(struct builder *b, bool more)
 	resp.query = &res;
 	int rc = out_append(j, &resp);
 	b->first_sent = true;
-	b->nframes = b->nstacks = 0;
+	b->nframes = b->nstacks = b->nprocesses = 0;
+	/* Rows and processes go out of their whole table in order. */
 	if (b->nrows)
-		b->rows += b->nrows; /* rows go out of the sorted table in order */
+		b->rows += b->nrows;
+	if (b->nprocesses)
+		b->processes += b->nprocesses;
 	b->nrows = 0;
 	b->part_bytes = 0;
 	arena_free(&b->arena);
@@ -244,6 +253,51 @@ static int on_stack_base(void *ctx, const struct store_row *row)
 	return count_stack(ctx, 1, row);
 }
 
+/* One stored process into the part under way. */
+static int on_process(void *ctx, const struct store_process *sp)
+{
+	struct builder *b = ctx;
+	struct arena *a = &b->rows_arena;
+	Pyprofd__StoredProcess *p = arena_alloc(a, sizeof *p);
+	if (!p || grow((void **)&b->all_processes, &b->all_processes_cap, b->nall_processes,
+	               sizeof *b->all_processes))
+		goto nomem;
+	pyprofd__stored_process__init(p);
+	p->target_id = sp->target_id;
+	p->pid = sp->pid;
+	p->uid = sp->uid;
+	p->executable = arena_strdup(a, sp->executable ? sp->executable : "");
+	p->command_line = arena_strdup(a, sp->command_line ? sp->command_line : "");
+	p->python_version = arena_strdup(a, sp->python_version ? sp->python_version : "");
+	p->first_unix = sp->first_unix;
+	p->last_unix = sp->last_unix;
+	p->samples = sp->samples;
+	b->total += sp->samples;
+	if (!p->executable || !p->command_line || !p->python_version)
+		goto nomem;
+	if (sp->nlabels) {
+		p->labels = arena_alloc(a, sp->nlabels * sizeof *p->labels);
+		if (!p->labels)
+			goto nomem;
+		for (size_t i = 0; i < sp->nlabels; i++) {
+			Pyprofd__Label *l = arena_alloc(a, sizeof *l);
+			if (!l)
+				goto nomem;
+			pyprofd__label__init(l);
+			l->key = arena_strdup(a, sp->label_keys[i]);
+			l->value = arena_strdup(a, sp->label_values[i]);
+			if (!l->key || !l->value)
+				goto nomem;
+			p->labels[p->n_labels++] = l;
+		}
+	}
+	b->all_processes[b->nall_processes++] = p;
+	return 0;
+nomem:
+	b->oom = true;
+	return -1;
+}
+
 /* The function table sorted and sent, the first `limit` rows, in parts. */
 static int send_functions(struct builder *b)
 {
@@ -261,14 +315,30 @@ static int send_functions(struct builder *b)
 	return flush_part(b, false);
 }
 
+/* The processes found, in parts, the first with the total. */
+static int send_processes(struct builder *b)
+{
+	b->processes = b->all_processes;
+	for (size_t i = 0; i < b->nall_processes; i++) {
+		const Pyprofd__StoredProcess *p = b->all_processes[i];
+		b->nprocesses++;
+		b->part_bytes += strlen(p->executable) + strlen(p->command_line) + 64 + 64 * p->n_labels;
+		if (b->part_bytes > QUERY_PART_BYTES && i + 1 < b->nall_processes &&
+		    flush_part(b, true) != 0)
+			return -1;
+	}
+	return flush_part(b, false);
+}
+
 static void builder_free(struct builder *b)
 {
 	free(b->sent);
 	free(b->frames);
 	free(b->stacks);
+	free(b->all_processes);
 	arena_free(&b->arena);
 	functions_free(&b->fs);
-	arena_free(&b->fs_arena);
+	arena_free(&b->rows_arena);
 }
 
 /* The answer into j->out; 0, or -1 and *err (b->oom says whether memory ran out). */
@@ -280,6 +350,10 @@ static int answer(struct query_job *j, struct store_reader *r, struct builder *b
 		if (store_query_stacks(r, &j->q, on_stack, b, &b->total, err) != 0)
 			return -1;
 		return flush_part(b, false);
+	case PYPROFD__QUERY_AGGREGATE__QUERY_PROCESSES:
+		if (store_query_processes(r, &j->q, on_process, b, err) != 0)
+			return -1;
+		return send_processes(b);
 	case PYPROFD__QUERY_AGGREGATE__QUERY_DIFF: {
 		struct store_query base = j->q;
 		base.from_unix = j->base_from;
@@ -308,7 +382,7 @@ static void *query_thread(void *arg)
 		answer_error(j, PYPROFD__ERROR_CODE__ERROR_INTERNAL, err.msg);
 	} else {
 		struct builder b = {.job = j};
-		functions_init(&b.fs, &b.fs_arena);
+		functions_init(&b.fs, &b.rows_arena);
 		/* The stored sessions know how every process of the range was sampled, gone or not. */
 		int rc = store_query_sampling(r, &j->q, &j->rate_hz, j->mode, sizeof j->mode, &err);
 		if (rc != 0 || answer(j, r, &b, &err) != 0)
@@ -435,7 +509,8 @@ bool rpc_query(struct server *s, struct client *c, const Pyprofd__Request *req,
 	}
 	bool diff = r->aggregate == PYPROFD__QUERY_AGGREGATE__QUERY_DIFF;
 	if (r->aggregate != PYPROFD__QUERY_AGGREGATE__QUERY_STACKS &&
-	    r->aggregate != PYPROFD__QUERY_AGGREGATE__QUERY_FUNCTIONS && !diff) {
+	    r->aggregate != PYPROFD__QUERY_AGGREGATE__QUERY_FUNCTIONS &&
+	    r->aggregate != PYPROFD__QUERY_AGGREGATE__QUERY_PROCESSES && !diff) {
 		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST, "unknown aggregate %d",
 		          (int)r->aggregate);
 		return false;

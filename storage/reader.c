@@ -452,3 +452,110 @@ int store_query_sampling(struct store_reader *r, const struct store_query *q, ui
 	}
 	return 0;
 }
+
+/* The labels of one target into p, copied (a row's text dies with the next step). */
+static int process_labels(sqlite3_stmt *st, int64_t target, char **keys, char **values,
+                          struct store_process *p)
+{
+	sqlite3_reset(st);
+	if (sqlite3_bind_int64(st, 1, target) != SQLITE_OK)
+		return -1;
+	int rc = SQLITE_DONE;
+	bool ok = true;
+	p->nlabels = 0;
+	while (p->nlabels < STORE_MAX_LABELS && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+		keys[p->nlabels] = column_dup(st, 0, &ok);
+		values[p->nlabels] = column_dup(st, 1, &ok);
+		p->nlabels++;
+		if (!ok || !keys[p->nlabels - 1] || !values[p->nlabels - 1])
+			return -1;
+	}
+	if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+		return -1;
+	p->label_keys = (const char *const *)keys;
+	p->label_values = (const char *const *)values;
+	return 0;
+}
+
+static void process_labels_free(char **keys, char **values, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		free(keys[i]);
+		free(values[i]);
+	}
+}
+
+int store_query_processes(struct store_reader *r, const struct store_query *q,
+                          int (*fn)(void *ctx, const struct store_process *p), void *ctx,
+                          struct store_error *err)
+{
+	if (q->nlabels > STORE_MAX_LABELS || (q->nlabels && (!q->label_keys || !q->label_values))) {
+		store_error_text(err, "query: labels must be at most %d key/value pairs",
+		                 STORE_MAX_LABELS);
+		return -1;
+	}
+	char sql[8192];
+	size_t n = (size_t)snprintf(sql, sizeof sql,
+	                            "SELECT t.id, t.pid, t.uid, t.executable, t.command_line, "
+	                            "t.python_version, min(s.bucket_start), "
+	                            "max(s.bucket_start + s.bucket_seconds), sum(s.count) "
+	                            "FROM samples s JOIN targets t ON t.id = s.target "
+	                            "WHERE s.bucket_start >= ?1 AND s.bucket_start < ?2");
+	if (q->by_thread && n < sizeof sql)
+		n += (size_t)snprintf(sql + n, sizeof sql - n, " AND s.thread_id = ?5");
+	n = query_sql_targets(q, sql, sizeof sql, n);
+	if (n < sizeof sql)
+		n += (size_t)snprintf(sql + n, sizeof sql - n, " GROUP BY t.id ORDER BY 7, 1");
+	if (n >= sizeof sql) {
+		store_error_text(err, "query: too long");
+		return -1;
+	}
+	sqlite3_stmt *st = NULL, *labels = NULL;
+	int ret = -1, rc;
+	if (store_exec(r->db, "BEGIN", err) < 0)
+		return -1;
+	if (sqlite3_prepare_v2(r->db, sql, -1, &st, NULL) != SQLITE_OK ||
+	    sqlite3_prepare_v2(r->db, "SELECT key, value FROM target_labels WHERE target = ?1 ORDER BY key",
+	                       -1, &labels, NULL) != SQLITE_OK ||
+	    query_bind(st, q, query_until(q)) != SQLITE_OK) {
+		store_error_set(err, r->db, "query processes");
+		goto out;
+	}
+	char *keys[STORE_MAX_LABELS], *values[STORE_MAX_LABELS];
+	/* One row per stored process: bounded by the targets table. */
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		int64_t samples = sqlite3_column_int64(st, 8);
+		struct store_process p = {
+			.target_id = sqlite3_column_int64(st, 0),
+			.pid = (pid_t)sqlite3_column_int64(st, 1),
+			.uid = (uid_t)sqlite3_column_int64(st, 2),
+			.executable = (const char *)sqlite3_column_text(st, 3),
+			.command_line = (const char *)sqlite3_column_text(st, 4),
+			.python_version = (const char *)sqlite3_column_text(st, 5),
+			.first_unix = sqlite3_column_double(st, 6),
+			.last_unix = sqlite3_column_double(st, 7),
+			.samples = samples > 0 ? (uint64_t)samples : 0,
+		};
+		int got = process_labels(labels, p.target_id, keys, values, &p);
+		int stop = got == 0 ? fn(ctx, &p) : 0;
+		process_labels_free(keys, values, p.nlabels);
+		if (got < 0) {
+			store_error_set(err, r->db, "query processes: labels");
+			goto out;
+		}
+		if (stop) {
+			store_error_text(err, "query: stopped by its callback");
+			goto out;
+		}
+	}
+	if (rc != SQLITE_DONE) {
+		store_error_set(err, r->db, "query processes");
+		goto out;
+	}
+	ret = 0;
+out:
+	sqlite3_finalize(st);
+	sqlite3_finalize(labels);
+	store_exec(r->db, "COMMIT", NULL);
+	return ret;
+}

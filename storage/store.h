@@ -177,6 +177,26 @@ int store_query_stacks(struct store_reader *r, const struct store_query *q,
                        int (*fn)(void *ctx, const struct store_row *row), void *ctx,
                        uint64_t *total, struct store_error *err);
 
+/* A process a query's range has samples of. */
+struct store_process {
+	int64_t target_id;
+	pid_t pid;
+	uid_t uid;
+	const char *executable, *command_line, *python_version; /* NULL: unknown */
+	size_t nlabels;
+	const char *const *label_keys, *const *label_values;
+	double first_unix, last_unix; /* its first bucket's start, its last bucket's end */
+	uint64_t samples;
+};
+
+/*
+ * The processes q selects that have samples in its range, by their first
+ * sample; fn as for store_query_stacks (strings valid during the call).
+ */
+int store_query_processes(struct store_reader *r, const struct store_query *q,
+                          int (*fn)(void *ctx, const struct store_process *p), void *ctx,
+                          struct store_error *err);
+
 /*
  * How q's processes were sampled over its range: the rate and mode of their
  * sessions if all that overlap the range agree, else (none, or several)

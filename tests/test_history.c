@@ -498,6 +498,29 @@ Test(history, function_table_counted_by_daemon, .timeout = 300)
 	          "%s", r.out);
 	run_result_free(&r);
 
+	/* Which processes the range has, and a target id selects one of them. */
+	const char *procs[] = {"query", "--label", "service=fn-test", "--from", from, "--until", until,
+	                       "--format", "processes", "--json", NULL};
+	json_t *pl = ctl_json(&d, procs);
+	cr_assert_eq(json_array_size(pl), 2, "%s", json_dumps(pl, JSON_COMPACT));
+	json_int_t proc_sum = 0;
+	json_t *proc;
+	json_array_foreach(pl, i, proc) {
+		json_int_t pid = jint(proc, "pid");
+		cr_assert(pid == deep.pid || pid == many.pid, "pid %lld was not attached", (long long)pid);
+		cr_assert_str_eq(json_string_value(json_object_get(json_object_get(proc, "labels"), "service")),
+		                 "fn-test");
+		cr_assert_lt(json_real_value(json_object_get(proc, "first")),
+		             json_real_value(json_object_get(proc, "last")));
+		proc_sum += jint(proc, "samples");
+		char id[32];
+		snprintf(id, sizeof id, "%lld", (long long)jint(proc, "target_id"));
+		const char *by_target[] = {"--target", id, "--from", from, "--until", until, NULL};
+		cr_assert_eq(query_total(&d, by_target, NULL), jint(proc, "samples"), "target %s", id);
+	}
+	cr_assert_eq(proc_sum, samples);
+	json_decref(pl);
+
 	/* Sampled at another rate too: the range no longer has one rate, and exports say so. */
 	const char *again[] = {"attach", p2, "--rate", "50", NULL};
 	ctl_ok(&d, again);
