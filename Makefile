@@ -225,8 +225,10 @@ $(BUILD)/bench/store_bench: bench/store_bench.c $(STORE_OBJ)
 
 bench-history: deps
 	$(Q)$(MAKE) --no-print-directory all $(BUILD)/bench/store_bench
-	$(BUILD)/bench/store_bench
-	$(PYTHON) bench/history.py --pyprofd $(PYPROFD) --ctl $(CTL) $(BENCH_ARGS)
+	$(Q)day=$$(mktemp -d /tmp/pyprofd-bench-day.XXXXXX) && \
+	$(BUILD)/bench/store_bench $$day && \
+	$(PYTHON) bench/history.py --pyprofd $(PYPROFD) --ctl $(CTL) --synthetic $$day $(BENCH_ARGS); \
+	rc=$$?; rm -rf $$day; exit $$rc
 
 # The daemon with 10 targets x 4 threads at 100 Hz for 30 s; see bench/daemon.py.
 bench-daemon: deps

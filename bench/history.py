@@ -5,7 +5,11 @@
    (10 s buckets, 10 s flushes); the database's growth over the last 40 s,
    scaled to an hour, and the rows an hour would keep once retention has
    merged it into 1 h buckets (one row per thread and stack seen).
-2. Sampling punctuality while the history works hard: 10 targets x 4 threads
+2. Queries through the daemon over the synthetic day store_bench leaves
+   (--synthetic DIR): 24 h of 10 targets as stacks, as a function table, as a
+   diff of its two halves, and the processes it has; wall time of
+   pyprofd-ctl, median of 3.
+3. Sampling punctuality while the history works hard: 10 targets x 4 threads
    at 100 Hz, first with 10 s flushes and no queries, then with 1 s flushes
    and a query of everything running back to back; timer lateness (jitter)
    p50/p99 and achieved rate in each phase.
@@ -30,8 +34,8 @@ from run import interpreters  # noqa: E402
 
 
 class Daemon:
-    def __init__(self, pyprofd, ctl):
-        self.state = tempfile.mkdtemp(prefix="pyprofd-history-bench.")
+    def __init__(self, pyprofd, ctl, state=None):
+        self.state = state or tempfile.mkdtemp(prefix="pyprofd-history-bench.")
         self.sock = os.path.join(self.state, "pyprofd.sock")
         self.ctl_bin = ctl
         self.proc = subprocess.Popen([pyprofd, "--state-dir", self.state, "--log-level", "warn"])
@@ -129,12 +133,45 @@ def jitter_phases(args, python):
     print("  history rows written: %d" % queries["rows_written"])
 
 
+def synthetic_queries(args):
+    d = Daemon(args.pyprofd, args.ctl, state=args.synthetic)
+    try:
+        procs = d.ctl("query", "--format", "processes")
+        first = min(p["first"] for p in procs)
+        last = max(p["last"] for p in procs)
+        mid = int((first + last) / 2)
+        rng = ["--from", str(int(first)), "--until", str(int(last))]
+        cases = [
+            ("stacks (collapsed)", ["query", "--format", "collapsed"] + rng),
+            ("function table", ["query", "--format", "table"] + rng),
+            ("function table, top 20", ["query", "--format", "table", "--limit", "20"] + rng),
+            ("diff of the two halves", ["diff", "--base", "%d..%d" % (first, mid),
+                                        "--compare", "%d..%d" % (mid, last)]),
+            ("processes", ["query", "--format", "processes"] + rng),
+        ]
+        print("queries through the daemon, synthetic day (%d targets, 24 h, 10 s buckets):"
+              % len(procs))
+        for name, argv in cases:
+            times = []
+            for _ in range(3):
+                t0 = time.monotonic()
+                out = d.ctl(*argv, json_out=False)
+                times.append(time.monotonic() - t0)
+            print("  %-28s %8.0f ms (%d bytes out)" % (name, statistics.median(times) * 1e3, len(out)))
+    finally:
+        d.proc.terminate()
+        d.proc.wait(timeout=30)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--pyprofd", default="build/pyprofd")
     ap.add_argument("--ctl", default="build/pyprofd-ctl")
     ap.add_argument("--seconds", type=float, default=20)
+    ap.add_argument("--synthetic", help="a state directory holding store_bench's synthetic day")
     args = ap.parse_args()
+    if args.synthetic:
+        synthetic_queries(args)
     pys = interpreters()
     if not pys:
         sys.exit("no CPython found")

@@ -1,8 +1,11 @@
 /*
  * The history store under a synthetic day: 10 targets x 4 threads x 20
  * stacks, one row per 10 s bucket each (6.9 million rows), written through
- * the writer as the daemon would write it, then queried over 1 h and 24 h.
- * Prints figures; passes or fails on nothing.
+ * the writer as the daemon would write it, then queried over 1 h and 24 h,
+ * before and after the default retention (10 s buckets older than 1 h into
+ * 1 min, older than a day into 1 h).  Prints figures; passes or fails on
+ * nothing.  With a directory, the database is left there (before retention)
+ * for bench/history.py to query through the daemon.
  *
  *   make bench-history
  */
@@ -73,8 +76,28 @@ static double query_ms(const char *path, const struct store_query *q, uint64_t *
 	return ms;
 }
 
-int main(void)
+/* Copies the database file (WAL checkpointed by the writer's close) to dir/pyprofd.db. */
+static int keep_copy(const char *path, const char *dir)
 {
+	char to[4096];
+	snprintf(to, sizeof to, "%s/pyprofd.db", dir);
+	FILE *in = fopen(path, "rb"), *out = fopen(to, "wb");
+	int rc = in && out ? 0 : -1;
+	char buf[1 << 16];
+	size_t n;
+	while (rc == 0 && (n = fread(buf, 1, sizeof buf, in)) > 0)
+		if (fwrite(buf, 1, n, out) != n)
+			rc = -1;
+	if (in)
+		fclose(in);
+	if (out && fclose(out) != 0)
+		rc = -1;
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	const char *keep = argc > 1 ? argv[1] : NULL;
 	char dir[] = "/tmp/pyprofd-store-bench.XXXXXX";
 	if (!mkdtemp(dir))
 		return 1;
@@ -122,6 +145,30 @@ int main(void)
 	ms = query_ms(path, &all_day, &total);
 	printf("  query 10 targets, 24 h %8.1f ms (%llu samples)\n", ms, (unsigned long long)total);
 	(void)st;
+	if (keep && keep_copy(path, keep) != 0) {
+		fprintf(stderr, "store_bench: cannot copy the database to %s\n", keep);
+		return 1;
+	}
+
+	/* The defaults' retention, as the day's end would run it. */
+	uint64_t before = total;
+	w = store_writer_open(path, &err);
+	if (!w) {
+		fprintf(stderr, "store_bench: %s\n", err.msg);
+		return 1;
+	}
+	const struct store_retention_step steps[] = {{3600, 60}, {86400, 3600}};
+	t0 = now_s();
+	store_writer_retention(w, steps, 2);
+	store_writer_sync(w);
+	double retention_s = now_s() - t0;
+	store_writer_close(w);
+	printf("  retention (1 h -> 1 min) %6.1f s\n", retention_s);
+	ms = query_ms(path, &one_day, &total);
+	printf("  query 1 target, 24 h   %8.1f ms after retention\n", ms);
+	ms = query_ms(path, &all_day, &total);
+	printf("  query 10 targets, 24 h %8.1f ms after retention (%llu samples: %s)\n", ms,
+	       (unsigned long long)total, total == before ? "exact" : "NOT EXACT");
 	char wal[160], shm[160];
 	snprintf(wal, sizeof wal, "%s-wal", path);
 	snprintf(shm, sizeof shm, "%s-shm", path);
