@@ -148,8 +148,11 @@ void store_writer_close(struct store_writer *w);
  * buckets older than 1 h into 1 min, older than 1 day into 1 h), keeping the
  * totals of every (target, thread, stack) over any range of whole merged
  * buckets exact.  Then, past max_db_bytes (0: no cap), drop the oldest
- * buckets.  Runs on the writer's thread, between batches; while the
- * database is not open it waits for the open.
+ * buckets, with the stacks, frames and strings only they used, until the
+ * pages in use fit, and give the freed pages back to the file system.
+ * Runs on the writer's thread, between batches; while the database is not
+ * open it waits for the open.  Only this call enforces max_db_bytes: between
+ * two calls the file grows by what is written meanwhile.
  */
 struct store_retention_step {
 	double older_than_s;

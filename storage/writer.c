@@ -22,8 +22,9 @@
  * dropped and counted, so one bad batch cannot stop the history.
  *
  * Interning goes through caches of content -> database id (strings, frames,
- * stacks).  A rolled-back transaction takes its new ids with it, so every
- * cache is cleared on rollback, and with the connection.
+ * stacks).  A rolled-back transaction takes its new ids with it, and so
+ * does retention (it deletes what no sample uses), so every cache is
+ * cleared on rollback, after retention and with the connection.
  */
 #include <errno.h>
 #include <math.h>
@@ -340,7 +341,7 @@ static int write_contents(struct store_writer *w, const struct store_batch *b)
 	return rc;
 }
 
-/* Ids that may no longer exist (a rollback, another connection): forget them all. */
+/* Ids that may no longer exist (a rollback, retention, another connection): forget them all. */
 static void writer_forget_ids(struct store_writer *w)
 {
 	store_map_clear(&w->strings);
@@ -581,6 +582,8 @@ static void writer_run_retention(struct store_writer *w)
 
 	struct store_error err = {{0}};
 	int rc = store_retention_run(w->db, steps, nsteps, wall_now(), max_db_bytes, &err);
+	/* The cap deletes strings, frames and stacks no sample uses: a cached id may name a gone row. */
+	writer_forget_ids(w);
 	uint64_t bytes = store_db_bytes(w->db);
 	free(steps);
 
