@@ -10,21 +10,27 @@
  * of its own span, and the sum over any range of whole coarse buckets is
  * what it was before.
  *
- * The cap drops whole buckets, oldest first, until the pages in use fit,
- * then PRAGMA incremental_vacuum gives the freed pages back to the file
- * system (the store is created with auto_vacuum = INCREMENTAL: it costs in
- * proportion to the pages freed, where VACUUM rewrites the whole file and
- * needs as much free space again) and a checkpoint truncates the WAL.
- * Interned strings, frames and stacks are kept: later samples reuse them,
- * and they are small next to samples.
+ * The cap drops whole buckets, oldest first, together with what only they
+ * used: stacks no remaining sample reaches, then frames no stack uses, then
+ * strings no frame names.  Without that, a workload whose stacks churn (new
+ * code paths, new files, generated names) grows the interned tables past
+ * any cap while the cap drops every sample.  Since the interned rows freed
+ * are only known once collected, the cap works in rounds: each drops the
+ * share of sample rows that the excess is of the pages in use, collects
+ * the orphans and measures again.  Then PRAGMA incremental_vacuum gives the
+ * freed pages back to the file system (the store is created with
+ * auto_vacuum = INCREMENTAL: it costs in proportion to the pages freed,
+ * where VACUUM rewrites the whole file and needs as much free space again)
+ * and a checkpoint truncates the WAL.  Pages freed by merges stay on the
+ * free list, where the next batches reuse them.
  */
 #include <math.h>
 #include <stdio.h>
 
 #include "storage.h"
 
-/* Bounds the cap's loop: each turn drops one bucket start. */
-#define STORE_MAX_DROP_TURNS 1000000
+/* Bounds the cap's rounds; each drops at least one bucket start, usually all it needs at once. */
+#define STORE_MAX_CAP_ROUNDS 64
 
 static const char merge_sql[] =
 	"INSERT INTO samples(target, bucket_start, bucket_seconds, thread_id, stack, count) "
@@ -90,7 +96,70 @@ static int used_bytes(sqlite3 *db, uint64_t *out, struct store_error *err)
 	return 0;
 }
 
-/* Drops the oldest buckets while the data pages pass max_bytes.  0, or -1 and *err. */
+/*
+ * The interned rows no sample needs any more.  A stack is live if a sample
+ * names it or it is an ancestor of a live stack: one recursive walk up from
+ * the samples' stacks (UNION keeps each id once, so the walk ends after at
+ * most one step per stack, a cycle in a corrupt file included).  Frames are
+ * the only table that names strings: targets, labels and sessions keep
+ * their text inline.  0, or -1 and *err.
+ */
+static int collect_orphans(sqlite3 *db, struct store_error *err)
+{
+	static const char *const sql[] = {
+		"WITH RECURSIVE live(id) AS ("
+		"SELECT stack FROM samples UNION "
+		"SELECT stacks.parent FROM stacks JOIN live ON stacks.id = live.id "
+		"WHERE stacks.parent != 0) "
+		"DELETE FROM stacks WHERE id NOT IN (SELECT id FROM live)",
+		"DELETE FROM frames WHERE id NOT IN (SELECT frame FROM stacks)",
+		"DELETE FROM strings WHERE id NOT IN (SELECT function FROM frames UNION "
+		"SELECT file FROM frames)",
+	};
+	for (size_t i = 0; i < sizeof sql / sizeof *sql; i++) {
+		if (store_exec(db, sql[i], err) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+/*
+ * The newest bucket start such that dropping it and every older one drops
+ * at least want sample rows (the newest of all if there are fewer rows);
+ * *none when there are no samples.  Walks bucket starts oldest first, at
+ * most one step per bucket start.  0, or -1 and *err.
+ */
+static int drop_cut(sqlite3 *db, uint64_t want, int64_t *cut, bool *none, struct store_error *err)
+{
+	sqlite3_stmt *st = NULL;
+	if (sqlite3_prepare_v2(db,
+	                       "SELECT bucket_start, count(*) FROM samples GROUP BY bucket_start "
+	                       "ORDER BY bucket_start",
+	                       -1, &st, NULL) != SQLITE_OK) {
+		store_error_set(err, db, "retention: prepare");
+		return -1;
+	}
+	uint64_t rows = 0;
+	int rc = SQLITE_DONE;
+	*none = true;
+	while (rows < want && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+		*none = false;
+		*cut = sqlite3_column_int64(st, 0);
+		rows += (uint64_t)sqlite3_column_int64(st, 1);
+	}
+	if (rows < want && rc != SQLITE_DONE) {
+		store_error_set(err, db, "retention: bucket starts");
+		sqlite3_finalize(st);
+		return -1;
+	}
+	sqlite3_finalize(st);
+	return 0;
+}
+
+/*
+ * Drops the oldest buckets, and what only they used, while the data pages
+ * pass max_bytes.  0, or -1 and *err.
+ */
 static int retention_cap(sqlite3 *db, uint64_t max_bytes, struct store_error *err)
 {
 	uint64_t used;
@@ -98,37 +167,48 @@ static int retention_cap(sqlite3 *db, uint64_t max_bytes, struct store_error *er
 		return -1;
 	if (used <= max_bytes)
 		return 0;
-	sqlite3_stmt *oldest = NULL, *drop = NULL;
-	if (sqlite3_prepare_v2(db, "SELECT min(bucket_start) FROM samples", -1, &oldest, NULL) !=
-	            SQLITE_OK ||
-	    sqlite3_prepare_v2(db, "DELETE FROM samples WHERE bucket_start <= ?1", -1, &drop, NULL) !=
-	            SQLITE_OK) {
+	sqlite3_stmt *drop = NULL;
+	if (sqlite3_prepare_v2(db, "DELETE FROM samples WHERE bucket_start <= ?1", -1, &drop, NULL) !=
+	    SQLITE_OK) {
 		store_error_set(err, db, "retention: prepare");
-		goto fail;
+		return -1;
 	}
 	if (store_exec(db, "BEGIN IMMEDIATE", err) < 0)
 		goto fail;
-	for (int turn = 0; turn < STORE_MAX_DROP_TURNS && used > max_bytes; turn++) {
-		if (sqlite3_step(oldest) != SQLITE_ROW) {
-			store_error_set(err, db, "retention: oldest bucket");
+	/*
+	 * Pages free only when emptied: a round whose rows freed none makes the
+	 * next one drop twice as many, so a small excess cannot stall the cap.
+	 */
+	uint64_t at_least = 1;
+	for (int round = 0; round < STORE_MAX_CAP_ROUNDS && used > max_bytes; round++) {
+		int64_t rows;
+		if (store_query_int(db, "SELECT count(*) FROM samples", &rows, err) < 0)
 			goto rollback;
-		}
-		bool empty = sqlite3_column_type(oldest, 0) == SQLITE_NULL;
-		int64_t start = sqlite3_column_int64(oldest, 0);
-		sqlite3_reset(oldest);
-		if (empty)
-			break; /* no samples left: the rest is interned data */
-		if (sqlite3_bind_int64(drop, 1, start) != SQLITE_OK || sqlite3_step(drop) != SQLITE_DONE) {
-			store_error_set(err, db, "retention: drop bucket %lld", (long long)start);
+		if (rows <= 0)
+			break; /* no samples left: what remains is targets and sessions */
+		/* The excess's share of the pages, in sample rows: interned rows go with them. */
+		uint64_t want = (uint64_t)ceil((double)rows * (double)(used - max_bytes) / (double)used);
+		if (want < at_least)
+			want = at_least;
+		int64_t cut = 0;
+		bool none;
+		if (drop_cut(db, want, &cut, &none, err) < 0)
+			goto rollback;
+		if (none)
+			break;
+		if (sqlite3_bind_int64(drop, 1, cut) != SQLITE_OK || sqlite3_step(drop) != SQLITE_DONE) {
+			store_error_set(err, db, "retention: drop buckets up to %lld", (long long)cut);
 			goto rollback;
 		}
 		sqlite3_reset(drop);
-		if (used_bytes(db, &used, err) < 0)
+		uint64_t before = used;
+		if (collect_orphans(db, err) < 0 || used_bytes(db, &used, err) < 0)
 			goto rollback;
+		if (used >= before && want <= UINT64_MAX / 2)
+			at_least = want * 2;
 	}
 	if (store_exec(db, "COMMIT", err) < 0)
 		goto rollback;
-	sqlite3_finalize(oldest);
 	sqlite3_finalize(drop);
 	/* Runs the vacuum to its end: a PRAGMA with rows would otherwise free one page per step. */
 	if (store_exec(db, "PRAGMA incremental_vacuum", err) < 0)
@@ -139,7 +219,6 @@ static int retention_cap(sqlite3 *db, uint64_t max_bytes, struct store_error *er
 rollback:
 	store_exec(db, "ROLLBACK", NULL);
 fail:
-	sqlite3_finalize(oldest);
 	sqlite3_finalize(drop);
 	return -1;
 }

@@ -205,20 +205,76 @@ static sqlite3 *store_db_connect(const char *path, int flags, struct store_error
 	return db;
 }
 
-sqlite3 *store_db_open_rw(const char *path, struct store_error *err)
+/*
+ * What store_db_open_rw does, its messages without the path.  Everything
+ * that may write (auto_vacuum, journal_mode, the migration) waits until the
+ * file is known to be a pyprofd history this build may write: a file that
+ * is not a database, a schema from a newer pyprofd or someone else's
+ * database is left exactly as it was.
+ */
+static sqlite3 *open_rw(const char *path, struct store_error *err)
 {
-	sqlite3 *db = store_db_connect(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, err);
-	if (!db)
+	sqlite3 *db = NULL;
+	int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+	                                            SQLITE_OPEN_NOMUTEX, NULL);
+	if (rc != SQLITE_OK) {
+		store_error_text(err, "%s", db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+		sqlite3_close(db);
 		return NULL;
+	}
+	sqlite3_extended_result_codes(db, 1);
 	/*
-	 * auto_vacuum only takes on a database without tables, so it is set
-	 * first and is a no-op later.  INCREMENTAL: when retention drops the
-	 * oldest buckets, PRAGMA incremental_vacuum hands the freed pages back
-	 * in proportion to what was freed, where VACUUM would rewrite the whole
-	 * file (and need as much space again, on a disk that may be full).
+	 * SQLite falls back to read-only when the file or its file system is;
+	 * writes would then fail one by one.  Refused here instead, so the
+	 * writer says why and opens again once the file is writable.
 	 */
-	if (store_exec(db, "PRAGMA auto_vacuum = INCREMENTAL", err) < 0)
+	if (sqlite3_db_readonly(db, "main") == 1) {
+		store_error_text(err, "%s", sqlite3_errstr(SQLITE_READONLY));
 		goto fail;
+	}
+	if (sqlite3_busy_timeout(db, STORE_BUSY_TIMEOUT_MS) != SQLITE_OK) {
+		store_error_set(err, db, "busy timeout");
+		goto fail;
+	}
+	/* The first read of the file: "file is not a database" shows here, and alone. */
+	int64_t version, tables;
+	if (store_query_int(db, "PRAGMA user_version", &version, NULL) < 0) {
+		store_error_text(err, "%s", sqlite3_errmsg(db));
+		goto fail;
+	}
+	if (version > STORE_SCHEMA_VERSION) {
+		store_error_text(err,
+		                 "the database has schema version %lld, newer than this pyprofd's %d; "
+		                 "refusing to touch it",
+		                 (long long)version, STORE_SCHEMA_VERSION);
+		goto fail;
+	}
+	if (version < 0) {
+		store_error_text(err, "the database has a negative schema version %lld; refusing to touch it",
+		                 (long long)version);
+		goto fail;
+	}
+	if (version == 0) {
+		if (store_query_int(db, "SELECT count(*) FROM sqlite_master", &tables, err) < 0)
+			goto fail;
+		/* Version 0 with tables is not a history killed while it was created (one transaction). */
+		if (tables > 0) {
+			store_error_text(err, "a database with %lld tables and no pyprofd schema version "
+			                      "is not a pyprofd history; refusing to touch it",
+			                 (long long)tables);
+			goto fail;
+		}
+		/*
+		 * auto_vacuum only takes on a database without tables, so it is
+		 * set on a new one only.  INCREMENTAL: when retention drops the
+		 * oldest buckets, PRAGMA incremental_vacuum hands the freed pages
+		 * back in proportion to what was freed, where VACUUM would rewrite
+		 * the whole file (and need as much space again, on a disk that may
+		 * be full).
+		 */
+		if (store_exec(db, "PRAGMA auto_vacuum = INCREMENTAL", err) < 0)
+			goto fail;
+	}
 	/* journal_mode answers with the mode it got: WAL can be refused (some network file systems). */
 	sqlite3_stmt *st = NULL;
 	if (sqlite3_prepare_v2(db, "PRAGMA journal_mode = WAL", -1, &st, NULL) != SQLITE_OK ||
@@ -231,7 +287,7 @@ sqlite3 *store_db_open_rw(const char *path, struct store_error *err)
 	bool wal = jm && strcmp((const char *)jm, "wal") == 0;
 	sqlite3_finalize(st);
 	if (!wal) {
-		store_error_text(err, "%s: the file system refuses WAL mode", path);
+		store_error_text(err, "the file system refuses WAL mode");
 		goto fail;
 	}
 	/* In WAL mode NORMAL survives any crash of the process; only power loss may take the last commits. */
@@ -242,6 +298,15 @@ sqlite3 *store_db_open_rw(const char *path, struct store_error *err)
 fail:
 	sqlite3_close(db);
 	return NULL;
+}
+
+sqlite3 *store_db_open_rw(const char *path, struct store_error *err)
+{
+	struct store_error why = {{0}};
+	sqlite3 *db = open_rw(path, &why);
+	if (!db)
+		store_error_text(err, "cannot open %s: %s", path, why.msg);
+	return db;
 }
 
 sqlite3 *store_db_open_ro(const char *path, struct store_error *err)

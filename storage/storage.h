@@ -44,7 +44,9 @@ int store_query_int(sqlite3 *db, const char *sql, int64_t *out, struct store_err
 /*
  * The writer's connection: created if missing, WAL, synchronous=NORMAL,
  * incremental auto-vacuum, migrated to STORE_SCHEMA_VERSION.  NULL and *err
- * (a newer schema is refused).
+ * ("cannot open PATH: why").  A file that is read-only, not a database, of
+ * a newer schema or someone else's database (tables, no version) is refused
+ * before anything is written to it.
  */
 sqlite3 *store_db_open_rw(const char *path, struct store_error *err);
 

@@ -8,10 +8,12 @@
  * (pid + start time) with its uid, executable, command line, Python version
  * and labels; a session is one attach..detach of it with its rate and mode.
  *
- * Threads: a store_writer owns one connection on a thread of its own and
- * takes batches from any thread; queries open their own read-only
- * connection (store_reader) on whatever thread runs them.  Nothing here
- * touches the daemon's event loop.
+ * Threads: a store_writer owns one connection on a thread of its own
+ * (which also opens, creates and migrates the database) and takes batches
+ * from any thread; queries open their own read-only connection
+ * (store_reader) on whatever thread runs them.  Nothing here touches the
+ * daemon's event loop, and no store_writer_* call waits on SQLite except
+ * store_writer_sync and store_writer_close.
  */
 #ifndef PYPROFD_STORE_H
 #define PYPROFD_STORE_H
@@ -74,16 +76,31 @@ uint64_t store_batch_sample_rows(const struct store_batch *b);
 struct store_writer;
 
 /*
- * Open (create, migrate) the database at path and start its writer thread.
- * WAL mode; the schema version lives in PRAGMA user_version.  NULL and *err.
+ * Start the writer of the database at path: allocates and starts its
+ * thread, nothing more.  NULL and *err only when out of memory or when the
+ * thread cannot start; whether the file can be opened is the thread's
+ * business and shows in store_writer_status.
+ *
+ * The thread opens (creates, migrates) the database at once: WAL mode, the
+ * schema version in PRAGMA user_version.  While it cannot (no directory, a
+ * read-only file or file system, a file that is not a database, a schema
+ * of a newer pyprofd, a database of someone else), the status is failing
+ * and not open with last_error "cannot open PATH: why", submitted batches
+ * wait as behind a failing write, and opening is retried every second: the
+ * caller never retries.  A file the writer refuses is never written to, so
+ * a newer schema or a foreign file stays as it was until the operator acts.
  */
 struct store_writer *store_writer_open(const char *path, struct store_error *err);
 
 /*
  * Hand a batch to the writer (which takes ownership); it is written in one
- * transaction.  Never blocks on SQLite.  If writes fail (full disk, read-only
- * file), batches wait in memory up to max_pending_rows sample rows, oldest
- * dropped first past that, and are retried.
+ * transaction.  Never blocks on SQLite.  While the database cannot be
+ * opened or writes fail (full disk, read-only file, I/O error), batches
+ * wait in memory up to max_pending_rows sample rows, oldest dropped first
+ * past that (counted in dropped_rows), and are retried every second.  A
+ * write failing on a read-only file or an I/O error also closes the
+ * connection, so the retry opens the file again and sees it writable once
+ * it is (chmod, a remount).
  */
 void store_writer_submit(struct store_writer *w, struct store_batch *b);
 
@@ -91,9 +108,10 @@ struct store_writer_status {
 	uint64_t batches_written, rows_written;
 	uint64_t pending_batches, pending_rows; /* waiting in memory */
 	uint64_t dropped_rows;                   /* lost past the memory bound */
-	bool failing;                            /* the last write failed */
-	char last_error[256];
-	uint64_t db_bytes;
+	bool open;    /* false until the first open, and after an error that closed it */
+	bool failing; /* the last open or write failed (with open false: opening fails) */
+	char last_error[256]; /* why, when failing; kept after recovery */
+	uint64_t db_bytes;    /* as of the last open, write or retention */
 };
 void store_writer_status(struct store_writer *w, struct store_writer_status *out);
 
@@ -107,10 +125,20 @@ void store_writer_set_limits(struct store_writer *w, uint64_t max_pending_rows, 
  */
 void store_writer_set_file_limit(struct store_writer *w, uint64_t max_file_bytes);
 
-/* Wait until everything submitted so far is written (or has failed); for shutdown and tests. */
+/*
+ * Wait until the database is open and everything submitted so far is
+ * written, or until one more attempt (to open the database, or to write)
+ * has failed.  It asks for that attempt now rather than at the next retry,
+ * so it returns within one attempt's time even while the database cannot
+ * be opened, and the status then says how that attempt went.  For shutdown
+ * and tests.
+ */
 void store_writer_sync(struct store_writer *w);
 
-/* Write what is pending, stop the thread, close. */
+/*
+ * Write what is pending, stop the thread, close.  What waits gets one last
+ * attempt (opening the database first if needed); what fails it is dropped.
+ */
 void store_writer_close(struct store_writer *w);
 
 /* ---- retention ---- */
@@ -120,7 +148,11 @@ void store_writer_close(struct store_writer *w);
  * buckets older than 1 h into 1 min, older than 1 day into 1 h), keeping the
  * totals of every (target, thread, stack) over any range of whole merged
  * buckets exact.  Then, past max_db_bytes (0: no cap), drop the oldest
- * buckets.  Runs on the writer's thread, between batches.
+ * buckets, with the stacks, frames and strings only they used, until the
+ * pages in use fit, and give the freed pages back to the file system.
+ * Runs on the writer's thread, between batches; while the database is not
+ * open it waits for the open.  Only this call enforces max_db_bytes: between
+ * two calls the file grows by what is written meanwhile.
  */
 struct store_retention_step {
 	double older_than_s;

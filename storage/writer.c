@@ -3,18 +3,28 @@
  * through a queue.
  *
  * store_writer_submit only takes the queue's mutex, which no one holds
- * across an SQLite call, so the daemon's loop never waits on the disk.  The
- * thread writes the oldest batch in one transaction; if that fails for a
- * reason that may pass (full disk, read-only file, I/O error, a lock held
+ * across an SQLite call, so the daemon's loop never waits on the disk.
+ * Opening (creating, migrating) the database is the thread's work too: the
+ * caller's thread may be an event loop, and a file that cannot be opened
+ * now (no directory yet, read-only, not a database, a newer schema) must
+ * not cost the batches submitted meanwhile.  Until it opens, batches wait
+ * as behind a failing write, and opening is retried every STORE_RETRY_S.
+ *
+ * The thread writes the oldest batch in one transaction; if that fails for
+ * a reason that may pass (full disk, read-only file, I/O error, a lock held
  * too long) the transaction is rolled back, the batch goes back to the head
  * of the queue and is retried every STORE_RETRY_S, while newer batches wait
  * behind it within max_pending_rows (past it the oldest are dropped and
- * counted).  A batch SQLite refuses for good (a constraint, a corrupt file)
- * is dropped and counted, so one bad batch cannot stop the history.
+ * counted).  A read-only file or an I/O error also closes the connection:
+ * SQLite keeps a connection read-only once it opened it so, and a file
+ * system remounted or a file made writable again is only seen by a new
+ * open.  A batch SQLite refuses for good (a constraint, a corrupt file) is
+ * dropped and counted, so one bad batch cannot stop the history.
  *
  * Interning goes through caches of content -> database id (strings, frames,
- * stacks).  A rolled-back transaction takes its new ids with it, so every
- * cache is cleared on rollback.
+ * stacks).  A rolled-back transaction takes its new ids with it, and so
+ * does retention (it deletes what no sample uses), so every cache is
+ * cleared on rollback, after retention and with the connection.
  */
 #include <errno.h>
 #include <math.h>
@@ -26,7 +36,7 @@
 
 #include "storage.h"
 
-/* Seconds between retries of a failing write. */
+/* Seconds between retries of a failing write or open. */
 #define STORE_RETRY_S 1.0
 /* Defaults until store_writer_set_limits: about 64 MiB of sample rows waiting. */
 #define STORE_DEFAULT_MAX_PENDING_ROWS (1u << 20)
@@ -99,13 +109,14 @@ struct store_writer {
 	bool retention_pending, retention_running;
 	bool retry_now;    /* sync asked for an attempt now, not at retry_at */
 	double retry_at;   /* monotonic time of the next attempt while failing */
-	uint64_t attempts_failed;
+	uint64_t attempts_failed; /* writes and opens: sync waits for one */
 	bool stop;
 	struct store_writer_status st;
 
 	/* The writer thread's own. */
 	pthread_t thread;
-	sqlite3 *db;
+	char *path;
+	sqlite3 *db; /* NULL until opened, and after an error that a new open may cure */
 	sqlite3_stmt *stmt[ST_COUNT];
 	struct store_map strings, frames, stacks;
 	int64_t *frame_ids, *stack_ids, *target_ids; /* batch-local index -> database id */
@@ -330,7 +341,7 @@ static int write_contents(struct store_writer *w, const struct store_batch *b)
 	return rc;
 }
 
-/* The ids a rolled-back transaction made do not exist: forget every cached id. */
+/* Ids that may no longer exist (a rollback, retention, another connection): forget them all. */
 static void writer_forget_ids(struct store_writer *w)
 {
 	store_map_clear(&w->strings);
@@ -399,6 +410,37 @@ static bool transient(int rc)
 	default:
 		return false;
 	}
+}
+
+/*
+ * Failures that the connection itself may keep: a read-only connection
+ * stays read-only after the file becomes writable, and after an I/O error
+ * the file system may have been remounted.  The connection is closed and
+ * the next retry opens the file again.
+ */
+static bool needs_reopen(int rc)
+{
+	switch (rc & 0xff) {
+	case SQLITE_READONLY:
+	case SQLITE_IOERR:
+	case SQLITE_CANTOPEN:
+		return true;
+	default:
+		return false;
+	}
+}
+
+/* Closes the connection (writer thread). */
+static void writer_disconnect(struct store_writer *w)
+{
+	for (int i = 0; i < ST_COUNT; i++) {
+		sqlite3_finalize(w->stmt[i]);
+		w->stmt[i] = NULL;
+	}
+	if (w->db && sqlite3_close(w->db) != SQLITE_OK)
+		sqlite3_close_v2(w->db);
+	w->db = NULL;
+	writer_forget_ids(w);
 }
 
 /* ---- the queue ---- */
@@ -478,8 +520,13 @@ static void writer_take_and_write(struct store_writer *w)
 	if (rc == SQLITE_OK)
 		rc = writer_write(w, b, &err);
 	uint64_t bytes = store_db_bytes(w->db);
+	bool reopen = rc != SQLITE_OK && needs_reopen(rc);
+	if (reopen)
+		writer_disconnect(w);
 
 	pthread_mutex_lock(&w->lock);
+	if (reopen)
+		w->st.open = false;
 	bool doomed = w->inflight_doomed;
 	w->inflight = NULL;
 	w->inflight_doomed = false;
@@ -535,6 +582,8 @@ static void writer_run_retention(struct store_writer *w)
 
 	struct store_error err = {{0}};
 	int rc = store_retention_run(w->db, steps, nsteps, wall_now(), max_db_bytes, &err);
+	/* The cap deletes strings, frames and stacks no sample uses: a cached id may name a gone row. */
+	writer_forget_ids(w);
 	uint64_t bytes = store_db_bytes(w->db);
 	free(steps);
 
@@ -549,11 +598,99 @@ static void writer_run_retention(struct store_writer *w)
 	pthread_cond_broadcast(&w->done);
 }
 
+/*
+ * Opens the database and prepares the statements, and books the outcome.
+ * Called and returns under lock.
+ */
+static void writer_connect(struct store_writer *w)
+{
+	uint64_t max_file = w->max_file_bytes;
+	/* max_page_count belongs to the connection: a new one gets the limit here. */
+	w->limits_changed = false;
+	w->retry_now = false;
+	pthread_mutex_unlock(&w->lock);
+
+	struct store_error err = {{0}};
+	uint64_t bytes = 0;
+	w->db = store_db_open_rw(w->path, &err);
+	for (int i = 0; w->db && i < ST_COUNT; i++) {
+		if (sqlite3_prepare_v3(w->db, writer_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &w->stmt[i],
+		                       NULL) != SQLITE_OK) {
+			store_error_set(&err, w->db, "cannot prepare on %.120s: %.40s", w->path, writer_sql[i]);
+			writer_disconnect(w);
+		}
+	}
+	if (w->db && max_file && writer_apply_file_limit(w, max_file, &err) < 0)
+		writer_disconnect(w);
+	if (w->db)
+		bytes = store_db_bytes(w->db);
+
+	pthread_mutex_lock(&w->lock);
+	if (w->db) {
+		w->st.open = true;
+		if (bytes)
+			w->st.db_bytes = bytes;
+		/* Waiting batches go now; the writer is failing until they are written. */
+		if (w->head)
+			w->retry_now = true;
+		else
+			w->st.failing = false;
+	} else {
+		w->st.open = false;
+		w->st.failing = true;
+		snprintf(w->st.last_error, sizeof w->st.last_error, "%s", err.msg);
+		w->attempts_failed++;
+		w->retry_at = mono_now() + STORE_RETRY_S;
+	}
+	pthread_cond_broadcast(&w->done);
+}
+
+/* Sleeps until the next retry (at most STORE_RETRY_S) or a wake-up.  Under lock. */
+static void writer_wait_retry(struct store_writer *w, double now)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	double wait = w->retry_at - now;
+	if (wait > STORE_RETRY_S)
+		wait = STORE_RETRY_S;
+	if (wait < 0)
+		wait = 0;
+	ts.tv_sec += (time_t)wait;
+	ts.tv_nsec += (long)((wait - floor(wait)) * 1e9);
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_cond_timedwait(&w->wake, &w->lock, &ts);
+}
+
 static void *writer_main(void *arg)
 {
 	struct store_writer *w = arg;
 	pthread_mutex_lock(&w->lock);
 	for (;;) {
+		double now = mono_now();
+		bool due = !w->st.failing || w->retry_now || w->stop || now >= w->retry_at;
+		if (!w->db) {
+			/* Closing with nothing to write: no reason to touch the file. */
+			if (w->stop && !w->head)
+				break;
+			/*
+			 * Opened at once, then on the retry schedule even with nothing
+			 * to write, so the status tells the truth before the first batch.
+			 */
+			if (due) {
+				writer_connect(w);
+				/* Closing: that was the last attempt; what waits is given up and counted. */
+				if (!w->db && w->stop) {
+					while (w->head)
+						queue_drop_oldest(w);
+				}
+			} else {
+				writer_wait_retry(w, now);
+			}
+			continue;
+		}
 		/*
 		 * Retention first: while the disk is full, dropping old buckets is
 		 * what lets the waiting batches in.
@@ -562,8 +699,6 @@ static void *writer_main(void *arg)
 			writer_run_retention(w);
 			continue;
 		}
-		double now = mono_now();
-		bool due = !w->st.failing || w->retry_now || w->stop || now >= w->retry_at;
 		if (w->head && due) {
 			bool stopping = w->stop;
 			writer_take_and_write(w);
@@ -576,24 +711,10 @@ static void *writer_main(void *arg)
 		}
 		if (w->stop && !w->head)
 			break;
-		if (w->head) {
-			struct timespec ts;
-			clock_gettime(CLOCK_REALTIME, &ts);
-			double wait = w->retry_at - now;
-			if (wait > STORE_RETRY_S)
-				wait = STORE_RETRY_S;
-			if (wait < 0)
-				wait = 0;
-			ts.tv_sec += (time_t)wait;
-			ts.tv_nsec += (long)((wait - floor(wait)) * 1e9);
-			if (ts.tv_nsec >= 1000000000L) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000L;
-			}
-			pthread_cond_timedwait(&w->wake, &w->lock, &ts);
-		} else {
+		if (w->head)
+			writer_wait_retry(w, now);
+		else
 			pthread_cond_wait(&w->wake, &w->lock);
-		}
 	}
 	pthread_cond_broadcast(&w->done);
 	pthread_mutex_unlock(&w->lock);
@@ -604,11 +725,7 @@ static void *writer_main(void *arg)
 
 static void writer_free(struct store_writer *w)
 {
-	for (int i = 0; i < ST_COUNT; i++)
-		sqlite3_finalize(w->stmt[i]);
-	if (w->db && sqlite3_close(w->db) != SQLITE_OK)
-		sqlite3_close_v2(w->db);
-	writer_forget_ids(w);
+	writer_disconnect(w);
 	while (w->head) {
 		struct store_batch *b = w->head;
 		w->head = b->next;
@@ -618,6 +735,7 @@ static void writer_free(struct store_writer *w)
 	free(w->frame_ids);
 	free(w->stack_ids);
 	free(w->target_ids);
+	free(w->path);
 	pthread_cond_destroy(&w->done);
 	pthread_cond_destroy(&w->wake);
 	pthread_mutex_destroy(&w->lock);
@@ -635,18 +753,12 @@ struct store_writer *store_writer_open(const char *path, struct store_error *err
 	pthread_mutex_init(&w->lock, NULL);
 	pthread_cond_init(&w->wake, NULL);
 	pthread_cond_init(&w->done, NULL);
-	/* Opened here, not on the thread, so the caller hears why it failed. */
-	w->db = store_db_open_rw(path, err);
-	if (!w->db)
+	w->path = strdup(path);
+	if (!w->path) {
+		store_error_text(err, "store_writer_open: out of memory");
 		goto fail;
-	for (int i = 0; i < ST_COUNT; i++) {
-		if (sqlite3_prepare_v3(w->db, writer_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &w->stmt[i],
-		                       NULL) != SQLITE_OK) {
-			store_error_set(err, w->db, "prepare %.40s", writer_sql[i]);
-			goto fail;
-		}
 	}
-	w->st.db_bytes = store_db_bytes(w->db);
+	/* The thread opens the file: whatever it finds there is told by store_writer_status. */
 	int e = pthread_create(&w->thread, NULL, writer_main, w);
 	if (e) {
 		store_error_text(err, "store_writer_open: thread: %s", strerror(e));
@@ -692,7 +804,9 @@ void store_writer_sync(struct store_writer *w)
 	/* Try now rather than at the next retry: the caller wants an answer. */
 	w->retry_now = true;
 	pthread_cond_signal(&w->wake);
-	while ((w->head || w->inflight || w->retention_pending || w->retention_running) &&
+	/* Not open counts as work: right after store_writer_open, the status then tells the truth. */
+	while ((w->head || w->inflight || w->retention_pending || w->retention_running ||
+	        !w->st.open) &&
 	       w->attempts_failed == failed)
 		pthread_cond_wait(&w->done, &w->lock);
 	pthread_mutex_unlock(&w->lock);
@@ -732,6 +846,7 @@ void store_writer_close(struct store_writer *w)
 	pthread_mutex_unlock(&w->lock);
 	pthread_join(w->thread, NULL);
 	/* A clean close leaves no WAL behind; failure here only means a larger -wal file. */
-	sqlite3_wal_checkpoint_v2(w->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+	if (w->db)
+		sqlite3_wal_checkpoint_v2(w->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
 	writer_free(w);
 }

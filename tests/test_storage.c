@@ -1,9 +1,12 @@
 /*
  * The history store on real SQLite files: what is written is what queries
  * return, filter by filter; retention keeps whole-bucket totals exact and
- * drops the oldest first; the schema is versioned; a full disk loses
- * nothing already stored and recovers; SIGKILL at any moment leaves a sound
- * database holding every batch synced before it.
+ * drops the oldest first, with the stacks only they used, so churning
+ * stacks cannot outgrow the size cap; the schema is versioned; a store
+ * that cannot be opened yet, a read-only file, an I/O error and a full disk
+ * lose nothing submitted within the memory bound and recover by themselves;
+ * files that are not ours to write are left byte for byte; SIGKILL at any
+ * moment leaves a sound database holding every batch synced before it.
  *
  * The seeded data is a pure function of its coordinates (target, bucket,
  * thread, stack), so the expected answer of any query is computed from the
@@ -13,11 +16,14 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <sqlite3.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -27,6 +33,10 @@
 #include "store.h"
 
 TestSuite(storage, .init = helpers_init, .fini = helpers_fini);
+
+/* The user the read-only test writes as: root writes any file whatever its mode. */
+#define NOBODY_UID 65534
+#define NOBODY_GID 65534
 
 /* ---- the seeded history ---- */
 
@@ -508,10 +518,15 @@ Test(storage, schema_reopen_keeps_data_and_refuses_newer, .timeout = 60)
 	store_reader_close(r);
 
 	raw_exec(path, "PRAGMA user_version = 99");
+	w = open_writer(path);
+	store_writer_sync(w);
+	struct store_writer_status st;
+	store_writer_status(w, &st);
+	cr_expect(st.failing && !st.open, "a newer schema is opened for writing");
+	cr_expect(strstr(st.last_error, "newer") && strstr(st.last_error, "99"), "error: %s",
+	          st.last_error);
+	store_writer_close(w);
 	struct store_error err = {{0}};
-	cr_expect_null(store_writer_open(path, &err), "a newer schema is opened for writing");
-	cr_expect(strstr(err.msg, "newer") && strstr(err.msg, "99"), "error: %s", err.msg);
-	memset(&err, 0, sizeof err);
 	cr_expect_null(store_reader_open(path, &err), "a newer schema is opened for reading");
 	cr_expect(strstr(err.msg, "newer"), "error: %s", err.msg);
 	/* Refusing did not touch it. */
@@ -522,6 +537,175 @@ Test(storage, schema_reopen_keeps_data_and_refuses_newer, .timeout = 60)
 	memset(&err, 0, sizeof err);
 	cr_expect_null(store_reader_open(missing, &err));
 	cr_expect(err.msg[0], "an error message for a missing file");
+}
+
+/* ---- opening, on the writer's thread ---- */
+
+/* The whole file, malloc'd, into *len; fails the test if it cannot be read. */
+static char *file_bytes(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	cr_assert_not_null(f, "open %s: %s", path, strerror(errno));
+	char *buf = NULL;
+	size_t n = 0, cap = 0;
+	for (;;) {
+		if (n == cap) {
+			cap = cap ? cap * 2 : 65536;
+			buf = realloc(buf, cap);
+			cr_assert_not_null(buf);
+		}
+		size_t got = fread(buf + n, 1, cap - n, f);
+		n += got;
+		if (got == 0)
+			break;
+	}
+	cr_assert(!ferror(f), "read %s", path);
+	fclose(f);
+	*len = n;
+	return buf;
+}
+
+static void expect_not_open(struct store_writer *w, const char *path, const char *why,
+                            const char *what)
+{
+	struct store_writer_status st;
+	store_writer_status(w, &st);
+	cr_expect(st.failing, "%s: the writer does not say it is failing", what);
+	cr_expect(!st.open, "%s: the writer says the database is open", what);
+	cr_expect(strstr(st.last_error, "cannot open") && strstr(st.last_error, path) &&
+	                  strstr(st.last_error, why),
+	          "%s: last error \"%s\" does not say \"cannot open\", the path and \"%s\"", what,
+	          st.last_error, why);
+}
+
+/*
+ * Until its directory exists, the store cannot be opened: batches wait
+ * (within their bound, oldest dropped first), sync does not hang, the
+ * status names the file; once the directory appears everything waiting is
+ * written, without the caller opening anything again.
+ */
+Test(storage, open_waits_for_its_directory, .timeout = 60)
+{
+	char dir[PATH_MAX - 64], state[PATH_MAX - 32], path[PATH_MAX];
+	scratch_dir(dir, sizeof dir);
+	snprintf(state, sizeof state, "%s/state", dir);
+	snprintf(path, sizeof path, "%s/history.db", state);
+	/* First the directory is a file... */
+	FILE *f = fopen(state, "w");
+	cr_assert_not_null(f);
+	fclose(f);
+	int64_t base = base_days_ago(1);
+	struct store_writer *w = open_writer(path);
+	uint64_t per = 24 * 10; /* 24 rows a bucket, whatever the bucket */
+	store_writer_set_limits(w, 3 * per, 0);
+	int nbatches = 5;
+	for (int i = 0; i < nbatches; i++)
+		cr_assert_eq(submit_buckets(w, base, 10 * i, 10 * i + 10), per);
+	store_writer_sync(w);
+	expect_not_open(w, path, "unable to open", "the directory is a file");
+	struct store_writer_status st;
+	store_writer_status(w, &st);
+	cr_expect_eq(st.pending_rows, 3 * per, "pending %llu rows", (unsigned long long)st.pending_rows);
+	cr_expect_eq(st.dropped_rows, 2 * per, "dropped %llu rows", (unsigned long long)st.dropped_rows);
+	cr_expect_eq(st.rows_written, 0);
+
+	/* ...then missing: retries (on the writer's schedule) go on failing and lose nothing more. */
+	cr_assert_eq(unlink(state), 0);
+	usleep(1200 * 1000);
+	store_writer_sync(w);
+	expect_not_open(w, path, "unable to open", "the directory is missing");
+	store_writer_status(w, &st);
+	cr_expect_eq(st.pending_rows, 3 * per);
+	cr_expect_eq(st.dropped_rows, 2 * per);
+
+	/* The directory appears: the writer opens the store by itself, within a retry. */
+	cr_assert_eq(mkdir(state, 0700), 0);
+	for (int i = 0; i < 50; i++) {
+		store_writer_status(w, &st);
+		if (!st.pending_rows)
+			break;
+		usleep(100 * 1000);
+	}
+	store_writer_status(w, &st);
+	cr_expect(st.open && !st.failing, "not open after the directory appeared: %s", st.last_error);
+	cr_expect_eq(st.pending_rows, 0, "still pending: %llu rows", (unsigned long long)st.pending_rows);
+	cr_expect_eq(st.rows_written, 3 * per);
+	cr_expect_eq(st.dropped_rows, 2 * per);
+
+	struct store_reader *r = open_reader(path);
+	struct expect e = {.targets = 0, .thread_t = -1, .k0 = 0, .k1 = 20, .times = 1};
+	struct store_query q = range_query(base, 0, 20);
+	check_query(r, &q, &e, "the two oldest batches, dropped past the bound");
+	e = (struct expect){.targets = 7, .thread_t = -1, .k0 = 20, .k1 = 50, .times = 1};
+	q = range_query(base, 20, 50);
+	check_query(r, &q, &e, "the three batches that waited");
+	store_reader_close(r);
+	store_writer_close(w);
+}
+
+/*
+ * Files the writer must not take: it says why, keeps the batches, never
+ * writes to the file (byte for byte the same after retries and a close).
+ */
+static void expect_refused(const char *path, const char *why, const char *what)
+{
+	size_t len_before, len_after;
+	char *before = file_bytes(path, &len_before);
+	int64_t base = base_days_ago(1);
+	struct store_writer *w = open_writer(path);
+	uint64_t per = submit_buckets(w, base, 0, 10);
+	store_writer_sync(w);
+	expect_not_open(w, path, why, what);
+	/* sync asks for another attempt now: a retry refuses the same way. */
+	store_writer_sync(w);
+	expect_not_open(w, path, why, what);
+	struct store_writer_status st;
+	store_writer_status(w, &st);
+	cr_expect_eq(st.pending_rows, per, "%s: %llu rows pending", what,
+	             (unsigned long long)st.pending_rows);
+	cr_expect_eq(st.rows_written, 0, "%s", what);
+	store_writer_close(w);
+	char *after = file_bytes(path, &len_after);
+	cr_expect(len_before == len_after && memcmp(before, after, len_before) == 0,
+	          "%s: the file changed (%zu bytes, then %zu)", what, len_before, len_after);
+	free(before);
+	free(after);
+}
+
+Test(storage, refuses_files_it_must_not_write, .timeout = 60)
+{
+	char dir[PATH_MAX - 64], path[PATH_MAX];
+	scratch_dir(dir, sizeof dir);
+
+	/* Not a database at all. */
+	snprintf(path, sizeof path, "%s/text.db", dir);
+	FILE *f = fopen(path, "w");
+	cr_assert_not_null(f);
+	for (int i = 0; i < 200; i++)
+		fprintf(f, "line %d of a file that is not a database\n", i);
+	fclose(f);
+	expect_refused(path, "not a database", "a text file");
+
+	/* A history of a newer pyprofd, in rollback-journal mode: switching it to WAL would write. */
+	snprintf(path, sizeof path, "%s/future.db", dir);
+	sqlite3 *db = NULL;
+	cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+	cr_assert_eq(sqlite3_exec(db,
+	                          "CREATE TABLE samples(x); INSERT INTO samples VALUES (1); "
+	                          "PRAGMA user_version = 2",
+	                          NULL, NULL, NULL),
+	             SQLITE_OK);
+	sqlite3_close(db);
+	expect_refused(path, "newer", "schema version 2");
+
+	/* Someone else's database: tables, no schema version. */
+	snprintf(path, sizeof path, "%s/foreign.db", dir);
+	cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+	cr_assert_eq(sqlite3_exec(db, "CREATE TABLE notes(x); INSERT INTO notes VALUES ('mine')", NULL,
+	                          NULL, NULL),
+	             SQLITE_OK);
+	sqlite3_close(db);
+	expect_refused(path, "not a pyprofd history", "a foreign database");
 }
 
 /* A cycle in the prefix tree (a corrupt file) gives an error, not a hang. */
@@ -675,6 +859,182 @@ Test(storage, retention_size_cap_drops_oldest_first, .timeout = 180)
 	cr_expect_str_eq(ok, "ok");
 }
 
+/*
+ * A workload whose stacks churn: every batch brings stacks, frames and
+ * strings no other batch has (a deep chain per leaf, under one root frame
+ * all batches share).  The cap must drop them with the samples that used
+ * them, or they fill the file while every sample goes.
+ */
+#define CHURN_LEAVES 8
+#define CHURN_DEPTH 12
+#define CHURN_BUCKETS 2
+#define CHURN_PID 4242
+
+static uint64_t churn_count(int batch, int leaf, int64_t k, int th)
+{
+	return 1 + (uint64_t)((batch * 31 + leaf * 7 + (int)k * 3 + th) % 13);
+}
+
+/* Batch i: buckets [i * CHURN_BUCKETS, +CHURN_BUCKETS), two threads, one sample row per leaf and on the root. */
+static struct store_batch *churn_batch(int i, int64_t base)
+{
+	struct store_batch *b = store_batch_new();
+	cr_assert_not_null(b);
+	struct store_target_info info = {.pid = CHURN_PID, .start_time = 1, .uid = 0};
+	int t = store_batch_target(b, &info);
+	cr_assert_eq(t, 0);
+	int32_t root_frame = store_batch_frame(b, "main", "app.py", 1, 0);
+	int32_t root = store_batch_stack(b, -1, root_frame);
+	cr_assert(root_frame >= 0 && root >= 0);
+	char file[64];
+	snprintf(file, sizeof file, "generated/batch_%d.py", i);
+	for (int l = 0; l < CHURN_LEAVES; l++) {
+		int32_t at = root;
+		for (int d = 0; d < CHURN_DEPTH; d++) {
+			char fn[64];
+			snprintf(fn, sizeof fn, "churn_b%d_l%d_d%d", i, l, d);
+			int32_t f = store_batch_frame(b, fn, file, d + 1, 0);
+			cr_assert_geq(f, 0);
+			at = store_batch_stack(b, at, f);
+			cr_assert_geq(at, 0);
+		}
+		for (int64_t k = 0; k < CHURN_BUCKETS; k++)
+			for (int th = 0; th < 2; th++)
+				cr_assert_eq(store_batch_samples(b, t, base + (i * CHURN_BUCKETS + k) * BUCKET_S,
+				                                 BUCKET_S, (uint64_t)th + 1, at,
+				                                 churn_count(i, l, i * CHURN_BUCKETS + k, th)),
+				             0);
+	}
+	for (int64_t k = 0; k < CHURN_BUCKETS; k++)
+		cr_assert_eq(store_batch_samples(b, t, base + (i * CHURN_BUCKETS + k) * BUCKET_S, BUCKET_S,
+		                                 1, root, 1),
+		             0);
+	return b;
+}
+
+/* What a query over one churn batch's buckets returned, leaf by leaf. */
+struct churn_tally {
+	int batch;
+	uint64_t leaf[CHURN_LEAVES], root, total;
+	unsigned foreign;
+	char first_foreign[128];
+};
+
+static int churn_row(void *ctx, const struct store_row *row)
+{
+	struct churn_tally *t = ctx;
+	t->total += row->count;
+	int b, l, d;
+	const struct store_frame *leaf = row->depth ? &row->frames[row->depth - 1] : NULL;
+	bool rooted = row->depth && strcmp(row->frames[0].function, "main") == 0;
+	if (rooted && row->depth == 1) {
+		t->root += row->count;
+	} else if (rooted && row->depth == CHURN_DEPTH + 1 &&
+	           sscanf(leaf->function, "churn_b%d_l%d_d%d", &b, &l, &d) == 3 && b == t->batch &&
+	           l >= 0 && l < CHURN_LEAVES && d == CHURN_DEPTH - 1) {
+		t->leaf[l] += row->count;
+	} else if (!t->foreign++) {
+		snprintf(t->first_foreign, sizeof t->first_foreign, "depth %u, leaf %s", row->depth,
+		         leaf ? leaf->function : "-");
+	}
+	return 0;
+}
+
+/* Rows of stacks, frames and strings nothing reaches any more. */
+static int64_t orphans(const char *path, const char *table)
+{
+	if (strcmp(table, "stacks") == 0)
+		return raw_int(path, "WITH RECURSIVE live(id) AS (SELECT stack FROM samples UNION "
+		                     "SELECT parent FROM stacks JOIN live ON stacks.id = live.id "
+		                     "WHERE parent != 0) "
+		                     "SELECT count(*) FROM stacks WHERE id NOT IN (SELECT id FROM live)");
+	if (strcmp(table, "frames") == 0)
+		return raw_int(path, "SELECT count(*) FROM frames WHERE id NOT IN "
+		                     "(SELECT frame FROM stacks)");
+	return raw_int(path, "SELECT count(*) FROM strings WHERE id NOT IN "
+	                     "(SELECT function FROM frames UNION SELECT file FROM frames)");
+}
+
+Test(storage, size_cap_drops_churning_stacks_with_their_samples, .timeout = 180)
+{
+	char path[PATH_MAX];
+	db_path(path, sizeof path);
+	int64_t base = base_days_ago(2);
+	/*
+	 * The cap is checked after a retention run, as the daemon runs it.  The
+	 * main file is measured after the run's checkpoint: it may pass the cap
+	 * only by what SQLite could not yet give back (nothing, with no reader).
+	 */
+	const uint64_t cap = 256 * 1024, margin = 0;
+	const int nbatches = 150;
+	struct store_writer *w = open_writer(path);
+	store_writer_set_limits(w, 1u << 20, cap);
+	uint64_t most = 0;
+	for (int i = 0; i < nbatches; i++) {
+		store_writer_submit(w, churn_batch(i, base));
+		store_writer_sync(w);
+		store_writer_retention(w, NULL, 0);
+		store_writer_sync(w);
+		expect_written(w, "churn");
+		struct store_writer_status st;
+		store_writer_status(w, &st);
+		cr_assert_leq(st.db_bytes, cap, "batch %d: database %llu bytes, cap %llu", i,
+		              (unsigned long long)st.db_bytes, (unsigned long long)cap);
+		struct stat sb;
+		cr_assert_eq(stat(path, &sb), 0);
+		cr_assert_leq((uint64_t)sb.st_size, cap + margin, "batch %d: file %lld bytes, cap %llu", i,
+		              (long long)sb.st_size, (unsigned long long)cap);
+		if ((uint64_t)sb.st_size > most)
+			most = (uint64_t)sb.st_size;
+	}
+	store_writer_close(w);
+	cr_log_info("largest file %llu bytes under a cap of %llu", (unsigned long long)most,
+	            (unsigned long long)cap);
+
+	cr_expect_eq(orphans(path, "stacks"), 0, "stacks no sample reaches");
+	cr_expect_eq(orphans(path, "frames"), 0, "frames no stack uses");
+	cr_expect_eq(orphans(path, "strings"), 0, "strings no frame uses");
+
+	/* Oldest batches gone, whole; every remaining one exact, leaf by leaf, with its own frames. */
+	struct store_reader *r = open_reader(path);
+	int first = -1;
+	for (int i = 0; i < nbatches; i++) {
+		struct churn_tally t = {.batch = i};
+		struct store_query q = range_query(base, (int64_t)i * CHURN_BUCKETS,
+		                                   (int64_t)(i + 1) * CHURN_BUCKETS);
+		struct store_error err = {{0}};
+		cr_assert_eq(store_query_stacks(r, &q, churn_row, &t, NULL, &err), 0, "query: %s", err.msg);
+		cr_assert_eq(t.foreign, 0, "batch %d: a stack it never wrote: %s", i, t.first_foreign);
+		if (first < 0 && t.total)
+			first = i;
+		if (first < 0)
+			continue;
+		cr_expect_eq(t.root, CHURN_BUCKETS, "batch %d: root count %llu", i,
+		             (unsigned long long)t.root);
+		for (int l = 0; l < CHURN_LEAVES; l++) {
+			uint64_t want = 0;
+			for (int64_t k = 0; k < CHURN_BUCKETS; k++)
+				for (int th = 0; th < 2; th++)
+					want += churn_count(i, l, (int64_t)i * CHURN_BUCKETS + k, th);
+			cr_expect_eq(t.leaf[l], want, "batch %d leaf %d: %llu, expected %llu", i, l,
+			             (unsigned long long)t.leaf[l], (unsigned long long)want);
+		}
+	}
+	store_reader_close(r);
+	cr_expect_gt(first, 0, "nothing dropped");
+	cr_expect_leq(first, nbatches - 4, "the cap kept only %d batches", nbatches - first);
+	/* What remains is what the remaining batches need: their chains and the shared root. */
+	int64_t kept = nbatches - first;
+	cr_expect_eq(raw_int(path, "SELECT count(*) FROM stacks"), kept * CHURN_LEAVES * CHURN_DEPTH + 1);
+	cr_expect_eq(raw_int(path, "SELECT count(*) FROM frames"), kept * CHURN_LEAVES * CHURN_DEPTH + 1);
+	/* Per batch a name per frame and its file; then main and app.py. */
+	cr_expect_eq(raw_int(path, "SELECT count(*) FROM strings"),
+	             kept * (CHURN_LEAVES * CHURN_DEPTH + 1) + 2);
+	char ok[64];
+	raw_integrity(path, ok, sizeof ok);
+	cr_expect_str_eq(ok, "ok");
+}
+
 /* ---- a full disk ---- */
 
 Test(storage, full_disk_keeps_batches_and_recovers, .timeout = 120)
@@ -738,6 +1098,201 @@ Test(storage, full_disk_keeps_batches_and_recovers, .timeout = 120)
 	            &before, "the first batch after recovery");
 	store_reader_close(r);
 	store_writer_close(w);
+}
+
+/* ---- a read-only file, an I/O error ---- */
+
+/*
+ * What a forked child checks cannot go through Criterion's assertions: it
+ * writes why it failed to fd and exits 1, and the parent asserts on that.
+ */
+__attribute__((format(printf, 2, 3), noreturn)) static void child_fail(int fd, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	if (n > 0 && write(fd, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1) < 0)
+		_exit(2);
+	_exit(1);
+}
+
+#define CHILD_CHECK(fd, cond, ...)                                                                 \
+	do {                                                                                       \
+		if (!(cond))                                                                       \
+			child_fail(fd, __VA_ARGS__);                                               \
+	} while (0)
+
+/* Runs body in a child; its verdict becomes the test's. */
+static void run_child(void (*body)(int fd, const char *path), const char *path)
+{
+	int p[2];
+	cr_assert_eq(pipe(p), 0);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		close(p[0]);
+		body(p[1], path);
+		_exit(0);
+	}
+	close(p[1]);
+	int status;
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	char msg[1024] = "";
+	ssize_t got = read(p[0], msg, sizeof msg - 1);
+	close(p[0]);
+	msg[got > 0 ? got : 0] = '\0';
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child (status %#x): %s", status,
+	          msg[0] ? msg : "no message");
+}
+
+/* The total the store has over buckets [k0, k1) of base, or -1 (for children). */
+static int64_t store_total(const char *path, int64_t base, int64_t k0, int64_t k1)
+{
+	struct store_error err = {{0}};
+	struct store_reader *r = store_reader_open(path, &err);
+	if (!r)
+		return -1;
+	struct store_query q = range_query(base, k0, k1);
+	uint64_t total = 0;
+	int rc = store_query_stacks(r, &q, NULL, NULL, &total, &err);
+	store_reader_close(r);
+	return rc < 0 ? -1 : (int64_t)total;
+}
+
+static int64_t seed_total(int64_t k0, int64_t k1)
+{
+	uint64_t per_stack[NSTACKS];
+	struct expect e = {.targets = 7, .thread_t = -1, .k0 = k0, .k1 = k1, .times = 1};
+	return (int64_t)expected(&e, per_stack);
+}
+
+/* Status checks of a child: failing or not, open or not, an error naming the file. */
+static void child_expect_status(int fd, struct store_writer *w, bool failing, bool open,
+                                uint64_t pending_rows, const char *why, const char *path,
+                                const char *what)
+{
+	struct store_writer_status st;
+	store_writer_status(w, &st);
+	CHILD_CHECK(fd, st.failing == failing && st.open == open,
+	            "%s: failing %d open %d, expected %d %d (last error: %s)", what, st.failing,
+	            st.open, failing, open, st.last_error);
+	CHILD_CHECK(fd, st.pending_rows == pending_rows, "%s: %llu rows pending, expected %llu", what,
+	            (unsigned long long)st.pending_rows, (unsigned long long)pending_rows);
+	CHILD_CHECK(fd, st.dropped_rows == 0, "%s: %llu rows dropped", what,
+	            (unsigned long long)st.dropped_rows);
+	if (why)
+		CHILD_CHECK(fd, strstr(st.last_error, why) && strstr(st.last_error, path),
+		            "%s: last error \"%s\" does not name \"%s\" and the file", what, st.last_error,
+		            why);
+}
+
+/* As nobody (root writes any file): a 0444 store waits, then recovers once it is 0644. */
+static void read_only_child(int fd, const char *path)
+{
+	if (setgroups(0, NULL) != 0 || setgid(NOBODY_GID) != 0 || setuid(NOBODY_UID) != 0)
+		child_fail(fd, "cannot become nobody: %s", strerror(errno));
+	int64_t base = base_days_ago(1);
+	struct store_error err = {{0}};
+	struct store_writer *w = store_writer_open(path, &err);
+	CHILD_CHECK(fd, w, "store_writer_open: %s", err.msg);
+	submit_buckets(w, base, 0, 10);
+	store_writer_sync(w);
+	child_expect_status(fd, w, false, true, 0, NULL, path, "before chmod");
+	store_writer_close(w);
+
+	CHILD_CHECK(fd, chmod(path, 0444) == 0, "chmod 0444: %s", strerror(errno));
+	w = store_writer_open(path, &err);
+	CHILD_CHECK(fd, w, "store_writer_open: %s", err.msg);
+	uint64_t per = submit_buckets(w, base, 10, 20);
+	store_writer_sync(w);
+	child_expect_status(fd, w, true, false, per, "readonly", path, "read-only file");
+	/* Retries on the writer's schedule keep failing, and keep the rows. */
+	usleep(1200 * 1000);
+	per += submit_buckets(w, base, 20, 30);
+	store_writer_sync(w);
+	child_expect_status(fd, w, true, false, per, "readonly", path, "read-only file, retried");
+
+	CHILD_CHECK(fd, chmod(path, 0644) == 0, "chmod 0644: %s", strerror(errno));
+	struct store_writer_status st;
+	for (int i = 0; i < 50; i++) {
+		store_writer_status(w, &st);
+		if (!st.pending_rows)
+			break;
+		usleep(100 * 1000);
+	}
+	child_expect_status(fd, w, false, true, 0, NULL, path, "writable again");
+	store_writer_close(w);
+	int64_t total = store_total(path, base, 0, 30), want = seed_total(0, 30);
+	CHILD_CHECK(fd, total == want, "after recovery: total %lld, expected %lld", (long long)total,
+	            (long long)want);
+}
+
+Test(storage, read_only_file_waits_and_recovers, .timeout = 60)
+{
+	cr_assert_eq(geteuid(), 0, "this test runs as root (it writes the store as nobody)");
+	char dir[PATH_MAX - 64], path[PATH_MAX];
+	scratch_dir(dir, sizeof dir);
+	cr_assert(chown(dir, NOBODY_UID, NOBODY_GID) == 0 && chmod(dir, 0755) == 0);
+	snprintf(path, sizeof path, "%s/history.db", dir);
+	run_child(read_only_child, path);
+}
+
+/*
+ * An I/O error in the middle of a write (the file size limit of the
+ * process: every write fails with EFBIG, which SQLite reports as a disk I/O
+ * error) closes the connection; once writes work again the writer opens the
+ * file anew by itself and writes what waited.
+ */
+static void io_error_child(int fd, const char *path)
+{
+	int64_t base = base_days_ago(1);
+	struct store_error err = {{0}};
+	struct store_writer *w = store_writer_open(path, &err);
+	CHILD_CHECK(fd, w, "store_writer_open: %s", err.msg);
+	submit_buckets(w, base, 0, 10);
+	store_writer_sync(w);
+	child_expect_status(fd, w, false, true, 0, NULL, path, "before the error");
+
+	struct rlimit lim;
+	CHILD_CHECK(fd, getrlimit(RLIMIT_FSIZE, &lim) == 0, "getrlimit");
+	rlim_t soft = lim.rlim_cur;
+	signal(SIGXFSZ, SIG_IGN);
+	lim.rlim_cur = 0;
+	CHILD_CHECK(fd, setrlimit(RLIMIT_FSIZE, &lim) == 0, "setrlimit: %s", strerror(errno));
+	uint64_t per = submit_buckets(w, base, 10, 20);
+	store_writer_sync(w);
+	child_expect_status(fd, w, true, false, per, "I/O error", "", "writes fail");
+	/* Retries open the file again; while writes fail, they fail and keep the rows. */
+	usleep(1200 * 1000);
+	store_writer_sync(w);
+	child_expect_status(fd, w, true, false, per, NULL, path, "writes still fail");
+
+	lim.rlim_cur = soft;
+	CHILD_CHECK(fd, setrlimit(RLIMIT_FSIZE, &lim) == 0, "setrlimit: %s", strerror(errno));
+	struct store_writer_status st;
+	for (int i = 0; i < 50; i++) {
+		store_writer_status(w, &st);
+		if (!st.pending_rows)
+			break;
+		usleep(100 * 1000);
+	}
+	child_expect_status(fd, w, false, true, 0, NULL, path, "writes work again");
+	store_writer_close(w);
+	int64_t total = store_total(path, base, 0, 20), want = seed_total(0, 20);
+	CHILD_CHECK(fd, total == want, "after recovery: total %lld, expected %lld", (long long)total,
+	            (long long)want);
+}
+
+Test(storage, io_error_reopens_and_recovers, .timeout = 60)
+{
+	char path[PATH_MAX];
+	db_path(path, sizeof path);
+	run_child(io_error_child, path);
+	char ok[64];
+	raw_integrity(path, ok, sizeof ok);
+	cr_expect_str_eq(ok, "ok");
 }
 
 /* ---- crash durability ---- */
