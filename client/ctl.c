@@ -1011,8 +1011,8 @@ static int cmd_status(struct ctl *ctl, int argc, char **argv)
 			"cpu_percent", format_json_double(r->cpu_percent), "state_dir",
 			format_json_string(r->state_dir), "socket", format_json_string(r->socket));
 		json_t *history = json_pack(
-			"{s:o, s:b, s:o, s:o, s:o, s:o, s:o, s:o}", "file", format_json_string(r->history_file),
-			"failing", r->history_failing, "error", format_json_string(r->history_error),
+			"{s:o, s:b, s:b, s:o, s:o, s:o, s:o, s:o, s:o}", "file", format_json_string(r->history_file),
+			"open", r->history_open, "failing", r->history_failing, "error", format_json_string(r->history_error),
 			"pending_rows", format_json_u64(r->history_pending_rows), "rows_written",
 			format_json_u64(r->history_rows_written), "dropped_rows",
 			format_json_u64(r->history_dropped_rows), "bytes", format_json_u64(r->history_bytes),

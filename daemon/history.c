@@ -243,34 +243,6 @@ static struct store_batch *history_batch(struct history *h, struct target *t)
 
 static void on_flush_timer(struct ev_loop *loop, ev_timer *w, int revents);
 
-/* Open the store if it is not open; false (logged once per failure streak) if it cannot be. */
-static bool history_ready(struct history *h)
-{
-	if (h->writer)
-		return true;
-	/* Opening is SQLite work on the loop: after a failure, once a flush interval at most. */
-	ev_tstamp now = ev_now(h->server->loop);
-	if (h->open_failing && now < h->next_open_try)
-		return false;
-	h->next_open_try = now + h->server->config.flush_interval_s;
-	struct store_error err = {{0}};
-	h->writer = store_writer_open(h->path, &err);
-	if (!h->writer) {
-		if (!h->open_failing)
-			log_error("history: cannot open %s: %s (samples wait in memory)", h->path, err.msg);
-		h->open_failing = true;
-		snprintf(h->open_error, sizeof h->open_error, "%s", err.msg);
-		return false;
-	}
-	if (h->open_failing)
-		log_info("history: %s is open again", h->path);
-	h->open_failing = false;
-	h->open_error[0] = '\0';
-	store_writer_set_limits(h->writer, h->max_pending_rows, h->max_db_bytes);
-	store_writer_set_file_limit(h->writer, h->max_file_bytes);
-	return true;
-}
-
 int history_open(struct history *h, struct server *s)
 {
 	memset(h, 0, sizeof *h);
@@ -284,7 +256,17 @@ int history_open(struct history *h, struct server *s)
 	if (!h->path)
 		return -1;
 	snprintf(h->path, len, "%s/pyprofd.db", s->config.state_dir);
-	history_ready(h);
+	/* The writer's thread opens the file, and retries while it cannot: the loop never waits on it. */
+	struct store_error err = {{0}};
+	h->writer = store_writer_open(h->path, &err);
+	if (!h->writer) {
+		log_error("history: %s", err.msg);
+		free(h->path);
+		h->path = NULL;
+		return -1;
+	}
+	store_writer_set_limits(h->writer, h->max_pending_rows, h->max_db_bytes);
+	store_writer_set_file_limit(h->writer, h->max_file_bytes);
 	ev_timer_init(&h->flush_timer, on_flush_timer, s->config.flush_interval_s, s->config.flush_interval_s);
 	h->flush_timer.data = h;
 	ev_timer_start(s->loop, &h->flush_timer);
@@ -314,12 +296,6 @@ void history_flush_target(struct history *h, struct target *t)
 		pending_clear(&t->pending);
 		return;
 	}
-	if (!history_ready(h)) {
-		/* Stack ids die with the epoch: past that, the counts are lost, and said to be. */
-		h->lost_samples += t->pending.samples;
-		pending_clear(&t->pending);
-		return;
-	}
 	struct store_batch *b = history_batch(h, t);
 	if (!b) {
 		log_warn("pid %d: out of memory writing %llu samples to the history", (int)t->pid,
@@ -336,9 +312,17 @@ void history_flush_all(struct history *h)
 	struct targets *ts = &h->server->targets;
 	for (size_t i = 0; i < ts->n; i++)
 		history_flush_target(h, ts->v[i]);
-	/* Old buckets merge into coarser ones ([storage] retention), now and then. */
+	/*
+	 * Old buckets merge into coarser ones ([storage] retention) now and then,
+	 * and the size cap is enforced then too, or at once when the file is past it.
+	 */
 	const struct config *c = &h->server->config;
-	if (h->writer && c->nretention && h->flushes++ % 60 == 0) {
+	if (!h->writer)
+		return;
+	struct store_writer_status st;
+	store_writer_status(h->writer, &st);
+	bool over_cap = c->max_db_bytes && st.open && st.db_bytes > c->max_db_bytes;
+	if ((c->nretention || c->max_db_bytes) && (h->flushes++ % 60 == 0 || over_cap)) {
 		struct store_retention_step steps[CONFIG_RETENTION_MAX];
 		for (unsigned i = 0; i < c->nretention; i++)
 			steps[i] = (struct store_retention_step){c->retention_age_s[i], c->retention_bucket_s[i]};
@@ -346,7 +330,10 @@ void history_flush_all(struct history *h)
 	}
 }
 
-/* Say once when writes start failing (full disk, read-only file) and once when they recover. */
+/*
+ * Say once when the database cannot be opened or written (full disk,
+ * read-only file, I/O errors) and once when it recovers.
+ */
 static void history_watch(struct history *h)
 {
 	if (!h->writer)
@@ -354,8 +341,10 @@ static void history_watch(struct history *h)
 	struct store_writer_status st;
 	store_writer_status(h->writer, &st);
 	if (st.failing && !h->write_failing)
-		log_error("history: writing %s fails: %s; samples wait in memory (%llu rows)", h->path,
-		          st.last_error, (unsigned long long)st.pending_rows);
+		/* An open failure's message names the file already. */
+		log_error("history: %s%s%s%s; samples wait in memory (%llu rows)", st.open ? "writing " : "",
+		          st.open ? h->path : "", st.open ? " fails: " : "", st.last_error,
+		          (unsigned long long)st.pending_rows);
 	else if (!st.failing && h->write_failing)
 		log_info("history: writing %s again (%llu rows dropped meanwhile)", h->path,
 		         (unsigned long long)st.dropped_rows);
@@ -392,14 +381,12 @@ void history_status(struct history *h, Pyprofd__StatusResult *out, struct arena 
 {
 	out->history_file = h->path;
 	out->history_lost_samples = h->lost_samples;
-	if (!h->writer) {
-		out->history_failing = true;
-		out->history_error = h->open_error;
+	if (!h->writer)
 		return;
-	}
 	struct store_writer_status st;
 	store_writer_status(h->writer, &st);
 	out->history_failing = st.failing;
+	out->history_open = st.open;
 	out->history_error = st.failing ? arena_strdup(a, st.last_error) : (char *)"";
 	out->history_pending_rows = st.pending_rows;
 	out->history_rows_written = st.rows_written;

@@ -213,13 +213,11 @@ void pending_free(struct pending *p);
 struct history {
 	struct server *server;
 	char *path;
-	struct store_writer *writer; /* NULL while the database cannot be opened */
+	struct store_writer *writer; /* opens the file on its thread, and retries while it cannot */
 	ev_timer flush_timer;
 	unsigned bucket_seconds;
 	uint64_t max_pending_rows, max_db_bytes, max_file_bytes;
-	bool open_failing, write_failing;
-	ev_tstamp next_open_try; /* while the database cannot be opened */
-	char open_error[256];
+	bool write_failing; /* as last logged */
 	uint64_t lost_samples, flushes;
 };
 int history_open(struct history *h, struct server *s);

@@ -335,3 +335,56 @@ void ctl_ok(const struct daemon *d, const char *const args[])
 	cr_assert(r.exited && r.code == 0, "pyprofd-ctl %s: %s", args[0], run_describe(&r, why, sizeof why));
 	run_result_free(&r);
 }
+
+/* ---- the user nobody ---- */
+
+/* A program that idles in a function of its own, for nobody to run. */
+const char idle_program[] =
+	"import time\ndef idle():\n    while True:\n        time.sleep(0.01)\nidle()\n";
+
+/* nobody attaches to its own process pid, retrying while its interpreter starts. */
+void attach_as_nobody(const struct daemon *d, pid_t pid, const char *context)
+{
+	struct run_opts nobody = {.drop_privileges = true, .uid = NOBODY_UID, .gid = NOBODY_GID};
+	char p[16], why[512];
+	const char *attach_own[] = {"attach", pid_text(pid, p, sizeof p), "--rate", "100", NULL};
+	struct run_result r;
+	for (int i = 0; i < 100; i++) {
+		ctl_run(d, &r, attach_own, &nobody);
+		if (r.exited && r.code == 0)
+			break;
+		/* Until the interpreter has started, it is not yet a Python process. */
+		run_result_free(&r);
+		pause_ms(100);
+	}
+	cr_assert(r.exited && r.code == 0, "%s: %s", context, run_describe(&r, why, sizeof why));
+	run_result_free(&r);
+}
+
+/* An interpreter the unprivileged user may run, or NULL. */
+const struct python *python_for_nobody(const struct python *pys, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct run_result r;
+		const char *argv[] = {AS_NOBODY, pys[i].path, "-I", "-c", "pass", NULL};
+		run_command(&r, argv, NULL);
+		bool ok = r.exited && r.code == 0;
+		run_result_free(&r);
+		if (ok)
+			return &pys[i];
+	}
+	return NULL;
+}
+
+/* Yama may forbid reading a process that is not one's child; then only root can profile. */
+bool yama_restricts_ptrace(void)
+{
+	FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
+	int scope = 0;
+	if (f) {
+		if (fscanf(f, "%d", &scope) != 1)
+			scope = 0;
+		fclose(f);
+	}
+	return scope > 0;
+}

@@ -79,4 +79,21 @@ const char *pid_text(pid_t pid, char *buf, size_t len);
 /* `pyprofd-ctl ARGS` must succeed. */
 void ctl_ok(const struct daemon *d, const char *const args[]);
 
+/* ---- the user nobody ---- */
+
+/* The start of an argv that runs the rest as the user nobody. */
+#define AS_NOBODY "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"
+
+/* A program that idles in a function of its own, for nobody to run. */
+extern const char idle_program[];
+
+/* nobody attaches to its own process pid, retrying while its interpreter starts. */
+void attach_as_nobody(const struct daemon *d, pid_t pid, const char *context);
+
+/* An interpreter the unprivileged user may run, or NULL. */
+const struct python *python_for_nobody(const struct python *pys, size_t n);
+
+/* Yama may forbid reading a process that is not one's child; then only root can profile. */
+bool yama_restricts_ptrace(void);
+
 #endif

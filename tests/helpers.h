@@ -18,6 +18,10 @@
 #include "pythons.h"
 
 /* Generous: a loaded 2-core machine may start interpreters slowly. */
+/* The unprivileged user the permission tests run things as. */
+#define NOBODY_UID 65534
+#define NOBODY_GID 65534
+
 #define TARGET_READY_TIMEOUT_S 45.0
 /* Only catches a hung dump; no test asserts on how long a dump takes. */
 #define DUMP_TIMEOUT_S 60.0

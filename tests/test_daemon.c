@@ -24,9 +24,6 @@
 
 TestSuite(daemon, .init = helpers_init, .fini = helpers_fini);
 
-#define NOBODY_UID 65534
-#define NOBODY_GID 65534
-
 static const char *jstr(json_t *obj, const char *key)
 {
 	json_t *v = json_object_get(obj, key);
@@ -540,47 +537,6 @@ Test(daemon, malformed_frames, .timeout = 300)
 	daemon_stop(&d);
 }
 
-/* The start of an argv that runs the rest as the user nobody. */
-#define AS_NOBODY "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"
-
-/* A program that idles in a function of its own, for nobody to run. */
-static const char idle_program[] =
-	"import time\ndef idle():\n    while True:\n        time.sleep(0.01)\nidle()\n";
-
-/* nobody attaches to its own process pid, retrying while its interpreter starts. */
-static void attach_as_nobody(const struct daemon *d, pid_t pid, const char *context)
-{
-	struct run_opts nobody = {.drop_privileges = true, .uid = NOBODY_UID, .gid = NOBODY_GID};
-	char p[16], why[512];
-	const char *attach_own[] = {"attach", pid_text(pid, p, sizeof p), "--rate", "100", NULL};
-	struct run_result r;
-	for (int i = 0; i < 100; i++) {
-		ctl_run(d, &r, attach_own, &nobody);
-		if (r.exited && r.code == 0)
-			break;
-		/* Until the interpreter has started, it is not yet a Python process. */
-		run_result_free(&r);
-		pause_ms(100);
-	}
-	cr_assert(r.exited && r.code == 0, "%s: %s", context, run_describe(&r, why, sizeof why));
-	run_result_free(&r);
-}
-
-/* An interpreter the unprivileged user may run, or NULL. */
-static const struct python *python_for_nobody(const struct python *pys, size_t n)
-{
-	for (size_t i = 0; i < n; i++) {
-		struct run_result r;
-		const char *argv[] = {AS_NOBODY, pys[i].path, "-I", "-c", "pass", NULL};
-		run_command(&r, argv, NULL);
-		bool ok = r.exited && r.code == 0;
-		run_result_free(&r);
-		if (ok)
-			return &pys[i];
-	}
-	return NULL;
-}
-
 /* Another uid acts only on its own processes: SO_PEERCRED against each process's owner. */
 Test(daemon, unprivileged_user, .timeout = 300)
 {
@@ -848,19 +804,6 @@ Test(daemon, systemd_socket_and_notify, .timeout = 120)
 	}
 	cr_assert(r > 0, "no STOPPING=1 on shutdown");
 	close(nfd);
-}
-
-/* Yama may forbid reading a process that is not one's child; then only root can profile. */
-static bool yama_restricts_ptrace(void)
-{
-	FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
-	int scope = 0;
-	if (f) {
-		if (fscanf(f, "%d", &scope) != 1)
-			scope = 0;
-		fclose(f);
-	}
-	return scope > 0;
 }
 
 /* The daemon run by a plain user, on its own state directory, profiles that user's processes. */

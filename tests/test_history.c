@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -537,4 +538,111 @@ Test(history, function_table_counted_by_daemon, .timeout = 300)
 	daemon_stop(&d);
 	target_kill(&deep);
 	target_kill(&many);
+}
+
+/* The daemon run by nobody on its own state directory (root ignores file modes, nobody does not). */
+static void nobody_daemon_start(struct daemon *d, const char *dir)
+{
+	memset(d, 0, sizeof *d);
+	snprintf(d->dir, sizeof d->dir, "%s", dir);
+	snprintf(d->state, sizeof d->state, "%s/state", dir);
+	snprintf(d->sock, sizeof d->sock, "%s/state/pyprofd.sock", dir);
+	snprintf(d->log, sizeof d->log, "%s/daemon.log", dir);
+	char *const argv[] = {AS_NOBODY, (char *)pyprofd_bin(), "--state-dir", d->state,
+	                      "--flush-interval", "1", "--log-level", "info", NULL};
+	d->pid = spawn_process(argv, d->log);
+	cr_assert(daemon_wait_listening(d), "the daemon run by nobody does not listen on %s", d->sock);
+}
+
+static json_t *history_status(const struct daemon *d)
+{
+	static const char *const status[] = {"status", NULL};
+	json_t *s = ctl_json(d, status);
+	json_t *h = json_incref(json_object_get(s, "history"));
+	json_decref(s);
+	return h;
+}
+
+/*
+ * A database the daemon may not write: it starts anyway, samples into
+ * memory, says so in status and in its log, and once the file is writable
+ * again writes everything it kept: the stored total is exact.
+ */
+Test(history, read_only_database_waits_and_recovers, .timeout = 300)
+{
+	cr_assert_eq(geteuid(), 0, "this test runs as root (it runs the daemon as nobody)");
+	if (yama_restricts_ptrace())
+		cr_skip_test("Yama ptrace_scope > 0: a user's daemon may read only its own children");
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	const struct python *py = python_for_nobody(pys, n);
+	cr_assert_not_null(py, "no interpreter found that the user nobody may run");
+	char dir[PATH_MAX - 64], db[PATH_MAX + 16], p[16];
+	scratch_dir(dir, sizeof dir);
+	cr_assert(chown(dir, NOBODY_UID, NOBODY_GID) == 0 && chmod(dir, 0755) == 0);
+	struct target own;
+	const char *as_nobody[] = {AS_NOBODY, py->path, "-I", "-c", idle_program, NULL};
+	target_start_argv(&own, as_nobody);
+	pid_text(own.pid, p, sizeof p);
+
+	/* A first run stores some samples, and leaves the file. */
+	struct daemon d;
+	nobody_daemon_start(&d, dir);
+	attach_as_nobody(&d, own.pid, "first run");
+	pause_ms(1200);
+	json_int_t first = history_samples(&d, own.pid);
+	daemon_stop(&d);
+	cr_assert_gt(first, 0);
+	snprintf(db, sizeof db, "%s/pyprofd.db", d.state);
+	cr_assert(chmod(db, 0444) == 0, "%s: %s", db, strerror(errno));
+
+	/* The second run cannot write it. */
+	nobody_daemon_start(&d, dir);
+	attach_as_nobody(&d, own.pid, "second run");
+	pause_ms(2500);
+	json_t *h = history_status(&d);
+	cr_assert(json_is_true(json_object_get(h, "failing")), "a read-only file is not failing: %s",
+	          json_dumps(h, JSON_COMPACT));
+	cr_assert(strstr(json_string_value(json_object_get(h, "error")), "readonly"),
+	          "the error does not say why: %s", json_dumps(h, JSON_COMPACT));
+	cr_assert_gt(jint(h, "pending_rows"), 0, "no samples wait in memory");
+	cr_assert_eq(jint(h, "dropped_rows"), 0);
+	json_decref(h);
+	char *log = daemon_log(&d);
+	cr_assert(strstr(log, "readonly") && strstr(log, "samples wait in memory"),
+	          "the log does not say it: %s", log);
+	free(log);
+
+	/* Writable again: everything kept in memory reaches the file. */
+	cr_assert(chmod(db, 0644) == 0);
+	bool recovered = false;
+	for (int i = 0; i < 100 && !recovered; i++) {
+		pause_ms(100);
+		h = history_status(&d);
+		recovered = json_is_false(json_object_get(h, "failing")) && jint(h, "pending_rows") == 0;
+		json_decref(h);
+	}
+	cr_assert(recovered, "the daemon did not write again once the file was writable");
+	const char *detach[] = {"detach", p, NULL};
+	ctl_ok(&d, detach);
+	json_int_t second = history_samples(&d, own.pid);
+	cr_assert_gt(second, 0);
+	const char *by_pid[] = {"--pid", p, NULL};
+	cr_assert_eq(query_total(&d, by_pid, NULL), first + second,
+	             "stored %lld samples of %lld + %lld", (long long)query_total(&d, by_pid, NULL),
+	             (long long)first, (long long)second);
+	/* The log says so at the next flush. */
+	bool said = false;
+	for (int i = 0; i < 50 && !said; i++) {
+		log = daemon_log(&d);
+		said = strstr(log, " again (0 rows dropped meanwhile)") != NULL;
+		if (!said) {
+			free(log);
+			pause_ms(100);
+		}
+	}
+	cr_assert(said, "the log does not say it recovered: %s", log);
+	free(log);
+	daemon_stop(&d);
+	target_kill(&own);
 }

@@ -34,10 +34,6 @@
 
 TestSuite(storage, .init = helpers_init, .fini = helpers_fini);
 
-/* The user the read-only test writes as: root writes any file whatever its mode. */
-#define NOBODY_UID 65534
-#define NOBODY_GID 65534
-
 /* ---- the seeded history ---- */
 
 #define NTARGETS 3
