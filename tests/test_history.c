@@ -590,6 +590,8 @@ Test(history, read_only_database_waits_and_recovers, .timeout = 300)
 	nobody_daemon_start(&d, dir);
 	attach_as_nobody(&d, own.pid, "first run");
 	pause_ms(1200);
+	const char *detach[] = {"detach", p, NULL};
+	ctl_ok(&d, detach);
 	json_int_t first = history_samples(&d, own.pid);
 	daemon_stop(&d);
 	cr_assert_gt(first, 0);
@@ -623,7 +625,6 @@ Test(history, read_only_database_waits_and_recovers, .timeout = 300)
 		json_decref(h);
 	}
 	cr_assert(recovered, "the daemon did not write again once the file was writable");
-	const char *detach[] = {"detach", p, NULL};
 	ctl_ok(&d, detach);
 	json_int_t second = history_samples(&d, own.pid);
 	cr_assert_gt(second, 0);
