@@ -8,7 +8,9 @@
 2. Queries through the daemon over the synthetic day store_bench leaves
    (--synthetic DIR): 24 h of 10 targets as stacks, as a function table, as a
    diff of its two halves, and the processes it has; wall time of
-   pyprofd-ctl, median of 3.
+   pyprofd-ctl, median of 3.  Then the function table while the daemon's
+   default retention merges that day (it must not wait for the merge), and
+   everything again after it.
 3. Sampling punctuality while the history works hard: 10 targets x 4 threads
    at 100 Hz, first with 10 s flushes and no queries, then with 1 s flushes
    and a query of everything running back to back; timer lateness (jitter)
@@ -139,33 +141,57 @@ def jitter_phases(args, python):
     print("  history rows written: %d" % queries["rows_written"])
 
 
-def synthetic_queries(args, retention):
-    # The daemon's retention runs when it starts: "none" keeps the raw day.
-    d = Daemon(args.pyprofd, args.ctl, state=args.synthetic,
-               config="[storage]\nretention = %s\n" % retention)
+def synthetic_cases(d):
+    procs = d.ctl("query", "--format", "processes")
+    first = min(p["first"] for p in procs)
+    last = max(p["last"] for p in procs)
+    mid = int((first + last) / 2)
+    rng = ["--from", str(int(first)), "--until", str(int(last))]
+    return len(procs), [
+        ("stacks (collapsed)", ["query", "--format", "collapsed"] + rng),
+        ("function table", ["query", "--format", "table"] + rng),
+        ("function table, top 20", ["query", "--format", "table", "--limit", "20"] + rng),
+        ("diff of the two halves", ["diff", "--base", "%d..%d" % (first, mid),
+                                    "--compare", "%d..%d" % (mid, last)]),
+        ("processes", ["query", "--format", "processes"] + rng),
+    ]
+
+
+def time_cases(d, cases, runs=3):
+    for name, argv in cases:
+        times = []
+        for _ in range(runs):
+            t0 = time.monotonic()
+            out = d.ctl(*argv, json_out=False)
+            times.append(time.monotonic() - t0)
+        print("  %-28s %8.0f ms (%d bytes out)" % (name, statistics.median(times) * 1e3, len(out)))
+
+
+def synthetic_queries(args):
+    """The raw day, then the same day while the daemon's own retention merges it, then after."""
+    raw = args.synthetic + "/raw"
+    os.mkdir(raw)
+    shutil.copy(os.path.join(args.synthetic, "pyprofd.db"), raw)
+    d = Daemon(args.pyprofd, args.ctl, state=raw, config="[storage]\nretention = none\n")
     try:
-        procs = d.ctl("query", "--format", "processes")
-        first = min(p["first"] for p in procs)
-        last = max(p["last"] for p in procs)
-        mid = int((first + last) / 2)
-        rng = ["--from", str(int(first)), "--until", str(int(last))]
-        cases = [
-            ("stacks (collapsed)", ["query", "--format", "collapsed"] + rng),
-            ("function table", ["query", "--format", "table"] + rng),
-            ("function table, top 20", ["query", "--format", "table", "--limit", "20"] + rng),
-            ("diff of the two halves", ["diff", "--base", "%d..%d" % (first, mid),
-                                        "--compare", "%d..%d" % (mid, last)]),
-            ("processes", ["query", "--format", "processes"] + rng),
-        ]
-        print("queries through the daemon, synthetic day (%d targets, 24 h), retention %s:"
-              % (len(procs), retention))
-        for name, argv in cases:
-            times = []
-            for _ in range(3):
-                t0 = time.monotonic()
-                out = d.ctl(*argv, json_out=False)
-                times.append(time.monotonic() - t0)
-            print("  %-28s %8.0f ms (%d bytes out)" % (name, statistics.median(times) * 1e3, len(out)))
+        n, cases = synthetic_cases(d)
+        print("queries through the daemon, synthetic day (%d targets, 24 h, 10 s buckets):" % n)
+        time_cases(d, cases)
+    finally:
+        d.proc.terminate()
+        d.proc.wait(timeout=30)
+    shutil.rmtree(raw)
+    # Default retention, started by the first flush: a day of 10 s buckets older than an hour.
+    d = Daemon(args.pyprofd, args.ctl, state=args.synthetic,
+               config="[storage]\nflush_interval_s = 1\n")
+    try:
+        time.sleep(1.5)
+        print("the same while the daemon merges it into 1 min buckets (default retention):")
+        t0 = time.monotonic()
+        time_cases(d, cases[1:2], runs=5)
+        print("after the merge (%.0f s later):" % (time.monotonic() - t0))
+        time.sleep(25)
+        time_cases(d, cases)
     finally:
         d.proc.terminate()
         d.proc.wait(timeout=30)
@@ -179,11 +205,7 @@ def main():
     ap.add_argument("--synthetic", help="a state directory holding store_bench's synthetic day")
     args = ap.parse_args()
     if args.synthetic:
-        synthetic_queries(args, "none")
-        t0 = time.monotonic()
-        synthetic_queries(args, "3600:60,86400:3600")
-        print("  (the daemon merged the day into 1 min buckets as it started: %.1f s in all)"
-              % (time.monotonic() - t0))
+        synthetic_queries(args)
     pys = interpreters()
     if not pys:
         sys.exit("no CPython found")

@@ -312,10 +312,16 @@ void history_flush_all(struct history *h)
 	struct targets *ts = &h->server->targets;
 	for (size_t i = 0; i < ts->n; i++)
 		history_flush_target(h, ts->v[i]);
-	/*
-	 * Old buckets merge into coarser ones ([storage] retention) now and then,
-	 * and the size cap is enforced then too, or at once when the file is past it.
-	 */
+}
+
+/*
+ * Old buckets merge into coarser ones ([storage] retention) every 60 flush
+ * intervals, and the size cap is enforced then too, or at once when the file
+ * is past it.  From the flush timer only: a query's flush must not start a
+ * long merge that the query would then wait for.
+ */
+static void history_retention(struct history *h)
+{
 	const struct config *c = &h->server->config;
 	if (!h->writer)
 		return;
@@ -356,13 +362,14 @@ static void on_flush_timer(struct ev_loop *loop, ev_timer *w, int revents)
 	(void)loop;
 	(void)revents;
 	history_flush_all(w->data);
+	history_retention(w->data);
 	history_watch(w->data);
 }
 
 void history_sync(struct history *h)
 {
 	if (h->writer)
-		store_writer_sync(h->writer);
+		store_writer_flush(h->writer);
 }
 
 void history_close(struct history *h)

@@ -225,7 +225,7 @@ void history_configure(struct history *h, const struct config *c);
 /* Hand a target's counts to the writer: at flush time, and before its stack ids lose meaning. */
 void history_flush_target(struct history *h, struct target *t);
 void history_flush_all(struct history *h);
-/* Wait until what was handed over is written (or failing); not on the loop. */
+/* Wait until what was handed over is written (or failing), not for retention; not on the loop. */
 void history_sync(struct history *h);
 void history_close(struct history *h);
 void history_status(struct history *h, Pyprofd__StatusResult *out, struct arena *a);

@@ -4,8 +4,10 @@
  *
  * Merging adds the counts of every fine row into the row of the coarse
  * bucket that contains its start (bucket_start rounded down to the step's
- * width), per (target, thread, stack), and deletes the fine rows, in one
- * transaction per step.  Only whole coarse buckets are merged (those ending
+ * width), per (target, thread, stack), and deletes the fine rows, an hour
+ * of buckets per transaction, oldest first, so a backlog (a daemon down for
+ * days, a new step) holds the writer a slice at a time: between slices the
+ * writer may write the batches that came meanwhile.  Only whole coarse buckets are merged (those ending
  * before now - older_than), so a coarse bucket never sits beside fine rows
  * of its own span, and the sum over any range of whole coarse buckets is
  * what it was before.
@@ -32,23 +34,36 @@
 /* Bounds the cap's rounds; each drops at least one bucket start, usually all it needs at once. */
 #define STORE_MAX_CAP_ROUNDS 64
 
+/* Bucket time merged per transaction: a slice's rows, not the whole backlog's, hold the writer. */
+#define STORE_MERGE_SLICE_S 3600
+
 static const char merge_sql[] =
 	"INSERT INTO samples(target, bucket_start, bucket_seconds, thread_id, stack, count) "
 	"SELECT target, (bucket_start / ?2) * ?2, ?2, thread_id, stack, sum(count) FROM samples "
-	"WHERE bucket_start < ?1 AND bucket_seconds < ?2 "
+	"WHERE bucket_start >= ?3 AND bucket_start < ?1 AND bucket_seconds < ?2 "
 	"GROUP BY target, (bucket_start / ?2) * ?2, thread_id, stack "
 	"ON CONFLICT(target, bucket_start, bucket_seconds, thread_id, stack) "
 	"DO UPDATE SET count = count + excluded.count";
-static const char merged_sql[] = "DELETE FROM samples WHERE bucket_start < ?1 AND bucket_seconds < ?2";
+static const char merged_sql[] =
+	"DELETE FROM samples WHERE bucket_start >= ?3 AND bucket_start < ?1 AND bucket_seconds < ?2";
+/* The oldest bucket still to merge at or past ?3. */
+static const char oldest_sql[] =
+	"SELECT min(bucket_start) FROM samples "
+	"WHERE bucket_start >= ?3 AND bucket_start < ?1 AND bucket_seconds < ?2";
 
-/* Runs a statement with (cut, width) bound.  0, or -1 and *err. */
-static int run_bound(sqlite3 *db, const char *sql, int64_t cut, int64_t width,
-                     struct store_error *err)
+/* Runs a statement with (end, width, start) bound; *first gets a row's integer.  0, or -1 and *err. */
+static int run_bound(sqlite3 *db, const char *sql, int64_t end, int64_t width, int64_t start,
+                     int64_t *first, struct store_error *err)
 {
 	sqlite3_stmt *st = NULL;
-	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK ||
-	    sqlite3_bind_int64(st, 1, cut) != SQLITE_OK || sqlite3_bind_int64(st, 2, width) != SQLITE_OK ||
-	    sqlite3_step(st) != SQLITE_DONE) {
+	int rc = SQLITE_ERROR;
+	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK &&
+	    sqlite3_bind_int64(st, 1, end) == SQLITE_OK && sqlite3_bind_int64(st, 2, width) == SQLITE_OK &&
+	    sqlite3_bind_int64(st, 3, start) == SQLITE_OK)
+		rc = sqlite3_step(st);
+	if (rc == SQLITE_ROW && first)
+		*first = sqlite3_column_type(st, 0) == SQLITE_NULL ? -1 : sqlite3_column_int64(st, 0);
+	if (rc != SQLITE_DONE && !(rc == SQLITE_ROW && first)) {
 		store_error_set(err, db, "retention %.30s", sql);
 		sqlite3_finalize(st);
 		return -1;
@@ -57,9 +72,28 @@ static int run_bound(sqlite3 *db, const char *sql, int64_t cut, int64_t width,
 	return 0;
 }
 
-/* One step: every whole coarse bucket older than its age merged.  0, or -1 and *err. */
+/* Merges [start, end) of one step in one transaction.  0, or -1 and *err. */
+static int merge_slice(sqlite3 *db, int64_t start, int64_t end, int64_t width,
+                       struct store_error *err)
+{
+	if (store_exec(db, "BEGIN IMMEDIATE", err) < 0)
+		return -1;
+	if (run_bound(db, merge_sql, end, width, start, NULL, err) < 0 ||
+	    run_bound(db, merged_sql, end, width, start, NULL, err) < 0 ||
+	    store_exec(db, "COMMIT", err) < 0) {
+		store_exec(db, "ROLLBACK", NULL);
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * One step: every whole coarse bucket older than its age merged, oldest
+ * first, a slice per transaction.  0 when done, 1 when yield asked to stop
+ * between slices, or -1 and *err.
+ */
 static int retention_merge(sqlite3 *db, const struct store_retention_step *s, double now,
-                           struct store_error *err)
+                           bool (*yield)(void *ctx), void *yield_ctx, struct store_error *err)
 {
 	if (s->bucket_seconds == 0 || !(s->older_than_s >= 0)) {
 		store_error_text(err, "retention step: width %u, age %g: invalid", s->bucket_seconds,
@@ -74,14 +108,27 @@ static int retention_merge(sqlite3 *db, const struct store_retention_step *s, do
 	/* Rounding down by division: bucket starts are seconds after 1970, never negative. */
 	if (cut <= 0)
 		return 0;
-	if (store_exec(db, "BEGIN IMMEDIATE", err) < 0)
-		return -1;
-	if (run_bound(db, merge_sql, cut, width, err) < 0 ||
-	    run_bound(db, merged_sql, cut, width, err) < 0 || store_exec(db, "COMMIT", err) < 0) {
-		store_exec(db, "ROLLBACK", NULL);
-		return -1;
+	/* Whole coarse buckets per slice, at least one, about an hour of them. */
+	int64_t slice = width * (width >= STORE_MERGE_SLICE_S ? 1 : STORE_MERGE_SLICE_S / width);
+	int64_t from = 0;
+	/*
+	 * Each slice merges and deletes every fine row of its span, so the next
+	 * oldest lies past it: at most one slice per coarse span up to the cut.
+	 */
+	for (;;) {
+		int64_t oldest;
+		if (run_bound(db, oldest_sql, cut, width, from, &oldest, err) < 0)
+			return -1;
+		if (oldest < 0)
+			return 0;
+		int64_t start = (oldest / width) * width;
+		int64_t end = start + slice < cut ? start + slice : cut;
+		if (merge_slice(db, start, end, width, err) < 0)
+			return -1;
+		from = end;
+		if (from < cut && yield && yield(yield_ctx))
+			return 1;
 	}
-	return 0;
 }
 
 /* Bytes in pages that hold data (the file minus its free list). */
@@ -224,11 +271,13 @@ fail:
 }
 
 int store_retention_run(sqlite3 *db, const struct store_retention_step *steps, size_t nsteps,
-                        double now, uint64_t max_db_bytes, struct store_error *err)
+                        double now, uint64_t max_db_bytes, bool (*yield)(void *ctx),
+                        void *yield_ctx, struct store_error *err)
 {
 	for (size_t i = 0; i < nsteps; i++) {
-		if (retention_merge(db, &steps[i], now, err) < 0)
-			return -1;
+		int rc = retention_merge(db, &steps[i], now, yield, yield_ctx, err);
+		if (rc != 0)
+			return rc;
 	}
 	if (max_db_bytes && retention_cap(db, max_db_bytes, err) < 0)
 		return -1;

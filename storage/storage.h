@@ -134,10 +134,14 @@ struct store_batch {
 /* ---- retention.c: runs inside the writer's thread ---- */
 
 /*
- * Merges and size cap on the writer's connection, each in a transaction of
- * its own; now is the wall clock.  0, or -1 and *err.
+ * Merges and size cap on the writer's connection; now is the wall clock.
+ * Merges go an hour of buckets per transaction, and between two of them
+ * yield (when not NULL) is asked whether others wait for the connection: if
+ * so the run stops there and returns 1, and running it again goes on where
+ * it stopped (what was merged is merged).  0 when done, or -1 and *err.
  */
 int store_retention_run(sqlite3 *db, const struct store_retention_step *steps, size_t nsteps,
-                        double now, uint64_t max_db_bytes, struct store_error *err);
+                        double now, uint64_t max_db_bytes, bool (*yield)(void *ctx),
+                        void *yield_ctx, struct store_error *err);
 
 #endif

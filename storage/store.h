@@ -136,6 +136,13 @@ void store_writer_set_file_limit(struct store_writer *w, uint64_t max_file_bytes
 void store_writer_sync(struct store_writer *w);
 
 /*
+ * As store_writer_sync, but for the batches alone: a retention run under way
+ * is not waited for (it lets waiting batches through between its slices).
+ * What a query waits for before it reads.
+ */
+void store_writer_flush(struct store_writer *w);
+
+/*
  * Write what is pending, stop the thread, close.  What waits gets one last
  * attempt (opening the database first if needed); what fails it is dropped.
  */

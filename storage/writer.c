@@ -107,6 +107,7 @@ struct store_writer {
 	struct store_retention_step *steps; /* a retention request, copied */
 	size_t nsteps;
 	bool retention_pending, retention_running;
+	bool retention_yielded; /* stopped between slices for batches: write them first */
 	bool retry_now;    /* sync asked for an attempt now, not at retry_at */
 	double retry_at;   /* monotonic time of the next attempt while failing */
 	uint64_t attempts_failed; /* writes and opens: sync waits for one */
@@ -569,6 +570,16 @@ static void writer_take_and_write(struct store_writer *w)
 }
 
 /* Runs a retention request.  Called and returns under lock. */
+/* Between two merge slices: batches wait (they are what queries wait for). */
+static bool retention_should_yield(void *ctx)
+{
+	struct store_writer *w = ctx;
+	pthread_mutex_lock(&w->lock);
+	bool waiting = w->head != NULL && !w->st.failing;
+	pthread_mutex_unlock(&w->lock);
+	return waiting;
+}
+
 static void writer_run_retention(struct store_writer *w)
 {
 	struct store_retention_step *steps = w->steps;
@@ -577,18 +588,28 @@ static void writer_run_retention(struct store_writer *w)
 	w->steps = NULL;
 	w->nsteps = 0;
 	w->retention_pending = false;
+	w->retention_yielded = false;
 	w->retention_running = true;
 	pthread_mutex_unlock(&w->lock);
 
 	struct store_error err = {{0}};
-	int rc = store_retention_run(w->db, steps, nsteps, wall_now(), max_db_bytes, &err);
+	int rc = store_retention_run(w->db, steps, nsteps, wall_now(), max_db_bytes,
+	                             retention_should_yield, w, &err);
 	/* The cap deletes strings, frames and stacks no sample uses: a cached id may name a gone row. */
 	writer_forget_ids(w);
 	uint64_t bytes = store_db_bytes(w->db);
-	free(steps);
 
 	pthread_mutex_lock(&w->lock);
 	w->retention_running = false;
+	if (rc == 1 && !w->retention_pending) {
+		/* Stopped for batches: the same request goes on after them, unless a newer one came. */
+		w->steps = steps;
+		w->nsteps = nsteps;
+		w->retention_pending = true;
+		w->retention_yielded = true;
+		steps = NULL;
+	}
+	free(steps);
 	if (bytes)
 		w->st.db_bytes = bytes;
 	if (rc < 0)
@@ -695,7 +716,7 @@ static void *writer_main(void *arg)
 		 * Retention first: while the disk is full, dropping old buckets is
 		 * what lets the waiting batches in.
 		 */
-		if (w->retention_pending) {
+		if (w->retention_pending && !(w->retention_yielded && w->head && due)) {
 			writer_run_retention(w);
 			continue;
 		}
@@ -808,6 +829,17 @@ void store_writer_sync(struct store_writer *w)
 	while ((w->head || w->inflight || w->retention_pending || w->retention_running ||
 	        !w->st.open) &&
 	       w->attempts_failed == failed)
+		pthread_cond_wait(&w->done, &w->lock);
+	pthread_mutex_unlock(&w->lock);
+}
+
+void store_writer_flush(struct store_writer *w)
+{
+	pthread_mutex_lock(&w->lock);
+	uint64_t failed = w->attempts_failed;
+	w->retry_now = true;
+	pthread_cond_signal(&w->wake);
+	while ((w->head || w->inflight || !w->st.open) && w->attempts_failed == failed)
 		pthread_cond_wait(&w->done, &w->lock);
 	pthread_mutex_unlock(&w->lock);
 }

@@ -802,6 +802,49 @@ Test(storage, retention_merges_keep_whole_bucket_totals, .timeout = 180)
 	cr_expect_str_eq(ok, "ok");
 }
 
+/*
+ * A backlog of many hours merges an hour per transaction, and batches that
+ * come meanwhile are written between slices (the merge stops for them and
+ * goes on where it stopped): at the end nothing old is left fine, every
+ * whole coarse bucket holds the totals it had, and every batch is there.
+ */
+Test(storage, retention_backlog_merges_in_slices_around_batches, .timeout = 180)
+{
+	char path[PATH_MAX];
+	db_path(path, sizeof path);
+	/* Twelve hours of 10 s buckets, three days old: twelve slices for the minutes step. */
+	int64_t base = base_days_ago(3), n = 12 * 360;
+	struct store_writer *w = open_writer(path);
+	for (int64_t k = 0; k < n; k += 360)
+		submit_buckets(w, base, k, k + 360);
+	store_writer_sync(w);
+	expect_written(w, "seed");
+	int64_t recent = ((int64_t)time(NULL) - 600) / BUCKET_S * BUCKET_S;
+
+	const struct store_retention_step minutes[] = {{3600, 60}};
+	store_writer_retention(w, minutes, 1);
+	/* Batches while the merge runs: each flush waits for its batch, not for the merge. */
+	for (int64_t k = 0; k < 30; k++) {
+		submit_buckets(w, recent, k, k + 1);
+		store_writer_flush(w);
+	}
+	store_writer_sync(w);
+	expect_written(w, "merge");
+	cr_expect_eq(raw_int(path, "SELECT count(*) FROM samples WHERE bucket_start < "
+	                           "strftime('%s','now') - 3600 AND bucket_seconds != 60"),
+	             0, "fine buckets older than an hour are left");
+	struct store_reader *r = open_reader(path);
+	check_coarse(r, base, n, 6, "merged");
+	struct store_query q = range_query(recent, 0, 30);
+	struct expect e = {.targets = 7, .thread_t = -1, .k0 = 0, .k1 = 30, .times = 1};
+	check_query(r, &q, &e, "batches written during the merge");
+	store_reader_close(r);
+	store_writer_close(w);
+	char ok[64];
+	raw_integrity(path, ok, sizeof ok);
+	cr_expect_str_eq(ok, "ok");
+}
+
 Test(storage, retention_size_cap_drops_oldest_first, .timeout = 180)
 {
 	char path[PATH_MAX];
