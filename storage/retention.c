@@ -149,7 +149,9 @@ static int used_bytes(sqlite3 *db, uint64_t *out, struct store_error *err)
  * the samples' stacks (UNION keeps each id once, so the walk ends after at
  * most one step per stack, a cycle in a corrupt file included).  Frames are
  * the only table that names strings: targets, labels and sessions keep
- * their text inline.  0, or -1 and *err.
+ * their text inline.  A process no sample is left of goes too, with its
+ * labels and sessions, once it has not been seen for a day (one seen since
+ * may still have samples on their way).  0, or -1 and *err.
  */
 static int collect_orphans(sqlite3 *db, struct store_error *err)
 {
@@ -162,6 +164,13 @@ static int collect_orphans(sqlite3 *db, struct store_error *err)
 		"DELETE FROM frames WHERE id NOT IN (SELECT frame FROM stacks)",
 		"DELETE FROM strings WHERE id NOT IN (SELECT function FROM frames UNION "
 		"SELECT file FROM frames)",
+		"DROP TABLE IF EXISTS temp.gone",
+		"CREATE TEMP TABLE gone AS SELECT id FROM targets "
+		"WHERE last_seen < unixepoch() - 86400 AND id NOT IN (SELECT DISTINCT target FROM samples)",
+		"DELETE FROM target_labels WHERE target IN (SELECT id FROM gone)",
+		"DELETE FROM sessions WHERE target IN (SELECT id FROM gone)",
+		"DELETE FROM targets WHERE id IN (SELECT id FROM gone)",
+		"DROP TABLE gone",
 	};
 	for (size_t i = 0; i < sizeof sql / sizeof *sql; i++) {
 		if (store_exec(db, sql[i], err) < 0)

@@ -845,6 +845,46 @@ Test(storage, retention_backlog_merges_in_slices_around_batches, .timeout = 180)
 	cr_expect_str_eq(ok, "ok");
 }
 
+/*
+ * Processes the cap left without samples go with their labels and sessions
+ * once unseen for a day; one seen since stays (its samples may be on their
+ * way), so a fleet's churn of short-lived processes does not grow the file.
+ */
+Test(storage, size_cap_forgets_processes_without_samples, .timeout = 60)
+{
+	char path[PATH_MAX];
+	db_path(path, sizeof path);
+	struct store_writer *w = open_writer(path);
+	submit_buckets(w, base_days_ago(3), 0, 60);
+	store_writer_sync(w);
+	expect_written(w, "seed");
+	char sql[256];
+	snprintf(sql, sizeof sql, "UPDATE targets SET last_seen = last_seen - 2 * 86400 WHERE pid = %d",
+	         (int)pids[0]);
+	raw_exec(path, sql);
+
+	/* A cap below anything: every sample goes. */
+	store_writer_set_limits(w, 1u << 20, 1);
+	store_writer_retention(w, NULL, 0);
+	store_writer_sync(w);
+	store_writer_close(w);
+	cr_assert_eq(raw_int(path, "SELECT count(*) FROM samples"), 0);
+	snprintf(sql, sizeof sql, "SELECT count(*) FROM targets WHERE pid = %d", (int)pids[0]);
+	cr_expect_eq(raw_int(path, sql), 0, "a process unseen for two days and without samples stays");
+	cr_expect_eq(raw_int(path, "SELECT count(*) FROM targets"), NTARGETS - 1,
+	             "processes seen today went");
+	cr_expect_eq(raw_int(path, "SELECT count(*) FROM target_labels WHERE target NOT IN "
+	                           "(SELECT id FROM targets)"),
+	             0, "labels of a forgotten process stay");
+	cr_expect_eq(raw_int(path, "SELECT count(*) FROM sessions WHERE target NOT IN "
+	                           "(SELECT id FROM targets)"),
+	             0, "sessions of a forgotten process stay");
+	cr_expect_eq(raw_int(path, "SELECT count(*) FROM sessions"), NTARGETS - 1);
+	char ok[64];
+	raw_integrity(path, ok, sizeof ok);
+	cr_expect_str_eq(ok, "ok");
+}
+
 Test(storage, retention_size_cap_drops_oldest_first, .timeout = 180)
 {
 	char path[PATH_MAX];
