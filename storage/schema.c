@@ -291,7 +291,12 @@ static sqlite3 *open_rw(const char *path, struct store_error *err)
 		goto fail;
 	}
 	/* In WAL mode NORMAL survives any crash of the process; only power loss may take the last commits. */
-	if (store_exec(db, "PRAGMA synchronous = NORMAL", err) < 0 ||
+	/*
+	 * After a checkpoint the WAL keeps its largest size unless told: a day's
+	 * merge would leave a file as large as the merge on disk for good.
+	 */
+	if (store_exec(db, "PRAGMA journal_size_limit = 67108864", err) < 0 ||
+	    store_exec(db, "PRAGMA synchronous = NORMAL", err) < 0 ||
 	    store_exec(db, "PRAGMA foreign_keys = OFF", err) < 0 || store_db_migrate(db, err) < 0)
 		goto fail;
 	return db;
