@@ -239,6 +239,17 @@ static int64_t query_spell(struct query *qs, int64_t id, struct store_error *err
 /* The uid's parameter: past every label's (6 + 2 * STORE_MAX_LABELS). */
 #define QUERY_UID_PARAM "999"
 
+/* A query the SQL below can be built for.  0, or -1 and *err. */
+static int query_check(const struct store_query *q, struct store_error *err)
+{
+	if (q->nlabels > STORE_MAX_LABELS || (q->nlabels && (!q->label_keys || !q->label_values))) {
+		store_error_text(err, "query: labels must be at most %d key/value pairs",
+		                 STORE_MAX_LABELS);
+		return -1;
+	}
+	return 0;
+}
+
 /*
  * The conditions on a table's target column that select q's processes, into
  * buf from n on (its ? numbers fixed by position, bound by query_bind_targets).
@@ -378,11 +389,8 @@ int store_query_stacks(struct store_reader *r, const struct store_query *q,
 {
 	if (total)
 		*total = 0;
-	if (q->nlabels > STORE_MAX_LABELS || (q->nlabels && (!q->label_keys || !q->label_values))) {
-		store_error_text(err, "query: labels must be at most %d key/value pairs",
-		                 STORE_MAX_LABELS);
+	if (query_check(q, err) < 0)
 		return -1;
-	}
 	struct query qs = {.r = r};
 	uint64_t sum = 0;
 	int ret = -1;
@@ -424,11 +432,8 @@ int store_query_sampling(struct store_reader *r, const struct store_query *q, ui
 	*rate_hz = 0;
 	if (mode_len)
 		mode[0] = '\0';
-	if (q->nlabels > STORE_MAX_LABELS || (q->nlabels && (!q->label_keys || !q->label_values))) {
-		store_error_text(err, "query: labels must be at most %d key/value pairs",
-		                 STORE_MAX_LABELS);
+	if (query_check(q, err) < 0)
 		return -1;
-	}
 	/* Sessions that overlap the range; two distinct settings are enough to know they differ. */
 	char sql[8192];
 	size_t n = (size_t)snprintf(sql, sizeof sql,
@@ -506,11 +511,8 @@ int store_query_processes(struct store_reader *r, const struct store_query *q,
                           int (*fn)(void *ctx, const struct store_process *p), void *ctx,
                           struct store_error *err)
 {
-	if (q->nlabels > STORE_MAX_LABELS || (q->nlabels && (!q->label_keys || !q->label_values))) {
-		store_error_text(err, "query: labels must be at most %d key/value pairs",
-		                 STORE_MAX_LABELS);
+	if (query_check(q, err) < 0)
 		return -1;
-	}
 	char sql[8192];
 	size_t n = (size_t)snprintf(sql, sizeof sql,
 	                            "SELECT t.id, t.pid, t.uid, t.executable, t.command_line, "

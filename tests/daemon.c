@@ -388,3 +388,31 @@ bool yama_restricts_ptrace(void)
 	}
 	return scope > 0;
 }
+
+const struct python *nobody_daemon_setup(struct python pys[PYTHONS_MAX])
+{
+	cr_assert_eq(geteuid(), 0, "this test runs as root (it runs the daemon as nobody)");
+	if (yama_restricts_ptrace())
+		cr_skip_test("Yama ptrace_scope > 0: a user's daemon may read only its own children");
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	const struct python *py = python_for_nobody(pys, n);
+	cr_assert_not_null(py, "no interpreter found that the user nobody may run");
+	return py;
+}
+
+void nobody_daemon_start(struct daemon *d, const char *dir, const char *const extra[])
+{
+	memset(d, 0, sizeof *d);
+	snprintf(d->dir, sizeof d->dir, "%s", dir);
+	cr_assert(chown(d->dir, NOBODY_UID, NOBODY_GID) == 0 && chmod(d->dir, 0755) == 0);
+	snprintf(d->state, sizeof d->state, "%s/state", dir);
+	snprintf(d->sock, sizeof d->sock, "%s/state/pyprofd.sock", dir);
+	snprintf(d->log, sizeof d->log, "%s/daemon.log", dir);
+	char *argv[32] = {AS_NOBODY, (char *)pyprofd_bin(), "--state-dir", d->state};
+	size_t n = 7;
+	for (size_t i = 0; extra && extra[i] && n < 31; i++)
+		argv[n++] = (char *)extra[i];
+	argv[n] = NULL;
+	d->pid = spawn_process(argv, d->log);
+	cr_assert(daemon_wait_listening(d), "the daemon run by nobody does not listen on %s", d->sock);
+}

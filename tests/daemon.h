@@ -96,4 +96,16 @@ const struct python *python_for_nobody(const struct python *pys, size_t n);
 /* Yama may forbid reading a process that is not one's child; then only root can profile. */
 bool yama_restricts_ptrace(void);
 
+/*
+ * For a test of the daemon run by nobody: fails unless root, skips when
+ * Yama forbids it, and returns an interpreter nobody may run (of pys).
+ */
+const struct python *nobody_daemon_setup(struct python pys[PYTHONS_MAX]);
+
+/*
+ * Start `pyprofd --state-dir DIR/state EXTRA...` as nobody (root ignores file
+ * modes, nobody does not), socket in the state directory; returns once it listens.
+ */
+void nobody_daemon_start(struct daemon *d, const char *dir, const char *const extra[]);
+
 #endif

@@ -809,23 +809,12 @@ Test(daemon, systemd_socket_and_notify, .timeout = 120)
 /* The daemon run by a plain user, on its own state directory, profiles that user's processes. */
 Test(daemon, runs_as_any_user, .timeout = 300)
 {
-	cr_assert_eq(geteuid(), 0, "this test runs as root (it starts the daemon as nobody)");
-	if (yama_restricts_ptrace())
-		cr_skip_test("Yama ptrace_scope > 0: a user's daemon may read only its own children");
 	struct python pys[PYTHONS_MAX];
-	size_t n = pythons_supported(pys, PYTHONS_MAX);
-	const struct python *py = python_for_nobody(pys, n);
-	cr_assert_not_null(py, "no interpreter found that the user nobody may run");
-
-	struct daemon d = {0};
-	scratch_dir(d.dir, sizeof d.dir);
-	cr_assert(chown(d.dir, NOBODY_UID, NOBODY_GID) == 0 && chmod(d.dir, 0755) == 0);
-	snprintf(d.state, sizeof d.state, "%s/state", d.dir);
-	snprintf(d.sock, sizeof d.sock, "%s/state/pyprofd.sock", d.dir);
-	snprintf(d.log, sizeof d.log, "%s/daemon.log", d.dir);
-	char *const daemon_argv[] = {AS_NOBODY, (char *)pyprofd_bin(), "--state-dir", d.state, NULL};
-	d.pid = spawn_process(daemon_argv, d.log);
-	cr_assert(daemon_wait_listening(&d), "the daemon run by nobody does not listen on %s", d.sock);
+	const struct python *py = nobody_daemon_setup(pys);
+	char dir[PATH_MAX - 64];
+	scratch_dir(dir, sizeof dir);
+	struct daemon d;
+	nobody_daemon_start(&d, dir, NULL);
 	struct stat st;
 	cr_assert(stat(d.state, &st) == 0 && st.st_uid == NOBODY_UID && (st.st_mode & 0777) == 0700,
 	          "the state directory is not nobody's alone");

@@ -540,20 +540,6 @@ Test(history, function_table_counted_by_daemon, .timeout = 300)
 	target_kill(&many);
 }
 
-/* The daemon run by nobody on its own state directory (root ignores file modes, nobody does not). */
-static void nobody_daemon_start(struct daemon *d, const char *dir)
-{
-	memset(d, 0, sizeof *d);
-	snprintf(d->dir, sizeof d->dir, "%s", dir);
-	snprintf(d->state, sizeof d->state, "%s/state", dir);
-	snprintf(d->sock, sizeof d->sock, "%s/state/pyprofd.sock", dir);
-	snprintf(d->log, sizeof d->log, "%s/daemon.log", dir);
-	char *const argv[] = {AS_NOBODY, (char *)pyprofd_bin(), "--state-dir", d->state,
-	                      "--flush-interval", "1", "--log-level", "info", NULL};
-	d->pid = spawn_process(argv, d->log);
-	cr_assert(daemon_wait_listening(d), "the daemon run by nobody does not listen on %s", d->sock);
-}
-
 static json_t *history_status(const struct daemon *d)
 {
 	static const char *const status[] = {"status", NULL};
@@ -570,16 +556,11 @@ static json_t *history_status(const struct daemon *d)
  */
 Test(history, read_only_database_waits_and_recovers, .timeout = 300)
 {
-	cr_assert_eq(geteuid(), 0, "this test runs as root (it runs the daemon as nobody)");
-	if (yama_restricts_ptrace())
-		cr_skip_test("Yama ptrace_scope > 0: a user's daemon may read only its own children");
 	struct python pys[PYTHONS_MAX];
-	size_t n = pythons_supported(pys, PYTHONS_MAX);
-	const struct python *py = python_for_nobody(pys, n);
-	cr_assert_not_null(py, "no interpreter found that the user nobody may run");
+	const struct python *py = nobody_daemon_setup(pys);
 	char dir[PATH_MAX - 64], db[PATH_MAX + 16], p[16];
 	scratch_dir(dir, sizeof dir);
-	cr_assert(chown(dir, NOBODY_UID, NOBODY_GID) == 0 && chmod(dir, 0755) == 0);
+	static const char *const flags[] = {"--flush-interval", "1", "--log-level", "info", NULL};
 	struct target own;
 	const char *as_nobody[] = {AS_NOBODY, py->path, "-I", "-c", idle_program, NULL};
 	target_start_argv(&own, as_nobody);
@@ -587,7 +568,7 @@ Test(history, read_only_database_waits_and_recovers, .timeout = 300)
 
 	/* A first run stores some samples, and leaves the file. */
 	struct daemon d;
-	nobody_daemon_start(&d, dir);
+	nobody_daemon_start(&d, dir, flags);
 	attach_as_nobody(&d, own.pid, "first run");
 	pause_ms(1200);
 	const char *detach[] = {"detach", p, NULL};
@@ -599,7 +580,7 @@ Test(history, read_only_database_waits_and_recovers, .timeout = 300)
 	cr_assert(chmod(db, 0444) == 0, "%s: %s", db, strerror(errno));
 
 	/* The second run cannot write it. */
-	nobody_daemon_start(&d, dir);
+	nobody_daemon_start(&d, dir, flags);
 	attach_as_nobody(&d, own.pid, "second run");
 	pause_ms(2500);
 	json_t *h = history_status(&d);
