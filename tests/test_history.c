@@ -628,3 +628,66 @@ Test(history, read_only_database_waits_and_recovers, .timeout = 300)
 	daemon_stop(&d);
 	target_kill(&own);
 }
+
+/* Query requests the daemon cannot answer are refused one by one; the connection goes on. */
+Test(history, query_refuses_bad_requests, .timeout = 60)
+{
+	struct daemon d;
+	daemon_start(&d, NULL);
+	int fd = daemon_connect(&d);
+	Pyprofd__Label label = PYPROFD__LABEL__INIT, *many[65];
+	label.key = "k";
+	label.value = "v";
+	for (size_t i = 0; i < 65; i++)
+		many[i] = &label;
+	for (int bad = 0; bad < 5; bad++) {
+		Pyprofd__QueryRequest q = PYPROFD__QUERY_REQUEST__INIT;
+		switch (bad) {
+		case 0:
+			q.aggregate = 99; /* a kind this daemon does not know */
+			break;
+		case 1:
+			q.aggregate = PYPROFD__QUERY_AGGREGATE__QUERY_DIFF;
+			q.base_from_unix = 2000;
+			q.base_until_unix = 1000;
+			break;
+		case 2:
+			q.from_unix = 2000;
+			q.until_unix = 1000;
+			break;
+		case 3:
+			q.labels = many;
+			q.n_labels = 65;
+			break;
+		case 4:
+			q.pid = -1;
+			break;
+		}
+		Pyprofd__Request req = PYPROFD__REQUEST__INIT;
+		req.id = 100 + (uint64_t)bad;
+		req.body_case = PYPROFD__REQUEST__BODY_QUERY;
+		req.query = &q;
+		cr_assert(send_request(fd, &req));
+		Pyprofd__Response *r = recv_response(fd, 10.0);
+		cr_assert_not_null(r, "case %d: no answer", bad);
+		cr_assert_eq(r->id, 100 + (uint64_t)bad);
+		cr_assert_eq(r->result_case, PYPROFD__RESPONSE__RESULT_ERROR, "case %d answered", bad);
+		cr_assert_eq(r->error->code, PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST, "case %d: code %d", bad,
+		             r->error->code);
+		pyprofd__response__free_unpacked(r, NULL);
+	}
+	/* And a good one still works on the same connection. */
+	Pyprofd__QueryRequest q = PYPROFD__QUERY_REQUEST__INIT;
+	q.aggregate = PYPROFD__QUERY_AGGREGATE__QUERY_FUNCTIONS;
+	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
+	req.id = 7;
+	req.body_case = PYPROFD__REQUEST__BODY_QUERY;
+	req.query = &q;
+	cr_assert(send_request(fd, &req));
+	Pyprofd__Response *r = recv_response(fd, 10.0);
+	cr_assert(r && r->id == 7 && r->result_case == PYPROFD__RESPONSE__RESULT_QUERY);
+	cr_assert_eq(r->query->total, 0);
+	pyprofd__response__free_unpacked(r, NULL);
+	close(fd);
+	daemon_stop(&d);
+}
