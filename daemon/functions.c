@@ -172,6 +172,9 @@ static int by_change(const void *x, const void *y, void *ctx)
 
 void functions_sort(struct functions *fs, bool by_share_change)
 {
+	/* An empty table has no array to hand qsort at all. */
+	if (fs->nrows < 2)
+		return;
 	if (by_share_change)
 		qsort_r(fs->rows, fs->nrows, sizeof *fs->rows, by_change, fs->samples);
 	else

@@ -140,7 +140,8 @@ int profile_write_collapsed(struct profile *p, const struct uw_target *t, FILE *
 {
 	if (profile_settle(p, t) != 0)
 		return -1;
-	qsort(p->lines, p->nlines, sizeof *p->lines, line_cmp);
+	if (p->nlines > 1) /* none: there may be no array at all */
+		qsort(p->lines, p->nlines, sizeof *p->lines, line_cmp);
 	/* The same stack text can come from two epochs: merge equal neighbours. */
 	for (size_t i = 0; i < p->nlines;) {
 		uint64_t count = p->lines[i].count;

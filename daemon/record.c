@@ -153,7 +153,8 @@ static json_t *stats_json(const struct uw_target *t, struct record_run *run,
 {
 	struct uw_stats st;
 	uw_stats(t, &st);
-	qsort(run->ns, run->nns, sizeof *run->ns, u32_cmp);
+	if (run->nns > 1) /* none: there may be no array at all */
+		qsort(run->ns, run->nns, sizeof *run->ns, u32_cmp);
 	double samples = (double)(st.samples ? st.samples : 1);
 	double threads = (double)(st.thread_samples ? st.thread_samples : 1);
 	uint64_t frames = st.frames_from_cache + st.frames_from_memory;

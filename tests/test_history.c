@@ -685,7 +685,12 @@ Test(history, query_refuses_bad_requests, .timeout = 60)
 	req.query = &q;
 	cr_assert(send_request(fd, &req));
 	Pyprofd__Response *r = recv_response(fd, 10.0);
-	cr_assert(r && r->id == 7 && r->result_case == PYPROFD__RESPONSE__RESULT_QUERY);
+	if (!r) {
+		char *log = daemon_log(&d);
+		cr_assert_fail("no answer to a good query; daemon log:\n%s", log);
+	}
+	cr_assert(r && r->id == 7 && r->result_case == PYPROFD__RESPONSE__RESULT_QUERY, "%s",
+	          r && r->result_case == PYPROFD__RESPONSE__RESULT_ERROR ? r->error->message : "no answer");
 	cr_assert_eq(r->query->total, 0);
 	pyprofd__response__free_unpacked(r, NULL);
 	close(fd);
