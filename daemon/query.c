@@ -2,8 +2,9 @@
  * History queries.  SQLite never runs on the loop: each query gets a thread
  * of its own with a read-only connection; it waits for the writer to store
  * what the loop handed it (so the answer includes samples not yet flushed
- * when the query came), aggregates, and packs the whole answer into framed
- * responses.  The loop gets it back through an ev_async and sends it to the
+ * when the query came), counts what the writer still holds in memory from
+ * there (while the file cannot be written), aggregates, and packs the whole
+ * answer into framed responses.  The loop gets it back through an ev_async and sends it to the
  * client if that client is still connected.  While a client's query runs,
  * its later requests wait unread, so answers keep their order.
  */
@@ -383,12 +384,21 @@ static void *query_thread(void *arg)
 	} else {
 		struct builder b = {.job = j};
 		functions_init(&b.fs, &b.rows_arena);
+		/*
+		 * What the writer could not write yet (a full disk, a read-only file)
+		 * is counted from its memory, each sample once.
+		 */
+		struct store_pending *pending = store_reader_pin(r, s->history.writer, &err);
+		j->q.pending = pending;
 		/* The stored sessions know how every process of the range was sampled, gone or not. */
-		int rc = store_query_sampling(r, &j->q, &j->rate_hz, j->mode, sizeof j->mode, &err);
+		int rc = pending ? store_query_sampling(r, &j->q, &j->rate_hz, j->mode, sizeof j->mode, &err)
+		                 : -1;
 		if (rc != 0 || answer(j, r, &b, &err) != 0)
 			answer_error(j, PYPROFD__ERROR_CODE__ERROR_INTERNAL,
 			             b.oom || !err.msg[0] ? "the daemon ran out of memory answering the query"
 			                                  : err.msg);
+		store_reader_unpin(r, pending);
+		j->q.pending = NULL;
 		builder_free(&b);
 		store_reader_close(r);
 	}

@@ -60,8 +60,15 @@ void store_reader_close(struct store_reader *r)
 /* ---- one query's state ---- */
 
 struct query_row {
-	int64_t stack;
+	int64_t stack; /* a database id, or with batch an index into its stacks */
+	const struct store_batch *batch;
 	uint64_t count;
+};
+
+struct store_pending {
+	struct store_writer *w;
+	struct store_batch **batches;
+	size_t n;
 };
 
 struct query_node {
@@ -74,6 +81,8 @@ struct query {
 	struct query_row *rows;
 	size_t nrows, rows_cap;
 	struct store_map node_ids, frame_ids; /* database id -> index below */
+	struct store_map pending_frames;      /* (batch, frame index) -> index below */
+	struct store_map frame_texts;         /* a pending frame's content -> index below */
 	struct query_node *nodes;
 	size_t nnodes, nodes_cap;
 	struct store_frame *frames;
@@ -95,6 +104,8 @@ static void query_free(struct query *qs)
 	free(qs->out);
 	store_map_clear(&qs->node_ids);
 	store_map_clear(&qs->frame_ids);
+	store_map_clear(&qs->pending_frames);
+	store_map_clear(&qs->frame_texts);
 }
 
 /* Room for one more element; 0 or -1. */
@@ -238,6 +249,200 @@ static int64_t query_spell(struct query *qs, int64_t id, struct store_error *err
 
 /* The uid's parameter: past every label's (6 + 2 * STORE_MAX_LABELS). */
 #define QUERY_UID_PARAM "999"
+
+/* ---- samples still in the writer's memory ---- */
+
+/* The index of a pending batch's frame in qs->frames, by content.  0, or -1 (out of memory). */
+static int pending_frame(struct query *qs, const struct store_batch *b, int32_t frame, size_t *index)
+{
+	struct {
+		const struct store_batch *b;
+		int64_t frame; /* 64 bits: no padding in a key that is hashed as bytes */
+	} key = {b, frame};
+	int64_t v;
+	if (store_map_get(&qs->pending_frames, &key, sizeof key, &v)) {
+		*index = (size_t)v;
+		return 0;
+	}
+	const struct batch_frame *f = &b->frames[frame];
+	const char *fn = f->function ? f->function : "", *file = f->file ? f->file : "";
+	size_t lf = strlen(fn), ll = strlen(file), len = 2 * sizeof(int32_t) + lf + ll + 2;
+	char *text = malloc(len);
+	if (!text)
+		return -1;
+	/* Equal frames of different batches are one frame of the answer. */
+	int32_t head[2] = {f->kind, f->line};
+	memcpy(text, head, sizeof head);
+	memcpy(text + sizeof head, fn, lf + 1);
+	memcpy(text + sizeof head + lf + 1, file, ll + 1);
+	if (store_map_get(&qs->frame_texts, text, len, &v)) {
+		free(text);
+		*index = (size_t)v;
+		return store_map_put(&qs->pending_frames, &key, sizeof key, v);
+	}
+	if (qs->nframes >= UINT32_MAX ||
+	    grow((void **)&qs->frames, &qs->frames_cap, qs->nframes, sizeof *qs->frames) < 0) {
+		free(text);
+		return -1;
+	}
+	struct store_frame *out = &qs->frames[qs->nframes];
+	out->function = f->function ? strdup(f->function) : NULL;
+	out->file = f->file ? strdup(f->file) : NULL;
+	out->line = f->line;
+	out->kind = f->kind;
+	out->id = (uint32_t)qs->nframes;
+	int rc = (f->function && !out->function) || (f->file && !out->file) ? -1 : 0;
+	/* Counted either way, so query_free frees what was copied. */
+	*index = qs->nframes++;
+	if (rc == 0)
+		rc = store_map_put(&qs->frame_texts, text, len, (int64_t)*index);
+	if (rc == 0)
+		rc = store_map_put(&qs->pending_frames, &key, sizeof key, (int64_t)*index);
+	free(text);
+	return rc;
+}
+
+/* Spells out a pending batch's stack root first into qs->out; its depth, or -1 and *err. */
+static int64_t pending_spell(struct query *qs, const struct store_batch *b, int32_t stack,
+                             struct store_error *err)
+{
+	size_t depth = 0;
+	/* A batch's parents come before their children (checked as it was built): no cycle. */
+	for (int32_t at = stack; at >= 0 && (size_t)at < b->nstacks; at = b->stacks[at].parent) {
+		if (depth >= STORE_MAX_DEPTH) {
+			store_error_text(err, "a waiting stack is deeper than %d frames", STORE_MAX_DEPTH);
+			return -1;
+		}
+		if (pending_frame(qs, b, b->stacks[at].frame, &qs->path[depth]) < 0) {
+			store_error_text(err, "query: out of memory");
+			return -1;
+		}
+		depth++;
+	}
+	for (size_t i = 0; i < depth; i++)
+		qs->out[i] = qs->frames[qs->path[depth - 1 - i]];
+	return (int64_t)depth;
+}
+
+/* Whether a pending batch's target is one q selects. */
+static bool pending_target_selected(struct query *qs, const struct store_query *q,
+                                    const struct batch_target *t)
+{
+	if ((q->pid && t->pid != q->pid) || (q->by_uid && t->uid != (int64_t)q->uid))
+		return false;
+	for (size_t i = 0; i < q->nlabels; i++) {
+		bool found = false;
+		for (size_t k = 0; k < t->nlabels && !found; k++)
+			found = strcmp(t->label_keys[k], q->label_keys[i]) == 0 &&
+			        strcmp(t->label_values[k], q->label_values[i]) == 0;
+		if (!found)
+			return false;
+	}
+	if (q->target_id) {
+		/* A process the file has not seen yet has no id anyone could ask for. */
+		sqlite3_stmt *st = NULL;
+		bool same = false;
+		if (sqlite3_prepare_v2(qs->r->db, "SELECT id FROM targets WHERE pid = ?1 AND start_time = ?2",
+		                       -1, &st, NULL) == SQLITE_OK &&
+		    sqlite3_bind_int64(st, 1, t->pid) == SQLITE_OK &&
+		    sqlite3_bind_int64(st, 2, (int64_t)t->start_time) == SQLITE_OK &&
+		    sqlite3_step(st) == SQLITE_ROW)
+			same = sqlite3_column_int64(st, 0) == q->target_id;
+		sqlite3_finalize(st);
+		if (!same)
+			return false;
+	}
+	return true;
+}
+
+/* The pending samples q selects, summed per (batch, stack) into qs->rows.  0, or -1 and *err. */
+static int pending_collect(struct query *qs, const struct store_query *q, double until,
+                           uint64_t *total, struct store_error *err)
+{
+	const struct store_pending *p = q->pending;
+	struct store_map index = {0};
+	for (size_t i = 0; i < p->n; i++) {
+		const struct store_batch *b = p->batches[i];
+		/* Per target of the batch: 1 selected, 2 not, 0 not decided yet. */
+		unsigned char *selected = calloc(b->ntargets ? b->ntargets : 1, 1);
+		if (!selected)
+			goto nomem;
+		for (size_t k = 0; k < b->nsamples; k++) {
+			const struct batch_sample *sm = &b->samples[k];
+			if ((double)sm->bucket_start < q->from_unix || (double)sm->bucket_start >= until ||
+			    (q->by_thread && sm->thread_id != q->thread_id))
+				continue;
+			if (!selected[sm->target])
+				selected[sm->target] =
+					pending_target_selected(qs, q, &b->targets[sm->target]) ? 1 : 2;
+			if (selected[sm->target] != 1)
+				continue;
+			struct {
+				const struct store_batch *b;
+				int64_t stack;
+			} key = {b, sm->stack};
+			int64_t at;
+			*total += sm->count;
+			if (store_map_get(&index, &key, sizeof key, &at)) {
+				qs->rows[at].count += sm->count;
+				continue;
+			}
+			if (grow((void **)&qs->rows, &qs->rows_cap, qs->nrows, sizeof *qs->rows) < 0 ||
+			    store_map_put(&index, &key, sizeof key, (int64_t)qs->nrows) < 0) {
+				free(selected);
+				goto nomem;
+			}
+			qs->rows[qs->nrows++] =
+				(struct query_row){.stack = sm->stack, .batch = b, .count = sm->count};
+		}
+		free(selected);
+	}
+	store_map_clear(&index);
+	return 0;
+nomem:
+	store_map_clear(&index);
+	store_error_text(err, "query: out of memory");
+	return -1;
+}
+
+static int pin_begin(void *ctx)
+{
+	struct store_reader *r = ctx;
+	/* BEGIN alone takes no snapshot: the first read does. */
+	return sqlite3_exec(r->db, "BEGIN; SELECT 1 FROM samples LIMIT 1", NULL, NULL, NULL) == SQLITE_OK
+	               ? 0
+	               : -1;
+}
+
+struct store_pending *store_reader_pin(struct store_reader *r, struct store_writer *w,
+                                       struct store_error *err)
+{
+	struct store_pending *p = calloc(1, sizeof *p);
+	if (!p) {
+		store_error_text(err, "pin: out of memory");
+		return NULL;
+	}
+	p->w = w;
+	if (writer_pin(w, pin_begin, r, &p->batches, &p->n) < 0) {
+		store_error_set(err, r->db, "pin the writer's batches");
+		if (!sqlite3_get_autocommit(r->db))
+			sqlite3_exec(r->db, "ROLLBACK", NULL, NULL, NULL);
+		writer_unpin(w, p->batches, p->n);
+		free(p);
+		return NULL;
+	}
+	return p;
+}
+
+void store_reader_unpin(struct store_reader *r, struct store_pending *p)
+{
+	if (!p)
+		return;
+	if (!sqlite3_get_autocommit(r->db))
+		sqlite3_exec(r->db, "COMMIT", NULL, NULL, NULL);
+	writer_unpin(p->w, p->batches, p->n);
+	free(p);
+}
 
 /* A query the SQL below can be built for.  0, or -1 and *err. */
 static int query_check(const struct store_query *q, struct store_error *err)
@@ -400,15 +605,21 @@ int store_query_stacks(struct store_reader *r, const struct store_query *q,
 		store_error_text(err, "query: out of memory");
 		goto out;
 	}
-	/* A read transaction around both phases: stacks are read from the snapshot that was summed. */
-	if (store_exec(r->db, "BEGIN", err) < 0)
+	/*
+	 * A read transaction around both phases: stacks are read from the
+	 * snapshot that was summed.  A pinned reader is in one already.
+	 */
+	bool own = sqlite3_get_autocommit(r->db);
+	if (own && store_exec(r->db, "BEGIN", err) < 0)
 		goto out;
-	if (query_collect(&qs, q, &sum, err) < 0)
+	if (query_collect(&qs, q, &sum, err) < 0 ||
+	    (q->pending && pending_collect(&qs, q, query_until(q), &sum, err) < 0))
 		goto end;
 	if (total)
 		*total = sum;
 	for (size_t i = 0; i < qs.nrows; i++) {
-		int64_t depth = query_spell(&qs, qs.rows[i].stack, err);
+		int64_t depth = qs.rows[i].batch ? pending_spell(&qs, qs.rows[i].batch, (int32_t)qs.rows[i].stack, err)
+		                                 : query_spell(&qs, qs.rows[i].stack, err);
 		if (depth < 0)
 			goto end;
 		struct store_row row = {.frames = qs.out, .depth = (uint32_t)depth,
@@ -420,7 +631,8 @@ int store_query_stacks(struct store_reader *r, const struct store_query *q,
 	}
 	ret = 0;
 end:
-	store_exec(r->db, "COMMIT", NULL);
+	if (own)
+		store_exec(r->db, "COMMIT", NULL);
 out:
 	query_free(&qs);
 	return ret;
@@ -531,7 +743,8 @@ int store_query_processes(struct store_reader *r, const struct store_query *q,
 	}
 	sqlite3_stmt *st = NULL, *labels = NULL;
 	int ret = -1, rc;
-	if (store_exec(r->db, "BEGIN", err) < 0)
+	bool own = sqlite3_get_autocommit(r->db);
+	if (own && store_exec(r->db, "BEGIN", err) < 0)
 		return -1;
 	if (sqlite3_prepare_v2(r->db, sql, -1, &st, NULL) != SQLITE_OK ||
 	    sqlite3_prepare_v2(r->db, "SELECT key, value FROM target_labels WHERE target = ?1 ORDER BY key",
@@ -575,6 +788,7 @@ int store_query_processes(struct store_reader *r, const struct store_query *q,
 out:
 	sqlite3_finalize(st);
 	sqlite3_finalize(labels);
-	store_exec(r->db, "COMMIT", NULL);
+	if (own)
+		store_exec(r->db, "COMMIT", NULL);
 	return ret;
 }

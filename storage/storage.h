@@ -129,7 +129,23 @@ struct store_batch {
 	struct batch_sample *samples;
 	size_t nsamples, samples_cap;
 	struct store_batch *next; /* the writer's queue */
+	/* Under the writer's lock: pins held by queries, and whether the writer let go of it. */
+	unsigned pins;
+	bool released;
 };
+
+/* ---- writer.c: what queries see of the writer's memory ---- */
+
+/*
+ * Pins the batches the writer holds (waiting or being written) at one
+ * moment, and calls begin(ctx) at that moment too, with no commit between:
+ * a read transaction begun there sees exactly the batches not pinned.
+ * *out (malloc'd, may be NULL with *n 0) to be given back to writer_unpin.
+ * 0, or -1 (begin's result, or out of memory).
+ */
+int writer_pin(struct store_writer *w, int (*begin)(void *ctx), void *ctx,
+               struct store_batch ***out, size_t *n);
+void writer_unpin(struct store_writer *w, struct store_batch **batches, size_t n);
 
 /* ---- retention.c: runs inside the writer's thread ---- */
 

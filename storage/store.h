@@ -187,7 +187,21 @@ struct store_query {
 	uint64_t thread_id;       /* with by_thread */
 	bool by_uid;              /* only processes this uid owned */
 	uid_t uid;
+	/* Also the samples that wait in the writer's memory, pinned with store_reader_pin. */
+	const struct store_pending *pending;
 };
+
+/*
+ * What the writer still holds in memory (waiting for a write, or being
+ * written), pinned at the moment r's read transaction begins: queries on r
+ * with q->pending set count every sample once, in the file or in memory,
+ * whether the writer writes it meanwhile or not.  Until store_reader_unpin,
+ * r's queries read that one snapshot.  w must outlive the pin.  NULL and *err.
+ */
+struct store_pending;
+struct store_pending *store_reader_pin(struct store_reader *r, struct store_writer *w,
+                                       struct store_error *err);
+void store_reader_unpin(struct store_reader *r, struct store_pending *p);
 
 /* One aggregated stack of a query's result: frames root first. */
 struct store_frame {

@@ -95,6 +95,12 @@ static const char *const writer_sql[ST_COUNT] = {
 };
 
 struct store_writer {
+	/*
+	 * Held from a batch's COMMIT until it is no longer inflight, and by
+	 * writer_pin: a query's snapshot and the batches it pins never overlap.
+	 * Taken before lock, never on the submitting side.
+	 */
+	pthread_mutex_t commit_lock;
 	/* Shared with the submitting threads, under lock. */
 	pthread_mutex_t lock;
 	pthread_cond_t wake; /* to the writer: work, limits, stop */
@@ -368,7 +374,10 @@ static int writer_apply_file_limit(struct store_writer *w, uint64_t max_file_byt
 	return store_query_int(w->db, sql, &got, err);
 }
 
-/* One batch in one transaction.  An SQLite code; the message in *err. */
+/*
+ * One batch in one transaction.  An SQLite code; the message in *err.  On
+ * SQLITE_OK, commit_lock is held.
+ */
 static int writer_write(struct store_writer *w, const struct store_batch *b, struct store_error *err)
 {
 	int rc = sqlite3_exec(w->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
@@ -378,9 +387,12 @@ static int writer_write(struct store_writer *w, const struct store_batch *b, str
 	}
 	rc = write_contents(w, b);
 	if (rc == SQLITE_OK) {
+		/* Held on return: the caller books the batch written before a query may pin. */
+		pthread_mutex_lock(&w->commit_lock);
 		rc = sqlite3_exec(w->db, "COMMIT", NULL, NULL, NULL);
 		if (rc == SQLITE_OK)
 			return SQLITE_OK;
+		pthread_mutex_unlock(&w->commit_lock);
 		store_error_set(err, w->db, "commit");
 	} else if (rc == SQLITE_NOMEM) {
 		store_error_text(err, "write batch: out of memory");
@@ -446,6 +458,16 @@ static void writer_disconnect(struct store_writer *w)
 
 /* ---- the queue ---- */
 
+/* The writer is done with a batch: freed, unless a query still has it pinned.  Under lock. */
+static void batch_release(struct store_batch *b)
+{
+	if (b->pins) {
+		b->released = true;
+		return;
+	}
+	store_batch_free(b);
+}
+
 /* Drops the oldest waiting batch (never the one being written).  Under lock. */
 static void queue_drop_oldest(struct store_writer *w)
 {
@@ -457,7 +479,7 @@ static void queue_drop_oldest(struct store_writer *w)
 	w->st.pending_batches--;
 	w->st.pending_rows -= rows;
 	w->st.dropped_rows += rows;
-	store_batch_free(b);
+	batch_release(b);
 }
 
 /*
@@ -530,6 +552,8 @@ static void writer_take_and_write(struct store_writer *w)
 		w->st.open = false;
 	bool doomed = w->inflight_doomed;
 	w->inflight = NULL;
+	if (rc == SQLITE_OK)
+		pthread_mutex_unlock(&w->commit_lock);
 	w->inflight_doomed = false;
 	if (bytes)
 		w->st.db_bytes = bytes;
@@ -541,7 +565,7 @@ static void writer_take_and_write(struct store_writer *w)
 			w->st.pending_rows -= b->nsamples;
 		}
 		w->st.failing = false;
-		store_batch_free(b);
+		batch_release(b);
 	} else {
 		w->st.failing = true;
 		snprintf(w->st.last_error, sizeof w->st.last_error, "%s", err.msg);
@@ -550,7 +574,7 @@ static void writer_take_and_write(struct store_writer *w)
 			w->limits_changed = true;
 		if (doomed) {
 			w->st.dropped_rows += b->nsamples;
-			store_batch_free(b);
+			batch_release(b);
 		} else if (transient(rc)) {
 			/* Back at the head: order is kept, and it is the oldest if the bound bites. */
 			b->next = w->head;
@@ -563,13 +587,12 @@ static void writer_take_and_write(struct store_writer *w)
 			w->st.pending_batches--;
 			w->st.pending_rows -= b->nsamples;
 			w->st.dropped_rows += b->nsamples;
-			store_batch_free(b);
+			batch_release(b);
 		}
 	}
 	pthread_cond_broadcast(&w->done);
 }
 
-/* Runs a retention request.  Called and returns under lock. */
 /* Between two merge slices: batches wait (they are what queries wait for). */
 static bool retention_should_yield(void *ctx)
 {
@@ -580,6 +603,7 @@ static bool retention_should_yield(void *ctx)
 	return waiting;
 }
 
+/* Runs a retention request.  Called and returns under lock. */
 static void writer_run_retention(struct store_writer *w)
 {
 	struct store_retention_step *steps = w->steps;
@@ -760,6 +784,7 @@ static void writer_free(struct store_writer *w)
 	pthread_cond_destroy(&w->done);
 	pthread_cond_destroy(&w->wake);
 	pthread_mutex_destroy(&w->lock);
+	pthread_mutex_destroy(&w->commit_lock);
 	free(w);
 }
 
@@ -771,6 +796,7 @@ struct store_writer *store_writer_open(const char *path, struct store_error *err
 		return NULL;
 	}
 	w->max_pending_rows = STORE_DEFAULT_MAX_PENDING_ROWS;
+	pthread_mutex_init(&w->commit_lock, NULL);
 	pthread_mutex_init(&w->lock, NULL);
 	pthread_cond_init(&w->wake, NULL);
 	pthread_cond_init(&w->done, NULL);
@@ -881,4 +907,39 @@ void store_writer_close(struct store_writer *w)
 	if (w->db)
 		sqlite3_wal_checkpoint_v2(w->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
 	writer_free(w);
+}
+
+int writer_pin(struct store_writer *w, int (*begin)(void *ctx), void *ctx,
+               struct store_batch ***out, size_t *n)
+{
+	*out = NULL;
+	*n = 0;
+	pthread_mutex_lock(&w->commit_lock);
+	int rc = begin(ctx);
+	pthread_mutex_lock(&w->lock);
+	size_t count = (w->inflight && !w->inflight_doomed) + (size_t)w->st.pending_batches;
+	struct store_batch **v = rc == 0 && count ? calloc(count, sizeof *v) : NULL;
+	if (rc == 0 && count && !v)
+		rc = -1;
+	/* The queue holds at most STORE_MAX_PENDING_BATCHES, which bounds this walk. */
+	if (rc == 0 && w->inflight && !w->inflight_doomed && *n < count)
+		v[(*n)++] = w->inflight;
+	for (struct store_batch *b = w->head; rc == 0 && b && *n < count; b = b->next)
+		v[(*n)++] = b;
+	for (size_t i = 0; i < *n; i++)
+		v[i]->pins++;
+	pthread_mutex_unlock(&w->lock);
+	pthread_mutex_unlock(&w->commit_lock);
+	*out = v;
+	return rc;
+}
+
+void writer_unpin(struct store_writer *w, struct store_batch **batches, size_t n)
+{
+	pthread_mutex_lock(&w->lock);
+	for (size_t i = 0; i < n; i++)
+		if (--batches[i]->pins == 0 && batches[i]->released)
+			store_batch_free(batches[i]);
+	pthread_mutex_unlock(&w->lock);
+	free(batches);
 }

@@ -885,6 +885,75 @@ Test(storage, size_cap_forgets_processes_without_samples, .timeout = 60)
 	cr_expect_str_eq(ok, "ok");
 }
 
+/* The total of a query on a pinned reader: the file's samples and the writer's memory. */
+static uint64_t pinned_total(struct store_reader *r, struct store_writer *w, struct store_query q)
+{
+	struct store_error err = {{0}};
+	struct store_pending *p = store_reader_pin(r, w, &err);
+	cr_assert_not_null(p, "pin: %s", err.msg);
+	q.pending = p;
+	uint64_t total = 0;
+	cr_assert_eq(store_query_stacks(r, &q, NULL, NULL, &total, &err), 0, "query: %s", err.msg);
+	store_reader_unpin(r, p);
+	return total;
+}
+
+/*
+ * A query pinned to the writer counts every sample submitted before it
+ * once: written, being written or waiting, while batches stream in and
+ * while the file cannot grow; the same totals come back once all is written.
+ */
+Test(storage, pinned_queries_count_every_batch_once, .timeout = 120)
+{
+	char path[PATH_MAX];
+	db_path(path, sizeof path);
+	int64_t base = base_days_ago(1);
+	struct store_writer *w = open_writer(path);
+	store_writer_set_limits(w, UINT64_MAX, 0);
+	submit_buckets(w, base, 0, 1);
+	store_writer_sync(w);
+	expect_written(w, "seed");
+	struct store_reader *r = open_reader(path);
+	uint64_t per_stack[NSTACKS];
+
+	/* Streaming: each query right after a submit, the writer busy behind it. */
+	for (int64_t k = 1; k < 40; k++) {
+		submit_buckets(w, base, k, k + 1);
+		struct expect e = {.targets = 7, .thread_t = -1, .k0 = 0, .k1 = k + 1, .times = 1};
+		cr_assert_eq(pinned_total(r, w, range_query(base, 0, 1000)), expected(&e, per_stack),
+		             "after bucket %lld", (long long)k);
+	}
+	store_writer_sync(w);
+
+	/* The file may not grow: batches wait in memory, and still count. */
+	store_writer_set_file_limit(w, 1);
+	int64_t k = 40;
+	struct store_writer_status st = {0};
+	for (; k < 2000 && !st.failing; k++) {
+		submit_buckets(w, base, k, k + 1);
+		store_writer_flush(w);
+		store_writer_status(w, &st);
+	}
+	cr_assert(st.failing && st.pending_rows > 0, "the file never filled");
+	struct expect all = {.targets = 7, .thread_t = -1, .k0 = 0, .k1 = k, .times = 1};
+	uint64_t want = expected(&all, per_stack);
+	cr_assert_eq(pinned_total(r, w, range_query(base, 0, 2000)), want, "during the outage");
+	struct store_query unpinned = range_query(base, 0, 2000);
+	uint64_t in_file = 0;
+	struct store_error err = {{0}};
+	cr_assert_eq(store_query_stacks(r, &unpinned, NULL, NULL, &in_file, &err), 0, "%s", err.msg);
+	cr_assert_lt(in_file, want, "nothing waited in memory");
+
+	store_writer_set_file_limit(w, 0);
+	store_writer_sync(w);
+	expect_written(w, "after the outage");
+	cr_assert_eq(store_query_stacks(r, &unpinned, NULL, NULL, &in_file, &err), 0, "%s", err.msg);
+	cr_assert_eq(in_file, want, "written once the file could grow");
+	cr_assert_eq(pinned_total(r, w, range_query(base, 0, 2000)), want, "counted twice");
+	store_reader_close(r);
+	store_writer_close(w);
+}
+
 Test(storage, retention_size_cap_drops_oldest_first, .timeout = 180)
 {
 	char path[PATH_MAX];
