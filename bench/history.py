@@ -187,10 +187,9 @@ def synthetic_queries(args):
     try:
         time.sleep(1.5)
         print("the same while the daemon merges it into 1 min buckets (default retention):")
-        t0 = time.monotonic()
         time_cases(d, cases[1:2], runs=5)
-        print("after the merge (%.0f s later):" % (time.monotonic() - t0))
         time.sleep(25)
+        print("after the merge (25 s later):")
         time_cases(d, cases)
     finally:
         d.proc.terminate()
