@@ -69,6 +69,31 @@ size_t export_utf8_seq(const unsigned char *s)
 	return n;
 }
 
+char *export_utf8_copy(const char *s)
+{
+	size_t len = strlen(s);
+	if (len > (SIZE_MAX - 1) / 3)
+		return NULL;
+	char *fixed = malloc(len * 3 + 1);
+	if (!fixed)
+		return NULL;
+	size_t o = 0;
+	for (const unsigned char *p = (const unsigned char *)s; *p;) {
+		size_t n = export_utf8_seq(p);
+		if (n) {
+			memcpy(fixed + o, p, n);
+			o += n;
+			p += n;
+		} else {
+			memcpy(fixed + o, "\xef\xbf\xbd", 3);
+			o += 3;
+			p++;
+		}
+	}
+	fixed[o] = '\0';
+	return fixed;
+}
+
 /*
  * s itself when it is valid UTF-8, else a copy with each bad byte replaced by
  * U+FFFD, recorded in the view to be freed.  JSON, protobuf strings and the
@@ -82,26 +107,9 @@ static const char *view_utf8(struct export_view *v, const char *s)
 		p += n;
 	if (!*p)
 		return s;
-	size_t len = strlen(s);
-	if (len > (SIZE_MAX - 1) / 3)
-		return NULL;
-	char *fixed = malloc(len * 3 + 1);
+	char *fixed = export_utf8_copy(s);
 	if (!fixed)
 		return NULL;
-	size_t o = 0;
-	for (p = (const unsigned char *)s; *p;) {
-		n = export_utf8_seq(p);
-		if (n) {
-			memcpy(fixed + o, p, n);
-			o += n;
-			p += n;
-		} else {
-			memcpy(fixed + o, "\xef\xbf\xbd", 3);
-			o += 3;
-			p++;
-		}
-	}
-	fixed[o] = '\0';
 	v->owned[v->nowned++] = fixed;
 	return fixed;
 }

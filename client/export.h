@@ -96,4 +96,7 @@ int export_write(const struct export_profile *p, enum export_format format, FILE
 /* Length of the valid UTF-8 sequence at s (1-4), or 0 if it is not one; the client's text uses it too. */
 size_t export_utf8_seq(const unsigned char *s);
 
+/* A malloc'd copy of s with each byte that is not valid UTF-8 replaced by U+FFFD; NULL if out of memory. */
+char *export_utf8_copy(const char *s);
+
 #endif

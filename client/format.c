@@ -29,27 +29,9 @@ json_t *format_json_string(const char *s)
 	if (j)
 		return j;
 	/* Not UTF-8 (json_string refuses it): replace each bad byte, keep the rest. */
-	size_t len = strlen(s);
-	if (len > (SIZE_MAX - 1) / 3)
-		return NULL;
-	char *fixed = malloc(len * 3 + 1);
+	char *fixed = export_utf8_copy(s);
 	if (!fixed)
 		return NULL;
-	const unsigned char *p = (const unsigned char *)s;
-	size_t o = 0;
-	while (*p) {
-		size_t n = export_utf8_seq(p);
-		if (n) {
-			memcpy(fixed + o, p, n);
-			o += n;
-			p += n;
-		} else {
-			memcpy(fixed + o, "\xef\xbf\xbd", 3);
-			o += 3;
-			p++;
-		}
-	}
-	fixed[o] = '\0';
 	j = json_string(fixed);
 	free(fixed);
 	return j;
