@@ -254,12 +254,7 @@ static json_t *page_data(const struct export_view *v)
 {
 	const struct export_profile *p = v->p;
 	json_t *doc = json_object(), *frames = json_array(), *stacks = json_array();
-	if (!doc || !frames || !stacks || export_json_set(doc, "name", json_string(v->name)) ||
-	    export_json_set(doc, "mode", json_string(v->mode)) ||
-	    export_json_set(doc, "rate_hz", json_integer(p->rate_hz)) ||
-	    export_json_set(doc, "from", json_real(p->from_unix)) ||
-	    export_json_set(doc, "until", json_real(p->until_unix)) ||
-	    export_json_set(doc, "total", json_integer((json_int_t)v->total)) ||
+	if (!doc || !frames || !stacks || export_json_head(doc, v, "total") ||
 	    export_json_set(doc, "frames", json_incref(frames)) ||
 	    export_json_set(doc, "stacks", json_incref(stacks)))
 		goto fail;

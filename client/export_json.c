@@ -21,6 +21,19 @@ int export_json_add(json_t *arr, json_t *value)
 	return json_array_append_new(arr, value) < 0 ? -1 : 0;
 }
 
+int export_json_head(json_t *doc, const struct export_view *v, const char *total_key)
+{
+	const struct export_profile *p = v->p;
+	return export_json_set(doc, "name", json_string(v->name)) ||
+	               export_json_set(doc, "mode", json_string(v->mode)) ||
+	               export_json_set(doc, "rate_hz", json_integer(p->rate_hz)) ||
+	               export_json_set(doc, "from", json_real(p->from_unix)) ||
+	               export_json_set(doc, "until", json_real(p->until_unix)) ||
+	               export_json_set(doc, total_key, json_integer((json_int_t)v->total))
+	               ? -1
+	               : 0;
+}
+
 /* Writes doc as one line and frees it; a failure is ENOMEM unless the write said otherwise. */
 static int dump(json_t *doc, FILE *out)
 {
@@ -47,12 +60,7 @@ int export_write_json(const struct export_view *v, FILE *out)
 	int r = -1;
 	json_t *doc = json_object(), *frames = json_array(), *stacks = json_array();
 	/* Locals keep their own reference, so cleanup is the same on every path. */
-	if (!doc || !frames || !stacks || export_json_set(doc, "name", json_string(v->name)) ||
-	    export_json_set(doc, "mode", json_string(v->mode)) ||
-	    export_json_set(doc, "rate_hz", json_integer(p->rate_hz)) ||
-	    export_json_set(doc, "from", json_real(p->from_unix)) ||
-	    export_json_set(doc, "until", json_real(p->until_unix)) ||
-	    export_json_set(doc, "samples", json_integer((json_int_t)v->total)) ||
+	if (!doc || !frames || !stacks || export_json_head(doc, v, "samples") ||
 	    export_json_set(doc, "frames", json_incref(frames)) ||
 	    export_json_set(doc, "stacks", json_incref(stacks)))
 		goto fail;
@@ -108,6 +116,7 @@ int export_write_speedscope(const struct export_view *v, FILE *out)
 	json_t *doc = json_object();
 	json_t *shared = json_object(), *frames = json_array(), *profiles = json_array();
 	json_t *prof = json_object(), *samples = json_array(), *weights = json_array();
+	json_t *done = NULL; /* the finished document */
 	/* Each is handed to its parent at once, so only the unplaced ones need freeing. */
 	if (!doc ||
 	    export_json_set(doc, "$schema",
@@ -157,13 +166,8 @@ int export_write_speedscope(const struct export_view *v, FILE *out)
 	    export_json_set(prof, "startValue", json_real(0)) ||
 	    export_json_set(prof, "endValue", json_real((double)v->total * period)))
 		goto fail;
-	json_decref(shared);
-	json_decref(frames);
-	json_decref(profiles);
-	json_decref(prof);
-	json_decref(samples);
-	json_decref(weights);
-	return dump(doc, out);
+	done = doc;
+	doc = NULL;
 fail:
 	json_decref(shared);
 	json_decref(frames);
@@ -172,6 +176,6 @@ fail:
 	json_decref(samples);
 	json_decref(weights);
 	json_decref(doc);
-	errno = ENOMEM;
-	return -1;
+	/* dump reports a NULL document (a failure above) as ENOMEM. */
+	return dump(done, out);
 }
