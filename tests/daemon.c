@@ -207,11 +207,10 @@ bool send_request(int fd, Pyprofd__Request *req)
 	return ok;
 }
 
-/* Read exactly len bytes before the deadline; false on EOF, error or timeout. */
-static bool recv_exact(int fd, void *buf, size_t len, double deadline)
+/* Whether fd has something to read (data or EOF) before the deadline. */
+static bool readable_before(int fd, double deadline)
 {
-	char *p = buf;
-	while (len > 0) {
+	for (;;) {
 		double left = deadline - mono_now();
 		if (left <= 0)
 			return false;
@@ -219,7 +218,16 @@ static bool recv_exact(int fd, void *buf, size_t len, double deadline)
 		int n = poll(&pfd, 1, (int)(left * 1000) + 1);
 		if (n < 0 && errno == EINTR)
 			continue;
-		if (n <= 0)
+		return n > 0;
+	}
+}
+
+/* Read exactly len bytes before the deadline; false on EOF, error or timeout. */
+static bool recv_exact(int fd, void *buf, size_t len, double deadline)
+{
+	char *p = buf;
+	while (len > 0) {
+		if (!readable_before(fd, deadline))
 			return false;
 		ssize_t got = recv(fd, p, len, 0);
 		if (got < 0 && errno == EINTR)
@@ -257,14 +265,7 @@ bool connection_closed(int fd, double timeout_s)
 	double deadline = mono_now() + timeout_s;
 	char buf[4096];
 	for (;;) {
-		double left = deadline - mono_now();
-		if (left <= 0)
-			return false;
-		struct pollfd pfd = {.fd = fd, .events = POLLIN};
-		int n = poll(&pfd, 1, (int)(left * 1000) + 1);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
+		if (!readable_before(fd, deadline))
 			return false;
 		ssize_t got = recv(fd, buf, sizeof buf, 0);
 		if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN))
