@@ -243,14 +243,18 @@ static struct store_batch *history_batch(struct history *h, struct target *t)
 
 static void on_flush_timer(struct ev_loop *loop, ev_timer *w, int revents);
 
+/* The configuration's bounds on the writer: memory while writes fail, the size cap, the file limit. */
+static void history_limits(struct history *h, const struct config *c)
+{
+	store_writer_set_limits(h->writer, c->max_pending_rows, c->max_db_bytes);
+	store_writer_set_file_limit(h->writer, c->max_file_bytes);
+}
+
 int history_open(struct history *h, struct server *s)
 {
 	memset(h, 0, sizeof *h);
 	h->server = s;
 	h->bucket_seconds = s->config.bucket_seconds;
-	h->max_pending_rows = s->config.max_pending_rows;
-	h->max_db_bytes = s->config.max_db_bytes;
-	h->max_file_bytes = s->config.max_file_bytes;
 	size_t len = strlen(s->config.state_dir) + sizeof "/pyprofd.db";
 	h->path = malloc(len);
 	if (!h->path)
@@ -265,8 +269,7 @@ int history_open(struct history *h, struct server *s)
 		h->path = NULL;
 		return -1;
 	}
-	store_writer_set_limits(h->writer, h->max_pending_rows, h->max_db_bytes);
-	store_writer_set_file_limit(h->writer, h->max_file_bytes);
+	history_limits(h, &s->config);
 	ev_timer_init(&h->flush_timer, on_flush_timer, s->config.flush_interval_s, s->config.flush_interval_s);
 	h->flush_timer.data = h;
 	ev_timer_start(s->loop, &h->flush_timer);
@@ -275,13 +278,8 @@ int history_open(struct history *h, struct server *s)
 
 void history_configure(struct history *h, const struct config *c)
 {
-	h->max_pending_rows = c->max_pending_rows;
-	h->max_db_bytes = c->max_db_bytes;
-	h->max_file_bytes = c->max_file_bytes;
-	if (h->writer) {
-		store_writer_set_limits(h->writer, h->max_pending_rows, h->max_db_bytes);
-		store_writer_set_file_limit(h->writer, h->max_file_bytes);
-	}
+	if (h->writer)
+		history_limits(h, c);
 	/* An active watcher's repeat may change; ev_timer_again restarts it with the new one. */
 	h->flush_timer.repeat = c->flush_interval_s;
 	ev_timer_again(h->server->loop, &h->flush_timer);
@@ -320,14 +318,10 @@ void history_flush_all(struct history *h)
  * is past it.  From the flush timer only: a query's flush must not start a
  * long merge that the query would then wait for.
  */
-static void history_retention(struct history *h)
+static void history_retention(struct history *h, const struct store_writer_status *st)
 {
 	const struct config *c = &h->server->config;
-	if (!h->writer)
-		return;
-	struct store_writer_status st;
-	store_writer_status(h->writer, &st);
-	bool over_cap = c->max_db_bytes && st.open && st.db_bytes > c->max_db_bytes;
+	bool over_cap = c->max_db_bytes && st->open && st->db_bytes > c->max_db_bytes;
 	if ((c->nretention || c->max_db_bytes) && (h->flushes++ % 60 == 0 || over_cap)) {
 		struct store_retention_step steps[CONFIG_RETENTION_MAX];
 		for (unsigned i = 0; i < c->nretention; i++)
@@ -340,30 +334,31 @@ static void history_retention(struct history *h)
  * Say once when the database cannot be opened or written (full disk,
  * read-only file, I/O errors) and once when it recovers.
  */
-static void history_watch(struct history *h)
+static void history_watch(struct history *h, const struct store_writer_status *st)
 {
-	if (!h->writer)
-		return;
-	struct store_writer_status st;
-	store_writer_status(h->writer, &st);
-	if (st.failing && !h->write_failing)
-		/* An open failure's message names the file already. */
-		log_error("history: %s%s%s%s; samples wait in memory (%llu rows)", st.open ? "writing " : "",
-		          st.open ? h->path : "", st.open ? " fails: " : "", st.last_error,
-		          (unsigned long long)st.pending_rows);
-	else if (!st.failing && h->write_failing)
+	unsigned long long rows = st->pending_rows;
+	if (st->failing && !h->write_failing && !st->open)
+		/* The message of a failed open names the file already. */
+		log_error("history: %s; samples wait in memory (%llu rows)", st->last_error, rows);
+	else if (st->failing && !h->write_failing)
+		log_error("history: writing %s fails: %s; samples wait in memory (%llu rows)", h->path,
+		          st->last_error, rows);
+	else if (!st->failing && h->write_failing)
 		log_info("history: writing %s again (%llu rows dropped meanwhile)", h->path,
-		         (unsigned long long)st.dropped_rows);
-	h->write_failing = st.failing;
+		         (unsigned long long)st->dropped_rows);
+	h->write_failing = st->failing;
 }
 
 static void on_flush_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	(void)loop;
 	(void)revents;
-	history_flush_all(w->data);
-	history_retention(w->data);
-	history_watch(w->data);
+	struct history *h = w->data;
+	history_flush_all(h);
+	struct store_writer_status st;
+	store_writer_status(h->writer, &st);
+	history_retention(h, &st);
+	history_watch(h, &st);
 }
 
 void history_sync(struct history *h)

@@ -215,9 +215,8 @@ struct history {
 	char *path;
 	struct store_writer *writer; /* opens the file on its thread, and retries while it cannot */
 	ev_timer flush_timer;
-	unsigned bucket_seconds;
-	uint64_t max_pending_rows, max_db_bytes, max_file_bytes;
-	bool write_failing; /* as last logged */
+	unsigned bucket_seconds; /* as the daemon started: a reload does not change it */
+	bool write_failing;      /* as last logged */
 	uint64_t lost_samples, flushes;
 };
 int history_open(struct history *h, struct server *s);

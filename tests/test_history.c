@@ -153,7 +153,7 @@ Test(history, other_users_see_only_their_own, .timeout = 300)
 	json_int_t taken = sample_then_detach(&d, target.pid, 400);
 	static const char *const all[] = {NULL};
 	cr_assert_eq(query_total(&d, all, NULL), taken);
-	struct run_opts nobody = {.drop_privileges = true, .uid = 65534, .gid = 65534};
+	struct run_opts nobody = {.drop_privileges = true, .uid = NOBODY_UID, .gid = NOBODY_GID};
 	cr_assert_eq(query_total(&d, all, &nobody), 0, "nobody read root's history");
 	daemon_stop(&d);
 }
