@@ -1098,6 +1098,28 @@ static int cmd_top(struct ctl *ctl, int argc, char **argv)
 
 /* --- query --- */
 
+/* -o's file, or standard output without one; NULL (said on stderr) if it cannot be written. */
+static FILE *output_open(const char *path)
+{
+	FILE *out = path ? fopen(path, "wb") : stdout;
+	if (!out)
+		fprintf(stderr, "pyprofd-ctl: cannot write %s: %s\n", path, strerror(errno));
+	return out;
+}
+
+/* Closes what output_open gave after a writer returned rc; the exit status. */
+static int output_close(FILE *out, const char *path, int rc)
+{
+	if (path && fclose(out) != 0)
+		rc = -1;
+	if (rc != 0) {
+		fprintf(stderr, "pyprofd-ctl: cannot write %s: %s\n", path ? path : "the output",
+		        strerror(errno));
+		return CTL_EXIT_FAILURE;
+	}
+	return path ? CTL_EXIT_OK : ctl_finish(CTL_EXIT_OK);
+}
+
 /* "90s", "15m", "2h", "1d" or plain seconds; -1 if it is none of those. */
 static double parse_duration(const char *arg)
 {
@@ -1348,9 +1370,8 @@ static int cmd_query(struct ctl *ctl, int argc, char **argv)
 	struct client_reply *reply = ctl_call(ctl, &req, &status);
 	if (!reply)
 		goto out;
-	FILE *out = output ? fopen(output, "wb") : stdout;
+	FILE *out = output_open(output);
 	if (!out) {
-		fprintf(stderr, "pyprofd-ctl: cannot write %s: %s\n", output, strerror(errno));
 		status = CTL_EXIT_FAILURE;
 	} else {
 		const Pyprofd__QueryResult *head = reply->parts[0]->query;
@@ -1361,14 +1382,7 @@ static int cmd_query(struct ctl *ctl, int argc, char **argv)
 		int rc = table       ? functions_write(reply, name, false, ctl->json, out)
 		         : processes ? processes_write(reply, ctl->json, out)
 		                     : query_export(reply, name, format, out);
-		if (output && fclose(out) != 0)
-			rc = -1;
-		if (rc != 0) {
-			fprintf(stderr, "pyprofd-ctl: cannot write the profile: %s\n", strerror(errno));
-			status = CTL_EXIT_FAILURE;
-		} else {
-			status = output ? CTL_EXIT_OK : ctl_finish(CTL_EXIT_OK);
-		}
+		status = output_close(out, output, rc);
 	}
 	client_reply_free(reply);
 out:
@@ -1479,19 +1493,9 @@ static int cmd_diff(struct ctl *ctl, int argc, char **argv)
 	req.query = &q;
 	if (!(reply = ctl_call(ctl, &req, &status)))
 		goto out;
-	FILE *out = output ? fopen(output, "w") : stdout;
-	if (!out) {
-		fprintf(stderr, "pyprofd-ctl: cannot write %s: %s\n", output, strerror(errno));
-		status = CTL_EXIT_FAILURE;
-		goto out;
-	}
-	int rc = functions_write(reply, NULL, true, ctl->json, out);
-	if (output && fclose(out) != 0)
-		rc = -1;
-	if (rc != 0) {
-		fprintf(stderr, "pyprofd-ctl: cannot write the comparison: %s\n", strerror(errno));
-		status = CTL_EXIT_FAILURE;
-	}
+	FILE *out = output_open(output);
+	status = out ? output_close(out, output, functions_write(reply, NULL, true, ctl->json, out))
+	             : CTL_EXIT_FAILURE;
 out:
 	client_reply_free(reply);
 	free(labels);
