@@ -52,7 +52,10 @@ struct store_target_info {
 	const char *const *label_values;
 };
 
-/* Declare a target (inserted or updated: labels replace the old ones); its batch-local index, or -1. */
+/*
+ * Declare a target (inserted or updated: labels, when it has some, replace
+ * the old ones; without any it keeps them); its batch-local index, or -1.
+ */
 int store_batch_target(struct store_batch *b, const struct store_target_info *t);
 
 /* A session of a target of this batch: opened at attached_at, closed when detached_at > 0. */

@@ -270,6 +270,9 @@ static int write_targets(struct store_writer *w, const struct store_batch *b)
 		if ((rc = stmt_run(up, &id)) != SQLITE_OK)
 			return rc;
 		w->target_ids[i] = id;
+		/* Declared without labels (attached again without them): it keeps the ones it has. */
+		if (!t->nlabels)
+			continue;
 		if (sqlite3_bind_int64(del, 1, id) != SQLITE_OK)
 			return sqlite3_errcode(w->db);
 		if ((rc = stmt_run(del, NULL)) != SQLITE_OK)

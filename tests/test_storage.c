@@ -954,6 +954,53 @@ Test(storage, pinned_queries_count_every_batch_once, .timeout = 120)
 	store_writer_close(w);
 }
 
+/*
+ * A process declared again without labels (attached again without them, or
+ * after the daemon forgot it) keeps its labels, and a label still selects
+ * all its history; declared with other labels, those replace them.
+ */
+Test(storage, labels_survive_a_declaration_without_them, .timeout = 60)
+{
+	char path[PATH_MAX];
+	db_path(path, sizeof path);
+	struct store_writer *w = open_writer(path);
+	int64_t base = base_days_ago(1);
+	submit_buckets(w, base, 0, 1);
+	struct store_batch *b = store_batch_new();
+	struct store_target_info bare = {.pid = pids[0], .start_time = 5000, .uid = 1000};
+	int t = store_batch_target(b, &bare);
+	int32_t f = store_batch_frame(b, "later", "app.py", 1, 0);
+	int32_t st = store_batch_stack(b, -1, f);
+	cr_assert(t >= 0 && st >= 0);
+	cr_assert_eq(store_batch_samples(b, t, base + BUCKET_S, BUCKET_S, 1, st, 5), 0);
+	store_writer_submit(w, b);
+	store_writer_sync(w);
+	expect_written(w, "bare");
+	struct store_reader *r = open_reader(path);
+	const char *key = "app", *value = apps[0];
+	struct store_query q = {.nlabels = 1, .label_keys = &key, .label_values = &value,
+	                        .from_unix = (double)(base + BUCKET_S),
+	                        .until_unix = (double)(base + 2 * BUCKET_S)};
+	uint64_t total = 0;
+	struct store_error err = {{0}};
+	cr_assert_eq(store_query_stacks(r, &q, NULL, NULL, &total, &err), 0, "%s", err.msg);
+	cr_assert_eq(total, 5, "the samples declared without labels are not under the old label");
+
+	const char *other_key = "app", *other_value = "renamed";
+	struct store_target_info relabelled = bare;
+	relabelled.nlabels = 1;
+	relabelled.label_keys = &other_key;
+	relabelled.label_values = &other_value;
+	b = store_batch_new();
+	cr_assert_eq(store_batch_target(b, &relabelled), 0);
+	store_writer_submit(w, b);
+	store_writer_sync(w);
+	cr_assert_eq(store_query_stacks(r, &q, NULL, NULL, &total, &err), 0, "%s", err.msg);
+	cr_assert_eq(total, 0, "labels given again did not replace the old ones");
+	store_reader_close(r);
+	store_writer_close(w);
+}
+
 Test(storage, retention_size_cap_drops_oldest_first, .timeout = 180)
 {
 	char path[PATH_MAX];
