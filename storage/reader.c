@@ -324,32 +324,58 @@ static int64_t pending_spell(struct query *qs, const struct store_batch *b, int3
 	return (int64_t)depth;
 }
 
-/* Whether a pending batch's target is one q selects. */
+/* The id the file gave a process; 0 if it has none yet (or it cannot be read). */
+static int64_t stored_target_id(sqlite3 *db, const struct batch_target *t)
+{
+	sqlite3_stmt *st = NULL;
+	int64_t id = 0;
+	if (sqlite3_prepare_v2(db, "SELECT id FROM targets WHERE pid = ?1 AND start_time = ?2", -1,
+	                       &st, NULL) == SQLITE_OK &&
+	    sqlite3_bind_int64(st, 1, t->pid) == SQLITE_OK &&
+	    sqlite3_bind_int64(st, 2, (int64_t)t->start_time) == SQLITE_OK &&
+	    sqlite3_step(st) == SQLITE_ROW)
+		id = sqlite3_column_int64(st, 0);
+	sqlite3_finalize(st);
+	return id;
+}
+
+/* Whether the file holds this label for the process with this id. */
+static bool stored_label(sqlite3 *db, int64_t id, const char *key, const char *value)
+{
+	sqlite3_stmt *st = NULL;
+	bool found = false;
+	if (sqlite3_prepare_v2(db, "SELECT 1 FROM target_labels WHERE target = ?1 AND key = ?2 AND value = ?3",
+	                       -1, &st, NULL) == SQLITE_OK &&
+	    sqlite3_bind_int64(st, 1, id) == SQLITE_OK &&
+	    sqlite3_bind_text(st, 2, key, -1, SQLITE_STATIC) == SQLITE_OK &&
+	    sqlite3_bind_text(st, 3, value, -1, SQLITE_STATIC) == SQLITE_OK)
+		found = sqlite3_step(st) == SQLITE_ROW;
+	sqlite3_finalize(st);
+	return found;
+}
+
+/*
+ * Whether a pending batch's target is one q selects.  Its id, and its labels
+ * when the batch declares none (the file keeps them then), come from the
+ * file: a process the file has not seen yet has no id anyone could ask for.
+ */
 static bool pending_target_selected(struct query *qs, const struct store_query *q,
                                     const struct batch_target *t)
 {
 	if ((q->pid && t->pid != q->pid) || (q->by_uid && t->uid != (int64_t)q->uid))
+		return false;
+	sqlite3 *db = qs->r->db;
+	int64_t id = q->target_id || (q->nlabels && !t->nlabels) ? stored_target_id(db, t) : 0;
+	if (q->target_id && id != q->target_id)
 		return false;
 	for (size_t i = 0; i < q->nlabels; i++) {
 		bool found = false;
 		for (size_t k = 0; k < t->nlabels && !found; k++)
 			found = strcmp(t->label_keys[k], q->label_keys[i]) == 0 &&
 			        strcmp(t->label_values[k], q->label_values[i]) == 0;
+		if (!t->nlabels && id)
+			found = stored_label(db, id, q->label_keys[i], q->label_values[i]);
 		if (!found)
-			return false;
-	}
-	if (q->target_id) {
-		/* A process the file has not seen yet has no id anyone could ask for. */
-		sqlite3_stmt *st = NULL;
-		bool same = false;
-		if (sqlite3_prepare_v2(qs->r->db, "SELECT id FROM targets WHERE pid = ?1 AND start_time = ?2",
-		                       -1, &st, NULL) == SQLITE_OK &&
-		    sqlite3_bind_int64(st, 1, t->pid) == SQLITE_OK &&
-		    sqlite3_bind_int64(st, 2, (int64_t)t->start_time) == SQLITE_OK &&
-		    sqlite3_step(st) == SQLITE_ROW)
-			same = sqlite3_column_int64(st, 0) == q->target_id;
-		sqlite3_finalize(st);
-		if (!same)
 			return false;
 	}
 	return true;

@@ -986,6 +986,36 @@ Test(storage, labels_survive_a_declaration_without_them, .timeout = 60)
 	cr_assert_eq(store_query_stacks(r, &q, NULL, NULL, &total, &err), 0, "%s", err.msg);
 	cr_assert_eq(total, 5, "the samples declared without labels are not under the old label");
 
+	/* The same for samples that wait in memory: the file cannot grow, a pinned query finds them. */
+	store_writer_set_file_limit(w, 1);
+	struct store_writer_status ws = {0};
+	uint64_t waiting = 0;
+	for (int64_t k = 2; k < 2000 && !ws.failing; k++) {
+		b = store_batch_new();
+		t = store_batch_target(b, &bare);
+		st = store_batch_stack(b, -1, store_batch_frame(b, "later", "app.py", 1, 0));
+		/* Many threads: rows enough to need new pages soon. */
+		for (uint64_t th = 0; th < 200; th++)
+			cr_assert_eq(store_batch_samples(b, t, base + k * BUCKET_S, BUCKET_S, th, st, 1), 0);
+		store_writer_submit(w, b);
+		store_writer_flush(w);
+		store_writer_status(w, &ws);
+		waiting = ws.pending_rows;
+	}
+	cr_assert(ws.failing && waiting > 0, "the file never filled");
+	q.until_unix = (double)(base + 2000 * BUCKET_S);
+	uint64_t in_file = 0;
+	cr_assert_eq(store_query_stacks(r, &q, NULL, NULL, &in_file, &err), 0, "%s", err.msg);
+	struct store_pending *pin = store_reader_pin(r, w, &err);
+	cr_assert_not_null(pin, "%s", err.msg);
+	q.pending = pin;
+	cr_assert_eq(store_query_stacks(r, &q, NULL, NULL, &total, &err), 0, "%s", err.msg);
+	store_reader_unpin(r, pin);
+	q.pending = NULL;
+	cr_assert_eq(total, in_file + waiting, "waiting samples declared without labels are not under the old label");
+	store_writer_set_file_limit(w, 0);
+	store_writer_sync(w);
+
 	const char *other_key = "app", *other_value = "renamed";
 	struct store_target_info relabelled = bare;
 	relabelled.nlabels = 1;
