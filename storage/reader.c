@@ -324,61 +324,82 @@ static int64_t pending_spell(struct query *qs, const struct store_batch *b, int3
 	return (int64_t)depth;
 }
 
-/* The id the file gave a process; 0 if it has none yet (or it cannot be read). */
-static int64_t stored_target_id(sqlite3 *db, const struct batch_target *t)
+/*
+ * One integer of a lookup: *out gets the first row's first column, or 0
+ * when there is no row.  0, or -1 and *err if the file could not be read.
+ */
+static int lookup(sqlite3 *db, sqlite3_stmt *st, int64_t *out, struct store_error *err)
 {
-	sqlite3_stmt *st = NULL;
-	int64_t id = 0;
-	if (sqlite3_prepare_v2(db, "SELECT id FROM targets WHERE pid = ?1 AND start_time = ?2", -1,
-	                       &st, NULL) == SQLITE_OK &&
-	    sqlite3_bind_int64(st, 1, t->pid) == SQLITE_OK &&
-	    sqlite3_bind_int64(st, 2, (int64_t)t->start_time) == SQLITE_OK &&
-	    sqlite3_step(st) == SQLITE_ROW)
-		id = sqlite3_column_int64(st, 0);
+	int rc = sqlite3_step(st);
+	*out = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+	if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+		store_error_set(err, db, "query: look up a waiting process");
 	sqlite3_finalize(st);
-	return id;
+	return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : -1;
 }
 
-/* Whether the file holds this label for the process with this id. */
-static bool stored_label(sqlite3 *db, int64_t id, const char *key, const char *value)
+/* The id the file gave a process, 0 if it has none yet.  0, or -1 and *err. */
+static int stored_target_id(sqlite3 *db, const struct batch_target *t, int64_t *id,
+                            struct store_error *err)
 {
 	sqlite3_stmt *st = NULL;
-	bool found = false;
+	if (sqlite3_prepare_v2(db, "SELECT id FROM targets WHERE pid = ?1 AND start_time = ?2", -1,
+	                       &st, NULL) != SQLITE_OK ||
+	    sqlite3_bind_int64(st, 1, t->pid) != SQLITE_OK ||
+	    sqlite3_bind_int64(st, 2, (int64_t)t->start_time) != SQLITE_OK) {
+		store_error_set(err, db, "query: look up a waiting process");
+		sqlite3_finalize(st);
+		return -1;
+	}
+	return lookup(db, st, id, err);
+}
+
+/* Whether the file holds this label for the process with this id (*found 1 or 0).  0, or -1 and *err. */
+static int stored_label(sqlite3 *db, int64_t id, const char *key, const char *value,
+                        int64_t *found, struct store_error *err)
+{
+	sqlite3_stmt *st = NULL;
 	if (sqlite3_prepare_v2(db, "SELECT 1 FROM target_labels WHERE target = ?1 AND key = ?2 AND value = ?3",
-	                       -1, &st, NULL) == SQLITE_OK &&
-	    sqlite3_bind_int64(st, 1, id) == SQLITE_OK &&
-	    sqlite3_bind_text(st, 2, key, -1, SQLITE_STATIC) == SQLITE_OK &&
-	    sqlite3_bind_text(st, 3, value, -1, SQLITE_STATIC) == SQLITE_OK)
-		found = sqlite3_step(st) == SQLITE_ROW;
-	sqlite3_finalize(st);
-	return found;
+	                       -1, &st, NULL) != SQLITE_OK ||
+	    sqlite3_bind_int64(st, 1, id) != SQLITE_OK ||
+	    sqlite3_bind_text(st, 2, key, -1, SQLITE_STATIC) != SQLITE_OK ||
+	    sqlite3_bind_text(st, 3, value, -1, SQLITE_STATIC) != SQLITE_OK) {
+		store_error_set(err, db, "query: look up a waiting process");
+		sqlite3_finalize(st);
+		return -1;
+	}
+	return lookup(db, st, found, err);
 }
 
 /*
- * Whether a pending batch's target is one q selects.  Its id, and its labels
- * when the batch declares none (the file keeps them then), come from the
- * file: a process the file has not seen yet has no id anyone could ask for.
+ * Whether a pending batch's target is one q selects: 1 or 0, or -1 and
+ * *err.  Its id, and its labels when the batch declares none (the file keeps
+ * them then), come from the file: a process the file has not seen yet has no
+ * id anyone could ask for.
  */
-static bool pending_target_selected(struct query *qs, const struct store_query *q,
-                                    const struct batch_target *t)
+static int pending_target_selected(struct query *qs, const struct store_query *q,
+                                   const struct batch_target *t, struct store_error *err)
 {
 	if ((q->pid && t->pid != q->pid) || (q->by_uid && t->uid != (int64_t)q->uid))
-		return false;
+		return 0;
 	sqlite3 *db = qs->r->db;
-	int64_t id = q->target_id || (q->nlabels && !t->nlabels) ? stored_target_id(db, t) : 0;
+	int64_t id = 0;
+	if ((q->target_id || (q->nlabels && !t->nlabels)) && stored_target_id(db, t, &id, err) < 0)
+		return -1;
 	if (q->target_id && id != q->target_id)
-		return false;
+		return 0;
 	for (size_t i = 0; i < q->nlabels; i++) {
-		bool found = false;
+		int64_t found = 0;
 		for (size_t k = 0; k < t->nlabels && !found; k++)
 			found = strcmp(t->label_keys[k], q->label_keys[i]) == 0 &&
 			        strcmp(t->label_values[k], q->label_values[i]) == 0;
-		if (!t->nlabels && id)
-			found = stored_label(db, id, q->label_keys[i], q->label_values[i]);
+		if (!t->nlabels && id &&
+		    stored_label(db, id, q->label_keys[i], q->label_values[i], &found, err) < 0)
+			return -1;
 		if (!found)
-			return false;
+			return 0;
 	}
-	return true;
+	return 1;
 }
 
 /* The pending samples q selects, summed per (batch, stack) into qs->rows.  0, or -1 and *err. */
@@ -398,9 +419,15 @@ static int pending_collect(struct query *qs, const struct store_query *q, double
 			if ((double)sm->bucket_start < q->from_unix || (double)sm->bucket_start >= until ||
 			    (q->by_thread && sm->thread_id != q->thread_id))
 				continue;
-			if (!selected[sm->target])
-				selected[sm->target] =
-					pending_target_selected(qs, q, &b->targets[sm->target]) ? 1 : 2;
+			if (!selected[sm->target]) {
+				int sel = pending_target_selected(qs, q, &b->targets[sm->target], err);
+				if (sel < 0) {
+					free(selected);
+					store_map_clear(&index);
+					return -1;
+				}
+				selected[sm->target] = sel ? 1 : 2;
+			}
 			if (selected[sm->target] != 1)
 				continue;
 			struct {
