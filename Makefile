@@ -41,10 +41,9 @@ WARN     = -Wall -Wextra -Werror -Wshadow -Wpointer-arith -Wstrict-prototypes \
            -Wmissing-prototypes -Wvla -Wformat=2
 OPT      ?= -O2 -g
 CFLAGS   ?=
-CFLAGS   += -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) -MMD -MP -fno-strict-aliasing \
-            -Idaemon -Idaemon/unwind -Istorage -Iclient -I$(BUILD)/proto \
-            $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-LDLIBS   += $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lev -lm
+CFLAGS   += -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) -MMD -MP -fno-strict-aliasing
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+LIBS_ALL  = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lev -lm
 
 ifeq ($(SANITIZE),1)
 CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
@@ -58,31 +57,106 @@ else
 E = @:
 endif
 
-UNWIND_SRC = $(wildcard daemon/unwind/*.c)
-DAEMON_SRC = $(wildcard daemon/*.c)
-STORE_SRC  = $(wildcard storage/*.c)
-CLIENT_SRC = $(wildcard client/*.c)
-# The export writers are a library of the client that the tests also link.
-EXPORT_SRC = $(wildcard client/export*.c)
-TEST_SRC   = $(wildcard tests/*.c)
-PROTO      = $(wildcard proto/*.proto)
+# ---- the libraries, lowest first ----
+#
+# Each library is a static archive compiled with its own include path: it
+# sees the headers of the libraries below it and nothing else.  Headers it
+# may not use at all are shadowed by ones that stop the compiler (see
+# POISON below), so "only storage/ includes sqlite3.h" and "the unwinder has
+# no event loop, database or RPC in it" are checked by every build.
 
+#   base     daemon/base      the hash table, array growth, arenas
+#   unwind   daemon/unwind    the remote unwinder
+#   wire     proto            the RPC contract: generated code, framing, the shared names
+#   store    storage          the SQLite history store
+#   export   client/export    what users see of a profile: every output format
+#   client   client/client.c  one connection to the daemon
+# and the programs above them: pyprofd (daemon/) and pyprofd-ctl (client/).
+
+PROTO      = $(wildcard proto/*.proto)
 # protoc-c writes the C for each .proto into the build tree, never the source tree.
 PROTO_C    = $(PROTO:proto/%.proto=$(BUILD)/proto/%.pb-c.c)
 PROTO_H    = $(PROTO_C:.c=.h)
-PROTO_OBJ  = $(PROTO_C:.c=.o)
 
-UNWIND_OBJ = $(UNWIND_SRC:%.c=$(BUILD)/%.o)
-DAEMON_OBJ = $(DAEMON_SRC:%.c=$(BUILD)/%.o)
-STORE_OBJ  = $(STORE_SRC:%.c=$(BUILD)/%.o)
-CLIENT_OBJ = $(CLIENT_SRC:%.c=$(BUILD)/%.o)
-EXPORT_OBJ = $(EXPORT_SRC:%.c=$(BUILD)/%.o)
-TEST_OBJ   = $(TEST_SRC:%.c=$(BUILD)/%.o)
+BASE_SRC   = $(wildcard daemon/base/*.c)
+UNWIND_SRC = $(wildcard daemon/unwind/*.c)
+WIRE_SRC   = $(wildcard proto/*.c)
+STORE_SRC  = $(wildcard storage/*.c)
+EXPORT_SRC = $(wildcard client/export/*.c)
+CLIENT_SRC = client/client.c
+DAEMON_SRC = $(wildcard daemon/*.c)
+CTL_SRC    = $(filter-out $(CLIENT_SRC),$(wildcard client/*.c))
+
+obj = $(1:%.c=$(BUILD)/%.o)
+BASE_OBJ   = $(call obj,$(BASE_SRC))
+UNWIND_OBJ = $(call obj,$(UNWIND_SRC))
+WIRE_OBJ   = $(call obj,$(WIRE_SRC)) $(BUILD)/proto/pyprofd.pb-c.o
+STORE_OBJ  = $(call obj,$(STORE_SRC))
+EXPORT_OBJ = $(call obj,$(EXPORT_SRC)) $(BUILD)/proto/profile.pb-c.o
+CLIENT_OBJ = $(call obj,$(CLIENT_SRC))
+DAEMON_OBJ = $(call obj,$(DAEMON_SRC))
+CTL_OBJ    = $(call obj,$(CTL_SRC))
+
+LIBBASE    = $(BUILD)/lib/libbase.a
+LIBUNWIND  = $(BUILD)/lib/libunwind.a
+LIBWIRE    = $(BUILD)/lib/libwire.a
+LIBSTORE   = $(BUILD)/lib/libstore.a
+LIBEXPORT  = $(BUILD)/lib/libexport.a
+LIBCLIENT  = $(BUILD)/lib/libclient.a
+
+# Headers a library may not include, shadowed by ones that stop the build.
+POISON     = $(BUILD)/poison
+NO_SQLITE  = -I$(POISON)/sqlite
+NO_EV      = -I$(POISON)/ev
+NO_PROTOBUF = -I$(POISON)/protobuf
+NO_JSON    = -I$(POISON)/jansson
+POISON_H   = $(POISON)/sqlite/sqlite3.h $(POISON)/ev/ev.h \
+             $(POISON)/protobuf/protobuf-c/protobuf-c.h $(POISON)/jansson/jansson.h
+
+INC_BASE   = -Idaemon/base
+INC_UNWIND = $(INC_BASE) -Idaemon/unwind
+INC_WIRE   = $(INC_BASE) -Iproto -I$(BUILD)/proto -Idaemon/unwind
+INC_STORE  = $(INC_BASE) -Istorage
+INC_EXPORT = $(INC_BASE) $(INC_WIRE) -Iclient/export
+INC_CLIENT = $(INC_WIRE) -Iclient
+
+$(BASE_OBJ):   LIBINC = $(NO_SQLITE) $(NO_EV) $(NO_PROTOBUF) $(NO_JSON) $(INC_BASE)
+$(UNWIND_OBJ): LIBINC = $(NO_SQLITE) $(NO_EV) $(NO_PROTOBUF) $(NO_JSON) $(INC_UNWIND)
+$(WIRE_OBJ):   LIBINC = $(NO_SQLITE) $(NO_EV) $(NO_JSON) $(INC_WIRE)
+$(STORE_OBJ):  LIBINC = $(NO_EV) $(NO_PROTOBUF) $(NO_JSON) $(INC_STORE)
+$(EXPORT_OBJ): LIBINC = $(NO_SQLITE) $(NO_EV) $(INC_EXPORT)
+$(CLIENT_OBJ): LIBINC = $(NO_SQLITE) $(NO_EV) $(NO_JSON) $(INC_CLIENT)
+$(DAEMON_OBJ): LIBINC = $(NO_SQLITE) $(INC_UNWIND) $(INC_WIRE) $(INC_STORE) $(INC_EXPORT) -Idaemon
+$(CTL_OBJ):    LIBINC = $(NO_SQLITE) $(NO_EV) $(INC_EXPORT) $(INC_CLIENT)
 
 PYPROFD    = $(BUILD)/pyprofd
 CTL        = $(BUILD)/pyprofd-ctl
-LIBUNWIND  = $(BUILD)/libpyunwind.a
-TESTS_BIN  = $(BUILD)/tests/pyprofd-tests
+LIBS_DAEMON = $(LIBEXPORT) $(LIBSTORE) $(LIBWIRE) $(LIBUNWIND) $(LIBBASE)
+LIBS_CTL   = $(LIBCLIENT) $(LIBEXPORT) $(LIBWIRE) $(LIBBASE)
+
+# ---- tests: one criterion binary per library, each linking that library alone ----
+#
+#   tests/base tests/unwind tests/wire tests/storage tests/export   the libraries' unit tests
+#   tests/system   the programs, run for real: daemon, dump, history, install
+# tests/*.c is the support they share (interpreters, helpers, the daemon harness).
+
+TEST_SUPPORT_SRC = tests/helpers.c tests/pythons.c
+TEST_SUPPORT_OBJ = $(call obj,$(TEST_SUPPORT_SRC))
+TEST_SUITES = base unwind wire storage export system
+test_src = $(wildcard tests/$(1)/*.c)
+test_obj = $(call obj,$(call test_src,$(1)))
+TEST_BINS  = $(TEST_SUITES:%=$(BUILD)/tests/%-tests)
+TEST_OBJ   = $(foreach s,$(TEST_SUITES),$(call test_obj,$(s))) $(TEST_SUPPORT_OBJ) \
+             $(BUILD)/tests/daemon.o
+LIBS_TEST  = $(shell pkg-config --libs criterion jansson 2>/dev/null)
+
+$(TEST_SUPPORT_OBJ):              LIBINC = $(NO_SQLITE) $(NO_EV) -Itests
+$(call test_obj,base):            LIBINC = $(NO_SQLITE) $(NO_EV) $(NO_PROTOBUF) -Itests $(INC_BASE)
+$(call test_obj,unwind):          LIBINC = $(NO_SQLITE) $(NO_EV) $(NO_PROTOBUF) -Itests $(INC_UNWIND)
+$(call test_obj,wire):            LIBINC = $(NO_SQLITE) $(NO_EV) -Itests $(INC_WIRE)
+$(call test_obj,storage):         LIBINC = $(NO_EV) $(NO_PROTOBUF) -Itests $(INC_STORE)
+$(call test_obj,export):          LIBINC = $(NO_SQLITE) $(NO_EV) -Itests $(INC_EXPORT)
+$(call test_obj,system) $(BUILD)/tests/daemon.o: LIBINC = $(NO_SQLITE) $(NO_EV) -Itests $(INC_WIRE)
 
 .PHONY: all deps test check sanitize demo bench bench-daemon bench-history install clean
 
@@ -94,34 +168,67 @@ $(BUILD)/proto/%.pb-c.c $(BUILD)/proto/%.pb-c.h: proto/%.proto
 	$(Q)protoc-c --c_out=$(BUILD)/proto -Iproto $<
 
 # Kept: make would otherwise delete the headers as intermediates.
-.SECONDARY: $(PROTO_C) $(PROTO_H)
+.SECONDARY: $(PROTO_C) $(PROTO_H) $(POISON_H)
+
+$(POISON)/%.h:
+	@mkdir -p $(@D)
+	$(Q)printf '#error "%s is not for this part of pyprofd: see the layers in the Makefile"\n' $(notdir $@) > $@
 
 # Generated protobuf code is not ours to hold to our warnings.
-$(BUILD)/proto/%.pb-c.o: $(BUILD)/proto/%.pb-c.c
+$(BUILD)/proto/%.pb-c.o: $(BUILD)/proto/%.pb-c.c | $(POISON_H)
 	$(E) "  CC      $<"
-	$(Q)$(CC) $(filter-out -Wmissing-prototypes -Wshadow,$(CFLAGS)) -c -o $@ $<
+	$(Q)$(CC) $(filter-out -Wmissing-prototypes -Wshadow,$(CFLAGS)) $(LIBINC) $(PKG_CFLAGS) -c -o $@ $<
 
-$(BUILD)/%.o: %.c | $(PROTO_H)
+$(BUILD)/%.o: %.c | $(PROTO_H) $(POISON_H)
 	@mkdir -p $(@D)
 	$(E) "  CC      $<"
-	$(Q)$(CC) $(CFLAGS) -c -o $@ $<
+	$(Q)$(CC) $(CFLAGS) $(LIBINC) $(PKG_CFLAGS) -c -o $@ $<
 
-$(LIBUNWIND): $(UNWIND_OBJ)
+$(BUILD)/lib/%.a:
+	@mkdir -p $(@D)
 	$(E) "  AR      $@"
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-$(PYPROFD): $(DAEMON_OBJ) $(STORE_OBJ) $(PROTO_OBJ) $(LIBUNWIND)
-	$(E) "  LD      $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(LIBBASE):   $(BASE_OBJ)
+$(LIBUNWIND): $(UNWIND_OBJ)
+$(LIBWIRE):   $(WIRE_OBJ)
+$(LIBSTORE):  $(STORE_OBJ)
+$(LIBEXPORT): $(EXPORT_OBJ)
+$(LIBCLIENT): $(CLIENT_OBJ)
 
-$(CTL): $(CLIENT_OBJ) $(PROTO_OBJ)
+$(PYPROFD): $(DAEMON_OBJ) $(LIBS_DAEMON)
 	$(E) "  LD      $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBS_ALL)
 
-$(TESTS_BIN): $(TEST_OBJ) $(STORE_OBJ) $(EXPORT_OBJ) $(PROTO_OBJ) $(LIBUNWIND)
-	@mkdir -p $(@D)
+$(CTL): $(CTL_OBJ) $(LIBS_CTL)
 	$(E) "  LD      $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(shell pkg-config --libs criterion 2>/dev/null)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lprotobuf-c -ljansson -lz -lm
+
+# Each suite links its library and the ones below it, and no more: the
+# unwinder's tests link neither libev, SQLite nor protobuf-c.
+$(BUILD)/tests/base-tests: $(call test_obj,base) $(LIBBASE)
+	$(E) "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBS_TEST)
+
+$(BUILD)/tests/unwind-tests: $(call test_obj,unwind) $(TEST_SUPPORT_OBJ) $(LIBUNWIND) $(LIBBASE)
+	$(E) "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lelf $(LIBS_TEST) -lm
+
+$(BUILD)/tests/wire-tests: $(call test_obj,wire) $(LIBWIRE) $(LIBBASE)
+	$(E) "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lprotobuf-c $(LIBS_TEST)
+
+$(BUILD)/tests/storage-tests: $(call test_obj,storage) $(TEST_SUPPORT_OBJ) $(LIBSTORE) $(LIBBASE)
+	$(E) "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lsqlite3 -lpthread $(LIBS_TEST) -lm
+
+$(BUILD)/tests/export-tests: $(call test_obj,export) $(TEST_SUPPORT_OBJ) $(LIBEXPORT) $(LIBWIRE) $(LIBBASE)
+	$(E) "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lprotobuf-c -lz $(LIBS_TEST) -lm
+
+$(BUILD)/tests/system-tests: $(call test_obj,system) $(BUILD)/tests/daemon.o $(TEST_SUPPORT_OBJ) $(LIBWIRE) $(LIBBASE)
+	$(E) "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lprotobuf-c $(LIBS_TEST) -lm
 
 # Installs only what is missing, so it is cheap to depend on.  The speedscope
 # tarball is kept, so each run checks the schema still comes from the pinned
@@ -159,14 +266,19 @@ deps:
 	tar -xzOf "$$tgz" package/dist/release/file-format-schema.json > "$$tmp"; \
 	cmp -s "$$tmp" "$$schema" || mv "$$tmp" "$$schema"
 
-# The suite runs the real binary against real interpreters; see README.md, Tests.
-test: deps
-	$(Q)$(MAKE) --no-print-directory all $(TESTS_BIN)
-	PYPROFD_BIN=$(abspath $(PYPROFD)) PYPROFD_CTL=$(abspath $(CTL)) \
+# The suites run the real binaries against real interpreters; see README.md, Tests.
+TEST_ENV = PYPROFD_BIN=$(abspath $(PYPROFD)) PYPROFD_CTL=$(abspath $(CTL)) \
 	PYPROFD_TESTS_DIR=$(abspath tests) \
 	PYPROFD_SPEEDSCOPE_SCHEMA=$(abspath $(SPEEDSCOPE_SCHEMA)) \
-	LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp):print_suppressions=0 \
-		$(TESTS_BIN) --jobs 2 $(TEST_ARGS)
+	LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp):print_suppressions=0
+
+test: deps
+	$(Q)$(MAKE) --no-print-directory all $(TEST_BINS)
+	$(Q)failed=; for t in $(TEST_BINS); do \
+		echo "== $$t"; \
+		$(TEST_ENV) $$t --jobs 2 $(TEST_ARGS) || failed="$$failed $$(basename $$t)"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "failed:$$failed" >&2; exit 1; fi
 
 check: test
 
@@ -218,10 +330,10 @@ install: all
 	install -m 0644 systemd/pyprofd.conf.example $(DESTDIR)$(DOCDIR)/
 
 # The history store under a synthetic day of 10 targets; see bench/store_bench.c.
-$(BUILD)/bench/store_bench: bench/store_bench.c $(STORE_OBJ)
-	@mkdir -p $(@D)
+$(BUILD)/bench/store_bench.o: LIBINC = $(NO_EV) $(NO_PROTOBUF) $(INC_STORE)
+$(BUILD)/bench/store_bench: $(BUILD)/bench/store_bench.o $(LIBSTORE) $(LIBBASE)
 	$(E) "  LD      $@"
-	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lsqlite3 -lpthread -lm
 
 bench-history: deps
 	$(Q)$(MAKE) --no-print-directory all $(BUILD)/bench/store_bench
@@ -238,4 +350,5 @@ bench-daemon: deps
 clean:
 	rm -rf build build-sanitize
 
--include $(UNWIND_OBJ:.o=.d) $(DAEMON_OBJ:.o=.d) $(STORE_OBJ:.o=.d) $(CLIENT_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
+-include $(patsubst %.o,%.d,$(BASE_OBJ) $(UNWIND_OBJ) $(WIRE_OBJ) $(STORE_OBJ) $(EXPORT_OBJ) \
+           $(CLIENT_OBJ) $(DAEMON_OBJ) $(CTL_OBJ) $(TEST_OBJ))

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "wire.h"
 
 /* A frame buffer starts this small and grows as bytes arrive, not as the length claims. */
 #define CLIENT_FIRST_CHUNK (64u << 10)
@@ -262,7 +263,7 @@ static int client_recv_frame(struct client *c, size_t budget, uint8_t **out, siz
 	if (n < (ssize_t)sizeof hdr)
 		return client_fail(err, CLIENT_EPROTO,
 		                   "truncated response from the daemon (cut in its length)");
-	uint32_t len = (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 | (uint32_t)hdr[2] << 8 | hdr[3];
+	uint32_t len = wire_frame_length(hdr);
 	if (len > CLIENT_MAX_FRAME)
 		return client_fail(err, CLIENT_EPROTO,
 		                   "the daemon sent a %u-byte response, over the %u MiB limit", len,
@@ -412,23 +413,19 @@ struct client_reply *client_call(struct client *c, Pyprofd__Request *req, struct
 	req->version = PYPROFD__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT;
 	req->id = c->next_id++;
 
-	size_t len = pyprofd__request__get_packed_size(req);
-	if (len > CLIENT_MAX_FRAME) {
+	size_t len = wire_frame_size(&req->base);
+	if (!len || len - WIRE_HEADER_BYTES > CLIENT_MAX_FRAME) {
 		client_fail(err, CLIENT_EPROTO, "the request is over the %u MiB limit",
 		            CLIENT_MAX_FRAME >> 20);
 		return NULL;
 	}
-	uint8_t *out = malloc(4 + len);
+	uint8_t *out = malloc(len);
 	if (!out) {
 		client_fail(err, CLIENT_ENOMEM, "out of memory");
 		return NULL;
 	}
-	out[0] = (uint8_t)(len >> 24);
-	out[1] = (uint8_t)(len >> 16);
-	out[2] = (uint8_t)(len >> 8);
-	out[3] = (uint8_t)len;
-	pyprofd__request__pack(req, out + 4);
-	int rc = client_send(c, out, 4 + len, err);
+	wire_frame_pack(&req->base, out);
+	int rc = client_send(c, out, len, err);
 	free(out);
 	if (rc != 0) {
 		c->broken = true;

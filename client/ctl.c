@@ -213,7 +213,7 @@ static const char diff_usage[] =
 static int ctl_usage_error(const struct ctl *ctl, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
-/* One stderr line for a usage error; returns CTL_EXIT_USAGE. */
+/* One stderr line for a usage error; returns EXIT_USAGE. */
 static int ctl_usage_error(const struct ctl *ctl, const char *fmt, ...)
 {
 	va_list ap;
@@ -227,7 +227,7 @@ static int ctl_usage_error(const struct ctl *ctl, const char *fmt, ...)
 		fprintf(stderr, " (see pyprofd-ctl %s --help)\n", ctl->cmd->name);
 	else
 		fputs(" (see pyprofd-ctl --help)\n", stderr);
-	return CTL_EXIT_USAGE;
+	return EXIT_USAGE;
 }
 
 /*
@@ -247,7 +247,7 @@ static int ctl_common_option(struct ctl *ctl, int opt, char **argv)
 		return -1;
 	case 'h':
 		fputs(ctl->cmd ? ctl->cmd->usage : usage, stdout);
-		return fflush(stdout) == 0 ? CTL_EXIT_OK : CTL_EXIT_FAILURE;
+		return fflush(stdout) == 0 ? EXIT_OK : EXIT_FAILURE_OTHER;
 	case ':':
 		return ctl_usage_error(ctl, "option '%s' needs a value", argv[optind - 1]);
 	default:
@@ -265,7 +265,7 @@ static int ctl_parse_pid(const struct ctl *ctl, const char *arg, int32_t *pid)
 	if (*arg == '\0' || *end != '\0' || errno != 0 || v <= 0 || v > INT32_MAX)
 		return ctl_usage_error(ctl, "'%s' is not a process id", arg);
 	*pid = (int32_t)v;
-	return CTL_EXIT_OK;
+	return EXIT_OK;
 }
 
 /* The single PID operand left after the options. */
@@ -280,10 +280,10 @@ static int ctl_no_operand(const struct ctl *ctl, int argc, char **argv)
 {
 	if (optind != argc)
 		return ctl_usage_error(ctl, "unexpected argument '%s'", argv[optind]);
-	return CTL_EXIT_OK;
+	return EXIT_OK;
 }
 
-/* A whole number in [min, UINT32_MAX]; CTL_EXIT_OK or a usage error. */
+/* A whole number in [min, UINT32_MAX]; EXIT_OK or a usage error. */
 static int ctl_parse_u32(const struct ctl *ctl, const char *option, const char *arg, uint32_t min,
                          uint32_t *out)
 {
@@ -294,7 +294,7 @@ static int ctl_parse_u32(const struct ctl *ctl, const char *option, const char *
 		return ctl_usage_error(ctl, "%s takes a whole number from %u to %u, not '%s'", option,
 		                       min, UINT32_MAX, arg);
 	*out = (uint32_t)v;
-	return CTL_EXIT_OK;
+	return EXIT_OK;
 }
 
 /*
@@ -324,12 +324,12 @@ static char *ctl_socket_path(const struct ctl *ctl, int *status)
 		fputs("pyprofd-ctl: cannot tell where the daemon's socket is: neither XDG_STATE_HOME "
 		      "nor HOME is an absolute path (use --socket or PYPROFD_SOCKET)\n",
 		      stderr);
-		*status = CTL_EXIT_UNREACHABLE;
+		*status = EXIT_UNREACHABLE;
 		return NULL;
 	}
 	if (rc < 0 || !out) {
 		fputs("pyprofd-ctl: out of memory\n", stderr);
-		*status = CTL_EXIT_FAILURE;
+		*status = EXIT_FAILURE_OTHER;
 		return NULL;
 	}
 	/* A user with no daemon of its own talks to the system's. */
@@ -338,7 +338,7 @@ static char *ctl_socket_path(const struct ctl *ctl, int *status)
 		out = strdup(CTL_SYSTEM_SOCKET);
 		if (!out) {
 			fputs("pyprofd-ctl: out of memory\n", stderr);
-			*status = CTL_EXIT_FAILURE;
+			*status = EXIT_FAILURE_OTHER;
 		}
 	}
 	return out;
@@ -348,21 +348,10 @@ int ctl_report(const struct client_error *err)
 {
 	fprintf(stderr, "pyprofd-ctl: %s\n", err->msg);
 	switch (err->status) {
-	case CLIENT_EUNREACHABLE: return CTL_EXIT_UNREACHABLE;
-	case CLIENT_EDAEMON: break;
-	default: return CTL_EXIT_FAILURE;
+	case CLIENT_EUNREACHABLE: return EXIT_UNREACHABLE;
+	case CLIENT_EDAEMON: return vocab_code_exit(err->code);
+	default: return EXIT_FAILURE_OTHER;
 	}
-	switch (err->code) {
-	case PYPROFD__ERROR_CODE__ERROR_NO_PROCESS: return CTL_EXIT_NO_PROCESS;
-	case PYPROFD__ERROR_CODE__ERROR_PERMISSION: return CTL_EXIT_PERMISSION;
-	case PYPROFD__ERROR_CODE__ERROR_NOT_PYTHON: return CTL_EXIT_NOT_PYTHON;
-	case PYPROFD__ERROR_CODE__ERROR_UNSUPPORTED: return CTL_EXIT_UNSUPPORTED;
-	case PYPROFD__ERROR_CODE__ERROR_EXITED: return CTL_EXIT_EXITED;
-	case PYPROFD__ERROR_CODE__ERROR_CORRUPT: return CTL_EXIT_CORRUPT;
-	case PYPROFD__ERROR_CODE__ERROR_NOT_ATTACHED: return CTL_EXIT_NOT_ATTACHED;
-	default: break;
-	}
-	return CTL_EXIT_FAILURE;
 }
 
 /* Connect to the daemon; NULL after printing why (*status is the exit status). */
@@ -398,7 +387,7 @@ static int ctl_finish(int status)
 {
 	if (fflush(stdout) != 0 || ferror(stdout)) {
 		fputs("pyprofd-ctl: cannot write the output\n", stderr);
-		return CTL_EXIT_FAILURE;
+		return EXIT_FAILURE_OTHER;
 	}
 	return status;
 }
@@ -407,9 +396,9 @@ static int ctl_print_json(json_t *doc)
 {
 	if (format_json_print(doc) != 0) {
 		fputs("pyprofd-ctl: cannot write the JSON output (out of memory?)\n", stderr);
-		return CTL_EXIT_FAILURE;
+		return EXIT_FAILURE_OTHER;
 	}
-	return ctl_finish(CTL_EXIT_OK);
+	return ctl_finish(EXIT_OK);
 }
 
 /* A result may leave out its target; print it as an empty one rather than crash. */
@@ -433,10 +422,10 @@ static int cmd_attach(struct ctl *ctl, int argc, char **argv)
 	/* Every label is one argument, so argc bounds their number. */
 	Pyprofd__Label *labels = calloc((size_t)argc, sizeof *labels);
 	Pyprofd__Label **label_ptrs = calloc((size_t)argc, sizeof *label_ptrs);
-	int status = CTL_EXIT_OK;
+	int status = EXIT_OK;
 	if (!labels || !label_ptrs) {
 		fputs("pyprofd-ctl: out of memory\n", stderr);
-		status = CTL_EXIT_FAILURE;
+		status = EXIT_FAILURE_OTHER;
 		goto out;
 	}
 	a.labels = label_ptrs;
@@ -448,13 +437,7 @@ static int cmd_attach(struct ctl *ctl, int argc, char **argv)
 			status = ctl_parse_u32(ctl, "--rate", optarg, 1, &a.rate_hz);
 			break;
 		case 'm':
-			if (strcmp(optarg, "wall") == 0)
-				a.mode = PYPROFD__MODE__MODE_WALL;
-			else if (strcmp(optarg, "cpu") == 0)
-				a.mode = PYPROFD__MODE__MODE_CPU;
-			else if (strcmp(optarg, "gil") == 0)
-				a.mode = PYPROFD__MODE__MODE_GIL;
-			else
+			if (vocab_wire_mode_parse(optarg, &a.mode) != 0)
 				status = ctl_usage_error(ctl, "--mode is wall, cpu or gil, not '%s'", optarg);
 			break;
 		case 'd': {
@@ -480,7 +463,7 @@ static int cmd_attach(struct ctl *ctl, int argc, char **argv)
 			label_ptrs[a.n_labels++] = l;
 			if (!l->key) {
 				fputs("pyprofd-ctl: out of memory\n", stderr);
-				status = CTL_EXIT_FAILURE;
+				status = EXIT_FAILURE_OTHER;
 			}
 			break;
 		}
@@ -494,10 +477,10 @@ static int cmd_attach(struct ctl *ctl, int argc, char **argv)
 			}
 		}
 		}
-		if (status != CTL_EXIT_OK)
+		if (status != EXIT_OK)
 			goto out;
 	}
-	if ((status = ctl_pid_operand(ctl, argc, argv, &a.pid)) != CTL_EXIT_OK)
+	if ((status = ctl_pid_operand(ctl, argc, argv, &a.pid)) != EXIT_OK)
 		goto out;
 
 	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
@@ -518,8 +501,8 @@ static int cmd_attach(struct ctl *ctl, int argc, char **argv)
 	} else {
 		printf("attached to %d (Python ", (int)t->pid);
 		format_put(stdout, t->python_version, SIZE_MAX, 0);
-		printf("), %u Hz, %s%s\n", t->rate_hz, format_mode(t->mode), r->warm ? " (warm)" : "");
-		status = ctl_finish(CTL_EXIT_OK);
+		printf("), %u Hz, %s%s\n", t->rate_hz, vocab_wire_mode_name(t->mode), r->warm ? " (warm)" : "");
+		status = ctl_finish(EXIT_OK);
 	}
 	client_reply_free(reply);
 out:
@@ -549,7 +532,7 @@ static int cmd_detach(struct ctl *ctl, int argc, char **argv)
 	if (status >= 0)
 		return status;
 	Pyprofd__DetachRequest d = PYPROFD__DETACH_REQUEST__INIT;
-	if ((status = ctl_pid_operand(ctl, argc, argv, &d.pid)) != CTL_EXIT_OK)
+	if ((status = ctl_pid_operand(ctl, argc, argv, &d.pid)) != EXIT_OK)
 		return status;
 
 	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
@@ -563,7 +546,7 @@ static int cmd_detach(struct ctl *ctl, int argc, char **argv)
 		status = ctl_print_json(format_json_target(t));
 	} else {
 		printf("detached from %d; its state is kept warm\n", (int)d.pid);
-		status = ctl_finish(CTL_EXIT_OK);
+		status = ctl_finish(EXIT_OK);
 	}
 	client_reply_free(reply);
 	return status;
@@ -610,7 +593,7 @@ static int list_cells(const Pyprofd__Target *t, char *cells[LIST_NCOLS])
 	cells[LIST_PYTHON] = strdup(*python ? python : "-");
 	if (asprintf(&cells[LIST_RATE], "%u", t->rate_hz) < 0)
 		cells[LIST_RATE] = NULL;
-	cells[LIST_MODE] = strdup(format_mode(t->mode));
+	cells[LIST_MODE] = strdup(vocab_wire_mode_name(t->mode));
 	if (asprintf(&cells[LIST_SAMPLES], "%llu", (unsigned long long)t->samples) < 0)
 		cells[LIST_SAMPLES] = NULL;
 	if (asprintf(&cells[LIST_ERRORS], "%llu", (unsigned long long)t->errors) < 0)
@@ -628,9 +611,9 @@ static int list_text(const Pyprofd__Target *const *targets, size_t n)
 	char **cells = calloc(n * LIST_NCOLS + 1, sizeof *cells);
 	if (!cells) {
 		fputs("pyprofd-ctl: out of memory\n", stderr);
-		return CTL_EXIT_FAILURE;
+		return EXIT_FAILURE_OTHER;
 	}
-	int status = CTL_EXIT_OK;
+	int status = EXIT_OK;
 	size_t width[LIST_NCOLS];
 	for (int k = 0; k < LIST_NCOLS; k++)
 		width[k] = strlen(list_header[k]);
@@ -638,7 +621,7 @@ static int list_text(const Pyprofd__Target *const *targets, size_t n)
 		char **row = cells + i * LIST_NCOLS;
 		if (list_cells(targets[i], row) != 0) {
 			fputs("pyprofd-ctl: out of memory\n", stderr);
-			status = CTL_EXIT_FAILURE;
+			status = EXIT_FAILURE_OTHER;
 			goto out;
 		}
 		for (int k = 0; k < LIST_COMMAND; k++) {
@@ -674,7 +657,7 @@ static int list_text(const Pyprofd__Target *const *targets, size_t n)
 		}
 		putchar('\n');
 	}
-	status = ctl_finish(CTL_EXIT_OK);
+	status = ctl_finish(EXIT_OK);
 out:
 	for (size_t i = 0; i < n * LIST_NCOLS; i++)
 		free(cells[i]);
@@ -687,7 +670,7 @@ static int cmd_list(struct ctl *ctl, int argc, char **argv)
 	int status = ctl_common_options_only(ctl, argc, argv);
 	if (status >= 0)
 		return status;
-	if ((status = ctl_no_operand(ctl, argc, argv)) != CTL_EXIT_OK)
+	if ((status = ctl_no_operand(ctl, argc, argv)) != EXIT_OK)
 		return status;
 
 	Pyprofd__ListRequest l = PYPROFD__LIST_REQUEST__INIT;
@@ -706,7 +689,7 @@ static int cmd_list(struct ctl *ctl, int argc, char **argv)
 	if (!targets) {
 		fputs("pyprofd-ctl: out of memory\n", stderr);
 		client_reply_free(reply);
-		return CTL_EXIT_FAILURE;
+		return EXIT_FAILURE_OTHER;
 	}
 	size_t k = 0;
 	for (size_t p = 0; p < reply->nparts; p++)
@@ -737,7 +720,7 @@ static int cmd_list(struct ctl *ctl, int argc, char **argv)
 
 static bool frame_is_python(const Pyprofd__Frame *f)
 {
-	return !f->kind || !*f->kind || strcmp(f->kind, "python") == 0;
+	return vocab_kind_parse(f->kind) == UW_FRAME_PYTHON;
 }
 
 /* The text of `pyprofd dump` (daemon/dump.c), line for line. */
@@ -840,7 +823,7 @@ static int cmd_dump(struct ctl *ctl, int argc, char **argv)
 		else if ((status = ctl_common_option(ctl, opt, argv)) >= 0)
 			return status;
 	}
-	if ((status = ctl_pid_operand(ctl, argc, argv, &d.pid)) != CTL_EXIT_OK)
+	if ((status = ctl_pid_operand(ctl, argc, argv, &d.pid)) != EXIT_OK)
 		return status;
 
 	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
@@ -855,7 +838,7 @@ static int cmd_dump(struct ctl *ctl, int argc, char **argv)
 		status = ctl_print_json(dump_json(head, reply));
 	} else {
 		dump_text(head, reply);
-		status = ctl_finish(CTL_EXIT_OK);
+		status = ctl_finish(EXIT_OK);
 	}
 	client_reply_free(reply);
 	return status;
@@ -923,7 +906,7 @@ static int stats_text(const Pyprofd__StatsResult *head, struct client_reply *rep
 			printf("%-*s %llu\n", (int)width, stats_fields[k],
 			       (unsigned long long)stats_count(head, k));
 	}
-	return ctl_finish(CTL_EXIT_OK);
+	return ctl_finish(EXIT_OK);
 }
 
 static json_t *stats_json(int32_t pid, const Pyprofd__StatsResult *head, struct client_reply *reply)
@@ -962,7 +945,7 @@ static int cmd_stats(struct ctl *ctl, int argc, char **argv)
 	if (status >= 0)
 		return status;
 	Pyprofd__StatsRequest s = PYPROFD__STATS_REQUEST__INIT;
-	if ((status = ctl_pid_operand(ctl, argc, argv, &s.pid)) != CTL_EXIT_OK)
+	if ((status = ctl_pid_operand(ctl, argc, argv, &s.pid)) != EXIT_OK)
 		return status;
 
 	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
@@ -988,7 +971,7 @@ static int cmd_status(struct ctl *ctl, int argc, char **argv)
 	int status = ctl_common_options_only(ctl, argc, argv);
 	if (status >= 0)
 		return status;
-	if ((status = ctl_no_operand(ctl, argc, argv)) != CTL_EXIT_OK)
+	if ((status = ctl_no_operand(ctl, argc, argv)) != EXIT_OK)
 		return status;
 
 	Pyprofd__StatusRequest s = PYPROFD__STATUS_REQUEST__INIT;
@@ -1052,7 +1035,7 @@ static int cmd_status(struct ctl *ctl, int argc, char **argv)
 			       (unsigned long long)r->history_dropped_rows,
 			       (unsigned long long)r->history_lost_samples);
 		putchar('\n');
-		status = ctl_finish(CTL_EXIT_OK);
+		status = ctl_finish(EXIT_OK);
 	}
 	client_reply_free(reply);
 	return status;
@@ -1069,7 +1052,7 @@ static int cmd_top(struct ctl *ctl, int argc, char **argv)
 		CTL_COMMON_OPTIONS,
 	};
 	struct top_options o = {0};
-	int opt, status = CTL_EXIT_OK;
+	int opt, status = EXIT_OK;
 	while ((opt = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
 		if (opt == 'w')
 			status = ctl_parse_u32(ctl, "--window", optarg, 1, &o.window_s);
@@ -1078,13 +1061,13 @@ static int cmd_top(struct ctl *ctl, int argc, char **argv)
 		else if (opt == '1')
 			o.once = true;
 		else if ((status = ctl_common_option(ctl, opt, argv)) < 0)
-			status = CTL_EXIT_OK;
+			status = EXIT_OK;
 		else
 			return status;
-		if (status != CTL_EXIT_OK)
+		if (status != EXIT_OK)
 			return status;
 	}
-	if ((status = ctl_pid_operand(ctl, argc, argv, &o.pid)) != CTL_EXIT_OK)
+	if ((status = ctl_pid_operand(ctl, argc, argv, &o.pid)) != EXIT_OK)
 		return status;
 	o.json = ctl->json;
 
@@ -1115,9 +1098,9 @@ static int output_close(FILE *out, const char *path, int rc)
 	if (rc != 0) {
 		fprintf(stderr, "pyprofd-ctl: cannot write %s: %s\n", path ? path : "the output",
 		        strerror(errno));
-		return CTL_EXIT_FAILURE;
+		return EXIT_FAILURE_OTHER;
 	}
-	return path ? CTL_EXIT_OK : ctl_finish(CTL_EXIT_OK);
+	return path ? EXIT_OK : ctl_finish(EXIT_OK);
 }
 
 /* "90s", "15m", "2h", "1d" or plain seconds; -1 if it is none of those. */
@@ -1158,7 +1141,7 @@ static double parse_time(const char *arg)
 /*
  * One of the selection options query and diff share, into q: --pid, --target,
  * --label (labels, sized by argc, hold them), --thread.  -1 when opt is none of them;
- * else CTL_EXIT_OK or a usage error.
+ * else EXIT_OK or a usage error.
  */
 static int selection_option(const struct ctl *ctl, int opt, Pyprofd__QueryRequest *q,
                             Pyprofd__Label *labels)
@@ -1167,7 +1150,7 @@ static int selection_option(const struct ctl *ctl, int opt, Pyprofd__QueryReques
 	case 'p': {
 		uint32_t u;
 		int status = ctl_parse_u32(ctl, "--pid", optarg, 1, &u);
-		if (status == CTL_EXIT_OK && u > INT32_MAX)
+		if (status == EXIT_OK && u > INT32_MAX)
 			status = ctl_usage_error(ctl, "'%s' is not a process id", optarg);
 		q->pid = (int32_t)u;
 		return status;
@@ -1182,7 +1165,7 @@ static int selection_option(const struct ctl *ctl, int opt, Pyprofd__QueryReques
 		l->key = optarg;
 		l->value = eq + 1;
 		q->labels[q->n_labels++] = l;
-		return CTL_EXIT_OK;
+		return EXIT_OK;
 	}
 	case 'T': {
 		char *end;
@@ -1192,7 +1175,7 @@ static int selection_option(const struct ctl *ctl, int opt, Pyprofd__QueryReques
 			return ctl_usage_error(ctl, "--target takes a target id (query --format processes "
 			                            "lists them), not '%s'", optarg);
 		q->target_id = id;
-		return CTL_EXIT_OK;
+		return EXIT_OK;
 	}
 	case 't': {
 		char *end;
@@ -1201,7 +1184,7 @@ static int selection_option(const struct ctl *ctl, int opt, Pyprofd__QueryReques
 		q->by_thread = true;
 		if (*optarg < '0' || *optarg > '9' || *end || errno)
 			return ctl_usage_error(ctl, "--thread takes a thread id, not '%s'", optarg);
-		return CTL_EXIT_OK;
+		return EXIT_OK;
 	}
 	}
 	return -1;
@@ -1228,14 +1211,11 @@ static int query_export(const struct client_reply *reply, const char *name,
 		const Pyprofd__QueryResult *r = reply->parts[i]->query;
 		for (size_t k = 0; k < r->n_frames; k++, f++) {
 			const Pyprofd__QueryFrame *qf = r->frames[k];
-			const char *kind = format_str(qf->kind);
 			frames[f] = (struct export_frame){
 				.function = format_str(qf->function),
 				.file = format_str(qf->file),
 				.line = qf->line,
-				.kind = strcmp(kind, "native") == 0 ? EXPORT_FRAME_NATIVE
-				        : strcmp(kind, "gc") == 0   ? EXPORT_FRAME_GC
-				                                    : EXPORT_FRAME_PYTHON,
+				.kind = vocab_kind_parse(qf->kind),
 			};
 		}
 		for (size_t k = 0; k < r->n_stacks; k++, s++)
@@ -1280,17 +1260,17 @@ static int cmd_query(struct ctl *ctl, int argc, char **argv)
 	const char *output = NULL;
 	double since = -1;
 	char name[256] = "all processes";
-	int status = CTL_EXIT_OK, opt;
+	int status = EXIT_OK, opt;
 	if (!labels || !label_ptrs) {
 		fputs("pyprofd-ctl: out of memory\n", stderr);
-		status = CTL_EXIT_FAILURE;
+		status = EXIT_FAILURE_OTHER;
 		goto out;
 	}
 	q.labels = label_ptrs;
-	while (status == CTL_EXIT_OK && (opt = getopt_long(argc, argv, ":ho:", options, NULL)) != -1) {
+	while (status == EXIT_OK && (opt = getopt_long(argc, argv, ":ho:", options, NULL)) != -1) {
 		if ((status = selection_option(ctl, opt, &q, labels)) >= 0)
 			continue;
-		status = CTL_EXIT_OK;
+		status = EXIT_OK;
 		switch (opt) {
 		case 's':
 			if ((since = parse_duration(optarg)) < 0)
@@ -1323,18 +1303,18 @@ static int cmd_query(struct ctl *ctl, int argc, char **argv)
 			break;
 		default:
 			if ((status = ctl_common_option(ctl, opt, argv)) < 0)
-				status = CTL_EXIT_OK;
-			else if (status == CTL_EXIT_OK)
+				status = EXIT_OK;
+			else if (status == EXIT_OK)
 				status = -1; /* --help printed */
 		}
 	}
 	if (status == -1) {
-		status = CTL_EXIT_OK;
+		status = EXIT_OK;
 		goto out;
 	}
-	if (status != CTL_EXIT_OK)
+	if (status != EXIT_OK)
 		goto out;
-	if ((status = ctl_no_operand(ctl, argc, argv)) != CTL_EXIT_OK)
+	if ((status = ctl_no_operand(ctl, argc, argv)) != EXIT_OK)
 		goto out;
 	if (q.limit && !table) {
 		status = ctl_usage_error(ctl, "--limit goes with --format table");
@@ -1372,7 +1352,7 @@ static int cmd_query(struct ctl *ctl, int argc, char **argv)
 		goto out;
 	FILE *out = output_open(output);
 	if (!out) {
-		status = CTL_EXIT_FAILURE;
+		status = EXIT_FAILURE_OTHER;
 	} else {
 		const Pyprofd__QueryResult *head = reply->parts[0]->query;
 		if (!table && !processes && head->total && !head->rate_hz)
@@ -1405,7 +1385,7 @@ static double parse_when(const char *arg, double now)
 	return parse_time(arg);
 }
 
-/* "FROM..UNTIL" into q; CTL_EXIT_OK or a usage error. */
+/* "FROM..UNTIL" into q; EXIT_OK or a usage error. */
 static int parse_range(const struct ctl *ctl, const char *option, const char *arg, double now,
                        Pyprofd__QueryRequest *q)
 {
@@ -1420,7 +1400,7 @@ static int parse_range(const struct ctl *ctl, const char *option, const char *ar
 		return ctl_usage_error(ctl, "%s: '%s' is not a range of times (FROM..UNTIL)", option, arg);
 	q->from_unix = a;
 	q->until_unix = b > a ? b : a + 1e-6;
-	return CTL_EXIT_OK;
+	return EXIT_OK;
 }
 
 static int cmd_diff(struct ctl *ctl, int argc, char **argv)
@@ -1442,25 +1422,25 @@ static int cmd_diff(struct ctl *ctl, int argc, char **argv)
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	double now = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-	int status = CTL_EXIT_OK, opt;
+	int status = EXIT_OK, opt;
 	if (!labels || !label_ptrs) {
 		fputs("pyprofd-ctl: out of memory\n", stderr);
-		status = CTL_EXIT_FAILURE;
+		status = EXIT_FAILURE_OTHER;
 		goto out;
 	}
 	q.labels = label_ptrs;
-	while (status == CTL_EXIT_OK && (opt = getopt_long(argc, argv, ":ho:", options, NULL)) != -1) {
+	while (status == EXIT_OK && (opt = getopt_long(argc, argv, ":ho:", options, NULL)) != -1) {
 		if ((status = selection_option(ctl, opt, &q, labels)) >= 0)
 			continue;
-		status = CTL_EXIT_OK;
+		status = EXIT_OK;
 		switch (opt) {
 		case 'b':
 			status = parse_range(ctl, "--base", optarg, now, &base);
-			have_base = status == CTL_EXIT_OK;
+			have_base = status == EXIT_OK;
 			break;
 		case 'c':
 			status = parse_range(ctl, "--compare", optarg, now, &q);
-			have_compare = status == CTL_EXIT_OK;
+			have_compare = status == EXIT_OK;
 			break;
 		case 'n':
 			status = ctl_parse_u32(ctl, "--limit", optarg, 0, &q.limit);
@@ -1470,16 +1450,16 @@ static int cmd_diff(struct ctl *ctl, int argc, char **argv)
 			break;
 		default:
 			if ((status = ctl_common_option(ctl, opt, argv)) < 0)
-				status = CTL_EXIT_OK;
-			else if (status == CTL_EXIT_OK)
+				status = EXIT_OK;
+			else if (status == EXIT_OK)
 				status = -1; /* --help printed */
 		}
 	}
 	if (status == -1) {
-		status = CTL_EXIT_OK;
+		status = EXIT_OK;
 		goto out;
 	}
-	if (status != CTL_EXIT_OK || (status = ctl_no_operand(ctl, argc, argv)) != CTL_EXIT_OK)
+	if (status != EXIT_OK || (status = ctl_no_operand(ctl, argc, argv)) != EXIT_OK)
 		goto out;
 	if (!have_base || !have_compare) {
 		status = ctl_usage_error(ctl, "diff needs --base and --compare");
@@ -1495,7 +1475,7 @@ static int cmd_diff(struct ctl *ctl, int argc, char **argv)
 		goto out;
 	FILE *out = output_open(output);
 	status = out ? output_close(out, output, functions_write(reply, NULL, true, ctl->json, out))
-	             : CTL_EXIT_FAILURE;
+	             : EXIT_FAILURE_OTHER;
 out:
 	client_reply_free(reply);
 	free(labels);

@@ -8,29 +8,13 @@
 #include <stdio.h>
 
 #include "client.h"
-
-/* Exit statuses, documented in --help. */
-enum ctl_exit {
-	CTL_EXIT_OK = 0,
-	CTL_EXIT_FAILURE = 1, /* bad request, protocol, daemon limit or internal error, bad answer */
-	CTL_EXIT_USAGE = 2,
-	CTL_EXIT_NO_PROCESS = 3,
-	CTL_EXIT_PERMISSION = 4,
-	CTL_EXIT_NOT_PYTHON = 5,
-	CTL_EXIT_UNSUPPORTED = 6,
-	CTL_EXIT_EXITED = 7,
-	CTL_EXIT_CORRUPT = 8,
-	CTL_EXIT_NOT_ATTACHED = 9,
-	CTL_EXIT_UNREACHABLE = 10,
-};
+#include "vocab.h"
 
 /* ctl.c */
 /* Print a failed call's one line on stderr; returns its exit status. */
 int ctl_report(const struct client_error *err);
 
 /* format.c */
-/* "wall", "cpu" or "gil". */
-const char *format_mode(Pyprofd__Mode mode);
 /* s, or "" for a string the decoder left NULL. */
 const char *format_str(const char *s);
 /* A JSON string even for bytes that are not UTF-8 (they become U+FFFD); NULL if out of memory. */

@@ -6,17 +6,6 @@
 #include "ctl.h"
 #include "export.h"
 
-const char *format_mode(Pyprofd__Mode mode)
-{
-	switch (mode) {
-	case PYPROFD__MODE__MODE_WALL: return "wall";
-	case PYPROFD__MODE__MODE_CPU: return "cpu";
-	case PYPROFD__MODE__MODE_GIL: return "gil";
-	default: break;
-	}
-	return "unknown";
-}
-
 const char *format_str(const char *s)
 {
 	return s ? s : "";
@@ -68,7 +57,7 @@ json_t *format_json_target(const Pyprofd__Target *t)
 	                 "pid", (int)t->pid, "start_time", format_json_u64(t->start_time), "uid",
 	                 (json_int_t)t->uid, "state", format_json_string(t->state), "python_version",
 	                 format_json_string(t->python_version), "rate_hz", (json_int_t)t->rate_hz,
-	                 "mode", format_mode(t->mode), "samples", format_json_u64(t->samples),
+	                 "mode", vocab_wire_mode_name(t->mode), "samples", format_json_u64(t->samples),
 	                 "errors", format_json_u64(t->errors), "labels", labels, "executable",
 	                 format_json_string(t->executable), "command_line",
 	                 format_json_string(t->command_line), "attached_at",

@@ -158,19 +158,19 @@ static int top_once(struct client *c, const struct top_options *o)
 	struct client_reply *reply = top_fetch(c, o, o->limit, &err);
 	if (!reply)
 		return ctl_report(&err);
-	int status = CTL_EXIT_OK;
+	int status = EXIT_OK;
 	if (o->json) {
 		if (format_json_print(top_json(o->pid, reply)) != 0) {
 			fputs("pyprofd-ctl: cannot write the JSON output (out of memory?)\n", stderr);
-			status = CTL_EXIT_FAILURE;
+			status = EXIT_FAILURE_OTHER;
 		}
 	} else {
 		top_print(stdout, o->pid, reply, SIZE_MAX, SIZE_MAX, false);
 	}
 	client_reply_free(reply);
-	if (fflush(stdout) != 0 && status == CTL_EXIT_OK) {
+	if (fflush(stdout) != 0 && status == EXIT_OK) {
 		fputs("pyprofd-ctl: cannot write the output\n", stderr);
-		status = CTL_EXIT_FAILURE;
+		status = EXIT_FAILURE_OTHER;
 	}
 	return status;
 }
@@ -280,11 +280,11 @@ static int top_live(struct client *c, const struct top_options *o)
 		return ctl_report(&err);
 	if (ferror(stdout)) {
 		fputs("pyprofd-ctl: cannot write the output\n", stderr);
-		return CTL_EXIT_FAILURE;
+		return EXIT_FAILURE_OTHER;
 	}
 	/* Ctrl-C is the way to quit; a signal from elsewhere ends us as it would have. */
 	int sig = top_signal;
-	return sig && sig != SIGINT ? 128 + sig : CTL_EXIT_OK;
+	return sig && sig != SIGINT ? 128 + sig : EXIT_OK;
 }
 
 int top_run(struct client *c, const struct top_options *o)

@@ -1,25 +1,9 @@
-/* What the commands share on their command lines: exit statuses, option and PID errors. */
+/* What the commands share on their command lines: option and PID errors. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "pyprofd.h"
-
-int exit_status_of(enum uw_status status)
-{
-	switch (status) {
-	case UW_OK: return EXIT_OK;
-	case UW_ENOPROC: return EXIT_NO_PROCESS;
-	case UW_EPERM: return EXIT_PERMISSION;
-	case UW_ENOTPYTHON: return EXIT_NOT_PYTHON;
-	case UW_EVERSION: return EXIT_UNSUPPORTED;
-	case UW_EGONE: return EXIT_EXITED;
-	case UW_ECORRUPT: return EXIT_CORRUPT;
-	case UW_ENOMEM:
-	case UW_EIO: break;
-	}
-	return EXIT_FAILURE_OTHER;
-}
 
 int usage_bad_option(const char *command, const char *option)
 {

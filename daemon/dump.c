@@ -26,16 +26,6 @@ static const char dump_usage[] =
 	"5 not a Python process, 6 unsupported Python version, 7 process exited during the\n"
 	"dump, 8 inconsistent remote data\n";
 
-static const char *frame_kind_name(enum uw_frame_kind kind)
-{
-	switch (kind) {
-	case UW_FRAME_NATIVE: return "native";
-	case UW_FRAME_GC: return "gc";
-	case UW_FRAME_PYTHON: break;
-	}
-	return "python";
-}
-
 static void dump_text(const struct uw_target *t, const struct uw_snapshot *s)
 {
 	printf("Process %d: Python %s (%s)\n", (int)uw_pid(t), uw_version(t), uw_runtime_file(t));
@@ -84,7 +74,7 @@ static json_t *dump_json(const struct uw_target *t, const struct uw_snapshot *s)
 			                          json_string_or_null(f->qualname), "file",
 			                          json_string_or_null(f->file), "line",
 			                          f->line >= 0 ? json_integer(f->line) : json_null(),
-			                          "kind", frame_kind_name(f->kind)));
+			                          "kind", vocab_kind_name(f->kind)));
 		}
 		json_array_append_new(
 			threads,
@@ -131,7 +121,7 @@ int cmd_dump(int argc, char **argv)
 	struct uw_target *t = uw_open(pid, &err);
 	if (!t) {
 		fprintf(stderr, "pyprofd: %s\n", err.msg);
-		return exit_status_of(err.status);
+		return vocab_status_exit(err.status);
 	}
 	struct uw_snapshot snap;
 	int rc = -1;
@@ -146,7 +136,7 @@ int cmd_dump(int argc, char **argv)
 	if (rc != 0) {
 		fprintf(stderr, "pyprofd: process %d (Python %s): %s\n", (int)pid, uw_version(t), err.msg);
 		uw_close(t);
-		return exit_status_of(err.status);
+		return vocab_status_exit(err.status);
 	}
 
 	status = EXIT_OK;

@@ -145,9 +145,8 @@ static int32_t spell_frame(struct spell *sp, uint32_t frame)
 		const struct uw_frame *f = uw_frame_get(sp->uw, frame);
 		if (!f)
 			return -1;
-		int kind = f->kind == UW_FRAME_NATIVE ? 1 : f->kind == UW_FRAME_GC ? 2 : 0;
 		*slot = store_batch_frame(sp->batch, f->function ? f->function : "", f->file ? f->file : "",
-		                          f->line, kind);
+		                          f->line, (int)f->kind);
 	}
 	return *slot;
 }
@@ -183,11 +182,6 @@ static int32_t spell_stack(struct spell *sp, uint32_t stack)
 	return parent;
 }
 
-static const char *mode_name(enum uw_mode mode)
-{
-	return mode == UW_MODE_CPU ? "cpu" : mode == UW_MODE_GIL ? "gil" : "wall";
-}
-
 /* The target's pending counts as one batch; NULL if out of memory. */
 static struct store_batch *history_batch(struct history *h, struct target *t)
 {
@@ -209,7 +203,7 @@ static struct store_batch *history_batch(struct history *h, struct target *t)
 	double detached_at = t->state == TARGET_SAMPLING ? 0 : t->session_end;
 	if (target < 0 || (t->sessions && store_batch_session(b, target, t->attached_at, detached_at,
 	                                                      t->params.rate_hz,
-	                                                      mode_name(t->params.mode)) < 0)) {
+	                                                      vocab_mode_name(t->params.mode)) < 0)) {
 		store_batch_free(b);
 		return NULL;
 	}

@@ -8,29 +8,15 @@
 #include <stdio.h>
 #include <sys/types.h>
 
+#include "arena.h"
 #include "pyprofd.pb-c.h"
 #include "unwind.h"
+#include "vocab.h"
+#include "wire.h"
 
 #define PYPROFD_VERSION "0.4.0"
 
-/* Exit statuses of the one-shot commands, documented in README.md and --help. */
-enum pyprofd_exit {
-	EXIT_OK = 0,
-	EXIT_FAILURE_OTHER = 1,
-	EXIT_USAGE = 2,
-	EXIT_NO_PROCESS = 3,
-	EXIT_PERMISSION = 4,
-	EXIT_NOT_PYTHON = 5,
-	EXIT_UNSUPPORTED = 6,
-	EXIT_EXITED = 7,
-	EXIT_CORRUPT = 8,
-};
-
-/* Exit statuses of pyprofd-ctl beyond those: see client/. */
-
 /* cli.c */
-/* The exit status a command reports for an unwinder failure. */
-int exit_status_of(enum uw_status status);
 /* One stderr line for an option getopt rejected; returns EXIT_USAGE. */
 int usage_bad_option(const char *command, const char *option);
 /* The single PID operand left after the options; EXIT_OK or EXIT_USAGE (line printed). */
@@ -89,15 +75,6 @@ void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(p
 #define log_warn(...) log_msg(LOG_LEVEL_WARN, __VA_ARGS__)
 #define log_info(...) log_msg(LOG_LEVEL_INFO, __VA_ARGS__)
 #define log_debug(...) log_msg(LOG_LEVEL_DEBUG, __VA_ARGS__)
-
-/* arena.c */
-/* Allocations freed all at once: a response's nested messages live in one. */
-struct arena {
-	struct arena_block *blocks;
-};
-void *arena_alloc(struct arena *a, size_t size); /* zeroed; NULL if out of memory */
-char *arena_strdup(struct arena *a, const char *s); /* NULL stays NULL */
-void arena_free(struct arena *a);
 
 /* functions.c */
 /*

@@ -35,7 +35,7 @@ struct query_job {
 	uint32_t rate_hz; /* of the selected processes' sessions, when they agree */
 	char mode[8];
 	/* The answer: framed responses, ready to send. */
-	unsigned char *out;
+	uint8_t *out;
 	size_t out_len, out_cap;
 	bool failed;
 };
@@ -44,36 +44,14 @@ struct query_job {
 
 static int out_append(struct query_job *j, const Pyprofd__Response *resp)
 {
-	size_t len = pyprofd__response__get_packed_size(resp);
-	if (j->out_len + len + 4 > j->out_cap) {
-		size_t cap = j->out_cap ? j->out_cap : 65536;
-		while (cap < j->out_len + len + 4)
-			cap *= 2;
-		unsigned char *out = realloc(j->out, cap);
-		if (!out)
-			return -1;
-		j->out = out;
-		j->out_cap = cap;
-	}
-	unsigned char *p = j->out + j->out_len;
-	p[0] = (unsigned char)(len >> 24);
-	p[1] = (unsigned char)(len >> 16);
-	p[2] = (unsigned char)(len >> 8);
-	p[3] = (unsigned char)len;
-	pyprofd__response__pack(resp, p + 4);
-	j->out_len += len + 4;
-	return 0;
+	return wire_frame_append(&j->out, &j->out_len, &j->out_cap, &resp->base);
 }
 
 static void answer_error(struct query_job *j, Pyprofd__ErrorCode code, const char *msg)
 {
-	Pyprofd__Response resp = PYPROFD__RESPONSE__INIT;
-	Pyprofd__Error e = PYPROFD__ERROR__INIT;
-	e.code = code;
-	e.message = (char *)msg;
-	resp.id = j->request_id;
-	resp.result_case = PYPROFD__RESPONSE__RESULT_ERROR;
-	resp.error = &e;
+	Pyprofd__Response resp;
+	Pyprofd__Error e;
+	wire_error(&resp, &e, j->request_id, code, msg);
 	j->out_len = 0;
 	if (out_append(j, &resp) != 0)
 		j->failed = true;
@@ -144,7 +122,7 @@ static uint32_t frame_id(struct builder *b, const struct store_frame *f)
 	qf->function = arena_strdup(&b->arena, f->function ? f->function : "");
 	qf->file = arena_strdup(&b->arena, f->file ? f->file : "");
 	qf->line = f->line;
-	qf->kind = (char *)(f->kind == 1 ? "native" : f->kind == 2 ? "gc" : "python");
+	qf->kind = (char *)vocab_kind_name((enum uw_frame_kind)f->kind);
 	if (!qf->function || !qf->file)
 		return UINT32_MAX;
 	b->frames[b->nframes++] = qf;

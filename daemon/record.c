@@ -91,13 +91,7 @@ static int record_parse(int argc, char **argv, struct record_opts *o)
 			}
 			break;
 		case 'm':
-			if (strcmp(optarg, "wall") == 0)
-				o->uw.mode = UW_MODE_WALL;
-			else if (strcmp(optarg, "cpu") == 0)
-				o->uw.mode = UW_MODE_CPU;
-			else if (strcmp(optarg, "gil") == 0)
-				o->uw.mode = UW_MODE_GIL;
-			else {
+			if (vocab_mode_parse(optarg, &o->uw.mode) != 0) {
 				fprintf(stderr, "pyprofd: --mode is wall, cpu or gil\n");
 				return EXIT_USAGE;
 			}
@@ -162,12 +156,12 @@ static json_t *stats_json(const struct uw_target *t, struct record_run *run,
 	json_t *errors = json_object();
 	for (int s = UW_ENOPROC; s <= UW_EIO; s++)
 		if (st.errors[s])
-			json_object_set_new(errors, uw_status_name((enum uw_status)s),
+			json_object_set_new(errors, vocab_status_name((enum uw_status)s),
 			                    json_integer((json_int_t)st.errors[s]));
 	json_t *j = json_pack(
 		"{s:i, s:s, s:b, s:s, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:f, s:f}",
 		"pid", (int)o->pid, "python_version", uw_version(t), "cache", !o->uw.no_cache, "mode",
-		o->uw.mode == UW_MODE_CPU ? "cpu" : o->uw.mode == UW_MODE_GIL ? "gil" : "wall",
+		vocab_mode_name(o->uw.mode),
 		"total_samples", (json_int_t)st.samples, "ok_samples", (json_int_t)run->ok,
 		"failed_samples", (json_int_t)run->failed, "duration_s", run->elapsed,
 		"samples_per_s", run->elapsed > 0 ? (double)st.samples / run->elapsed : 0.0,
@@ -279,7 +273,7 @@ static int record_loop(struct uw_target *t, const struct record_opts *o, struct 
 			}
 			if (err.status == UW_EPERM || err.status == UW_ENOMEM) {
 				fprintf(stderr, "pyprofd: %s\n", err.msg);
-				status = exit_status_of(err.status);
+				status = vocab_status_exit(err.status);
 				break;
 			}
 		} else {
@@ -327,7 +321,7 @@ int cmd_record(int argc, char **argv)
 		fprintf(stderr, "pyprofd: %s\n", err.msg);
 		if (out != stdout)
 			fclose(out);
-		return exit_status_of(err.status);
+		return vocab_status_exit(err.status);
 	}
 	uw_configure(t, &o.uw);
 

@@ -29,40 +29,20 @@ void rpc_error(Pyprofd__Response *resp, struct arena *a, Pyprofd__ErrorCode code
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
 	Pyprofd__Error *e = arena_alloc(a, sizeof *e);
-	resp->result_case = PYPROFD__RESPONSE__RESULT_ERROR;
-	resp->error = e;
+	char *message = arena_strdup(a, msg);
 	if (!e) {
 		/* Even the error could not be built: an empty error still says "failed". */
 		static Pyprofd__Error oom = PYPROFD__ERROR__INIT;
+		resp->result_case = PYPROFD__RESPONSE__RESULT_ERROR;
 		resp->error = &oom;
 		return;
 	}
-	pyprofd__error__init(e);
-	e->code = code;
-	e->message = arena_strdup(a, msg);
-	if (!e->message)
-		e->message = (char *)"out of memory";
+	wire_error(resp, e, resp->id, code, message ? message : "out of memory");
 }
 
 static void rpc_oom(Pyprofd__Response *resp, struct arena *a)
 {
 	rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_INTERNAL, "the daemon is out of memory");
-}
-
-static Pyprofd__ErrorCode code_of(enum uw_status status)
-{
-	switch (status) {
-	case UW_ENOPROC: return PYPROFD__ERROR_CODE__ERROR_NO_PROCESS;
-	case UW_EPERM: return PYPROFD__ERROR_CODE__ERROR_PERMISSION;
-	case UW_ENOTPYTHON: return PYPROFD__ERROR_CODE__ERROR_NOT_PYTHON;
-	case UW_EVERSION: return PYPROFD__ERROR_CODE__ERROR_UNSUPPORTED;
-	case UW_EGONE: return PYPROFD__ERROR_CODE__ERROR_EXITED;
-	case UW_ECORRUPT: return PYPROFD__ERROR_CODE__ERROR_CORRUPT;
-	case UW_OK:
-	case UW_ENOMEM:
-	case UW_EIO: break;
-	}
-	return PYPROFD__ERROR_CODE__ERROR_INTERNAL;
 }
 
 static bool may_see(const struct client *c, uid_t owner)
@@ -110,18 +90,6 @@ static struct target *current_target(struct server *s, pid_t pid, uint64_t start
 	return t;
 }
 
-static enum uw_mode mode_of(Pyprofd__Mode mode)
-{
-	return mode == PYPROFD__MODE__MODE_CPU ? UW_MODE_CPU
-	       : mode == PYPROFD__MODE__MODE_GIL ? UW_MODE_GIL
-	                                         : UW_MODE_WALL;
-}
-
-static const char *mode_name(enum uw_mode mode)
-{
-	return mode == UW_MODE_CPU ? "cpu" : mode == UW_MODE_GIL ? "gil" : "wall";
-}
-
 /* The attach request as target parameters, checked; -1 with the error in resp. */
 static int attach_params(struct server *s, const Pyprofd__AttachRequest *req,
                          struct target_params *p, Pyprofd__Response *resp, struct arena *a)
@@ -134,13 +102,11 @@ static int attach_params(struct server *s, const Pyprofd__AttachRequest *req,
 		          s->config.max_rate_hz);
 		return -1;
 	}
-	if (req->mode != PYPROFD__MODE__MODE_WALL && req->mode != PYPROFD__MODE__MODE_CPU &&
-	    req->mode != PYPROFD__MODE__MODE_GIL) {
+	if (vocab_mode_from_wire(req->mode, &p->mode) != 0) {
 		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST, "unknown sampling mode %d",
 		          (int)req->mode);
 		return -1;
 	}
-	p->mode = mode_of(req->mode);
 	if (!isfinite(req->duration_s) || req->duration_s < 0 || req->duration_s > 1e9) {
 		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST,
 		          "a duration must be a number of seconds, 0 for no end");
@@ -225,7 +191,7 @@ static void rpc_attach(struct server *s, struct client *c, const Pyprofd__Reques
 		t = target_open(s, r->pid, &err);
 		if (!t) {
 			target_params_free(&params);
-			rpc_error(resp, a, code_of(err.status), "%s", err.msg);
+			rpc_error(resp, a, vocab_status_code(err.status), "%s", err.msg);
 			return;
 		}
 		if (targets_add(&s->targets, t) != 0) {
@@ -237,7 +203,7 @@ static void rpc_attach(struct server *s, struct client *c, const Pyprofd__Reques
 	}
 	target_start(t, &params);
 	log_info("pid %d: attached (Python %s, %u Hz, %s%s) for uid %d", (int)t->pid,
-	         t->python_version, t->params.rate_hz, mode_name(t->params.mode),
+	         t->python_version, t->params.rate_hz, vocab_mode_name(t->params.mode),
 	         warm ? ", warm" : "", (int)c->uid);
 	server_update_status(s);
 
@@ -333,11 +299,6 @@ static void rpc_list(struct server *s, struct client *c, const Pyprofd__Request 
 	resp->list = res;
 }
 
-static const char *frame_kind_name(enum uw_frame_kind kind)
-{
-	return kind == UW_FRAME_NATIVE ? "native" : kind == UW_FRAME_GC ? "gc" : "python";
-}
-
 static Pyprofd__DumpResult *dump_to_proto(pid_t pid, const struct uw_target *uw,
                                           const struct uw_snapshot *snap, struct arena *a)
 {
@@ -377,7 +338,7 @@ static Pyprofd__DumpResult *dump_to_proto(pid_t pid, const struct uw_target *uw,
 			pf->qualname = arena_strdup(a, f->qualname ? f->qualname : "");
 			pf->file = arena_strdup(a, f->file ? f->file : "");
 			pf->line = f->line >= 0 ? f->line : -1;
-			pf->kind = arena_strdup(a, frame_kind_name(f->kind));
+			pf->kind = arena_strdup(a, vocab_kind_name(f->kind));
 			if (!pf->function || !pf->qualname || !pf->file || !pf->kind)
 				return NULL;
 			pt->frames[pt->n_frames++] = pf;
@@ -400,13 +361,13 @@ static void rpc_dump(struct server *s, struct client *c, const Pyprofd__Request 
 	/* A known process answers from its warm state; any other is opened for this dump alone. */
 	struct uw_target *uw = t && t->uw ? t->uw : uw_open(r->pid, &err);
 	if (!uw) {
-		rpc_error(resp, a, code_of(err.status), "%s", err.msg);
+		rpc_error(resp, a, vocab_status_code(err.status), "%s", err.msg);
 		return;
 	}
 	unsigned flags = (r->native ? UW_SNAP_NATIVE : 0u) | (r->gc ? UW_SNAP_GC : 0u);
 	struct uw_snapshot snap = {0};
 	if (uw_snapshot(uw, flags, &snap, &err) != 0) {
-		rpc_error(resp, a, code_of(err.status), "%s", err.msg);
+		rpc_error(resp, a, vocab_status_code(err.status), "%s", err.msg);
 	} else {
 		Pyprofd__DumpResult *res = dump_to_proto(r->pid, uw, &snap, a);
 		if (res) {

@@ -28,22 +28,15 @@ static void on_client_write(struct ev_loop *loop, ev_io *w, int revents);
 /* Refuse a connection past the limit before any client object exists. */
 static void refuse_connection(int fd, const char *why)
 {
-	Pyprofd__Response resp = PYPROFD__RESPONSE__INIT;
-	Pyprofd__Error error = PYPROFD__ERROR__INIT;
-	error.code = PYPROFD__ERROR_CODE__ERROR_LIMIT;
-	error.message = (char *)why;
-	resp.result_case = PYPROFD__RESPONSE__RESULT_ERROR;
-	resp.error = &error;
-	unsigned char buf[512];
-	size_t len = pyprofd__response__get_packed_size(&resp);
-	if (len + 4 <= sizeof buf) {
-		buf[0] = (unsigned char)(len >> 24);
-		buf[1] = (unsigned char)(len >> 16);
-		buf[2] = (unsigned char)(len >> 8);
-		buf[3] = (unsigned char)len;
-		pyprofd__response__pack(&resp, buf + 4);
+	Pyprofd__Response resp;
+	Pyprofd__Error error;
+	wire_error(&resp, &error, 0, PYPROFD__ERROR_CODE__ERROR_LIMIT, why);
+	uint8_t buf[512];
+	size_t len = wire_frame_size(&resp.base);
+	if (len && len <= sizeof buf) {
+		wire_frame_pack(&resp.base, buf);
 		/* Best effort: the socket is fresh, its buffer empty. */
-		ssize_t ignored = write(fd, buf, len + 4);
+		ssize_t ignored = write(fd, buf, len);
 		(void)ignored;
 	}
 	close(fd);
@@ -128,16 +121,11 @@ static int out_reserve(struct client *c, size_t more)
 
 int server_client_send(struct client *c, const Pyprofd__Response *resp)
 {
-	size_t len = pyprofd__response__get_packed_size(resp);
-	if (len > UINT32_MAX || out_reserve(c, len + 4) != 0)
+	size_t len = wire_frame_size(&resp->base);
+	if (!len || out_reserve(c, len) != 0)
 		return -1;
-	unsigned char *p = c->out + c->out_len;
-	p[0] = (unsigned char)(len >> 24);
-	p[1] = (unsigned char)(len >> 16);
-	p[2] = (unsigned char)(len >> 8);
-	p[3] = (unsigned char)len;
-	pyprofd__response__pack(resp, p + 4);
-	c->out_len += len + 4;
+	wire_frame_pack(&resp->base, c->out + c->out_len);
+	c->out_len += len;
 	ev_io_start(c->server->loop, &c->writer);
 	if (c->out_len - c->out_off > CLIENT_OUT_HIGH)
 		ev_io_stop(c->server->loop, &c->reader);
@@ -177,13 +165,9 @@ void server_client_resume(struct client *c)
 /* Send an error that answers no particular request (the request id could not be read). */
 static void send_error(struct client *c, uint64_t id, Pyprofd__ErrorCode code, const char *msg)
 {
-	Pyprofd__Response resp = PYPROFD__RESPONSE__INIT;
-	Pyprofd__Error error = PYPROFD__ERROR__INIT;
-	error.code = code;
-	error.message = (char *)msg;
-	resp.id = id;
-	resp.result_case = PYPROFD__RESPONSE__RESULT_ERROR;
-	resp.error = &error;
+	Pyprofd__Response resp;
+	Pyprofd__Error error;
+	wire_error(&resp, &error, id, code, msg);
 	if (server_client_send(c, &resp) != 0)
 		c->closing = true;
 }
@@ -220,7 +204,7 @@ static void handle_input(struct client *c)
 	unsigned handled = 0;
 	while (!c->closing && !c->paused && c->in_len - off >= 4) {
 		const unsigned char *p = c->in + off;
-		uint32_t len = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+		uint32_t len = wire_frame_length(p);
 		if (len > c->server->config.max_message_bytes) {
 			char msg[128];
 			snprintf(msg, sizeof msg, "a message of %u bytes exceeds the limit of %zu", len,

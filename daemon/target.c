@@ -404,9 +404,7 @@ Pyprofd__Target *target_to_proto(const struct target *t, struct arena *a)
 	p->state = arena_strdup(a, target_state_name(t->state));
 	p->python_version = arena_strdup(a, t->python_version);
 	p->rate_hz = t->params.rate_hz;
-	p->mode = t->params.mode == UW_MODE_CPU   ? PYPROFD__MODE__MODE_CPU
-	          : t->params.mode == UW_MODE_GIL ? PYPROFD__MODE__MODE_GIL
-	                                          : PYPROFD__MODE__MODE_WALL;
+	p->mode = vocab_mode_to_wire(t->params.mode);
 	p->samples = t->samples;
 	p->errors = t->errors;
 	p->executable = arena_strdup(a, t->executable);

@@ -45,20 +45,12 @@ void store_batch_free(struct store_batch *b)
 	free(b);
 }
 
-/* Room for one more element in *arr; 0, or -1 when out of memory or past INT32_MAX. */
+/* Room for one more element in *arr; 0, or -1 when out of memory or past INT32_MAX (batch indexes are int32). */
 static int batch_reserve(void **arr, size_t *cap, size_t len, size_t elem)
 {
-	if (len < *cap)
-		return 0;
-	size_t ncap = *cap ? *cap * 2 : 16;
-	if (ncap > INT32_MAX || ncap > SIZE_MAX / elem)
+	if (len >= INT32_MAX)
 		return -1;
-	void *p = realloc(*arr, ncap * elem);
-	if (!p)
-		return -1;
-	*arr = p;
-	*cap = ncap;
-	return 0;
+	return array_reserve(arr, cap, len, elem, NULL);
 }
 
 /* A copy of s, NULL for NULL; *ok cleared when the copy fails. */

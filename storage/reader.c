@@ -80,9 +80,9 @@ struct query {
 	struct store_reader *r;
 	struct query_row *rows;
 	size_t nrows, rows_cap;
-	struct store_map node_ids, frame_ids; /* database id -> index below */
-	struct store_map pending_frames;      /* (batch, frame index) -> index below */
-	struct store_map frame_texts;         /* a pending frame's content -> index below */
+	struct hash_map node_ids, frame_ids; /* database id -> index below */
+	struct hash_map pending_frames;      /* (batch, frame index) -> index below */
+	struct hash_map frame_texts;         /* a pending frame's content -> index below */
 	struct query_node *nodes;
 	size_t nnodes, nodes_cap;
 	struct store_frame *frames;
@@ -102,26 +102,10 @@ static void query_free(struct query *qs)
 	free(qs->rows);
 	free(qs->path);
 	free(qs->out);
-	store_map_clear(&qs->node_ids);
-	store_map_clear(&qs->frame_ids);
-	store_map_clear(&qs->pending_frames);
-	store_map_clear(&qs->frame_texts);
-}
-
-/* Room for one more element; 0 or -1. */
-static int grow(void **arr, size_t *cap, size_t len, size_t elem)
-{
-	if (len < *cap)
-		return 0;
-	size_t ncap = *cap ? *cap * 2 : 64;
-	if (ncap > SIZE_MAX / elem)
-		return -1;
-	void *p = realloc(*arr, ncap * elem);
-	if (!p)
-		return -1;
-	*arr = p;
-	*cap = ncap;
-	return 0;
+	hash_map_clear(&qs->node_ids);
+	hash_map_clear(&qs->frame_ids);
+	hash_map_clear(&qs->pending_frames);
+	hash_map_clear(&qs->frame_texts);
 }
 
 /* A copy of a text column, NULL for NULL; *ok cleared when out of memory. */
@@ -140,7 +124,7 @@ static char *column_dup(sqlite3_stmt *st, int col, bool *ok)
 static int query_frame(struct query *qs, int64_t id, size_t *index, struct store_error *err)
 {
 	int64_t v;
-	if (store_map_get(&qs->frame_ids, &id, sizeof id, &v)) {
+	if (hash_map_get(&qs->frame_ids, &id, sizeof id, &v)) {
 		*index = (size_t)v;
 		return 0;
 	}
@@ -157,7 +141,7 @@ static int query_frame(struct query *qs, int64_t id, size_t *index, struct store
 		return -1;
 	}
 	if (qs->nframes >= UINT32_MAX ||
-	    grow((void **)&qs->frames, &qs->frames_cap, qs->nframes, sizeof *qs->frames) < 0)
+	    array_reserve((void **)&qs->frames, &qs->frames_cap, qs->nframes, sizeof *qs->frames, NULL) < 0)
 		goto nomem;
 	bool ok = true;
 	struct store_frame *f = &qs->frames[qs->nframes];
@@ -173,7 +157,7 @@ static int query_frame(struct query *qs, int64_t id, size_t *index, struct store
 		goto nomem;
 	}
 	sqlite3_reset(st);
-	if (store_map_put(&qs->frame_ids, &id, sizeof id, (int64_t)qs->nframes) < 0) {
+	if (hash_map_put(&qs->frame_ids, &id, sizeof id, (int64_t)qs->nframes) < 0) {
 		/* Counted so query_free frees its strings. */
 		qs->nframes++;
 		store_error_text(err, "query: out of memory");
@@ -192,7 +176,7 @@ static int query_node(struct query *qs, int64_t id, const struct query_node **no
                       struct store_error *err)
 {
 	int64_t v;
-	if (store_map_get(&qs->node_ids, &id, sizeof id, &v)) {
+	if (hash_map_get(&qs->node_ids, &id, sizeof id, &v)) {
 		*node = &qs->nodes[v];
 		return 0;
 	}
@@ -213,8 +197,8 @@ static int query_node(struct query *qs, int64_t id, const struct query_node **no
 	size_t fi;
 	if (query_frame(qs, frame, &fi, err) < 0)
 		return -1;
-	if (grow((void **)&qs->nodes, &qs->nodes_cap, qs->nnodes, sizeof *qs->nodes) < 0 ||
-	    store_map_put(&qs->node_ids, &id, sizeof id, (int64_t)qs->nnodes) < 0) {
+	if (array_reserve((void **)&qs->nodes, &qs->nodes_cap, qs->nnodes, sizeof *qs->nodes, NULL) < 0 ||
+	    hash_map_put(&qs->node_ids, &id, sizeof id, (int64_t)qs->nnodes) < 0) {
 		store_error_text(err, "query: out of memory");
 		return -1;
 	}
@@ -260,7 +244,7 @@ static int pending_frame(struct query *qs, const struct store_batch *b, int32_t 
 		int64_t frame; /* 64 bits: no padding in a key that is hashed as bytes */
 	} key = {b, frame};
 	int64_t v;
-	if (store_map_get(&qs->pending_frames, &key, sizeof key, &v)) {
+	if (hash_map_get(&qs->pending_frames, &key, sizeof key, &v)) {
 		*index = (size_t)v;
 		return 0;
 	}
@@ -275,13 +259,13 @@ static int pending_frame(struct query *qs, const struct store_batch *b, int32_t 
 	memcpy(text, head, sizeof head);
 	memcpy(text + sizeof head, fn, lf + 1);
 	memcpy(text + sizeof head + lf + 1, file, ll + 1);
-	if (store_map_get(&qs->frame_texts, text, len, &v)) {
+	if (hash_map_get(&qs->frame_texts, text, len, &v)) {
 		free(text);
 		*index = (size_t)v;
-		return store_map_put(&qs->pending_frames, &key, sizeof key, v);
+		return hash_map_put(&qs->pending_frames, &key, sizeof key, v);
 	}
 	if (qs->nframes >= UINT32_MAX ||
-	    grow((void **)&qs->frames, &qs->frames_cap, qs->nframes, sizeof *qs->frames) < 0) {
+	    array_reserve((void **)&qs->frames, &qs->frames_cap, qs->nframes, sizeof *qs->frames, NULL) < 0) {
 		free(text);
 		return -1;
 	}
@@ -295,9 +279,9 @@ static int pending_frame(struct query *qs, const struct store_batch *b, int32_t 
 	/* Counted either way, so query_free frees what was copied. */
 	*index = qs->nframes++;
 	if (rc == 0)
-		rc = store_map_put(&qs->frame_texts, text, len, (int64_t)*index);
+		rc = hash_map_put(&qs->frame_texts, text, len, (int64_t)*index);
 	if (rc == 0)
-		rc = store_map_put(&qs->pending_frames, &key, sizeof key, (int64_t)*index);
+		rc = hash_map_put(&qs->pending_frames, &key, sizeof key, (int64_t)*index);
 	free(text);
 	return rc;
 }
@@ -407,7 +391,7 @@ static int pending_collect(struct query *qs, const struct store_query *q, double
                            uint64_t *total, struct store_error *err)
 {
 	const struct store_pending *p = q->pending;
-	struct store_map index = {0};
+	struct hash_map index = {0};
 	for (size_t i = 0; i < p->n; i++) {
 		const struct store_batch *b = p->batches[i];
 		/* Per target of the batch: 1 selected, 2 not, 0 not decided yet. */
@@ -423,7 +407,7 @@ static int pending_collect(struct query *qs, const struct store_query *q, double
 				int sel = pending_target_selected(qs, q, &b->targets[sm->target], err);
 				if (sel < 0) {
 					free(selected);
-					store_map_clear(&index);
+					hash_map_clear(&index);
 					return -1;
 				}
 				selected[sm->target] = sel ? 1 : 2;
@@ -436,12 +420,12 @@ static int pending_collect(struct query *qs, const struct store_query *q, double
 			} key = {b, sm->stack};
 			int64_t at;
 			*total += sm->count;
-			if (store_map_get(&index, &key, sizeof key, &at)) {
+			if (hash_map_get(&index, &key, sizeof key, &at)) {
 				qs->rows[at].count += sm->count;
 				continue;
 			}
-			if (grow((void **)&qs->rows, &qs->rows_cap, qs->nrows, sizeof *qs->rows) < 0 ||
-			    store_map_put(&index, &key, sizeof key, (int64_t)qs->nrows) < 0) {
+			if (array_reserve((void **)&qs->rows, &qs->rows_cap, qs->nrows, sizeof *qs->rows, NULL) < 0 ||
+			    hash_map_put(&index, &key, sizeof key, (int64_t)qs->nrows) < 0) {
 				free(selected);
 				goto nomem;
 			}
@@ -450,10 +434,10 @@ static int pending_collect(struct query *qs, const struct store_query *q, double
 		}
 		free(selected);
 	}
-	store_map_clear(&index);
+	hash_map_clear(&index);
 	return 0;
 nomem:
-	store_map_clear(&index);
+	hash_map_clear(&index);
 	store_error_text(err, "query: out of memory");
 	return -1;
 }
@@ -611,26 +595,26 @@ static int query_collect(struct query *qs, const struct store_query *q, uint64_t
 	 * The sample rows are bounded by the table, the distinct stacks by the
 	 * stacks table.
 	 */
-	struct store_map index = {0}; /* stack id -> row */
+	struct hash_map index = {0}; /* stack id -> row */
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		int64_t stack = sqlite3_column_int64(st, 0), count = sqlite3_column_int64(st, 1);
 		uint64_t c = count > 0 ? (uint64_t)count : 0;
 		int64_t at;
 		sum += c;
-		if (store_map_get(&index, &stack, sizeof stack, &at)) {
+		if (hash_map_get(&index, &stack, sizeof stack, &at)) {
 			qs->rows[at].count += c;
 			continue;
 		}
-		if (grow((void **)&qs->rows, &qs->rows_cap, qs->nrows, sizeof *qs->rows) < 0 ||
-		    store_map_put(&index, &stack, sizeof stack, (int64_t)qs->nrows) < 0) {
+		if (array_reserve((void **)&qs->rows, &qs->rows_cap, qs->nrows, sizeof *qs->rows, NULL) < 0 ||
+		    hash_map_put(&index, &stack, sizeof stack, (int64_t)qs->nrows) < 0) {
 			store_error_text(err, "query: out of memory");
-			store_map_clear(&index);
+			hash_map_clear(&index);
 			sqlite3_finalize(st);
 			return -1;
 		}
 		qs->rows[qs->nrows++] = (struct query_row){.stack = stack, .count = c};
 	}
-	store_map_clear(&index);
+	hash_map_clear(&index);
 	if (rc != SQLITE_DONE) {
 		store_error_set(err, db, "query");
 		sqlite3_finalize(st);

@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "grow.h"
+#include "hash.h"
 #include "store.h"
 
 /* The schema version this code writes; user_version past it is refused. */
@@ -55,29 +57,6 @@ sqlite3 *store_db_open_ro(const char *path, struct store_error *err);
 
 /* Bytes the database's pages hold (page_count * page_size), or 0 on error. */
 uint64_t store_db_bytes(sqlite3 *db);
-
-/* ---- map.c: a hash map from byte-string keys to 64-bit values ---- */
-
-struct store_map_slot {
-	uint64_t hash;
-	void *key; /* NULL: empty slot */
-	uint32_t klen;
-	int64_t value;
-};
-
-struct store_map {
-	struct store_map_slot *slots;
-	size_t cap, len;
-};
-
-/* True and *value when key is present. */
-bool store_map_get(const struct store_map *m, const void *key, size_t klen, int64_t *value);
-
-/* Insert or overwrite; 0, or -1 when out of memory. */
-int store_map_put(struct store_map *m, const void *key, size_t klen, int64_t value);
-
-/* Empty it (keeping nothing allocated). */
-void store_map_clear(struct store_map *m);
 
 /* ---- batch.c: the batch's representation, read by the writer ---- */
 

@@ -125,7 +125,7 @@ struct store_writer {
 	char *path;
 	sqlite3 *db; /* NULL until opened, and after an error that a new open may cure */
 	sqlite3_stmt *stmt[ST_COUNT];
-	struct store_map strings, frames, stacks;
+	struct hash_map strings, frames, stacks;
 	int64_t *frame_ids, *stack_ids, *target_ids; /* batch-local index -> database id */
 	size_t frame_cap, stack_cap, target_cap;
 };
@@ -160,10 +160,10 @@ static int stmt_run(sqlite3_stmt *s, int64_t *id)
 }
 
 /* The id of a row by its content: cache, then SELECT, then INSERT.  An SQLite code. */
-static int intern(struct store_writer *w, struct store_map *cache, const void *key, size_t klen,
+static int intern(struct store_writer *w, struct hash_map *cache, const void *key, size_t klen,
                   sqlite3_stmt *get, sqlite3_stmt *add, int64_t *id)
 {
-	if (store_map_get(cache, key, klen, id))
+	if (hash_map_get(cache, key, klen, id))
 		return SQLITE_OK;
 	*id = 0;
 	int rc = stmt_run(get, id);
@@ -176,8 +176,8 @@ static int intern(struct store_writer *w, struct store_map *cache, const void *k
 		*id = sqlite3_last_insert_rowid(w->db);
 	}
 	if (cache->len >= STORE_CACHE_MAX)
-		store_map_clear(cache);
-	return store_map_put(cache, key, klen, *id) < 0 ? SQLITE_NOMEM : SQLITE_OK;
+		hash_map_clear(cache);
+	return hash_map_put(cache, key, klen, *id) < 0 ? SQLITE_NOMEM : SQLITE_OK;
 }
 
 /* A string's id, 0 for NULL.  An SQLite code. */
@@ -241,14 +241,7 @@ static int bind_text_or_null(sqlite3_stmt *s, int i, const char *v)
 /* Room for n batch-local ids in *ids; 0 or -1. */
 static int ids_reserve(int64_t **ids, size_t *cap, size_t n)
 {
-	if (n <= *cap)
-		return 0;
-	int64_t *p = realloc(*ids, (n ? n : 1) * sizeof *p);
-	if (!p)
-		return -1;
-	*ids = p;
-	*cap = n;
-	return 0;
+	return n ? array_reserve((void **)ids, cap, n - 1, sizeof **ids, NULL) : 0;
 }
 
 static int write_targets(struct store_writer *w, const struct store_batch *b)
@@ -354,9 +347,9 @@ static int write_contents(struct store_writer *w, const struct store_batch *b)
 /* Ids that may no longer exist (a rollback, retention, another connection): forget them all. */
 static void writer_forget_ids(struct store_writer *w)
 {
-	store_map_clear(&w->strings);
-	store_map_clear(&w->frames);
-	store_map_clear(&w->stacks);
+	hash_map_clear(&w->strings);
+	hash_map_clear(&w->frames);
+	hash_map_clear(&w->stacks);
 }
 
 /* Applies a changed hard limit on the file (PRAGMA max_page_count, per connection). */

@@ -34,45 +34,29 @@ static void code_info_free(struct code_info *ci)
 
 void code_cache_free(struct code_cache *cache)
 {
-	for (size_t i = 0; i < cache->cap; i++)
-		code_info_free(cache->slots[i]);
-	free(cache->slots);
+	for (uint32_t i = 0; i < cache->count; i++)
+		code_info_free(cache->codes[i]);
+	free(cache->codes);
+	hash_free(&cache->index);
 	memset(cache, 0, sizeof *cache);
 }
 
-static size_t code_hash(raddr_t addr, size_t cap)
+static bool code_cache_equal(const void *ctx, uint32_t id, const void *key)
 {
-	return (size_t)((addr >> 4) * 0x9E3779B97F4A7C15ULL) & (cap - 1);
+	const struct code_cache *cache = ctx;
+	return cache->codes[id]->addr == *(const raddr_t *)key;
 }
 
-/* The slot holding addr, or the empty slot where it would go. */
-static struct code_info **code_slot(struct code_cache *cache, raddr_t addr)
+static uint32_t code_cache_hash(raddr_t addr)
 {
-	size_t i = code_hash(addr, cache->cap);
-	for (;;) {
-		struct code_info **slot = &cache->slots[i];
-		if (!*slot || (*slot)->addr == addr)
-			return slot;
-		i = (i + 1) & (cache->cap - 1);
-	}
+	return hash_u64(addr);
 }
 
-static int code_cache_reserve(struct code_cache *cache, struct uw_error *err)
+/* The cached entry of addr, or NULL. */
+static struct code_info *code_cache_find(const struct code_cache *cache, raddr_t addr)
 {
-	if (cache->cap && (cache->count + 1) * 10 < cache->cap * 7)
-		return 0;
-	size_t ncap = cache->cap ? cache->cap * 2 : 256;
-	struct code_info **nslots = calloc(ncap, sizeof *nslots);
-	if (!nslots)
-		return uw_fail(err, UW_ENOMEM, "out of memory");
-	struct code_cache grown = {.slots = nslots, .cap = ncap, .count = cache->count,
-	                           .bytes = cache->bytes + (ncap - cache->cap) * sizeof *nslots};
-	for (size_t i = 0; i < cache->cap; i++)
-		if (cache->slots[i])
-			*code_slot(&grown, cache->slots[i]->addr) = cache->slots[i];
-	free(cache->slots);
-	*cache = grown;
-	return 0;
+	uint32_t id = hash_find(&cache->index, code_cache_hash(addr), code_cache_equal, cache, &addr);
+	return id == HASH_NONE ? NULL : cache->codes[id];
 }
 
 uint32_t pyobj_read_str(struct uw_target *t, raddr_t addr, struct uw_error *err)
@@ -230,19 +214,25 @@ fail:
 static struct code_info *code_cache_put(struct code_cache *cache, struct code_info *ci,
                                         struct uw_error *err)
 {
-	struct code_info **slot = cache->cap ? code_slot(cache, ci->addr) : NULL;
-	if (!slot || !*slot) {
-		if (code_cache_reserve(cache, err) != 0) {
-			code_info_free(ci);
-			return NULL;
-		}
-		slot = code_slot(cache, ci->addr);
-		cache->count++;
-	} else {
-		cache->bytes -= (*slot)->bytes;
-		code_info_free(*slot);
+	uint32_t hash = code_cache_hash(ci->addr);
+	size_t before = hash_memory(&cache->index) + cache->cap * sizeof *cache->codes;
+	if (hash_reserve(&cache->index, 1) != 0 ||
+	    array_reserve((void **)&cache->codes, &cache->cap, cache->count, sizeof *cache->codes, NULL)) {
+		code_info_free(ci);
+		uw_fail(err, UW_ENOMEM, "out of memory");
+		return NULL;
 	}
-	*slot = ci;
+	cache->bytes += hash_memory(&cache->index) + cache->cap * sizeof *cache->codes - before;
+	struct hash_slot *slot = hash_probe(&cache->index, hash, code_cache_equal, cache, &ci->addr);
+	if (slot->id) {
+		struct code_info **at = &cache->codes[slot->id - 1];
+		cache->bytes -= (*at)->bytes;
+		code_info_free(*at);
+		*at = ci;
+	} else {
+		cache->codes[cache->count] = ci;
+		hash_fill(&cache->index, slot, hash, cache->count++);
+	}
 	cache->bytes += ci->bytes;
 	return ci;
 }
@@ -252,8 +242,7 @@ struct code_info *code_get(struct uw_target *t, raddr_t addr, struct uw_error *e
 	const struct py_layout *L = &t->layout;
 	struct code_cache *cache = &t->codes;
 
-	struct code_info **slot = cache->cap ? code_slot(cache, addr) : NULL;
-	struct code_info *cached = slot ? *slot : NULL;
+	struct code_info *cached = code_cache_find(cache, addr);
 	if (cached && !t->opts.no_cache && cached->checked_gen == t->sample_gen) {
 		t->stats.code_cache_hits++;
 		return cached;

@@ -14,19 +14,3 @@ int uw_fail(struct uw_error *err, enum uw_status status, const char *fmt, ...)
 	}
 	return -1;
 }
-
-const char *uw_status_name(enum uw_status status)
-{
-	switch (status) {
-	case UW_OK: return "ok";
-	case UW_ENOPROC: return "no such process";
-	case UW_EPERM: return "permission denied";
-	case UW_ENOTPYTHON: return "not a Python process";
-	case UW_EVERSION: return "unsupported Python version";
-	case UW_EGONE: return "process exited";
-	case UW_ECORRUPT: return "inconsistent remote data";
-	case UW_ENOMEM: return "out of memory";
-	case UW_EIO: return "I/O error";
-	}
-	return "unknown error";
-}

@@ -54,9 +54,11 @@ struct walk {
 	struct uw_target *t;
 	struct uw_sample *out;
 	struct raw_frame *raw; /* the frames of the thread being read, innermost first */
-	uint32_t nraw, raw_cap;
+	uint32_t nraw;
+	size_t raw_cap;
 	struct check *checks;
-	uint32_t nchecks, checks_cap;
+	uint32_t nchecks;
+	size_t checks_cap;
 	bool torn; /* the walk failed on values read at different moments, not on garbage */
 };
 
@@ -874,7 +876,7 @@ static int sample_walk(struct walk *w, struct uw_error *err)
 
 static size_t target_cache_bytes(const struct uw_target *t)
 {
-	return t->intern.bytes + t->codes.bytes + threads_bytes(t);
+	return intern_bytes(&t->intern) + t->codes.bytes + threads_bytes(t);
 }
 
 /* Forget every id and cache: the budget was reached (or the options changed). */

@@ -11,6 +11,7 @@
 #define PYPROFD_UNWIND_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -143,7 +144,7 @@ struct uw_sample {
 	struct uw_error drop_reason;
 	uint32_t nthreads;
 	struct uw_sample_thread *threads;
-	uint32_t cap; /* owned by the sample; reused across calls */
+	size_t cap; /* owned by the sample; reused across calls */
 };
 
 /*
@@ -199,8 +200,5 @@ int uw_snapshot(struct uw_target *target, unsigned flags, struct uw_snapshot *ou
                 struct uw_error *err);
 
 void uw_snapshot_release(struct uw_snapshot *snap);
-
-/* A short, stable name of a status ("no such process", ...). */
-const char *uw_status_name(enum uw_status status);
 
 #endif

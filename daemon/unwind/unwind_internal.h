@@ -11,6 +11,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "grow.h"
+#include "hash.h"
 #include "layout.h"
 #include "linetable.h"
 #include "unwind.h"
@@ -22,13 +24,6 @@ typedef uint64_t raddr_t;
 /* Set *err (if not NULL) and return -1, so failures read `return uw_fail(...)`. */
 int uw_fail(struct uw_error *err, enum uw_status status, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
-
-/* grow.c */
-/*
- * Make index n of a dense array valid, doubling its capacity; adds the bytes
- * grown to *bytes when not NULL.  0, or -1 when out of memory.
- */
-int array_reserve(void **arr, uint32_t *cap, uint32_t n, size_t elem, size_t *bytes);
 
 /* remote.c */
 /* The target's memory, and a count of what reading it cost. */
@@ -151,28 +146,25 @@ struct stack_node {
 	uint32_t parent, frame, depth;
 };
 
-/* Open addressing over dense ids; a slot holds id + 1, zero is empty. */
-struct id_index {
-	uint32_t *slots;
-	uint32_t cap;
-};
-
 struct intern {
 	char **strs;
 	size_t *str_len;
-	uint32_t nstrs, strs_cap, str_len_cap;
-	struct id_index str_index;
+	uint32_t nstrs;
+	size_t strs_cap, str_len_cap;
+	struct hash str_index;
 
 	struct frame_key *frame_keys;
 	struct uw_frame *frames; /* the same frames, spelled out for callers */
-	uint32_t nframes, frames_cap, frames_view_cap;
-	struct id_index frame_index;
+	uint32_t nframes;
+	size_t frames_cap, frames_view_cap;
+	struct hash frame_index;
 
 	struct stack_node *stacks;
-	uint32_t nstacks, stacks_cap;
-	struct id_index stack_index;
+	uint32_t nstacks;
+	size_t stacks_cap;
+	struct hash stack_index;
 
-	size_t bytes; /* memory held, for the cache budget */
+	size_t bytes; /* memory held by the arrays and strings; intern_bytes() adds the indexes */
 };
 
 int intern_init(struct intern *in);
@@ -182,6 +174,8 @@ int intern_reset(struct intern *in);
 uint32_t intern_string(struct intern *in, const char *s, size_t len);
 uint32_t intern_frame(struct intern *in, const struct frame_key *key);
 uint32_t intern_stack(struct intern *in, uint32_t parent, uint32_t frame);
+/* Memory held, for the cache budget. */
+size_t intern_bytes(const struct intern *in);
 
 /* code.c */
 #define CODE_LINE_SLOTS 8
@@ -202,11 +196,12 @@ struct code_info {
 	uint32_t slot_frame[CODE_LINE_SLOTS];
 };
 
-/* Code objects by remote address. */
+/* Code objects by remote address: a dense array and its index. */
 struct code_cache {
-	struct code_info **slots;
-	size_t cap;    /* power of two */
-	size_t count;
+	struct code_info **codes;
+	uint32_t count;
+	size_t cap;
+	struct hash index;
 	size_t bytes;
 };
 
@@ -228,14 +223,16 @@ struct thread_cache {
 	uint64_t seen;       /* sample number it was last seen in */
 	int stat_fd;         /* /proc/PID/task/TID/stat, kept open; -1 */
 	int64_t stat_tid;
-	uint32_t n, cap;
+	uint32_t n;
+	size_t cap;
 	struct chain_link *chain;
 };
 
 /* Ranges read together in one batch, sorted by address, and their bytes. */
 struct view_batch {
 	struct remote_range *ranges;
-	uint32_t n, cap;
+	uint32_t n;
+	size_t cap;
 	uint8_t *buf;
 	size_t buf_cap;
 };
@@ -273,7 +270,8 @@ struct uw_target {
 	uint32_t native_frame, gc_frame; /* frame ids of the markers, this epoch */
 
 	struct thread_cache *threads;
-	uint32_t nthreads, threads_cap;
+	uint32_t nthreads;
+	size_t threads_cap;
 	struct walk *walk; /* sample.c's working arrays, reused */
 
 	/* The batched read of this sample, planned from the reads of the last. */
@@ -282,10 +280,12 @@ struct uw_target {
 	struct view_batch retry;
 	bool retrying;
 	struct used_range *used;
-	uint32_t nused, used_cap;
+	uint32_t nused;
+	size_t used_cap;
 	/* Reads the prefetch missed, freed when the sample ends. */
 	uint8_t **scratch;
-	uint32_t nscratch, scratch_cap;
+	uint32_t nscratch;
+	size_t scratch_cap;
 };
 
 /* code.c */

@@ -270,7 +270,7 @@ Test(daemon, reattach_is_warm, .timeout = 300)
 	for (int i = 0; i < 300; i++) {
 		json_decref(after);
 		after = stats_of(&d, target.pid);
-		if (jint(after, "total_samples") >= jint(before, "total_samples") + 30)
+		if (jint(after, "total_samples") >= jint(before, "total_samples") + 200)
 			break;
 		pause_ms(50);
 	}

@@ -8,6 +8,7 @@
 #include <jansson.h>
 
 #include "export_int.h"
+#include "vocab.h"
 
 int export_json_set(json_t *obj, const char *key, json_t *value)
 {
@@ -45,15 +46,6 @@ static int dump(json_t *doc, FILE *out)
 	return r;
 }
 
-static const char *kind_name(enum export_frame_kind k)
-{
-	switch (k) {
-	case EXPORT_FRAME_NATIVE: return "native";
-	case EXPORT_FRAME_GC: return "gc";
-	default: return "python";
-	}
-}
-
 int export_write_json(const struct export_view *v, FILE *out)
 {
 	const struct export_profile *p = v->p;
@@ -72,7 +64,7 @@ int export_write_json(const struct export_view *v, FILE *out)
 		    export_json_set(o, "file", json_string(v->file[i])) ||
 		    export_json_set(o, "line",
 		                    f->line >= 0 ? json_integer(f->line) : json_null()) ||
-		    export_json_set(o, "kind", json_string(kind_name(f->kind))))
+		    export_json_set(o, "kind", json_string(vocab_kind_name(f->kind))))
 			goto fail;
 	}
 	for (uint32_t s = 0; s < p->nstacks; s++) {

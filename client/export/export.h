@@ -11,13 +11,14 @@
 #include <stdint.h>
 #include <stdio.h>
 
-enum export_frame_kind { EXPORT_FRAME_PYTHON, EXPORT_FRAME_NATIVE, EXPORT_FRAME_GC };
+#include "unwind.h"
+
 
 struct export_frame {
 	const char *function;
 	const char *file; /* "" for markers */
 	int32_t line;     /* -1: unknown */
-	enum export_frame_kind kind;
+	enum uw_frame_kind kind;
 };
 
 /*

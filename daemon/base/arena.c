@@ -1,12 +1,8 @@
-/*
- * An arena: many small allocations freed together.  A response is built as
- * a tree of protobuf-c messages; they all come from one arena and go with it
- * once the response is packed.
- */
+/* The arena's blocks: each a bump allocator, freed all at once. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "pyprofd.h"
+#include "arena.h"
 
 #define ARENA_BLOCK 16384u
 

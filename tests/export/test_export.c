@@ -39,18 +39,18 @@ TestSuite(export, .init = helpers_init, .fini = helpers_fini);
 #define EVIL_COMMENT "<!--<script>"
 
 static const struct export_frame frames[] = {
-	/* 0 */ {"main", "app.py", 10, EXPORT_FRAME_PYTHON},
-	/* 1 */ {"serve", "server.py", 40, EXPORT_FRAME_PYTHON},
-	/* 2 */ {"handle", "server.py", 88, EXPORT_FRAME_PYTHON},
-	/* 3 */ {"parse", "json.py", -1, EXPORT_FRAME_PYTHON},
-	/* 4 */ {"<native>", "", -1, EXPORT_FRAME_NATIVE},
-	/* 5 */ {"fib", "fib.py", 3, EXPORT_FRAME_PYTHON},
-	/* 6 */ {"größe_λ", "ünï.py", 7, EXPORT_FRAME_PYTHON},
-	/* 7 */ {EVIL_SCRIPT, "evil.py", 1, EXPORT_FRAME_PYTHON},
-	/* 8 */ {"a;b\nc", "semi.py", 2, EXPORT_FRAME_PYTHON},
-	/* 9 */ {"<GC>", "", -1, EXPORT_FRAME_GC},
-	/* 10 */ {"handle", "server.py", 88, EXPORT_FRAME_PYTHON}, /* frame 2 again */
-	/* 11 */ {EVIL_COMMENT, "evil.py", 5, EXPORT_FRAME_PYTHON},
+	/* 0 */ {"main", "app.py", 10, UW_FRAME_PYTHON},
+	/* 1 */ {"serve", "server.py", 40, UW_FRAME_PYTHON},
+	/* 2 */ {"handle", "server.py", 88, UW_FRAME_PYTHON},
+	/* 3 */ {"parse", "json.py", -1, UW_FRAME_PYTHON},
+	/* 4 */ {"<native>", "", -1, UW_FRAME_NATIVE},
+	/* 5 */ {"fib", "fib.py", 3, UW_FRAME_PYTHON},
+	/* 6 */ {"größe_λ", "ünï.py", 7, UW_FRAME_PYTHON},
+	/* 7 */ {EVIL_SCRIPT, "evil.py", 1, UW_FRAME_PYTHON},
+	/* 8 */ {"a;b\nc", "semi.py", 2, UW_FRAME_PYTHON},
+	/* 9 */ {"<GC>", "", -1, UW_FRAME_GC},
+	/* 10 */ {"handle", "server.py", 88, UW_FRAME_PYTHON}, /* frame 2 again */
+	/* 11 */ {EVIL_COMMENT, "evil.py", 5, UW_FRAME_PYTHON},
 };
 
 static const uint32_t st0[] = {0, 1, 2}, st1[] = {0, 1, 2, 3}, st2[] = {0, 5, 5, 5},
@@ -164,8 +164,8 @@ Test(export, collapsed_deterministic)
 Test(export, collapsed_escapes_backslash_and_controls)
 {
 	static const struct export_frame f[] = {
-		{"x\\y", "dir\\f.py", 1, EXPORT_FRAME_PYTHON},
-		{"tab\there", "p;q\r.py", -1, EXPORT_FRAME_PYTHON},
+		{"x\\y", "dir\\f.py", 1, UW_FRAME_PYTHON},
+		{"tab\there", "p;q\r.py", -1, UW_FRAME_PYTHON},
 	};
 	static const uint32_t s[] = {0, 1};
 	static const struct export_stack st[] = {{s, 2, 3, 0}};
@@ -236,7 +236,7 @@ Test(export, json_is_the_profile)
 /* Bytes that are not UTF-8 become U+FFFD rather than failing the JSON formats. */
 Test(export, json_replaces_bad_utf8)
 {
-	static const struct export_frame f[] = {{"bad\xff\xfe", "x\xc3.py", 1, EXPORT_FRAME_PYTHON}};
+	static const struct export_frame f[] = {{"bad\xff\xfe", "x\xc3.py", 1, UW_FRAME_PYTHON}};
 	static const uint32_t s[] = {0};
 	static const struct export_stack st[] = {{s, 1, 2, 0}};
 	struct export_profile p = empty;
@@ -427,9 +427,9 @@ static void expect_speedscope_schema(const struct export_profile *p, const char 
 Test(export, speedscope_schema_plain)
 {
 	static const struct export_frame f[] = {
-		{"main", "app.py", 1, EXPORT_FRAME_PYTHON},
-		{"work", "app.py", 7, EXPORT_FRAME_PYTHON},
-		{"sleep", "time.py", 30, EXPORT_FRAME_PYTHON},
+		{"main", "app.py", 1, UW_FRAME_PYTHON},
+		{"work", "app.py", 7, UW_FRAME_PYTHON},
+		{"sleep", "time.py", 30, UW_FRAME_PYTHON},
 	};
 	static const uint32_t a[] = {0, 1}, b[] = {0, 1, 2}, c[] = {0};
 	static const struct export_stack st[] = {{a, 2, 40, 0}, {b, 3, 9, 0}, {c, 1, 1, 0}};
@@ -456,12 +456,12 @@ Test(export, speedscope_schema_mixed)
 Test(export, speedscope_schema_unicode_and_bad_utf8)
 {
 	static const struct export_frame f[] = {
-		{"bad\xff\xfe", "x\xc3.py", 1, EXPORT_FRAME_PYTHON},
-		{"over\xc0\xaflong", "sur\xed\xa0\x80rogate.py", 2, EXPORT_FRAME_PYTHON},
-		{"past\xf4\x90\x80\x80max", "\x80\x80.py", 3, EXPORT_FRAME_PYTHON},
-		{"größe_λ_\xf0\x9f\x90\x8d", "ünï/\xe6\x97\xa5\xe6\x9c\xac.py", 4, EXPORT_FRAME_PYTHON},
-		{"ctl\t\n\r\x01\x1f\x7f", "q\"u\\o'te.py", 5, EXPORT_FRAME_PYTHON},
-		{"", "", -1, EXPORT_FRAME_PYTHON},
+		{"bad\xff\xfe", "x\xc3.py", 1, UW_FRAME_PYTHON},
+		{"over\xc0\xaflong", "sur\xed\xa0\x80rogate.py", 2, UW_FRAME_PYTHON},
+		{"past\xf4\x90\x80\x80max", "\x80\x80.py", 3, UW_FRAME_PYTHON},
+		{"größe_λ_\xf0\x9f\x90\x8d", "ünï/\xe6\x97\xa5\xe6\x9c\xac.py", 4, UW_FRAME_PYTHON},
+		{"ctl\t\n\r\x01\x1f\x7f", "q\"u\\o'te.py", 5, UW_FRAME_PYTHON},
+		{"", "", -1, UW_FRAME_PYTHON},
 	};
 	static const uint32_t a[] = {0, 1, 2}, b[] = {3, 4}, c[] = {3, 5};
 	static const struct export_stack st[] = {{a, 3, 2, 7}, {b, 2, 1, 7}, {c, 2, 4, 8}};
@@ -485,10 +485,10 @@ Test(export, speedscope_schema_unicode_and_bad_utf8)
 Test(export, speedscope_schema_markers_and_threads)
 {
 	static const struct export_frame f[] = {
-		{"<native>", "", -1, EXPORT_FRAME_NATIVE},
-		{"<GC>", "", -1, EXPORT_FRAME_GC},
-		{"callback", "lib.py", 12, EXPORT_FRAME_PYTHON},
-		{"<module>", "main.py", 0, EXPORT_FRAME_PYTHON},
+		{"<native>", "", -1, UW_FRAME_NATIVE},
+		{"<GC>", "", -1, UW_FRAME_GC},
+		{"callback", "lib.py", 12, UW_FRAME_PYTHON},
+		{"<module>", "main.py", 0, UW_FRAME_PYTHON},
 	};
 	static const uint32_t gc_only[] = {1}, native_root[] = {0, 2}, sandwich[] = {3, 0, 2, 1},
 			      native_top[] = {3, 2, 0};
@@ -547,10 +547,10 @@ Test(export, speedscope_schema_large)
 		snprintf(names[i][0], sizeof names[i][0], i % 7 ? "fn_%u" : "fünc_λ_%u", i);
 		snprintf(names[i][1], sizeof names[i][1], "pkg/mod_%u.py", i % 97);
 		f[i] = (struct export_frame){names[i][0], names[i][1], (int32_t)(lcg(&seed) % 5000),
-		                             EXPORT_FRAME_PYTHON};
+		                             UW_FRAME_PYTHON};
 	}
-	f[1] = (struct export_frame){"<native>", "", -1, EXPORT_FRAME_NATIVE};
-	f[2] = (struct export_frame){"<GC>", "", -1, EXPORT_FRAME_GC};
+	f[1] = (struct export_frame){"<native>", "", -1, UW_FRAME_NATIVE};
+	f[2] = (struct export_frame){"<GC>", "", -1, UW_FRAME_GC};
 	f[3].line = INT32_MAX;
 	f[4].line = -1;
 	uint32_t *next = ids;
@@ -1170,7 +1170,7 @@ Test(export, invalid_profiles)
 	bad[3].file = NULL;
 	expect_einval(&p, "a frame without a file");
 	bad[3].file = "json.py";
-	bad[3].kind = (enum export_frame_kind)7;
+	bad[3].kind = (enum uw_frame_kind)7;
 	expect_einval(&p, "an unknown frame kind");
 
 	p = profile;

@@ -29,7 +29,7 @@
 
 #include "helpers.h"
 
-TestSuite(units, .init = helpers_init, .fini = helpers_fini);
+TestSuite(install, .init = helpers_init, .fini = helpers_fini);
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -493,7 +493,7 @@ static bool covers_process_vm_readv(const char *analyze, const char *word, int d
 	return in;
 }
 
-Test(units, install_layout, .timeout = 300)
+Test(install, install_layout, .timeout = 300)
 {
 	char root[PATH_MAX];
 	scratch_dir(root, sizeof root);
@@ -504,7 +504,7 @@ Test(units, install_layout, .timeout = 300)
 	expect_service_filled(root);
 }
 
-Test(units, installed_units_verify, .timeout = 300)
+Test(install, installed_units_verify, .timeout = 300)
 {
 	char root[PATH_MAX];
 	scratch_dir(root, sizeof root);
@@ -520,7 +520,7 @@ Test(units, installed_units_verify, .timeout = 300)
  * Hardening must not hide what pyprofd profiles: verify accepts any valid
  * sandbox, so what the daemon needs from one is checked here.
  */
-Test(units, service_keeps_targets_in_sight, .timeout = 300)
+Test(install, service_keeps_targets_in_sight, .timeout = 300)
 {
 	char root[PATH_MAX], path[PATH_MAX];
 	scratch_dir(root, sizeof root);
@@ -586,7 +586,7 @@ Test(units, service_keeps_targets_in_sight, .timeout = 300)
 }
 
 /* The check above means something: verify, run the same way, rejects broken units. */
-Test(units, verify_rejects_broken_units, .timeout = 300)
+Test(install, verify_rejects_broken_units, .timeout = 300)
 {
 	char root[PATH_MAX], service[PATH_MAX], socket[PATH_MAX], bin[PATH_MAX], moved[PATH_MAX];
 	scratch_dir(root, sizeof root);
@@ -631,7 +631,7 @@ Test(units, verify_rejects_broken_units, .timeout = 300)
 }
 
 /* A packager builds as a plain user: DESTDIR alone must be enough. */
-Test(units, install_as_plain_user, .timeout = 300)
+Test(install, install_as_plain_user, .timeout = 300)
 {
 	if (geteuid() != 0)
 		cr_skip_test("already a plain user: install_layout covers it");

@@ -1,0 +1,19 @@
+/*
+ * An arena: many small allocations freed together.  A response is built as
+ * a tree of protobuf-c messages; they all come from one arena and go with it
+ * once the response is packed.
+ */
+#ifndef PYPROFD_ARENA_H
+#define PYPROFD_ARENA_H
+
+#include <stddef.h>
+
+struct arena {
+	struct arena_block *blocks;
+};
+
+void *arena_alloc(struct arena *a, size_t size); /* zeroed; NULL if out of memory */
+char *arena_strdup(struct arena *a, const char *s); /* NULL stays NULL */
+void arena_free(struct arena *a);
+
+#endif

@@ -1,0 +1,27 @@
+/* The array grower: capacity doubles, so n appends cost O(n) copies in all. */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "grow.h"
+
+int array_reserve(void **arr, size_t *cap, size_t n, size_t elem, size_t *bytes)
+{
+	if (n < *cap)
+		return 0;
+	size_t ncap = *cap ? *cap : 16;
+	while (ncap <= n) {
+		if (ncap > SIZE_MAX / 2)
+			return -1;
+		ncap *= 2;
+	}
+	if (elem && ncap > SIZE_MAX / elem)
+		return -1;
+	void *p = realloc(*arr, ncap * elem);
+	if (!p)
+		return -1;
+	if (bytes)
+		*bytes += (ncap - *cap) * elem;
+	*arr = p;
+	*cap = ncap;
+	return 0;
+}

@@ -1,0 +1,14 @@
+/* Growing a dense array: one way for every array in the tree. */
+#ifndef PYPROFD_GROW_H
+#define PYPROFD_GROW_H
+
+#include <stddef.h>
+
+/*
+ * Make index n of the array *arr of *cap elements of `elem` bytes valid,
+ * doubling the capacity; adds the bytes grown to *bytes when not NULL.
+ * 0, or -1 when out of memory or past what size_t can count.
+ */
+int array_reserve(void **arr, size_t *cap, size_t n, size_t elem, size_t *bytes);
+
+#endif
