@@ -5,6 +5,7 @@
 #   make            build build/pyprofd and build/pyprofd-ctl
 #   make test       deps + build + the criterion suite against every CPython found
 #   make sanitize   the same suite on an ASan + UBSan build (in build-sanitize/)
+#   make fuzz       build every libFuzzer harness (tests/fuzz) and run each a while
 #   make demo       the daemon attached to a live Python workload: list, top, dump
 #   make bench      measure the sampling engine on every CPython found
 #   make bench-daemon  measure the daemon: 10 targets x 4 threads at 100 Hz
@@ -22,7 +23,7 @@ DEB_PACKAGES = build-essential pkg-config libelf-dev libjansson-dev libcriterion
                libev-dev libprotobuf-c-dev protobuf-c-compiler libsqlite3-dev \
                libinih-dev libsystemd-dev zlib1g-dev procps util-linux \
                systemd man-db protobuf-compiler chromium \
-               curl ca-certificates python3-jsonschema
+               curl ca-certificates python3-jsonschema clang libclang-rt-14-dev
 
 # speedscope's file-format schema, which the tests hold the speedscope export
 # to.  It is speedscope's, not ours to commit: make deps fetches the npm package
@@ -44,6 +45,12 @@ CFLAGS   ?=
 CFLAGS   += -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) -MMD -MP -fno-strict-aliasing
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 LIBS_ALL  = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lev -lm
+
+ifeq ($(FUZZ),1)
+CFLAGS  += -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer \
+           -fno-sanitize-recover=undefined
+LDFLAGS += -fsanitize=address,undefined
+endif
 
 ifeq ($(SANITIZE),1)
 CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
@@ -84,8 +91,10 @@ WIRE_SRC   = $(wildcard proto/*.c)
 STORE_SRC  = $(wildcard storage/*.c)
 EXPORT_SRC = $(wildcard client/export/*.c)
 CLIENT_SRC = client/client.c
-DAEMON_SRC = $(wildcard daemon/*.c)
-CTL_SRC    = $(filter-out $(CLIENT_SRC),$(wildcard client/*.c))
+# The programs: main.c alone, and their modules as an archive the unit tests link.
+DAEMON_SRC = $(filter-out daemon/main.c,$(wildcard daemon/*.c))
+CTL_SRC    = $(filter-out $(CLIENT_SRC) client/main.c,$(wildcard client/*.c))
+MAIN_SRC   = daemon/main.c $(wildcard client/main.c)
 
 obj = $(1:%.c=$(BUILD)/%.o)
 BASE_OBJ   = $(call obj,$(BASE_SRC))
@@ -96,6 +105,7 @@ EXPORT_OBJ = $(call obj,$(EXPORT_SRC)) $(BUILD)/proto/profile.pb-c.o
 CLIENT_OBJ = $(call obj,$(CLIENT_SRC))
 DAEMON_OBJ = $(call obj,$(DAEMON_SRC))
 CTL_OBJ    = $(call obj,$(CTL_SRC))
+MAIN_OBJ   = $(call obj,$(MAIN_SRC))
 
 LIBBASE    = $(BUILD)/lib/libbase.a
 LIBUNWIND  = $(BUILD)/lib/libunwind.a
@@ -103,6 +113,8 @@ LIBWIRE    = $(BUILD)/lib/libwire.a
 LIBSTORE   = $(BUILD)/lib/libstore.a
 LIBEXPORT  = $(BUILD)/lib/libexport.a
 LIBCLIENT  = $(BUILD)/lib/libclient.a
+LIBDAEMON  = $(BUILD)/lib/libdaemon.a
+LIBCTL     = $(BUILD)/lib/libctl.a
 
 # Headers a library may not include, shadowed by ones that stop the build.
 POISON     = $(BUILD)/poison
@@ -126,28 +138,32 @@ $(WIRE_OBJ):   LIBINC = $(NO_SQLITE) $(NO_EV) $(NO_JSON) $(INC_WIRE)
 $(STORE_OBJ):  LIBINC = $(NO_EV) $(NO_PROTOBUF) $(NO_JSON) $(INC_STORE)
 $(EXPORT_OBJ): LIBINC = $(NO_SQLITE) $(NO_EV) $(INC_EXPORT)
 $(CLIENT_OBJ): LIBINC = $(NO_SQLITE) $(NO_EV) $(NO_JSON) $(INC_CLIENT)
-$(DAEMON_OBJ): LIBINC = $(NO_SQLITE) $(INC_UNWIND) $(INC_WIRE) $(INC_STORE) $(INC_EXPORT) -Idaemon
-$(CTL_OBJ):    LIBINC = $(NO_SQLITE) $(NO_EV) $(INC_EXPORT) $(INC_CLIENT)
+INC_DAEMON = $(INC_UNWIND) $(INC_WIRE) $(INC_STORE) $(INC_EXPORT) -Idaemon
+INC_CTL    = $(INC_EXPORT) $(INC_CLIENT)
+$(DAEMON_OBJ) $(BUILD)/daemon/main.o: LIBINC = $(NO_SQLITE) $(INC_DAEMON)
+$(CTL_OBJ) $(BUILD)/client/main.o:    LIBINC = $(NO_SQLITE) $(NO_EV) $(INC_CTL)
 
 PYPROFD    = $(BUILD)/pyprofd
 CTL        = $(BUILD)/pyprofd-ctl
-LIBS_DAEMON = $(LIBEXPORT) $(LIBSTORE) $(LIBWIRE) $(LIBUNWIND) $(LIBBASE)
-LIBS_CTL   = $(LIBCLIENT) $(LIBEXPORT) $(LIBWIRE) $(LIBBASE)
+LIBS_DAEMON = $(LIBDAEMON) $(LIBEXPORT) $(LIBSTORE) $(LIBWIRE) $(LIBUNWIND) $(LIBBASE)
+LIBS_CTL   = $(LIBCTL) $(LIBCLIENT) $(LIBEXPORT) $(LIBWIRE) $(LIBBASE)
+LINK_DAEMON = $(LIBS_ALL)
+LINK_CTL   = -lprotobuf-c -ljansson -lz -lm
 
 # ---- tests: one criterion binary per library, each linking that library alone ----
 #
 #   tests/base tests/unwind tests/wire tests/storage tests/export   the libraries' unit tests
+#   tests/daemon tests/client   the programs' modules (libdaemon.a, libctl.a)
 #   tests/system   the programs, run for real: daemon, dump, history, install
-# tests/*.c is the support they share (interpreters, helpers, the daemon harness).
+# tests/*.c is the support they share (interpreters, helpers).
 
 TEST_SUPPORT_SRC = tests/helpers.c tests/pythons.c
 TEST_SUPPORT_OBJ = $(call obj,$(TEST_SUPPORT_SRC))
-TEST_SUITES = base unwind wire storage export system
+TEST_SUITES = base unwind wire storage export daemon client system
 test_src = $(wildcard tests/$(1)/*.c)
 test_obj = $(call obj,$(call test_src,$(1)))
 TEST_BINS  = $(TEST_SUITES:%=$(BUILD)/tests/%-tests)
-TEST_OBJ   = $(foreach s,$(TEST_SUITES),$(call test_obj,$(s))) $(TEST_SUPPORT_OBJ) \
-             $(BUILD)/tests/daemon.o
+TEST_OBJ   = $(foreach s,$(TEST_SUITES),$(call test_obj,$(s))) $(TEST_SUPPORT_OBJ)
 LIBS_TEST  = $(shell pkg-config --libs criterion jansson 2>/dev/null)
 
 $(TEST_SUPPORT_OBJ):              LIBINC = $(NO_SQLITE) $(NO_EV) -Itests
@@ -156,9 +172,25 @@ $(call test_obj,unwind):          LIBINC = $(NO_SQLITE) $(NO_EV) $(NO_PROTOBUF) 
 $(call test_obj,wire):            LIBINC = $(NO_SQLITE) $(NO_EV) -Itests $(INC_WIRE)
 $(call test_obj,storage):         LIBINC = $(NO_EV) $(NO_PROTOBUF) -Itests $(INC_STORE)
 $(call test_obj,export):          LIBINC = $(NO_SQLITE) $(NO_EV) -Itests $(INC_EXPORT)
-$(call test_obj,system) $(BUILD)/tests/daemon.o: LIBINC = $(NO_SQLITE) $(NO_EV) -Itests $(INC_WIRE)
+$(call test_obj,daemon):          LIBINC = $(NO_SQLITE) -Itests $(INC_DAEMON)
+$(call test_obj,client):          LIBINC = $(NO_SQLITE) $(NO_EV) -Itests $(INC_CTL)
+$(call test_obj,system):          LIBINC = $(NO_SQLITE) $(NO_EV) -Itests -Itests/system $(INC_WIRE)
 
-.PHONY: all deps test check sanitize demo bench bench-daemon bench-history install clean
+# ---- fuzzing: every harness in tests/fuzz, built with clang and libFuzzer ----
+#
+# Each harness sees every header and links every library, as a test does.
+FUZZ_SRC     = $(wildcard tests/fuzz/*.c)
+FUZZ_OBJ     = $(call obj,$(FUZZ_SRC))
+FUZZ_BINS    = $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
+FUZZ_SECONDS ?= 20
+$(FUZZ_OBJ): LIBINC = $(NO_SQLITE) -Itests $(INC_DAEMON) $(INC_CLIENT)
+
+$(BUILD)/fuzz/%: $(BUILD)/tests/fuzz/%.o $(LIBCTL) $(LIBCLIENT) $(LIBS_DAEMON)
+	@mkdir -p $(@D)
+	$(E) "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -fsanitize=fuzzer -o $@ $^ $(LINK_DAEMON)
+
+.PHONY: all deps test check sanitize fuzz fuzz-run demo bench bench-daemon bench-history install clean
 
 all: $(PYPROFD) $(CTL)
 
@@ -195,14 +227,16 @@ $(LIBWIRE):   $(WIRE_OBJ)
 $(LIBSTORE):  $(STORE_OBJ)
 $(LIBEXPORT): $(EXPORT_OBJ)
 $(LIBCLIENT): $(CLIENT_OBJ)
+$(LIBDAEMON): $(DAEMON_OBJ)
+$(LIBCTL):    $(CTL_OBJ)
 
-$(PYPROFD): $(DAEMON_OBJ) $(LIBS_DAEMON)
+$(PYPROFD): $(BUILD)/daemon/main.o $(LIBS_DAEMON)
 	$(E) "  LD      $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBS_ALL)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LINK_DAEMON)
 
-$(CTL): $(CTL_OBJ) $(LIBS_CTL)
+$(CTL): $(call obj,$(filter client/%,$(MAIN_SRC))) $(LIBS_CTL)
 	$(E) "  LD      $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lprotobuf-c -ljansson -lz -lm
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LINK_CTL)
 
 # Each suite links its library and the ones below it, and no more: the
 # unwinder's tests link neither libev, SQLite nor protobuf-c.
@@ -226,7 +260,15 @@ $(BUILD)/tests/export-tests: $(call test_obj,export) $(TEST_SUPPORT_OBJ) $(LIBEX
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lprotobuf-c -lz $(LIBS_TEST) -lm
 
-$(BUILD)/tests/system-tests: $(call test_obj,system) $(BUILD)/tests/daemon.o $(TEST_SUPPORT_OBJ) $(LIBWIRE) $(LIBBASE)
+$(BUILD)/tests/daemon-tests: $(call test_obj,daemon) $(TEST_SUPPORT_OBJ) $(LIBS_DAEMON)
+	$(E) "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LINK_DAEMON) $(LIBS_TEST)
+
+$(BUILD)/tests/client-tests: $(call test_obj,client) $(TEST_SUPPORT_OBJ) $(LIBS_CTL)
+	$(E) "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LINK_CTL) $(LIBS_TEST)
+
+$(BUILD)/tests/system-tests: $(call test_obj,system) $(TEST_SUPPORT_OBJ) $(LIBWIRE) $(LIBBASE)
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lprotobuf-c $(LIBS_TEST) -lm
 
@@ -284,6 +326,22 @@ check: test
 
 sanitize:
 	$(Q)$(MAKE) --no-print-directory BUILD=build-sanitize SANITIZE=1 OPT="-O1 -g" test
+
+# Builds every harness and runs each for FUZZ_SECONDS, keeping what it learnt
+# in build-fuzz/corpus/NAME (seeded from tests/fuzz/seeds/NAME when there).
+fuzz: deps
+	$(Q)$(MAKE) --no-print-directory BUILD=build-fuzz CC=clang FUZZ=1 OPT="-O1 -g" fuzz-run
+
+fuzz-run: $(FUZZ_BINS)
+	$(Q)failed=; for f in $(FUZZ_BINS); do \
+		name=$$(basename $$f); corpus=$(BUILD)/corpus/$$name; mkdir -p $$corpus; \
+		seeds=; [ -d tests/fuzz/seeds/$$name ] && seeds=tests/fuzz/seeds/$$name; \
+		echo "== $$name for $(FUZZ_SECONDS) s"; \
+		$(TEST_ENV) $$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 $$corpus $$seeds \
+			> $(BUILD)/fuzz/$$name.log 2>&1 || { failed="$$failed $$name"; tail -40 $(BUILD)/fuzz/$$name.log; }; \
+		grep -E '^stat::number_of_executed_units|^Done' $(BUILD)/fuzz/$$name.log | tail -1; \
+	done; \
+	if [ -n "$$failed" ]; then echo "fuzz findings:$$failed (see $(BUILD)/fuzz/*.log)" >&2; exit 1; fi
 
 # The daemon in a throwaway state directory, attached to a small workload.
 demo: deps
@@ -348,7 +406,7 @@ bench-daemon: deps
 	$(PYTHON) bench/daemon.py --pyprofd $(PYPROFD) --ctl $(CTL) $(BENCH_ARGS)
 
 clean:
-	rm -rf build build-sanitize
+	rm -rf build build-sanitize build-fuzz
 
 -include $(patsubst %.o,%.d,$(BASE_OBJ) $(UNWIND_OBJ) $(WIRE_OBJ) $(STORE_OBJ) $(EXPORT_OBJ) \
-           $(CLIENT_OBJ) $(DAEMON_OBJ) $(CTL_OBJ) $(TEST_OBJ))
+           $(CLIENT_OBJ) $(DAEMON_OBJ) $(CTL_OBJ) $(MAIN_OBJ) $(TEST_OBJ) $(FUZZ_OBJ))

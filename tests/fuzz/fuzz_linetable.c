@@ -1,12 +1,6 @@
 /*
- * libFuzzer harness for the line-table decoders.  It lives in a folder of
- * its own so the criterion build (tests/ only) never sees it; build it by
- * hand with clang:
- *
- *   clang -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined \
- *         -Idaemon -Idaemon/unwind \
- *         tests/fuzz/fuzz_linetable.c daemon/unwind/linetable.c -o fuzz_linetable
- *   ./fuzz_linetable -max_total_time=60
+ * libFuzzer harness for the line-table decoders; `make fuzz` builds and
+ * runs it.
  *
  * Input: one byte picking the model, four bytes of firstlineno, the table.
  * Besides the sanitizers' checks it aborts on any decoded table that breaks

@@ -3,15 +3,8 @@
  * client sends (framing and protobuf alike), fed through a socketpair to a
  * real server_client on a real libev loop, which answers it through
  * rpc_dispatch.  Besides the sanitizers' checks it aborts if a client is
- * left half-freed or a response is not a well-formed frame.  Build it by
- * hand with clang, after `make` has generated the protobuf C:
- *
- *   clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
- *         -Idaemon -Idaemon/unwind -Istorage -Ibuild/proto \
- *         tests/fuzz/fuzz_rpc.c $(ls daemon/[a-z]*.c | grep -v main.c) daemon/unwind/[a-z]*.c \
- *         $(ls storage/[a-z]*.c) build/proto/pyprofd.pb-c.c \
- *         -lev -lprotobuf-c -lelf -ljansson -linih -lsystemd -lsqlite3 -lz -lm -o fuzz_rpc
- *   ./fuzz_rpc -max_total_time=60
+ * left half-freed or a response is not a well-formed frame.  `make fuzz`
+ * builds and runs it.
  *
  * Requests name pids: an attach or dump may open a real process of this
  * machine.  That only reads it, as the daemon would.
