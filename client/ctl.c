@@ -1491,7 +1491,7 @@ static const struct command commands[] = {
 	{"diff", cmd_diff, diff_usage},
 };
 
-int main(int argc, char **argv)
+int ctl_main(int argc, char **argv)
 {
 	static const struct option options[] = {CTL_COMMON_OPTIONS};
 	struct ctl ctl = {0};

@@ -11,6 +11,8 @@
 #include "vocab.h"
 
 /* ctl.c */
+/* The command line, parsed and run; the exit status. */
+int ctl_main(int argc, char **argv);
 /* Print a failed call's one line on stderr; returns its exit status. */
 int ctl_report(const struct client_error *err);
 
