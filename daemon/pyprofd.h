@@ -53,6 +53,7 @@ struct profile {
 	struct profile_line *lines;
 	size_t nlines, lines_cap;
 	uint64_t total;
+	bool failed; /* out of memory spelling out an epoch */
 };
 
 void profile_init(struct profile *p);

@@ -229,6 +229,14 @@ static bool record_stop_pending(const sigset_t *stop)
 	       (sigismember(stop, SIGHUP) && sigismember(&pending, SIGHUP));
 }
 
+/* The unwinder is about to forget every stack id: the profile spells its counts out first. */
+static void record_on_epoch_end(void *ctx, const struct uw_target *t)
+{
+	struct profile *prof = ctx;
+	if (profile_settle(prof, t) != 0)
+		prof->failed = true;
+}
+
 /* The sampling loop: until the duration, a stop signal, or the target's exit. */
 static int record_loop(struct uw_target *t, const struct record_opts *o, struct profile *prof,
                        struct record_run *run, const sigset_t *stop)
@@ -244,10 +252,6 @@ static int record_loop(struct uw_target *t, const struct record_opts *o, struct 
 		clock_gettime(CLOCK_MONOTONIC, &a);
 		if (o->duration > 0 && ts_seconds(&a) - ts_seconds(&start) >= o->duration)
 			break;
-		if (uw_reset_pending(t) && profile_settle(prof, t) != 0) {
-			status = EXIT_FAILURE_OTHER;
-			break;
-		}
 		struct uw_error err = {0};
 		int rc = uw_sample(t, &sample, &err);
 		clock_gettime(CLOCK_MONOTONIC, &b);
@@ -278,7 +282,7 @@ static int record_loop(struct uw_target *t, const struct record_opts *o, struct 
 			}
 		} else {
 			run->ok++;
-			if (profile_add(prof, &sample) != 0) {
+			if (prof->failed || profile_add(prof, &sample) != 0) {
 				fputs("pyprofd: out of memory aggregating samples\n", stderr);
 				status = EXIT_FAILURE_OTHER;
 				break;
@@ -323,6 +327,10 @@ int cmd_record(int argc, char **argv)
 			fclose(out);
 		return vocab_status_exit(err.status);
 	}
+	struct profile prof;
+	profile_init(&prof);
+	o.uw.on_epoch_end = record_on_epoch_end;
+	o.uw.epoch_ctx = &prof;
 	uw_configure(t, &o.uw);
 
 	/* Signals stop the loop where it stands, so the profile is still written. */
@@ -332,9 +340,7 @@ int cmd_record(int argc, char **argv)
 	sigaddset(&stop, SIGTERM);
 	sigprocmask(SIG_BLOCK, &stop, NULL);
 
-	struct profile prof;
 	struct record_run run = {0};
-	profile_init(&prof);
 	int status = record_loop(t, &o, &prof, &run, &stop);
 	if (profile_write_collapsed(&prof, t, out) != 0 && status == EXIT_OK) {
 		fputs("pyprofd: cannot write the profile\n", stderr);

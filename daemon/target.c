@@ -112,6 +112,14 @@ static char *read_command_line(pid_t pid)
 
 static void target_on_tick(struct ev_loop *loop, ev_io *w, int revents);
 
+/* The unwinder is about to forget every stack id: what was counted by them goes out first. */
+static void target_on_epoch_end(void *ctx, const struct uw_target *uw)
+{
+	(void)uw;
+	struct target *t = ctx;
+	history_flush_target(&t->server->history, t);
+}
+
 static double monotonic_now(void)
 {
 	struct timespec ts;
@@ -214,7 +222,9 @@ void target_start(struct target *t, struct target_params *params)
 
 	struct uw_options opts = {.flags = t->params.flags,
 	                          .mode = t->params.mode,
-	                          .cache_budget = UW_DEFAULT_CACHE_BUDGET};
+	                          .cache_budget = UW_DEFAULT_CACHE_BUDGET,
+	                          .on_epoch_end = target_on_epoch_end,
+	                          .epoch_ctx = t};
 	uw_configure(t->uw, &opts);
 	t->state = TARGET_SAMPLING;
 	t->sessions++;
@@ -308,9 +318,6 @@ static void target_sample(struct target *t)
 {
 	struct uw_error err = {0};
 	struct timespec a, b;
-	/* The caches are about to reset and forget every stack id: write the counts out first. */
-	if (uw_reset_pending(t->uw))
-		history_flush_target(&t->server->history, t);
 	clock_gettime(CLOCK_MONOTONIC, &a);
 	int rc = uw_sample(t->uw, &t->sample, &err);
 	clock_gettime(CLOCK_MONOTONIC, &b);

@@ -915,7 +915,7 @@ static int target_intern_markers(struct uw_target *t, struct uw_error *err)
  * a hash table that doubles can add as much again as it held, and the budget
  * is a bound, not a target.
  */
-bool uw_reset_pending(const struct uw_target *t)
+static bool target_reset_due(const struct uw_target *t)
 {
 	return target_cache_bytes(t) > t->opts.cache_budget / 2;
 }
@@ -931,8 +931,12 @@ int uw_sample(struct uw_target *t, struct uw_sample *s, struct uw_error *err)
 	t->stats.samples++;
 
 	int rc = -1;
-	if (uw_reset_pending(t) && target_reset_caches(t, err) != 0)
-		goto done;
+	if (target_reset_due(t)) {
+		if (t->opts.on_epoch_end)
+			t->opts.on_epoch_end(t->opts.epoch_ctx, t);
+		if (target_reset_caches(t, err) != 0)
+			goto done;
+	}
 	if (target_intern_markers(t, err) != 0)
 		goto done;
 	s->epoch = t->epoch;

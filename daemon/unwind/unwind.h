@@ -97,6 +97,13 @@ struct uw_options {
 	bool want_on_cpu;        /* report on_cpu in wall/gil mode too (one /proc read a thread) */
 	size_t cache_budget;     /* bytes the caches and interned ids never exceed: past
 	                            half of it, they are all reset (a new epoch) */
+	/*
+	 * Called once at the end of an epoch, before every id is forgotten:
+	 * stack and frame ids of the ending epoch are still valid during the
+	 * call, so whoever counted them spells them out there.
+	 */
+	void (*on_epoch_end)(void *ctx, const struct uw_target *target);
+	void *epoch_ctx;
 };
 
 #define UW_DEFAULT_CACHE_BUDGET (64u << 20)
@@ -154,9 +161,6 @@ struct uw_sample {
 int uw_sample(struct uw_target *target, struct uw_sample *sample, struct uw_error *err);
 
 void uw_sample_free(struct uw_sample *sample);
-
-/* Whether the next uw_sample() starts a new epoch: resolve held ids first. */
-bool uw_reset_pending(const struct uw_target *target);
 
 /* A stack id's innermost frame id and its parent stack id (0 at the root). */
 uint32_t uw_stack_frame(const struct uw_target *target, uint32_t stack);
