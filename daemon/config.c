@@ -161,7 +161,7 @@ static int config_set(struct config *c, const char *section, const char *name, c
 			return c->default_rate_hz = (unsigned)v, 0;
 		if (strcmp(name, "max_rate_hz") == 0 && parse_uint(value, 1, 100000, &v) == 0)
 			return c->max_rate_hz = (unsigned)v, 0;
-		if (strcmp(name, "top_window_s") == 0 && parse_uint(value, 1, RECENT_SECONDS - 2, &v) == 0)
+		if (strcmp(name, "top_window_s") == 0 && parse_uint(value, 1, TOP_SECONDS_KEPT - 2, &v) == 0)
 			return c->top_window_s = (unsigned)v, 0;
 	} else if (strcmp(section, "storage") == 0) {
 		if (strcmp(name, "flush_interval_s") == 0 && parse_uint(value, 1, 3600, &v) == 0)

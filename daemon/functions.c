@@ -12,15 +12,22 @@
 
 #include "pyprofd.h"
 
-static uint64_t name_hash(const char *function, const char *file)
+struct functions_key {
+	const char *function, *file;
+};
+
+static uint32_t functions_hash(const struct functions_key *k)
 {
-	uint64_t h = 1469598103934665603ull;
-	for (const char *s = function; *s; s++)
-		h = (h ^ (unsigned char)*s) * 1099511628211ull;
-	h = (h ^ 0x1f) * 1099511628211ull; /* a separator, so "ab"+"c" differs from "a"+"bc" */
-	for (const char *s = file; *s; s++)
-		h = (h ^ (unsigned char)*s) * 1099511628211ull;
-	return h;
+	/* Mixed, not xor'd alone: "ab" in "c" must differ from "a" in "bc". */
+	return hash_u64((uint64_t)hash_bytes(k->function, strlen(k->function)) << 32 |
+	                hash_bytes(k->file, strlen(k->file)));
+}
+
+static bool functions_equal(const void *ctx, uint32_t id, const void *key)
+{
+	const Pyprofd__FunctionRow *row = ((const struct functions *)ctx)->rows[id];
+	const struct functions_key *k = key;
+	return strcmp(row->function, k->function) == 0 && strcmp(row->file, k->file) == 0;
 }
 
 void functions_init(struct functions *fs, struct arena *a)
@@ -33,7 +40,7 @@ void functions_free(struct functions *fs)
 {
 	free(fs->rows);
 	free(fs->seen);
-	free(fs->slots);
+	hash_free(&fs->index);
 	free(fs->row_of_frame);
 	memset(fs, 0, sizeof *fs);
 }
@@ -44,51 +51,19 @@ void functions_forget_frames(struct functions *fs)
 		memset(fs->row_of_frame, 0, fs->nframes * sizeof *fs->row_of_frame);
 }
 
-/* Room for the index to take one more row at most half full; -1 if out of memory. */
-static int index_reserve(struct functions *fs)
-{
-	if ((fs->nrows + 1) * 2 <= fs->nslots)
-		return 0;
-	size_t n = fs->nslots ? fs->nslots * 2 : 256;
-	uint32_t *slots = calloc(n, sizeof *slots); /* row + 1; 0 empty */
-	if (!slots)
-		return -1;
-	for (size_t i = 0; i < fs->nrows; i++) {
-		size_t k = name_hash(fs->rows[i]->function, fs->rows[i]->file) & (n - 1);
-		while (slots[k])
-			k = (k + 1) & (n - 1);
-		slots[k] = (uint32_t)i + 1;
-	}
-	free(fs->slots);
-	fs->slots = slots;
-	fs->nslots = n;
-	return 0;
-}
-
 /* The row of a function, made on first sight; -1 if out of memory. */
 static long row_by_name(struct functions *fs, const char *function, const char *file)
 {
-	if (fs->nrows >= UINT32_MAX - 1 || index_reserve(fs) < 0)
+	struct functions_key key = {function, file};
+	uint32_t hash = functions_hash(&key);
+	if (fs->nrows >= HASH_MAX_IDS || hash_reserve(&fs->index, 1) != 0)
 		return -1;
-	size_t mask = fs->nslots - 1, k = name_hash(function, file) & mask;
-	/* Never more than half full: an empty slot ends every probe. */
-	for (; fs->slots[k]; k = (k + 1) & mask) {
-		const Pyprofd__FunctionRow *row = fs->rows[fs->slots[k] - 1];
-		if (strcmp(row->function, function) == 0 && strcmp(row->file, file) == 0)
-			return (long)fs->slots[k] - 1;
-	}
-	if (fs->nrows == fs->cap) {
-		size_t cap = fs->cap ? fs->cap * 2 : 64;
-		Pyprofd__FunctionRow **rows = realloc(fs->rows, cap * sizeof *rows);
-		if (rows)
-			fs->rows = rows;
-		uint64_t *seen = realloc(fs->seen, cap * sizeof *seen);
-		if (seen)
-			fs->seen = seen;
-		if (!rows || !seen)
-			return -1;
-		fs->cap = cap;
-	}
+	struct hash_slot *slot = hash_probe(&fs->index, hash, functions_equal, fs, &key);
+	if (slot->id)
+		return (long)slot->id - 1;
+	if (array_reserve((void **)&fs->rows, &fs->cap, fs->nrows, sizeof *fs->rows, NULL) != 0 ||
+	    array_reserve((void **)&fs->seen, &fs->seen_cap, fs->nrows, sizeof *fs->seen, NULL) != 0)
+		return -1;
 	Pyprofd__FunctionRow *row = arena_alloc(fs->arena, sizeof *row);
 	if (!row)
 		return -1;
@@ -99,8 +74,8 @@ static long row_by_name(struct functions *fs, const char *function, const char *
 		return -1;
 	fs->seen[fs->nrows] = 0;
 	fs->rows[fs->nrows] = row;
-	fs->slots[k] = (uint32_t)++fs->nrows;
-	return (long)fs->nrows - 1;
+	hash_fill(&fs->index, slot, hash, (uint32_t)fs->nrows);
+	return (long)fs->nrows++;
 }
 
 void functions_next_stack(struct functions *fs, int side, uint64_t count)
@@ -113,13 +88,11 @@ int functions_count(struct functions *fs, int side, uint32_t frame, const char *
                     const char *file, bool innermost, uint64_t count)
 {
 	if (frame >= fs->nframes) {
-		size_t n = (size_t)frame + 1 > fs->nframes * 2 ? (size_t)frame + 1 : fs->nframes * 2;
-		uint32_t *v = realloc(fs->row_of_frame, n * sizeof *v);
-		if (!v)
+		size_t old = fs->nframes;
+		if (array_reserve((void **)&fs->row_of_frame, &fs->nframes, frame, sizeof *fs->row_of_frame,
+		                  NULL) != 0)
 			return -1;
-		memset(v + fs->nframes, 0, (n - fs->nframes) * sizeof *v);
-		fs->row_of_frame = v;
-		fs->nframes = n;
+		memset(fs->row_of_frame + old, 0, (fs->nframes - old) * sizeof *fs->row_of_frame);
 	}
 	if (!fs->row_of_frame[frame]) {
 		long row = row_by_name(fs, function, file ? file : "");
@@ -152,7 +125,7 @@ static int by_own(const void *x, const void *y)
 	return c ? c : strcmp(a->file, b->file);
 }
 
-static double share(uint64_t part, uint64_t whole)
+static double functions_share(uint64_t part, uint64_t whole)
 {
 	return whole ? 100.0 * (double)part / (double)whole : 0;
 }
@@ -163,8 +136,8 @@ static int by_change(const void *x, const void *y, void *ctx)
 	const uint64_t *samples = ctx;
 	const Pyprofd__FunctionRow *a = *(Pyprofd__FunctionRow *const *)x;
 	const Pyprofd__FunctionRow *b = *(Pyprofd__FunctionRow *const *)y;
-	double da = fabs(share(a->own, samples[0]) - share(a->base_own, samples[1]));
-	double db = fabs(share(b->own, samples[0]) - share(b->base_own, samples[1]));
+	double da = fabs(functions_share(a->own, samples[0]) - functions_share(a->base_own, samples[1]));
+	double db = fabs(functions_share(b->own, samples[0]) - functions_share(b->base_own, samples[1]));
 	if (da != db)
 		return da > db ? -1 : 1;
 	return by_own(x, y);

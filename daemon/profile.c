@@ -1,156 +1,200 @@
 /*
- * A profile: sample counts by stack, as the sampler's stack ids while their
- * epoch lasts, spelled out as text when the epoch ends or the profile is
- * written.  Counting a sample is an array increment per thread.
+ * A profile being recorded by `pyprofd record`: frames and stacks by their
+ * content, so what was counted in different epochs of the unwinder (which
+ * renumbers everything) adds up, and sample counts per (thread, stack).
+ * It ends as the export library's profile, which writes every format.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "pyprofd.h"
 
+struct profile_frame_key {
+	const char *function, *file;
+	int32_t line;
+	enum uw_frame_kind kind;
+};
+
+static uint32_t profile_frame_hash(const struct profile_frame_key *k)
+{
+	return hash_bytes(k->function, strlen(k->function)) ^
+	       hash_u64((uint64_t)hash_bytes(k->file, strlen(k->file)) << 32 |
+	                (uint32_t)k->line) ^ (uint32_t)k->kind;
+}
+
+static bool profile_frame_equal(const void *ctx, uint32_t id, const void *key)
+{
+	const struct export_frame *f = &((const struct profile *)ctx)->frames[id];
+	const struct profile_frame_key *k = key;
+	return f->line == k->line && f->kind == k->kind && strcmp(f->function, k->function) == 0 &&
+	       strcmp(f->file, k->file) == 0;
+}
+
+struct profile_stack_key {
+	int32_t parent, frame;
+};
+
+static bool profile_stack_equal(const void *ctx, uint32_t id, const void *key)
+{
+	const struct profile_node *n = &((const struct profile *)ctx)->nodes[id];
+	const struct profile_stack_key *k = key;
+	return n->parent == k->parent && n->frame == k->frame;
+}
+
+struct profile_sample_key {
+	uint64_t thread_id;
+	int32_t stack;
+};
+
+static bool profile_sample_equal(const void *ctx, uint32_t id, const void *key)
+{
+	const struct profile_sample *s = &((const struct profile *)ctx)->samples[id];
+	const struct profile_sample_key *k = key;
+	return s->stack == k->stack && s->thread_id == k->thread_id;
+}
+
+/* The spell sink: a frame by content. */
+static int32_t profile_sink_frame(void *ctx, const struct uw_frame *f)
+{
+	struct profile *p = ctx;
+	struct profile_frame_key key = {.function = f->function,
+	                                .file = f->file ? f->file : "",
+	                                .line = f->line,
+	                                .kind = f->kind};
+	uint32_t hash = profile_frame_hash(&key);
+	if (p->nframes >= INT32_MAX - 1 || hash_reserve(&p->frame_index, 1) != 0)
+		return -1;
+	struct hash_slot *slot = hash_probe(&p->frame_index, hash, profile_frame_equal, p, &key);
+	if (slot->id)
+		return (int32_t)slot->id - 1;
+	char *function = strdup(key.function), *file = strdup(key.file);
+	if (!function || !file ||
+	    array_reserve((void **)&p->frames, &p->frames_cap, p->nframes, sizeof *p->frames, NULL)) {
+		free(function);
+		free(file);
+		return -1;
+	}
+	p->frames[p->nframes] = (struct export_frame){function, file, key.line, key.kind};
+	hash_fill(&p->frame_index, slot, hash, (uint32_t)p->nframes);
+	return (int32_t)p->nframes++;
+}
+
+/* The spell sink: a stack as its parent (-1: none) and innermost frame. */
+static int32_t profile_sink_stack(void *ctx, int32_t parent, int32_t frame)
+{
+	struct profile *p = ctx;
+	struct profile_stack_key key = {parent, frame};
+	uint32_t hash = hash_u64((uint64_t)(uint32_t)parent << 32 | (uint32_t)frame);
+	if (p->nnodes >= INT32_MAX - 1 || hash_reserve(&p->node_index, 1) != 0 ||
+	    array_reserve((void **)&p->nodes, &p->nodes_cap, p->nnodes, sizeof *p->nodes, NULL))
+		return -1;
+	struct hash_slot *slot = hash_probe(&p->node_index, hash, profile_stack_equal, p, &key);
+	if (slot->id)
+		return (int32_t)slot->id - 1;
+	uint32_t depth = parent < 0 ? 1 : p->nodes[parent].depth + 1;
+	p->nodes[p->nnodes] = (struct profile_node){.parent = parent, .frame = frame, .depth = depth};
+	hash_fill(&p->node_index, slot, hash, (uint32_t)p->nnodes);
+	return (int32_t)p->nnodes++;
+}
+
+static const struct spell_sink profile_sink = {profile_sink_frame, profile_sink_stack};
+
 void profile_init(struct profile *p)
 {
 	memset(p, 0, sizeof *p);
+	spell_init(&p->spell, &profile_sink, p);
 }
 
 void profile_free(struct profile *p)
 {
-	for (size_t i = 0; i < p->nlines; i++)
-		free(p->lines[i].text);
-	free(p->lines);
-	free(p->counts);
+	for (size_t i = 0; i < p->nframes; i++) {
+		free((char *)p->frames[i].function);
+		free((char *)p->frames[i].file);
+	}
+	free(p->frames);
+	free(p->nodes);
+	free(p->samples);
+	hash_free(&p->frame_index);
+	hash_free(&p->node_index);
+	hash_free(&p->sample_index);
+	tally_free(&p->tally);
+	spell_free(&p->spell);
 	memset(p, 0, sizeof *p);
 }
 
-int profile_add(struct profile *p, const struct uw_sample *s)
+int profile_count(struct profile *p, const struct uw_sample *s)
 {
-	if (p->counts_epoch != s->epoch && p->touched)
-		return -1; /* the caller must profile_settle() before a new epoch */
-	p->counts_epoch = s->epoch;
 	for (uint32_t i = 0; i < s->nthreads; i++) {
-		if (s->threads[i].moving)
-			continue; /* no stack was read: counting it would invent one */
-		uint32_t stack = s->threads[i].stack;
-		if (stack >= p->counts_cap) {
-			uint32_t ncap = p->counts_cap ? p->counts_cap : 1024;
-			while (ncap <= stack)
-				ncap *= 2;
-			uint64_t *n = realloc(p->counts, ncap * sizeof *n);
-			if (!n)
-				return -1;
-			memset(n + p->counts_cap, 0, (ncap - p->counts_cap) * sizeof *n);
-			p->counts = n;
-			p->counts_cap = ncap;
-		}
-		p->counts[stack]++;
-		p->touched = true;
-		p->total++;
-	}
-	return 0;
-}
-
-/* Appends "function (file:line)" for one frame. */
-static int frame_text(const struct uw_frame *f, char **buf, size_t *len, size_t *cap)
-{
-	char tmp[64];
-	const char *parts[4] = {f->function, NULL, NULL, NULL};
-	if (f->kind == UW_FRAME_PYTHON) {
-		parts[1] = " (";
-		parts[2] = f->file ? f->file : "?";
-		if (f->line >= 0)
-			snprintf(tmp, sizeof tmp, ":%d)", f->line);
-		else
-			snprintf(tmp, sizeof tmp, ")");
-		parts[3] = tmp;
-	}
-	for (int i = 0; i < 4; i++) {
-		if (!parts[i])
-			continue;
-		size_t n = strlen(parts[i]);
-		if (*len + n + 2 > *cap) {
-			size_t ncap = (*cap ? *cap * 2 : 256) + n;
-			char *nb = realloc(*buf, ncap);
-			if (!nb)
-				return -1;
-			*buf = nb;
-			*cap = ncap;
-		}
-		memcpy(*buf + *len, parts[i], n);
-		*len += n;
-	}
-	return 0;
-}
-
-/* The collapsed-stack text of a stack id: root first, ';' between frames. */
-static char *stack_text(const struct uw_target *t, uint32_t stack)
-{
-	uint32_t depth = uw_stack_depth(t, stack), n = 0;
-	uint32_t *frames = malloc((depth ? depth : 1) * sizeof *frames);
-	if (!frames)
-		return NULL;
-	for (uint32_t s = stack; s && n < depth; s = uw_stack_parent(t, s))
-		frames[n++] = uw_stack_frame(t, s);
-	char *buf = NULL;
-	size_t len = 0, cap = 0;
-	for (uint32_t i = n; i-- > 0;) {
-		if (frame_text(uw_frame_get(t, frames[i]), &buf, &len, &cap) != 0) {
-			free(buf);
-			free(frames);
-			return NULL;
-		}
-		if (i > 0)
-			buf[len++] = ';';
-	}
-	free(frames);
-	if (!buf)
-		return strdup("<empty>");
-	buf[len] = '\0';
-	return buf;
-}
-
-int profile_settle(struct profile *p, const struct uw_target *t)
-{
-	for (uint32_t stack = 0; stack < p->counts_cap; stack++) {
-		if (!p->counts[stack])
-			continue;
-		if (p->nlines == p->lines_cap) {
-			size_t ncap = p->lines_cap ? p->lines_cap * 2 : 256;
-			struct profile_line *n = realloc(p->lines, ncap * sizeof *n);
-			if (!n)
-				return -1;
-			p->lines = n;
-			p->lines_cap = ncap;
-		}
-		char *text = stack_text(t, stack);
-		if (!text)
+		const struct uw_sample_thread *th = &s->threads[i];
+		/* No Python frames, or a stack that would not hold still: nothing to count. */
+		if (th->stack && tally_add(&p->tally, 0, th->thread_id, th->stack, 1) != 0)
 			return -1;
-		p->lines[p->nlines++] = (struct profile_line){.text = text, .count = p->counts[stack]};
-		p->counts[stack] = 0;
 	}
-	p->touched = false;
 	return 0;
 }
 
-static int line_cmp(const void *a, const void *b)
+/* One tally entry into the profile's samples. */
+static int profile_settle_entry(void *ctx, const struct tally_entry *e, uint64_t count)
 {
-	return strcmp(((const struct profile_line *)a)->text, ((const struct profile_line *)b)->text);
-}
-
-int profile_write_collapsed(struct profile *p, const struct uw_target *t, FILE *out)
-{
-	if (profile_settle(p, t) != 0)
+	struct profile *p = ctx;
+	int32_t stack = spell_stack(&p->spell, p->settling, e->stack);
+	if (stack < 0)
 		return -1;
-	if (p->nlines > 1) /* none: there may be no array at all */
-		qsort(p->lines, p->nlines, sizeof *p->lines, line_cmp);
-	/* The same stack text can come from two epochs: merge equal neighbours. */
-	for (size_t i = 0; i < p->nlines;) {
-		uint64_t count = p->lines[i].count;
-		size_t j = i + 1;
-		while (j < p->nlines && strcmp(p->lines[j].text, p->lines[i].text) == 0)
-			count += p->lines[j++].count;
-		if (fprintf(out, "%s %llu\n", p->lines[i].text, (unsigned long long)count) < 0)
-			return -1;
-		i = j;
+	struct profile_sample_key key = {e->thread_id, stack};
+	uint32_t hash = hash_u64(e->thread_id ^ (uint64_t)(uint32_t)stack << 32);
+	if (hash_reserve(&p->sample_index, 1) != 0 ||
+	    array_reserve((void **)&p->samples, &p->samples_cap, p->nsamples, sizeof *p->samples, NULL))
+		return -1;
+	struct hash_slot *slot = hash_probe(&p->sample_index, hash, profile_sample_equal, p, &key);
+	if (!slot->id) {
+		p->samples[p->nsamples] = (struct profile_sample){.thread_id = e->thread_id, .stack = stack};
+		hash_fill(&p->sample_index, slot, hash, (uint32_t)p->nsamples++);
 	}
-	return fflush(out) == 0 ? 0 : -1;
+	p->samples[slot->id - 1].count += count;
+	return 0;
+}
+
+int profile_settle(struct profile *p, const struct uw_target *uw)
+{
+	p->settling = uw;
+	int rc = tally_hand(&p->tally, profile_settle_entry, p);
+	tally_clear(&p->tally);
+	/* The next epoch numbers its ids afresh. */
+	spell_forget(&p->spell);
+	return rc;
+}
+
+void profile_free_export(struct export_profile *out)
+{
+	for (uint32_t i = 0; i < out->nstacks; i++)
+		free((uint32_t *)out->stacks[i].frames);
+	free((struct export_stack *)out->stacks);
+	memset(out, 0, sizeof *out);
+}
+
+int profile_export(const struct profile *p, struct export_profile *out)
+{
+	memset(out, 0, sizeof *out);
+	struct export_stack *stacks = calloc(p->nsamples ? p->nsamples : 1, sizeof *stacks);
+	if (!stacks)
+		return -1;
+	out->frames = p->frames;
+	out->nframes = (uint32_t)p->nframes;
+	out->stacks = stacks;
+	for (size_t i = 0; i < p->nsamples; i++) {
+		const struct profile_sample *s = &p->samples[i];
+		uint32_t depth = p->nodes[s->stack].depth;
+		uint32_t *frames = malloc(depth * sizeof *frames);
+		if (!frames) {
+			profile_free_export(out);
+			return -1;
+		}
+		/* Root first: filled from the innermost frame back. */
+		uint32_t d = depth;
+		for (int32_t at = s->stack; at >= 0 && d > 0; at = p->nodes[at].parent)
+			frames[--d] = (uint32_t)p->nodes[at].frame;
+		stacks[out->nstacks++] = (struct export_stack){
+			.frames = frames, .depth = depth, .count = s->count, .thread_id = s->thread_id};
+	}
+	return 0;
 }

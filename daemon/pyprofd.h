@@ -9,6 +9,9 @@
 #include <sys/types.h>
 
 #include "arena.h"
+#include "export.h"
+#include "grow.h"
+#include "hash.h"
 #include "pyprofd.pb-c.h"
 #include "unwind.h"
 #include "vocab.h"
@@ -38,32 +41,104 @@ uint64_t stats_counter_value(const struct uw_stats *st, size_t i);
 /* record.c */
 int cmd_record(int argc, char **argv);
 
+/* tally.c */
+/*
+ * Sample counts by (second, thread, stack id), the one count of samples:
+ * `top` reads the last seconds of a target's, the history takes what was
+ * not handed on yet, `pyprofd record` keeps one for its run.
+ */
+struct tally_entry {
+	int64_t second;
+	uint64_t thread_id;
+	uint32_t stack;
+	uint64_t count;  /* samples */
+	uint64_t handed; /* of which handed on already */
+};
+struct tally {
+	struct tally_entry *entries;
+	size_t len, cap;
+	struct hash index;
+	uint64_t unhanded; /* samples not handed on yet */
+};
+/* Entries a tally holds at most: past them, counting fails (a bound, not a target). */
+#define TALLY_MAX_ENTRIES (1u << 24)
+/* Count samples; -1 if out of memory or entries. */
+int tally_add(struct tally *t, int64_t second, uint64_t thread_id, uint32_t stack, uint64_t count);
+/* Calls fn for every entry of a second from `since` on. */
+void tally_visit(const struct tally *t, int64_t since,
+                 void (*fn)(void *ctx, const struct tally_entry *e), void *ctx);
+/*
+ * Hand on what was counted since the last time: fn gets each entry with
+ * the count not handed yet, until it returns non-zero (that value is
+ * returned).  Everything counts as handed afterwards, failed or not.
+ */
+int tally_hand(struct tally *t, int (*fn)(void *ctx, const struct tally_entry *e, uint64_t count),
+               void *ctx);
+void tally_mark_handed(struct tally *t);
+/* Forget the entries of seconds before `before` that were handed on. */
+void tally_prune(struct tally *t, int64_t before);
+void tally_clear(struct tally *t);
+void tally_free(struct tally *t);
+
+/* spell.c */
+/* Where spelled-out frames and stacks go: each returns its own index (>= 0), or -1. */
+struct spell_sink {
+	int32_t (*frame)(void *ctx, const struct uw_frame *f);
+	int32_t (*stack)(void *ctx, int32_t parent, int32_t frame); /* parent -1: the root's child */
+};
+/* The unwinder's ids of one epoch as a sink's indexes, each spelled once. */
+struct spell {
+	const struct spell_sink *sink;
+	void *sink_ctx;
+	int32_t *frame_at, *stack_at; /* unwinder id -> sink index + 1; 0: not spelled */
+	size_t frame_cap, stack_cap;
+	uint32_t *touched_frames, *touched_stacks;
+	size_t ntouched_frames, ntouched_stacks, touched_frames_cap, touched_stacks_cap;
+	uint32_t *chain;
+	size_t chain_cap;
+};
+void spell_init(struct spell *sp, const struct spell_sink *sink, void *sink_ctx);
+void spell_free(struct spell *sp);
+/* The sink's index of a stack id, its frames and ancestors spelled as needed; -1 on failure. */
+int32_t spell_stack(struct spell *sp, const struct uw_target *uw, uint32_t stack);
+/* The ids mean something else now (another epoch) or the sink starts over (a new batch). */
+void spell_forget(struct spell *sp);
+
 /* profile.c */
-struct profile_line {
-	char *text;
+/* A recorded profile: frames and stacks by content across epochs, counts per (thread, stack). */
+struct profile_node {
+	int32_t parent, frame;
+	uint32_t depth;
+};
+struct profile_sample {
+	uint64_t thread_id;
+	int32_t stack;
 	uint64_t count;
 };
-
-/* Sample counts by stack id of one epoch, and spelled-out lines of past epochs. */
 struct profile {
-	uint64_t *counts;
-	uint32_t counts_cap;
-	uint64_t counts_epoch;
-	bool touched;
-	struct profile_line *lines;
-	size_t nlines, lines_cap;
-	uint64_t total;
+	struct tally tally; /* this epoch's samples, by stack id */
+	struct spell spell;
+	const struct uw_target *settling;
+	struct export_frame *frames;
+	size_t nframes, frames_cap;
+	struct hash frame_index;
+	struct profile_node *nodes;
+	size_t nnodes, nodes_cap;
+	struct hash node_index;
+	struct profile_sample *samples;
+	size_t nsamples, samples_cap;
+	struct hash sample_index;
 	bool failed; /* out of memory spelling out an epoch */
 };
-
 void profile_init(struct profile *p);
 void profile_free(struct profile *p);
-/* Count one sample; -1 if out of memory or its epoch was not settled first. */
-int profile_add(struct profile *p, const struct uw_sample *s);
-/* Spell out the current epoch's counts (before the target resets its ids). */
-int profile_settle(struct profile *p, const struct uw_target *t);
-/* "frame;frame;... count" lines, root first, sorted. */
-int profile_write_collapsed(struct profile *p, const struct uw_target *t, FILE *out);
+/* Count one sample's threads; -1 if out of memory. */
+int profile_count(struct profile *p, const struct uw_sample *s);
+/* Spell out what this epoch counted (its ids still valid); -1 if out of memory. */
+int profile_settle(struct profile *p, const struct uw_target *uw);
+/* The profile as the export library takes it: stacks allocated, frames borrowed.  0 or -1. */
+int profile_export(const struct profile *p, struct export_profile *out);
+void profile_free_export(struct export_profile *out);
 
 /* log.c */
 enum log_level { LOG_LEVEL_ERROR, LOG_LEVEL_WARN, LOG_LEVEL_INFO, LOG_LEVEL_DEBUG };
@@ -91,8 +166,8 @@ struct functions {
 	uint64_t samples[2]; /* per side */
 	uint64_t stamp;      /* the stack being counted: a row's total counts it once */
 	uint64_t *seen;      /* per row: the stamp that last counted its total */
-	uint32_t *slots;     /* name index: row + 1, 0 empty */
-	size_t nslots;
+	size_t seen_cap;
+	struct hash index;   /* rows by (function, file) */
 	uint32_t *row_of_frame; /* frame id -> row + 1; 0 not seen yet */
 	size_t nframes;
 };
@@ -145,17 +220,13 @@ int config_load(struct config *c, int argc, char **argv);
 int config_reload(struct config *c, int argc, char **argv);
 void config_free(struct config *c);
 
-/* recent.c */
-/* Sample counts by stack id, per second, over the last RECENT_SECONDS. */
-#define RECENT_SECONDS 64
-struct recent;
-struct recent *recent_new(void);
-void recent_free(struct recent *r);
-void recent_clear(struct recent *r);
-int recent_add(struct recent *r, int64_t second, uint32_t stack, uint64_t count);
-/* Calls fn for every (stack, count) of the seconds from `since` on. */
-void recent_visit(const struct recent *r, int64_t since,
-                  void (*fn)(void *ctx, uint32_t stack, uint64_t count), void *ctx);
+/* `top` looks back this many seconds at most; a target's tally keeps them. */
+#define TOP_SECONDS_KEPT 64
+
+/* usage.c */
+/* What the daemon's own process uses: CPU seconds (user and system), resident bytes. */
+double usage_cpu_seconds(void);
+uint64_t usage_rss_bytes(void);
 
 /* timing.c */
 /* The last TIMING_KEEP measurements of something, for percentiles. */
@@ -171,39 +242,24 @@ double timing_percentile(const struct timing *t, double p); /* 0 when empty */
 struct server;
 struct target;
 struct store_writer;
+struct store_batch;
 
-/* A target's samples since its last flush, counted by (bucket, thread, stack id). */
-struct pending_entry {
-	int64_t bucket;
-	uint64_t thread_id;
-	uint32_t stack;
-	uint64_t count; /* 0 marks a free slot */
-};
-struct pending {
-	struct pending_entry *v;
-	uint32_t used, cap;
-	uint64_t samples;
-};
-int pending_add(struct pending *p, int64_t bucket, uint64_t thread_id, uint32_t stack);
-void pending_free(struct pending *p);
-
-/* The daemon's way into the store: flushes, its writer, what failed. */
+/* The daemon's way into the store: its writer, what failed. */
 struct history {
-	struct server *server;
-	char *path;
+	char *path;                  /* NULL: no history */
 	struct store_writer *writer; /* opens the file on its thread, and retries while it cannot */
-	ev_timer flush_timer;
-	unsigned bucket_seconds; /* as the daemon started: a reload does not change it */
-	bool write_failing;      /* as last logged */
+	unsigned bucket_seconds;     /* as the daemon started: a reload does not change it */
+	bool write_failing;          /* as last logged */
 	uint64_t lost_samples, flushes;
 };
-int history_open(struct history *h, struct server *s);
+int history_open(struct history *h, const struct config *c);
 void history_configure(struct history *h, const struct config *c);
-/* Hand a target's counts to the writer: at flush time, and before its stack ids lose meaning. */
-void history_flush_target(struct history *h, struct target *t);
-void history_flush_all(struct history *h);
-/* Wait until what was handed over is written (or failing), not for retention; not on the loop. */
-void history_sync(struct history *h);
+/* Hand a batch to the writer, which takes it. */
+void history_submit(struct history *h, struct store_batch *b);
+/* Samples that could not be made a batch (out of memory). */
+void history_lose(struct history *h, uint64_t samples);
+/* After a round of flushes: retention now and then, and the log of failures. */
+void history_flushed(struct history *h, const struct config *c);
 void history_close(struct history *h);
 void history_status(struct history *h, Pyprofd__StatusResult *out, struct arena *a);
 
@@ -221,7 +277,8 @@ struct target_params {
 
 /* A process the daemon knows: identity, warm unwinder state, its sampling. */
 struct target {
-	struct server *server;
+	struct ev_loop *loop;
+	struct history *history; /* where its samples go */
 	pid_t pid;
 	uint64_t start_time; /* clock ticks after boot: pid + this is the identity */
 	uid_t uid;
@@ -239,9 +296,8 @@ struct target {
 	double next_due;     /* CLOCK_MONOTONIC seconds of the next tick */
 	uint64_t missed_ticks; /* ticks that passed while the loop was busy */
 	struct uw_sample sample;
-	uint64_t epoch;
-	struct recent *recent;
-	struct pending pending; /* for the history */
+	struct tally tally;  /* this epoch's samples: `top` and the history read it */
+	struct spell spell;  /* stack ids into the history's batches */
 	uint64_t history_samples; /* thread samples counted for the history, all sessions */
 	struct timing jitter_us, cost_us;
 	struct uw_stats final_stats; /* the engine's counters when the process exited */
@@ -250,13 +306,16 @@ struct target {
 
 /* Identity of a live process (uid may be NULL: the start time alone is one read): 0, or -1 and *err. */
 int proc_identity(pid_t pid, uint64_t *start_time, uid_t *uid, struct uw_error *err);
-struct target *target_open(struct server *server, pid_t pid, struct uw_error *err);
+struct target *target_open(struct ev_loop *loop, struct history *history, pid_t pid,
+                           struct uw_error *err);
 /* Start (or restart) sampling with these parameters; the target takes the labels. */
 void target_start(struct target *t, struct target_params *params);
 /* Stop sampling and keep the unwinder state warm. */
 void target_stop(struct target *t);
 /* The process is gone: stop and drop its unwinder state. */
 void target_mark_exited(struct target *t, const char *why);
+/* Hand what was counted and not handed yet to the history. */
+void target_flush(struct target *t);
 /* Whether the process still lives as the same process; marks it exited if not. */
 bool target_check_alive(struct target *t);
 void target_free(struct target *t);
@@ -278,7 +337,42 @@ void targets_remove(struct targets *ts, struct target *t);
 /* Drop detached state past the budget (oldest first) and exited targets past the cap. */
 void targets_trim(struct targets *ts, size_t warm_budget, size_t max_targets);
 size_t targets_warm_bytes(const struct targets *ts);
+void targets_flush(struct targets *ts);
 void targets_free(struct targets *ts);
+
+/* query.c */
+/* History queries running on threads of their own, their answers coming back to the loop. */
+struct query_job;
+struct queries {
+	struct ev_loop *loop;
+	pthread_mutex_t lock;
+	ev_async async;
+	struct query_job *done;    /* under lock: finished, not collected yet */
+	struct query_job *running; /* on the loop: started, not collected yet */
+	unsigned nrunning;
+	/* On the loop: framed responses for a client (len 0: none could be made). */
+	void (*answer)(void *ctx, uint64_t client_serial, const uint8_t *bytes, size_t len);
+	void *answer_ctx;
+};
+/* Who asks, and of what. */
+struct query_origin {
+	uint64_t client_serial;
+	uint64_t request_id;
+	uid_t uid;
+	const char *db_path;
+	struct store_writer *writer;
+};
+int queries_init(struct queries *qs, struct ev_loop *loop,
+                 void (*answer)(void *ctx, uint64_t client_serial, const uint8_t *bytes, size_t len),
+                 void *answer_ctx);
+/*
+ * Start a query on a thread of its own: ERROR_UNSPECIFIED, and the answer
+ * comes later; or the code of an error with why (then none comes).
+ */
+Pyprofd__ErrorCode queries_start(struct queries *qs, const struct query_origin *o,
+                                 const Pyprofd__QueryRequest *r, char *why, size_t why_len);
+/* Wait for every running query and drop their answers (shutdown). */
+void queries_finish(struct queries *qs);
 
 /* server.c */
 struct server {
@@ -292,22 +386,17 @@ struct server {
 	ev_io accept_watcher;
 	ev_signal sigterm, sigint, sighup;
 	ev_timer housekeeping;
+	ev_timer flush_timer;
 	struct targets targets;
 	struct history history;
+	struct queries queries;
 	struct client *clients;
 	unsigned nclients;
 	uint64_t next_client_serial;
-	/* History queries running on threads of their own (query.c). */
-	pthread_mutex_t queries_lock;
-	ev_async queries_async;
-	struct query_job *queries_done; /* under queries_lock */
-	unsigned queries_running;
 	double started_at;    /* unix time */
 	ev_tstamp started;    /* loop time */
 };
 int cmd_serve(int argc, char **argv);
-/* CPU time the daemon used so far, user and system. */
-double server_cpu_seconds(void);
 /* sd_notify STATUS= with what the daemon is doing. */
 void server_update_status(struct server *s);
 
@@ -332,20 +421,10 @@ void server_client_accept(struct server *s, int fd);
 void server_client_free(struct client *c);
 /* Queue one response (packed with its length prefix); -1 if out of memory. */
 int server_client_send(struct client *c, const Pyprofd__Response *resp);
-/* Queue responses already framed. */
-int server_client_send_bytes(struct client *c, const unsigned char *bytes, size_t len);
-/* Stop reading requests (an answer is being worked out elsewhere) and start again. */
-void server_client_pause(struct client *c);
-void server_client_resume(struct client *c);
+/* The answer of a request handled elsewhere (a query), framed; len 0: it could not be made. */
+void server_client_answer(struct server *s, uint64_t client_serial, const uint8_t *bytes,
+                          size_t len);
 
-/* query.c */
-struct query_job;
-int queries_init(struct server *s);
-/* Wait for running queries and drop their answers (shutdown). */
-void queries_finish(struct server *s);
-/* Start a history query; true if it will be answered later, else the error is in resp. */
-bool rpc_query(struct server *s, struct client *c, const Pyprofd__Request *req,
-               Pyprofd__Response *resp, struct arena *a);
 
 /* rpc.c */
 /* Answer one request into resp (its nested messages in a); false if the answer comes later. */

@@ -4,9 +4,9 @@
  * what the loop handed it (so the answer includes samples not yet flushed
  * when the query came), counts what the writer still holds in memory from
  * there (while the file cannot be written), aggregates, and packs the whole
- * answer into framed responses.  The loop gets it back through an ev_async and sends it to the
- * client if that client is still connected.  While a client's query runs,
- * its later requests wait unread, so answers keep their order.
+ * answer into framed responses.  The loop gets it back through an ev_async
+ * and hands it to the owner's answer callback, with the serial of the
+ * client it is for (which may be gone by then).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -21,8 +21,10 @@
 #define QUERY_PART_BYTES (1u << 20)
 
 struct query_job {
-	struct query_job *next;
-	struct server *server;
+	struct query_job *next;      /* in the done list, under the lock */
+	struct query_job *next_run;  /* in the running list, on the loop */
+	struct queries *queries;
+	struct store_writer *writer; /* what the query waits for and pins */
 	pthread_t thread;
 	uint64_t client_serial;
 	uint64_t request_id;
@@ -85,38 +87,20 @@ struct builder {
 	bool oom;
 };
 
-static int grow(void **v, size_t *cap, size_t n, size_t size)
-{
-	if (n < *cap)
-		return 0;
-	size_t c = *cap ? *cap * 2 : 256;
-	void *p = realloc(*v, c * size);
-	if (!p)
-		return -1;
-	*v = p;
-	*cap = c;
-	return 0;
-}
-
 /* The index of a frame in the answer, sent with the current part when new; UINT32_MAX if out of memory. */
 static uint32_t frame_id(struct builder *b, const struct store_frame *f)
 {
 	if (f->id >= b->nsent_cap) {
-		size_t cap = b->nsent_cap ? b->nsent_cap : 1024;
-		while (cap <= f->id)
-			cap *= 2;
-		uint32_t *sent = realloc(b->sent, cap * sizeof *sent);
-		if (!sent)
+		size_t old = b->nsent_cap;
+		if (array_reserve((void **)&b->sent, &b->nsent_cap, f->id, sizeof *b->sent, NULL) != 0)
 			return UINT32_MAX;
-		memset(sent + b->nsent_cap, 0, (cap - b->nsent_cap) * sizeof *sent);
-		b->sent = sent;
-		b->nsent_cap = cap;
+		memset(b->sent + old, 0, (b->nsent_cap - old) * sizeof *b->sent);
 	}
 	if (b->sent[f->id])
 		return b->sent[f->id] - 1;
 	Pyprofd__QueryFrame *qf = arena_alloc(&b->arena, sizeof *qf);
 	if (!qf || b->nframes_sent >= UINT32_MAX - 1 ||
-	    grow((void **)&b->frames, &b->frames_cap, b->nframes, sizeof *b->frames))
+	    array_reserve((void **)&b->frames, &b->frames_cap, b->nframes, sizeof *b->frames, NULL))
 		return UINT32_MAX;
 	pyprofd__query_frame__init(qf);
 	qf->function = arena_strdup(&b->arena, f->function ? f->function : "");
@@ -182,7 +166,7 @@ static int on_stack(void *ctx, const struct store_row *row)
 	b->total = row->query_total;
 	Pyprofd__QueryStack *qs = arena_alloc(&b->arena, sizeof *qs);
 	uint32_t *ids = arena_alloc(&b->arena, (row->depth ? row->depth : 1) * sizeof *ids);
-	if (!qs || !ids || grow((void **)&b->stacks, &b->stacks_cap, b->nstacks, sizeof *b->stacks)) {
+	if (!qs || !ids || array_reserve((void **)&b->stacks, &b->stacks_cap, b->nstacks, sizeof *b->stacks, NULL)) {
 		b->oom = true;
 		return -1;
 	}
@@ -238,8 +222,8 @@ static int on_process(void *ctx, const struct store_process *sp)
 	struct builder *b = ctx;
 	struct arena *a = &b->rows_arena;
 	Pyprofd__StoredProcess *p = arena_alloc(a, sizeof *p);
-	if (!p || grow((void **)&b->all_processes, &b->all_processes_cap, b->nall_processes,
-	               sizeof *b->all_processes))
+	if (!p || array_reserve((void **)&b->all_processes, &b->all_processes_cap, b->nall_processes,
+	                         sizeof *b->all_processes, NULL))
 		goto nomem;
 	pyprofd__stored_process__init(p);
 	p->target_id = sp->target_id;
@@ -321,7 +305,7 @@ static void builder_free(struct builder *b)
 }
 
 /* The answer into j->out; 0, or -1 and *err (b->oom says whether memory ran out). */
-static int answer(struct query_job *j, struct store_reader *r, struct builder *b,
+static int query_answer(struct query_job *j, struct store_reader *r, struct builder *b,
                   struct store_error *err)
 {
 	switch (j->aggregate) {
@@ -353,9 +337,10 @@ static int answer(struct query_job *j, struct store_reader *r, struct builder *b
 static void *query_thread(void *arg)
 {
 	struct query_job *j = arg;
-	struct server *s = j->server;
+	struct queries *qs = j->queries;
 	struct store_error err = {{0}};
-	history_sync(&s->history);
+	/* What the loop handed over before the query started is in the answer. */
+	store_writer_flush(j->writer);
 	struct store_reader *r = store_reader_open(j->db_path, &err);
 	if (!r) {
 		answer_error(j, PYPROFD__ERROR_CODE__ERROR_INTERNAL, err.msg);
@@ -366,12 +351,12 @@ static void *query_thread(void *arg)
 		 * What the writer could not write yet (a full disk, a read-only file)
 		 * is counted from its memory, each sample once.
 		 */
-		struct store_pending *pending = store_reader_pin(r, s->history.writer, &err);
+		struct store_pending *pending = store_reader_pin(r, j->writer, &err);
 		j->q.pending = pending;
 		/* The stored sessions know how every process of the range was sampled, gone or not. */
 		int rc = pending ? store_query_sampling(r, &j->q, &j->rate_hz, j->mode, sizeof j->mode, &err)
 		                 : -1;
-		if (rc != 0 || answer(j, r, &b, &err) != 0)
+		if (rc != 0 || query_answer(j, r, &b, &err) != 0)
 			answer_error(j, PYPROFD__ERROR_CODE__ERROR_INTERNAL,
 			             b.oom || !err.msg[0] ? "the daemon ran out of memory answering the query"
 			                                  : err.msg);
@@ -380,11 +365,11 @@ static void *query_thread(void *arg)
 		builder_free(&b);
 		store_reader_close(r);
 	}
-	pthread_mutex_lock(&s->queries_lock);
-	j->next = s->queries_done;
-	s->queries_done = j;
-	pthread_mutex_unlock(&s->queries_lock);
-	ev_async_send(s->loop, &s->queries_async);
+	pthread_mutex_lock(&qs->lock);
+	j->next = qs->done;
+	qs->done = j;
+	pthread_mutex_unlock(&qs->lock);
+	ev_async_send(qs->loop, &qs->async);
 	return NULL;
 }
 
@@ -403,61 +388,75 @@ static void job_free(struct query_job *j)
 	free(j);
 }
 
-/* Join the queries that ended and send each answer to its client, if it is still connected. */
-static void queries_collect(struct server *s)
+/* Take a job off the running list. */
+static void queries_unlink(struct queries *qs, struct query_job *j)
 {
-	pthread_mutex_lock(&s->queries_lock);
-	struct query_job *done = s->queries_done;
-	s->queries_done = NULL;
-	pthread_mutex_unlock(&s->queries_lock);
+	for (struct query_job **p = &qs->running; *p; p = &(*p)->next_run)
+		if (*p == j) {
+			*p = j->next_run;
+			qs->nrunning--;
+			return;
+		}
+}
+
+/* Join the queries that ended and hand each answer to the owner. */
+static void queries_collect(struct queries *qs)
+{
+	pthread_mutex_lock(&qs->lock);
+	struct query_job *done = qs->done;
+	qs->done = NULL;
+	pthread_mutex_unlock(&qs->lock);
 	while (done) {
 		struct query_job *j = done;
 		done = j->next;
 		pthread_join(j->thread, NULL);
-		s->queries_running--;
-		struct client *c = s->clients;
-		while (c && c->serial != j->client_serial)
-			c = c->next;
-		if (c) {
-			if (j->failed || server_client_send_bytes(c, j->out, j->out_len) != 0) {
-				log_warn("client uid %d: out of memory sending a query's answer", (int)c->uid);
-				c->closing = true;
-			}
-			server_client_resume(c);
-		}
+		queries_unlink(qs, j);
+		qs->answer(qs->answer_ctx, j->client_serial, j->failed ? NULL : j->out,
+		           j->failed ? 0 : j->out_len);
 		job_free(j);
 	}
 }
 
-static void on_queries_done(struct ev_loop *loop, ev_async *w, int revents)
+static void queries_on_done(struct ev_loop *loop, ev_async *w, int revents)
 {
 	(void)loop;
 	(void)revents;
 	queries_collect(w->data);
 }
 
-int queries_init(struct server *s)
+int queries_init(struct queries *qs, struct ev_loop *loop,
+                 void (*answer)(void *ctx, uint64_t client_serial, const uint8_t *bytes, size_t len),
+                 void *answer_ctx)
 {
-	if (pthread_mutex_init(&s->queries_lock, NULL) != 0)
+	memset(qs, 0, sizeof *qs);
+	if (pthread_mutex_init(&qs->lock, NULL) != 0)
 		return -1;
-	ev_async_init(&s->queries_async, on_queries_done);
-	s->queries_async.data = s;
-	ev_async_start(s->loop, &s->queries_async);
+	qs->loop = loop;
+	qs->answer = answer;
+	qs->answer_ctx = answer_ctx;
+	ev_async_init(&qs->async, queries_on_done);
+	qs->async.data = qs;
+	ev_async_start(loop, &qs->async);
 	return 0;
 }
 
-void queries_finish(struct server *s)
+void queries_finish(struct queries *qs)
 {
-	/* The threads end on their own; the clients are gone, so their answers are dropped. */
-	for (;;) {
-		queries_collect(s);
-		if (s->queries_running == 0)
-			break;
-		struct timespec pause = {0, 10 * 1000 * 1000};
-		nanosleep(&pause, NULL);
+	/* Each query ends on its own: wait for every thread, then drop what is left. */
+	for (struct query_job *j = qs->running; j; j = j->next_run)
+		pthread_join(j->thread, NULL);
+	pthread_mutex_lock(&qs->lock);
+	struct query_job *done = qs->done;
+	qs->done = NULL;
+	pthread_mutex_unlock(&qs->lock);
+	while (done) {
+		struct query_job *j = done;
+		done = j->next;
+		queries_unlink(qs, j);
+		job_free(j);
 	}
-	ev_async_stop(s->loop, &s->queries_async);
-	pthread_mutex_destroy(&s->queries_lock);
+	ev_async_stop(qs->loop, &qs->async);
+	pthread_mutex_destroy(&qs->lock);
 }
 
 /* The label strings of a request, copied into the job. */
@@ -481,49 +480,41 @@ static int copy_labels(struct query_job *j, const Pyprofd__QueryRequest *r)
 	return 0;
 }
 
-bool rpc_query(struct server *s, struct client *c, const Pyprofd__Request *req,
-               Pyprofd__Response *resp, struct arena *a)
+Pyprofd__ErrorCode queries_start(struct queries *qs, const struct query_origin *o,
+                                 const Pyprofd__QueryRequest *r, char *why, size_t why_len)
 {
-	const Pyprofd__QueryRequest *r = req->query;
-	if (!s->history.path) {
-		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_INTERNAL, "this daemon keeps no history");
-		return false;
-	}
 	if (r->n_labels > 64 || r->pid < 0 || !(r->from_unix >= 0) || !(r->until_unix >= 0) ||
 	    (r->until_unix && r->until_unix < r->from_unix)) {
-		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST,
-		          "a query needs a valid pid, at most 64 labels and from <= until");
-		return false;
+		snprintf(why, why_len, "a query needs a valid pid, at most 64 labels and from <= until");
+		return PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST;
 	}
 	bool diff = r->aggregate == PYPROFD__QUERY_AGGREGATE__QUERY_DIFF;
 	if (r->aggregate != PYPROFD__QUERY_AGGREGATE__QUERY_STACKS &&
 	    r->aggregate != PYPROFD__QUERY_AGGREGATE__QUERY_FUNCTIONS &&
 	    r->aggregate != PYPROFD__QUERY_AGGREGATE__QUERY_PROCESSES && !diff) {
-		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST, "unknown aggregate %d",
-		          (int)r->aggregate);
-		return false;
+		snprintf(why, why_len, "unknown aggregate %d", (int)r->aggregate);
+		return PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST;
 	}
 	if (diff && (!(r->base_from_unix >= 0) || !(r->base_until_unix >= 0) ||
 	             (r->base_until_unix && r->base_until_unix < r->base_from_unix))) {
-		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST,
-		          "a diff needs a base range with from <= until");
-		return false;
+		snprintf(why, why_len, "a diff needs a base range with from <= until");
+		return PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST;
 	}
-	if (s->queries_running >= QUERIES_MAX) {
-		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_LIMIT, "%d queries are already running",
-		          QUERIES_MAX);
-		return false;
+	if (qs->nrunning >= QUERIES_MAX) {
+		snprintf(why, why_len, "%d queries are already running", QUERIES_MAX);
+		return PYPROFD__ERROR_CODE__ERROR_LIMIT;
 	}
 	struct query_job *j = calloc(1, sizeof *j);
-	if (!j || copy_labels(j, r) != 0 || !(j->db_path = strdup(s->history.path))) {
+	if (!j || copy_labels(j, r) != 0 || !(j->db_path = strdup(o->db_path))) {
 		if (j)
 			job_free(j);
-		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_INTERNAL, "the daemon is out of memory");
-		return false;
+		snprintf(why, why_len, "the daemon is out of memory");
+		return PYPROFD__ERROR_CODE__ERROR_INTERNAL;
 	}
-	j->server = s;
-	j->client_serial = c->serial;
-	j->request_id = req->id;
+	j->queries = qs;
+	j->writer = o->writer;
+	j->client_serial = o->client_serial;
+	j->request_id = o->request_id;
 	j->q.pid = r->pid;
 	j->q.target_id = r->target_id;
 	j->q.from_unix = r->from_unix;
@@ -540,17 +531,16 @@ bool rpc_query(struct server *s, struct client *c, const Pyprofd__Request *req,
 	j->q.by_thread = r->by_thread;
 	j->q.thread_id = r->thread_id;
 	/* Another user sees the history of its own processes alone. */
-	j->q.by_uid = c->uid != 0;
-	j->q.uid = c->uid;
-	/* What was sampled up to now goes to the writer first; the thread waits for it. */
-	history_flush_all(&s->history);
-	if (pthread_create(&j->thread, NULL, query_thread, j) != 0) {
+	j->q.by_uid = o->uid != 0;
+	j->q.uid = o->uid;
+	int e = pthread_create(&j->thread, NULL, query_thread, j);
+	if (e != 0) {
 		job_free(j);
-		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_INTERNAL, "cannot start a query: %s",
-		          strerror(errno));
-		return false;
+		snprintf(why, why_len, "cannot start a query: %s", strerror(e));
+		return PYPROFD__ERROR_CODE__ERROR_INTERNAL;
 	}
-	s->queries_running++;
-	server_client_pause(c);
-	return true;
+	j->next_run = qs->running;
+	qs->running = j;
+	qs->nrunning++;
+	return PYPROFD__ERROR_CODE__ERROR_UNSPECIFIED;
 }

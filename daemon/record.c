@@ -22,9 +22,10 @@
 static const char record_usage[] =
 	"usage: pyprofd record PID [options]\n"
 	"\n"
-	"Sample the Python stacks of process PID and write the profile (collapsed stacks:\n"
-	"\"frame;frame;... count\", root first, one frame as \"function (file:line)\").\n"
-	"Stops after --duration, when the process exits, or on SIGINT/SIGTERM.\n"
+	"Sample the Python stacks of process PID and write the profile, by default as\n"
+	"collapsed stacks (\"frame;frame;... count\", root first, one frame as\n"
+	"\"function (file:line)\").  Stops after --duration, when the process exits,\n"
+	"or on SIGINT/SIGTERM.\n"
 	"\n"
 	"  --rate HZ|max       samples per second (default 100); max: back to back\n"
 	"  --duration S        seconds to record (default: until stopped)\n"
@@ -33,7 +34,9 @@ static const char record_usage[] =
 	"  --gc                mark the thread running the garbage collector\n"
 	"  --no-cache          turn every cache off (for comparison)\n"
 	"  -o, --output FILE   write the profile to FILE (default: standard output)\n"
-	"  --format collapsed  the profile format (only collapsed for now)\n"
+	"  --format F          collapsed (default), flamegraph (one HTML file),\n"
+	"                      speedscope, pprof (gzip'd protobuf) or json, as\n"
+	"                      pyprofd-ctl query writes them\n"
 	"  --stats             print sampling statistics on standard error\n"
 	"  --stats-json        print them as one JSON object, the last line of standard error\n"
 	"\n"
@@ -46,6 +49,7 @@ struct record_opts {
 	double duration;
 	struct uw_options uw;
 	const char *output;
+	enum export_format format;
 	bool stats, stats_json;
 };
 
@@ -101,8 +105,9 @@ static int record_parse(int argc, char **argv, struct record_opts *o)
 		case 'C': o->uw.no_cache = true; break;
 		case 'o': o->output = optarg; break;
 		case 'f':
-			if (strcmp(optarg, "collapsed") != 0) {
-				fprintf(stderr, "pyprofd: --format: only collapsed is supported by record\n");
+			if (export_format_parse(optarg, &o->format) != 0) {
+				fprintf(stderr, "pyprofd: --format is collapsed, flamegraph, speedscope, pprof "
+				                "or json, not '%s'\n", optarg);
 				return EXIT_USAGE;
 			}
 			break;
@@ -130,8 +135,9 @@ static int u32_cmp(const void *a, const void *b)
 struct record_run {
 	uint64_t ok, failed;
 	double elapsed;
+	double started_unix, ended_unix;
 	uint32_t *ns; /* per-sample time of uw_sample, nanoseconds */
-	uint32_t nns, ns_cap;
+	size_t nns, ns_cap;
 };
 
 static double percentile_us(struct record_run *run, double q)
@@ -142,7 +148,7 @@ static double percentile_us(struct record_run *run, double q)
 	return run->ns[i] / 1000.0;
 }
 
-static json_t *stats_json(const struct uw_target *t, struct record_run *run,
+static json_t *record_stats_json(const struct uw_target *t, struct record_run *run,
                           const struct record_opts *o)
 {
 	struct uw_stats st;
@@ -183,7 +189,7 @@ static json_t *stats_json(const struct uw_target *t, struct record_run *run,
 	return j;
 }
 
-static void stats_print(json_t *j)
+static void record_stats_print(json_t *j)
 {
 	fprintf(stderr, "\npyprofd record: %lld samples in %.2f s (%.0f/s), %.2f us median, %.2f us p99\n",
 	        (long long)json_integer_value(json_object_get(j, "total_samples")),
@@ -237,6 +243,13 @@ static void record_on_epoch_end(void *ctx, const struct uw_target *t)
 		prof->failed = true;
 }
 
+static double record_unix_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return ts_seconds(&ts);
+}
+
 /* The sampling loop: until the duration, a stop signal, or the target's exit. */
 static int record_loop(struct uw_target *t, const struct record_opts *o, struct profile *prof,
                        struct record_run *run, const sigset_t *stop)
@@ -244,6 +257,7 @@ static int record_loop(struct uw_target *t, const struct record_opts *o, struct 
 	struct uw_sample sample = {0};
 	struct timespec start, next, a, b;
 	clock_gettime(CLOCK_MONOTONIC, &start);
+	run->started_unix = record_unix_now();
 	next = start;
 	double interval = o->rate > 0 ? 1.0 / o->rate : 0;
 	int status = EXIT_OK;
@@ -255,19 +269,10 @@ static int record_loop(struct uw_target *t, const struct record_opts *o, struct 
 		struct uw_error err = {0};
 		int rc = uw_sample(t, &sample, &err);
 		clock_gettime(CLOCK_MONOTONIC, &b);
-		if (run->nns < RECORD_MAX_TIMINGS) {
-			if (run->nns == run->ns_cap) {
-				uint32_t ncap = run->ns_cap ? run->ns_cap * 2 : 4096;
-				uint32_t *p = realloc(run->ns, ncap * sizeof *p);
-				if (p) {
-					run->ns = p;
-					run->ns_cap = ncap;
-				}
-			}
-			if (run->nns < run->ns_cap) {
-				double ns = (ts_seconds(&b) - ts_seconds(&a)) * 1e9;
-				run->ns[run->nns++] = ns > UINT32_MAX ? UINT32_MAX : (uint32_t)ns;
-			}
+		if (run->nns < RECORD_MAX_TIMINGS &&
+		    array_reserve((void **)&run->ns, &run->ns_cap, run->nns, sizeof *run->ns, NULL) == 0) {
+			double ns = (ts_seconds(&b) - ts_seconds(&a)) * 1e9;
+			run->ns[run->nns++] = ns > UINT32_MAX ? UINT32_MAX : (uint32_t)ns;
 		}
 		if (rc != 0) {
 			run->failed++;
@@ -282,7 +287,7 @@ static int record_loop(struct uw_target *t, const struct record_opts *o, struct 
 			}
 		} else {
 			run->ok++;
-			if (prof->failed || profile_add(prof, &sample) != 0) {
+			if (prof->failed || profile_count(prof, &sample) != 0) {
 				fputs("pyprofd: out of memory aggregating samples\n", stderr);
 				status = EXIT_FAILURE_OTHER;
 				break;
@@ -303,8 +308,38 @@ static int record_loop(struct uw_target *t, const struct record_opts *o, struct 
 	}
 	clock_gettime(CLOCK_MONOTONIC, &b);
 	run->elapsed = ts_seconds(&b) - ts_seconds(&start);
+	run->ended_unix = record_unix_now();
 	uw_sample_free(&sample);
 	return status;
+}
+
+/* The profile in the asked format, through the export library pyprofd-ctl uses too. */
+static int record_write(struct profile *prof, const struct uw_target *t,
+                        const struct record_opts *o, const struct record_run *run, FILE *out)
+{
+	if (profile_settle(prof, t) != 0 || prof->failed) {
+		errno = ENOMEM;
+		return -1;
+	}
+	struct export_profile p;
+	if (profile_export(prof, &p) != 0) {
+		errno = ENOMEM;
+		return -1;
+	}
+	char name[32];
+	snprintf(name, sizeof name, "pid %d", (int)o->pid);
+	p.name = name;
+	p.mode = vocab_mode_name(o->uw.mode);
+	/* At max rate a sample stands for the time between samples, as they came. */
+	double rate = o->rate > 0 ? o->rate : run->elapsed > 0 ? (double)run->ok / run->elapsed : 1;
+	p.rate_hz = rate < 1 ? 1 : rate > UINT32_MAX ? UINT32_MAX : (uint32_t)(rate + 0.5);
+	p.from_unix = run->started_unix;
+	p.until_unix = run->ended_unix > run->started_unix ? run->ended_unix : run->started_unix;
+	int rc = export_write(&p, o->format, out);
+	int saved = errno;
+	profile_free_export(&p);
+	errno = saved;
+	return rc;
 }
 
 int cmd_record(int argc, char **argv)
@@ -342,16 +377,16 @@ int cmd_record(int argc, char **argv)
 
 	struct record_run run = {0};
 	int status = record_loop(t, &o, &prof, &run, &stop);
-	if (profile_write_collapsed(&prof, t, out) != 0 && status == EXIT_OK) {
-		fputs("pyprofd: cannot write the profile\n", stderr);
+	if (record_write(&prof, t, &o, &run, out) != 0 && status == EXIT_OK) {
+		fprintf(stderr, "pyprofd: cannot write the profile: %s\n", strerror(errno));
 		status = EXIT_FAILURE_OTHER;
 	}
 	if (out != stdout)
 		fclose(out);
 	if (o.stats || o.stats_json) {
-		json_t *j = stats_json(t, &run, &o);
+		json_t *j = record_stats_json(t, &run, &o);
 		if (o.stats)
-			stats_print(j);
+			record_stats_print(j);
 		if (o.stats_json) {
 			char *s = json_dumps(j, JSON_COMPACT);
 			if (s)

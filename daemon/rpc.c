@@ -188,7 +188,7 @@ static void rpc_attach(struct server *s, struct client *c, const Pyprofd__Reques
 			return;
 		}
 		struct uw_error err = {0};
-		t = target_open(s, r->pid, &err);
+		t = target_open(s->loop, &s->history, r->pid, &err);
 		if (!t) {
 			target_params_free(&params);
 			rpc_error(resp, a, vocab_status_code(err.status), "%s", err.msg);
@@ -205,7 +205,6 @@ static void rpc_attach(struct server *s, struct client *c, const Pyprofd__Reques
 	log_info("pid %d: attached (Python %s, %u Hz, %s%s) for uid %d", (int)t->pid,
 	         t->python_version, t->params.rate_hz, vocab_mode_name(t->params.mode),
 	         warm ? ", warm" : "", (int)c->uid);
-	server_update_status(s);
 
 	Pyprofd__AttachResult *res = arena_alloc(a, sizeof *res);
 	if (!res) {
@@ -271,7 +270,6 @@ static void rpc_detach(struct server *s, struct client *c, const Pyprofd__Reques
 	resp->result_case = PYPROFD__RESPONSE__RESULT_DETACH;
 	resp->detach = res;
 	targets_trim(&s->targets, s->config.warm_budget_bytes, s->config.max_targets);
-	server_update_status(s);
 }
 
 static void rpc_list(struct server *s, struct client *c, const Pyprofd__Request *req,
@@ -442,18 +440,6 @@ static void rpc_stats(struct server *s, struct client *c, const Pyprofd__Request
 	resp->stats = res;
 }
 
-static uint64_t rss_bytes(void)
-{
-	FILE *f = fopen("/proc/self/statm", "re");
-	unsigned long long size = 0, resident = 0;
-	if (f) {
-		if (fscanf(f, "%llu %llu", &size, &resident) != 2)
-			resident = 0;
-		fclose(f);
-	}
-	return resident * (uint64_t)sysconf(_SC_PAGESIZE);
-}
-
 static void rpc_status(struct server *s, struct client *c, const Pyprofd__Request *req,
                        Pyprofd__Response *resp, struct arena *a)
 {
@@ -477,8 +463,8 @@ static void rpc_status(struct server *s, struct client *c, const Pyprofd__Reques
 	res->connections = s->nclients;
 	res->warm_bytes = targets_warm_bytes(&s->targets);
 	res->warm_budget_bytes = s->config.warm_budget_bytes;
-	res->rss_bytes = rss_bytes();
-	res->cpu_percent = res->uptime_s > 0 ? 100.0 * server_cpu_seconds() / res->uptime_s : 0;
+	res->rss_bytes = usage_rss_bytes();
+	res->cpu_percent = res->uptime_s > 0 ? 100.0 * usage_cpu_seconds() / res->uptime_s : 0;
 	res->state_dir = s->config.state_dir;
 	res->socket = s->socket_activated ? (char *)"(from systemd)" : s->config.socket_path;
 	history_status(&s->history, res, a);
@@ -493,9 +479,11 @@ struct top_acc {
 	bool failed;
 };
 
-static void top_count(void *ctx, uint32_t stack, uint64_t count)
+static void top_count(void *ctx, const struct tally_entry *e)
 {
 	struct top_acc *acc = ctx;
+	uint32_t stack = e->stack;
+	uint64_t count = e->count;
 	if (acc->failed)
 		return;
 	functions_next_stack(&acc->fs, 0, count);
@@ -525,13 +513,13 @@ static void rpc_top(struct server *s, struct client *c, const Pyprofd__Request *
 		return;
 	}
 	unsigned window = r->window_s ? r->window_s : s->config.top_window_s;
-	if (window > RECENT_SECONDS - 2)
-		window = RECENT_SECONDS - 2;
+	if (window > TOP_SECONDS_KEPT - 2)
+		window = TOP_SECONDS_KEPT - 2;
 	struct top_acc acc = {.uw = t->uw};
 	functions_init(&acc.fs, a);
 	/* Whole seconds: the current one, partly filled, and the `window` before it. */
 	int64_t now = (int64_t)ev_now(s->loop);
-	recent_visit(t->recent, now - (int64_t)window, top_count, &acc);
+	tally_visit(&t->tally, now - (int64_t)window, top_count, &acc);
 	Pyprofd__TopResult *res = arena_alloc(a, sizeof *res);
 	if (acc.failed || !res) {
 		functions_free(&acc.fs);
@@ -560,10 +548,26 @@ static void rpc_top(struct server *s, struct client *c, const Pyprofd__Request *
 typedef void (*rpc_handler)(struct server *, struct client *, const Pyprofd__Request *,
                             Pyprofd__Response *, struct arena *);
 
-static void rpc_history_query(struct server *s, struct client *c, const Pyprofd__Request *req,
-                              Pyprofd__Response *resp, struct arena *a)
+/* A history query: checked and started here, answered from its thread later. */
+static void rpc_query(struct server *s, struct client *c, const Pyprofd__Request *req,
+                      Pyprofd__Response *resp, struct arena *a)
 {
-	if (rpc_query(s, c, req, resp, a))
+	if (!s->history.path) {
+		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_INTERNAL, "this daemon keeps no history");
+		return;
+	}
+	/* What was sampled up to now goes to the writer first; the query waits for it. */
+	targets_flush(&s->targets);
+	struct query_origin o = {.client_serial = c->serial,
+	                         .request_id = req->id,
+	                         .uid = c->uid,
+	                         .db_path = s->history.path,
+	                         .writer = s->history.writer};
+	char why[256];
+	Pyprofd__ErrorCode code = queries_start(&s->queries, &o, req->query, why, sizeof why);
+	if (code != PYPROFD__ERROR_CODE__ERROR_UNSPECIFIED)
+		rpc_error(resp, a, code, "%s", why);
+	else
 		resp->result_case = PYPROFD__RESPONSE__RESULT__NOT_SET; /* answered later */
 }
 
@@ -579,7 +583,7 @@ static const struct {
 	{PYPROFD__REQUEST__BODY_STATS, "stats", rpc_stats},
 	{PYPROFD__REQUEST__BODY_STATUS, "status", rpc_status},
 	{PYPROFD__REQUEST__BODY_TOP, "top", rpc_top},
-	{PYPROFD__REQUEST__BODY_QUERY, "query", rpc_history_query},
+	{PYPROFD__REQUEST__BODY_QUERY, "query", rpc_query},
 };
 
 bool rpc_dispatch(struct server *s, struct client *c, const Pyprofd__Request *req,

@@ -9,7 +9,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -161,6 +160,22 @@ static void on_stop_signal(struct ev_loop *loop, ev_signal *w, int revents)
 	ev_break(loop, EVBREAK_ALL);
 }
 
+/* Every flush interval: what targets counted goes to the history. */
+static void on_flush_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	struct server *s = w->data;
+	targets_flush(&s->targets);
+	history_flushed(&s->history, &s->config);
+}
+
+/* A query's answer, for its client if still connected. */
+static void on_query_answer(void *ctx, uint64_t client_serial, const uint8_t *bytes, size_t len)
+{
+	server_client_answer(ctx, client_serial, bytes, len);
+}
+
 static void on_reload_signal(struct ev_loop *loop, ev_signal *w, int revents)
 {
 	(void)loop;
@@ -170,6 +185,9 @@ static void on_reload_signal(struct ev_loop *loop, ev_signal *w, int revents)
 	if (config_reload(&s->config, s->argc, s->argv) == 0) {
 		log_set_level(s->config.log_level);
 		history_configure(&s->history, &s->config);
+		/* An active watcher's repeat may change; ev_timer_again restarts it with the new one. */
+		s->flush_timer.repeat = s->config.flush_interval_s;
+		ev_timer_again(s->loop, &s->flush_timer);
 		log_info("configuration reloaded%s%s", s->config.config_path ? " from " : "",
 		         s->config.config_path ? s->config.config_path : "");
 	} else {
@@ -209,7 +227,9 @@ static void server_shutdown(struct server *s)
 	while (s->clients)
 		server_client_free(s->clients);
 	/* Everything counted reaches the database before the targets go. */
-	queries_finish(s);
+	queries_finish(&s->queries);
+	ev_timer_stop(s->loop, &s->flush_timer);
+	targets_flush(&s->targets);
 	history_close(&s->history);
 	targets_free(&s->targets);
 	if (s->listen_fd >= 0) {
@@ -261,7 +281,8 @@ int cmd_serve(int argc, char **argv)
 	}
 	s.started = ev_now(s.loop);
 	s.started_at = ev_time();
-	if (history_open(&s.history, &s) != 0 || queries_init(&s) != 0) {
+	if (history_open(&s.history, &s.config) != 0 ||
+	    queries_init(&s.queries, s.loop, on_query_answer, &s) != 0) {
 		fprintf(stderr, "pyprofd: out of memory\n");
 		close(s.listen_fd);
 		ev_loop_destroy(s.loop);
@@ -275,6 +296,10 @@ int cmd_serve(int argc, char **argv)
 	ev_timer_init(&s.housekeeping, on_housekeeping, 1.0, 1.0);
 	s.housekeeping.data = &s;
 	ev_timer_start(s.loop, &s.housekeeping);
+	ev_timer_init(&s.flush_timer, on_flush_timer, s.config.flush_interval_s,
+	              s.config.flush_interval_s);
+	s.flush_timer.data = &s;
+	ev_timer_start(s.loop, &s.flush_timer);
 
 	log_info("pyprofd %s listening on %s%s (state in %s)", PYPROFD_VERSION,
 	         s.socket_activated ? "a socket from systemd" : s.config.socket_path,
@@ -287,13 +312,4 @@ int cmd_serve(int argc, char **argv)
 	server_shutdown(&s);
 	log_info("stopped");
 	return EXIT_OK;
-}
-
-double server_cpu_seconds(void)
-{
-	struct rusage ru;
-	if (getrusage(RUSAGE_SELF, &ru) != 0)
-		return 0;
-	return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
-	       (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
 }

@@ -132,7 +132,8 @@ int server_client_send(struct client *c, const Pyprofd__Response *resp)
 	return 0;
 }
 
-int server_client_send_bytes(struct client *c, const unsigned char *bytes, size_t len)
+/* Queue responses already framed. */
+static int server_client_send_bytes(struct client *c, const unsigned char *bytes, size_t len)
 {
 	if (out_reserve(c, len) != 0)
 		return -1;
@@ -142,13 +143,14 @@ int server_client_send_bytes(struct client *c, const unsigned char *bytes, size_
 	return 0;
 }
 
-void server_client_pause(struct client *c)
+/* Stop reading requests: an answer is being worked out elsewhere, and answers keep their order. */
+static void server_client_pause(struct client *c)
 {
 	c->paused = true;
 	ev_io_stop(c->server->loop, &c->reader);
 }
 
-void server_client_resume(struct client *c)
+static void server_client_resume(struct client *c)
 {
 	c->paused = false;
 	if (c->closing) {
@@ -185,10 +187,13 @@ static void handle_frame(struct client *c, const unsigned char *payload, size_t 
 	Pyprofd__Response resp = PYPROFD__RESPONSE__INIT;
 	struct arena arena = {0};
 	resp.id = req->id;
-	if (rpc_dispatch(c->server, c, req, &resp, &arena) && server_client_send(c, &resp) != 0) {
+	if (!rpc_dispatch(c->server, c, req, &resp, &arena))
+		server_client_pause(c);
+	else if (server_client_send(c, &resp) != 0) {
 		log_warn("client uid %d: out of memory queueing a response", (int)c->uid);
 		c->closing = true;
 	}
+	server_update_status(c->server);
 	arena_free(&arena);
 	pyprofd__request__free_unpacked(req, NULL);
 }
@@ -292,4 +297,19 @@ static void on_client_write(struct ev_loop *loop, ev_io *w, int revents)
 	/* Drained: read requests again if a backlog had stopped it. */
 	if (!ev_is_active(&c->reader))
 		ev_io_start(loop, &c->reader);
+}
+
+void server_client_answer(struct server *s, uint64_t client_serial, const uint8_t *bytes,
+                          size_t len)
+{
+	struct client *c = s->clients;
+	while (c && c->serial != client_serial)
+		c = c->next;
+	if (!c)
+		return; /* it left meanwhile */
+	if (!len || server_client_send_bytes(c, bytes, len) != 0) {
+		log_warn("client uid %d: out of memory sending a query's answer", (int)c->uid);
+		c->closing = true;
+	}
+	server_client_resume(c);
 }

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "pyprofd.h"
+#include "store.h"
 
 #define CMDLINE_MAX 4096
 
@@ -112,12 +113,141 @@ static char *read_command_line(pid_t pid)
 
 static void target_on_tick(struct ev_loop *loop, ev_io *w, int revents);
 
+/* ---- the history's batches ---- */
+
+/* A batch under construction: samples merge per (bucket, thread, stack) before they go in. */
+struct target_batch {
+	struct store_batch *b;
+	int target; /* the batch's index of this target */
+	unsigned width;
+	struct target_batch_row {
+		int64_t bucket;
+		uint64_t thread_id;
+		int32_t stack;
+		uint64_t count;
+	} *rows;
+	size_t nrows, rows_cap;
+	struct hash index;
+};
+
+static int32_t target_batch_frame(void *ctx, const struct uw_frame *f)
+{
+	struct target_batch *tb = ctx;
+	return store_batch_frame(tb->b, f->function ? f->function : "", f->file ? f->file : "",
+	                         f->line, (int)f->kind);
+}
+
+static int32_t target_batch_stack(void *ctx, int32_t parent, int32_t frame)
+{
+	struct target_batch *tb = ctx;
+	return store_batch_stack(tb->b, parent, frame);
+}
+
+static const struct spell_sink target_batch_sink = {target_batch_frame, target_batch_stack};
+
+static bool target_batch_row_equal(const void *ctx, uint32_t id, const void *key)
+{
+	const struct target_batch_row *r = &((const struct target_batch *)ctx)->rows[id];
+	const struct target_batch_row *k = key;
+	return r->stack == k->stack && r->thread_id == k->thread_id && r->bucket == k->bucket;
+}
+
+/* One tally entry into the batch's rows. */
+static int target_batch_add(void *ctx, const struct tally_entry *e, uint64_t count)
+{
+	struct target *t = ctx;
+	struct target_batch *tb = t->spell.sink_ctx;
+	int32_t stack = spell_stack(&t->spell, t->uw, e->stack);
+	if (stack < 0)
+		return -1;
+	struct target_batch_row key = {.bucket = e->second - ((e->second % tb->width) + tb->width) % tb->width,
+	                               .thread_id = e->thread_id,
+	                               .stack = stack};
+	uint32_t hash = hash_u64((uint64_t)key.bucket ^ hash_u64(key.thread_id) ^ (uint64_t)stack << 20);
+	if (hash_reserve(&tb->index, 1) != 0 ||
+	    array_reserve((void **)&tb->rows, &tb->rows_cap, tb->nrows, sizeof *tb->rows, NULL) != 0)
+		return -1;
+	struct hash_slot *slot = hash_probe(&tb->index, hash, target_batch_row_equal, tb, &key);
+	if (!slot->id) {
+		tb->rows[tb->nrows] = key;
+		hash_fill(&tb->index, slot, hash, (uint32_t)tb->nrows++);
+	}
+	tb->rows[slot->id - 1].count += count;
+	return 0;
+}
+
+/* The target's unhanded counts as a new batch; NULL if out of memory. */
+static struct store_batch *target_batch(struct target *t)
+{
+	struct target_batch tb = {.width = t->history->bucket_seconds ? t->history->bucket_seconds : 10};
+	if (!(tb.b = store_batch_new()))
+		return NULL;
+	struct store_target_info info = {
+		.pid = t->pid,
+		.start_time = t->start_time,
+		.uid = t->uid,
+		.executable = t->executable,
+		.command_line = t->command_line,
+		.python_version = t->python_version,
+		.nlabels = t->params.nlabels,
+		.label_keys = (const char *const *)t->params.label_keys,
+		.label_values = (const char *const *)t->params.label_values,
+	};
+	tb.target = store_batch_target(tb.b, &info);
+	double detached_at = t->state == TARGET_SAMPLING ? 0 : t->session_end;
+	bool ok = tb.target >= 0 &&
+	          (!t->sessions || store_batch_session(tb.b, tb.target, t->attached_at, detached_at,
+	                                               t->params.rate_hz,
+	                                               vocab_mode_name(t->params.mode)) >= 0);
+	/* Batch-local numbering: every batch spells its stacks afresh. */
+	spell_forget(&t->spell);
+	t->spell.sink_ctx = &tb;
+	ok = ok && tally_hand(&t->tally, target_batch_add, t) == 0;
+	t->spell.sink_ctx = NULL;
+	spell_forget(&t->spell);
+	for (size_t i = 0; ok && i < tb.nrows; i++)
+		ok = store_batch_samples(tb.b, tb.target, tb.rows[i].bucket, tb.width, tb.rows[i].thread_id,
+		                         tb.rows[i].stack, tb.rows[i].count) >= 0;
+	free(tb.rows);
+	hash_free(&tb.index);
+	if (!ok) {
+		store_batch_free(tb.b);
+		return NULL;
+	}
+	return tb.b;
+}
+
+void target_flush(struct target *t)
+{
+	uint64_t samples = t->tally.unhanded;
+	if (!samples || !t->uw)
+		return;
+	if (!t->history || !t->history->path) {
+		/* No history to keep them for. */
+		tally_mark_handed(&t->tally);
+	} else {
+		struct store_batch *b = target_batch(t);
+		if (b) {
+			history_submit(t->history, b);
+		} else {
+			log_warn("pid %d: out of memory writing %llu samples to the history", (int)t->pid,
+			         (unsigned long long)samples);
+			history_lose(t->history, samples);
+			tally_mark_handed(&t->tally);
+		}
+	}
+	/* What is handed on and older than `top` looks is forgotten. */
+	tally_prune(&t->tally, (int64_t)floor(ev_now(t->loop)) - TOP_SECONDS_KEPT);
+}
+
 /* The unwinder is about to forget every stack id: what was counted by them goes out first. */
 static void target_on_epoch_end(void *ctx, const struct uw_target *uw)
 {
 	(void)uw;
 	struct target *t = ctx;
-	history_flush_target(&t->server->history, t);
+	target_flush(t);
+	/* `top` forgets the last seconds with them. */
+	tally_clear(&t->tally);
 }
 
 static double monotonic_now(void)
@@ -127,7 +257,8 @@ static double monotonic_now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-struct target *target_open(struct server *server, pid_t pid, struct uw_error *err)
+struct target *target_open(struct ev_loop *loop, struct history *history, pid_t pid,
+                           struct uw_error *err)
 {
 	uint64_t start_time;
 	uid_t uid;
@@ -139,7 +270,8 @@ struct target *target_open(struct server *server, pid_t pid, struct uw_error *er
 		snprintf(err->msg, sizeof err->msg, "out of memory");
 		return NULL;
 	}
-	t->server = server;
+	t->loop = loop;
+	t->history = history;
 	t->timer_fd = -1;
 	t->pid = pid;
 	t->start_time = start_time;
@@ -147,8 +279,8 @@ struct target *target_open(struct server *server, pid_t pid, struct uw_error *er
 	t->state = TARGET_DETACHED;
 	t->executable = read_executable(pid);
 	t->command_line = read_command_line(pid);
-	t->recent = recent_new();
-	if (!t->executable || !t->command_line || !t->recent) {
+	spell_init(&t->spell, &target_batch_sink, NULL);
+	if (!t->executable || !t->command_line) {
 		err->status = UW_ENOMEM;
 		snprintf(err->msg, sizeof err->msg, "out of memory");
 		target_free(t);
@@ -175,7 +307,7 @@ struct target *target_open(struct server *server, pid_t pid, struct uw_error *er
 	}
 	ev_io_init(&t->timer, target_on_tick, t->timer_fd, EV_READ);
 	t->timer.data = t;
-	t->last_used = ev_now(server->loop);
+	t->last_used = ev_now(loop);
 	return t;
 }
 
@@ -206,7 +338,7 @@ static void timer_arm(struct target *t, double interval)
 
 void target_start(struct target *t, struct target_params *params)
 {
-	struct ev_loop *loop = t->server->loop;
+	struct ev_loop *loop = t->loop;
 	ev_io_stop(loop, &t->timer);
 	/* Attached again without labels: the process keeps its labels, and its history under them. */
 	if (!params->nlabels) {
@@ -242,53 +374,53 @@ void target_start(struct target *t, struct target_params *params)
 void target_stop(struct target *t)
 {
 	if (t->state == TARGET_SAMPLING)
-		t->session_end = ev_now(t->server->loop);
-	ev_io_stop(t->server->loop, &t->timer);
+		t->session_end = ev_now(t->loop);
+	ev_io_stop(t->loop, &t->timer);
 	timer_arm(t, 0);
 	if (t->state == TARGET_SAMPLING)
 		t->state = TARGET_DETACHED;
-	history_flush_target(&t->server->history, t);
-	t->last_used = ev_now(t->server->loop);
+	target_flush(t);
+	t->last_used = ev_now(t->loop);
 }
 
 void target_mark_exited(struct target *t, const char *why)
 {
 	if (t->state == TARGET_SAMPLING)
-		t->session_end = ev_now(t->server->loop);
-	ev_io_stop(t->server->loop, &t->timer);
+		t->session_end = ev_now(t->loop);
+	ev_io_stop(t->loop, &t->timer);
 	timer_arm(t, 0);
 	if (t->state != TARGET_EXITED)
 		log_info("pid %d: %s; stopped after %llu samples", (int)t->pid, why,
 		         (unsigned long long)t->samples);
 	t->state = TARGET_EXITED;
-	history_flush_target(&t->server->history, t);
+	target_flush(t);
 	if (t->uw) {
 		uw_stats(t->uw, &t->final_stats);
 		uw_close(t->uw);
 		t->uw = NULL;
 	}
 	uw_sample_free(&t->sample);
-	recent_clear(t->recent);
-	t->last_used = ev_now(t->server->loop);
+	tally_free(&t->tally);
+	spell_free(&t->spell);
+	t->last_used = ev_now(t->loop);
 }
 
 void target_free(struct target *t)
 {
 	if (!t)
 		return;
-	if (t->server) {
-		ev_io_stop(t->server->loop, &t->timer);
+	if (t->loop) {
+		ev_io_stop(t->loop, &t->timer);
 		/* A target dropped while alive (budget, reused pid) keeps what it counted. */
-		if (t->server->history.path)
-			history_flush_target(&t->server->history, t);
+		target_flush(t);
 	}
-	pending_free(&t->pending);
 	if (t->timer_fd >= 0)
 		close(t->timer_fd);
 	if (t->uw)
 		uw_close(t->uw);
 	uw_sample_free(&t->sample);
-	recent_free(t->recent);
+	tally_free(&t->tally);
+	spell_free(&t->spell);
 	target_params_free(&t->params);
 	free(t->executable);
 	free(t->command_line);
@@ -334,21 +466,12 @@ static void target_sample(struct target *t)
 	}
 	t->samples++;
 	t->session_samples++;
-	if (t->sample.epoch != t->epoch) {
-		/* The caches were reset: stack ids of the last epoch mean nothing now. */
-		recent_clear(t->recent);
-		t->epoch = t->sample.epoch;
-	}
-	double now = ev_now(t->server->loop);
-	int64_t second = (int64_t)now;
-	unsigned width = t->server->history.bucket_seconds ? t->server->history.bucket_seconds : 10;
-	int64_t bucket = (int64_t)floor(now / width) * width;
+	int64_t second = (int64_t)floor(ev_now(t->loop));
 	for (uint32_t i = 0; i < t->sample.nthreads; i++) {
 		const struct uw_sample_thread *th = &t->sample.threads[i];
 		if (!th->stack)
 			continue; /* no Python frames, or a stack that would not hold still */
-		if (recent_add(t->recent, second, th->stack, 1) != 0 ||
-		    pending_add(&t->pending, bucket, th->thread_id, th->stack) != 0)
+		if (tally_add(&t->tally, second, th->thread_id, th->stack, 1) != 0)
 			log_warn("pid %d: out of memory counting samples", (int)t->pid);
 		else
 			t->history_samples++;
@@ -376,7 +499,6 @@ static void target_on_tick(struct ev_loop *loop, ev_io *w, int revents)
 		target_stop(t);
 		log_info("pid %d: sampled for %.1f s as asked; state kept warm", (int)t->pid,
 		         t->params.duration_s);
-		server_update_status(t->server);
 	}
 }
 

@@ -70,10 +70,16 @@ void targets_trim(struct targets *ts, size_t warm_budget, size_t max_targets)
 		target_free(t);
 	}
 	while ((t = oldest_in(ts, TARGET_EXITED)) &&
-	       (ts->n > max_targets || ev_now(t->server->loop) - t->last_used > EXITED_KEEP_S)) {
+	       (ts->n > max_targets || ev_now(t->loop) - t->last_used > EXITED_KEEP_S)) {
 		targets_remove(ts, t);
 		target_free(t);
 	}
+}
+
+void targets_flush(struct targets *ts)
+{
+	for (size_t i = 0; i < ts->n; i++)
+		target_flush(ts->v[i]);
 }
 
 void targets_free(struct targets *ts)

@@ -424,6 +424,33 @@ def scenario_exiting(report_path):
     os._exit(0)
 
 
+# --- odd names ---------------------------------------------------------------------
+
+# Names a text format must escape: a collapsed-stack line would split at ';'
+# or at a newline, and a backslash is the escape character itself.
+ODD_NAMES = ["odd;semi", "odd\nline", "odd\\back"]
+
+
+def odd_leaf():
+    hold()
+
+
+def scenario_oddnames(report_path):
+    # Each function calls the next; the names are swapped in afterwards
+    # (code.replace, 3.8+), since no def can spell them.
+    calls = [odd_leaf]
+    for i, name in enumerate(reversed(ODD_NAMES)):
+        callee = calls[-1]
+
+        def caller(callee=callee):
+            callee()
+
+        caller.__code__ = caller.__code__.replace(co_name=name)
+        calls.append(caller)
+    start_reporter(report_path, [threading.get_ident()])
+    calls[-1]()
+
+
 # --- main ----------------------------------------------------------------------------
 
 SCENARIOS = {
@@ -438,6 +465,7 @@ SCENARIOS = {
     "threads20": scenario_threads20,
     "spin": scenario_spin,
     "exiting": scenario_exiting,
+    "oddnames": scenario_oddnames,
 }
 
 

@@ -1,0 +1,115 @@
+/*
+ * The one count of samples: how many times each stack id was seen, per
+ * second and thread.  A target's tally serves `top` (the last seconds) and
+ * the history (what was not handed on yet); `pyprofd record` keeps one for
+ * its whole run.  Counting a sample is one hash probe per thread.
+ *
+ * Stack ids belong to the unwinder's epoch: when it ends, the owner spells
+ * out (or hands on) what it needs and clears the tally.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "pyprofd.h"
+
+struct tally_key {
+	int64_t second;
+	uint64_t thread_id;
+	uint32_t stack;
+};
+
+static uint32_t tally_hash(const struct tally_key *k)
+{
+	return hash_u64((uint64_t)k->second * 0x9E3779B97F4A7C15ull ^ hash_u64(k->thread_id) ^
+	                (uint64_t)k->stack << 17);
+}
+
+static bool tally_equal(const void *ctx, uint32_t id, const void *key)
+{
+	const struct tally_entry *e = &((const struct tally *)ctx)->entries[id];
+	const struct tally_key *k = key;
+	return e->stack == k->stack && e->thread_id == k->thread_id && e->second == k->second;
+}
+
+int tally_add(struct tally *t, int64_t second, uint64_t thread_id, uint32_t stack, uint64_t count)
+{
+	struct tally_key key = {second, thread_id, stack};
+	uint32_t hash = tally_hash(&key);
+	if (t->len >= TALLY_MAX_ENTRIES || hash_reserve(&t->index, 1) != 0)
+		return -1;
+	struct hash_slot *slot = hash_probe(&t->index, hash, tally_equal, t, &key);
+	if (!slot->id) {
+		if (array_reserve((void **)&t->entries, &t->cap, t->len, sizeof *t->entries, NULL) != 0)
+			return -1;
+		t->entries[t->len] = (struct tally_entry){.second = second, .thread_id = thread_id,
+		                                          .stack = stack};
+		hash_fill(&t->index, slot, hash, (uint32_t)t->len++);
+	}
+	t->entries[slot->id - 1].count += count;
+	t->unhanded += count;
+	return 0;
+}
+
+void tally_visit(const struct tally *t, int64_t since,
+                 void (*fn)(void *ctx, const struct tally_entry *e), void *ctx)
+{
+	for (size_t i = 0; i < t->len; i++)
+		if (t->entries[i].second >= since)
+			fn(ctx, &t->entries[i]);
+}
+
+int tally_hand(struct tally *t, int (*fn)(void *ctx, const struct tally_entry *e, uint64_t count),
+               void *ctx)
+{
+	int rc = 0;
+	for (size_t i = 0; i < t->len && rc == 0; i++) {
+		struct tally_entry *e = &t->entries[i];
+		if (e->handed == e->count)
+			continue;
+		rc = fn(ctx, e, e->count - e->handed);
+	}
+	tally_mark_handed(t);
+	return rc;
+}
+
+void tally_mark_handed(struct tally *t)
+{
+	for (size_t i = 0; i < t->len; i++)
+		t->entries[i].handed = t->entries[i].count;
+	t->unhanded = 0;
+}
+
+void tally_prune(struct tally *t, int64_t before)
+{
+	size_t kept = 0;
+	for (size_t i = 0; i < t->len; i++) {
+		const struct tally_entry *e = &t->entries[i];
+		if (e->second >= before || e->handed != e->count)
+			t->entries[kept++] = *e;
+	}
+	if (kept == t->len)
+		return;
+	t->len = kept;
+	/* Ids moved: the index is rebuilt over the entries kept, which fit the room it has. */
+	hash_clear(&t->index);
+	for (size_t i = 0; i < kept; i++) {
+		const struct tally_entry *e = &t->entries[i];
+		struct tally_key key = {e->second, e->thread_id, e->stack};
+		uint32_t hash = tally_hash(&key);
+		hash_fill(&t->index, hash_probe(&t->index, hash, tally_equal, t, &key), hash, (uint32_t)i);
+	}
+}
+
+void tally_clear(struct tally *t)
+{
+	t->len = 0;
+	t->unhanded = 0;
+	hash_clear(&t->index);
+}
+
+void tally_free(struct tally *t)
+{
+	free(t->entries);
+	hash_free(&t->index);
+	memset(t, 0, sizeof *t);
+}

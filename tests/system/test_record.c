@@ -1,0 +1,219 @@
+/*
+ * End-to-end tests of `pyprofd record`: it writes every format through the
+ * export library pyprofd-ctl's queries use, so a frame is spelled the same
+ * way by both programs — names holding ';', newlines or backslashes
+ * included, which a collapsed-stack line must escape to stay one line.
+ */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon.h"
+#include "helpers.h"
+#include "pythons.h"
+
+TestSuite(record, .init = helpers_init, .fini = helpers_fini);
+
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Appends s the way collapsed stacks escape names: '\' doubled, ';' and controls as \xNN. */
+static void escaped(char *out, size_t len, const char *s)
+{
+	size_t o = strlen(out);
+	for (const unsigned char *p = (const unsigned char *)s; *p && o + 5 < len; p++) {
+		if (*p == '\\')
+			o += (size_t)snprintf(out + o, len - o, "\\\\");
+		else if (*p < 0x20 || *p == 0x7f || *p == ';')
+			o += (size_t)snprintf(out + o, len - o, "\\x%02x", *p);
+		else
+			out[o++] = (char)*p, out[o] = '\0';
+	}
+}
+
+/* The collapsed line of the target's reported stack (innermost first in the report). */
+static void expected_line(const json_t *report, char *out, size_t len)
+{
+	const json_t *frames = json_object_get(json_array_get(json_object_get(report, "threads"), 0),
+	                                       "frames");
+	cr_assert(json_is_array(frames) && json_array_size(frames) > 0, "no frames reported");
+	out[0] = '\0';
+	for (size_t i = json_array_size(frames); i-- > 0;) {
+		const json_t *f = json_array_get(frames, i);
+		escaped(out, len, json_string_value(json_object_get(f, "function")));
+		strncat(out, " (", len - strlen(out) - 1);
+		escaped(out, len, json_string_value(json_object_get(f, "file")));
+		char line[32];
+		snprintf(line, sizeof line, ":%lld)%s", (long long)json_integer_value(json_object_get(f, "line")),
+		         i ? ";" : "");
+		strncat(out, line, len - strlen(out) - 1);
+	}
+}
+
+/* `pyprofd record PID --duration 1 --rate 50 ARGS...`, which must succeed. */
+static void record(struct run_result *r, pid_t pid, const char *const args[])
+{
+	char p[16];
+	snprintf(p, sizeof p, "%d", (int)pid);
+	const char *argv[16] = {pyprofd_bin(), "record", p, "--duration", "1", "--rate", "50"};
+	size_t n = 7;
+	for (size_t i = 0; args && args[i] && n + 1 < COUNT(argv); i++)
+		argv[n++] = args[i];
+	argv[n] = NULL;
+	run_command(r, argv, NULL);
+	char why[256];
+	cr_assert(r->exited && r->code == 0, "record %s: %s", args && args[0] ? args[0] : "",
+	          run_describe(r, why, sizeof why));
+}
+
+/* A parked target whose stack has the names to escape. */
+static json_t *start_oddnames(struct target *t, const struct python *py)
+{
+	target_start(t, py, "oddnames");
+	return target_wait_report(t, TARGET_READY_TIMEOUT_S);
+}
+
+/* The frame names of a JSON profile (pyprofd's json format), as a set for lookups. */
+static bool json_has_function(const json_t *frames, const char *key, const char *name)
+{
+	size_t i;
+	const json_t *f;
+	json_array_foreach(frames, i, f) {
+		if (json_is_string(json_object_get(f, key)) &&
+		    strcmp(json_string_value(json_object_get(f, key)), name) == 0)
+			return true;
+	}
+	return false;
+}
+
+Test(record, collapsed_escapes_names_on_every_interpreter, .timeout = 300)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	cr_assert_gt(n, 0, "no supported interpreter found");
+	for (size_t i = 0; i < n; i++) {
+		struct target t;
+		json_t *report = start_oddnames(&t, &pys[i]);
+		char want[8192];
+		expected_line(report, want, sizeof want);
+		struct run_result r;
+		record(&r, t.pid, NULL);
+		/* One parked thread: one line, its stack, every sample on it. */
+		char *sp = strrchr(r.out, ' ');
+		cr_assert_not_null(sp, "%s: no count in %s", pys[i].path, r.out);
+		cr_assert_eq(strchr(r.out, '\n'), r.out + r.out_len - 1, "%s: not one line: %s",
+		             pys[i].path, r.out);
+		*sp = '\0';
+		cr_assert_str_eq(r.out, want, "%s", pys[i].path);
+		cr_assert_gt(atoi(sp + 1), 0);
+		run_result_free(&r);
+		json_decref(report);
+		target_kill(&t);
+	}
+}
+
+Test(record, every_format_keeps_the_names, .timeout = 300)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	cr_assert_gt(n, 0, "no supported interpreter found");
+	const struct python *py = &pys[n - 1];
+	struct target t;
+	json_decref(start_oddnames(&t, py));
+	static const char *const names[] = {"odd;semi", "odd\nline", "odd\\back"};
+	struct run_result r;
+
+	const char *json[] = {"--format", "json", NULL};
+	record(&r, t.pid, json);
+	json_error_t e;
+	json_t *doc = json_loadb(r.out, r.out_len, 0, &e);
+	cr_assert_not_null(doc, "json: %s", e.text);
+	cr_assert_str_eq(json_string_value(json_object_get(doc, "mode")), "wall");
+	cr_assert_eq(json_integer_value(json_object_get(doc, "rate_hz")), 50);
+	cr_assert_gt(json_integer_value(json_object_get(doc, "samples")), 0);
+	for (size_t k = 0; k < COUNT(names); k++)
+		cr_assert(json_has_function(json_object_get(doc, "frames"), "function", names[k]),
+		          "json lacks %s", names[k]);
+	json_decref(doc);
+	run_result_free(&r);
+
+	const char *speedscope[] = {"--format", "speedscope", NULL};
+	record(&r, t.pid, speedscope);
+	doc = json_loadb(r.out, r.out_len, 0, &e);
+	cr_assert_not_null(doc, "speedscope: %s", e.text);
+	json_t *frames = json_object_get(json_object_get(doc, "shared"), "frames");
+	for (size_t k = 0; k < COUNT(names); k++)
+		cr_assert(json_has_function(frames, "name", names[k]), "speedscope lacks %s", names[k]);
+	json_decref(doc);
+	run_result_free(&r);
+
+	const char *pprof[] = {"--format", "pprof", NULL};
+	record(&r, t.pid, pprof);
+	cr_assert(r.out_len > 2 && (unsigned char)r.out[0] == 0x1f && (unsigned char)r.out[1] == 0x8b,
+	          "pprof is not gzip'd");
+	run_result_free(&r);
+
+	const char *flame[] = {"--format", "flamegraph", NULL};
+	record(&r, t.pid, flame);
+	cr_assert_not_null(strstr(r.out, "<html"), "flamegraph is not a page");
+	run_result_free(&r);
+	target_kill(&t);
+}
+
+Test(record, bad_format_is_a_usage_error)
+{
+	const char *argv[] = {pyprofd_bin(), "record", "1", "--format", "yaml", NULL};
+	struct run_result r;
+	run_command(&r, argv, NULL);
+	cr_assert(expect_clean_failure(&r, 2, "record --format yaml"));
+	run_result_free(&r);
+}
+
+/* Lines of collapsed text without their counts, sorted: what two profiles of one stack share. */
+static char *stacks_of(const char *collapsed)
+{
+	char *copy = strdup(collapsed), *out = calloc(1, strlen(collapsed) + 1);
+	cr_assert(copy && out);
+	for (char *line = strtok(copy, "\n"); line; line = strtok(NULL, "\n")) {
+		char *sp = strrchr(line, ' ');
+		if (sp)
+			*sp = '\0';
+		strcat(out, line);
+		strcat(out, "\n");
+	}
+	free(copy);
+	return out;
+}
+
+Test(record, the_daemon_writes_the_same_lines, .timeout = 300)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	cr_assert_gt(n, 0, "no supported interpreter found");
+	struct target t;
+	json_decref(start_oddnames(&t, &pys[n - 1]));
+	struct run_result rec;
+	record(&rec, t.pid, NULL);
+
+	struct daemon d;
+	daemon_start(&d, NULL);
+	char p[16];
+	pid_text(t.pid, p, sizeof p);
+	const char *attach[] = {"attach", p, "--rate", "100", NULL};
+	ctl_ok(&d, attach);
+	pause_ms(1500);
+	const char *query[] = {"query", "--pid", p, "--format", "collapsed", NULL};
+	struct run_result q;
+	ctl_run(&d, &q, query, NULL);
+	char why[256];
+	cr_assert(q.exited && q.code == 0, "query: %s", run_describe(&q, why, sizeof why));
+	char *a = stacks_of(rec.out), *b = stacks_of(q.out);
+	cr_assert_str_eq(a, b, "record and the daemon spell the stack differently");
+	free(a);
+	free(b);
+	run_result_free(&q);
+	run_result_free(&rec);
+	daemon_stop(&d);
+	target_kill(&t);
+}
