@@ -124,8 +124,16 @@ static int listen_on(struct server *s)
 	}
 	unlink(path); /* a socket left by a daemon that died */
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (fd < 0 || bind(fd, (struct sockaddr *)&addr, sizeof addr) != 0 ||
-	    chmod(path, geteuid() == 0 ? 0666 : 0600) != 0 || listen(fd, LISTEN_BACKLOG) != 0) {
+	/*
+	 * The socket is born with its final mode: a chmod after bind would
+	 * leave a moment in which it has the umask's.  Root's is for every
+	 * local user (each request is authorized by its peer's uid); another
+	 * user's daemon is for that user alone.
+	 */
+	mode_t saved = umask(geteuid() == 0 ? 0111 : 0177);
+	int bound = fd >= 0 ? bind(fd, (struct sockaddr *)&addr, sizeof addr) : -1;
+	umask(saved);
+	if (fd < 0 || bound != 0 || listen(fd, LISTEN_BACKLOG) != 0) {
 		fprintf(stderr, "pyprofd: cannot listen on %s: %s\n", path, strerror(errno));
 		if (fd >= 0)
 			close(fd);

@@ -879,3 +879,26 @@ Test(daemon, refuses_bad_setups, .timeout = 120)
 	cr_assert(daemon_serves(&d), "the first daemon stopped serving");
 	daemon_stop(&d);
 }
+
+/* The socket is born with its mode: every local user may reach root's, only its owner another's. */
+Test(daemon, socket_mode, .timeout = 120)
+{
+	struct daemon d;
+	daemon_start(&d, NULL);
+	struct stat st;
+	cr_assert_eq(stat(d.sock, &st), 0, "%s: %s", d.sock, strerror(errno));
+	cr_assert(S_ISSOCK(st.st_mode));
+	cr_assert_eq(st.st_mode & 07777, 0666, "root's socket has mode %o", st.st_mode & 07777);
+	daemon_stop(&d);
+
+	struct python pys[PYTHONS_MAX];
+	nobody_daemon_setup(pys);
+	char dir[PATH_MAX - 64];
+	scratch_dir(dir, sizeof dir);
+	nobody_daemon_start(&d, dir, NULL);
+	cr_assert_eq(stat(d.sock, &st), 0, "%s: %s", d.sock, strerror(errno));
+	cr_assert_eq(st.st_mode & 07777, 0600, "another user's socket has mode %o",
+	             st.st_mode & 07777);
+	cr_assert_eq(st.st_uid, NOBODY_UID);
+	daemon_stop(&d);
+}
