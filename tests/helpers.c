@@ -242,7 +242,7 @@ pid_t spawn_process(char *const argv[], const char *log_path)
 	return pid;
 }
 
-static void target_paths(struct target *t)
+static void target_paths(struct test_target *t)
 {
 	memset(t, 0, sizeof *t);
 	scratch_dir(t->dir, sizeof t->dir);
@@ -250,7 +250,7 @@ static void target_paths(struct target *t)
 	snprintf(t->log, sizeof t->log, "%s/target.log", t->dir);
 }
 
-void target_start(struct target *t, const struct python *py, const char *scenario)
+void test_target_start(struct test_target *t, const struct python *py, const char *scenario)
 {
 	char script[PATH_MAX];
 	target_script("stacks.py", script, sizeof script);
@@ -260,7 +260,7 @@ void target_start(struct target *t, const struct python *py, const char *scenari
 	t->pid = spawn_process(argv, t->log);
 }
 
-void target_start_argv(struct target *t, const char *const argv[])
+void test_target_start_argv(struct test_target *t, const char *const argv[])
 {
 	char *copy[TARGET_ARGV_MAX + 1];
 	size_t n = 0;
@@ -303,7 +303,7 @@ static const char *describe_wait_status(int status, char *buf, size_t len)
 	return buf;
 }
 
-json_t *target_wait_report(struct target *t, double timeout_s)
+json_t *test_target_wait_report(struct test_target *t, double timeout_s)
 {
 	double deadline = now_s() + timeout_s;
 	char tail[LOG_TAIL], how[64];
@@ -331,14 +331,14 @@ json_t *target_wait_report(struct target *t, double timeout_s)
 	}
 }
 
-bool target_exited(struct target *t)
+bool test_target_exited(struct test_target *t)
 {
 	if (!t->reaped && waitpid(t->pid, NULL, WNOHANG) == t->pid)
 		t->reaped = true;
 	return t->reaped;
 }
 
-void target_kill(struct target *t)
+void test_target_kill(struct test_target *t)
 {
 	if (t->reaped || t->pid <= 0)
 		return;

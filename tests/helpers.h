@@ -47,7 +47,7 @@ const char *pyprofd_bin(void);
 pid_t spawn_process(char *const argv[], const char *log_path);
 
 /* A process started by target_start; files live in its own scratch dir. */
-struct target {
+struct test_target {
 	pid_t pid;
 	bool reaped;
 	char dir[PATH_MAX - 64]; /* room for the file names below */
@@ -56,21 +56,21 @@ struct target {
 };
 
 /* `python -I stacks.py SCENARIO REPORT` in a new scratch dir. */
-void target_start(struct target *t, const struct python *py, const char *scenario);
+void test_target_start(struct test_target *t, const struct python *py, const char *scenario);
 
 /* Any argv; "{report}" in an argument is replaced by the report path. */
-void target_start_argv(struct target *t, const char *const argv[]);
+void test_target_start_argv(struct test_target *t, const char *const argv[]);
 
 /*
  * Waits for the target's report and returns it parsed.  Fails the test, with
  * the target's own output, if the target dies or the timeout passes first.
  */
-json_t *target_wait_report(struct target *t, double timeout_s);
+json_t *test_target_wait_report(struct test_target *t, double timeout_s);
 
 /* True once the target has exited (and it has been reaped). */
-bool target_exited(struct target *t);
+bool test_target_exited(struct test_target *t);
 
-void target_kill(struct target *t);
+void test_target_kill(struct test_target *t);
 
 /* What one command did. */
 struct run_result {

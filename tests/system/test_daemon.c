@@ -101,12 +101,12 @@ Test(daemon, attach_list_dump_stats_detach, .timeout = 300)
 {
 	struct python pys[PYTHONS_MAX];
 	size_t n = pythons_supported(pys, PYTHONS_MAX);
-	struct target targets[PYTHONS_MAX];
+	struct test_target targets[PYTHONS_MAX];
 	json_t *reports[PYTHONS_MAX];
 	for (size_t i = 0; i < n; i++)
-		target_start(&targets[i], &pys[i], "nested");
+		test_target_start(&targets[i], &pys[i], "nested");
 	for (size_t i = 0; i < n; i++)
-		reports[i] = target_wait_report(&targets[i], TARGET_READY_TIMEOUT_S);
+		reports[i] = test_target_wait_report(&targets[i], TARGET_READY_TIMEOUT_S);
 
 	struct daemon d;
 	daemon_start(&d, NULL);
@@ -196,11 +196,11 @@ Test(daemon, twenty_targets, .timeout = 300)
 	struct python pys[PYTHONS_MAX];
 	size_t n = pythons_supported(pys, PYTHONS_MAX);
 	enum { N = 20 };
-	struct target targets[N];
+	struct test_target targets[N];
 	for (size_t i = 0; i < N; i++)
-		target_start(&targets[i], &pys[i % n], "nested");
+		test_target_start(&targets[i], &pys[i % n], "nested");
 	for (size_t i = 0; i < N; i++)
-		json_decref(target_wait_report(&targets[i], TARGET_READY_TIMEOUT_S));
+		json_decref(test_target_wait_report(&targets[i], TARGET_READY_TIMEOUT_S));
 	struct daemon d;
 	daemon_start(&d, NULL);
 	for (size_t i = 0; i < N; i++)
@@ -237,9 +237,9 @@ Test(daemon, reattach_is_warm, .timeout = 300)
 	char script[PATH_MAX];
 	target_script("callgraph.py", script, sizeof script);
 	const char *argv[] = {py->path, "-I", script, "{report}", NULL};
-	struct target target;
-	target_start_argv(&target, argv);
-	json_decref(target_wait_report(&target, TARGET_READY_TIMEOUT_S));
+	struct test_target target;
+	test_target_start_argv(&target, argv);
+	json_decref(test_target_wait_report(&target, TARGET_READY_TIMEOUT_S));
 	struct daemon d;
 	daemon_start(&d, NULL);
 	char p[16];
@@ -293,17 +293,17 @@ Test(daemon, target_killed_while_sampled, .timeout = 300)
 {
 	struct python pys[PYTHONS_MAX];
 	size_t n = pythons_supported(pys, PYTHONS_MAX);
-	struct target doomed, other;
-	target_start(&doomed, &pys[0], "threads20");
-	target_start(&other, &pys[n - 1], "nested");
-	json_decref(target_wait_report(&doomed, TARGET_READY_TIMEOUT_S));
-	json_decref(target_wait_report(&other, TARGET_READY_TIMEOUT_S));
+	struct test_target doomed, other;
+	test_target_start(&doomed, &pys[0], "threads20");
+	test_target_start(&other, &pys[n - 1], "nested");
+	json_decref(test_target_wait_report(&doomed, TARGET_READY_TIMEOUT_S));
+	json_decref(test_target_wait_report(&other, TARGET_READY_TIMEOUT_S));
 	struct daemon d;
 	daemon_start(&d, NULL);
 	attach(&d, doomed.pid, "500");
 	attach(&d, other.pid, "100");
 	json_decref(entry_when(&d, doomed.pid, sampled_a_while, "sampled"));
-	target_kill(&doomed);
+	test_target_kill(&doomed);
 	json_decref(entry_when(&d, doomed.pid, is_exited, "exited"));
 
 	json_t *e = entry_when(&d, other.pid, sampled_a_while, "sampled");
@@ -343,15 +343,15 @@ static bool next_pid_is(pid_t pid)
 }
 
 /* A target started at exactly `pid`, or false after many tries (other processes fork too). */
-static bool start_at_pid(struct target *t, const struct python *py, pid_t pid)
+static bool start_at_pid(struct test_target *t, const struct python *py, pid_t pid)
 {
 	for (int attempt = 0; attempt < 200; attempt++) {
 		if (!next_pid_is(pid))
 			return false;
-		target_start(t, py, "nested");
+		test_target_start(t, py, "nested");
 		if (t->pid == pid)
 			return true;
-		target_kill(t);
+		test_target_kill(t);
 	}
 	return false;
 }
@@ -370,9 +370,9 @@ Test(daemon, pid_reuse, .timeout = 300)
 	char p[16];
 
 	/* Detached (warm), then killed and replaced before the daemon looks. */
-	struct target first, second;
-	target_start(&first, py, "nested");
-	json_decref(target_wait_report(&first, TARGET_READY_TIMEOUT_S));
+	struct test_target first, second;
+	test_target_start(&first, py, "nested");
+	json_decref(test_target_wait_report(&first, TARGET_READY_TIMEOUT_S));
 	pid_t pid = first.pid;
 	pid_text(pid, p, sizeof p);
 	attach(&d, pid, "200");
@@ -381,10 +381,10 @@ Test(daemon, pid_reuse, .timeout = 300)
 	json_decref(e);
 	const char *detach[] = {"detach", p, NULL};
 	ctl_ok(&d, detach);
-	target_kill(&first);
+	test_target_kill(&first);
 	if (!start_at_pid(&second, py, pid))
 		cr_skip_test("cannot make the kernel reuse pid %d here (needs root and ns_last_pid)", (int)pid);
-	json_decref(target_wait_report(&second, TARGET_READY_TIMEOUT_S));
+	json_decref(test_target_wait_report(&second, TARGET_READY_TIMEOUT_S));
 	const char *again[] = {"attach", p, "--rate", "200", NULL};
 	json_t *a = ctl_json(&d, again);
 	cr_assert(json_is_false(json_object_get(a, "warm")), "a new process got the old one's state");
@@ -398,11 +398,11 @@ Test(daemon, pid_reuse, .timeout = 300)
 	/* Sampling, killed: marked exited; a new process at the pid attaches afresh. */
 	json_t *st = stats_of(&d, pid);
 	json_decref(st);
-	target_kill(&second);
+	test_target_kill(&second);
 	json_decref(entry_when(&d, pid, is_exited, "exited"));
-	struct target third;
+	struct test_target third;
 	cr_assert(start_at_pid(&third, py, pid), "could not reuse pid %d a second time", (int)pid);
-	json_decref(target_wait_report(&third, TARGET_READY_TIMEOUT_S));
+	json_decref(test_target_wait_report(&third, TARGET_READY_TIMEOUT_S));
 	a = ctl_json(&d, again);
 	cr_assert(json_is_false(json_object_get(a, "warm")));
 	cr_assert_str_eq(jstr(a, "state"), "sampling");
@@ -546,11 +546,11 @@ Test(daemon, unprivileged_user, .timeout = 300)
 	const struct python *py = python_for_nobody(pys, n);
 	cr_assert_not_null(py, "no interpreter found that the user nobody may run");
 
-	struct target root_target, own_target;
-	target_start(&root_target, py, "nested");
-	json_decref(target_wait_report(&root_target, TARGET_READY_TIMEOUT_S));
+	struct test_target root_target, own_target;
+	test_target_start(&root_target, py, "nested");
+	json_decref(test_target_wait_report(&root_target, TARGET_READY_TIMEOUT_S));
 	const char *as_nobody[] = {AS_NOBODY, py->path, "-I", "-c", idle_program, NULL};
-	target_start_argv(&own_target, as_nobody);
+	test_target_start_argv(&own_target, as_nobody);
 
 	struct daemon d;
 	daemon_start(&d, NULL);
@@ -693,9 +693,9 @@ Test(daemon, sampling_modes, .timeout = 300)
 	daemon_start(&d, NULL);
 	static const char *const modes[] = {"wall", "cpu", "gil"};
 	for (size_t m = 0; m < 3; m++) {
-		struct target target;
-		target_start(&target, &pys[n - 1], "spin");
-		json_decref(target_wait_report(&target, TARGET_READY_TIMEOUT_S));
+		struct test_target target;
+		test_target_start(&target, &pys[n - 1], "spin");
+		json_decref(test_target_wait_report(&target, TARGET_READY_TIMEOUT_S));
 		char p[16];
 		const char *args[] = {"attach", pid_text(target.pid, p, sizeof p), "--rate", "200",
 		                      "--mode", modes[m], NULL};
@@ -708,7 +708,7 @@ Test(daemon, sampling_modes, .timeout = 300)
 		bool sleeper = top_shows(&d, target.pid, "hold");
 		cr_assert(m == 0 ? sleeper : !sleeper, "mode %s %s the sleeping thread", modes[m],
 		          sleeper ? "samples" : "misses");
-		target_kill(&target);
+		test_target_kill(&target);
 	}
 	daemon_stop(&d);
 }
@@ -718,9 +718,9 @@ Test(daemon, warm_budget, .timeout = 300)
 {
 	struct python pys[PYTHONS_MAX];
 	size_t n = pythons_supported(pys, PYTHONS_MAX);
-	struct target target;
-	target_start(&target, &pys[n - 1], "nested");
-	json_decref(target_wait_report(&target, TARGET_READY_TIMEOUT_S));
+	struct test_target target;
+	test_target_start(&target, &pys[n - 1], "nested");
+	json_decref(test_target_wait_report(&target, TARGET_READY_TIMEOUT_S));
 	static const char *const no_budget[] = {"--warm-budget", "0", NULL};
 	struct daemon d;
 	daemon_start(&d, no_budget);
@@ -819,11 +819,11 @@ Test(daemon, runs_as_any_user, .timeout = 300)
 	cr_assert(stat(d.state, &st) == 0 && st.st_uid == NOBODY_UID && (st.st_mode & 0777) == 0700,
 	          "the state directory is not nobody's alone");
 
-	struct target own, roots;
+	struct test_target own, roots;
 	const char *as_nobody[] = {AS_NOBODY, py->path, "-I", "-c", idle_program, NULL};
-	target_start_argv(&own, as_nobody);
-	target_start(&roots, py, "nested");
-	json_decref(target_wait_report(&roots, TARGET_READY_TIMEOUT_S));
+	test_target_start_argv(&own, as_nobody);
+	test_target_start(&roots, py, "nested");
+	json_decref(test_target_wait_report(&roots, TARGET_READY_TIMEOUT_S));
 
 	char op[16], rp[16];
 	pid_text(own.pid, op, sizeof op);

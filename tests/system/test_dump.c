@@ -334,9 +334,9 @@ ParameterizedTest(struct py_param *p, dump, frames)
 {
 	char ctx[PATH_MAX + 128], sub[PATH_MAX + 256];
 	param_context(p, ctx, sizeof ctx);
-	struct target t;
-	target_start(&t, &p->py, p->scenario);
-	json_t *report = target_wait_report(&t, TARGET_READY_TIMEOUT_S);
+	struct test_target t;
+	test_target_start(&t, &p->py, p->scenario);
+	json_t *report = test_target_wait_report(&t, TARGET_READY_TIMEOUT_S);
 
 	json_t *plain = dump_json(t.pid, (const char *const[]){"--json", NULL}, ctx);
 	check_dump(ctx, &p->py, t.pid, report, plain, MATCH_EXACT);
@@ -356,7 +356,7 @@ ParameterizedTest(struct py_param *p, dump, frames)
 	json_decref(native);
 	json_decref(plain);
 	json_decref(report);
-	target_kill(&t);
+	test_target_kill(&t);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -464,9 +464,9 @@ ParameterizedTest(struct py_param *p, dump, text)
 {
 	char ctx[PATH_MAX + 128], why[1024];
 	param_context(p, ctx, sizeof ctx);
-	struct target t;
-	target_start(&t, &p->py, p->scenario);
-	json_t *report = target_wait_report(&t, TARGET_READY_TIMEOUT_S);
+	struct test_target t;
+	test_target_start(&t, &p->py, p->scenario);
+	json_t *report = test_target_wait_report(&t, TARGET_READY_TIMEOUT_S);
 
 	struct run_result r;
 	run_dump(&r, t.pid, NULL, NULL);
@@ -481,7 +481,7 @@ ParameterizedTest(struct py_param *p, dump, text)
 	free(l.line);
 	run_result_free(&r);
 	json_decref(report);
-	target_kill(&t);
+	test_target_kill(&t);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -501,9 +501,9 @@ ParameterizedTest(struct py_param *p, dump, spin)
 {
 	char ctx[PATH_MAX + 128], why[1024];
 	param_context(p, ctx, sizeof ctx);
-	struct target t;
-	target_start(&t, &p->py, "spin");
-	json_t *report = target_wait_report(&t, TARGET_READY_TIMEOUT_S);
+	struct test_target t;
+	test_target_start(&t, &p->py, "spin");
+	json_t *report = test_target_wait_report(&t, TARGET_READY_TIMEOUT_S);
 	json_int_t spin_id = int_of(thread_by_role(report, "spin"), "thread_id");
 	json_int_t main_id = int_of(thread_by_role(report, "blocked"), "thread_id");
 
@@ -558,7 +558,7 @@ ParameterizedTest(struct py_param *p, dump, spin)
 			nanosleep(&(struct timespec){.tv_nsec = SPIN_PAUSE_NS}, NULL);
 	}
 	json_decref(report);
-	target_kill(&t);
+	test_target_kill(&t);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -574,7 +574,7 @@ static void flags_text(const char *const flags[], char *buf, size_t len)
 	}
 }
 
-static void stop_target(struct target *t)
+static void stop_target(struct test_target *t)
 {
 	int status;
 	cr_assert(kill(t->pid, SIGSTOP) == 0, "SIGSTOP: %s", strerror(errno));
@@ -592,9 +592,9 @@ ParameterizedTest(struct py_param *p, dump, corrupt_code_object)
 {
 	char ctx[PATH_MAX + 128], sub[PATH_MAX + 256];
 	param_context(p, ctx, sizeof ctx);
-	struct target t;
-	target_start(&t, &p->py, "nested");
-	json_t *report = target_wait_report(&t, TARGET_READY_TIMEOUT_S);
+	struct test_target t;
+	test_target_start(&t, &p->py, "nested");
+	json_t *report = test_target_wait_report(&t, TARGET_READY_TIMEOUT_S);
 	json_t *code_id = json_object_get(report, "code_id");
 	cr_assert(json_is_integer(code_id), "report without code_id");
 	uint64_t addr = (uint64_t)json_integer_value(code_id) + GARBAGE_OFFSET;
@@ -632,7 +632,7 @@ ParameterizedTest(struct py_param *p, dump, corrupt_code_object)
 	check_dump(sub, &p->py, t.pid, report, dump, MATCH_EXACT);
 	json_decref(dump);
 	json_decref(report);
-	target_kill(&t);
+	test_target_kill(&t);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -652,15 +652,15 @@ ParameterizedTest(struct py_param *p, dump, exit_during_dump)
 	unsigned dumps = 0;
 
 	for (int round = 0; round < EXIT_ROUNDS; round++) {
-		struct target t;
-		target_start(&t, &p->py, "exiting");
-		json_decref(target_wait_report(&t, TARGET_READY_TIMEOUT_S));
+		struct test_target t;
+		test_target_start(&t, &p->py, "exiting");
+		json_decref(test_target_wait_report(&t, TARGET_READY_TIMEOUT_S));
 		/*
 		 * Dump back to back until one runs after the target is reaped; the
 		 * ones before race its exit, including while it is a zombie.
 		 */
 		for (bool gone = false; !gone;) {
-			gone = target_exited(&t);
+			gone = test_target_exited(&t);
 			struct run_result r;
 			run_dump(&r, t.pid, (const char *const[]){"--json", "--native", NULL}, NULL);
 			dumps++;
@@ -714,13 +714,13 @@ Test(dump, no_such_process)
 
 Test(dump, not_python)
 {
-	struct target t;
-	target_start_argv(&t, (const char *const[]){"sleep", "100", NULL});
+	struct test_target t;
+	test_target_start_argv(&t, (const char *const[]){"sleep", "100", NULL});
 	struct run_result r;
 	run_dump(&r, t.pid, (const char *const[]){"--json", NULL}, NULL);
 	expect_clean_failure(&r, 5, "dump of `sleep 100`");
 	run_result_free(&r);
-	target_kill(&t);
+	test_target_kill(&t);
 }
 
 Test(dump, permission_denied)
@@ -740,9 +740,9 @@ Test(dump, permission_denied)
 	snprintf(bin, sizeof bin, "%s/pyprofd", dir);
 	copy_executable(pyprofd_bin(), bin);
 
-	struct target t;
-	target_start(&t, &py, "nested");
-	json_decref(target_wait_report(&t, TARGET_READY_TIMEOUT_S));
+	struct test_target t;
+	test_target_start(&t, &py, "nested");
+	json_decref(test_target_wait_report(&t, TARGET_READY_TIMEOUT_S));
 	struct run_opts opts = {
 		.bin = bin, .drop_privileges = true, .uid = pw->pw_uid, .gid = pw->pw_gid};
 	const char *const *const variants[] = {
@@ -756,7 +756,7 @@ Test(dump, permission_denied)
 		                              : "dump of a root process as nobody");
 		run_result_free(&r);
 	}
-	target_kill(&t);
+	test_target_kill(&t);
 }
 
 /* Prints nothing the test needs; it only has to be a live interpreter, 2.7 included. */
@@ -780,15 +780,15 @@ Test(dump, unsupported_version)
 		char ctx[PATH_MAX + 64];
 		snprintf(ctx, sizeof ctx, "dump of Python %u.%u (%.*s)", all[i].major, all[i].minor,
 		         PATH_MAX, all[i].path);
-		struct target t;
-		target_start_argv(&t, (const char *const[]){all[i].path, "-E", "-s", "-c",
+		struct test_target t;
+		test_target_start_argv(&t, (const char *const[]){all[i].path, "-E", "-s", "-c",
 		                                             unsupported_target, "{report}", NULL});
-		json_decref(target_wait_report(&t, TARGET_READY_TIMEOUT_S));
+		json_decref(test_target_wait_report(&t, TARGET_READY_TIMEOUT_S));
 		struct run_result r;
 		run_dump(&r, t.pid, (const char *const[]){"--json", NULL}, NULL);
 		expect_clean_failure(&r, 6, ctx);
 		run_result_free(&r);
-		target_kill(&t);
+		test_target_kill(&t);
 		tried++;
 	}
 	if (!tried)

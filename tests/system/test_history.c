@@ -83,9 +83,9 @@ Test(history, stored_totals_equal_samples_taken, .timeout = 300)
 	struct daemon d;
 	daemon_start(&d, slow_flush);
 	for (size_t i = 0; i < n; i++) {
-		struct target target;
-		target_start(&target, &pys[i], "nested");
-		json_decref(target_wait_report(&target, TARGET_READY_TIMEOUT_S));
+		struct test_target target;
+		test_target_start(&target, &pys[i], "nested");
+		json_decref(test_target_wait_report(&target, TARGET_READY_TIMEOUT_S));
 		json_int_t taken = sample_then_detach(&d, target.pid, 600);
 		cr_assert_gt(taken, 20, "%s: few samples", pys[i].path);
 		char p[16];
@@ -102,7 +102,7 @@ Test(history, stored_totals_equal_samples_taken, .timeout = 300)
 		          strstr(r.out, ";nested_inner (") && strstr(r.out, ";hold ("),
 		          "%s: the parked stack is not in the collapsed output:\n%s", pys[i].path, r.out);
 		run_result_free(&r);
-		target_kill(&target);
+		test_target_kill(&target);
 	}
 	static const char *const by_label[] = {"--label", "service=history-test", "--since", "1h", NULL};
 	static const char *const other_label[] = {"--label", "service=nothing", NULL};
@@ -147,9 +147,9 @@ Test(history, other_users_see_only_their_own, .timeout = 300)
 	size_t n = pythons_supported(pys, PYTHONS_MAX);
 	struct daemon d;
 	daemon_start(&d, NULL);
-	struct target target;
-	target_start(&target, &pys[n - 1], "nested");
-	json_decref(target_wait_report(&target, TARGET_READY_TIMEOUT_S));
+	struct test_target target;
+	test_target_start(&target, &pys[n - 1], "nested");
+	json_decref(test_target_wait_report(&target, TARGET_READY_TIMEOUT_S));
 	json_int_t taken = sample_then_detach(&d, target.pid, 400);
 	static const char *const all[] = {NULL};
 	cr_assert_eq(query_total(&d, all, NULL), taken);
@@ -166,9 +166,9 @@ Test(history, survives_kill_9, .timeout = 300)
 {
 	struct python pys[PYTHONS_MAX];
 	size_t n = pythons_supported(pys, PYTHONS_MAX);
-	struct target target;
-	target_start(&target, &pys[n - 1], "threads20");
-	json_decref(target_wait_report(&target, TARGET_READY_TIMEOUT_S));
+	struct test_target target;
+	test_target_start(&target, &pys[n - 1], "threads20");
+	json_decref(test_target_wait_report(&target, TARGET_READY_TIMEOUT_S));
 	static const char *const fast_flush[] = {"--flush-interval", "1", NULL};
 	struct daemon d;
 	daemon_start(&d, fast_flush);
@@ -235,9 +235,9 @@ Test(history, full_disk_then_recovery, .timeout = 300)
 	char script[PATH_MAX];
 	target_script("callgraph.py", script, sizeof script);
 	const char *argv[] = {pys[n - 1].path, "-I", script, "{report}", NULL};
-	struct target target;
-	target_start_argv(&target, argv);
-	json_decref(target_wait_report(&target, TARGET_READY_TIMEOUT_S));
+	struct test_target target;
+	test_target_start_argv(&target, argv);
+	json_decref(test_target_wait_report(&target, TARGET_READY_TIMEOUT_S));
 	static const char *const fast_flush[] = {"--flush-interval", "1", NULL};
 	struct daemon d;
 	daemon_start(&d, fast_flush);
@@ -293,9 +293,9 @@ Test(history, diff_of_two_ranges, .timeout = 300)
 {
 	struct python pys[PYTHONS_MAX];
 	size_t n = pythons_supported(pys, PYTHONS_MAX);
-	struct target target;
-	target_start(&target, &pys[n - 1], "nested");
-	json_decref(target_wait_report(&target, TARGET_READY_TIMEOUT_S));
+	struct test_target target;
+	test_target_start(&target, &pys[n - 1], "nested");
+	json_decref(test_target_wait_report(&target, TARGET_READY_TIMEOUT_S));
 	char dir[PATH_MAX - 64], conf[PATH_MAX];
 	scratch_dir(dir, sizeof dir);
 	snprintf(conf, sizeof conf, "%s/pyprofd.conf", dir);
@@ -410,11 +410,11 @@ Test(history, function_table_counted_by_daemon, .timeout = 300)
 {
 	struct python pys[PYTHONS_MAX];
 	size_t n = pythons_supported(pys, PYTHONS_MAX);
-	struct target deep, many;
-	target_start(&deep, &pys[n - 1], "recursion");
-	target_start(&many, &pys[0], "threads20");
-	json_decref(target_wait_report(&deep, TARGET_READY_TIMEOUT_S));
-	json_decref(target_wait_report(&many, TARGET_READY_TIMEOUT_S));
+	struct test_target deep, many;
+	test_target_start(&deep, &pys[n - 1], "recursion");
+	test_target_start(&many, &pys[0], "threads20");
+	json_decref(test_target_wait_report(&deep, TARGET_READY_TIMEOUT_S));
+	json_decref(test_target_wait_report(&many, TARGET_READY_TIMEOUT_S));
 	struct daemon d;
 	daemon_start(&d, NULL);
 	struct timespec ts;
@@ -542,8 +542,8 @@ Test(history, function_table_counted_by_daemon, .timeout = 300)
 	json_decref(mixed);
 	run_result_free(&r);
 	daemon_stop(&d);
-	target_kill(&deep);
-	target_kill(&many);
+	test_target_kill(&deep);
+	test_target_kill(&many);
 }
 
 static json_t *history_status(const struct daemon *d)
@@ -567,9 +567,9 @@ Test(history, read_only_database_waits_and_recovers, .timeout = 300)
 	char dir[PATH_MAX - 64], db[PATH_MAX + 16], p[16];
 	scratch_dir(dir, sizeof dir);
 	static const char *const flags[] = {"--flush-interval", "1", "--log-level", "info", NULL};
-	struct target own;
+	struct test_target own;
 	const char *as_nobody[] = {AS_NOBODY, py->path, "-I", "-c", idle_program, NULL};
-	target_start_argv(&own, as_nobody);
+	test_target_start_argv(&own, as_nobody);
 	pid_text(own.pid, p, sizeof p);
 
 	/* A first run stores some samples, and leaves the file. */
@@ -632,7 +632,7 @@ Test(history, read_only_database_waits_and_recovers, .timeout = 300)
 	cr_assert(said, "the log does not say it recovered: %s", log);
 	free(log);
 	daemon_stop(&d);
-	target_kill(&own);
+	test_target_kill(&own);
 }
 
 /* Query requests the daemon cannot answer are refused one by one; the connection goes on. */

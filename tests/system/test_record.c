@@ -68,10 +68,10 @@ static void record(struct run_result *r, pid_t pid, const char *const args[])
 }
 
 /* A parked target whose stack has the names to escape. */
-static json_t *start_oddnames(struct target *t, const struct python *py)
+static json_t *start_oddnames(struct test_target *t, const struct python *py)
 {
-	target_start(t, py, "oddnames");
-	return target_wait_report(t, TARGET_READY_TIMEOUT_S);
+	test_target_start(t, py, "oddnames");
+	return test_target_wait_report(t, TARGET_READY_TIMEOUT_S);
 }
 
 /* The frame names of a JSON profile (pyprofd's json format), as a set for lookups. */
@@ -93,7 +93,7 @@ Test(record, collapsed_escapes_names_on_every_interpreter, .timeout = 300)
 	size_t n = pythons_supported(pys, PYTHONS_MAX);
 	cr_assert_gt(n, 0, "no supported interpreter found");
 	for (size_t i = 0; i < n; i++) {
-		struct target t;
+		struct test_target t;
 		json_t *report = start_oddnames(&t, &pys[i]);
 		char want[8192];
 		expected_line(report, want, sizeof want);
@@ -109,7 +109,7 @@ Test(record, collapsed_escapes_names_on_every_interpreter, .timeout = 300)
 		cr_assert_gt(atoi(sp + 1), 0);
 		run_result_free(&r);
 		json_decref(report);
-		target_kill(&t);
+		test_target_kill(&t);
 	}
 }
 
@@ -119,7 +119,7 @@ Test(record, every_format_keeps_the_names, .timeout = 300)
 	size_t n = pythons_supported(pys, PYTHONS_MAX);
 	cr_assert_gt(n, 0, "no supported interpreter found");
 	const struct python *py = &pys[n - 1];
-	struct target t;
+	struct test_target t;
 	json_decref(start_oddnames(&t, py));
 	static const char *const names[] = {"odd;semi", "odd\nline", "odd\\back"};
 	struct run_result r;
@@ -158,7 +158,7 @@ Test(record, every_format_keeps_the_names, .timeout = 300)
 	record(&r, t.pid, flame);
 	cr_assert_not_null(strstr(r.out, "<html"), "flamegraph is not a page");
 	run_result_free(&r);
-	target_kill(&t);
+	test_target_kill(&t);
 }
 
 Test(record, bad_format_is_a_usage_error)
@@ -191,7 +191,7 @@ Test(record, the_daemon_writes_the_same_lines, .timeout = 300)
 	struct python pys[PYTHONS_MAX];
 	size_t n = pythons_supported(pys, PYTHONS_MAX);
 	cr_assert_gt(n, 0, "no supported interpreter found");
-	struct target t;
+	struct test_target t;
 	json_decref(start_oddnames(&t, &pys[n - 1]));
 	struct run_result rec;
 	record(&rec, t.pid, NULL);
@@ -215,5 +215,5 @@ Test(record, the_daemon_writes_the_same_lines, .timeout = 300)
 	run_result_free(&q);
 	run_result_free(&rec);
 	daemon_stop(&d);
-	target_kill(&t);
+	test_target_kill(&t);
 }

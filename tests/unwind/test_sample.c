@@ -71,9 +71,9 @@ Test(sample, frozen_cache_identical, .timeout = 300)
 	for (size_t i = 0; i < n; i++) {
 		static const char *const scenarios[] = {"threads20", "recursion", "coroutines"};
 		for (size_t k = 0; k < sizeof scenarios / sizeof scenarios[0]; k++) {
-			struct target target;
-			target_start(&target, &pys[i], scenarios[k]);
-			json_decref(target_wait_report(&target, TARGET_READY_TIMEOUT_S));
+			struct test_target target;
+			test_target_start(&target, &pys[i], scenarios[k]);
+			json_decref(test_target_wait_report(&target, TARGET_READY_TIMEOUT_S));
 			struct uw_target *t = open_target(target.pid);
 
 			struct uw_sample s = {0};
@@ -107,7 +107,7 @@ Test(sample, frozen_cache_identical, .timeout = 300)
 			free(reference);
 			uw_sample_free(&s);
 			uw_close(t);
-			target_kill(&target);
+			test_target_kill(&target);
 		}
 	}
 }
@@ -142,8 +142,8 @@ Test(sample, caches_stay_in_budget, .timeout = 300)
 		target_script("churn_code.py", script, sizeof script);
 		snprintf(done, sizeof done, "%s/churn-done-%zu", dir, p);
 		const char *argv[] = {py->path, script, "100000", done, NULL};
-		struct target target;
-		target_start_argv(&target, argv);
+		struct test_target target;
+		test_target_start_argv(&target, argv);
 		struct uw_target *t = open_target(target.pid);
 		struct uw_options opts = {.cache_budget = budget};
 		uw_configure(t, &opts);
@@ -168,7 +168,7 @@ Test(sample, caches_stay_in_budget, .timeout = 300)
 		cr_assert_gt(st.code_cache_misses, 200, "%s: few code objects were seen", py->path);
 		uw_sample_free(&s);
 		uw_close(t);
-		target_kill(&target);
+		test_target_kill(&target);
 	}
 }
 
@@ -191,8 +191,8 @@ Test(sample, gc_marker, .timeout = 300)
 		target_script("gc_spin.py", script, sizeof script);
 		snprintf(ready, sizeof ready, "%s/gc-ready-%zu", dir, i);
 		const char *argv[] = {pys[i].path, script, ready, NULL};
-		struct target target;
-		target_start_argv(&target, argv);
+		struct test_target target;
+		test_target_start_argv(&target, argv);
 		for (int k = 0; k < 4000 && !file_exists(ready); k++)
 			usleep(10 * 1000);
 		cr_assert(file_exists(ready), "%s: the target never entered the collector", pys[i].path);
@@ -226,7 +226,7 @@ Test(sample, gc_marker, .timeout = 300)
 		          "%s: a <GC> frame without --gc", pys[i].path);
 		json_decref(marked);
 		json_decref(plain);
-		target_kill(&target);
+		test_target_kill(&target);
 	}
 }
 
@@ -252,9 +252,9 @@ Test(sample, no_impossible_callers, .timeout = 600)
 		char script[1024];
 		target_script("callgraph.py", script, sizeof script);
 		const char *argv[] = {pys[i].path, "-I", script, "{report}", NULL};
-		struct target target;
-		target_start_argv(&target, argv);
-		json_t *report = target_wait_report(&target, TARGET_READY_TIMEOUT_S);
+		struct test_target target;
+		test_target_start_argv(&target, argv);
+		json_t *report = test_target_wait_report(&target, TARGET_READY_TIMEOUT_S);
 		json_t *edges = json_object_get(report, "edges");
 		cr_assert(json_is_object(edges), "%s: no edges in the report", pys[i].path);
 		struct uw_target *t = open_target(target.pid);
@@ -307,6 +307,6 @@ Test(sample, no_impossible_callers, .timeout = 600)
 		uw_sample_free(&s);
 		uw_close(t);
 		json_decref(report);
-		target_kill(&target);
+		test_target_kill(&target);
 	}
 }

@@ -1,0 +1,100 @@
+/*
+ * The daemon's configuration (daemon/config.c): defaults, then the file,
+ * then the flags, each stronger than the last; a bad file or flag is
+ * refused whole, and a reload that fails keeps the configuration running.
+ */
+#include <criterion/criterion.h>
+
+#include <stdio.h>
+#include <string.h>
+
+#include "helpers.h"
+#include "pyprofd.h"
+
+TestSuite(config, .init = helpers_init, .fini = helpers_fini);
+
+/* A config file in a scratch state directory; its path into file. */
+static void config_file(char *dir, size_t dir_len, char *file, size_t file_len, const char *text)
+{
+	scratch_dir(dir, dir_len);
+	snprintf(file, file_len, "%s/pyprofd.conf", dir);
+	FILE *f = fopen(file, "w");
+	cr_assert_not_null(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+Test(config, file_then_flags)
+{
+	char dir[PATH_MAX - 64], file[PATH_MAX];
+	config_file(dir, sizeof dir, file, sizeof file,
+	            "[limits]\nmax_connections = 10\nmax_targets = 7\n"
+	            "[sampling]\ndefault_rate_hz = 50\nmax_rate_hz = 500\n"
+	            "[storage]\nflush_interval_s = 3\nretention = 600:60,7200:600\n");
+	char *argv[] = {"serve", "--state-dir", dir, "--max-targets", "9", NULL};
+	struct config c;
+	cr_assert_eq(config_load(&c, 5, argv), EXIT_OK);
+	cr_assert_str_eq(c.config_path, file, "the state directory's file is read");
+	cr_assert_eq(c.max_connections, 10);
+	cr_assert_eq(c.max_targets, 9, "a flag beats the file");
+	cr_assert_eq(c.default_rate_hz, 50);
+	cr_assert_eq(c.max_rate_hz, 500);
+	cr_assert_eq(c.flush_interval_s, 3.0);
+	cr_assert_eq(c.nretention, 2);
+	cr_assert_eq(c.retention_age_s[1], 7200.0);
+	cr_assert_eq(c.retention_bucket_s[1], 600);
+	cr_assert_eq(c.max_message_bytes, 1u << 20, "what nothing sets keeps its default");
+	char sock[PATH_MAX + 16];
+	snprintf(sock, sizeof sock, "%s/pyprofd.sock", dir);
+	cr_assert_str_eq(c.socket_path, sock);
+	config_free(&c);
+}
+
+Test(config, bad_settings_are_refused)
+{
+	static const char *const bad[] = {
+		"[limits]\nmax_connections = 0\n",         /* out of range */
+		"[limits]\nmax_connections = 12abc\n",     /* not a number */
+		"[limits]\nno_such_setting = 1\n",         /* unknown */
+		"[nosection]\nx = 1\n",                    /* unknown section */
+		"[storage]\nretention = 600:7\n",          /* not a multiple of the finest bucket */
+		"[storage]\nretention = 600:60,300:600\n", /* ages must grow */
+		"this is not ini\n",
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		char dir[PATH_MAX - 64], file[PATH_MAX];
+		config_file(dir, sizeof dir, file, sizeof file, bad[i]);
+		char *argv[] = {"serve", "--state-dir", dir, NULL};
+		struct config c;
+		cr_assert_eq(config_load(&c, 3, argv), EXIT_USAGE, "accepted: %s", bad[i]);
+	}
+	char *flags[] = {"serve", "--state-dir", "/nonexistent", "--max-rate", "-1", NULL};
+	struct config c;
+	cr_assert_eq(config_load(&c, 5, flags), EXIT_USAGE, "a bad flag value");
+	char *unknown[] = {"serve", "--no-such-flag", NULL};
+	cr_assert_eq(config_load(&c, 2, unknown), EXIT_USAGE);
+}
+
+Test(config, reload_keeps_the_running_config_when_the_file_breaks)
+{
+	char dir[PATH_MAX - 64], file[PATH_MAX];
+	config_file(dir, sizeof dir, file, sizeof file, "[limits]\nmax_targets = 5\n");
+	char *argv[] = {"serve", "--state-dir", dir, NULL};
+	struct config c;
+	cr_assert_eq(config_load(&c, 3, argv), EXIT_OK);
+	cr_assert_eq(c.max_targets, 5);
+
+	FILE *f = fopen(file, "w");
+	fputs("[limits]\nmax_targets = 6\n[daemon]\nstate_dir = /elsewhere\n", f);
+	fclose(f);
+	cr_assert_eq(config_reload(&c, 3, argv), 0);
+	cr_assert_eq(c.max_targets, 6, "a reload reads the file again");
+	cr_assert_str_eq(c.state_dir, dir, "where the daemon lives does not move while it runs");
+
+	f = fopen(file, "w");
+	fputs("[limits]\nmax_targets = many\n", f);
+	fclose(f);
+	cr_assert_eq(config_reload(&c, 3, argv), -1);
+	cr_assert_eq(c.max_targets, 6, "a broken file changes nothing");
+	config_free(&c);
+}

@@ -1,0 +1,109 @@
+/*
+ * The one count of samples (daemon/tally.c): exact counts per (second,
+ * thread, stack), what `top` reads of the last seconds, what the history
+ * takes once and only once, and what is forgotten when.
+ */
+#include <criterion/criterion.h>
+
+#include "pyprofd.h"
+
+struct seen {
+	uint64_t total;
+	unsigned calls;
+};
+
+static void tally_test_visit(void *ctx, const struct tally_entry *e)
+{
+	struct seen *s = ctx;
+	s->total += e->count;
+	s->calls++;
+}
+
+static int tally_test_hand(void *ctx, const struct tally_entry *e, uint64_t count)
+{
+	(void)e;
+	struct seen *s = ctx;
+	s->total += count;
+	s->calls++;
+	return 0;
+}
+
+Test(tally, counts_per_second_thread_and_stack)
+{
+	struct tally t = {0};
+	for (int i = 0; i < 1000; i++)
+		cr_assert_eq(tally_add(&t, 100 + i % 10, 7 + i % 2, 1 + i % 5, 1), 0);
+	/* 10 seconds x 2 threads, stacks follow i % 5: every (second, thread) pair sees 5 or fewer stacks. */
+	cr_assert_leq(t.len, 10 * 5);
+	struct seen all = {0}, late = {0};
+	tally_visit(&t, 0, tally_test_visit, &all);
+	cr_assert_eq(all.total, 1000);
+	tally_visit(&t, 105, tally_test_visit, &late);
+	cr_assert_eq(late.total, 500, "seconds 105..109 hold half");
+	cr_assert_eq(t.unhanded, 1000);
+	tally_free(&t);
+}
+
+Test(tally, hands_each_sample_on_once)
+{
+	struct tally t = {0};
+	tally_add(&t, 1, 1, 1, 3);
+	tally_add(&t, 1, 1, 2, 4);
+	struct seen first = {0}, second = {0}, third = {0};
+	cr_assert_eq(tally_hand(&t, tally_test_hand, &first), 0);
+	cr_assert_eq(first.total, 7);
+	cr_assert_eq(t.unhanded, 0);
+	cr_assert_eq(tally_hand(&t, tally_test_hand, &second), 0);
+	cr_assert_eq(second.calls, 0, "nothing new, nothing handed");
+	/* More of a stack already handed: only the difference goes. */
+	tally_add(&t, 1, 1, 1, 2);
+	tally_hand(&t, tally_test_hand, &third);
+	cr_assert_eq(third.total, 2);
+	cr_assert_eq(third.calls, 1);
+	/* `top` still sees everything. */
+	struct seen all = {0};
+	tally_visit(&t, 0, tally_test_visit, &all);
+	cr_assert_eq(all.total, 9);
+	tally_free(&t);
+}
+
+static int tally_test_fail(void *ctx, const struct tally_entry *e, uint64_t count)
+{
+	(void)ctx;
+	(void)e;
+	(void)count;
+	return -1;
+}
+
+Test(tally, a_failed_hand_counts_as_handed)
+{
+	struct tally t = {0};
+	tally_add(&t, 1, 1, 1, 1);
+	cr_assert_eq(tally_hand(&t, tally_test_fail, NULL), -1);
+	cr_assert_eq(t.unhanded, 0, "what failed is not handed again (it was counted as lost)");
+	tally_free(&t);
+}
+
+Test(tally, prune_forgets_only_what_is_old_and_handed)
+{
+	struct tally t = {0};
+	tally_add(&t, 10, 1, 1, 1); /* old, handed below */
+	tally_add(&t, 50, 1, 1, 1); /* recent */
+	struct seen s = {0};
+	tally_hand(&t, tally_test_hand, &s);
+	tally_add(&t, 11, 1, 2, 1); /* old, not handed yet */
+	tally_prune(&t, 40);
+	cr_assert_eq(t.len, 2);
+	/* The index was rebuilt: counting the survivors finds them, the pruned one is new again. */
+	tally_add(&t, 50, 1, 1, 5);
+	tally_add(&t, 11, 1, 2, 1);
+	tally_add(&t, 10, 1, 1, 1);
+	cr_assert_eq(t.len, 3);
+	struct seen all = {0};
+	tally_visit(&t, 0, tally_test_visit, &all);
+	cr_assert_eq(all.total, 1 + 5 + 2 + 1);
+	tally_clear(&t);
+	cr_assert_eq(t.len, 0);
+	cr_assert_eq(t.unhanded, 0);
+	tally_free(&t);
+}
