@@ -5,14 +5,14 @@
 
 #include "pyprofd.h"
 
-int usage_bad_option(const char *command, const char *option)
+int cli_bad_option(const char *command, const char *option)
 {
 	fprintf(stderr, "pyprofd: %s: unknown or incomplete option '%s' (see pyprofd %s --help)\n",
 	        command, option, command);
 	return EXIT_USAGE;
 }
 
-int parse_pid_operand(const char *command, int argc, char **argv, int optind_, pid_t *pid)
+int cli_pid_operand(const char *command, int argc, char **argv, int optind_, pid_t *pid)
 {
 	if (optind_ + 1 != argc) {
 		fprintf(stderr, "pyprofd: %s takes exactly one PID (see pyprofd %s --help)\n", command,

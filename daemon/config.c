@@ -74,7 +74,7 @@ void config_free(struct config *c)
 	c->state_dir = c->socket_path = c->config_path = NULL;
 }
 
-static int set_string(char **field, const char *value)
+static int config_set_string(char **field, const char *value)
 {
 	char *copy = strdup(value);
 	if (!copy)
@@ -85,7 +85,7 @@ static int set_string(char **field, const char *value)
 }
 
 /* A whole number in [min, max]; -1 otherwise. */
-static int parse_uint(const char *text, unsigned long min, unsigned long max, unsigned long *out)
+static int config_parse_uint(const char *text, unsigned long min, unsigned long max, unsigned long *out)
 {
 	char *end;
 	errno = 0;
@@ -100,7 +100,7 @@ static int parse_uint(const char *text, unsigned long min, unsigned long max, un
  * "AGE:BUCKET,AGE:BUCKET,..." in seconds, ages and buckets growing, each bucket
  * a multiple of the one before (merges stay exact); "none" for no merging.
  */
-static int parse_retention(struct config *c, const char *value)
+static int config_parse_retention(struct config *c, const char *value)
 {
 	if (strcmp(value, "none") == 0) {
 		c->nretention = 0;
@@ -140,42 +140,42 @@ static int config_set(struct config *c, const char *section, const char *name, c
 	unsigned long v;
 	if (strcmp(section, "daemon") == 0) {
 		if (strcmp(name, "state_dir") == 0)
-			return set_string(&c->state_dir, value);
+			return config_set_string(&c->state_dir, value);
 		if (strcmp(name, "socket") == 0)
-			return set_string(&c->socket_path, value);
+			return config_set_string(&c->socket_path, value);
 		if (strcmp(name, "log_level") == 0)
 			return log_level_parse(value, &c->log_level);
 	} else if (strcmp(section, "limits") == 0) {
-		if (strcmp(name, "max_connections") == 0 && parse_uint(value, 1, 65536, &v) == 0)
+		if (strcmp(name, "max_connections") == 0 && config_parse_uint(value, 1, 65536, &v) == 0)
 			return c->max_connections = (unsigned)v, 0;
-		if (strcmp(name, "max_message_bytes") == 0 && parse_uint(value, 1024, 64 * MB, &v) == 0)
+		if (strcmp(name, "max_message_bytes") == 0 && config_parse_uint(value, 1024, 64 * MB, &v) == 0)
 			return c->max_message_bytes = v, 0;
-		if (strcmp(name, "max_pending_requests") == 0 && parse_uint(value, 1, 4096, &v) == 0)
+		if (strcmp(name, "max_pending_requests") == 0 && config_parse_uint(value, 1, 4096, &v) == 0)
 			return c->max_pending_requests = (unsigned)v, 0;
-		if (strcmp(name, "max_targets") == 0 && parse_uint(value, 1, 65536, &v) == 0)
+		if (strcmp(name, "max_targets") == 0 && config_parse_uint(value, 1, 65536, &v) == 0)
 			return c->max_targets = (unsigned)v, 0;
-		if (strcmp(name, "warm_budget_mb") == 0 && parse_uint(value, 0, 1u << 20, &v) == 0)
+		if (strcmp(name, "warm_budget_mb") == 0 && config_parse_uint(value, 0, 1u << 20, &v) == 0)
 			return c->warm_budget_bytes = (size_t)v * MB, 0;
 	} else if (strcmp(section, "sampling") == 0) {
-		if (strcmp(name, "default_rate_hz") == 0 && parse_uint(value, 1, 100000, &v) == 0)
+		if (strcmp(name, "default_rate_hz") == 0 && config_parse_uint(value, 1, 100000, &v) == 0)
 			return c->default_rate_hz = (unsigned)v, 0;
-		if (strcmp(name, "max_rate_hz") == 0 && parse_uint(value, 1, 100000, &v) == 0)
+		if (strcmp(name, "max_rate_hz") == 0 && config_parse_uint(value, 1, 100000, &v) == 0)
 			return c->max_rate_hz = (unsigned)v, 0;
-		if (strcmp(name, "top_window_s") == 0 && parse_uint(value, 1, TOP_SECONDS_KEPT - 2, &v) == 0)
+		if (strcmp(name, "top_window_s") == 0 && config_parse_uint(value, 1, TOP_SECONDS_KEPT - 2, &v) == 0)
 			return c->top_window_s = (unsigned)v, 0;
 	} else if (strcmp(section, "storage") == 0) {
-		if (strcmp(name, "flush_interval_s") == 0 && parse_uint(value, 1, 3600, &v) == 0)
+		if (strcmp(name, "flush_interval_s") == 0 && config_parse_uint(value, 1, 3600, &v) == 0)
 			return c->flush_interval_s = (double)v, 0;
-		if (strcmp(name, "bucket_seconds") == 0 && parse_uint(value, 1, 3600, &v) == 0)
+		if (strcmp(name, "bucket_seconds") == 0 && config_parse_uint(value, 1, 3600, &v) == 0)
 			return c->bucket_seconds = (unsigned)v, 0;
-		if (strcmp(name, "max_pending_rows") == 0 && parse_uint(value, 1000, 1ul << 32, &v) == 0)
+		if (strcmp(name, "max_pending_rows") == 0 && config_parse_uint(value, 1000, 1ul << 32, &v) == 0)
 			return c->max_pending_rows = v, 0;
-		if (strcmp(name, "max_db_mb") == 0 && parse_uint(value, 0, 1ul << 24, &v) == 0)
+		if (strcmp(name, "max_db_mb") == 0 && config_parse_uint(value, 0, 1ul << 24, &v) == 0)
 			return c->max_db_bytes = (uint64_t)v * MB, 0;
-		if (strcmp(name, "max_file_kb") == 0 && parse_uint(value, 0, 1ul << 34, &v) == 0)
+		if (strcmp(name, "max_file_kb") == 0 && config_parse_uint(value, 0, 1ul << 34, &v) == 0)
 			return c->max_file_bytes = (uint64_t)v * 1024, 0;
 		if (strcmp(name, "retention") == 0)
-			return parse_retention(c, value);
+			return config_parse_retention(c, value);
 	}
 	return -1;
 }
@@ -186,7 +186,7 @@ struct file_ctx {
 	int bad_line;
 };
 
-static int on_ini_entry(void *user, const char *section, const char *name, const char *value)
+static int config_on_ini_entry(void *user, const char *section, const char *name, const char *value)
 {
 	struct file_ctx *ctx = user;
 	if (config_set(ctx->c, section, name, value) != 0) {
@@ -200,7 +200,7 @@ static int on_ini_entry(void *user, const char *section, const char *name, const
 static int config_read_file(struct config *c, const char *path)
 {
 	struct file_ctx ctx = {c, path, 0};
-	int rc = ini_parse(path, on_ini_entry, &ctx);
+	int rc = ini_parse(path, config_on_ini_entry, &ctx);
 	if (rc < 0) {
 		fprintf(stderr, "pyprofd: cannot read config file %s: %s\n", path, strerror(errno));
 		return -1;
@@ -234,7 +234,7 @@ struct flags {
 	bool help;
 };
 
-static int flags_parse(int argc, char **argv, struct flags *f)
+static int config_flags_parse(int argc, char **argv, struct flags *f)
 {
 	struct option options[NFLAGS + 3];
 	for (size_t i = 0; i < NFLAGS; i++)
@@ -254,7 +254,7 @@ static int flags_parse(int argc, char **argv, struct flags *f)
 		else if (opt == 'h')
 			f->help = true;
 		else
-			return usage_bad_option("serve", argv[optind - 1]);
+			return cli_bad_option("serve", argv[optind - 1]);
 	}
 	if (optind < argc) {
 		fprintf(stderr, "pyprofd: serve takes no operands ('%s'; see pyprofd --help)\n",
@@ -264,13 +264,13 @@ static int flags_parse(int argc, char **argv, struct flags *f)
 	return EXIT_OK;
 }
 
-static bool file_exists(const char *path)
+static bool config_file_exists(const char *path)
 {
 	struct stat st;
 	return stat(path, &st) == 0;
 }
 
-static char *path_join(const char *dir, const char *name)
+static char *config_path_join(const char *dir, const char *name)
 {
 	size_t len = strlen(dir) + strlen(name) + 2;
 	char *p = malloc(len);
@@ -280,7 +280,7 @@ static char *path_join(const char *dir, const char *name)
 }
 
 /* Where state lives when nothing says: see serve_usage. */
-static char *default_state_dir(void)
+static char *config_default_state_dir(void)
 {
 	const char *systemd = getenv("STATE_DIRECTORY");
 	if (systemd && *systemd) {
@@ -292,26 +292,26 @@ static char *default_state_dir(void)
 		return strdup("/var/lib/pyprofd");
 	const char *xdg = getenv("XDG_STATE_HOME");
 	if (xdg && *xdg == '/')
-		return path_join(xdg, "pyprofd");
+		return config_path_join(xdg, "pyprofd");
 	const char *home = getenv("HOME");
 	if (!home || *home != '/')
 		return NULL;
-	return path_join(home, ".local/state/pyprofd");
+	return config_path_join(home, ".local/state/pyprofd");
 }
 
-static char *default_socket(const struct config *c, bool state_dir_given)
+static char *config_default_socket(const struct config *c, bool state_dir_given)
 {
 	const char *runtime = getenv("RUNTIME_DIRECTORY");
 	if (!state_dir_given && runtime && *runtime) {
 		size_t len = strcspn(runtime, ":");
 		char *dir = strndup(runtime, len);
-		char *p = dir ? path_join(dir, "pyprofd.sock") : NULL;
+		char *p = dir ? config_path_join(dir, "pyprofd.sock") : NULL;
 		free(dir);
 		return p;
 	}
 	if (!state_dir_given && geteuid() == 0 && !getenv("STATE_DIRECTORY"))
 		return strdup("/run/pyprofd/pyprofd.sock");
-	return path_join(c->state_dir, "pyprofd.sock");
+	return config_path_join(c->state_dir, "pyprofd.sock");
 }
 
 /* Defaults, file, flags: into c (which the caller frees). */
@@ -320,21 +320,21 @@ static int config_build(struct config *c, const struct flags *f)
 	config_defaults(c);
 	/* The state dir decides where the config file is looked for, so it comes first. */
 	const char *state_flag = f->values[0];
-	if (state_flag ? set_string(&c->state_dir, state_flag) != 0
-	               : !(c->state_dir = default_state_dir())) {
+	if (state_flag ? config_set_string(&c->state_dir, state_flag) != 0
+	               : !(c->state_dir = config_default_state_dir())) {
 		fprintf(stderr, "pyprofd: no state directory: pass --state-dir\n");
 		return EXIT_USAGE;
 	}
 	if (f->config) {
-		if (set_string(&c->config_path, f->config) != 0)
+		if (config_set_string(&c->config_path, f->config) != 0)
 			return EXIT_FAILURE_OTHER;
 	} else {
-		char *in_state = path_join(c->state_dir, "pyprofd.conf");
-		if (in_state && file_exists(in_state))
+		char *in_state = config_path_join(c->state_dir, "pyprofd.conf");
+		if (in_state && config_file_exists(in_state))
 			c->config_path = in_state;
 		else {
 			free(in_state);
-			if (!state_flag && geteuid() == 0 && file_exists("/etc/pyprofd/pyprofd.conf"))
+			if (!state_flag && geteuid() == 0 && config_file_exists("/etc/pyprofd/pyprofd.conf"))
 				c->config_path = strdup("/etc/pyprofd/pyprofd.conf");
 		}
 	}
@@ -361,7 +361,7 @@ static int config_build(struct config *c, const struct flags *f)
 			return EXIT_USAGE;
 		}
 	}
-	if (!c->socket_path && !(c->socket_path = default_socket(c, state_flag || state_in_file)))
+	if (!c->socket_path && !(c->socket_path = config_default_socket(c, state_flag || state_in_file)))
 		return EXIT_FAILURE_OTHER;
 	if (c->default_rate_hz > c->max_rate_hz)
 		c->default_rate_hz = c->max_rate_hz;
@@ -371,7 +371,7 @@ static int config_build(struct config *c, const struct flags *f)
 int config_load(struct config *c, int argc, char **argv)
 {
 	struct flags f;
-	int rc = flags_parse(argc, argv, &f);
+	int rc = config_flags_parse(argc, argv, &f);
 	if (rc != EXIT_OK)
 		return rc;
 	if (f.help) {
@@ -388,7 +388,7 @@ int config_reload(struct config *c, int argc, char **argv)
 {
 	struct flags f;
 	struct config fresh = {0};
-	if (flags_parse(argc, argv, &f) != EXIT_OK || config_build(&fresh, &f) != EXIT_OK) {
+	if (config_flags_parse(argc, argv, &f) != EXIT_OK || config_build(&fresh, &f) != EXIT_OK) {
 		config_free(&fresh);
 		return -1;
 	}

@@ -4,7 +4,7 @@
 
 #include "pyprofd.h"
 
-const struct stats_counter stats_counters[NSTATS_COUNTERS] = {
+const struct stats_counter counters_table[COUNTERS_COUNT] = {
 	{"thread_samples", offsetof(struct uw_stats, thread_samples)},
 	{"frame_cache_full_hits", offsetof(struct uw_stats, frame_cache_full_hits)},
 	{"frame_cache_partial_hits", offsetof(struct uw_stats, frame_cache_partial_hits)},
@@ -23,9 +23,9 @@ const struct stats_counter stats_counters[NSTATS_COUNTERS] = {
 	{"cache_bytes", offsetof(struct uw_stats, cache_bytes)},
 };
 
-uint64_t stats_counter_value(const struct uw_stats *st, size_t i)
+uint64_t counters_value(const struct uw_stats *st, size_t i)
 {
 	uint64_t v;
-	memcpy(&v, (const char *)st + stats_counters[i].offset, sizeof v);
+	memcpy(&v, (const char *)st + counters_table[i].offset, sizeof v);
 	return v;
 }

@@ -109,11 +109,11 @@ int cmd_dump(int argc, char **argv)
 		case 'n': flags |= UW_SNAP_NATIVE; break;
 		case 'g': flags |= UW_SNAP_GC; break;
 		case 'h': fputs(dump_usage, stdout); return EXIT_OK;
-		default: return usage_bad_option("dump", argv[optind - 1]);
+		default: return cli_bad_option("dump", argv[optind - 1]);
 		}
 	}
 	pid_t pid;
-	int status = parse_pid_operand("dump", argc, argv, optind, &pid);
+	int status = cli_pid_operand("dump", argc, argv, optind, &pid);
 	if (status != EXIT_OK)
 		return status;
 

@@ -52,7 +52,7 @@ void functions_forget_frames(struct functions *fs)
 }
 
 /* The row of a function, made on first sight; -1 if out of memory. */
-static long row_by_name(struct functions *fs, const char *function, const char *file)
+static long functions_row_by_name(struct functions *fs, const char *function, const char *file)
 {
 	struct functions_key key = {function, file};
 	uint32_t hash = functions_hash(&key);
@@ -95,7 +95,7 @@ int functions_count(struct functions *fs, int side, uint32_t frame, const char *
 		memset(fs->row_of_frame + old, 0, (fs->nframes - old) * sizeof *fs->row_of_frame);
 	}
 	if (!fs->row_of_frame[frame]) {
-		long row = row_by_name(fs, function, file ? file : "");
+		long row = functions_row_by_name(fs, function, file ? file : "");
 		if (row < 0)
 			return -1;
 		fs->row_of_frame[frame] = (uint32_t)row + 1;
@@ -113,7 +113,7 @@ int functions_count(struct functions *fs, int side, uint32_t frame, const char *
 	return 0;
 }
 
-static int by_own(const void *x, const void *y)
+static int functions_by_own(const void *x, const void *y)
 {
 	const Pyprofd__FunctionRow *a = *(Pyprofd__FunctionRow *const *)x;
 	const Pyprofd__FunctionRow *b = *(Pyprofd__FunctionRow *const *)y;
@@ -131,7 +131,7 @@ static double functions_share(uint64_t part, uint64_t whole)
 }
 
 /* Shares, not counts, so ranges of different lengths or rates compare fairly. */
-static int by_change(const void *x, const void *y, void *ctx)
+static int functions_by_change(const void *x, const void *y, void *ctx)
 {
 	const uint64_t *samples = ctx;
 	const Pyprofd__FunctionRow *a = *(Pyprofd__FunctionRow *const *)x;
@@ -140,7 +140,7 @@ static int by_change(const void *x, const void *y, void *ctx)
 	double db = fabs(functions_share(b->own, samples[0]) - functions_share(b->base_own, samples[1]));
 	if (da != db)
 		return da > db ? -1 : 1;
-	return by_own(x, y);
+	return functions_by_own(x, y);
 }
 
 void functions_sort(struct functions *fs, bool by_share_change)
@@ -149,7 +149,7 @@ void functions_sort(struct functions *fs, bool by_share_change)
 	if (fs->nrows < 2)
 		return;
 	if (by_share_change)
-		qsort_r(fs->rows, fs->nrows, sizeof *fs->rows, by_change, fs->samples);
+		qsort_r(fs->rows, fs->nrows, sizeof *fs->rows, functions_by_change, fs->samples);
 	else
-		qsort(fs->rows, fs->nrows, sizeof *fs->rows, by_own);
+		qsort(fs->rows, fs->nrows, sizeof *fs->rows, functions_by_own);
 }

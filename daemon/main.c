@@ -23,9 +23,9 @@ static const struct {
 	const char *name;
 	int (*run)(int argc, char **argv);
 } commands[] = {
-	{"serve", cmd_serve},
+	{"serve", server_main},
 	{"dump", cmd_dump},
-	{"record", cmd_record},
+	{"record", record_main},
 };
 
 int main(int argc, char **argv)
@@ -33,7 +33,7 @@ int main(int argc, char **argv)
 	/* No command, or options first: the daemon. */
 	if (argc < 2 || (argv[1][0] == '-' && strcmp(argv[1], "-h") != 0 &&
 	                 strcmp(argv[1], "--help") != 0))
-		return cmd_serve(argc, argv);
+		return server_main(argc, argv);
 	if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
 		fputs(usage, stdout);
 		return EXIT_OK;

@@ -21,9 +21,9 @@
 
 /* cli.c */
 /* One stderr line for an option getopt rejected; returns EXIT_USAGE. */
-int usage_bad_option(const char *command, const char *option);
+int cli_bad_option(const char *command, const char *option);
 /* The single PID operand left after the options; EXIT_OK or EXIT_USAGE (line printed). */
-int parse_pid_operand(const char *command, int argc, char **argv, int optind_, pid_t *pid);
+int cli_pid_operand(const char *command, int argc, char **argv, int optind_, pid_t *pid);
 
 /* dump.c */
 int cmd_dump(int argc, char **argv);
@@ -34,12 +34,12 @@ struct stats_counter {
 	const char *name;
 	size_t offset; /* of a uint64_t in struct uw_stats */
 };
-extern const struct stats_counter stats_counters[];
-#define NSTATS_COUNTERS 16
-uint64_t stats_counter_value(const struct uw_stats *st, size_t i);
+extern const struct stats_counter counters_table[];
+#define COUNTERS_COUNT 16
+uint64_t counters_value(const struct uw_stats *st, size_t i);
 
 /* record.c */
-int cmd_record(int argc, char **argv);
+int record_main(int argc, char **argv);
 
 /* tally.c */
 /*
@@ -396,7 +396,7 @@ struct server {
 	double started_at;    /* unix time */
 	ev_tstamp started;    /* loop time */
 };
-int cmd_serve(int argc, char **argv);
+int server_main(int argc, char **argv);
 /* sd_notify STATUS= with what the daemon is doing. */
 void server_update_status(struct server *s);
 

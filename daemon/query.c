@@ -44,18 +44,18 @@ struct query_job {
 
 /* ---- on the query's thread ---- */
 
-static int out_append(struct query_job *j, const Pyprofd__Response *resp)
+static int query_out_append(struct query_job *j, const Pyprofd__Response *resp)
 {
 	return wire_frame_append(&j->out, &j->out_len, &j->out_cap, &resp->base);
 }
 
-static void answer_error(struct query_job *j, Pyprofd__ErrorCode code, const char *msg)
+static void query_answer_error(struct query_job *j, Pyprofd__ErrorCode code, const char *msg)
 {
 	Pyprofd__Response resp;
 	Pyprofd__Error e;
 	wire_error(&resp, &e, j->request_id, code, msg);
 	j->out_len = 0;
-	if (out_append(j, &resp) != 0)
+	if (query_out_append(j, &resp) != 0)
 		j->failed = true;
 }
 
@@ -88,7 +88,7 @@ struct builder {
 };
 
 /* The index of a frame in the answer, sent with the current part when new; UINT32_MAX if out of memory. */
-static uint32_t frame_id(struct builder *b, const struct store_frame *f)
+static uint32_t query_frame_id(struct builder *b, const struct store_frame *f)
 {
 	if (f->id >= b->nsent_cap) {
 		size_t old = b->nsent_cap;
@@ -116,7 +116,7 @@ static uint32_t frame_id(struct builder *b, const struct store_frame *f)
 }
 
 /* Send the part under way (more: parts follow). */
-static int flush_part(struct builder *b, bool more)
+static int query_flush_part(struct builder *b, bool more)
 {
 	struct query_job *j = b->job;
 	Pyprofd__Response resp = PYPROFD__RESPONSE__INIT;
@@ -146,7 +146,7 @@ static int flush_part(struct builder *b, bool more)
 	resp.more = more;
 	resp.result_case = PYPROFD__RESPONSE__RESULT_QUERY;
 	resp.query = &res;
-	int rc = out_append(j, &resp);
+	int rc = query_out_append(j, &resp);
 	b->first_sent = true;
 	b->nframes = b->nstacks = b->nprocesses = 0;
 	/* Rows and processes go out of their whole table in order. */
@@ -160,7 +160,7 @@ static int flush_part(struct builder *b, bool more)
 	return rc;
 }
 
-static int on_stack(void *ctx, const struct store_row *row)
+static int query_on_stack(void *ctx, const struct store_row *row)
 {
 	struct builder *b = ctx;
 	b->total = row->query_total;
@@ -172,7 +172,7 @@ static int on_stack(void *ctx, const struct store_row *row)
 	}
 	pyprofd__query_stack__init(qs);
 	for (uint32_t i = 0; i < row->depth; i++)
-		if ((ids[i] = frame_id(b, &row->frames[i])) == UINT32_MAX) {
+		if ((ids[i] = query_frame_id(b, &row->frames[i])) == UINT32_MAX) {
 			b->oom = true;
 			return -1;
 		}
@@ -182,7 +182,7 @@ static int on_stack(void *ctx, const struct store_row *row)
 	b->stacks[b->nstacks++] = qs;
 	b->part_bytes += 4 * (size_t)row->depth + 16;
 	/* The arena holds this part's frames and stacks: send it before it grows large. */
-	if (b->part_bytes > QUERY_PART_BYTES && flush_part(b, true) != 0) {
+	if (b->part_bytes > QUERY_PART_BYTES && query_flush_part(b, true) != 0) {
 		b->oom = true;
 		return -1;
 	}
@@ -190,7 +190,7 @@ static int on_stack(void *ctx, const struct store_row *row)
 }
 
 /* A stack counted into the function table; side 1 is a diff's base range. */
-static int count_stack(struct builder *b, int side, const struct store_row *row)
+static int query_count_stack(struct builder *b, int side, const struct store_row *row)
 {
 	functions_next_stack(&b->fs, side, row->count);
 	for (uint32_t i = row->depth; i-- > 0;) {
@@ -206,18 +206,18 @@ static int count_stack(struct builder *b, int side, const struct store_row *row)
 	return 0;
 }
 
-static int on_stack_compared(void *ctx, const struct store_row *row)
+static int query_on_stack_compared(void *ctx, const struct store_row *row)
 {
-	return count_stack(ctx, 0, row);
+	return query_count_stack(ctx, 0, row);
 }
 
-static int on_stack_base(void *ctx, const struct store_row *row)
+static int query_on_stack_base(void *ctx, const struct store_row *row)
 {
-	return count_stack(ctx, 1, row);
+	return query_count_stack(ctx, 1, row);
 }
 
 /* One stored process into the part under way. */
-static int on_process(void *ctx, const struct store_process *sp)
+static int query_on_process(void *ctx, const struct store_process *sp)
 {
 	struct builder *b = ctx;
 	struct arena *a = &b->rows_arena;
@@ -262,7 +262,7 @@ nomem:
 }
 
 /* The function table sorted and sent, the first `limit` rows, in parts. */
-static int send_functions(struct builder *b)
+static int query_send_functions(struct builder *b)
 {
 	struct query_job *j = b->job;
 	functions_sort(&b->fs, j->aggregate == PYPROFD__QUERY_AGGREGATE__QUERY_DIFF);
@@ -272,14 +272,14 @@ static int send_functions(struct builder *b)
 	for (size_t i = 0; i < n; i++) {
 		b->nrows++;
 		b->part_bytes += strlen(b->fs.rows[i]->function) + strlen(b->fs.rows[i]->file) + 48;
-		if (b->part_bytes > QUERY_PART_BYTES && i + 1 < n && flush_part(b, true) != 0)
+		if (b->part_bytes > QUERY_PART_BYTES && i + 1 < n && query_flush_part(b, true) != 0)
 			return -1;
 	}
-	return flush_part(b, false);
+	return query_flush_part(b, false);
 }
 
 /* The processes found, in parts, the first with the total. */
-static int send_processes(struct builder *b)
+static int query_send_processes(struct builder *b)
 {
 	b->processes = b->all_processes;
 	for (size_t i = 0; i < b->nall_processes; i++) {
@@ -287,13 +287,13 @@ static int send_processes(struct builder *b)
 		b->nprocesses++;
 		b->part_bytes += strlen(p->executable) + strlen(p->command_line) + 64 + 64 * p->n_labels;
 		if (b->part_bytes > QUERY_PART_BYTES && i + 1 < b->nall_processes &&
-		    flush_part(b, true) != 0)
+		    query_flush_part(b, true) != 0)
 			return -1;
 	}
-	return flush_part(b, false);
+	return query_flush_part(b, false);
 }
 
-static void builder_free(struct builder *b)
+static void query_builder_free(struct builder *b)
 {
 	free(b->sent);
 	free(b->frames);
@@ -310,27 +310,27 @@ static int query_answer(struct query_job *j, struct store_reader *r, struct buil
 {
 	switch (j->aggregate) {
 	case PYPROFD__QUERY_AGGREGATE__QUERY_STACKS:
-		if (store_query_stacks(r, &j->q, on_stack, b, &b->total, err) != 0)
+		if (store_query_stacks(r, &j->q, query_on_stack, b, &b->total, err) != 0)
 			return -1;
-		return flush_part(b, false);
+		return query_flush_part(b, false);
 	case PYPROFD__QUERY_AGGREGATE__QUERY_PROCESSES:
-		if (store_query_processes(r, &j->q, on_process, b, err) != 0)
+		if (store_query_processes(r, &j->q, query_on_process, b, err) != 0)
 			return -1;
-		return send_processes(b);
+		return query_send_processes(b);
 	case PYPROFD__QUERY_AGGREGATE__QUERY_DIFF: {
 		struct store_query base = j->q;
 		base.from_unix = j->base_from;
 		base.until_unix = j->base_until;
-		if (store_query_stacks(r, &base, on_stack_base, b, NULL, err) != 0)
+		if (store_query_stacks(r, &base, query_on_stack_base, b, NULL, err) != 0)
 			return -1;
 		/* The next query numbers its frames afresh. */
 		functions_forget_frames(&b->fs);
 	}
 		/* fall through */
 	default:
-		if (store_query_stacks(r, &j->q, on_stack_compared, b, NULL, err) != 0)
+		if (store_query_stacks(r, &j->q, query_on_stack_compared, b, NULL, err) != 0)
 			return -1;
-		return send_functions(b);
+		return query_send_functions(b);
 	}
 }
 
@@ -343,7 +343,7 @@ static void *query_thread(void *arg)
 	store_writer_flush(j->writer);
 	struct store_reader *r = store_reader_open(j->db_path, &err);
 	if (!r) {
-		answer_error(j, PYPROFD__ERROR_CODE__ERROR_INTERNAL, err.msg);
+		query_answer_error(j, PYPROFD__ERROR_CODE__ERROR_INTERNAL, err.msg);
 	} else {
 		struct builder b = {.job = j};
 		functions_init(&b.fs, &b.rows_arena);
@@ -357,12 +357,12 @@ static void *query_thread(void *arg)
 		int rc = pending ? store_query_sampling(r, &j->q, &j->rate_hz, j->mode, sizeof j->mode, &err)
 		                 : -1;
 		if (rc != 0 || query_answer(j, r, &b, &err) != 0)
-			answer_error(j, PYPROFD__ERROR_CODE__ERROR_INTERNAL,
+			query_answer_error(j, PYPROFD__ERROR_CODE__ERROR_INTERNAL,
 			             b.oom || !err.msg[0] ? "the daemon ran out of memory answering the query"
 			                                  : err.msg);
 		store_reader_unpin(r, pending);
 		j->q.pending = NULL;
-		builder_free(&b);
+		query_builder_free(&b);
 		store_reader_close(r);
 	}
 	pthread_mutex_lock(&qs->lock);
@@ -375,7 +375,7 @@ static void *query_thread(void *arg)
 
 /* ---- on the loop ---- */
 
-static void job_free(struct query_job *j)
+static void query_job_free(struct query_job *j)
 {
 	for (size_t i = 0; i < j->q.nlabels; i++) {
 		free(j->label_keys[i]);
@@ -413,7 +413,7 @@ static void queries_collect(struct queries *qs)
 		queries_unlink(qs, j);
 		qs->answer(qs->answer_ctx, j->client_serial, j->failed ? NULL : j->out,
 		           j->failed ? 0 : j->out_len);
-		job_free(j);
+		query_job_free(j);
 	}
 }
 
@@ -453,14 +453,14 @@ void queries_finish(struct queries *qs)
 		struct query_job *j = done;
 		done = j->next;
 		queries_unlink(qs, j);
-		job_free(j);
+		query_job_free(j);
 	}
 	ev_async_stop(qs->loop, &qs->async);
 	pthread_mutex_destroy(&qs->lock);
 }
 
 /* The label strings of a request, copied into the job. */
-static int copy_labels(struct query_job *j, const Pyprofd__QueryRequest *r)
+static int query_copy_labels(struct query_job *j, const Pyprofd__QueryRequest *r)
 {
 	if (!r->n_labels)
 		return 0;
@@ -505,9 +505,9 @@ Pyprofd__ErrorCode queries_start(struct queries *qs, const struct query_origin *
 		return PYPROFD__ERROR_CODE__ERROR_LIMIT;
 	}
 	struct query_job *j = calloc(1, sizeof *j);
-	if (!j || copy_labels(j, r) != 0 || !(j->db_path = strdup(o->db_path))) {
+	if (!j || query_copy_labels(j, r) != 0 || !(j->db_path = strdup(o->db_path))) {
 		if (j)
-			job_free(j);
+			query_job_free(j);
 		snprintf(why, why_len, "the daemon is out of memory");
 		return PYPROFD__ERROR_CODE__ERROR_INTERNAL;
 	}
@@ -535,7 +535,7 @@ Pyprofd__ErrorCode queries_start(struct queries *qs, const struct query_origin *
 	j->q.uid = o->uid;
 	int e = pthread_create(&j->thread, NULL, query_thread, j);
 	if (e != 0) {
-		job_free(j);
+		query_job_free(j);
 		snprintf(why, why_len, "cannot start a query: %s", strerror(e));
 		return PYPROFD__ERROR_CODE__ERROR_INTERNAL;
 	}

@@ -114,18 +114,18 @@ static int record_parse(int argc, char **argv, struct record_opts *o)
 		case 's': o->stats = true; break;
 		case 'j': o->stats_json = true; break;
 		case 'h': fputs(record_usage, stdout); return -1;
-		default: return usage_bad_option("record", argv[optind - 1]);
+		default: return cli_bad_option("record", argv[optind - 1]);
 		}
 	}
-	return parse_pid_operand("record", argc, argv, optind, &o->pid);
+	return cli_pid_operand("record", argc, argv, optind, &o->pid);
 }
 
-static double ts_seconds(const struct timespec *ts)
+static double record_seconds(const struct timespec *ts)
 {
 	return (double)ts->tv_sec + (double)ts->tv_nsec / 1e9;
 }
 
-static int u32_cmp(const void *a, const void *b)
+static int record_u32_cmp(const void *a, const void *b)
 {
 	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
 	return x < y ? -1 : x > y;
@@ -140,7 +140,7 @@ struct record_run {
 	size_t nns, ns_cap;
 };
 
-static double percentile_us(struct record_run *run, double q)
+static double record_percentile_us(struct record_run *run, double q)
 {
 	if (run->nns == 0)
 		return 0;
@@ -154,7 +154,7 @@ static json_t *record_stats_json(const struct uw_target *t, struct record_run *r
 	struct uw_stats st;
 	uw_stats(t, &st);
 	if (run->nns > 1) /* none: there may be no array at all */
-		qsort(run->ns, run->nns, sizeof *run->ns, u32_cmp);
+		qsort(run->ns, run->nns, sizeof *run->ns, record_u32_cmp);
 	double samples = (double)(st.samples ? st.samples : 1);
 	double threads = (double)(st.thread_samples ? st.thread_samples : 1);
 	uint64_t frames = st.frames_from_cache + st.frames_from_memory;
@@ -171,14 +171,14 @@ static json_t *record_stats_json(const struct uw_target *t, struct record_run *r
 		"total_samples", (json_int_t)st.samples, "ok_samples", (json_int_t)run->ok,
 		"failed_samples", (json_int_t)run->failed, "duration_s", run->elapsed,
 		"samples_per_s", run->elapsed > 0 ? (double)st.samples / run->elapsed : 0.0,
-		"us_per_sample_median", percentile_us(run, 0.5), "us_per_sample_p99",
-		percentile_us(run, 0.99), "success_rate", (double)run->ok / samples, "readv_calls",
+		"us_per_sample_median", record_percentile_us(run, 0.5), "us_per_sample_p99",
+		record_percentile_us(run, 0.99), "success_rate", (double)run->ok / samples, "readv_calls",
 		(json_int_t)st.readv_calls, "bytes_read", (json_int_t)st.bytes_read,
 		"readv_calls_per_sample", (double)st.readv_calls / samples, "bytes_per_sample",
 		(double)st.bytes_read / samples);
-	for (size_t i = 0; i < NSTATS_COUNTERS; i++)
-		json_object_set_new(j, stats_counters[i].name,
-		                    json_integer((json_int_t)stats_counter_value(&st, i)));
+	for (size_t i = 0; i < COUNTERS_COUNT; i++)
+		json_object_set_new(j, counters_table[i].name,
+		                    json_integer((json_int_t)counters_value(&st, i)));
 	json_object_set_new(j, "frame_cache_hit_rate",
 	                    json_real((double)(st.frame_cache_full_hits + st.frame_cache_partial_hits) / threads));
 	json_object_set_new(j, "frames_from_cache_rate",
@@ -213,7 +213,7 @@ static bool record_wait(const sigset_t *stop, const struct timespec *next)
 	for (;;) {
 		struct timespec now, left;
 		clock_gettime(CLOCK_MONOTONIC, &now);
-		double d = ts_seconds(next) - ts_seconds(&now);
+		double d = record_seconds(next) - record_seconds(&now);
 		if (d <= 0)
 			return false;
 		left.tv_sec = (time_t)d;
@@ -247,7 +247,7 @@ static double record_unix_now(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
-	return ts_seconds(&ts);
+	return record_seconds(&ts);
 }
 
 /* The sampling loop: until the duration, a stop signal, or the target's exit. */
@@ -264,14 +264,14 @@ static int record_loop(struct uw_target *t, const struct record_opts *o, struct 
 
 	for (uint64_t n = 0;; n++) {
 		clock_gettime(CLOCK_MONOTONIC, &a);
-		if (o->duration > 0 && ts_seconds(&a) - ts_seconds(&start) >= o->duration)
+		if (o->duration > 0 && record_seconds(&a) - record_seconds(&start) >= o->duration)
 			break;
 		struct uw_error err = {0};
 		int rc = uw_sample(t, &sample, &err);
 		clock_gettime(CLOCK_MONOTONIC, &b);
 		if (run->nns < RECORD_MAX_TIMINGS &&
 		    array_reserve((void **)&run->ns, &run->ns_cap, run->nns, sizeof *run->ns, NULL) == 0) {
-			double ns = (ts_seconds(&b) - ts_seconds(&a)) * 1e9;
+			double ns = (record_seconds(&b) - record_seconds(&a)) * 1e9;
 			run->ns[run->nns++] = ns > UINT32_MAX ? UINT32_MAX : (uint32_t)ns;
 		}
 		if (rc != 0) {
@@ -295,9 +295,9 @@ static int record_loop(struct uw_target *t, const struct record_opts *o, struct 
 		}
 		if (interval > 0) {
 			/* Drift-free: the schedule advances by the interval, not from now. */
-			double when = ts_seconds(&next) + interval;
-			if (when < ts_seconds(&b))
-				when = ts_seconds(&b); /* behind: skip, do not burst */
+			double when = record_seconds(&next) + interval;
+			if (when < record_seconds(&b))
+				when = record_seconds(&b); /* behind: skip, do not burst */
 			next.tv_sec = (time_t)when;
 			next.tv_nsec = (long)((when - (double)next.tv_sec) * 1e9);
 			if (record_wait(stop, &next))
@@ -307,7 +307,7 @@ static int record_loop(struct uw_target *t, const struct record_opts *o, struct 
 		}
 	}
 	clock_gettime(CLOCK_MONOTONIC, &b);
-	run->elapsed = ts_seconds(&b) - ts_seconds(&start);
+	run->elapsed = record_seconds(&b) - record_seconds(&start);
 	run->ended_unix = record_unix_now();
 	uw_sample_free(&sample);
 	return status;
@@ -342,7 +342,7 @@ static int record_write(struct profile *prof, const struct uw_target *t,
 	return rc;
 }
 
-int cmd_record(int argc, char **argv)
+int record_main(int argc, char **argv)
 {
 	struct record_opts o;
 	int rc = record_parse(argc, argv, &o);

@@ -390,7 +390,7 @@ static void rpc_stats(struct server *s, struct client *c, const Pyprofd__Request
 	if (t->uw)
 		uw_stats(t->uw, &st);
 	Pyprofd__StatsResult *res = arena_alloc(a, sizeof *res);
-	size_t n = NSTATS_COUNTERS + 4;
+	size_t n = COUNTERS_COUNT + 4;
 	Pyprofd__Counter **v = arena_alloc(a, n * sizeof *v);
 	if (!res || !v) {
 		rpc_oom(resp, a);
@@ -418,8 +418,8 @@ static void rpc_stats(struct server *s, struct client *c, const Pyprofd__Request
 			ctr->name = (char *)totals[i].name;
 			ctr->value = totals[i].value;
 		} else {
-			ctr->name = (char *)stats_counters[i - ntotals].name;
-			ctr->value = stats_counter_value(&st, i - ntotals);
+			ctr->name = (char *)counters_table[i - ntotals].name;
+			ctr->value = counters_value(&st, i - ntotals);
 		}
 		v[res->n_counters++] = ctr;
 	}

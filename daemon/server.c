@@ -20,7 +20,7 @@
 #define LISTEN_BACKLOG 128
 
 /* mkdir -p with `mode` for the directories it creates. */
-static int make_dirs(const char *path, mode_t mode)
+static int server_make_dirs(const char *path, mode_t mode)
 {
 	char buf[4096];
 	if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) {
@@ -44,9 +44,9 @@ static int make_dirs(const char *path, mode_t mode)
  * The state directory: ours, and not writable by anyone else — the
  * database and the socket live there.
  */
-static int prepare_state_dir(const char *dir)
+static int server_prepare_state_dir(const char *dir)
 {
-	if (make_dirs(dir, 0700) != 0) {
+	if (server_make_dirs(dir, 0700) != 0) {
 		fprintf(stderr, "pyprofd: cannot create state directory %s: %s\n", dir, strerror(errno));
 		return -1;
 	}
@@ -65,7 +65,7 @@ static int prepare_state_dir(const char *dir)
 }
 
 /* Whether a daemon already answers on path (then it is not ours to replace). */
-static bool socket_in_use(const char *path)
+static bool server_socket_in_use(const char *path)
 {
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
@@ -77,7 +77,7 @@ static bool socket_in_use(const char *path)
 	return in_use;
 }
 
-static int listen_on(struct server *s)
+static int server_listen(struct server *s)
 {
 	const char *path = s->config.socket_path;
 	int n = sd_listen_fds(1);
@@ -113,12 +113,12 @@ static int listen_on(struct server *s)
 	if (slash && slash != dir) {
 		*slash = '\0';
 		/* Others must reach a system socket; each request is authorized by its peer's uid. */
-		if (make_dirs(dir, geteuid() == 0 ? 0755 : 0700) != 0) {
+		if (server_make_dirs(dir, geteuid() == 0 ? 0755 : 0700) != 0) {
 			fprintf(stderr, "pyprofd: cannot create %s: %s\n", dir, strerror(errno));
 			return -1;
 		}
 	}
-	if (socket_in_use(path)) {
+	if (server_socket_in_use(path)) {
 		fprintf(stderr, "pyprofd: another daemon is listening on %s\n", path);
 		return -1;
 	}
@@ -144,7 +144,7 @@ static int listen_on(struct server *s)
 	return 0;
 }
 
-static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
+static void server_on_accept(struct ev_loop *loop, ev_io *w, int revents)
 {
 	(void)loop;
 	(void)revents;
@@ -161,7 +161,7 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
 	}
 }
 
-static void on_stop_signal(struct ev_loop *loop, ev_signal *w, int revents)
+static void server_on_stop(struct ev_loop *loop, ev_signal *w, int revents)
 {
 	(void)revents;
 	log_info("stopping on %s", w->signum == SIGTERM ? "SIGTERM" : "SIGINT");
@@ -169,7 +169,7 @@ static void on_stop_signal(struct ev_loop *loop, ev_signal *w, int revents)
 }
 
 /* Every flush interval: what targets counted goes to the history. */
-static void on_flush_timer(struct ev_loop *loop, ev_timer *w, int revents)
+static void server_on_flush_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	(void)loop;
 	(void)revents;
@@ -179,12 +179,12 @@ static void on_flush_timer(struct ev_loop *loop, ev_timer *w, int revents)
 }
 
 /* A query's answer, for its client if still connected. */
-static void on_query_answer(void *ctx, uint64_t client_serial, const uint8_t *bytes, size_t len)
+static void server_on_query_answer(void *ctx, uint64_t client_serial, const uint8_t *bytes, size_t len)
 {
 	server_client_answer(ctx, client_serial, bytes, len);
 }
 
-static void on_reload_signal(struct ev_loop *loop, ev_signal *w, int revents)
+static void server_on_reload(struct ev_loop *loop, ev_signal *w, int revents)
 {
 	(void)loop;
 	(void)revents;
@@ -207,7 +207,7 @@ static void on_reload_signal(struct ev_loop *loop, ev_signal *w, int revents)
 }
 
 /* Once a second: notice processes that exited while detached, hold the budgets. */
-static void on_housekeeping(struct ev_loop *loop, ev_timer *w, int revents)
+static void server_on_housekeeping(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	(void)loop;
 	(void)revents;
@@ -254,7 +254,7 @@ static void server_shutdown(struct server *s)
 	config_free(&s->config);
 }
 
-int cmd_serve(int argc, char **argv)
+int server_main(int argc, char **argv)
 {
 	struct server s = {.listen_fd = -1, .argc = argc, .argv = argv};
 	int rc = config_load(&s.config, argc, argv);
@@ -275,14 +275,14 @@ int cmd_serve(int argc, char **argv)
 	 * Signals first: a client may connect (and an operator signal) as soon as
 	 * the socket listens, before the loop runs; SIGHUP's default would kill.
 	 */
-	ev_signal_init(&s.sigterm, on_stop_signal, SIGTERM);
-	ev_signal_init(&s.sigint, on_stop_signal, SIGINT);
-	ev_signal_init(&s.sighup, on_reload_signal, SIGHUP);
+	ev_signal_init(&s.sigterm, server_on_stop, SIGTERM);
+	ev_signal_init(&s.sigint, server_on_stop, SIGINT);
+	ev_signal_init(&s.sighup, server_on_reload, SIGHUP);
 	s.sighup.data = &s;
 	ev_signal_start(s.loop, &s.sigterm);
 	ev_signal_start(s.loop, &s.sigint);
 	ev_signal_start(s.loop, &s.sighup);
-	if (prepare_state_dir(s.config.state_dir) != 0 || listen_on(&s) != 0) {
+	if (server_prepare_state_dir(s.config.state_dir) != 0 || server_listen(&s) != 0) {
 		ev_loop_destroy(s.loop);
 		config_free(&s.config);
 		return EXIT_FAILURE_OTHER;
@@ -290,7 +290,7 @@ int cmd_serve(int argc, char **argv)
 	s.started = ev_now(s.loop);
 	s.started_at = ev_time();
 	if (history_open(&s.history, &s.config) != 0 ||
-	    queries_init(&s.queries, s.loop, on_query_answer, &s) != 0) {
+	    queries_init(&s.queries, s.loop, server_on_query_answer, &s) != 0) {
 		fprintf(stderr, "pyprofd: out of memory\n");
 		close(s.listen_fd);
 		ev_loop_destroy(s.loop);
@@ -298,13 +298,13 @@ int cmd_serve(int argc, char **argv)
 		return EXIT_FAILURE_OTHER;
 	}
 
-	ev_io_init(&s.accept_watcher, on_accept, s.listen_fd, EV_READ);
+	ev_io_init(&s.accept_watcher, server_on_accept, s.listen_fd, EV_READ);
 	s.accept_watcher.data = &s;
 	ev_io_start(s.loop, &s.accept_watcher);
-	ev_timer_init(&s.housekeeping, on_housekeeping, 1.0, 1.0);
+	ev_timer_init(&s.housekeeping, server_on_housekeeping, 1.0, 1.0);
 	s.housekeeping.data = &s;
 	ev_timer_start(s.loop, &s.housekeeping);
-	ev_timer_init(&s.flush_timer, on_flush_timer, s.config.flush_interval_s,
+	ev_timer_init(&s.flush_timer, server_on_flush_timer, s.config.flush_interval_s,
 	              s.config.flush_interval_s);
 	s.flush_timer.data = &s;
 	ev_timer_start(s.loop, &s.flush_timer);

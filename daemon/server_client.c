@@ -22,11 +22,11 @@
 /* Past this many bytes of unsent responses, stop reading requests. */
 #define CLIENT_OUT_HIGH (8u << 20)
 
-static void on_client_read(struct ev_loop *loop, ev_io *w, int revents);
-static void on_client_write(struct ev_loop *loop, ev_io *w, int revents);
+static void server_client_on_read(struct ev_loop *loop, ev_io *w, int revents);
+static void server_client_on_write(struct ev_loop *loop, ev_io *w, int revents);
 
 /* Refuse a connection past the limit before any client object exists. */
-static void refuse_connection(int fd, const char *why)
+static void server_client_refuse(int fd, const char *why)
 {
 	Pyprofd__Response resp;
 	Pyprofd__Error error;
@@ -54,7 +54,7 @@ void server_client_accept(struct server *s, int fd)
 	if (s->nclients >= s->config.max_connections) {
 		log_warn("refused a client (uid %d, pid %d): %u connections already", (int)cred.uid,
 		         (int)cred.pid, s->nclients);
-		refuse_connection(fd, "too many connections to pyprofd");
+		server_client_refuse(fd, "too many connections to pyprofd");
 		return;
 	}
 	struct client *c = calloc(1, sizeof *c);
@@ -67,8 +67,8 @@ void server_client_accept(struct server *s, int fd)
 	c->fd = fd;
 	c->uid = cred.uid;
 	c->pid = cred.pid;
-	ev_io_init(&c->reader, on_client_read, fd, EV_READ);
-	ev_io_init(&c->writer, on_client_write, fd, EV_WRITE);
+	ev_io_init(&c->reader, server_client_on_read, fd, EV_READ);
+	ev_io_init(&c->writer, server_client_on_write, fd, EV_WRITE);
 	c->reader.data = c->writer.data = c;
 	ev_io_start(s->loop, &c->reader);
 	c->next = s->clients;
@@ -94,7 +94,7 @@ void server_client_free(struct client *c)
 	free(c);
 }
 
-static int out_reserve(struct client *c, size_t more)
+static int server_client_out_reserve(struct client *c, size_t more)
 {
 	if (c->out_off > 0 && c->out_off == c->out_len)
 		c->out_off = c->out_len = 0;
@@ -122,7 +122,7 @@ static int out_reserve(struct client *c, size_t more)
 int server_client_send(struct client *c, const Pyprofd__Response *resp)
 {
 	size_t len = wire_frame_size(&resp->base);
-	if (!len || out_reserve(c, len) != 0)
+	if (!len || server_client_out_reserve(c, len) != 0)
 		return -1;
 	wire_frame_pack(&resp->base, c->out + c->out_len);
 	c->out_len += len;
@@ -135,7 +135,7 @@ int server_client_send(struct client *c, const Pyprofd__Response *resp)
 /* Queue responses already framed. */
 static int server_client_send_bytes(struct client *c, const unsigned char *bytes, size_t len)
 {
-	if (out_reserve(c, len) != 0)
+	if (server_client_out_reserve(c, len) != 0)
 		return -1;
 	memcpy(c->out + c->out_len, bytes, len);
 	c->out_len += len;
@@ -165,7 +165,7 @@ static void server_client_resume(struct client *c)
 }
 
 /* Send an error that answers no particular request (the request id could not be read). */
-static void send_error(struct client *c, uint64_t id, Pyprofd__ErrorCode code, const char *msg)
+static void server_client_send_error(struct client *c, uint64_t id, Pyprofd__ErrorCode code, const char *msg)
 {
 	Pyprofd__Response resp;
 	Pyprofd__Error error;
@@ -175,12 +175,12 @@ static void send_error(struct client *c, uint64_t id, Pyprofd__ErrorCode code, c
 }
 
 /* One complete frame's payload. */
-static void handle_frame(struct client *c, const unsigned char *payload, size_t len)
+static void server_client_handle_frame(struct client *c, const unsigned char *payload, size_t len)
 {
 	Pyprofd__Request *req = pyprofd__request__unpack(NULL, len, payload);
 	if (!req) {
 		log_debug("client uid %d sent %zu bytes that are not a request", (int)c->uid, len);
-		send_error(c, 0, PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST,
+		server_client_send_error(c, 0, PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST,
 		           "the message is not a pyprofd request");
 		return;
 	}
@@ -203,7 +203,7 @@ static void handle_frame(struct client *c, const unsigned char *payload, size_t 
  * max_pending_requests of them per wakeup so one client cannot hold the
  * loop; the rest are handled on the next iteration.
  */
-static void handle_input(struct client *c)
+static void server_client_handle_input(struct client *c)
 {
 	size_t off = 0;
 	unsigned handled = 0;
@@ -215,7 +215,7 @@ static void handle_input(struct client *c)
 			snprintf(msg, sizeof msg, "a message of %u bytes exceeds the limit of %zu", len,
 			         c->server->config.max_message_bytes);
 			log_warn("client uid %d: %s; closing", (int)c->uid, msg);
-			send_error(c, 0, PYPROFD__ERROR_CODE__ERROR_LIMIT, msg);
+			server_client_send_error(c, 0, PYPROFD__ERROR_CODE__ERROR_LIMIT, msg);
 			c->closing = true;
 			break;
 		}
@@ -225,7 +225,7 @@ static void handle_input(struct client *c)
 			ev_feed_event(c->server->loop, &c->reader, EV_READ);
 			break;
 		}
-		handle_frame(c, p + 4, len);
+		server_client_handle_frame(c, p + 4, len);
 		handled++;
 		off += 4 + (size_t)len;
 	}
@@ -233,7 +233,7 @@ static void handle_input(struct client *c)
 	c->in_len -= off;
 }
 
-static void on_client_read(struct ev_loop *loop, ev_io *w, int revents)
+static void server_client_on_read(struct ev_loop *loop, ev_io *w, int revents)
 {
 	(void)loop;
 	(void)revents;
@@ -264,7 +264,7 @@ static void on_client_read(struct ev_loop *loop, ev_io *w, int revents)
 		if (got > 0)
 			c->in_len += (size_t)got;
 	}
-	handle_input(c);
+	server_client_handle_input(c);
 	if (c->closing) {
 		ev_io_stop(c->server->loop, &c->reader);
 		if (c->out_len == c->out_off)
@@ -272,7 +272,7 @@ static void on_client_read(struct ev_loop *loop, ev_io *w, int revents)
 	}
 }
 
-static void on_client_write(struct ev_loop *loop, ev_io *w, int revents)
+static void server_client_on_write(struct ev_loop *loop, ev_io *w, int revents)
 {
 	(void)revents;
 	struct client *c = w->data;

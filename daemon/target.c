@@ -24,7 +24,7 @@
 #define CMDLINE_MAX 4096
 
 /* Read a small /proc file whole; its length, or -1 with errno. */
-static ssize_t read_proc_file(pid_t pid, const char *name, char *buf, size_t cap)
+static ssize_t target_read_proc_file(pid_t pid, const char *name, char *buf, size_t cap)
 {
 	char path[64];
 	snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, name);
@@ -50,7 +50,7 @@ static ssize_t read_proc_file(pid_t pid, const char *name, char *buf, size_t cap
 int proc_identity(pid_t pid, uint64_t *start_time, uid_t *uid, struct uw_error *err)
 {
 	char buf[4096];
-	if (pid <= 0 || read_proc_file(pid, "stat", buf, sizeof buf) < 0) {
+	if (pid <= 0 || target_read_proc_file(pid, "stat", buf, sizeof buf) < 0) {
 		err->status = errno == EACCES ? UW_EPERM : UW_ENOPROC;
 		snprintf(err->msg, sizeof err->msg, "no such process: %d", (int)pid);
 		return -1;
@@ -68,7 +68,7 @@ int proc_identity(pid_t pid, uint64_t *start_time, uid_t *uid, struct uw_error *
 	*start_time = start;
 	if (!uid)
 		return 0;
-	if (read_proc_file(pid, "status", buf, sizeof buf) < 0) {
+	if (target_read_proc_file(pid, "status", buf, sizeof buf) < 0) {
 		err->status = UW_ENOPROC;
 		snprintf(err->msg, sizeof err->msg, "no such process: %d", (int)pid);
 		return -1;
@@ -84,7 +84,7 @@ int proc_identity(pid_t pid, uint64_t *start_time, uid_t *uid, struct uw_error *
 	return 0;
 }
 
-static char *read_executable(pid_t pid)
+static char *target_read_executable(pid_t pid)
 {
 	char path[64], buf[4096];
 	snprintf(path, sizeof path, "/proc/%d/exe", (int)pid);
@@ -96,10 +96,10 @@ static char *read_executable(pid_t pid)
 }
 
 /* The command line with its NULs as spaces, cut at CMDLINE_MAX bytes. */
-static char *read_command_line(pid_t pid)
+static char *target_read_command_line(pid_t pid)
 {
 	char buf[CMDLINE_MAX];
-	ssize_t len = read_proc_file(pid, "cmdline", buf, sizeof buf);
+	ssize_t len = target_read_proc_file(pid, "cmdline", buf, sizeof buf);
 	if (len < 0)
 		len = 0;
 	while (len > 0 && buf[len - 1] == '\0')
@@ -250,7 +250,7 @@ static void target_on_epoch_end(void *ctx, const struct uw_target *uw)
 	tally_clear(&t->tally);
 }
 
-static double monotonic_now(void)
+static double target_monotonic_now(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -277,8 +277,8 @@ struct target *target_open(struct ev_loop *loop, struct history *history, pid_t 
 	t->start_time = start_time;
 	t->uid = uid;
 	t->state = TARGET_DETACHED;
-	t->executable = read_executable(pid);
-	t->command_line = read_command_line(pid);
+	t->executable = target_read_executable(pid);
+	t->command_line = target_read_command_line(pid);
 	spell_init(&t->spell, &target_batch_sink, NULL);
 	if (!t->executable || !t->command_line) {
 		err->status = UW_ENOMEM;
@@ -323,14 +323,14 @@ void target_params_free(struct target_params *p)
 }
 
 /* Arm (interval > 0) or disarm the sampling timer. */
-static void timer_arm(struct target *t, double interval)
+static void target_timer_arm(struct target *t, double interval)
 {
 	struct itimerspec spec = {0};
 	if (interval > 0) {
 		long ns = (long)(interval * 1e9);
 		spec.it_interval = (struct timespec){.tv_sec = ns / 1000000000L, .tv_nsec = ns % 1000000000L};
 		spec.it_value = spec.it_interval;
-		t->next_due = monotonic_now() + interval;
+		t->next_due = target_monotonic_now() + interval;
 	}
 	if (timerfd_settime(t->timer_fd, 0, &spec, NULL) != 0)
 		log_error("pid %d: timerfd_settime: %s", (int)t->pid, strerror(errno));
@@ -367,7 +367,7 @@ void target_start(struct target *t, struct target_params *params)
 	memset(&t->jitter_us, 0, sizeof t->jitter_us);
 	memset(&t->cost_us, 0, sizeof t->cost_us);
 	/* Each timer runs at its own phase: targets attached together do not sample in step. */
-	timer_arm(t, 1.0 / t->params.rate_hz);
+	target_timer_arm(t, 1.0 / t->params.rate_hz);
 	ev_io_start(loop, &t->timer);
 }
 
@@ -376,7 +376,7 @@ void target_stop(struct target *t)
 	if (t->state == TARGET_SAMPLING)
 		t->session_end = ev_now(t->loop);
 	ev_io_stop(t->loop, &t->timer);
-	timer_arm(t, 0);
+	target_timer_arm(t, 0);
 	if (t->state == TARGET_SAMPLING)
 		t->state = TARGET_DETACHED;
 	target_flush(t);
@@ -388,7 +388,7 @@ void target_mark_exited(struct target *t, const char *why)
 	if (t->state == TARGET_SAMPLING)
 		t->session_end = ev_now(t->loop);
 	ev_io_stop(t->loop, &t->timer);
-	timer_arm(t, 0);
+	target_timer_arm(t, 0);
 	if (t->state != TARGET_EXITED)
 		log_info("pid %d: %s; stopped after %llu samples", (int)t->pid, why,
 		         (unsigned long long)t->samples);
@@ -489,7 +489,7 @@ static void target_on_tick(struct ev_loop *loop, ev_io *w, int revents)
 	/* Lateness of the latest tick; ticks the loop could not keep up with are skipped, counted. */
 	double interval = 1.0 / t->params.rate_hz;
 	double due = t->next_due + (double)(expirations - 1) * interval;
-	double late = monotonic_now() - due;
+	double late = target_monotonic_now() - due;
 	timing_add(&t->jitter_us, late > 0 ? late * 1e6 : 0);
 	t->next_due += (double)expirations * interval;
 	t->missed_ticks += expirations - 1;

@@ -51,7 +51,7 @@ size_t targets_warm_bytes(const struct targets *ts)
 }
 
 /* The least recently used target in `state`, or NULL. */
-static struct target *oldest_in(const struct targets *ts, enum target_state state)
+static struct target *targets_oldest_in(const struct targets *ts, enum target_state state)
 {
 	struct target *oldest = NULL;
 	for (size_t i = 0; i < ts->n; i++)
@@ -63,13 +63,13 @@ static struct target *oldest_in(const struct targets *ts, enum target_state stat
 void targets_trim(struct targets *ts, size_t warm_budget, size_t max_targets)
 {
 	struct target *t;
-	while (targets_warm_bytes(ts) > warm_budget && (t = oldest_in(ts, TARGET_DETACHED))) {
+	while (targets_warm_bytes(ts) > warm_budget && (t = targets_oldest_in(ts, TARGET_DETACHED))) {
 		log_info("pid %d: warm state dropped (over the %zu MiB budget)", (int)t->pid,
 		         warm_budget >> 20);
 		targets_remove(ts, t);
 		target_free(t);
 	}
-	while ((t = oldest_in(ts, TARGET_EXITED)) &&
+	while ((t = targets_oldest_in(ts, TARGET_EXITED)) &&
 	       (ts->n > max_targets || ev_now(t->loop) - t->last_used > EXITED_KEEP_S)) {
 		targets_remove(ts, t);
 		target_free(t);

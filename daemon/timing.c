@@ -12,7 +12,7 @@ void timing_add(struct timing *t, double value)
 		t->n++;
 }
 
-static int double_cmp(const void *a, const void *b)
+static int timing_double_cmp(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
 	return x < y ? -1 : x > y;
@@ -26,7 +26,7 @@ double timing_percentile(const struct timing *t, double p)
 	if (!sorted)
 		return 0;
 	memcpy(sorted, t->v, t->n * sizeof *sorted);
-	qsort(sorted, t->n, sizeof *sorted, double_cmp);
+	qsort(sorted, t->n, sizeof *sorted, timing_double_cmp);
 	size_t at = (size_t)(p / 100.0 * (t->n - 1) + 0.5);
 	double value = sorted[at < t->n ? at : t->n - 1];
 	free(sorted);
