@@ -399,13 +399,20 @@ static void queries_unlink(struct queries *qs, struct query_job *j)
 		}
 }
 
-/* Join the queries that ended and hand each answer to the owner. */
-static void queries_collect(struct queries *qs)
+/* The queries that ended since the last look, taken off the done list. */
+static struct query_job *queries_take_done(struct queries *qs)
 {
 	pthread_mutex_lock(&qs->lock);
 	struct query_job *done = qs->done;
 	qs->done = NULL;
 	pthread_mutex_unlock(&qs->lock);
+	return done;
+}
+
+/* Join the queries that ended and hand each answer to the owner. */
+static void queries_collect(struct queries *qs)
+{
+	struct query_job *done = queries_take_done(qs);
 	while (done) {
 		struct query_job *j = done;
 		done = j->next;
@@ -445,11 +452,7 @@ void queries_finish(struct queries *qs)
 	/* Each query ends on its own: wait for every thread, then drop what is left. */
 	for (struct query_job *j = qs->running; j; j = j->next_run)
 		pthread_join(j->thread, NULL);
-	pthread_mutex_lock(&qs->lock);
-	struct query_job *done = qs->done;
-	qs->done = NULL;
-	pthread_mutex_unlock(&qs->lock);
-	while (done) {
+	for (struct query_job *done = queries_take_done(qs); done;) {
 		struct query_job *j = done;
 		done = j->next;
 		queries_unlink(qs, j);
