@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "grow.h"
 #include "wire.h"
 
 /* A frame buffer starts this small and grows as bytes arrive, not as the length claims. */
@@ -32,7 +33,7 @@ struct client {
  * frame of many empty submessages decodes to far more than its size; every
  * allocation of one answer is counted here and refused past the budget.
  */
-struct client_arena {
+struct client_budget {
 	ProtobufCAllocator allocator;
 	size_t used;
 	size_t limit;
@@ -40,7 +41,7 @@ struct client_arena {
 };
 
 /* Each block remembers its size so free can give it back to the budget. */
-union arena_header {
+union client_budget_header {
 	size_t size;
 	max_align_t align;
 };
@@ -60,22 +61,22 @@ static int client_fail(struct client_error *err, enum client_status status, cons
 	return -1;
 }
 
-static int64_t now_ms(void)
+static int64_t client_now_ms(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void *arena_alloc(void *data, size_t size)
+static void *client_budget_alloc(void *data, size_t size)
 {
-	struct client_arena *a = data;
+	struct client_budget *a = data;
 	size_t room = a->limit - a->used;
-	if (room < sizeof(union arena_header) || size > room - sizeof(union arena_header)) {
+	if (room < sizeof(union client_budget_header) || size > room - sizeof(union client_budget_header)) {
 		a->refused = true;
 		return NULL;
 	}
-	union arena_header *h = malloc(sizeof *h + size);
+	union client_budget_header *h = malloc(sizeof *h + size);
 	if (!h)
 		return NULL;
 	h->size = size;
@@ -83,12 +84,12 @@ static void *arena_alloc(void *data, size_t size)
 	return h + 1;
 }
 
-static void arena_free(void *data, void *ptr)
+static void client_budget_free(void *data, void *ptr)
 {
-	struct client_arena *a = data;
+	struct client_budget *a = data;
 	if (!ptr)
 		return;
-	union arena_header *h = (union arena_header *)ptr - 1;
+	union client_budget_header *h = (union client_budget_header *)ptr - 1;
 	a->used -= sizeof *h + h->size;
 	free(h);
 }
@@ -173,7 +174,7 @@ static int client_wait(struct client *c, short events, int64_t deadline, struct 
 	for (;;) {
 		if (c->interrupt && *c->interrupt)
 			return client_fail(err, CLIENT_EINTR, "interrupted");
-		int64_t left = deadline - now_ms();
+		int64_t left = deadline - client_now_ms();
 		if (left <= 0)
 			return client_fail(err, CLIENT_ETIMEOUT, "the daemon did not answer within %d s",
 			                   CLIENT_TIMEOUT_MS / 1000);
@@ -189,7 +190,7 @@ static int client_wait(struct client *c, short events, int64_t deadline, struct 
 
 static int client_send(struct client *c, const uint8_t *buf, size_t len, struct client_error *err)
 {
-	int64_t deadline = now_ms() + CLIENT_TIMEOUT_MS;
+	int64_t deadline = client_now_ms() + CLIENT_TIMEOUT_MS;
 	size_t done = 0;
 	while (done < len) {
 		ssize_t n = send(c->fd, buf + done, len - done, MSG_NOSIGNAL);
@@ -244,6 +245,19 @@ static ssize_t client_read(struct client *c, uint8_t *buf, size_t len, int64_t d
 	return (ssize_t)done;
 }
 
+/* Whether a frame's announced length is believed, before anything is read or allocated for it. */
+static int client_frame_admit(uint32_t len, size_t budget, struct client_error *err)
+{
+	if (len > CLIENT_MAX_FRAME)
+		return client_fail(err, CLIENT_EPROTO,
+		                   "the daemon sent a %u-byte response, over the %u MiB limit", len,
+		                   CLIENT_MAX_FRAME >> 20);
+	if (len > budget)
+		return client_fail(err, CLIENT_EPROTO, "the daemon's answer is over the %u MiB limit",
+		                   CLIENT_MAX_REPLY >> 20);
+	return 0;
+}
+
 /*
  * Receive one frame into a malloc'd buffer (*out, *outlen).  The length
  * prefix is only believed up to CLIENT_MAX_FRAME and `budget`, and the buffer
@@ -252,7 +266,7 @@ static ssize_t client_read(struct client *c, uint8_t *buf, size_t len, int64_t d
 static int client_recv_frame(struct client *c, size_t budget, uint8_t **out, size_t *outlen,
                              struct client_error *err)
 {
-	int64_t deadline = now_ms() + CLIENT_TIMEOUT_MS;
+	int64_t deadline = client_now_ms() + CLIENT_TIMEOUT_MS;
 	uint8_t hdr[4];
 	ssize_t n = client_read(c, hdr, sizeof hdr, deadline, err);
 	if (n < 0)
@@ -264,13 +278,8 @@ static int client_recv_frame(struct client *c, size_t budget, uint8_t **out, siz
 		return client_fail(err, CLIENT_EPROTO,
 		                   "truncated response from the daemon (cut in its length)");
 	uint32_t len = wire_frame_length(hdr);
-	if (len > CLIENT_MAX_FRAME)
-		return client_fail(err, CLIENT_EPROTO,
-		                   "the daemon sent a %u-byte response, over the %u MiB limit", len,
-		                   CLIENT_MAX_FRAME >> 20);
-	if (len > budget)
-		return client_fail(err, CLIENT_EPROTO, "the daemon's answer is over the %u MiB limit",
-		                   CLIENT_MAX_REPLY >> 20);
+	if (client_frame_admit(len, budget, err) != 0)
+		return -1;
 
 	size_t cap = len < CLIENT_FIRST_CHUNK ? len : CLIENT_FIRST_CHUNK;
 	uint8_t *buf = malloc(cap ? cap : 1);
@@ -306,7 +315,7 @@ static int client_recv_frame(struct client *c, size_t budget, uint8_t **out, siz
 }
 
 /* The result case that answers a request case; the contract numbers them alike. */
-static Pyprofd__Response__ResultCase result_case_for(Pyprofd__Request__BodyCase body)
+Pyprofd__Response__ResultCase client_result_case(Pyprofd__Request__BodyCase body)
 {
 	switch (body) {
 	case PYPROFD__REQUEST__BODY_ATTACH: return PYPROFD__RESPONSE__RESULT_ATTACH;
@@ -399,13 +408,116 @@ static void client_read_parting_error(struct client *c, struct client_error *err
 	pyprofd__response__free_unpacked(resp, NULL);
 }
 
+int client_answer_start(struct client_answer *a, uint64_t id, Pyprofd__Response__ResultCase want,
+                        struct client_error *err)
+{
+	memset(a, 0, sizeof *a);
+	a->id = id;
+	a->want = want;
+	a->reply = calloc(1, sizeof *a->reply);
+	struct client_budget *budget = calloc(1, sizeof *budget);
+	if (!a->reply || !budget) {
+		free(a->reply);
+		free(budget);
+		a->reply = NULL;
+		return client_fail(err, CLIENT_ENOMEM, "out of memory");
+	}
+	budget->allocator = (ProtobufCAllocator){client_budget_alloc, client_budget_free, budget};
+	budget->limit = CLIENT_MAX_DECODED;
+	a->reply->arena = budget;
+	return 0;
+}
+
+int client_answer_part(struct client_answer *a, const uint8_t *payload, size_t len,
+                       struct client_error *err, bool *in_step)
+{
+	struct client_reply *reply = a->reply;
+	*in_step = false;
+	if (reply->nparts == CLIENT_MAX_PARTS)
+		return client_fail(err, CLIENT_EPROTO, "the daemon's answer has more than %u parts",
+		                   CLIENT_MAX_PARTS);
+	if (client_frame_admit((uint32_t)(len > UINT32_MAX ? UINT32_MAX : len), CLIENT_MAX_REPLY - a->wire,
+	                       err) != 0)
+		return -1;
+	a->wire += len;
+	Pyprofd__Response *resp = pyprofd__response__unpack(&reply->arena->allocator, len, payload);
+	if (!resp) {
+		if (reply->arena->refused)
+			return client_fail(err, CLIENT_EPROTO,
+			                   "the daemon's answer takes more than %zu MiB to decode",
+			                   CLIENT_MAX_DECODED >> 20);
+		return client_fail(err, CLIENT_EPROTO, "undecodable response from the daemon");
+	}
+	if (array_reserve((void **)&reply->parts, &a->parts_cap, reply->nparts, sizeof *reply->parts,
+	                  NULL) != 0) {
+		pyprofd__response__free_unpacked(resp, &reply->arena->allocator);
+		return client_fail(err, CLIENT_ENOMEM, "out of memory");
+	}
+	reply->parts[reply->nparts++] = resp;
+	if (client_check(resp, a->id, a->want, err) != 0) {
+		/* An Error ends its answer; anything else leaves the stream unreadable. */
+		*in_step = err->status == CLIENT_EDAEMON && !resp->more;
+		return -1;
+	}
+	*in_step = true;
+	return resp->more ? 1 : 0;
+}
+
+struct client_reply *client_answer_take(struct client_answer *a)
+{
+	struct client_reply *reply = a->reply;
+	a->reply = NULL;
+	return reply;
+}
+
+void client_answer_abandon(struct client_answer *a)
+{
+	client_reply_free(a->reply);
+	a->reply = NULL;
+}
+
+struct client_reply *client_reply_decode(const uint8_t *bytes, size_t len, uint64_t id,
+                                         Pyprofd__Response__ResultCase want, size_t *used,
+                                         struct client_error *err)
+{
+	struct client_answer a;
+	*used = 0;
+	if (client_answer_start(&a, id, want, err) != 0)
+		return NULL;
+	for (size_t off = 0;;) {
+		if (len - off < WIRE_HEADER_BYTES) {
+			client_fail(err, CLIENT_EPROTO, off == len ? "the daemon closed the connection without answering"
+			                                           : "truncated response from the daemon (cut in its length)");
+			break;
+		}
+		uint32_t n = wire_frame_length(bytes + off);
+		if (client_frame_admit(n, CLIENT_MAX_REPLY - a.wire, err) != 0)
+			break;
+		if (len - off - WIRE_HEADER_BYTES < n) {
+			client_fail(err, CLIENT_EPROTO, "truncated response from the daemon (%zu of %u bytes)",
+			            len - off - WIRE_HEADER_BYTES, n);
+			break;
+		}
+		bool in_step;
+		int rc = client_answer_part(&a, bytes + off + WIRE_HEADER_BYTES, n, err, &in_step);
+		off += WIRE_HEADER_BYTES + n;
+		*used = off;
+		if (rc == 0)
+			return client_answer_take(&a);
+		if (rc < 0)
+			break;
+	}
+	client_answer_abandon(&a);
+	return NULL;
+}
+
 struct client_reply *client_call(struct client *c, Pyprofd__Request *req, struct client_error *err)
 {
 	if (c->broken) {
 		client_fail(err, CLIENT_EPROTO, "the connection to the daemon was lost");
 		return NULL;
 	}
-	Pyprofd__Response__ResultCase want = result_case_for(req->body_case);
+	Pyprofd__Response__ResultCase want = client_result_case(req->body_case);
 	if (want == PYPROFD__RESPONSE__RESULT__NOT_SET) {
 		client_fail(err, CLIENT_EPROTO, "no such request");
 		return NULL;
@@ -435,64 +547,25 @@ struct client_reply *client_call(struct client *c, Pyprofd__Request *req, struct
 		return NULL;
 	}
 
-	struct client_reply *reply = calloc(1, sizeof *reply);
-	struct client_arena *arena = calloc(1, sizeof *arena);
-	if (!reply || !arena) {
-		free(reply);
-		free(arena);
-		client_fail(err, CLIENT_ENOMEM, "out of memory");
+	struct client_answer a;
+	if (client_answer_start(&a, req->id, want, err) != 0)
 		return NULL;
-	}
-	arena->allocator = (ProtobufCAllocator){arena_alloc, arena_free, arena};
-	arena->limit = CLIENT_MAX_DECODED;
-	reply->arena = arena;
-
-	size_t cap = 0, wire = 0;
 	for (;;) {
-		if (reply->nparts == CLIENT_MAX_PARTS) {
-			client_fail(err, CLIENT_EPROTO, "the daemon's answer has more than %u parts",
-			            CLIENT_MAX_PARTS);
-			goto fail;
-		}
 		uint8_t *buf = NULL;
-		if (client_recv_frame(c, CLIENT_MAX_REPLY - wire, &buf, &len, err) != 0)
-			goto fail;
-		wire += len;
-		Pyprofd__Response *resp = pyprofd__response__unpack(&arena->allocator, len, buf);
+		if (client_recv_frame(c, CLIENT_MAX_REPLY - a.wire, &buf, &len, err) != 0) {
+			c->broken = true;
+			break;
+		}
+		bool in_step = true;
+		rc = client_answer_part(&a, buf, len, err, &in_step);
 		free(buf);
-		if (!resp) {
-			if (arena->refused)
-				client_fail(err, CLIENT_EPROTO,
-				            "the daemon's answer takes more than %zu MiB to decode",
-				            CLIENT_MAX_DECODED >> 20);
-			else
-				client_fail(err, CLIENT_EPROTO, "undecodable response from the daemon");
-			goto fail;
+		if (rc == 0)
+			return client_answer_take(&a);
+		if (rc < 0) {
+			c->broken = !in_step;
+			break;
 		}
-		if (reply->nparts == cap) {
-			size_t ncap = cap ? cap * 2 : 4;
-			Pyprofd__Response **nparts = realloc(reply->parts, ncap * sizeof *nparts);
-			if (!nparts) {
-				pyprofd__response__free_unpacked(resp, &arena->allocator);
-				client_fail(err, CLIENT_ENOMEM, "out of memory");
-				goto fail;
-			}
-			reply->parts = nparts;
-			cap = ncap;
-		}
-		reply->parts[reply->nparts++] = resp;
-		if (client_check(resp, req->id, want, err) != 0) {
-			/* An Error ends its answer; anything else leaves the stream unreadable. */
-			if (err->status == CLIENT_EDAEMON && !resp->more)
-				goto done;
-			goto fail;
-		}
-		if (!resp->more)
-			return reply;
 	}
-fail:
-	c->broken = true;
-done:
-	client_reply_free(reply);
+	client_answer_abandon(&a);
 	return NULL;
 }

@@ -10,7 +10,9 @@
 #define PYPROFD_CLIENT_H
 
 #include <signal.h>
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "pyprofd.pb-c.h"
 
@@ -49,7 +51,7 @@ struct client;
 struct client_reply {
 	size_t nparts;
 	Pyprofd__Response **parts;
-	struct client_arena *arena; /* private: what the parts were decoded into */
+	struct client_budget *arena; /* private: what the parts were decoded into */
 };
 
 /* Connect to the daemon's socket; NULL and *err on failure. */
@@ -71,5 +73,41 @@ void client_set_interrupt(struct client *c, const volatile sig_atomic_t *flag);
 struct client_reply *client_call(struct client *c, Pyprofd__Request *req, struct client_error *err);
 
 void client_reply_free(struct client_reply *reply);
+
+/* The result case that answers a request case. */
+Pyprofd__Response__ResultCase client_result_case(Pyprofd__Request__BodyCase body);
+
+/*
+ * Reading an answer, a frame at a time: every check of what the daemon sent
+ * (sizes, parts, decoding memory, ids, result cases) is made here, on
+ * bytes, so it holds for a socket and for a test or fuzzer alike.
+ */
+struct client_answer {
+	uint64_t id;
+	Pyprofd__Response__ResultCase want;
+	struct client_reply *reply;
+	size_t parts_cap;
+	size_t wire; /* bytes of the frames so far */
+};
+int client_answer_start(struct client_answer *a, uint64_t id, Pyprofd__Response__ResultCase want,
+                        struct client_error *err);
+/*
+ * One frame's payload: 1 when parts follow, 0 when the answer is whole,
+ * -1 and *err when it failed (also when the daemon answered an Error);
+ * *in_step says whether the stream still is (the next answer readable).
+ */
+int client_answer_part(struct client_answer *a, const uint8_t *payload, size_t len,
+                       struct client_error *err, bool *in_step);
+/* The whole answer, now the caller's. */
+struct client_reply *client_answer_take(struct client_answer *a);
+void client_answer_abandon(struct client_answer *a);
+
+/*
+ * An answer to request id from bytes as the socket would give them: the
+ * reply, or NULL and *err; *used is how many bytes its frames took.
+ */
+struct client_reply *client_reply_decode(const uint8_t *bytes, size_t len, uint64_t id,
+                                         Pyprofd__Response__ResultCase want, size_t *used,
+                                         struct client_error *err);
 
 #endif

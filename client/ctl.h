@@ -10,46 +10,108 @@
 #include "client.h"
 #include "vocab.h"
 
+/* What the command line asked for, before and after the command. */
+struct ctl {
+	const char *socket; /* --socket, NULL for the default */
+	bool json;
+	const struct ctl_command *cmd;
+};
+
+/* A command: its name, how it runs, its --help. */
+struct ctl_command {
+	const char *name;
+	int (*run)(struct ctl *ctl, int argc, char **argv);
+	const char *usage;
+};
+
+/* Options every command takes, after it as before it; last, as they end the table. */
+#define CTL_COMMON_OPTIONS                                                                         \
+	{"json", no_argument, NULL, 'j'}, {"socket", required_argument, NULL, 'S'},                  \
+		{"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}
+
 /* ctl.c */
-/* The command line, parsed and run; the exit status. */
-int ctl_main(int argc, char **argv);
+/* pyprofd-ctl --help. */
+extern const char ctl_usage[];
+/* One stderr line for a usage error; returns EXIT_USAGE. */
+int ctl_usage_error(const struct ctl *ctl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/*
+ * An option getopt handed back that every command shares, or one it
+ * rejected: -1 when parsing goes on, else the exit status to return now.
+ */
+int ctl_common_option(struct ctl *ctl, int opt, char **argv);
+/* The options of a command that has only the common ones: -1 to go on, else its exit status. */
+int ctl_common_options_only(struct ctl *ctl, int argc, char **argv);
+int ctl_parse_pid(const struct ctl *ctl, const char *arg, int32_t *pid);
+/* The single PID operand left after the options. */
+int ctl_pid_operand(const struct ctl *ctl, int argc, char **argv, int32_t *pid);
+int ctl_no_operand(const struct ctl *ctl, int argc, char **argv);
+/* A whole number in [min, UINT32_MAX]; EXIT_OK or a usage error. */
+int ctl_parse_u32(const struct ctl *ctl, const char *option, const char *arg, uint32_t min,
+                  uint32_t *out);
 /* Print a failed call's one line on stderr; returns its exit status. */
 int ctl_report(const struct client_error *err);
+/* Connect to the daemon; NULL after printing why (*status is the exit status). */
+struct client *ctl_connect(const struct ctl *ctl, int *status);
+/* One request, its whole answer; NULL after printing why (*status is the exit status). */
+struct client_reply *ctl_call(const struct ctl *ctl, Pyprofd__Request *req, int *status);
+/* Flush stdout; a failed write is an error the caller must hear of. */
+int ctl_finish(int status);
+/* doc as one line on stdout (it is freed); the exit status. */
+int ctl_print_json(json_t *doc);
+/* A result may leave out its target: an empty one rather than a crash. */
+const Pyprofd__Target *ctl_target_or_empty(const Pyprofd__Target *t);
 
-/* format.c */
-/* s, or "" for a string the decoder left NULL. */
-const char *format_str(const char *s);
-/* A JSON string even for bytes that are not UTF-8 (they become U+FFFD); NULL if out of memory. */
-json_t *format_json_string(const char *s);
-/* A JSON integer; past what JSON integers hold here, the largest one. */
-json_t *format_json_u64(uint64_t v);
-/* A JSON number, or null for NaN and infinities (JSON has neither). */
-json_t *format_json_double(double v);
+/* ctl_live.c */
+extern const char ctl_attach_usage[], ctl_detach_usage[], ctl_list_usage[], ctl_dump_usage[],
+	ctl_stats_usage[], ctl_status_usage[];
+int ctl_live_attach(struct ctl *ctl, int argc, char **argv);
+int ctl_live_detach(struct ctl *ctl, int argc, char **argv);
+int ctl_live_list(struct ctl *ctl, int argc, char **argv);
+int ctl_live_dump(struct ctl *ctl, int argc, char **argv);
+int ctl_live_stats(struct ctl *ctl, int argc, char **argv);
+int ctl_live_status(struct ctl *ctl, int argc, char **argv);
+
+/* ctl_history.c */
+extern const char ctl_query_usage[], ctl_diff_usage[];
+int ctl_history_query(struct ctl *ctl, int argc, char **argv);
+int ctl_history_diff(struct ctl *ctl, int argc, char **argv);
+/* "90s", "15m", "2h", "1d" or plain seconds; -1 if it is none of those. */
+double ctl_history_parse_duration(const char *arg);
+/* Unix seconds, or local time YYYY-MM-DDTHH:MM[:SS]; -1 if neither. */
+double ctl_history_parse_time(const char *arg);
+/* A time of a diff range: as ctl_history_parse_time, "now", or "-D" for D ago; -1 if none. */
+double ctl_history_parse_when(const char *arg, double now);
+/* "FROM..UNTIL" into q's range; EXIT_OK or a usage error. */
+int ctl_history_parse_range(const struct ctl *ctl, const char *option, const char *arg, double now,
+                            Pyprofd__QueryRequest *q);
+
+/* fields.c */
+enum field_type {
+	FIELD_STRING, FIELD_INT32, FIELD_UINT32, FIELD_INT64, FIELD_UINT64,
+	FIELD_DOUBLE, /* text with `decimals` digits */
+	FIELD_TIME,   /* unix seconds: a JSON number, UTC in text */
+	FIELD_BOOL, FIELD_MODE,
+	FIELD_LABELS, /* at the offset of n_labels, the array after it: a JSON object, k=v,... in text */
+};
+/* One field of a protocol message, as both forms show it. */
+struct field {
+	const char *key; /* "group.key": the member key of the JSON object group */
+	enum field_type type;
+	size_t offset;
+	int decimals;
+};
+extern const struct field fields_target[], fields_status[], fields_stats[], fields_process[];
+extern const size_t fields_ntarget, fields_nstatus, fields_nstats, fields_nprocess;
+/* The message as a JSON object, in the table's order; NULL if out of memory. */
+json_t *fields_json(const void *msg, const struct field *fields, size_t n);
+/* A line per field: "key: value", or the key padded to width columns when width > 0; 0 or -1. */
+int fields_text(FILE *out, const void *msg, const struct field *fields, size_t n, int width);
+/* One field's value as text (malloc'd; NULL if out of memory). */
+char *fields_cell(const void *msg, const struct field *f);
+/* The field of a key, or NULL. */
+const struct field *fields_find(const struct field *fields, size_t n, const char *key);
 /* The documented JSON form of a Target; NULL if out of memory. */
-json_t *format_json_target(const Pyprofd__Target *t);
-/* Write doc as one compact line on stdout and free it; -1 if that failed. */
-int format_json_print(json_t *doc);
-/* Columns s takes on a terminal: one per UTF-8 character. */
-size_t format_width(const char *s);
-/*
- * Write at most `cols` columns of s to out with control characters shown as
- * '?' (a process's command line or file names must not drive the terminal),
- * padded with spaces to `pad` columns; returns the columns written.
- */
-size_t format_put(FILE *out, const char *s, size_t cols, size_t pad);
-
-/* functions.c */
-/*
- * A history query's function table (QUERY_FUNCTIONS) or diff (QUERY_DIFF),
- * every part, as text or one JSON line; name titles the table.  0, or -1 if
- * writing failed.
- */
-int functions_write(const struct client_reply *reply, const char *name, bool diff, bool json,
-                    FILE *out);
-
-/* processes.c */
-/* A history query's processes (QUERY_PROCESSES), every part, as a table or one JSON line. */
-int processes_write(const struct client_reply *reply, bool json, FILE *out);
+json_t *fields_target_json(const Pyprofd__Target *t);
 
 /* top.c */
 struct top_options {
@@ -60,7 +122,8 @@ struct top_options {
 	bool json;
 };
 
-/* Show the busiest functions of a target, live or once; returns the exit status. */
-int top_run(struct client *c, const struct top_options *o);
+extern const char ctl_top_usage[];
+/* `pyprofd-ctl top`: its options, then the busiest functions of a target, live or once. */
+int top_main(struct ctl *ctl, int argc, char **argv);
 
 #endif

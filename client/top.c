@@ -7,6 +7,7 @@
  * Otherwise it prints one table (or one JSON object) and exits.
  */
 #include <errno.h>
+#include <getopt.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 #include <unistd.h>
 
 #include "ctl.h"
+#include "export.h"
 
 /* Screen rows when the terminal does not say. */
 #define TOP_DEFAULT_ROWS 40
@@ -47,7 +49,7 @@ struct top_screen {
 	struct sigaction old[TOP_NSIGNALS];
 };
 
-static int64_t now_ms(void)
+static int64_t top_now_ms(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -94,13 +96,13 @@ static void top_print(FILE *out, int32_t pid, struct client_reply *reply, size_t
 	char window[64], line[256];
 	put_seconds(window, sizeof window, head->window_s);
 	snprintf(line, sizeof line, "PID %d  Python %.32s  %.16s  %llu samples in %s s%s",
-	         (int)(t ? t->pid : pid), t && *format_str(t->python_version) ? t->python_version : "?",
-	         t && *format_str(t->state) ? t->state : "?", (unsigned long long)head->samples, window,
+	         (int)(t ? t->pid : pid), t && *export_str(t->python_version) ? t->python_version : "?",
+	         t && *export_str(t->state) ? t->state : "?", (unsigned long long)head->samples, window,
 	         live ? "  (q quits)" : "");
-	format_put(out, line, cols, 0);
+	export_put(out, line, cols, 0);
 	fputs("\n\n", out);
 	snprintf(line, sizeof line, "%6s %7s  %s", "%Own", "%Total", "Function (file)");
-	format_put(out, line, cols, 0);
+	export_put(out, line, cols, 0);
 	fputc('\n', out);
 
 	size_t shown = 0;
@@ -110,13 +112,13 @@ static void top_print(FILE *out, int32_t pid, struct client_reply *reply, size_t
 			const Pyprofd__FunctionRow *row = r->rows[i];
 			snprintf(line, sizeof line, "%6.1f %7.1f  ", percent(row->own, head->samples),
 			         percent(row->total, head->samples));
-			size_t w = format_put(out, line, cols, 0);
+			size_t w = export_put(out, line, cols, 0);
 			if (w < cols)
-				w += format_put(out, row->function, cols - w, 0);
-			if (*format_str(row->file) && w + 2 < cols) {
+				w += export_put(out, row->function, cols - w, 0);
+			if (*export_str(row->file) && w + 2 < cols) {
 				fputs(" (", out);
 				w += 2;
-				w += format_put(out, row->file, cols - w, 0);
+				w += export_put(out, row->file, cols - w, 0);
 				if (w < cols)
 					fputc(')', out);
 			}
@@ -134,10 +136,10 @@ static json_t *top_json(int32_t pid, struct client_reply *reply)
 		for (size_t i = 0; rows && i < r->n_rows; i++) {
 			const Pyprofd__FunctionRow *row = r->rows[i];
 			json_t *obj = json_pack("{s:o, s:o, s:o, s:o, s:f, s:f}", "function",
-			                        format_json_string(row->function), "file",
-			                        format_json_string(row->file), "own",
-			                        format_json_u64(row->own), "total",
-			                        format_json_u64(row->total), "own_percent",
+			                        export_json_string(row->function), "file",
+			                        export_json_string(row->file), "own",
+			                        export_json_u64(row->own), "total",
+			                        export_json_u64(row->total), "own_percent",
 			                        percent(row->own, head->samples), "total_percent",
 			                        percent(row->total, head->samples));
 			if (json_array_append_new(rows, obj) != 0) {
@@ -147,8 +149,8 @@ static json_t *top_json(int32_t pid, struct client_reply *reply)
 		}
 	}
 	return json_pack("{s:i, s:o, s:o, s:o}", "pid", (int)(head->target ? head->target->pid : pid),
-	                 "window_s", format_json_double(head->window_s), "samples",
-	                 format_json_u64(head->samples), "rows", rows);
+	                 "window_s", export_json_double(head->window_s), "samples",
+	                 export_json_u64(head->samples), "rows", rows);
 }
 
 /* One table or JSON object, no escapes. */
@@ -158,20 +160,14 @@ static int top_once(struct client *c, const struct top_options *o)
 	struct client_reply *reply = top_fetch(c, o, o->limit, &err);
 	if (!reply)
 		return ctl_report(&err);
-	int status = EXIT_OK;
+	int status;
 	if (o->json) {
-		if (format_json_print(top_json(o->pid, reply)) != 0) {
-			fputs("pyprofd-ctl: cannot write the JSON output (out of memory?)\n", stderr);
-			status = EXIT_FAILURE_OTHER;
-		}
+		status = ctl_print_json(top_json(o->pid, reply));
 	} else {
 		top_print(stdout, o->pid, reply, SIZE_MAX, SIZE_MAX, false);
+		status = ctl_finish(EXIT_OK);
 	}
 	client_reply_free(reply);
-	if (fflush(stdout) != 0 && status == EXIT_OK) {
-		fputs("pyprofd-ctl: cannot write the output\n", stderr);
-		status = EXIT_FAILURE_OTHER;
-	}
 	return status;
 }
 
@@ -217,7 +213,7 @@ static bool top_wait(struct top_screen *s, int64_t deadline)
 	for (;;) {
 		if (top_signal)
 			return true;
-		int64_t left = deadline - now_ms();
+		int64_t left = deadline - top_now_ms();
 		if (left <= 0)
 			return false;
 		struct pollfd pfd = {.fd = STDIN_FILENO, .events = POLLIN};
@@ -246,7 +242,7 @@ static int top_live(struct client *c, const struct top_options *o)
 	top_screen_enter(&s);
 	client_set_interrupt(c, &top_signal);
 
-	for (int64_t next = now_ms();;) {
+	for (int64_t next = top_now_ms();;) {
 		struct winsize ws = {0};
 		size_t rows = TOP_DEFAULT_ROWS, cols = SIZE_MAX;
 		if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_row > 0) {
@@ -267,8 +263,8 @@ static int top_live(struct client *c, const struct top_options *o)
 			break;
 
 		next += TOP_INTERVAL_MS;
-		if (next < now_ms()) /* the answer took longer than a tick: start afresh */
-			next = now_ms() + TOP_INTERVAL_MS;
+		if (next < top_now_ms()) /* the answer took longer than a tick: start afresh */
+			next = top_now_ms() + TOP_INTERVAL_MS;
 		if (top_wait(&s, next))
 			break;
 	}
@@ -287,9 +283,63 @@ static int top_live(struct client *c, const struct top_options *o)
 	return sig && sig != SIGINT ? 128 + sig : EXIT_OK;
 }
 
-int top_run(struct client *c, const struct top_options *o)
+/* Live on a terminal, else once. */
+static int top_run(struct client *c, const struct top_options *o)
 {
 	if (o->once || o->json || !isatty(STDOUT_FILENO))
 		return top_once(c, o);
 	return top_live(c, o);
+}
+
+const char ctl_top_usage[] =
+	"usage: pyprofd-ctl top PID [--window S] [--limit N] [--once] [--json]\n"
+	"\n"
+	"The functions seen most in process PID's recent samples: %Own is the share of\n"
+	"thread samples with the function innermost, %Total with it anywhere on the\n"
+	"stack.  On a terminal the view refreshes every second; q or Ctrl-C quits.\n"
+	"When the output is not a terminal, one table is printed.  Ended by SIGTERM,\n"
+	"SIGHUP or SIGQUIT, the live view exits with 128 + the signal's number.\n"
+	"\n"
+	"  --window S        the last S seconds of samples (default: the daemon's)\n"
+	"  --limit N         at most N rows; 0 (the default): as many as fit the terminal,\n"
+	"                    or all when printing once\n"
+	"  --once            print one table and exit\n"
+	"  --json            once, as one JSON object: {pid, window_s, samples, rows:\n"
+	"                    [{function, file, own, total, own_percent, total_percent}]}\n";
+
+/* `pyprofd-ctl top PID`: its options, then the view. */
+int top_main(struct ctl *ctl, int argc, char **argv)
+{
+	static const struct option options[] = {
+		{"window", required_argument, NULL, 'w'},
+		{"limit", required_argument, NULL, 'n'},
+		{"once", no_argument, NULL, '1'},
+		CTL_COMMON_OPTIONS,
+	};
+	struct top_options o = {0};
+	int opt, status = EXIT_OK;
+	while ((opt = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
+		if (opt == 'w')
+			status = ctl_parse_u32(ctl, "--window", optarg, 1, &o.window_s);
+		else if (opt == 'n')
+			status = ctl_parse_u32(ctl, "--limit", optarg, 0, &o.limit);
+		else if (opt == '1')
+			o.once = true;
+		else if ((status = ctl_common_option(ctl, opt, argv)) < 0)
+			status = EXIT_OK;
+		else
+			return status;
+		if (status != EXIT_OK)
+			return status;
+	}
+	if ((status = ctl_pid_operand(ctl, argc, argv, &o.pid)) != EXIT_OK)
+		return status;
+	o.json = ctl->json;
+
+	struct client *c = ctl_connect(ctl, &status);
+	if (!c)
+		return status;
+	status = top_run(c, &o);
+	client_free(c);
+	return status;
 }

@@ -1,6 +1,12 @@
-/* `pyprofd dump`: every thread's Python stack, once, without a daemon. */
+/*
+ * `pyprofd dump`: every thread's Python stack, once, without a daemon.  A
+ * snapshot becomes the protocol's DumpResult here, for the daemon's dump
+ * request as for this command, and the export library writes it: the one
+ * rendering pyprofd-ctl dump uses too.
+ */
 #include <getopt.h>
-#include <jansson.h>
+#include <errno.h>
+#include <string.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -26,70 +32,56 @@ static const char dump_usage[] =
 	"5 not a Python process, 6 unsupported Python version, 7 process exited during the\n"
 	"dump, 8 inconsistent remote data\n";
 
-static void dump_text(const struct uw_target *t, const struct uw_snapshot *s)
+Pyprofd__DumpResult *dump_to_proto(pid_t pid, const struct uw_target *uw,
+                                          const struct uw_snapshot *snap, struct arena *a)
 {
-	printf("Process %d: Python %s (%s)\n", (int)uw_pid(t), uw_version(t), uw_runtime_file(t));
-	for (uint32_t i = 0; i < s->nthreads; i++) {
-		const struct uw_thread *th = &s->threads[i];
-		printf("\nThread %llu", (unsigned long long)th->thread_id);
-		if (th->native_id > 0)
-			printf(" (native %lld)", (long long)th->native_id);
-		if (th->interp_id != 0)
-			printf(" interpreter %lld", (long long)th->interp_id);
-		printf("%s%s%s\n", th->holds_gil ? " [gil]" : "", th->on_cpu ? " [on-cpu]" : "",
-		       !th->holds_gil && !th->on_cpu ? " [idle]" : "");
+	Pyprofd__DumpResult *res = arena_alloc(a, sizeof *res);
+	if (!res)
+		return NULL;
+	pyprofd__dump_result__init(res);
+	res->pid = pid;
+	res->python_version = arena_strdup(a, uw_version(uw));
+	res->runtime_file = arena_strdup(a, uw_runtime_file(uw));
+	res->threads = arena_alloc(a, (snap->nthreads ? snap->nthreads : 1) * sizeof *res->threads);
+	if (!res->python_version || !res->runtime_file || !res->threads)
+		return NULL;
+	for (uint32_t i = 0; i < snap->nthreads; i++) {
+		const struct uw_thread *th = &snap->threads[i];
+		Pyprofd__Thread *pt = arena_alloc(a, sizeof *pt);
+		if (!pt)
+			return NULL;
+		pyprofd__thread__init(pt);
+		pt->thread_id = th->thread_id;
+		pt->native_thread_id = th->native_id;
+		pt->interpreter_id = th->interp_id;
+		pt->gil = th->holds_gil;
+		pt->on_cpu = th->on_cpu;
+		pt->truncated = th->truncated;
+		pt->unreadable = th->unreadable;
+		pt->frames = arena_alloc(a, (th->nframes ? th->nframes : 1) * sizeof *pt->frames);
+		if (!pt->frames)
+			return NULL;
 		for (uint32_t k = 0; k < th->nframes; k++) {
 			const struct uw_frame *f = &th->frames[k];
-			if (f->kind != UW_FRAME_PYTHON)
-				printf("    %s\n", f->function);
-			else if (f->line >= 0)
-				printf("    %s (%s:%d)\n", f->function, f->file, f->line);
-			else
-				printf("    %s (%s)\n", f->function, f->file);
+			Pyprofd__Frame *pf = arena_alloc(a, sizeof *pf);
+			if (!pf)
+				return NULL;
+			pyprofd__frame__init(pf);
+			pf->function = arena_strdup(a, f->function ? f->function : "");
+			pf->qualname = arena_strdup(a, f->qualname ? f->qualname : "");
+			pf->file = arena_strdup(a, f->file ? f->file : "");
+			pf->line = f->line >= 0 ? f->line : -1;
+			pf->kind = arena_strdup(a, vocab_kind_name(f->kind));
+			if (!pf->function || !pf->qualname || !pf->file || !pf->kind)
+				return NULL;
+			pt->frames[pt->n_frames++] = pf;
 		}
-		if (th->unreadable)
-			printf("    (stack not shown: it kept changing while it was read)\n");
-		if (th->truncated)
-			printf("    ... (truncated at %u frames)\n", UW_MAX_FRAMES);
+		res->threads[res->n_threads++] = pt;
 	}
+	return res;
 }
 
-static json_t *json_string_or_null(const char *s)
-{
-	return s ? json_string(s) : json_null();
-}
-
-/* Builds the documented JSON form; NULL only when out of memory. */
-static json_t *dump_json(const struct uw_target *t, const struct uw_snapshot *s)
-{
-	json_t *threads = json_array();
-	for (uint32_t i = 0; threads && i < s->nthreads; i++) {
-		const struct uw_thread *th = &s->threads[i];
-		json_t *frames = json_array();
-		for (uint32_t k = 0; frames && k < th->nframes; k++) {
-			const struct uw_frame *f = &th->frames[k];
-			json_array_append_new(
-				frames, json_pack("{s:o, s:o, s:o, s:o, s:s}", "function",
-			                          json_string(f->function), "qualname",
-			                          json_string_or_null(f->qualname), "file",
-			                          json_string_or_null(f->file), "line",
-			                          f->line >= 0 ? json_integer(f->line) : json_null(),
-			                          "kind", vocab_kind_name(f->kind)));
-		}
-		json_array_append_new(
-			threads,
-			json_pack("{s:I, s:o, s:I, s:b, s:b, s:b, s:b, s:o}", "thread_id",
-		                  (json_int_t)th->thread_id, "native_thread_id",
-		                  th->native_id > 0 ? json_integer(th->native_id) : json_null(),
-		                  "interpreter_id", (json_int_t)th->interp_id, "gil", th->holds_gil,
-		                  "on_cpu", th->on_cpu, "truncated", th->truncated, "unreadable",
-		                  th->unreadable, "frames", frames));
-	}
-	return json_pack("{s:i, s:s, s:o}", "pid", (int)uw_pid(t), "python_version", uw_version(t),
-	                 "threads", threads);
-}
-
-int cmd_dump(int argc, char **argv)
+int dump_main(int argc, char **argv)
 {
 	static const struct option options[] = {
 		{"json", no_argument, NULL, 'j'},
@@ -140,22 +132,16 @@ int cmd_dump(int argc, char **argv)
 	}
 
 	status = EXIT_OK;
-	if (as_json) {
-		json_t *doc = dump_json(t, &snap);
-		if (!doc || json_dumpf(doc, stdout, JSON_COMPACT) != 0) {
-			fputs("pyprofd: out of memory writing JSON\n", stderr);
-			status = EXIT_FAILURE_OTHER;
-		} else {
-			putchar('\n');
-		}
-		json_decref(doc);
-	} else {
-		dump_text(t, &snap);
-	}
-	if (fflush(stdout) != 0) {
-		fputs("pyprofd: cannot write the dump\n", stderr);
+	struct arena a = {0};
+	const Pyprofd__DumpResult *res = dump_to_proto(pid, t, &snap, &a);
+	if (!res) {
+		fputs("pyprofd: out of memory writing the dump\n", stderr);
+		status = EXIT_FAILURE_OTHER;
+	} else if (export_dump_write(&res, 1, as_json, stdout) != 0 || fflush(stdout) != 0) {
+		fprintf(stderr, "pyprofd: cannot write the dump: %s\n", strerror(errno));
 		status = EXIT_FAILURE_OTHER;
 	}
+	arena_free(&a);
 	uw_snapshot_release(&snap);
 	uw_close(t);
 	return status;

@@ -24,7 +24,7 @@ static const struct {
 	int (*run)(int argc, char **argv);
 } commands[] = {
 	{"serve", server_main},
-	{"dump", cmd_dump},
+	{"dump", dump_main},
 	{"record", record_main},
 };
 

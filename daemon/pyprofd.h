@@ -26,7 +26,10 @@ int cli_bad_option(const char *command, const char *option);
 int cli_pid_operand(const char *command, int argc, char **argv, int optind_, pid_t *pid);
 
 /* dump.c */
-int cmd_dump(int argc, char **argv);
+int dump_main(int argc, char **argv);
+/* A snapshot as the protocol's dump answer, allocated in a; NULL if out of memory. */
+Pyprofd__DumpResult *dump_to_proto(pid_t pid, const struct uw_target *uw,
+                                   const struct uw_snapshot *snap, struct arena *a);
 
 /* counters.c */
 /* The engine's counters by the names --stats-json and the stats RPC give them. */

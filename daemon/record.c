@@ -35,8 +35,9 @@ static const char record_usage[] =
 	"  --no-cache          turn every cache off (for comparison)\n"
 	"  -o, --output FILE   write the profile to FILE (default: standard output)\n"
 	"  --format F          collapsed (default), flamegraph (one HTML file),\n"
-	"                      speedscope, pprof (gzip'd protobuf) or json, as\n"
-	"                      pyprofd-ctl query writes them\n"
+	"                      speedscope, pprof (gzip'd protobuf), json or table (the\n"
+	"                      functions seen most, own and total), as pyprofd-ctl\n"
+	"                      query writes them\n"
 	"  --stats             print sampling statistics on standard error\n"
 	"  --stats-json        print them as one JSON object, the last line of standard error\n"
 	"\n"
@@ -50,6 +51,7 @@ struct record_opts {
 	struct uw_options uw;
 	const char *output;
 	enum export_format format;
+	bool table; /* --format table: counted here, written as pyprofd-ctl writes one */
 	bool stats, stats_json;
 };
 
@@ -105,9 +107,10 @@ static int record_parse(int argc, char **argv, struct record_opts *o)
 		case 'C': o->uw.no_cache = true; break;
 		case 'o': o->output = optarg; break;
 		case 'f':
-			if (export_format_parse(optarg, &o->format) != 0) {
-				fprintf(stderr, "pyprofd: --format is collapsed, flamegraph, speedscope, pprof "
-				                "or json, not '%s'\n", optarg);
+			o->table = strcmp(optarg, "table") == 0;
+			if (!o->table && export_format_parse(optarg, &o->format) != 0) {
+				fprintf(stderr, "pyprofd: --format is collapsed, flamegraph, speedscope, pprof, "
+				                "json or table, not '%s'\n", optarg);
 				return EXIT_USAGE;
 			}
 			break;
@@ -313,6 +316,44 @@ static int record_loop(struct uw_target *t, const struct record_opts *o, struct 
 	return status;
 }
 
+/* The functions of a profile, own and total, written as pyprofd-ctl writes a query's table. */
+static int record_table(const struct export_profile *p, pid_t pid, FILE *out)
+{
+	struct arena a = {0};
+	struct functions fs;
+	functions_init(&fs, &a);
+	int rc = 0;
+	for (uint32_t i = 0; rc == 0 && i < p->nstacks; i++) {
+		const struct export_stack *st = &p->stacks[i];
+		functions_next_stack(&fs, 0, st->count);
+		for (uint32_t d = st->depth; rc == 0 && d-- > 0;) {
+			const struct export_frame *f = &p->frames[st->frames[d]];
+			rc = functions_count(&fs, 0, st->frames[d], f->function, f->file, d + 1 == st->depth,
+			                     st->count);
+		}
+	}
+	if (rc != 0) {
+		errno = ENOMEM;
+	} else {
+		functions_sort(&fs, false);
+		char name[32];
+		snprintf(name, sizeof name, "pid %d", (int)pid);
+		struct export_table t = {.rows = fs.rows,
+		                         .nrows = fs.nrows,
+		                         .functions_found = fs.nrows,
+		                         .name = name,
+		                         .mode = p->mode,
+		                         .rate_hz = p->rate_hz,
+		                         .from_unix = p->from_unix,
+		                         .until_unix = p->until_unix,
+		                         .total = fs.samples[0]};
+		rc = export_table_write(&t, false, out);
+	}
+	functions_free(&fs);
+	arena_free(&a);
+	return rc;
+}
+
 /* The profile in the asked format, through the export library pyprofd-ctl uses too. */
 static int record_write(struct profile *prof, const struct uw_target *t,
                         const struct record_opts *o, const struct record_run *run, FILE *out)
@@ -335,7 +376,7 @@ static int record_write(struct profile *prof, const struct uw_target *t,
 	p.rate_hz = rate < 1 ? 1 : rate > UINT32_MAX ? UINT32_MAX : (uint32_t)(rate + 0.5);
 	p.from_unix = run->started_unix;
 	p.until_unix = run->ended_unix > run->started_unix ? run->ended_unix : run->started_unix;
-	int rc = export_write(&p, o->format, out);
+	int rc = o->table ? record_table(&p, o->pid, out) : export_write(&p, o->format, out);
 	int saved = errno;
 	profile_free_export(&p);
 	errno = saved;

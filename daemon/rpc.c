@@ -297,55 +297,6 @@ static void rpc_list(struct server *s, struct client *c, const Pyprofd__Request 
 	resp->list = res;
 }
 
-static Pyprofd__DumpResult *dump_to_proto(pid_t pid, const struct uw_target *uw,
-                                          const struct uw_snapshot *snap, struct arena *a)
-{
-	Pyprofd__DumpResult *res = arena_alloc(a, sizeof *res);
-	if (!res)
-		return NULL;
-	pyprofd__dump_result__init(res);
-	res->pid = pid;
-	res->python_version = arena_strdup(a, uw_version(uw));
-	res->runtime_file = arena_strdup(a, uw_runtime_file(uw));
-	res->threads = arena_alloc(a, (snap->nthreads ? snap->nthreads : 1) * sizeof *res->threads);
-	if (!res->python_version || !res->runtime_file || !res->threads)
-		return NULL;
-	for (uint32_t i = 0; i < snap->nthreads; i++) {
-		const struct uw_thread *th = &snap->threads[i];
-		Pyprofd__Thread *pt = arena_alloc(a, sizeof *pt);
-		if (!pt)
-			return NULL;
-		pyprofd__thread__init(pt);
-		pt->thread_id = th->thread_id;
-		pt->native_thread_id = th->native_id;
-		pt->interpreter_id = th->interp_id;
-		pt->gil = th->holds_gil;
-		pt->on_cpu = th->on_cpu;
-		pt->truncated = th->truncated;
-		pt->unreadable = th->unreadable;
-		pt->frames = arena_alloc(a, (th->nframes ? th->nframes : 1) * sizeof *pt->frames);
-		if (!pt->frames)
-			return NULL;
-		for (uint32_t k = 0; k < th->nframes; k++) {
-			const struct uw_frame *f = &th->frames[k];
-			Pyprofd__Frame *pf = arena_alloc(a, sizeof *pf);
-			if (!pf)
-				return NULL;
-			pyprofd__frame__init(pf);
-			pf->function = arena_strdup(a, f->function ? f->function : "");
-			pf->qualname = arena_strdup(a, f->qualname ? f->qualname : "");
-			pf->file = arena_strdup(a, f->file ? f->file : "");
-			pf->line = f->line >= 0 ? f->line : -1;
-			pf->kind = arena_strdup(a, vocab_kind_name(f->kind));
-			if (!pf->function || !pf->qualname || !pf->file || !pf->kind)
-				return NULL;
-			pt->frames[pt->n_frames++] = pf;
-		}
-		res->threads[res->n_threads++] = pt;
-	}
-	return res;
-}
-
 static void rpc_dump(struct server *s, struct client *c, const Pyprofd__Request *req,
                      Pyprofd__Response *resp, struct arena *a)
 {

@@ -99,7 +99,7 @@ char *export_utf8_copy(const char *s)
  * U+FFFD, recorded in the view to be freed.  JSON, protobuf strings and the
  * browser all need UTF-8, and every format should show a name the same way.
  */
-static const char *view_utf8(struct export_view *v, const char *s)
+static const char *export_view_utf8(struct export_view *v, const char *s)
 {
 	const unsigned char *p = (const unsigned char *)s;
 	size_t n;
@@ -115,7 +115,7 @@ static const char *view_utf8(struct export_view *v, const char *s)
 }
 
 /* Checks everything a writer relies on; 0, or -1 with errno EINVAL. */
-static int profile_check(const struct export_profile *p, uint64_t *total)
+static int export_profile_check(const struct export_profile *p, uint64_t *total)
 {
 	if (!p || (p->nframes && !p->frames) || (p->nstacks && !p->stacks) || p->rate_hz == 0 ||
 	    !isfinite(p->from_unix) || !isfinite(p->until_unix) || p->until_unix < p->from_unix ||
@@ -151,7 +151,7 @@ struct frame_order {
 };
 
 /* <0, 0, >0 as frames i and j show before, the same as, after each other. */
-static int frame_shown_cmp(const struct frame_order *o, uint32_t i, uint32_t j)
+static int export_frame_shown_cmp(const struct frame_order *o, uint32_t i, uint32_t j)
 {
 	int c = strcmp(o->v->function[i], o->v->function[j]);
 	if (!c)
@@ -165,10 +165,10 @@ static int frame_shown_cmp(const struct frame_order *o, uint32_t i, uint32_t j)
 	return c;
 }
 
-static int frame_cmp(const void *a, const void *b, void *arg)
+static int export_frame_cmp(const void *a, const void *b, void *arg)
 {
 	uint32_t i = *(const uint32_t *)a, j = *(const uint32_t *)b;
-	int c = frame_shown_cmp(arg, i, j);
+	int c = export_frame_shown_cmp(arg, i, j);
 	/* A total order, so the ids do not depend on how qsort treats ties. */
 	return c ? c : (i > j) - (i < j);
 }
@@ -178,17 +178,17 @@ static int frame_cmp(const void *a, const void *b, void *arg)
  * in the order of what they show; rep[id] is the first frame index with it.
  * Returns the number of ids.
  */
-static uint32_t view_number(const struct export_view *v, bool whole, uint32_t *order,
+static uint32_t export_view_number(const struct export_view *v, bool whole, uint32_t *order,
                             uint32_t *id, uint32_t *rep)
 {
 	uint32_t n = v->p->nframes;
 	struct frame_order o = {v, whole};
 	for (uint32_t i = 0; i < n; i++)
 		order[i] = i;
-	qsort_r(order, n, sizeof *order, frame_cmp, &o);
+	qsort_r(order, n, sizeof *order, export_frame_cmp, &o);
 	uint32_t next = 0;
 	for (uint32_t k = 0; k < n; k++) {
-		bool fresh = k == 0 || frame_shown_cmp(&o, order[k - 1], order[k]) != 0;
+		bool fresh = k == 0 || export_frame_shown_cmp(&o, order[k - 1], order[k]) != 0;
 		if (fresh && k > 0)
 			next++;
 		id[order[k]] = next;
@@ -198,7 +198,7 @@ static uint32_t view_number(const struct export_view *v, bool whole, uint32_t *o
 	return n ? next + 1 : 0;
 }
 
-static void view_free(struct export_view *v)
+static void export_view_free(struct export_view *v)
 {
 	for (size_t i = 0; i < v->nowned; i++)
 		free(v->owned[i]);
@@ -211,7 +211,7 @@ static void view_free(struct export_view *v)
 	free(v->func_rep);
 }
 
-static int view_build(struct export_view *v, const struct export_profile *p, uint64_t total)
+static int export_view_build(struct export_view *v, const struct export_profile *p, uint64_t total)
 {
 	memset(v, 0, sizeof *v);
 	v->p = p;
@@ -229,23 +229,23 @@ static int view_build(struct export_view *v, const struct export_profile *p, uin
 	if (!v->owned || !v->function || !v->file || !v->frame_id || !v->frame_rep || !v->func_id ||
 	    !v->func_rep || !order)
 		goto fail;
-	v->name = view_utf8(v, p->name ? p->name : "");
-	v->mode = view_utf8(v, p->mode ? p->mode : "");
+	v->name = export_view_utf8(v, p->name ? p->name : "");
+	v->mode = export_view_utf8(v, p->mode ? p->mode : "");
 	if (!v->name || !v->mode)
 		goto fail;
 	for (size_t i = 0; i < n; i++) {
-		v->function[i] = view_utf8(v, p->frames[i].function);
-		v->file[i] = view_utf8(v, p->frames[i].file);
+		v->function[i] = export_view_utf8(v, p->frames[i].function);
+		v->file[i] = export_view_utf8(v, p->frames[i].file);
 		if (!v->function[i] || !v->file[i])
 			goto fail;
 	}
-	v->nuniq = view_number(v, true, order, v->frame_id, v->frame_rep);
-	v->nfuncs = view_number(v, false, order, v->func_id, v->func_rep);
+	v->nuniq = export_view_number(v, true, order, v->frame_id, v->frame_rep);
+	v->nfuncs = export_view_number(v, false, order, v->func_id, v->func_rep);
 	free(order);
 	return 0;
 fail:
 	free(order);
-	view_free(v);
+	export_view_free(v);
 	errno = ENOMEM;
 	return -1;
 }
@@ -253,7 +253,7 @@ fail:
 int export_write(const struct export_profile *p, enum export_format format, FILE *out)
 {
 	uint64_t total;
-	if (!out || profile_check(p, &total) < 0)
+	if (!out || export_profile_check(p, &total) < 0)
 		return errno = EINVAL, -1;
 	size_t f = 0;
 	while (f < NFORMATS && formats[f].format != format)
@@ -261,11 +261,11 @@ int export_write(const struct export_profile *p, enum export_format format, FILE
 	if (f == NFORMATS)
 		return errno = EINVAL, -1;
 	struct export_view v;
-	if (view_build(&v, p, total) < 0)
+	if (export_view_build(&v, p, total) < 0)
 		return -1;
 	int r = formats[f].write(&v, out);
 	int saved = errno;
-	view_free(&v);
+	export_view_free(&v);
 	errno = saved;
 	if (r == 0 && (fflush(out) == EOF || ferror(out))) {
 		if (!errno)

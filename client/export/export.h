@@ -7,10 +7,14 @@
 #ifndef PYPROFD_EXPORT_H
 #define PYPROFD_EXPORT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
+#include <jansson.h>
+
+#include "pyprofd.pb-c.h"
 #include "unwind.h"
 
 
@@ -94,10 +98,58 @@ int export_format_parse(const char *name, enum export_format *out);
  */
 int export_write(const struct export_profile *p, enum export_format format, FILE *out);
 
-/* Length of the valid UTF-8 sequence at s (1-4), or 0 if it is not one; the client's text uses it too. */
+/* Length of the valid UTF-8 sequence at s (1-4), or 0 if it is not one. */
 size_t export_utf8_seq(const unsigned char *s);
 
 /* A malloc'd copy of s with each byte that is not valid UTF-8 replaced by U+FFFD; NULL if out of memory. */
 char *export_utf8_copy(const char *s);
+
+/* ---- export_format.c: text for people and JSON values, whatever bytes a target gave ---- */
+
+/* s, or "" for a string the decoder left NULL. */
+const char *export_str(const char *s);
+/* A JSON string even for bytes that are not UTF-8 (they become U+FFFD); NULL if out of memory. */
+json_t *export_json_string(const char *s);
+/* A JSON integer; past what JSON integers hold here, the largest one. */
+json_t *export_json_u64(uint64_t v);
+/* A JSON number, or null for NaN and infinities (JSON has neither). */
+json_t *export_json_double(double v);
+/* Columns s takes on a terminal: one per UTF-8 character. */
+size_t export_width(const char *s);
+/*
+ * Write at most `cols` columns of s to out with control characters shown as
+ * '?', padded with spaces to `pad` columns; returns the columns written.
+ */
+size_t export_put(FILE *out, const char *s, size_t cols, size_t pad);
+
+/* ---- export_table.c: a table of functions, own and total samples ---- */
+
+/* What heads a table: the range and totals its rows were counted over. */
+struct export_table {
+	Pyprofd__FunctionRow *const *rows; /* in the order to print */
+	size_t nrows;
+	uint64_t functions_found; /* rows there were before a limit kept these */
+	const char *name;         /* what was selected, e.g. "pid 4242" */
+	const char *mode;         /* "" when unknown */
+	uint32_t rate_hz;         /* 0 when unknown */
+	double from_unix, until_unix;
+	uint64_t total;
+	/* A diff: each row's base_own and base_total over the base range. */
+	bool diff;
+	uint64_t base_total;
+	double base_from_unix, base_until_unix;
+};
+
+/* The table as text for people (names made safe) or one JSON line; 0, or -1 if writing failed. */
+int export_table_write(const struct export_table *t, bool json, FILE *out);
+
+/* ---- export_dump.c: every thread's stack, as pyprofd dump and pyprofd-ctl dump print it ---- */
+
+/*
+ * A dump answer (its parts: the first heads it, threads of all follow in
+ * order) as text or one JSON line.  0, or -1 if writing failed (errno) or
+ * memory ran out (ENOMEM).
+ */
+int export_dump_write(const Pyprofd__DumpResult *const *parts, size_t nparts, bool json, FILE *out);
 
 #endif

@@ -154,6 +154,13 @@ Test(record, every_format_keeps_the_names, .timeout = 300)
 	          "pprof is not gzip'd");
 	run_result_free(&r);
 
+	const char *table[] = {"--format", "table", NULL};
+	record(&r, t.pid, table);
+	cr_assert_not_null(strstr(r.out, "odd;semi (") , "table lacks odd;semi: %s", r.out);
+	cr_assert_not_null(strstr(r.out, "odd?line ("), "a newline is not shown as '?': %s", r.out);
+	cr_assert_not_null(strstr(r.out, "pid "), "table lacks its heading: %s", r.out);
+	run_result_free(&r);
+
 	const char *flame[] = {"--format", "flamegraph", NULL};
 	record(&r, t.pid, flame);
 	cr_assert_not_null(strstr(r.out, "<html"), "flamegraph is not a page");

@@ -1,0 +1,569 @@
+/*
+ * pyprofd-ctl's commands on the history: query (stacks in any format, a
+ * table of functions, the processes a range has samples of) and diff.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ctl.h"
+#include "export.h"
+
+const char ctl_query_usage[] =
+	"usage: pyprofd-ctl query [--pid P | --target ID] [--label K=V]... [--since D | --from T [--until T]]\n"
+	"                         [--thread TID] [--format F] [--limit N] [-o FILE]\n"
+	"\n"
+	"What the history holds: the stored samples of the selected processes in a time\n"
+	"range, aggregated by stack (samples not yet written to the database included).\n"
+	"A user other than root sees only its own processes.\n"
+	"\n"
+	"  --pid P           one process (by pid; every process that had it)\n"
+	"  --target ID       one process by its id in the history (--format processes)\n"
+	"  --label K=V       processes attached with this label; repeat: all must match\n"
+	"  --since D         the last D: 90s, 15m, 2h, 1d (default: everything stored)\n"
+	"  --from T, --until T\n"
+	"                    a range: unix seconds, or local time YYYY-MM-DDTHH:MM[:SS]\n"
+	"  --thread TID      one thread (threading.get_ident())\n"
+	"  --format F        collapsed (default), flamegraph (one HTML file), speedscope,\n"
+	"                    pprof (gzip'd protobuf), table (top functions, counted by\n"
+	"                    the daemon; with --json one object: {name, mode, from, until,\n"
+	"                    samples, functions_found, functions: [{function, file, own,\n"
+	"                    total, own_percent, total_percent}]}), json, or processes\n"
+	"                    (which processes the range has samples of, and their\n"
+	"                    target ids; with --json an array of objects: {target_id,\n"
+	"                    pid, uid, executable, command_line, python_version,\n"
+	"                    labels, first, last, samples})\n"
+	"  --limit N         table: the first N functions (default: all)\n"
+	"  -o, --output FILE write there instead of standard output\n";
+
+const char ctl_diff_usage[] =
+	"usage: pyprofd-ctl diff [--pid P | --target ID] [--label K=V]... [--thread TID] [--limit N]\n"
+	"                        --base FROM..UNTIL --compare FROM..UNTIL [--json] [-o FILE]\n"
+	"\n"
+	"Two ranges of the history side by side: each function's share of the samples\n"
+	"(own and total) in the base range and in the compared one, the functions whose\n"
+	"own share changed most first.  Shares, not counts, so ranges of different\n"
+	"lengths compare fairly.  A time is unix seconds, local YYYY-MM-DDTHH:MM[:SS],\n"
+	"now, or -D for D ago (-90s, -15m, -2h, -1d): --base -2h..-1h --compare -1h..now.\n"
+	"The daemon counts and orders; one request answers both ranges.\n"
+	"\n"
+	"  --limit N         the first N functions (default: all)\n"
+	"  --json            one JSON object: {base_samples, compare_samples,\n"
+	"                    functions_found, functions:\n"
+	"                    [{function, file, base_own, base_total, compare_own,\n"
+	"                    compare_total, own_percent_change, total_percent_change}]}\n";
+
+/* --- query --- */
+
+/* -o's file, or standard output without one; NULL (said on stderr) if it cannot be written. */
+static FILE *ctl_history_output_open(const char *path)
+{
+	FILE *out = path ? fopen(path, "wb") : stdout;
+	if (!out)
+		fprintf(stderr, "pyprofd-ctl: cannot write %s: %s\n", path, strerror(errno));
+	return out;
+}
+
+/* Closes what ctl_history_output_open gave after a writer returned rc; the exit status. */
+static int ctl_history_output_close(FILE *out, const char *path, int rc)
+{
+	if (path && fclose(out) != 0)
+		rc = -1;
+	if (rc != 0) {
+		fprintf(stderr, "pyprofd-ctl: cannot write %s: %s\n", path ? path : "the output",
+		        strerror(errno));
+		return EXIT_FAILURE_OTHER;
+	}
+	return path ? EXIT_OK : ctl_finish(EXIT_OK);
+}
+
+/* "90s", "15m", "2h", "1d" or plain seconds; -1 if it is none of those. */
+double ctl_history_parse_duration(const char *arg)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(arg, &end);
+	if (end == arg || errno != 0 || !(v >= 0))
+		return -1;
+	double unit = *end == '\0' || strcmp(end, "s") == 0 ? 1
+	              : strcmp(end, "m") == 0                ? 60
+	              : strcmp(end, "h") == 0                ? 3600
+	              : strcmp(end, "d") == 0                ? 86400
+	                                                     : -1;
+	return unit < 0 ? -1 : v * unit;
+}
+
+/* Unix seconds, or local time YYYY-MM-DDTHH:MM[:SS]; -1 if neither. */
+double ctl_history_parse_time(const char *arg)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(arg, &end);
+	if (end != arg && *end == '\0' && errno == 0 && v >= 0)
+		return v;
+	struct tm tm = {0};
+	const char *rest = strptime(arg, "%Y-%m-%dT%H:%M", &tm);
+	if (rest && *rest == ':')
+		rest = strptime(rest, ":%S", &tm);
+	if (!rest || *rest)
+		return -1;
+	tm.tm_isdst = -1;
+	time_t t = mktime(&tm);
+	return t == (time_t)-1 ? -1 : (double)t;
+}
+
+/*
+ * One of the selection options query and diff share, into q: --pid, --target,
+ * --label (labels, sized by argc, hold them), --thread.  -1 when opt is none of them;
+ * else EXIT_OK or a usage error.
+ */
+static int ctl_history_selection(const struct ctl *ctl, int opt, Pyprofd__QueryRequest *q,
+                            Pyprofd__Label *labels)
+{
+	switch (opt) {
+	case 'p': {
+		uint32_t u;
+		int status = ctl_parse_u32(ctl, "--pid", optarg, 1, &u);
+		if (status == EXIT_OK && u > INT32_MAX)
+			status = ctl_usage_error(ctl, "'%s' is not a process id", optarg);
+		q->pid = (int32_t)u;
+		return status;
+	}
+	case 'l': {
+		char *eq = strchr(optarg, '=');
+		if (!eq || eq == optarg)
+			return ctl_usage_error(ctl, "--label takes KEY=VALUE, not '%s'", optarg);
+		*eq = '\0';
+		Pyprofd__Label *l = &labels[q->n_labels];
+		pyprofd__label__init(l);
+		l->key = optarg;
+		l->value = eq + 1;
+		q->labels[q->n_labels++] = l;
+		return EXIT_OK;
+	}
+	case 'T': {
+		char *end;
+		errno = 0;
+		long long id = strtoll(optarg, &end, 10);
+		if (*optarg < '1' || *optarg > '9' || *end || errno || id <= 0)
+			return ctl_usage_error(ctl, "--target takes a target id (query --format processes "
+			                            "lists them), not '%s'", optarg);
+		q->target_id = id;
+		return EXIT_OK;
+	}
+	case 't': {
+		char *end;
+		errno = 0;
+		q->thread_id = strtoull(optarg, &end, 10);
+		q->by_thread = true;
+		if (*optarg < '0' || *optarg > '9' || *end || errno)
+			return ctl_usage_error(ctl, "--thread takes a thread id, not '%s'", optarg);
+		return EXIT_OK;
+	}
+	}
+	return -1;
+}
+
+/* The columns of the processes table before its Python version, labels and command: fields_process. */
+static const struct {
+	const char *key, *header;
+	int width, gap; /* width < 0: to the right */
+} ctl_history_process_columns[] = {
+	{"target_id", "TARGET", 9, 1},   {"pid", "PID", 8, 1},          {"uid", "UID", 6, 1},
+	{"first", "FIRST (UTC)", 19, 2}, {"last", "LAST (UTC)", 19, 1}, {"samples", "SAMPLES", -10, 2},
+};
+#define PROCESS_NCOLS (sizeof ctl_history_process_columns / sizeof ctl_history_process_columns[0])
+
+/* One cell of the processes table, padded to its column. */
+static void ctl_history_process_cell(FILE *out, size_t k, const char *text)
+{
+	int width = ctl_history_process_columns[k].width;
+	fprintf(out, "%*s%*s", -width, text, ctl_history_process_columns[k].gap, "");
+}
+
+/* One row of the processes table; 0, or -1 if out of memory. */
+static int ctl_history_process_row(const Pyprofd__StoredProcess *p, FILE *out)
+{
+	for (size_t k = 0; k < PROCESS_NCOLS; k++) {
+		char *cell = fields_cell(p, fields_find(fields_process, fields_nprocess,
+		                                        ctl_history_process_columns[k].key));
+		if (!cell)
+			return -1;
+		ctl_history_process_cell(out, k, cell);
+		free(cell);
+	}
+	export_put(out, *export_str(p->python_version) ? p->python_version : "-", 16, 8);
+	fputc(' ', out);
+	char *labels = fields_cell(p, fields_find(fields_process, fields_nprocess, "labels"));
+	if (!labels)
+		return -1;
+	export_put(out, labels, SIZE_MAX, 0);
+	free(labels);
+	fputs(p->n_labels ? "  " : " ", out);
+	export_put(out, *export_str(p->command_line) ? p->command_line : export_str(p->executable), 200, 0);
+	fputc('\n', out);
+	return 0;
+}
+
+/* The processes a range has samples of (every part), as a table or one JSON array. */
+static int ctl_history_processes(const struct client_reply *reply, bool json, FILE *out)
+{
+	if (json) {
+		json_t *list = json_array();
+		for (size_t k = 0; list && k < reply->nparts; k++) {
+			const Pyprofd__QueryResult *r = reply->parts[k]->query;
+			for (size_t i = 0; list && i < r->n_processes; i++)
+				if (json_array_append_new(list, fields_json(r->processes[i], fields_process,
+				                                            fields_nprocess)) != 0) {
+					json_decref(list);
+					list = NULL;
+				}
+		}
+		char *text = list ? json_dumps(list, JSON_COMPACT) : NULL;
+		int rc = text && fprintf(out, "%s\n", text) > 0 ? 0 : -1;
+		free(text);
+		json_decref(list);
+		return rc || fflush(out) != 0 || ferror(out) ? -1 : 0;
+	}
+	for (size_t k = 0; k < PROCESS_NCOLS; k++)
+		ctl_history_process_cell(out, k, ctl_history_process_columns[k].header);
+	fprintf(out, "%-8s %s\n", "PYTHON", "LABELS  COMMAND");
+	for (size_t k = 0; k < reply->nparts; k++) {
+		const Pyprofd__QueryResult *r = reply->parts[k]->query;
+		for (size_t i = 0; i < r->n_processes; i++)
+			if (ctl_history_process_row(r->processes[i], out) != 0)
+				return -1;
+	}
+	return fflush(out) != 0 || ferror(out) ? -1 : 0;
+}
+
+/* A function table or diff answered in parts, written as one table; 0 or -1. */
+static int ctl_history_table(const struct client_reply *reply, const char *name, bool diff, bool json,
+                           FILE *out)
+{
+	size_t n = 0;
+	for (size_t p = 0; p < reply->nparts; p++)
+		n += reply->parts[p]->query->n_functions;
+	Pyprofd__FunctionRow **rows = calloc(n ? n : 1, sizeof *rows);
+	if (!rows)
+		return -1;
+	for (size_t p = 0, k = 0; p < reply->nparts; p++)
+		for (size_t i = 0; i < reply->parts[p]->query->n_functions; i++)
+			rows[k++] = reply->parts[p]->query->functions[i];
+	const Pyprofd__QueryResult *head = reply->parts[0]->query;
+	struct export_table t = {
+		.rows = rows,
+		.nrows = n,
+		.functions_found = head->functions_found,
+		.name = name,
+		.mode = export_str(head->mode),
+		.rate_hz = head->rate_hz,
+		.from_unix = head->from_unix,
+		.until_unix = head->until_unix,
+		.total = head->total,
+		.diff = diff,
+		.base_total = head->base_total,
+		.base_from_unix = head->base_from_unix,
+		.base_until_unix = head->base_until_unix,
+	};
+	int rc = export_table_write(&t, json, out);
+	free(rows);
+	return rc;
+}
+
+/* The query's answer, all parts, as the export writers take it. */
+static int ctl_history_export(const struct client_reply *reply, const char *name,
+                        enum export_format format, FILE *out)
+{
+	size_t nframes = 0, nstacks = 0;
+	for (size_t i = 0; i < reply->nparts; i++) {
+		nframes += reply->parts[i]->query->n_frames;
+		nstacks += reply->parts[i]->query->n_stacks;
+	}
+	if (nframes > UINT32_MAX || nstacks > UINT32_MAX)
+		return -1;
+	struct export_frame *frames = calloc(nframes ? nframes : 1, sizeof *frames);
+	struct export_stack *stacks = calloc(nstacks ? nstacks : 1, sizeof *stacks);
+	int rc = -1;
+	if (!frames || !stacks)
+		goto out;
+	size_t f = 0, s = 0;
+	for (size_t i = 0; i < reply->nparts; i++) {
+		const Pyprofd__QueryResult *r = reply->parts[i]->query;
+		for (size_t k = 0; k < r->n_frames; k++, f++) {
+			const Pyprofd__QueryFrame *qf = r->frames[k];
+			frames[f] = (struct export_frame){
+				.function = export_str(qf->function),
+				.file = export_str(qf->file),
+				.line = qf->line,
+				.kind = vocab_kind_parse(qf->kind),
+			};
+		}
+		for (size_t k = 0; k < r->n_stacks; k++, s++)
+			stacks[s] = (struct export_stack){.frames = r->stacks[k]->frames,
+			                                  .depth = (uint32_t)r->stacks[k]->n_frames,
+			                                  .count = r->stacks[k]->count};
+	}
+	const Pyprofd__QueryResult *head = reply->parts[0]->query;
+	struct export_profile p = {
+		.frames = frames,
+		.nframes = (uint32_t)nframes,
+		.stacks = stacks,
+		.nstacks = (uint32_t)nstacks,
+		.name = name,
+		.mode = head->mode && *head->mode ? head->mode : "wall",
+		.rate_hz = head->rate_hz ? head->rate_hz : 100,
+		.from_unix = head->from_unix,
+		.until_unix = head->until_unix,
+	};
+	rc = export_write(&p, format, out);
+out:
+	free(frames);
+	free(stacks);
+	return rc;
+}
+
+int ctl_history_query(struct ctl *ctl, int argc, char **argv)
+{
+	static const struct option options[] = {
+		{"pid", required_argument, NULL, 'p'},    {"label", required_argument, NULL, 'l'},
+		{"since", required_argument, NULL, 's'},  {"from", required_argument, NULL, 'f'},
+		{"until", required_argument, NULL, 'u'},  {"thread", required_argument, NULL, 't'},
+		{"format", required_argument, NULL, 'F'}, {"output", required_argument, NULL, 'o'},
+		{"limit", required_argument, NULL, 'n'},  {"target", required_argument, NULL, 'T'},
+		CTL_COMMON_OPTIONS,
+	};
+	Pyprofd__QueryRequest q = PYPROFD__QUERY_REQUEST__INIT;
+	bool table = false, processes = false;
+	Pyprofd__Label *labels = calloc((size_t)argc, sizeof *labels);
+	Pyprofd__Label **label_ptrs = calloc((size_t)argc, sizeof *label_ptrs);
+	enum export_format format = EXPORT_COLLAPSED;
+	const char *output = NULL;
+	double since = -1;
+	char name[256] = "all processes";
+	int status = EXIT_OK, opt;
+	if (!labels || !label_ptrs) {
+		fputs("pyprofd-ctl: out of memory\n", stderr);
+		status = EXIT_FAILURE_OTHER;
+		goto out;
+	}
+	q.labels = label_ptrs;
+	while (status == EXIT_OK && (opt = getopt_long(argc, argv, ":ho:", options, NULL)) != -1) {
+		if ((status = ctl_history_selection(ctl, opt, &q, labels)) >= 0)
+			continue;
+		status = EXIT_OK;
+		switch (opt) {
+		case 's':
+			if ((since = ctl_history_parse_duration(optarg)) < 0)
+				status = ctl_usage_error(ctl, "--since takes a duration such as 90s, 15m, 2h or 1d");
+			break;
+		case 'f':
+		case 'u': {
+			double t = ctl_history_parse_time(optarg);
+			if (t < 0)
+				status = ctl_usage_error(ctl, "--%s takes unix seconds or YYYY-MM-DDTHH:MM[:SS]",
+				                         opt == 'f' ? "from" : "until");
+			else if (opt == 'f')
+				q.from_unix = t;
+			else
+				q.until_unix = t;
+			break;
+		}
+		case 'F':
+			/* The table is counted by the daemon; the other formats are written from stacks. */
+			table = strcmp(optarg, "table") == 0;
+			processes = strcmp(optarg, "processes") == 0;
+			if (!table && !processes && export_format_parse(optarg, &format) != 0)
+				status = ctl_usage_error(ctl, "unknown format '%s'", optarg);
+			break;
+		case 'n':
+			status = ctl_parse_u32(ctl, "--limit", optarg, 0, &q.limit);
+			break;
+		case 'o':
+			output = optarg;
+			break;
+		default:
+			if ((status = ctl_common_option(ctl, opt, argv)) < 0)
+				status = EXIT_OK;
+			else if (status == EXIT_OK)
+				status = -1; /* --help printed */
+		}
+	}
+	if (status == -1) {
+		status = EXIT_OK;
+		goto out;
+	}
+	if (status != EXIT_OK)
+		goto out;
+	if ((status = ctl_no_operand(ctl, argc, argv)) != EXIT_OK)
+		goto out;
+	if (q.limit && !table) {
+		status = ctl_usage_error(ctl, "--limit goes with --format table");
+		goto out;
+	}
+	if (table)
+		q.aggregate = PYPROFD__QUERY_AGGREGATE__QUERY_FUNCTIONS;
+	if (processes)
+		q.aggregate = PYPROFD__QUERY_AGGREGATE__QUERY_PROCESSES;
+	if (q.target_id)
+		snprintf(name, sizeof name, "target %lld", (long long)q.target_id);
+	else if (q.pid)
+		snprintf(name, sizeof name, "pid %d", (int)q.pid);
+	else if (q.n_labels)
+		snprintf(name, sizeof name, "%s=%s", q.labels[0]->key, q.labels[0]->value);
+	if (since >= 0) {
+		if (q.from_unix || q.until_unix) {
+			status = ctl_usage_error(ctl, "--since and --from/--until do not go together");
+			goto out;
+		}
+		struct timespec now;
+		clock_gettime(CLOCK_REALTIME, &now);
+		q.from_unix = (double)now.tv_sec - since;
+	}
+	if (q.until_unix && q.until_unix < q.from_unix) {
+		status = ctl_usage_error(ctl, "--until is before --from");
+		goto out;
+	}
+
+	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
+	req.body_case = PYPROFD__REQUEST__BODY_QUERY;
+	req.query = &q;
+	struct client_reply *reply = ctl_call(ctl, &req, &status);
+	if (!reply)
+		goto out;
+	FILE *out = ctl_history_output_open(output);
+	if (!out) {
+		status = EXIT_FAILURE_OTHER;
+	} else {
+		const Pyprofd__QueryResult *head = reply->parts[0]->query;
+		if (!table && !processes && head->total && !head->rate_hz)
+			fputs("pyprofd-ctl: the selected processes were sampled at different rates or in "
+			      "different modes; times assume 100 Hz wall-clock samples\n",
+			      stderr);
+		int rc = table       ? ctl_history_table(reply, name, false, ctl->json, out)
+		         : processes ? ctl_history_processes(reply, ctl->json, out)
+		                     : ctl_history_export(reply, name, format, out);
+		status = ctl_history_output_close(out, output, rc);
+	}
+	client_reply_free(reply);
+out:
+	free(labels);
+	free(label_ptrs);
+	return status;
+}
+
+/* --- diff --- */
+
+/* A time of a diff range: as ctl_history_parse_time, or "now", or "-D" for D ago; -1 if none. */
+double ctl_history_parse_when(const char *arg, double now)
+{
+	if (strcmp(arg, "now") == 0)
+		return now;
+	if (arg[0] == '-') {
+		double ago = ctl_history_parse_duration(arg + 1);
+		return ago < 0 ? -1 : now - ago;
+	}
+	return ctl_history_parse_time(arg);
+}
+
+/* "FROM..UNTIL" into q; EXIT_OK or a usage error. */
+int ctl_history_parse_range(const struct ctl *ctl, const char *option, const char *arg, double now,
+                       Pyprofd__QueryRequest *q)
+{
+	const char *dots = strstr(arg, "..");
+	char from[64];
+	if (!dots || (size_t)(dots - arg) >= sizeof from)
+		return ctl_usage_error(ctl, "%s takes FROM..UNTIL, not '%s'", option, arg);
+	memcpy(from, arg, (size_t)(dots - arg));
+	from[dots - arg] = '\0';
+	double a = ctl_history_parse_when(from, now), b = ctl_history_parse_when(dots + 2, now);
+	if (a < 0 || b < 0 || b < a)
+		return ctl_usage_error(ctl, "%s: '%s' is not a range of times (FROM..UNTIL)", option, arg);
+	q->from_unix = a;
+	q->until_unix = b > a ? b : a + 1e-6;
+	return EXIT_OK;
+}
+
+int ctl_history_diff(struct ctl *ctl, int argc, char **argv)
+{
+	static const struct option options[] = {
+		{"pid", required_argument, NULL, 'p'},     {"label", required_argument, NULL, 'l'},
+		{"thread", required_argument, NULL, 't'},  {"base", required_argument, NULL, 'b'},
+		{"compare", required_argument, NULL, 'c'}, {"output", required_argument, NULL, 'o'},
+		{"limit", required_argument, NULL, 'n'},   {"target", required_argument, NULL, 'T'},
+		CTL_COMMON_OPTIONS,
+	};
+	/* The compared range is the query's own; the base range rides along in base_*. */
+	Pyprofd__QueryRequest q = PYPROFD__QUERY_REQUEST__INIT, base = PYPROFD__QUERY_REQUEST__INIT;
+	Pyprofd__Label *labels = calloc((size_t)argc, sizeof *labels);
+	Pyprofd__Label **label_ptrs = calloc((size_t)argc, sizeof *label_ptrs);
+	struct client_reply *reply = NULL;
+	const char *output = NULL;
+	bool have_base = false, have_compare = false;
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	double now = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+	int status = EXIT_OK, opt;
+	if (!labels || !label_ptrs) {
+		fputs("pyprofd-ctl: out of memory\n", stderr);
+		status = EXIT_FAILURE_OTHER;
+		goto out;
+	}
+	q.labels = label_ptrs;
+	while (status == EXIT_OK && (opt = getopt_long(argc, argv, ":ho:", options, NULL)) != -1) {
+		if ((status = ctl_history_selection(ctl, opt, &q, labels)) >= 0)
+			continue;
+		status = EXIT_OK;
+		switch (opt) {
+		case 'b':
+			status = ctl_history_parse_range(ctl, "--base", optarg, now, &base);
+			have_base = status == EXIT_OK;
+			break;
+		case 'c':
+			status = ctl_history_parse_range(ctl, "--compare", optarg, now, &q);
+			have_compare = status == EXIT_OK;
+			break;
+		case 'n':
+			status = ctl_parse_u32(ctl, "--limit", optarg, 0, &q.limit);
+			break;
+		case 'o':
+			output = optarg;
+			break;
+		default:
+			if ((status = ctl_common_option(ctl, opt, argv)) < 0)
+				status = EXIT_OK;
+			else if (status == EXIT_OK)
+				status = -1; /* --help printed */
+		}
+	}
+	if (status == -1) {
+		status = EXIT_OK;
+		goto out;
+	}
+	if (status != EXIT_OK || (status = ctl_no_operand(ctl, argc, argv)) != EXIT_OK)
+		goto out;
+	if (!have_base || !have_compare) {
+		status = ctl_usage_error(ctl, "diff needs --base and --compare");
+		goto out;
+	}
+	q.aggregate = PYPROFD__QUERY_AGGREGATE__QUERY_DIFF;
+	q.base_from_unix = base.from_unix;
+	q.base_until_unix = base.until_unix;
+	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
+	req.body_case = PYPROFD__REQUEST__BODY_QUERY;
+	req.query = &q;
+	if (!(reply = ctl_call(ctl, &req, &status)))
+		goto out;
+	FILE *out = ctl_history_output_open(output);
+	status = out ? ctl_history_output_close(out, output, ctl_history_table(reply, NULL, true, ctl->json, out))
+	             : EXIT_FAILURE_OTHER;
+out:
+	client_reply_free(reply);
+	free(labels);
+	free(label_ptrs);
+	return status;
+}

@@ -1,0 +1,521 @@
+/*
+ * pyprofd-ctl's commands on what the daemon does now: attach, detach,
+ * list, dump, stats, status.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctl.h"
+#include "export.h"
+
+const char ctl_attach_usage[] =
+	"usage: pyprofd-ctl attach PID [--rate HZ] [--mode wall|cpu|gil] [--duration S]\n"
+	"                          [--label K=V]... [--native] [--gc] [--json]\n"
+	"\n"
+	"Start profiling process PID: the daemon samples it until detached, the duration\n"
+	"ends or the process exits.  Attaching again to a detached process reuses what\n"
+	"the daemon kept of it (shown as \"warm\").\n"
+	"\n"
+	"  --rate HZ         samples per second (default: the daemon's, 100 unless set)\n"
+	"  --mode MODE       wall: every thread (default); cpu: threads the kernel has\n"
+	"                    running; gil: the thread holding the GIL\n"
+	"  --duration S      stop after S seconds (default: until detached)\n"
+	"  --label K=V       tag the samples; repeat for several labels (attached\n"
+	"                    again without, a process keeps the labels it had)\n"
+	"  --native          mark where C code entered the interpreter\n"
+	"  --gc              mark samples taken while the garbage collector runs\n"
+	"  --json            print the target as JSON, with \"warm\"\n";
+
+const char ctl_detach_usage[] =
+	"usage: pyprofd-ctl detach PID [--json]\n"
+	"\n"
+	"Stop profiling process PID.  The daemon keeps what it learnt of the process\n"
+	"(\"warm\"), so a later attach starts at full speed.\n"
+	"\n"
+	"  --json            print the target as JSON\n";
+
+const char ctl_list_usage[] =
+	"usage: pyprofd-ctl list [--json]\n"
+	"\n"
+	"The processes the daemon knows: sampling, detached (state kept warm) or exited.\n"
+	"\n"
+	"  --json            a JSON array of targets: {pid, start_time, uid, state,\n"
+	"                    python_version, rate_hz, mode, samples, errors, labels,\n"
+	"                    executable, command_line, attached_at, duration_s, sessions}\n";
+
+const char ctl_dump_usage[] =
+	"usage: pyprofd-ctl dump PID [--native] [--gc] [--json]\n"
+	"\n"
+	"Print the Python stack of every thread of process PID once, innermost frame\n"
+	"first, read by the daemon.  The output is that of `pyprofd dump`.\n"
+	"\n"
+	"  --native          mark with <native> where C code sits between Python frames\n"
+	"                    (3.11+)\n"
+	"  --gc              mark with <GC> the thread running the garbage collector\n"
+	"  --json            one JSON object: {pid, python_version, threads: [{thread_id,\n"
+	"                    native_thread_id, interpreter_id, gil, on_cpu, truncated,\n"
+	"                    unreadable, frames: [{function, qualname, file, line, kind}]}]}\n";
+
+const char ctl_stats_usage[] =
+	"usage: pyprofd-ctl stats PID [--json]\n"
+	"\n"
+	"What sampling process PID costs: the sampling engine's counters, then the rate\n"
+	"achieved, the sampling timer's lateness (jitter) and the time one sample takes\n"
+	"(median and 99th percentile, in microseconds), the memory its caches hold, and\n"
+	"the timer ticks skipped while the daemon was busy.\n"
+	"\n"
+	"  --json            one JSON object: {pid, target, COUNTER..., achieved_rate_hz,\n"
+	"                    jitter_us_p50, jitter_us_p99, sample_us_p50, sample_us_p99,\n"
+	"                    cache_bytes, missed_ticks}\n";
+
+const char ctl_status_usage[] =
+	"usage: pyprofd-ctl status [--json]\n"
+	"\n"
+	"The daemon's own state: version, pid, uptime, targets by state, connections,\n"
+	"memory kept for detached targets, resident memory, CPU use, state directory and\n"
+	"socket.\n"
+	"\n"
+	"  --json            one JSON object with those fields\n";
+
+/* --- attach --- */
+
+int ctl_live_attach(struct ctl *ctl, int argc, char **argv)
+{
+	static const struct option options[] = {
+		{"rate", required_argument, NULL, 'r'},  {"mode", required_argument, NULL, 'm'},
+		{"duration", required_argument, NULL, 'd'}, {"label", required_argument, NULL, 'l'},
+		{"native", no_argument, NULL, 'n'},      {"gc", no_argument, NULL, 'g'},
+		CTL_COMMON_OPTIONS,
+	};
+	Pyprofd__AttachRequest a = PYPROFD__ATTACH_REQUEST__INIT;
+	/* Every label is one argument, so argc bounds their number. */
+	Pyprofd__Label *labels = calloc((size_t)argc, sizeof *labels);
+	Pyprofd__Label **label_ptrs = calloc((size_t)argc, sizeof *label_ptrs);
+	int status = EXIT_OK;
+	if (!labels || !label_ptrs) {
+		fputs("pyprofd-ctl: out of memory\n", stderr);
+		status = EXIT_FAILURE_OTHER;
+		goto out;
+	}
+	a.labels = label_ptrs;
+
+	int opt;
+	while ((opt = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
+		switch (opt) {
+		case 'r':
+			status = ctl_parse_u32(ctl, "--rate", optarg, 1, &a.rate_hz);
+			break;
+		case 'm':
+			if (vocab_wire_mode_parse(optarg, &a.mode) != 0)
+				status = ctl_usage_error(ctl, "--mode is wall, cpu or gil, not '%s'", optarg);
+			break;
+		case 'd': {
+			char *end;
+			errno = 0;
+			a.duration_s = strtod(optarg, &end);
+			if (*optarg == '\0' || *end != '\0' || errno != 0 || !isfinite(a.duration_s) ||
+			    a.duration_s <= 0)
+				status = ctl_usage_error(
+					ctl, "--duration takes a positive number of seconds, not '%s'", optarg);
+			break;
+		}
+		case 'l': {
+			char *eq = strchr(optarg, '=');
+			if (!eq || eq == optarg) {
+				status = ctl_usage_error(ctl, "--label takes KEY=VALUE, not '%s'", optarg);
+				break;
+			}
+			Pyprofd__Label *l = &labels[a.n_labels];
+			pyprofd__label__init(l);
+			l->key = strndup(optarg, (size_t)(eq - optarg));
+			l->value = eq + 1;
+			label_ptrs[a.n_labels++] = l;
+			if (!l->key) {
+				fputs("pyprofd-ctl: out of memory\n", stderr);
+				status = EXIT_FAILURE_OTHER;
+			}
+			break;
+		}
+		case 'n': a.native = true; break;
+		case 'g': a.gc = true; break;
+		default: {
+			int rc = ctl_common_option(ctl, opt, argv);
+			if (rc >= 0) {
+				status = rc;
+				goto out;
+			}
+		}
+		}
+		if (status != EXIT_OK)
+			goto out;
+	}
+	if ((status = ctl_pid_operand(ctl, argc, argv, &a.pid)) != EXIT_OK)
+		goto out;
+
+	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
+	req.body_case = PYPROFD__REQUEST__BODY_ATTACH;
+	req.attach = &a;
+	struct client_reply *reply = ctl_call(ctl, &req, &status);
+	if (!reply)
+		goto out;
+	const Pyprofd__AttachResult *r = reply->parts[0]->attach;
+	const Pyprofd__Target *t = ctl_target_or_empty(r->target);
+	if (ctl->json) {
+		json_t *doc = fields_target_json(t);
+		if (doc && json_object_set_new(doc, "warm", json_boolean(r->warm)) != 0) {
+			json_decref(doc);
+			doc = NULL;
+		}
+		status = ctl_print_json(doc);
+	} else {
+		printf("attached to %d (Python ", (int)t->pid);
+		export_put(stdout, t->python_version, SIZE_MAX, 0);
+		printf("), %u Hz, %s%s\n", t->rate_hz, vocab_wire_mode_name(t->mode), r->warm ? " (warm)" : "");
+		status = ctl_finish(EXIT_OK);
+	}
+	client_reply_free(reply);
+out:
+	for (size_t i = 0; i < a.n_labels; i++)
+		free(labels[i].key);
+	free(labels);
+	free(label_ptrs);
+	return status;
+}
+
+/* --- detach --- */
+
+int ctl_live_detach(struct ctl *ctl, int argc, char **argv)
+{
+	int status = ctl_common_options_only(ctl, argc, argv);
+	if (status >= 0)
+		return status;
+	Pyprofd__DetachRequest d = PYPROFD__DETACH_REQUEST__INIT;
+	if ((status = ctl_pid_operand(ctl, argc, argv, &d.pid)) != EXIT_OK)
+		return status;
+
+	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
+	req.body_case = PYPROFD__REQUEST__BODY_DETACH;
+	req.detach = &d;
+	struct client_reply *reply = ctl_call(ctl, &req, &status);
+	if (!reply)
+		return status;
+	const Pyprofd__Target *t = ctl_target_or_empty(reply->parts[0]->detach->target);
+	if (ctl->json) {
+		status = ctl_print_json(fields_target_json(t));
+	} else {
+		printf("detached from %d; its state is kept warm\n", (int)d.pid);
+		status = ctl_finish(EXIT_OK);
+	}
+	client_reply_free(reply);
+	return status;
+}
+
+/* --- list --- */
+
+/* Total width of a list line; the command line gets what the other columns leave. */
+#define LIST_WIDTH 120
+
+/* The columns of `list`: fields of a Target (fields_target), numbers to the right. */
+static const struct {
+	const char *header, *key;
+	bool right;
+} ctl_live_list_columns[] = {
+	{"PID", "pid", true},         {"STATE", "state", false},    {"PYTHON", "python_version", false},
+	{"RATE", "rate_hz", true},    {"MODE", "mode", false},      {"SAMPLES", "samples", true},
+	{"ERRORS", "errors", true},   {"LABELS", "labels", false},  {"COMMAND", "command_line", false},
+};
+#define LIST_NCOLS (sizeof ctl_live_list_columns / sizeof ctl_live_list_columns[0])
+#define LIST_COMMAND (LIST_NCOLS - 1)
+
+/* The cells of one row, each malloc'd: "-" for what is empty, the executable for no command line. */
+static int ctl_live_list_cells(const Pyprofd__Target *t, char *cells[LIST_NCOLS])
+{
+	for (size_t k = 0; k < LIST_NCOLS; k++) {
+		const char *key = ctl_live_list_columns[k].key;
+		if (k == LIST_COMMAND && !*export_str(t->command_line))
+			key = "executable";
+		char *cell = fields_cell(t, fields_find(fields_target, fields_ntarget, key));
+		if (cell && !*cell && k != LIST_COMMAND) {
+			free(cell);
+			cell = strdup("-");
+		}
+		if (!(cells[k] = cell))
+			return -1;
+	}
+	return 0;
+}
+
+static int ctl_live_list_text(const Pyprofd__Target *const *targets, size_t n)
+{
+	char **cells = calloc(n * LIST_NCOLS + 1, sizeof *cells);
+	if (!cells) {
+		fputs("pyprofd-ctl: out of memory\n", stderr);
+		return EXIT_FAILURE_OTHER;
+	}
+	int status = EXIT_OK;
+	size_t width[LIST_NCOLS];
+	const char *header[LIST_NCOLS];
+	for (size_t k = 0; k < LIST_NCOLS; k++)
+		width[k] = strlen(header[k] = ctl_live_list_columns[k].header);
+	for (size_t i = 0; i < n; i++) {
+		char **row = cells + i * LIST_NCOLS;
+		if (ctl_live_list_cells(targets[i], row) != 0) {
+			fputs("pyprofd-ctl: out of memory\n", stderr);
+			status = EXIT_FAILURE_OTHER;
+			goto out;
+		}
+		for (size_t k = 0; k < LIST_COMMAND; k++) {
+			size_t w = export_width(row[k]);
+			if (w > width[k])
+				width[k] = w;
+		}
+	}
+	size_t used = 0;
+	for (size_t k = 0; k < LIST_COMMAND; k++)
+		used += width[k] + 2;
+	/* Even when the other columns leave less, show the start of the command. */
+	size_t room = used + 20 < LIST_WIDTH ? LIST_WIDTH - used : 20;
+
+	for (size_t i = 0; i <= n; i++) {
+		const char *const *row =
+			i == 0 ? header : (const char *const *)cells + (i - 1) * LIST_NCOLS;
+		for (size_t k = 0; k < LIST_COMMAND; k++) {
+			bool right = ctl_live_list_columns[k].right;
+			size_t w = export_width(row[k]);
+			for (size_t s = w; right && s < width[k]; s++)
+				putchar(' ');
+			export_put(stdout, row[k], SIZE_MAX, right ? 0 : width[k]);
+			fputs("  ", stdout);
+		}
+		const char *cmd = row[LIST_COMMAND];
+		if (export_width(cmd) > room) {
+			export_put(stdout, cmd, room - 3, 0);
+			fputs("...", stdout);
+		} else {
+			export_put(stdout, cmd, room, 0);
+		}
+		putchar('\n');
+	}
+	status = ctl_finish(EXIT_OK);
+out:
+	for (size_t i = 0; i < n * LIST_NCOLS; i++)
+		free(cells[i]);
+	free(cells);
+	return status;
+}
+
+int ctl_live_list(struct ctl *ctl, int argc, char **argv)
+{
+	int status = ctl_common_options_only(ctl, argc, argv);
+	if (status >= 0)
+		return status;
+	if ((status = ctl_no_operand(ctl, argc, argv)) != EXIT_OK)
+		return status;
+
+	Pyprofd__ListRequest l = PYPROFD__LIST_REQUEST__INIT;
+	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
+	req.body_case = PYPROFD__REQUEST__BODY_LIST;
+	req.list = &l;
+	struct client_reply *reply = ctl_call(ctl, &req, &status);
+	if (!reply)
+		return status;
+
+	/* A long list comes in parts: gather the targets of all of them. */
+	size_t n = 0;
+	for (size_t p = 0; p < reply->nparts; p++)
+		n += reply->parts[p]->list->n_targets;
+	const Pyprofd__Target **targets = calloc(n + 1, sizeof *targets);
+	if (!targets) {
+		fputs("pyprofd-ctl: out of memory\n", stderr);
+		client_reply_free(reply);
+		return EXIT_FAILURE_OTHER;
+	}
+	size_t k = 0;
+	for (size_t p = 0; p < reply->nparts; p++)
+		for (size_t i = 0; i < reply->parts[p]->list->n_targets; i++)
+			targets[k++] = ctl_target_or_empty(reply->parts[p]->list->targets[i]);
+
+	if (ctl->json) {
+		json_t *doc = json_array();
+		for (size_t i = 0; doc && i < n; i++) {
+			if (json_array_append_new(doc, fields_target_json(targets[i])) != 0) {
+				json_decref(doc);
+				doc = NULL;
+			}
+		}
+		status = ctl_print_json(doc);
+	} else {
+		status = ctl_live_list_text(targets, n);
+	}
+	free(targets);
+	client_reply_free(reply);
+	return status;
+}
+
+/* --- dump --- */
+
+int ctl_live_dump(struct ctl *ctl, int argc, char **argv)
+{
+	static const struct option options[] = {
+		{"native", no_argument, NULL, 'n'},
+		{"gc", no_argument, NULL, 'g'},
+		CTL_COMMON_OPTIONS,
+	};
+	Pyprofd__DumpRequest d = PYPROFD__DUMP_REQUEST__INIT;
+	int opt, status;
+	while ((opt = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
+		if (opt == 'n')
+			d.native = true;
+		else if (opt == 'g')
+			d.gc = true;
+		else if ((status = ctl_common_option(ctl, opt, argv)) >= 0)
+			return status;
+	}
+	if ((status = ctl_pid_operand(ctl, argc, argv, &d.pid)) != EXIT_OK)
+		return status;
+
+	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
+	req.body_case = PYPROFD__REQUEST__BODY_DUMP;
+	req.dump = &d;
+	struct client_reply *reply = ctl_call(ctl, &req, &status);
+	if (!reply)
+		return status;
+	/* The threads of a large dump come in parts; the first part heads it. */
+	const Pyprofd__DumpResult **parts = calloc(reply->nparts, sizeof *parts);
+	if (!parts) {
+		fputs("pyprofd-ctl: out of memory\n", stderr);
+		status = EXIT_FAILURE_OTHER;
+	} else {
+		for (size_t p = 0; p < reply->nparts; p++)
+			parts[p] = reply->parts[p]->dump;
+		status = export_dump_write(parts, reply->nparts, ctl->json, stdout) == 0
+		                 ? ctl_finish(EXIT_OK)
+		                 : ctl_finish(EXIT_FAILURE_OTHER);
+	}
+	free(parts);
+	client_reply_free(reply);
+	return status;
+}
+
+/* --- stats --- */
+
+/* A counter of the engine; one of the same name as a figure (fields_stats) gives way to it. */
+static bool ctl_live_counter_shown(const Pyprofd__Counter *ctr)
+{
+	const char *name = export_str(ctr->name);
+	return strcmp(name, "pid") != 0 && strcmp(name, "target") != 0 &&
+	       !fields_find(fields_stats, fields_nstats, name);
+}
+
+/* `name value` lines, names padded to one column; counters of every part first, then the figures. */
+static int ctl_live_stats_text(const Pyprofd__StatsResult *head, struct client_reply *reply)
+{
+	size_t width = 0;
+	for (size_t k = 0; k < fields_nstats; k++)
+		if (strlen(fields_stats[k].key) > width)
+			width = strlen(fields_stats[k].key);
+	for (size_t p = 0; p < reply->nparts; p++) {
+		const Pyprofd__StatsResult *s = reply->parts[p]->stats;
+		for (size_t i = 0; i < s->n_counters; i++)
+			if (ctl_live_counter_shown(s->counters[i]) && export_width(s->counters[i]->name) > width)
+				width = export_width(s->counters[i]->name);
+	}
+	for (size_t p = 0; p < reply->nparts; p++) {
+		const Pyprofd__StatsResult *s = reply->parts[p]->stats;
+		for (size_t i = 0; i < s->n_counters; i++) {
+			if (!ctl_live_counter_shown(s->counters[i]))
+				continue;
+			export_put(stdout, s->counters[i]->name, SIZE_MAX, width);
+			printf(" %llu\n", (unsigned long long)s->counters[i]->value);
+		}
+	}
+	if (fields_text(stdout, head, fields_stats, fields_nstats, (int)width) != 0)
+		return ctl_finish(EXIT_FAILURE_OTHER);
+	return ctl_finish(EXIT_OK);
+}
+
+/* {pid, target, COUNTER..., the figures}. */
+static json_t *ctl_live_stats_json(int32_t pid, const Pyprofd__StatsResult *head,
+                                   struct client_reply *reply)
+{
+	const Pyprofd__Target *t = ctl_target_or_empty(head->target);
+	json_t *doc = json_pack("{s:i, s:o}", "pid", (int)(head->target ? t->pid : pid), "target",
+	                        fields_target_json(t));
+	for (size_t p = 0; doc && p < reply->nparts; p++) {
+		const Pyprofd__StatsResult *s = reply->parts[p]->stats;
+		for (size_t i = 0; doc && i < s->n_counters; i++) {
+			if (!ctl_live_counter_shown(s->counters[i]))
+				continue;
+			json_t *name = export_json_string(s->counters[i]->name);
+			if (!name || json_object_set_new(doc, json_string_value(name),
+			                                 export_json_u64(s->counters[i]->value)) != 0) {
+				json_decref(doc);
+				doc = NULL;
+			}
+			json_decref(name);
+		}
+	}
+	json_t *figures = doc ? fields_json(head, fields_stats, fields_nstats) : NULL;
+	if (!figures || json_object_update(doc, figures) != 0) {
+		json_decref(doc);
+		doc = NULL;
+	}
+	json_decref(figures);
+	return doc;
+}
+
+int ctl_live_stats(struct ctl *ctl, int argc, char **argv)
+{
+	int status = ctl_common_options_only(ctl, argc, argv);
+	if (status >= 0)
+		return status;
+	Pyprofd__StatsRequest s = PYPROFD__STATS_REQUEST__INIT;
+	if ((status = ctl_pid_operand(ctl, argc, argv, &s.pid)) != EXIT_OK)
+		return status;
+
+	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
+	req.body_case = PYPROFD__REQUEST__BODY_STATS;
+	req.stats = &s;
+	struct client_reply *reply = ctl_call(ctl, &req, &status);
+	if (!reply)
+		return status;
+	/* Counters may come in parts; the figures after them are the first part's. */
+	const Pyprofd__StatsResult *head = reply->parts[0]->stats;
+	if (ctl->json)
+		status = ctl_print_json(ctl_live_stats_json(s.pid, head, reply));
+	else
+		status = ctl_live_stats_text(head, reply);
+	client_reply_free(reply);
+	return status;
+}
+
+/* --- status --- */
+
+int ctl_live_status(struct ctl *ctl, int argc, char **argv)
+{
+	int status = ctl_common_options_only(ctl, argc, argv);
+	if (status >= 0)
+		return status;
+	if ((status = ctl_no_operand(ctl, argc, argv)) != EXIT_OK)
+		return status;
+
+	Pyprofd__StatusRequest s = PYPROFD__STATUS_REQUEST__INIT;
+	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
+	req.body_case = PYPROFD__REQUEST__BODY_STATUS;
+	req.status = &s;
+	struct client_reply *reply = ctl_call(ctl, &req, &status);
+	if (!reply)
+		return status;
+	const Pyprofd__StatusResult *r = reply->parts[0]->status;
+	if (ctl->json)
+		status = ctl_print_json(fields_json(r, fields_status, fields_nstatus));
+	else if (fields_text(stdout, r, fields_status, fields_nstatus, 0) != 0)
+		status = ctl_finish(EXIT_FAILURE_OTHER);
+	else
+		status = ctl_finish(EXIT_OK);
+	client_reply_free(reply);
+	return status;
+}
