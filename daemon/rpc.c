@@ -40,58 +40,52 @@ void rpc_error(Pyprofd__Response *resp, struct arena *a, Pyprofd__ErrorCode code
 	wire_error(resp, e, resp->id, code, message ? message : "out of memory");
 }
 
-static void rpc_oom(Pyprofd__Response *resp, struct arena *a)
+static void rpc_out_of_memory(Pyprofd__Response *resp, struct arena *a)
 {
 	rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_INTERNAL, "the daemon is out of memory");
 }
 
-static bool may_see(const struct client *c, uid_t owner)
+static bool rpc_may_see(const struct client *c, uid_t owner)
 {
 	return c->uid == 0 || c->uid == owner;
 }
 
 /*
- * The live process pid, if the client may act on it: its identity in
- * *start and *owner.  Otherwise an error in resp and -1.
+ * The live process pid, if the client may act on it, and the target the
+ * daemon has of it in *t (NULL if none; a target of a process that had
+ * the pid before is forgotten here).  Otherwise an error in resp and -1.
  */
-static int authorize(const struct client *c, pid_t pid, uint64_t *start, uid_t *owner,
-                     Pyprofd__Response *resp, struct arena *a)
+static int rpc_process(struct server *s, const struct client *c, pid_t pid, struct target **t,
+                       Pyprofd__Response *resp, struct arena *a)
 {
 	struct uw_error err = {0};
+	uint64_t start;
+	uid_t owner;
 	if (pid <= 0) {
 		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST, "%d is not a process id", (int)pid);
 		return -1;
 	}
-	if (proc_identity(pid, start, owner, &err) != 0) {
+	if (proc_identity(pid, &start, &owner, &err) != 0) {
 		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_NO_PROCESS, "no such process: %d", (int)pid);
 		return -1;
 	}
-	if (!may_see(c, *owner)) {
+	if (!rpc_may_see(c, owner)) {
 		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_PERMISSION,
 		          "permission denied: process %d belongs to another user", (int)pid);
 		return -1;
 	}
+	*t = targets_find(&s->targets, pid);
+	if (*t && (*t)->start_time != start) {
+		log_info("pid %d was reused by another process: forgetting the old one", (int)pid);
+		targets_remove(&s->targets, *t);
+		target_free(*t);
+		*t = NULL;
+	}
 	return 0;
 }
 
-/*
- * The target pid names, if it is still the same process; a target whose
- * pid was reused by another process is forgotten here.
- */
-static struct target *current_target(struct server *s, pid_t pid, uint64_t start)
-{
-	struct target *t = targets_find(&s->targets, pid);
-	if (t && t->start_time != start) {
-		log_info("pid %d was reused by another process: forgetting the old one", (int)pid);
-		targets_remove(&s->targets, t);
-		target_free(t);
-		t = NULL;
-	}
-	return t;
-}
-
 /* The attach request as target parameters, checked; -1 with the error in resp. */
-static int attach_params(struct server *s, const Pyprofd__AttachRequest *req,
+static int rpc_attach_params(struct server *s, const Pyprofd__AttachRequest *req,
                          struct target_params *p, Pyprofd__Response *resp, struct arena *a)
 {
 	memset(p, 0, sizeof *p);
@@ -135,7 +129,7 @@ static int attach_params(struct server *s, const Pyprofd__AttachRequest *req,
 		p->label_values = calloc(req->n_labels, sizeof *p->label_values);
 		if (!p->label_keys || !p->label_values) {
 			target_params_free(p);
-			rpc_oom(resp, a);
+			rpc_out_of_memory(resp, a);
 			return -1;
 		}
 		for (size_t i = 0; i < req->n_labels; i++) {
@@ -144,7 +138,7 @@ static int attach_params(struct server *s, const Pyprofd__AttachRequest *req,
 			p->nlabels++;
 			if (!p->label_keys[i] || !p->label_values[i]) {
 				target_params_free(p);
-				rpc_oom(resp, a);
+				rpc_out_of_memory(resp, a);
 				return -1;
 			}
 		}
@@ -152,7 +146,7 @@ static int attach_params(struct server *s, const Pyprofd__AttachRequest *req,
 	return 0;
 }
 
-static size_t live_targets(const struct targets *ts)
+static size_t rpc_live_targets(const struct targets *ts)
 {
 	size_t n = 0;
 	for (size_t i = 0; i < ts->n; i++)
@@ -164,14 +158,11 @@ static void rpc_attach(struct server *s, struct client *c, const Pyprofd__Reques
                        Pyprofd__Response *resp, struct arena *a)
 {
 	const Pyprofd__AttachRequest *r = req->attach;
-	uint64_t start;
-	uid_t owner;
-	if (authorize(c, r->pid, &start, &owner, resp, a) != 0)
-		return;
+	struct target *t;
 	struct target_params params;
-	if (attach_params(s, r, &params, resp, a) != 0)
+	if (rpc_process(s, c, r->pid, &t, resp, a) != 0 ||
+	    rpc_attach_params(s, r, &params, resp, a) != 0)
 		return;
-	struct target *t = current_target(s, r->pid, start);
 	if (t && t->state == TARGET_EXITED) {
 		targets_remove(&s->targets, t);
 		target_free(t);
@@ -180,7 +171,7 @@ static void rpc_attach(struct server *s, struct client *c, const Pyprofd__Reques
 	bool warm = t && t->state == TARGET_DETACHED;
 	if (!t) {
 		targets_trim(&s->targets, s->config.warm_budget_bytes, s->config.max_targets);
-		if (live_targets(&s->targets) >= s->config.max_targets) {
+		if (rpc_live_targets(&s->targets) >= s->config.max_targets) {
 			target_params_free(&params);
 			rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_LIMIT,
 			          "the daemon already profiles its maximum of %u processes",
@@ -197,7 +188,7 @@ static void rpc_attach(struct server *s, struct client *c, const Pyprofd__Reques
 		if (targets_add(&s->targets, t) != 0) {
 			target_free(t);
 			target_params_free(&params);
-			rpc_oom(resp, a);
+			rpc_out_of_memory(resp, a);
 			return;
 		}
 	}
@@ -208,14 +199,14 @@ static void rpc_attach(struct server *s, struct client *c, const Pyprofd__Reques
 
 	Pyprofd__AttachResult *res = arena_alloc(a, sizeof *res);
 	if (!res) {
-		rpc_oom(resp, a);
+		rpc_out_of_memory(resp, a);
 		return;
 	}
 	pyprofd__attach_result__init(res);
 	res->target = target_to_proto(t, a);
 	res->warm = warm;
 	if (!res->target) {
-		rpc_oom(resp, a);
+		rpc_out_of_memory(resp, a);
 		return;
 	}
 	resp->result_case = PYPROFD__RESPONSE__RESULT_ATTACH;
@@ -223,7 +214,7 @@ static void rpc_attach(struct server *s, struct client *c, const Pyprofd__Reques
 }
 
 /* A known target the client may see, or an error in resp. */
-static struct target *known_target(struct server *s, const struct client *c, pid_t pid,
+static struct target *rpc_known_target(struct server *s, const struct client *c, pid_t pid,
                                    Pyprofd__Response *resp, struct arena *a)
 {
 	struct target *t = pid > 0 ? targets_find(&s->targets, pid) : NULL;
@@ -232,7 +223,7 @@ static struct target *known_target(struct server *s, const struct client *c, pid
 		          "pyprofd is not profiling process %d", (int)pid);
 		return NULL;
 	}
-	if (!may_see(c, t->uid)) {
+	if (!rpc_may_see(c, t->uid)) {
 		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_PERMISSION,
 		          "permission denied: process %d belongs to another user", (int)pid);
 		return NULL;
@@ -244,7 +235,7 @@ static struct target *known_target(struct server *s, const struct client *c, pid
 static void rpc_detach(struct server *s, struct client *c, const Pyprofd__Request *req,
                        Pyprofd__Response *resp, struct arena *a)
 {
-	struct target *t = known_target(s, c, req->detach->pid, resp, a);
+	struct target *t = rpc_known_target(s, c, req->detach->pid, resp, a);
 	if (!t)
 		return;
 	if (t->state != TARGET_SAMPLING) {
@@ -258,13 +249,13 @@ static void rpc_detach(struct server *s, struct client *c, const Pyprofd__Reques
 	         (unsigned long long)t->session_samples);
 	Pyprofd__DetachResult *res = arena_alloc(a, sizeof *res);
 	if (!res) {
-		rpc_oom(resp, a);
+		rpc_out_of_memory(resp, a);
 		return;
 	}
 	pyprofd__detach_result__init(res);
 	res->target = target_to_proto(t, a);
 	if (!res->target) {
-		rpc_oom(resp, a);
+		rpc_out_of_memory(resp, a);
 		return;
 	}
 	resp->result_case = PYPROFD__RESPONSE__RESULT_DETACH;
@@ -279,17 +270,17 @@ static void rpc_list(struct server *s, struct client *c, const Pyprofd__Request 
 	Pyprofd__ListResult *res = arena_alloc(a, sizeof *res);
 	Pyprofd__Target **v = arena_alloc(a, (s->targets.n ? s->targets.n : 1) * sizeof *v);
 	if (!res || !v) {
-		rpc_oom(resp, a);
+		rpc_out_of_memory(resp, a);
 		return;
 	}
 	pyprofd__list_result__init(res);
 	res->targets = v;
 	for (size_t i = 0; i < s->targets.n; i++) {
 		const struct target *t = s->targets.v[i];
-		if (!may_see(c, t->uid))
+		if (!rpc_may_see(c, t->uid))
 			continue;
 		if (!(v[res->n_targets++] = target_to_proto(t, a))) {
-			rpc_oom(resp, a);
+			rpc_out_of_memory(resp, a);
 			return;
 		}
 	}
@@ -301,11 +292,9 @@ static void rpc_dump(struct server *s, struct client *c, const Pyprofd__Request 
                      Pyprofd__Response *resp, struct arena *a)
 {
 	const Pyprofd__DumpRequest *r = req->dump;
-	uint64_t start;
-	uid_t owner;
-	if (authorize(c, r->pid, &start, &owner, resp, a) != 0)
+	struct target *t;
+	if (rpc_process(s, c, r->pid, &t, resp, a) != 0)
 		return;
-	struct target *t = current_target(s, r->pid, start);
 	struct uw_error err = {0};
 	/* A known process answers from its warm state; any other is opened for this dump alone. */
 	struct uw_target *uw = t && t->uw ? t->uw : uw_open(r->pid, &err);
@@ -323,7 +312,7 @@ static void rpc_dump(struct server *s, struct client *c, const Pyprofd__Request 
 			resp->result_case = PYPROFD__RESPONSE__RESULT_DUMP;
 			resp->dump = res;
 		} else {
-			rpc_oom(resp, a);
+			rpc_out_of_memory(resp, a);
 		}
 	}
 	uw_snapshot_release(&snap);
@@ -334,7 +323,7 @@ static void rpc_dump(struct server *s, struct client *c, const Pyprofd__Request 
 static void rpc_stats(struct server *s, struct client *c, const Pyprofd__Request *req,
                       Pyprofd__Response *resp, struct arena *a)
 {
-	struct target *t = known_target(s, c, req->stats->pid, resp, a);
+	struct target *t = rpc_known_target(s, c, req->stats->pid, resp, a);
 	if (!t)
 		return;
 	struct uw_stats st = t->final_stats;
@@ -344,7 +333,7 @@ static void rpc_stats(struct server *s, struct client *c, const Pyprofd__Request
 	size_t n = COUNTERS_COUNT + 4;
 	Pyprofd__Counter **v = arena_alloc(a, n * sizeof *v);
 	if (!res || !v) {
-		rpc_oom(resp, a);
+		rpc_out_of_memory(resp, a);
 		return;
 	}
 	pyprofd__stats_result__init(res);
@@ -360,7 +349,7 @@ static void rpc_stats(struct server *s, struct client *c, const Pyprofd__Request
 	for (size_t i = 0; i < n; i++) {
 		Pyprofd__Counter *ctr = arena_alloc(a, sizeof *ctr);
 		if (!ctr) {
-			rpc_oom(resp, a);
+			rpc_out_of_memory(resp, a);
 			return;
 		}
 		pyprofd__counter__init(ctr);
@@ -384,7 +373,7 @@ static void rpc_stats(struct server *s, struct client *c, const Pyprofd__Request
 	res->cache_bytes = st.cache_bytes;
 	res->missed_ticks = t->missed_ticks;
 	if (!res->target) {
-		rpc_oom(resp, a);
+		rpc_out_of_memory(resp, a);
 		return;
 	}
 	resp->result_case = PYPROFD__RESPONSE__RESULT_STATS;
@@ -398,7 +387,7 @@ static void rpc_status(struct server *s, struct client *c, const Pyprofd__Reques
 	(void)c;
 	Pyprofd__StatusResult *res = arena_alloc(a, sizeof *res);
 	if (!res) {
-		rpc_oom(resp, a);
+		rpc_out_of_memory(resp, a);
 		return;
 	}
 	pyprofd__status_result__init(res);
@@ -424,15 +413,15 @@ static void rpc_status(struct server *s, struct client *c, const Pyprofd__Reques
 }
 
 /* A target's recent stacks, counted per function. */
-struct top_acc {
+struct rpc_top {
 	const struct uw_target *uw;
 	struct functions fs;
 	bool failed;
 };
 
-static void top_count(void *ctx, const struct tally_entry *e)
+static void rpc_top_count(void *ctx, const struct tally_entry *e)
 {
-	struct top_acc *acc = ctx;
+	struct rpc_top *acc = ctx;
 	uint32_t stack = e->stack;
 	uint64_t count = e->count;
 	if (acc->failed)
@@ -456,7 +445,7 @@ static void rpc_top(struct server *s, struct client *c, const Pyprofd__Request *
                     Pyprofd__Response *resp, struct arena *a)
 {
 	const Pyprofd__TopRequest *r = req->top;
-	struct target *t = known_target(s, c, r->pid, resp, a);
+	struct target *t = rpc_known_target(s, c, r->pid, resp, a);
 	if (!t)
 		return;
 	if (!t->uw) {
@@ -466,15 +455,15 @@ static void rpc_top(struct server *s, struct client *c, const Pyprofd__Request *
 	unsigned window = r->window_s ? r->window_s : s->config.top_window_s;
 	if (window > TOP_SECONDS_KEPT - 2)
 		window = TOP_SECONDS_KEPT - 2;
-	struct top_acc acc = {.uw = t->uw};
+	struct rpc_top acc = {.uw = t->uw};
 	functions_init(&acc.fs, a);
 	/* Whole seconds: the current one, partly filled, and the `window` before it. */
 	int64_t now = (int64_t)ev_now(s->loop);
-	tally_visit(&t->tally, now - (int64_t)window, top_count, &acc);
+	tally_visit(&t->tally, now - (int64_t)window, rpc_top_count, &acc);
 	Pyprofd__TopResult *res = arena_alloc(a, sizeof *res);
 	if (acc.failed || !res) {
 		functions_free(&acc.fs);
-		rpc_oom(resp, a);
+		rpc_out_of_memory(resp, a);
 		return;
 	}
 	pyprofd__top_result__init(res);
@@ -489,7 +478,7 @@ static void rpc_top(struct server *s, struct client *c, const Pyprofd__Request *
 	res->target = target_to_proto(t, a);
 	res->window_s = window;
 	if (!res->rows || !res->target) {
-		rpc_oom(resp, a);
+		rpc_out_of_memory(resp, a);
 		return;
 	}
 	resp->result_case = PYPROFD__RESPONSE__RESULT_TOP;
