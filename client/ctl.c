@@ -206,16 +206,6 @@ int ctl_report(const struct client_error *err)
 	}
 }
 
-/* doc as one compact line on stdout, freed; -1 if that failed. */
-static int ctl_json_write(json_t *doc)
-{
-	int rc = -1;
-	if (doc && json_dumpf(doc, stdout, JSON_COMPACT) == 0 && putchar('\n') != EOF)
-		rc = 0;
-	json_decref(doc);
-	return rc;
-}
-
 /* Connect to the daemon; NULL after printing why (*status is the exit status). */
 struct client *ctl_connect(const struct ctl *ctl, int *status)
 {
@@ -256,7 +246,7 @@ int ctl_finish(int status)
 
 int ctl_print_json(json_t *doc)
 {
-	if (ctl_json_write(doc) != 0) {
+	if (export_json_write(doc, stdout) != 0) {
 		fputs("pyprofd-ctl: cannot write the JSON output (out of memory?)\n", stderr);
 		return EXIT_FAILURE_OTHER;
 	}
@@ -279,4 +269,16 @@ int ctl_common_options_only(struct ctl *ctl, int argc, char **argv)
 		if ((status = ctl_common_option(ctl, opt, argv)) >= 0)
 			return status;
 	return -1;
+}
+
+struct client_reply *ctl_call_plain(struct ctl *ctl, int argc, char **argv, Pyprofd__Request *req,
+                                    int32_t *pid, int *status)
+{
+	*status = ctl_common_options_only(ctl, argc, argv);
+	if (*status >= 0)
+		return NULL;
+	*status = pid ? ctl_pid_operand(ctl, argc, argv, pid) : ctl_no_operand(ctl, argc, argv);
+	if (*status != EXIT_OK)
+		return NULL;
+	return ctl_call(ctl, req, status);
 }

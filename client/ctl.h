@@ -54,6 +54,14 @@ int ctl_report(const struct client_error *err);
 struct client *ctl_connect(const struct ctl *ctl, int *status);
 /* One request, its whole answer; NULL after printing why (*status is the exit status). */
 struct client_reply *ctl_call(const struct ctl *ctl, Pyprofd__Request *req, int *status);
+/*
+ * A command with the common options alone and one PID operand (pid points
+ * into req's body) or none (pid NULL): the request sent, its answer; NULL
+ * with *status the exit status when there is nothing more to do (--help,
+ * a usage error, a failed call).
+ */
+struct client_reply *ctl_call_plain(struct ctl *ctl, int argc, char **argv, Pyprofd__Request *req,
+                                    int32_t *pid, int *status);
 /* Flush stdout; a failed write is an error the caller must hear of. */
 int ctl_finish(int status);
 /* doc as one line on stdout (it is freed); the exit status. */

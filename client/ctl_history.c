@@ -116,14 +116,50 @@ double ctl_history_parse_time(const char *arg)
 	return t == (time_t)-1 ? -1 : (double)t;
 }
 
-/*
- * One of the selection options query and diff share, into q: --pid, --target,
- * --label (labels, sized by argc, hold them), --thread.  -1 when opt is none of them;
- * else EXIT_OK or a usage error.
- */
-static int ctl_history_selection(const struct ctl *ctl, int opt, Pyprofd__QueryRequest *q,
-                            Pyprofd__Label *labels)
+/* The options ctl_history_option reads, after each command's own; last, as they end the table. */
+#define CTL_HISTORY_OPTIONS                                                                        \
+	{"pid", required_argument, NULL, 'p'}, {"label", required_argument, NULL, 'l'},              \
+		{"thread", required_argument, NULL, 't'}, {"target", required_argument, NULL, 'T'},  \
+		{"output", required_argument, NULL, 'o'}, {"limit", required_argument, NULL, 'n'},   \
+		CTL_COMMON_OPTIONS
+
+/* What query and diff take alike: which processes and threads, --limit, -o. */
+struct ctl_history_args {
+	Pyprofd__QueryRequest q;
+	Pyprofd__Label *labels; /* every label is one argument, so argc bounds their number */
+	Pyprofd__Label **label_ptrs;
+	const char *output;
+	bool done; /* --help was printed */
+};
+
+/* Room for the labels; EXIT_OK, or EXIT_FAILURE_OTHER said on stderr. */
+static int ctl_history_args_init(struct ctl_history_args *h, int argc)
 {
+	*h = (struct ctl_history_args){.q = PYPROFD__QUERY_REQUEST__INIT};
+	h->labels = calloc((size_t)argc, sizeof *h->labels);
+	h->label_ptrs = calloc((size_t)argc, sizeof *h->label_ptrs);
+	h->q.labels = h->label_ptrs;
+	if (!h->labels || !h->label_ptrs) {
+		fputs("pyprofd-ctl: out of memory\n", stderr);
+		return EXIT_FAILURE_OTHER;
+	}
+	return EXIT_OK;
+}
+
+static void ctl_history_args_free(struct ctl_history_args *h)
+{
+	free(h->labels);
+	free(h->label_ptrs);
+}
+
+/*
+ * An option query and diff share, into h: --pid, --target, --label,
+ * --thread, --limit, -o and the common ones.  -1 when opt is none of them;
+ * else EXIT_OK (h->done after --help) or a usage error.
+ */
+static int ctl_history_option(struct ctl *ctl, int opt, char **argv, struct ctl_history_args *h)
+{
+	Pyprofd__QueryRequest *q = &h->q;
 	switch (opt) {
 	case 'p': {
 		uint32_t u;
@@ -138,7 +174,7 @@ static int ctl_history_selection(const struct ctl *ctl, int opt, Pyprofd__QueryR
 		if (!eq || eq == optarg)
 			return ctl_usage_error(ctl, "--label takes KEY=VALUE, not '%s'", optarg);
 		*eq = '\0';
-		Pyprofd__Label *l = &labels[q->n_labels];
+		Pyprofd__Label *l = &h->labels[q->n_labels];
 		pyprofd__label__init(l);
 		l->key = optarg;
 		l->value = eq + 1;
@@ -163,6 +199,22 @@ static int ctl_history_selection(const struct ctl *ctl, int opt, Pyprofd__QueryR
 		if (*optarg < '0' || *optarg > '9' || *end || errno)
 			return ctl_usage_error(ctl, "--thread takes a thread id, not '%s'", optarg);
 		return EXIT_OK;
+	}
+	case 'n':
+		return ctl_parse_u32(ctl, "--limit", optarg, 0, &q->limit);
+	case 'o':
+		h->output = optarg;
+		return EXIT_OK;
+	case 'j':
+	case 'S':
+	case 'h':
+	case ':':
+	case '?': {
+		int status = ctl_common_option(ctl, opt, argv);
+		if (status < 0)
+			return EXIT_OK;
+		h->done = status == EXIT_OK;
+		return status;
 	}
 	}
 	return -1;
@@ -223,11 +275,7 @@ static int ctl_history_processes(const struct client_reply *reply, bool json, FI
 					list = NULL;
 				}
 		}
-		char *text = list ? json_dumps(list, JSON_COMPACT) : NULL;
-		int rc = text && fprintf(out, "%s\n", text) > 0 ? 0 : -1;
-		free(text);
-		json_decref(list);
-		return rc || fflush(out) != 0 || ferror(out) ? -1 : 0;
+		return export_json_write(list, out) || fflush(out) != 0 || ferror(out) ? -1 : 0;
 	}
 	for (size_t k = 0; k < PROCESS_NCOLS; k++)
 		ctl_history_process_cell(out, k, ctl_history_process_columns[k].header);
@@ -330,30 +378,20 @@ out:
 int ctl_history_query(struct ctl *ctl, int argc, char **argv)
 {
 	static const struct option options[] = {
-		{"pid", required_argument, NULL, 'p'},    {"label", required_argument, NULL, 'l'},
-		{"since", required_argument, NULL, 's'},  {"from", required_argument, NULL, 'f'},
-		{"until", required_argument, NULL, 'u'},  {"thread", required_argument, NULL, 't'},
-		{"format", required_argument, NULL, 'F'}, {"output", required_argument, NULL, 'o'},
-		{"limit", required_argument, NULL, 'n'},  {"target", required_argument, NULL, 'T'},
-		CTL_COMMON_OPTIONS,
+		{"since", required_argument, NULL, 's'}, {"from", required_argument, NULL, 'f'},
+		{"until", required_argument, NULL, 'u'}, {"format", required_argument, NULL, 'F'},
+		CTL_HISTORY_OPTIONS,
 	};
-	Pyprofd__QueryRequest q = PYPROFD__QUERY_REQUEST__INIT;
+	struct ctl_history_args h;
+	Pyprofd__QueryRequest *q = &h.q;
 	bool table = false, processes = false;
-	Pyprofd__Label *labels = calloc((size_t)argc, sizeof *labels);
-	Pyprofd__Label **label_ptrs = calloc((size_t)argc, sizeof *label_ptrs);
 	enum export_format format = EXPORT_COLLAPSED;
-	const char *output = NULL;
 	double since = -1;
 	char name[256] = "all processes";
-	int status = EXIT_OK, opt;
-	if (!labels || !label_ptrs) {
-		fputs("pyprofd-ctl: out of memory\n", stderr);
-		status = EXIT_FAILURE_OTHER;
-		goto out;
-	}
-	q.labels = label_ptrs;
-	while (status == EXIT_OK && (opt = getopt_long(argc, argv, ":ho:", options, NULL)) != -1) {
-		if ((status = ctl_history_selection(ctl, opt, &q, labels)) >= 0)
+	int status = ctl_history_args_init(&h, argc), opt;
+	while (status == EXIT_OK && !h.done &&
+	       (opt = getopt_long(argc, argv, ":ho:", options, NULL)) != -1) {
+		if ((status = ctl_history_option(ctl, opt, argv, &h)) >= 0)
 			continue;
 		status = EXIT_OK;
 		switch (opt) {
@@ -368,9 +406,9 @@ int ctl_history_query(struct ctl *ctl, int argc, char **argv)
 				status = ctl_usage_error(ctl, "--%s takes unix seconds or YYYY-MM-DDTHH:MM[:SS]",
 				                         opt == 'f' ? "from" : "until");
 			else if (opt == 'f')
-				q.from_unix = t;
+				q->from_unix = t;
 			else
-				q.until_unix = t;
+				q->until_unix = t;
 			break;
 		}
 		case 'F':
@@ -380,62 +418,45 @@ int ctl_history_query(struct ctl *ctl, int argc, char **argv)
 			if (!table && !processes && export_format_parse(optarg, &format) != 0)
 				status = ctl_usage_error(ctl, "unknown format '%s'", optarg);
 			break;
-		case 'n':
-			status = ctl_parse_u32(ctl, "--limit", optarg, 0, &q.limit);
-			break;
-		case 'o':
-			output = optarg;
-			break;
-		default:
-			if ((status = ctl_common_option(ctl, opt, argv)) < 0)
-				status = EXIT_OK;
-			else if (status == EXIT_OK)
-				status = -1; /* --help printed */
 		}
 	}
-	if (status == -1) {
-		status = EXIT_OK;
+	if (status != EXIT_OK || h.done || (status = ctl_no_operand(ctl, argc, argv)) != EXIT_OK)
 		goto out;
-	}
-	if (status != EXIT_OK)
-		goto out;
-	if ((status = ctl_no_operand(ctl, argc, argv)) != EXIT_OK)
-		goto out;
-	if (q.limit && !table) {
+	if (q->limit && !table) {
 		status = ctl_usage_error(ctl, "--limit goes with --format table");
 		goto out;
 	}
 	if (table)
-		q.aggregate = PYPROFD__QUERY_AGGREGATE__QUERY_FUNCTIONS;
+		q->aggregate = PYPROFD__QUERY_AGGREGATE__QUERY_FUNCTIONS;
 	if (processes)
-		q.aggregate = PYPROFD__QUERY_AGGREGATE__QUERY_PROCESSES;
-	if (q.target_id)
-		snprintf(name, sizeof name, "target %lld", (long long)q.target_id);
-	else if (q.pid)
-		snprintf(name, sizeof name, "pid %d", (int)q.pid);
-	else if (q.n_labels)
-		snprintf(name, sizeof name, "%s=%s", q.labels[0]->key, q.labels[0]->value);
+		q->aggregate = PYPROFD__QUERY_AGGREGATE__QUERY_PROCESSES;
+	if (q->target_id)
+		snprintf(name, sizeof name, "target %lld", (long long)q->target_id);
+	else if (q->pid)
+		snprintf(name, sizeof name, "pid %d", (int)q->pid);
+	else if (q->n_labels)
+		snprintf(name, sizeof name, "%s=%s", q->labels[0]->key, q->labels[0]->value);
 	if (since >= 0) {
-		if (q.from_unix || q.until_unix) {
+		if (q->from_unix || q->until_unix) {
 			status = ctl_usage_error(ctl, "--since and --from/--until do not go together");
 			goto out;
 		}
 		struct timespec now;
 		clock_gettime(CLOCK_REALTIME, &now);
-		q.from_unix = (double)now.tv_sec - since;
+		q->from_unix = (double)now.tv_sec - since;
 	}
-	if (q.until_unix && q.until_unix < q.from_unix) {
+	if (q->until_unix && q->until_unix < q->from_unix) {
 		status = ctl_usage_error(ctl, "--until is before --from");
 		goto out;
 	}
 
 	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
 	req.body_case = PYPROFD__REQUEST__BODY_QUERY;
-	req.query = &q;
+	req.query = q;
 	struct client_reply *reply = ctl_call(ctl, &req, &status);
 	if (!reply)
 		goto out;
-	FILE *out = ctl_history_output_open(output);
+	FILE *out = ctl_history_output_open(h.output);
 	if (!out) {
 		status = EXIT_FAILURE_OTHER;
 	} else {
@@ -447,12 +468,11 @@ int ctl_history_query(struct ctl *ctl, int argc, char **argv)
 		int rc = table       ? ctl_history_table(reply, name, false, ctl->json, out)
 		         : processes ? ctl_history_processes(reply, ctl->json, out)
 		                     : ctl_history_export(reply, name, format, out);
-		status = ctl_history_output_close(out, output, rc);
+		status = ctl_history_output_close(out, h.output, rc);
 	}
 	client_reply_free(reply);
 out:
-	free(labels);
-	free(label_ptrs);
+	ctl_history_args_free(&h);
 	return status;
 }
 
@@ -491,31 +511,22 @@ int ctl_history_parse_range(const struct ctl *ctl, const char *option, const cha
 int ctl_history_diff(struct ctl *ctl, int argc, char **argv)
 {
 	static const struct option options[] = {
-		{"pid", required_argument, NULL, 'p'},     {"label", required_argument, NULL, 'l'},
-		{"thread", required_argument, NULL, 't'},  {"base", required_argument, NULL, 'b'},
-		{"compare", required_argument, NULL, 'c'}, {"output", required_argument, NULL, 'o'},
-		{"limit", required_argument, NULL, 'n'},   {"target", required_argument, NULL, 'T'},
-		CTL_COMMON_OPTIONS,
+		{"base", required_argument, NULL, 'b'},
+		{"compare", required_argument, NULL, 'c'},
+		CTL_HISTORY_OPTIONS,
 	};
 	/* The compared range is the query's own; the base range rides along in base_*. */
-	Pyprofd__QueryRequest q = PYPROFD__QUERY_REQUEST__INIT, base = PYPROFD__QUERY_REQUEST__INIT;
-	Pyprofd__Label *labels = calloc((size_t)argc, sizeof *labels);
-	Pyprofd__Label **label_ptrs = calloc((size_t)argc, sizeof *label_ptrs);
+	struct ctl_history_args h;
+	Pyprofd__QueryRequest *q = &h.q, base = PYPROFD__QUERY_REQUEST__INIT;
 	struct client_reply *reply = NULL;
-	const char *output = NULL;
 	bool have_base = false, have_compare = false;
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	double now = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-	int status = EXIT_OK, opt;
-	if (!labels || !label_ptrs) {
-		fputs("pyprofd-ctl: out of memory\n", stderr);
-		status = EXIT_FAILURE_OTHER;
-		goto out;
-	}
-	q.labels = label_ptrs;
-	while (status == EXIT_OK && (opt = getopt_long(argc, argv, ":ho:", options, NULL)) != -1) {
-		if ((status = ctl_history_selection(ctl, opt, &q, labels)) >= 0)
+	int status = ctl_history_args_init(&h, argc), opt;
+	while (status == EXIT_OK && !h.done &&
+	       (opt = getopt_long(argc, argv, ":ho:", options, NULL)) != -1) {
+		if ((status = ctl_history_option(ctl, opt, argv, &h)) >= 0)
 			continue;
 		status = EXIT_OK;
 		switch (opt) {
@@ -524,46 +535,31 @@ int ctl_history_diff(struct ctl *ctl, int argc, char **argv)
 			have_base = status == EXIT_OK;
 			break;
 		case 'c':
-			status = ctl_history_parse_range(ctl, "--compare", optarg, now, &q);
+			status = ctl_history_parse_range(ctl, "--compare", optarg, now, q);
 			have_compare = status == EXIT_OK;
 			break;
-		case 'n':
-			status = ctl_parse_u32(ctl, "--limit", optarg, 0, &q.limit);
-			break;
-		case 'o':
-			output = optarg;
-			break;
-		default:
-			if ((status = ctl_common_option(ctl, opt, argv)) < 0)
-				status = EXIT_OK;
-			else if (status == EXIT_OK)
-				status = -1; /* --help printed */
 		}
 	}
-	if (status == -1) {
-		status = EXIT_OK;
-		goto out;
-	}
-	if (status != EXIT_OK || (status = ctl_no_operand(ctl, argc, argv)) != EXIT_OK)
+	if (status != EXIT_OK || h.done || (status = ctl_no_operand(ctl, argc, argv)) != EXIT_OK)
 		goto out;
 	if (!have_base || !have_compare) {
 		status = ctl_usage_error(ctl, "diff needs --base and --compare");
 		goto out;
 	}
-	q.aggregate = PYPROFD__QUERY_AGGREGATE__QUERY_DIFF;
-	q.base_from_unix = base.from_unix;
-	q.base_until_unix = base.until_unix;
+	q->aggregate = PYPROFD__QUERY_AGGREGATE__QUERY_DIFF;
+	q->base_from_unix = base.from_unix;
+	q->base_until_unix = base.until_unix;
 	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
 	req.body_case = PYPROFD__REQUEST__BODY_QUERY;
-	req.query = &q;
+	req.query = q;
 	if (!(reply = ctl_call(ctl, &req, &status)))
 		goto out;
-	FILE *out = ctl_history_output_open(output);
-	status = out ? ctl_history_output_close(out, output, ctl_history_table(reply, NULL, true, ctl->json, out))
+	FILE *out = ctl_history_output_open(h.output);
+	status = out ? ctl_history_output_close(out, h.output,
+	                                        ctl_history_table(reply, NULL, true, ctl->json, out))
 	             : EXIT_FAILURE_OTHER;
 out:
 	client_reply_free(reply);
-	free(labels);
-	free(label_ptrs);
+	ctl_history_args_free(&h);
 	return status;
 }

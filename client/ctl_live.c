@@ -189,17 +189,12 @@ out:
 
 int ctl_live_detach(struct ctl *ctl, int argc, char **argv)
 {
-	int status = ctl_common_options_only(ctl, argc, argv);
-	if (status >= 0)
-		return status;
 	Pyprofd__DetachRequest d = PYPROFD__DETACH_REQUEST__INIT;
-	if ((status = ctl_pid_operand(ctl, argc, argv, &d.pid)) != EXIT_OK)
-		return status;
-
 	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
 	req.body_case = PYPROFD__REQUEST__BODY_DETACH;
 	req.detach = &d;
-	struct client_reply *reply = ctl_call(ctl, &req, &status);
+	int status;
+	struct client_reply *reply = ctl_call_plain(ctl, argc, argv, &req, &d.pid, &status);
 	if (!reply)
 		return status;
 	const Pyprofd__Target *t = ctl_target_or_empty(reply->parts[0]->detach->target);
@@ -309,17 +304,12 @@ out:
 
 int ctl_live_list(struct ctl *ctl, int argc, char **argv)
 {
-	int status = ctl_common_options_only(ctl, argc, argv);
-	if (status >= 0)
-		return status;
-	if ((status = ctl_no_operand(ctl, argc, argv)) != EXIT_OK)
-		return status;
-
 	Pyprofd__ListRequest l = PYPROFD__LIST_REQUEST__INIT;
 	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
 	req.body_case = PYPROFD__REQUEST__BODY_LIST;
 	req.list = &l;
-	struct client_reply *reply = ctl_call(ctl, &req, &status);
+	int status;
+	struct client_reply *reply = ctl_call_plain(ctl, argc, argv, &req, NULL, &status);
 	if (!reply)
 		return status;
 
@@ -469,17 +459,12 @@ static json_t *ctl_live_stats_json(int32_t pid, const Pyprofd__StatsResult *head
 
 int ctl_live_stats(struct ctl *ctl, int argc, char **argv)
 {
-	int status = ctl_common_options_only(ctl, argc, argv);
-	if (status >= 0)
-		return status;
 	Pyprofd__StatsRequest s = PYPROFD__STATS_REQUEST__INIT;
-	if ((status = ctl_pid_operand(ctl, argc, argv, &s.pid)) != EXIT_OK)
-		return status;
-
 	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
 	req.body_case = PYPROFD__REQUEST__BODY_STATS;
 	req.stats = &s;
-	struct client_reply *reply = ctl_call(ctl, &req, &status);
+	int status;
+	struct client_reply *reply = ctl_call_plain(ctl, argc, argv, &req, &s.pid, &status);
 	if (!reply)
 		return status;
 	/* Counters may come in parts; the figures after them are the first part's. */
@@ -496,17 +481,12 @@ int ctl_live_stats(struct ctl *ctl, int argc, char **argv)
 
 int ctl_live_status(struct ctl *ctl, int argc, char **argv)
 {
-	int status = ctl_common_options_only(ctl, argc, argv);
-	if (status >= 0)
-		return status;
-	if ((status = ctl_no_operand(ctl, argc, argv)) != EXIT_OK)
-		return status;
-
 	Pyprofd__StatusRequest s = PYPROFD__STATUS_REQUEST__INIT;
 	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
 	req.body_case = PYPROFD__REQUEST__BODY_STATUS;
 	req.status = &s;
-	struct client_reply *reply = ctl_call(ctl, &req, &status);
+	int status;
+	struct client_reply *reply = ctl_call_plain(ctl, argc, argv, &req, NULL, &status);
 	if (!reply)
 		return status;
 	const Pyprofd__StatusResult *r = reply->parts[0]->status;

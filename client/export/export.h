@@ -114,6 +114,8 @@ json_t *export_json_string(const char *s);
 json_t *export_json_u64(uint64_t v);
 /* A JSON number, or null for NaN and infinities (JSON has neither). */
 json_t *export_json_double(double v);
+/* doc (taken, NULL included) as one compact line; 0, or -1 with errno (ENOMEM unless the write said). */
+int export_json_write(json_t *doc, FILE *out);
 /* Columns s takes on a terminal: one per UTF-8 character. */
 size_t export_width(const char *s);
 /*

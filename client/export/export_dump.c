@@ -76,14 +76,10 @@ static int export_dump_json(const Pyprofd__DumpResult *const *parts, size_t npar
 				json_decref(threads);
 				threads = NULL;
 			}
-	json_t *doc = json_pack("{s:i, s:o, s:o}", "pid", (int)parts[0]->pid, "python_version",
-	                        export_json_string(parts[0]->python_version), "threads", threads);
-	errno = 0;
-	int rc = doc && json_dumpf(doc, out, JSON_COMPACT) == 0 && fputc('\n', out) != EOF ? 0 : -1;
-	if (rc < 0 && !errno)
-		errno = ENOMEM;
-	json_decref(doc);
-	return rc;
+	return export_json_write(json_pack("{s:i, s:o, s:o}", "pid", (int)parts[0]->pid,
+	                                   "python_version", export_json_string(parts[0]->python_version),
+	                                   "threads", threads),
+	                         out);
 }
 
 int export_dump_write(const Pyprofd__DumpResult *const *parts, size_t nparts, bool json, FILE *out)

@@ -35,8 +35,7 @@ int export_json_head(json_t *doc, const struct export_view *v, const char *total
 	               : 0;
 }
 
-/* Writes doc as one line and frees it; a failure is ENOMEM unless the write said otherwise. */
-static int dump(json_t *doc, FILE *out)
+int export_json_write(json_t *doc, FILE *out)
 {
 	errno = 0;
 	int r = doc && json_dumpf(doc, out, JSON_COMPACT) == 0 && fputc('\n', out) != EOF ? 0 : -1;
@@ -83,7 +82,7 @@ int export_write_json(const struct export_view *v, FILE *out)
 		    export_json_set(o, "thread_id", json_integer((json_int_t)st->thread_id)))
 			goto fail;
 	}
-	r = dump(json_incref(doc), out);
+	r = export_json_write(json_incref(doc), out);
 	goto done;
 fail:
 	errno = ENOMEM;
@@ -169,5 +168,5 @@ fail:
 	json_decref(weights);
 	json_decref(doc);
 	/* dump reports a NULL document (a failure above) as ENOMEM. */
-	return dump(done, out);
+	return export_json_write(done, out);
 }

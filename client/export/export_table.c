@@ -136,11 +136,7 @@ int export_table_write(const struct export_table *t, bool json, FILE *out)
 		                         "until", t->until_unix, "samples", export_json_u64(t->total),
 		                         "functions_found", export_json_u64(t->functions_found),
 		                         "functions", j.rows);
-		char *text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
-		int rc = text && fprintf(out, "%s\n", text) > 0 ? 0 : -1;
-		free(text);
-		json_decref(doc);
-		return rc || fflush(out) != 0 || ferror(out) ? -1 : 0;
+		return export_json_write(doc, out) || fflush(out) != 0 || ferror(out) ? -1 : 0;
 	}
 	struct export_table_text tt = {out, t->total, t->base_total, 5};
 	if (diff) {
