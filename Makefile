@@ -57,6 +57,9 @@ CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-re
 LDFLAGS += -fsanitize=address,undefined
 endif
 
+# The first rule below must not be the default goal.
+.DEFAULT_GOAL := all
+
 ifneq ($(V),1)
 Q = @
 E = @echo
@@ -183,7 +186,10 @@ FUZZ_SRC     = $(wildcard tests/fuzz/*.c)
 FUZZ_OBJ     = $(call obj,$(FUZZ_SRC))
 FUZZ_BINS    = $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 FUZZ_SECONDS ?= 20
-$(FUZZ_OBJ): LIBINC = $(NO_SQLITE) -Itests $(INC_DAEMON) $(INC_CLIENT)
+
+# The remote-memory harness works on the hand-built runtime of the unwinder's tests.
+$(BUILD)/fuzz/fuzz_remote: $(BUILD)/tests/unwind/image.o
+$(FUZZ_OBJ): LIBINC = $(NO_SQLITE) -Itests -Itests/unwind $(INC_DAEMON) $(INC_CLIENT)
 
 $(BUILD)/fuzz/%: $(BUILD)/tests/fuzz/%.o $(LIBCTL) $(LIBCLIENT) $(LIBS_DAEMON)
 	@mkdir -p $(@D)
@@ -244,9 +250,10 @@ $(BUILD)/tests/base-tests: $(call test_obj,base) $(LIBBASE)
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBS_TEST)
 
+# Its allocations are counted (tests/unwind/test_steady.c).
 $(BUILD)/tests/unwind-tests: $(call test_obj,unwind) $(TEST_SUPPORT_OBJ) $(LIBUNWIND) $(LIBBASE)
 	$(E) "  LD      $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lelf $(LIBS_TEST) -lm
+	$(Q)$(CC) $(LDFLAGS) -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc -o $@ $^ -lelf $(LIBS_TEST) -lm
 
 $(BUILD)/tests/wire-tests: $(call test_obj,wire) $(LIBWIRE) $(LIBBASE)
 	$(E) "  LD      $@"

@@ -307,8 +307,6 @@ struct target {
 	ev_tstamp last_used; /* loop time; detached targets are evicted oldest first */
 };
 
-/* Identity of a live process (uid may be NULL: the start time alone is one read): 0, or -1 and *err. */
-int proc_identity(pid_t pid, uint64_t *start_time, uid_t *uid, struct uw_error *err);
 struct target *target_open(struct ev_loop *loop, struct history *history, pid_t pid,
                            struct uw_error *err);
 /* Start (or restart) sampling with these parameters; the target takes the labels. */

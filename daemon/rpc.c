@@ -59,23 +59,22 @@ static int rpc_process(struct server *s, const struct client *c, pid_t pid, stru
                        Pyprofd__Response *resp, struct arena *a)
 {
 	struct uw_error err = {0};
-	uint64_t start;
-	uid_t owner;
+	struct uw_process_identity id;
 	if (pid <= 0) {
 		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST, "%d is not a process id", (int)pid);
 		return -1;
 	}
-	if (proc_identity(pid, &start, &owner, &err) != 0) {
+	if (uw_process_identity(pid, &id, &err) != 0) {
 		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_NO_PROCESS, "no such process: %d", (int)pid);
 		return -1;
 	}
-	if (!rpc_may_see(c, owner)) {
+	if (!rpc_may_see(c, id.uid[0])) {
 		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_PERMISSION,
 		          "permission denied: process %d belongs to another user", (int)pid);
 		return -1;
 	}
 	*t = targets_find(&s->targets, pid);
-	if (*t && (*t)->start_time != start) {
+	if (*t && (*t)->start_time != id.start_time) {
 		log_info("pid %d was reused by another process: forgetting the old one", (int)pid);
 		targets_remove(&s->targets, *t);
 		target_free(*t);

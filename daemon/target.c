@@ -47,43 +47,6 @@ static ssize_t target_read_proc_file(pid_t pid, const char *name, char *buf, siz
 	return (ssize_t)len;
 }
 
-int proc_identity(pid_t pid, uint64_t *start_time, uid_t *uid, struct uw_error *err)
-{
-	char buf[4096];
-	if (pid <= 0 || target_read_proc_file(pid, "stat", buf, sizeof buf) < 0) {
-		err->status = errno == EACCES ? UW_EPERM : UW_ENOPROC;
-		snprintf(err->msg, sizeof err->msg, "no such process: %d", (int)pid);
-		return -1;
-	}
-	/* The command name may hold anything, ')' included: fields start after the last one. */
-	const char *p = strrchr(buf, ')');
-	unsigned long long start = 0;
-	/* After ") ": state is field 3, starttime field 22. */
-	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
-	                 &start) != 1) {
-		err->status = UW_ENOPROC;
-		snprintf(err->msg, sizeof err->msg, "process %d has no readable status", (int)pid);
-		return -1;
-	}
-	*start_time = start;
-	if (!uid)
-		return 0;
-	if (target_read_proc_file(pid, "status", buf, sizeof buf) < 0) {
-		err->status = UW_ENOPROC;
-		snprintf(err->msg, sizeof err->msg, "no such process: %d", (int)pid);
-		return -1;
-	}
-	const char *line = strstr(buf, "\nUid:");
-	unsigned long real_uid;
-	if (!line || sscanf(line + 5, "%lu", &real_uid) != 1) {
-		err->status = UW_ENOPROC;
-		snprintf(err->msg, sizeof err->msg, "process %d has no readable owner", (int)pid);
-		return -1;
-	}
-	*uid = (uid_t)real_uid;
-	return 0;
-}
-
 static char *target_read_executable(pid_t pid)
 {
 	char path[64], buf[4096];
@@ -260,9 +223,8 @@ static double target_monotonic_now(void)
 struct target *target_open(struct ev_loop *loop, struct history *history, pid_t pid,
                            struct uw_error *err)
 {
-	uint64_t start_time;
-	uid_t uid;
-	if (proc_identity(pid, &start_time, &uid, err) != 0)
+	struct uw_process_identity id;
+	if (uw_process_identity(pid, &id, err) != 0)
 		return NULL;
 	struct target *t = calloc(1, sizeof *t);
 	if (!t) {
@@ -274,8 +236,8 @@ struct target *target_open(struct ev_loop *loop, struct history *history, pid_t 
 	t->history = history;
 	t->timer_fd = -1;
 	t->pid = pid;
-	t->start_time = start_time;
-	t->uid = uid;
+	t->start_time = id.start_time;
+	t->uid = id.uid[0];
 	t->state = TARGET_DETACHED;
 	t->executable = target_read_executable(pid);
 	t->command_line = target_read_command_line(pid);
@@ -430,9 +392,9 @@ void target_free(struct target *t)
 /* Whether pid still names the process this target was opened on. */
 static bool target_same_process(const struct target *t)
 {
-	uint64_t start;
+	struct uw_process_identity id;
 	struct uw_error err;
-	return proc_identity(t->pid, &start, NULL, &err) == 0 && start == t->start_time;
+	return uw_process_identity(t->pid, &id, &err) == 0 && id.start_time == t->start_time;
 }
 
 bool target_check_alive(struct target *t)

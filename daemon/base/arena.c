@@ -51,3 +51,23 @@ void arena_free(struct arena *a)
 		a->blocks = next;
 	}
 }
+
+void arena_clear(struct arena *a)
+{
+	struct arena_block *keep = NULL;
+	while (a->blocks) {
+		struct arena_block *b = a->blocks;
+		a->blocks = b->next;
+		if (!keep || b->size > keep->size) {
+			free(keep);
+			keep = b;
+		} else {
+			free(b);
+		}
+	}
+	if (keep) {
+		keep->used = 0;
+		keep->next = NULL;
+	}
+	a->blocks = keep;
+}

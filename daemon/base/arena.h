@@ -15,5 +15,7 @@ struct arena {
 void *arena_alloc(struct arena *a, size_t size); /* zeroed; NULL if out of memory */
 char *arena_strdup(struct arena *a, const char *s); /* NULL stays NULL */
 void arena_free(struct arena *a);
+/* Free everything allocated, keeping the largest block: an arena reused this way stops allocating. */
+void arena_clear(struct arena *a);
 
 #endif

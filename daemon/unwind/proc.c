@@ -1,5 +1,7 @@
 /* What /proc tells about a process: its mappings, threads and their states. */
 #include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -110,20 +112,52 @@ void proc_root_path(pid_t pid, const char *path, char *buf, size_t len)
 	snprintf(buf, len, "/proc/%d/root%s", (int)pid, path);
 }
 
-/* The state letter follows the command name, which may itself hold ") ". */
+int proc_stat_parse(const char *buf, struct proc_stat *out)
+{
+	/* The command name may hold anything, ") " included: the fields start after the last ')'. */
+	const char *close = strrchr(buf, ')');
+	if (!close || close[1] != ' ' || close[2] == '\0')
+		return -1;
+	unsigned long long start = 0;
+	out->state = close[2];
+	/* After ") ": state is field 3, the start time field 22. */
+	out->has_start_time =
+		sscanf(close + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d "
+		                  "%*d %*d %llu", &start) == 1;
+	out->start_time = start;
+	return 0;
+}
+
+/* Read a small /proc file whole into buf (NUL-terminated); its length, or -1 with errno. */
+static ssize_t proc_read_file(const char *path, char *buf, size_t cap)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	size_t len = 0;
+	while (len + 1 < cap) {
+		ssize_t got = read(fd, buf + len, cap - 1 - len);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0)
+			break;
+		len += (size_t)got;
+	}
+	int saved = errno;
+	close(fd);
+	errno = saved;
+	buf[len] = '\0';
+	return (ssize_t)len;
+}
+
+/* The state letter of the process or thread whose stat file is at path; '?' if unknown. */
 static char proc_stat_state(const char *path)
 {
 	char buf[512];
-	FILE *f = fopen(path, "re");
-	if (!f)
+	struct proc_stat st;
+	if (proc_read_file(path, buf, sizeof buf) < 0 || proc_stat_parse(buf, &st) != 0)
 		return '?';
-	size_t n = fread(buf, 1, sizeof buf - 1, f);
-	fclose(f);
-	buf[n] = '\0';
-	char *close = strrchr(buf, ')');
-	if (!close || close[1] != ' ' || close[2] == '\0')
-		return '?';
-	return close[2];
+	return st.state;
 }
 
 char proc_thread_state(pid_t pid, pid_t tid)
@@ -158,4 +192,40 @@ int proc_tasks(pid_t pid, pid_t *tids, int max)
 	}
 	closedir(d);
 	return n;
+}
+
+/* The four ids of a "Uid:" or "Gid:" line of /proc/PID/status into ids; 0 or -1. */
+static int proc_status_ids(const char *status, const char *key, unsigned ids[4])
+{
+	const char *line = strstr(status, key);
+	return line && sscanf(line + strlen(key), "%u %u %u %u", &ids[0], &ids[1], &ids[2], &ids[3]) == 4
+	               ? 0
+	               : -1;
+}
+
+int uw_process_identity(pid_t pid, struct uw_process_identity *out, struct uw_error *err)
+{
+	char path[64], buf[4096];
+	struct proc_stat st;
+	memset(out, 0, sizeof *out);
+	if (pid <= 0)
+		return uw_fail(err, UW_ENOPROC, "no process with pid %d", (int)pid);
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	if (proc_read_file(path, buf, sizeof buf) < 0)
+		return proc_open_error(pid, "the status", err);
+	if (proc_stat_parse(buf, &st) != 0 || !st.has_start_time)
+		return uw_fail(err, UW_ENOPROC, "process %d has no readable status", (int)pid);
+	out->start_time = st.start_time;
+	out->state = st.state;
+	snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+	if (proc_read_file(path, buf, sizeof buf) < 0)
+		return proc_open_error(pid, "the status", err);
+	unsigned uids[4], gids[4];
+	if (proc_status_ids(buf, "\nUid:", uids) != 0 || proc_status_ids(buf, "\nGid:", gids) != 0)
+		return uw_fail(err, UW_ENOPROC, "process %d has no readable owner", (int)pid);
+	for (int i = 0; i < 4; i++) {
+		out->uid[i] = (uid_t)uids[i];
+		out->gid[i] = (gid_t)gids[i];
+	}
+	return 0;
 }

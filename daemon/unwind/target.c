@@ -89,13 +89,15 @@ static uint64_t version_parse(const char *s)
 }
 
 /* Which CPython the runtime at t->runtime is, and the layout to read it with. */
-static int target_resolve_version(struct uw_target *t, const struct elf_symbol *syms,
-                                  uint64_t bias, struct uw_error *err)
+/*
+ * 3.13+: the runtime describes itself.  1 and the layout when _PyRuntime
+ * starts with _Py_DebugOffsets, 0 when it does not, -1 and *err.
+ */
+static int target_debug_layout(struct uw_target *t, struct uw_error *err)
 {
 	uint8_t head[24];
 	if (remote_read(&t->mem, t->runtime, head, sizeof head, err) != 0)
 		return -1;
-
 	if (memcmp(head, "xdebugpy", 8) == 0) {
 		t->version_hex = load_u64(head, 8);
 		version_format(t->version_hex, t->version, sizeof t->version);
@@ -110,8 +112,17 @@ static int target_resolve_version(struct uw_target *t, const struct elf_symbol *
 		if (rc == 0 && layout_from_debug_offsets(raw, size, &t->layout) != 0)
 			rc = uw_fail(err, UW_ECORRUPT, "Python %s: unreadable _Py_DebugOffsets", t->version);
 		free(raw);
-		return rc;
+		return rc == 0 ? 1 : -1;
 	}
+	return 0;
+}
+
+static int target_resolve_version(struct uw_target *t, const struct elf_symbol *syms,
+                                  uint64_t bias, struct uw_error *err)
+{
+	int described = target_debug_layout(t, err);
+	if (described != 0)
+		return described < 0 ? -1 : 0;
 
 	unsigned minor = 0;
 	if (syms[SYM_PY_VERSION].found) {
@@ -224,16 +235,9 @@ static int target_find_runtime(struct uw_target *t, const struct proc_maps *maps
 	               candidates[1] ? candidates[1] : "its executable");
 }
 
-struct uw_target *uw_open(pid_t pid, struct uw_error *err)
+/* A target with nothing resolved yet; NULL and *err. */
+static struct uw_target *target_new(pid_t pid, struct uw_error *err)
 {
-	if (pid <= 0) {
-		uw_fail(err, UW_ENOPROC, "no process with pid %d", (int)pid);
-		return NULL;
-	}
-	if (kill(pid, 0) != 0 && errno == ESRCH) {
-		uw_fail(err, UW_ENOPROC, "no process with pid %d", (int)pid);
-		return NULL;
-	}
 	struct uw_target *t = calloc(1, sizeof *t);
 	if (!t) {
 		uw_fail(err, UW_ENOMEM, "out of memory");
@@ -249,6 +253,55 @@ struct uw_target *uw_open(pid_t pid, struct uw_error *err)
 		uw_close(t);
 		return NULL;
 	}
+	return t;
+}
+
+struct uw_target *uw_open_image(const struct uw_image_target *it, struct uw_error *err)
+{
+	/* No process: pid -1 names none, so nothing of /proc is mistaken for the image's. */
+	struct uw_target *t = target_new(-1, err);
+	if (!t)
+		return NULL;
+	t->mem.image = it->image;
+	t->runtime = it->runtime;
+	t->code_type = it->code_type;
+	t->unicode_type = it->unicode_type;
+	t->bytes_type = it->bytes_type;
+	t->frame_type = it->frame_type;
+	t->runtime_file = strdup("(memory image)");
+	int described = t->runtime_file ? target_debug_layout(t, err) : -1;
+	const struct py_layout *layout = layout_for_minor(it->minor);
+	if (described == 0 && layout) {
+		t->layout = *layout;
+		t->version_hex = 0x030000f0ULL | ((uint64_t)it->minor << 16);
+		version_format(t->version_hex, t->version, sizeof t->version);
+	} else if (described == 0) {
+		uw_fail(err, UW_EVERSION, "no layout for Python 3.%u", it->minor);
+		described = -1;
+	}
+	if (described < 0) {
+		if (!t->runtime_file)
+			uw_fail(err, UW_ENOMEM, "out of memory");
+		uw_close(t);
+		return NULL;
+	}
+	target_fit_layout(&t->layout);
+	return t;
+}
+
+struct uw_target *uw_open(pid_t pid, struct uw_error *err)
+{
+	if (pid <= 0) {
+		uw_fail(err, UW_ENOPROC, "no process with pid %d", (int)pid);
+		return NULL;
+	}
+	if (kill(pid, 0) != 0 && errno == ESRCH) {
+		uw_fail(err, UW_ENOPROC, "no process with pid %d", (int)pid);
+		return NULL;
+	}
+	struct uw_target *t = target_new(pid, err);
+	if (!t)
+		return NULL;
 
 	struct proc_maps maps;
 	if (proc_maps_read(pid, &maps, err) != 0) {
@@ -274,7 +327,7 @@ void uw_close(struct uw_target *t)
 	code_cache_free(&t->codes);
 	intern_free(&t->intern);
 	threads_free(t);
-	sample_scratch_free(t);
+	walk_free(t);
 	view_free(t);
 	free(t->runtime_file);
 	free(t);

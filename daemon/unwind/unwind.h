@@ -108,6 +108,17 @@ struct uw_options {
 
 #define UW_DEFAULT_CACHE_BUDGET (64u << 20)
 
+/* Who a process is, by /proc: what the kernel's own access checks look at. */
+struct uw_process_identity {
+	uint64_t start_time; /* clock ticks after boot: with the pid, the process's identity */
+	uid_t uid[4];        /* real, effective, saved, filesystem */
+	gid_t gid[4];
+	char state;          /* 'R', 'S', 'Z', ... */
+};
+
+/* 0, or -1 and *err (UW_ENOPROC when there is no such process, UW_EPERM when /proc refuses). */
+int uw_process_identity(pid_t pid, struct uw_process_identity *out, struct uw_error *err);
+
 /* Open a process: finds its CPython runtime and layout. NULL and *err on failure. */
 struct uw_target *uw_open(pid_t pid, struct uw_error *err);
 

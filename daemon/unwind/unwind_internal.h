@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "arena.h"
 #include "grow.h"
 #include "hash.h"
 #include "layout.h"
@@ -26,12 +27,33 @@ int uw_fail(struct uw_error *err, enum uw_status status, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
 /* remote.c */
+/* A piece of a memory image: what addr..addr+len holds. */
+struct remote_segment {
+	raddr_t addr;
+	const uint8_t *bytes;
+	size_t len;
+};
+
+/*
+ * Memory to read instead of a process's: the unwinder's walk and decoders
+ * run on crafted bytes (tests, fuzzing); a read outside the segments fails
+ * as a stale pointer does.
+ */
+struct remote_image {
+	const struct remote_segment *segments;
+	size_t n;
+};
+
 /* The target's memory, and a count of what reading it cost. */
 struct remote {
 	pid_t pid;
+	const struct remote_image *image; /* when set, read instead of the process */
 	uint64_t calls;
 	uint64_t bytes;
 };
+
+/* Whether the memory is still there: the process lives (an image always is). */
+bool remote_alive(const struct remote *r);
 
 /*
  * Read exactly len bytes at addr.  A short read or EFAULT is UW_ECORRUPT
@@ -88,6 +110,14 @@ struct proc_maps {
 	struct proc_map *maps;
 	size_t count;
 };
+
+/* What the one parser of a /proc stat line (a process's or a thread's) reads of it. */
+struct proc_stat {
+	char state;          /* 'R', 'S', ... */
+	bool has_start_time;
+	uint64_t start_time; /* clock ticks after boot */
+};
+int proc_stat_parse(const char *buf, struct proc_stat *out);
 
 /* Parse /proc/PID/maps (bounded). 0, or -1 and *err. */
 int proc_maps_read(pid_t pid, struct proc_maps *out, struct uw_error *err);
@@ -208,7 +238,7 @@ struct code_cache {
 void code_cache_init(struct code_cache *cache);
 void code_cache_free(struct code_cache *cache);
 
-/* sample.c */
+/* chain.c, threads.c */
 /* What the previous sample saw of one thread: its chain, outermost first. */
 struct chain_link {
 	raddr_t addr;  /* frame address; 0 for a marker */
@@ -258,6 +288,7 @@ struct uw_target {
 	raddr_t bytes_type;   /* &PyBytes_Type */
 	raddr_t frame_type;   /* &PyFrame_Type, to check heap frames (3.8-3.10) */
 	int pthread_tid_offset; /* 3.8-3.10: where struct pthread keeps the tid; -1 unknown */
+	int pthread_tid_searches; /* looks for it so far */
 
 	struct uw_options opts;
 	int thread_attempts; /* reads of a moving thread before it is left out */
@@ -272,7 +303,7 @@ struct uw_target {
 	struct thread_cache *threads;
 	uint32_t nthreads;
 	size_t threads_cap;
-	struct walk *walk; /* sample.c's working arrays, reused */
+	struct walk *walk; /* walk.c's working arrays, reused */
 
 	/* The batched read of this sample, planned from the reads of the last. */
 	struct view_batch batch;
@@ -282,11 +313,21 @@ struct uw_target {
 	struct used_range *used;
 	uint32_t nused;
 	size_t used_cap;
-	/* Reads the prefetch missed, freed when the sample ends. */
-	uint8_t **scratch;
-	uint32_t nscratch;
-	size_t scratch_cap;
+	struct used_range *retry_used; /* a retry's plan, reused */
+	size_t retry_used_cap;
+	/* Reads the prefetch missed, for the sample's length. */
+	struct arena scratch;
 };
+
+/* target.c */
+/* Where an image's runtime and types are, as uw_open finds them in a process. */
+struct uw_image_target {
+	const struct remote_image *image;
+	unsigned minor; /* the layout when the runtime has no _Py_DebugOffsets */
+	raddr_t runtime, code_type, unicode_type, bytes_type, frame_type;
+};
+/* A target reading a memory image, as uw_open does a process; NULL and *err. */
+struct uw_target *uw_open_image(const struct uw_image_target *it, struct uw_error *err);
 
 /* code.c */
 /*
@@ -324,9 +365,94 @@ void view_retry_end(struct uw_target *t);
 void view_end(struct uw_target *t, bool plan_next);
 void view_free(struct uw_target *t);
 
-/* sample.c */
-void threads_free(struct uw_target *t);
+/* walk.c */
+/* A few bytes the walk relied on, read again to prove they did not move. */
+struct check {
+	raddr_t addr;
+	raddr_t frame; /* the frame whose links these are; 0 for a top pointer */
+	uint32_t len;
+	bool top;      /* a thread's pointer to its innermost frame */
+	uint8_t expect[24];
+};
+
+/* One frame as read, before it is decoded. */
+struct raw_frame {
+	raddr_t addr;
+	raddr_t code;
+	uint64_t pos;
+	uint32_t kind;
+};
+
+/*
+ * A sample under way; kept by the target so its arrays are reused, not
+ * reallocated: a steady sample allocates nothing.
+ */
+struct walk {
+	struct uw_target *t;
+	struct uw_sample *out;
+	struct raw_frame *raw; /* the frames of the thread being read, innermost first */
+	uint32_t nraw;
+	size_t raw_cap;
+	struct check *checks;
+	uint32_t nchecks;
+	size_t checks_cap;
+	bool torn; /* the walk failed on values read at different moments, not on garbage */
+	/* validate.c's working arrays. */
+	raddr_t *base;
+	size_t base_cap;
+	const struct check **moved;
+	size_t moved_cap;
+	struct remote_range *ranges;
+	size_t ranges_cap;
+	uint32_t *range_of;
+	size_t range_of_cap;
+	uint8_t *buf;
+	size_t buf_cap;
+};
+
+/* Memory the caches and ids hold, for the budget. */
+size_t walk_cache_bytes(const struct uw_target *t);
 /* The arrays a sample works in, kept between samples. */
-void sample_scratch_free(struct uw_target *t);
+void walk_free(struct uw_target *t);
+
+/* frames.c */
+/* Read one thread's innermost-frame pointer and its frames onto w->raw (*n of them), with checks. */
+int frames_collect(struct walk *w, raddr_t tstate, uint32_t *n, bool *truncated,
+                   struct uw_error *err);
+
+/* validate.c */
+/* Remember that the walk used len bytes at addr (seen: what it read there). */
+int validate_watch(struct walk *w, raddr_t addr, const uint8_t *seen, uint32_t len, bool top,
+                   raddr_t frame, struct uw_error *err);
+/* The links of frame f at addr (its code and its caller) as windows to check. */
+int validate_watch_links(struct walk *w, raddr_t addr, const uint8_t *f, bool with_code,
+                         bool caller, struct uw_error *err);
+/*
+ * Read the windows of one thread's walk again and compare: 0 if all held,
+ * 1 if the stack moved under the walk, -1 if it could not be read again.
+ */
+int validate_stack(struct walk *w, uint32_t first, uint32_t nraw, uint32_t common,
+                   struct uw_error *err);
+
+/* chain.c */
+/* How many frames, from the bottom, a chain shares with the thread's last sample. */
+uint32_t chain_common(const struct uw_target *t, const struct thread_cache *tc,
+                      const struct raw_frame *raw, uint32_t n);
+/* The stack id of a chain read innermost first; INTERN_FAILED and *err. */
+uint32_t chain_resolve(struct uw_target *t, struct thread_cache *tc, const struct raw_frame *raw,
+                       uint32_t n, uint32_t common, struct uw_error *err);
+
+/* threads.c */
+void threads_free(struct uw_target *t);
+/* The cache of a thread state; threads come in the same order every sample, so hint nearly always hits. */
+struct thread_cache *threads_lookup(struct uw_target *t, raddr_t tstate, uint32_t hint,
+                                    struct uw_error *err);
+/* Forget the threads that were not in this sample: they ended. */
+void threads_sweep(struct uw_target *t);
+size_t threads_bytes(const struct uw_target *t);
+/* The kernel's state letter of a thread ('R', 'S', ...; '?' unknown). */
+char threads_kernel_state(struct uw_target *t, struct thread_cache *tc, int64_t tid);
+/* The kernel's id of a thread from its pthread_t (3.8-3.10); -1 unknown. */
+int64_t threads_native_tid(struct uw_target *t, uint64_t pthread);
 
 #endif

@@ -9,7 +9,7 @@
  * grow).  The walk then finds almost everything in that batch — the data
  * is fresh, only the choice of addresses came from the past — and anything
  * the batch missed is read on its own.  Whether what was read hangs together
- * is sample.c's to prove.
+ * is validate.c's to prove.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -133,21 +133,12 @@ const uint8_t *view_read(struct uw_target *t, raddr_t addr, uint32_t len, uint32
 		}
 		t->stats.prefetch_misses++;
 	}
-	if (array_reserve((void **)&t->scratch, &t->scratch_cap, t->nscratch, sizeof *t->scratch, NULL)) {
-		uw_fail(err, UW_ENOMEM, "out of memory");
-		return NULL;
-	}
-	uint8_t *buf = malloc(len ? len : 1);
+	uint8_t *buf = arena_alloc(&t->scratch, len ? len : 1);
 	if (!buf) {
 		uw_fail(err, UW_ENOMEM, "out of memory");
 		return NULL;
 	}
-	if (remote_read(&t->mem, addr, buf, len, err) != 0) {
-		free(buf);
-		return NULL;
-	}
-	t->scratch[t->nscratch++] = buf;
-	return buf;
+	return remote_read(&t->mem, addr, buf, len, err) == 0 ? buf : NULL;
 }
 
 uint32_t view_mark(const struct uw_target *t)
@@ -161,12 +152,11 @@ int view_retry(struct uw_target *t, uint32_t mark, struct uw_error *err)
 		return 0;
 	/* The reads since the mark, copied: the main list keeps its order for the next plan. */
 	uint32_t n = t->nused - mark;
-	struct used_range *copy = malloc((n ? n : 1) * sizeof *copy);
-	if (!copy)
+	if (n && array_reserve((void **)&t->retry_used, &t->retry_used_cap, n - 1,
+	                       sizeof *t->retry_used, NULL))
 		return uw_fail(err, UW_ENOMEM, "out of memory");
-	memcpy(copy, t->used + mark, n * sizeof *copy);
-	batch_plan(&t->retry, copy, n);
-	free(copy);
+	memcpy(t->retry_used, t->used + mark, n * sizeof *t->retry_used);
+	batch_plan(&t->retry, t->retry_used, n);
 	t->retrying = true;
 	return batch_fetch(t, &t->retry, err);
 }
@@ -178,9 +168,7 @@ void view_retry_end(struct uw_target *t)
 
 void view_end(struct uw_target *t, bool plan_next)
 {
-	for (uint32_t i = 0; i < t->nscratch; i++)
-		free(t->scratch[i]);
-	t->nscratch = 0;
+	arena_clear(&t->scratch);
 	t->retrying = false;
 	/* A failed sample keeps the last plan: its reads were cut short. */
 	if (t->opts.no_cache)
@@ -193,11 +181,11 @@ void view_end(struct uw_target *t, bool plan_next)
 void view_free(struct uw_target *t)
 {
 	view_end(t, false);
-	free(t->scratch);
+	arena_free(&t->scratch);
 	free(t->used);
+	free(t->retry_used);
 	batch_free(&t->batch);
 	batch_free(&t->retry);
-	t->scratch = NULL;
-	t->used = NULL;
-	t->scratch_cap = t->used_cap = 0;
+	t->used = t->retry_used = NULL;
+	t->used_cap = t->retry_used_cap = 0;
 }

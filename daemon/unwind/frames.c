@@ -1,0 +1,213 @@
+/*
+ * Collecting one thread's frames, innermost first: heap frame objects linked
+ * by f_back up to 3.10, interpreter frames in the data stack from 3.11.
+ * Every list walked here comes from remote memory and is bounded.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "unwind_internal.h"
+
+/* All frames of one sample together; keeps a garbage sample's work bounded. */
+#define FRAMES_MAX_TOTAL (1u << 18)
+/* Shim frames do not count as frames, but they are bounded too. */
+#define FRAMES_MAX_LINKS (2u * UW_MAX_FRAMES)
+/* Bytes above a stack's top frame the next batch reads: room for new frames. */
+#define FRAMES_TOP_GROW 2048u
+
+static int frames_push(struct walk *w, uint32_t *n, struct raw_frame f, struct uw_error *err)
+{
+	if (w->nraw >= FRAMES_MAX_TOTAL)
+		return uw_fail(err, UW_ECORRUPT, "more than %u frames in one sample",
+		               FRAMES_MAX_TOTAL);
+	if (array_reserve((void **)&w->raw, &w->raw_cap, w->nraw, sizeof *w->raw, NULL))
+		return uw_fail(err, UW_ENOMEM, "out of memory");
+	w->raw[w->nraw++] = f;
+	(*n)++;
+	return 0;
+}
+
+/* 3.8-3.10: PyFrameObjects linked by f_back.  Innermost first onto w->raw. */
+static int frames_collect_objects(struct walk *w, raddr_t addr, uint32_t *n, bool *truncated,
+                                 struct uw_error *err)
+{
+	struct uw_target *t = w->t;
+	const struct py_layout *L = &t->layout;
+
+	while (addr) {
+		if (*n >= UW_MAX_FRAMES) {
+			*truncated = true;
+			break;
+		}
+		const uint8_t *f = view_read(t, addr, L->frame.size, 0, err);
+		if (!f)
+			return -1;
+		if (t->frame_type && load_u64(f, L->object.ob_type) != t->frame_type)
+			return uw_fail(err, UW_ECORRUPT, "object at 0x%llx is not a frame",
+			               (unsigned long long)addr);
+		if (validate_watch_links(w, addr, f, true, false, err) != 0)
+			return -1;
+		uint32_t lasti = (uint32_t)load_i32(f, L->frame.lasti);
+		int32_t lineno = load_i32(f, L->frame.lineno);
+		/* 3.8-3.9 keep f_lineno current only while tracing; 3.10 whenever non-zero. */
+		if (L->lasti_model == LASTI_BYTES && !load_u64(f, L->frame.trace))
+			lineno = 0;
+		struct raw_frame rf = {.addr = addr,
+		                       .code = load_u64(f, L->frame.code),
+		                       .pos = lasti | (uint64_t)(uint32_t)lineno << 32,
+		                       .kind = UW_FRAME_PYTHON};
+		if (frames_push(w, n, rf, err) != 0)
+			return -1;
+		raddr_t back = load_u64(f, L->frame.back);
+		if (back == addr)
+			return uw_fail(err, UW_ECORRUPT, "frame 0x%llx is its own caller",
+			               (unsigned long long)addr);
+		addr = back;
+	}
+	return 0;
+}
+
+/* The live part of a thread's current data-stack chunk (3.11+): [start, top). */
+struct frames_live {
+	raddr_t top, end; /* end: end of the chunk's allocation */
+};
+
+/*
+ * 3.11+: _PyInterpreterFrames linked by previous, with shim frames where C
+ * entered.  A frame in the current chunk at or above the data stack's top is
+ * dead: a pointer to it is the trace of a return the walk did not see whole.
+ */
+static int frames_collect_interp(struct walk *w, raddr_t addr, const struct frames_live *live,
+                                 uint32_t *n, bool *truncated, struct uw_error *err)
+{
+	struct uw_target *t = w->t;
+	const struct py_layout *L = &t->layout;
+	uint32_t links = 0;
+	bool native_pending = false, callee_inline = false;
+	bool want_native = t->opts.flags & UW_SNAP_NATIVE;
+
+	while (addr) {
+		if (*n >= UW_MAX_FRAMES || ++links > FRAMES_MAX_LINKS) {
+			*truncated = true;
+			break;
+		}
+		/* New frames are pushed just above the top one: read some room next time. */
+		const uint8_t *f = view_read(t, addr, L->frame.size, links == 1 ? FRAMES_TOP_GROW : 0, err);
+		if (!f)
+			return -1;
+		raddr_t previous = load_u64(f, L->frame.back);
+		if (previous == addr)
+			return uw_fail(err, UW_ECORRUPT, "frame 0x%llx is its own caller",
+			               (unsigned long long)addr);
+		if (addr >= live->top && addr < live->end) {
+			w->torn = true; /* the top moved between reading it and the pointer to the frame */
+			return uw_fail(err, UW_ECORRUPT, "frame 0x%llx is above its data stack's top",
+			               (unsigned long long)addr);
+		}
+		uint8_t owner = f[L->frame.owner];
+		bool shim = (L->frame.owner_cstack != LAYOUT_OWNER_NONE && owner == L->frame.owner_cstack) ||
+		            (L->frame.owner_interpreter != LAYOUT_OWNER_NONE &&
+		             owner == L->frame.owner_interpreter);
+		if (validate_watch_links(w, addr, f, !shim, !shim && *n > 0, err) != 0)
+			return -1;
+		if (shim) {
+			/* The eval loop was entered from C here: C code sits below. */
+			native_pending = want_native && *n > 0;
+			callee_inline = false;
+			addr = previous;
+			continue;
+		}
+		/*
+		 * 3.12-3.13 mark a running frame with stacktop -1 and set it when
+		 * the frame calls: a caller that runs has returned from the callee
+		 * the walk came from, a frame left over from an earlier call.
+		 */
+		if (callee_inline && L->frame.stacktop != LAYOUT_ABSENT &&
+		    load_i32(f, L->frame.stacktop) == -1) {
+			w->torn = true;
+			return uw_fail(err, UW_ECORRUPT, "frame 0x%llx runs above its callee",
+			               (unsigned long long)addr);
+		}
+		if (native_pending) {
+			struct raw_frame marker = {.kind = UW_FRAME_NATIVE};
+			if (frames_push(w, n, marker, err) != 0)
+				return -1;
+			native_pending = false;
+			if (*n >= UW_MAX_FRAMES) {
+				*truncated = true;
+				break;
+			}
+		}
+		struct raw_frame rf = {.addr = addr,
+		                       .code = load_u64(f, L->frame.code) & ~L->frame.code_tag_mask,
+		                       .pos = load_u64(f, L->frame.instr_ptr),
+		                       .kind = UW_FRAME_PYTHON};
+		if (frames_push(w, n, rf, err) != 0)
+			return -1;
+		bool entered = L->frame.is_entry != LAYOUT_ABSENT && f[L->frame.is_entry];
+		if (entered)
+			native_pending = want_native; /* 3.11 marks the entered frame itself */
+		callee_inline = !entered;
+		addr = previous;
+	}
+	return 0;
+}
+
+/* The current chunk of a thread's data stack and its top (3.11+), checked later. */
+static int frames_live_stack(struct walk *w, const uint8_t *ts,
+                             struct frames_live *live, struct uw_error *err)
+{
+	const struct py_layout *L = &w->t->layout;
+	uint32_t off = L->tstate.datastack_chunk;
+	if (off == LAYOUT_ABSENT)
+		return 0;
+	/* datastack_top follows datastack_chunk in PyThreadState (3.11 through 3.15). */
+	raddr_t chunk = load_u64(ts, off), top = load_u64(ts, off + 8);
+	if (!chunk)
+		return 0;
+	/* _PyStackChunk: previous, size (of the allocation), top, data[]. */
+	const uint8_t *hdr = view_read(w->t, chunk, 16, 0, err);
+	if (!hdr)
+		return -1;
+	uint64_t size = load_u64(hdr, 8);
+	if (size > (1u << 30) || top < chunk || top > chunk + size)
+		return uw_fail(err, UW_ECORRUPT, "data stack top 0x%llx outside its chunk",
+		               (unsigned long long)top);
+	*live = (struct frames_live){.top = top, .end = chunk + size};
+	return 0;
+}
+
+/* Read one thread's innermost-frame pointer and its frames onto w->raw, with checks. */
+int frames_collect(struct walk *w, raddr_t tstate, uint32_t *n, bool *truncated,
+                          struct uw_error *err)
+{
+	struct uw_target *t = w->t;
+	const struct py_layout *L = &t->layout;
+	const uint8_t *ts = view_read(t, tstate, L->tstate.size, 0, err);
+	if (!ts)
+		return -1;
+	raddr_t frame;
+	if (L->tstate.cframe != LAYOUT_ABSENT) {
+		raddr_t cframe = load_u64(ts, L->tstate.cframe);
+		if (validate_watch(w, tstate + L->tstate.cframe, ts + L->tstate.cframe, 8, true, 0, err) != 0)
+			return -1;
+		frame = 0;
+		if (cframe) {
+			raddr_t at = cframe + L->tstate.cframe_current_frame;
+			const uint8_t *cf = view_read(t, at, 8, 0, err);
+			if (!cf || validate_watch(w, at, cf, 8, true, 0, err) != 0)
+				return -1;
+			frame = load_u64(cf, 0);
+		}
+	} else {
+		frame = load_u64(ts, L->tstate.frame);
+		if (validate_watch(w, tstate + L->tstate.frame, ts + L->tstate.frame, 8, true, 0, err) != 0)
+			return -1;
+	}
+	if (L->frame_model == FRAME_MODEL_OBJECT)
+		return frames_collect_objects(w, frame, n, truncated, err);
+	struct frames_live live = {0};
+	if (frame && frames_live_stack(w, ts, &live, err) != 0)
+		return -1;
+	return frames_collect_interp(w, frame, &live, n, truncated, err);
+}

@@ -1,0 +1,91 @@
+/* The stack prefix tree and frames as callers read them, and whole snapshots for dumps. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "unwind_internal.h"
+
+/* A dump wants every thread: a moving one gets this many reads. */
+#define SNAPSHOT_THREAD_ATTEMPTS 12
+
+uint32_t uw_stack_frame(const struct uw_target *t, uint32_t stack)
+{
+	return stack < t->intern.nstacks ? t->intern.stacks[stack].frame : 0;
+}
+
+uint32_t uw_stack_parent(const struct uw_target *t, uint32_t stack)
+{
+	return stack < t->intern.nstacks ? t->intern.stacks[stack].parent : 0;
+}
+
+uint32_t uw_stack_depth(const struct uw_target *t, uint32_t stack)
+{
+	return stack < t->intern.nstacks ? t->intern.stacks[stack].depth : 0;
+}
+
+const struct uw_frame *uw_frame_get(const struct uw_target *t, uint32_t frame)
+{
+	return frame < t->intern.nframes ? &t->intern.frames[frame] : &t->intern.frames[0];
+}
+
+int uw_snapshot(struct uw_target *t, unsigned flags, struct uw_snapshot *out,
+                struct uw_error *err)
+{
+	memset(out, 0, sizeof *out);
+	struct uw_options saved = t->opts;
+	t->opts.flags |= flags;
+	t->opts.mode = UW_MODE_WALL;
+	t->opts.want_on_cpu = true;
+	/* A dump wants every thread: give a moving one more chances. */
+	t->thread_attempts = SNAPSHOT_THREAD_ATTEMPTS;
+	struct uw_sample s = {0};
+	int rc = uw_sample(t, &s, err);
+	t->opts = saved;
+	t->thread_attempts = 0;
+	/* A thread read as garbage makes the snapshot fail; one that kept moving is shown as such. */
+	if (rc == 0 && s.dropped_threads) {
+		if (err)
+			*err = s.drop_reason;
+		rc = -1;
+	}
+	if (rc != 0) {
+		uw_sample_free(&s);
+		return -1;
+	}
+	out->gc_running = s.gc_running;
+	out->threads = calloc(s.nthreads ? s.nthreads : 1, sizeof *out->threads);
+	if (!out->threads) {
+		uw_sample_free(&s);
+		return uw_fail(err, UW_ENOMEM, "out of memory");
+	}
+	for (uint32_t i = 0; i < s.nthreads; i++) {
+		const struct uw_sample_thread *st = &s.threads[i];
+		struct uw_thread *th = &out->threads[out->nthreads++];
+		*th = (struct uw_thread){.thread_id = st->thread_id,
+		                         .native_id = st->native_id,
+		                         .interp_id = st->interp_id,
+		                         .holds_gil = st->holds_gil,
+		                         .on_cpu = st->on_cpu,
+		                         .truncated = st->truncated,
+		                         .unreadable = st->moving};
+		uint32_t depth = uw_stack_depth(t, st->stack);
+		th->frames = calloc(depth ? depth : 1, sizeof *th->frames);
+		if (!th->frames) {
+			uw_sample_free(&s);
+			uw_snapshot_release(out);
+			return uw_fail(err, UW_ENOMEM, "out of memory");
+		}
+		for (uint32_t stack = st->stack; stack && th->nframes < depth;
+		     stack = uw_stack_parent(t, stack))
+			th->frames[th->nframes++] = *uw_frame_get(t, uw_stack_frame(t, stack));
+	}
+	uw_sample_free(&s);
+	return 0;
+}
+
+void uw_snapshot_release(struct uw_snapshot *snap)
+{
+	for (uint32_t i = 0; i < snap->nthreads; i++)
+		free(snap->threads[i].frames);
+	free(snap->threads);
+	memset(snap, 0, sizeof *snap);
+}

@@ -1,0 +1,147 @@
+/*
+ * What the unwinder keeps of each thread between samples (its chain, its
+ * kernel state through a descriptor kept open), and the kernel's id of a
+ * thread where CPython 3.8-3.10 does not record it.
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "unwind_internal.h"
+
+/* Bytes of struct pthread searched for the kernel thread id (3.8-3.10). */
+#define PTHREAD_SCAN_BYTES 1024
+/* Where glibc on x86-64 keeps `tid` in struct pthread: tried first. */
+#define PTHREAD_TID_GLIBC_X86_64 720
+/* Looks for the tid in struct pthread before giving up on a target. */
+#define THREADS_TID_SEARCHES 3
+
+static void threads_clear_one(struct thread_cache *tc)
+{
+	if (tc->stat_fd >= 0)
+		close(tc->stat_fd);
+	free(tc->chain);
+}
+
+void threads_free(struct uw_target *t)
+{
+	for (uint32_t i = 0; i < t->nthreads; i++)
+		threads_clear_one(&t->threads[i]);
+	free(t->threads);
+	t->threads = NULL;
+	t->nthreads = t->threads_cap = 0;
+}
+
+/* Threads are met in the same order every sample, so `hint` nearly always hits. */
+struct thread_cache *threads_lookup(struct uw_target *t, raddr_t tstate, uint32_t hint,
+                                           struct uw_error *err)
+{
+	if (hint < t->nthreads && t->threads[hint].tstate == tstate)
+		return &t->threads[hint];
+	for (uint32_t i = 0; i < t->nthreads; i++)
+		if (t->threads[i].tstate == tstate)
+			return &t->threads[i];
+	if (array_reserve((void **)&t->threads, &t->threads_cap, t->nthreads, sizeof *t->threads, NULL)) {
+		uw_fail(err, UW_ENOMEM, "out of memory");
+		return NULL;
+	}
+	struct thread_cache *tc = &t->threads[t->nthreads++];
+	*tc = (struct thread_cache){.tstate = tstate, .stat_fd = -1, .stat_tid = -1};
+	return tc;
+}
+
+/* Forget the threads that were not in this sample: they ended. */
+void threads_sweep(struct uw_target *t)
+{
+	uint32_t k = 0;
+	for (uint32_t i = 0; i < t->nthreads; i++) {
+		if (t->threads[i].seen == t->sample_gen)
+			t->threads[k++] = t->threads[i];
+		else
+			threads_clear_one(&t->threads[i]);
+	}
+	t->nthreads = k;
+}
+
+size_t threads_bytes(const struct uw_target *t)
+{
+	size_t bytes = t->threads_cap * sizeof *t->threads;
+	for (uint32_t i = 0; i < t->nthreads; i++)
+		bytes += t->threads[i].cap * sizeof *t->threads[i].chain;
+	return bytes;
+}
+
+/* The kernel's state letter of a thread, through a descriptor kept open. */
+char threads_kernel_state(struct uw_target *t, struct thread_cache *tc, int64_t tid)
+{
+	if (tid <= 0)
+		return '?';
+	if (tc->stat_tid != tid && tc->stat_fd >= 0) {
+		close(tc->stat_fd);
+		tc->stat_fd = -1;
+	}
+	if (tc->stat_fd < 0) {
+		char path[96];
+		snprintf(path, sizeof path, "/proc/%d/task/%lld/stat", (int)t->pid, (long long)tid);
+		tc->stat_fd = open(path, O_RDONLY | O_CLOEXEC);
+		tc->stat_tid = tid;
+		if (tc->stat_fd < 0)
+			return '?';
+	}
+	char buf[512];
+	ssize_t n = pread(tc->stat_fd, buf, sizeof buf - 1, 0);
+	if (n <= 0) {
+		close(tc->stat_fd);
+		tc->stat_fd = -1;
+		return '?';
+	}
+	buf[n] = '\0';
+	struct proc_stat st;
+	return proc_stat_parse(buf, &st) == 0 ? st.state : '?';
+}
+
+/* -------- native thread ids, 3.8-3.10 -------- */
+
+static bool threads_tid_is_task(int32_t tid, const pid_t *tasks, int ntasks)
+{
+	for (int i = 0; i < ntasks; i++)
+		if (tid > 0 && tid == tasks[i])
+			return true;
+	return false;
+}
+
+/* Learnt once per target: the first place in the descriptor holding one of the process's tids. */
+static int threads_tid_offset_find(const uint8_t *buf, size_t len, const pid_t *tasks, int ntasks)
+{
+	if (PTHREAD_TID_GLIBC_X86_64 + 4 <= len &&
+	    threads_tid_is_task(load_i32(buf, PTHREAD_TID_GLIBC_X86_64), tasks, ntasks))
+		return PTHREAD_TID_GLIBC_X86_64;
+	for (size_t off = 0; off + 4 <= len; off += 4)
+		if (threads_tid_is_task(load_i32(buf, (uint32_t)off), tasks, ntasks))
+			return (int)off;
+	return -1;
+}
+
+/* glibc and musl: pthread_t is the address of the thread's descriptor, which holds the tid. */
+int64_t threads_native_tid(struct uw_target *t, uint64_t pthread)
+{
+	if (t->pthread_tid_offset < 0) {
+		/* A layout of struct pthread not found after a few looks is not there: stop looking. */
+		if (t->pthread_tid_searches >= THREADS_TID_SEARCHES)
+			return -1;
+		t->pthread_tid_searches++;
+		uint8_t buf[PTHREAD_SCAN_BYTES];
+		pid_t *tasks = malloc(UW_MAX_THREADS * sizeof *tasks);
+		int ntasks = tasks ? proc_tasks(t->pid, tasks, UW_MAX_THREADS) : -1;
+		if (ntasks > 0 && remote_read(&t->mem, pthread, buf, sizeof buf, NULL) == 0)
+			t->pthread_tid_offset = threads_tid_offset_find(buf, sizeof buf, tasks, ntasks);
+		free(tasks);
+		if (t->pthread_tid_offset < 0)
+			return -1;
+	}
+	const uint8_t *p = view_read(t, pthread + (uint32_t)t->pthread_tid_offset, 4, 0, NULL);
+	int32_t tid = p ? load_i32(p, 0) : -1;
+	return tid > 0 ? tid : -1;
+}

@@ -1,0 +1,361 @@
+/*
+ * Sampling: runtime -> interpreters -> thread states -> each thread's
+ * stack, read (frames.c), proven whole (validate.c) and resolved to a
+ * stack id with the base it shares with last time (chain.c).
+ *
+ * Written once against struct py_layout.  Every remote read goes through
+ * the view (one batched read per sample in steady state); every list
+ * walked here comes from remote memory and is bounded.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "unwind_internal.h"
+
+/* Reads of a thread whose stack keeps moving, before it is left out. */
+#define WALK_ATTEMPTS 3
+
+static struct uw_sample_thread *walk_add_thread(struct walk *w, struct uw_error *err)
+{
+	struct uw_sample *s = w->out;
+	if (s->nthreads >= UW_MAX_THREADS) {
+		uw_fail(err, UW_ECORRUPT, "more than %u threads", UW_MAX_THREADS);
+		return NULL;
+	}
+	if (array_reserve((void **)&s->threads, &s->cap, s->nthreads, sizeof *s->threads, NULL)) {
+		uw_fail(err, UW_ENOMEM, "out of memory");
+		return NULL;
+	}
+	struct uw_sample_thread *th = &s->threads[s->nthreads++];
+	memset(th, 0, sizeof *th);
+	return th;
+}
+
+struct walk_interp {
+	raddr_t addr;
+	int64_t id;
+	raddr_t gil_holder;
+	bool gc_running;
+};
+
+/*
+ * A thread's stack, read and proven not torn.  A thread that runs moves its
+ * stack every microsecond or so: when the proof fails it is read again,
+ * fresh, a few times.  If it keeps moving, *moving says so and the thread
+ * has no stack this sample; if it keeps reading as garbage, *dropped alone.
+ * Either way the other threads stand.
+ */
+static int walk_thread_stack(struct walk *w, struct thread_cache *tc, raddr_t tstate, bool may_move,
+                        uint32_t *stack, bool *truncated, bool *dropped, bool *moving,
+                        struct uw_error *err)
+{
+	struct uw_target *t = w->t;
+	int attempts = t->thread_attempts > 0 ? t->thread_attempts : WALK_ATTEMPTS;
+	uint32_t mark = view_mark(t), start = w->nraw;
+	int rc = -1;
+	*dropped = false;
+	for (int attempt = 0; attempt < attempts; attempt++) {
+		uint32_t n = 0;
+		w->nraw = start;
+		w->nchecks = 0;
+		*truncated = false;
+		/* The batch's copy of this stack is what just failed: take a fresh one. */
+		if (attempt > 0) {
+			t->stats.torn_retries++;
+			if ((rc = view_retry(t, mark, err)) != 0)
+				break;
+		}
+		w->torn = false;
+		rc = frames_collect(w, tstate, &n, truncated, err);
+		/* A thread without frames may leave the array unallocated: no pointer arithmetic on NULL. */
+		const struct raw_frame *raw = w->raw ? w->raw + start : NULL;
+		uint32_t common = rc == 0 ? chain_common(t, tc, raw, n) : 0;
+		/* A stack exactly as last time is one already proven whole. */
+		*moving = rc != 0 && w->torn;
+		if (rc == 0 && may_move && !(common == n && tc->n == n && n > 0)) {
+			t->stats.stack_rereads++;
+			rc = validate_stack(w, start, n, common, err);
+			*moving = rc == 1;
+		}
+		if (rc == 0) {
+			*stack = chain_resolve(t, tc, raw, n, common, err);
+			rc = *stack == INTERN_FAILED ? -1 : 0;
+			break;
+		}
+		if (err->status != UW_ECORRUPT || !remote_alive(&t->mem))
+			break;
+		*dropped = attempt + 1 == attempts;
+	}
+	view_retry_end(t);
+	w->nraw = start;
+	return *dropped ? 0 : rc;
+}
+
+/* One thread state: its identity, flags and (if the mode selects it) its stack. */
+static int walk_thread(struct walk *w, const struct walk_interp *iv, raddr_t tstate,
+                         uint32_t ordinal, raddr_t *next, struct uw_error *err)
+{
+	struct uw_target *t = w->t;
+	const struct py_layout *L = &t->layout;
+
+	const uint8_t *ts = view_read(t, tstate, L->tstate.size, 0, err);
+	if (!ts)
+		return -1;
+	if (load_u64(ts, L->tstate.interp) != iv->addr)
+		return uw_fail(err, UW_ECORRUPT, "thread state 0x%llx is not of its interpreter",
+		               (unsigned long long)tstate);
+	*next = load_u64(ts, L->tstate.next);
+	if (*next == tstate)
+		return uw_fail(err, UW_ECORRUPT, "thread state 0x%llx links to itself",
+		               (unsigned long long)tstate);
+
+	struct thread_cache *tc = threads_lookup(t, tstate, ordinal, err);
+	if (!tc)
+		return -1;
+	tc->seen = t->sample_gen;
+
+	uint64_t thread_id = load_u64(ts, L->tstate.thread_id);
+	int64_t native_id = L->tstate.native_thread_id != LAYOUT_ABSENT
+	                        ? (int64_t)load_u64(ts, L->tstate.native_thread_id)
+	                        : threads_native_tid(t, thread_id);
+	if (native_id <= 0 || native_id > INT32_MAX)
+		native_id = -1;
+	bool holds_gil = iv->gil_holder && iv->gil_holder == tstate;
+	bool need_cpu = t->opts.mode == UW_MODE_CPU || t->opts.want_on_cpu;
+	bool on_cpu = need_cpu && threads_kernel_state(t, tc, native_id) == 'R';
+	if ((t->opts.mode == UW_MODE_CPU && !on_cpu) || (t->opts.mode == UW_MODE_GIL && !holds_gil))
+		return 0;
+
+	uint32_t stack = 0;
+	bool truncated = false, dropped = false;
+	struct uw_error thread_err = {0};
+	/*
+	 * Every thread is checked, GIL or not: a thread waiting for the GIL has
+	 * been seen to publish a frame pointer that lags its frames.
+	 */
+	bool may_move = true, moving = false;
+	if (walk_thread_stack(w, tc, tstate, may_move, &stack, &truncated, &dropped, &moving,
+	                 &thread_err) != 0) {
+		*err = thread_err;
+		return -1;
+	}
+	if (dropped && !moving) {
+		/* Read as garbage every time: no thread to show, and the caller is told why. */
+		w->out->dropped_threads++;
+		w->out->drop_reason = thread_err;
+		return 0;
+	}
+	if (dropped) {
+		t->stats.torn_threads++;
+		stack = 0;
+	}
+	if ((t->opts.flags & UW_SNAP_GC) && iv->gc_running && holds_gil &&
+	    (stack = intern_stack(&t->intern, stack, t->gc_frame)) == INTERN_FAILED)
+		return uw_fail(err, UW_ENOMEM, "out of memory interning frames");
+
+	struct uw_sample_thread *th = walk_add_thread(w, err);
+	if (!th)
+		return -1;
+	*th = (struct uw_sample_thread){.thread_id = thread_id,
+	                                .native_id = native_id,
+	                                .interp_id = iv->id,
+	                                .holds_gil = holds_gil,
+	                                .on_cpu = on_cpu,
+	                                .truncated = truncated,
+	                                .moving = moving && dropped,
+	                                .stack = stack};
+	t->stats.thread_samples++;
+	return 0;
+}
+
+/* The GIL holder, from the lock struct at gil. */
+static int walk_gil_holder(struct uw_target *t, raddr_t gil, raddr_t *holder, struct uw_error *err)
+{
+	const struct py_layout *L = &t->layout;
+	uint32_t len = (L->gil.last_holder > L->gil.locked ? L->gil.last_holder : L->gil.locked) + 8;
+	*holder = 0;
+	if (!gil)
+		return 0;
+	const uint8_t *g = view_read(t, gil, len, 0, err);
+	if (!g)
+		return -1;
+	*holder = load_i32(g, L->gil.locked) ? load_u64(g, L->gil.last_holder) : 0;
+	return 0;
+}
+
+static int walk_interpreters(struct walk *w, struct uw_error *err)
+{
+	struct uw_target *t = w->t;
+	const struct py_layout *L = &t->layout;
+	struct uw_sample *out = w->out;
+
+	const uint8_t *rt = view_read(t, t->runtime, L->runtime.size, 0, err);
+	if (!rt)
+		return -1;
+	raddr_t runtime_gil_holder = 0;
+	if (L->runtime.gil != LAYOUT_ABSENT && load_i32(rt, L->runtime.gil + L->gil.locked))
+		runtime_gil_holder = load_u64(rt, L->runtime.gil + L->gil.last_holder);
+	bool runtime_gc = L->runtime.gc_collecting != LAYOUT_ABSENT &&
+	                  load_i32(rt, L->runtime.gc_collecting) != 0;
+
+	raddr_t interp = load_u64(rt, L->runtime.interpreters_head);
+	uint32_t ordinal = 0;
+	for (unsigned ni = 0; interp; ni++) {
+		if (ni >= UW_MAX_INTERPRETERS)
+			return uw_fail(err, UW_ECORRUPT, "more than %u interpreters", UW_MAX_INTERPRETERS);
+		const uint8_t *is = view_read(t, interp, L->interp.size, 0, err);
+		if (!is)
+			return -1;
+		struct walk_interp iv = {
+			.addr = interp,
+			.id = (int64_t)load_u64(is, L->interp.id),
+			.gil_holder = runtime_gil_holder,
+			.gc_running = runtime_gc || (L->interp.gc_collecting != LAYOUT_ABSENT &&
+			                             load_i32(is, L->interp.gc_collecting) != 0),
+		};
+		out->gc_running |= iv.gc_running;
+		raddr_t next_interp = load_u64(is, L->interp.next);
+		raddr_t tstate = load_u64(is, L->interp.threads_head);
+		if (L->interp.gil_ptr != LAYOUT_ABSENT &&
+		    walk_gil_holder(t, load_u64(is, L->interp.gil_ptr), &iv.gil_holder, err) != 0)
+			return -1;
+
+		uint32_t first = out->nthreads;
+		for (uint32_t k = 0; tstate; k++) {
+			if (k >= UW_MAX_THREADS)
+				return uw_fail(err, UW_ECORRUPT, "more than %u threads", UW_MAX_THREADS);
+			raddr_t next = 0;
+			if (walk_thread(w, &iv, tstate, ordinal++, &next, err) != 0)
+				return -1;
+			tstate = next;
+		}
+		/* Thread states are pushed at the head: list them oldest (main) first. */
+		for (uint32_t a = first, b = out->nthreads; a + 1 < b; a++, b--) {
+			struct uw_sample_thread tmp = out->threads[a];
+			out->threads[a] = out->threads[b - 1];
+			out->threads[b - 1] = tmp;
+		}
+		if (next_interp == interp)
+			return uw_fail(err, UW_ECORRUPT, "interpreter 0x%llx links to itself",
+			               (unsigned long long)interp);
+		interp = next_interp;
+	}
+	return 0;
+}
+
+size_t walk_cache_bytes(const struct uw_target *t)
+{
+	return intern_bytes(&t->intern) + t->codes.bytes + threads_bytes(t);
+}
+
+/* Forget every id and cache: the budget was reached (or the options changed). */
+static int walk_reset_caches(struct uw_target *t, struct uw_error *err)
+{
+	code_cache_free(&t->codes);
+	threads_free(t);
+	t->epoch++;
+	t->stats.cache_resets++;
+	if (intern_reset(&t->intern) != 0)
+		return uw_fail(err, UW_ENOMEM, "out of memory");
+	t->native_frame = t->gc_frame = 0;
+	return 0;
+}
+
+/* The marker frames of this epoch. */
+static int walk_intern_markers(struct uw_target *t, struct uw_error *err)
+{
+	if (t->native_frame && t->gc_frame)
+		return 0;
+	struct frame_key native = {.line = -1, .kind = UW_FRAME_NATIVE};
+	struct frame_key gc = {.line = -1, .kind = UW_FRAME_GC};
+	native.function = native.qualname = intern_string(&t->intern, "<native>", 8);
+	gc.function = gc.qualname = intern_string(&t->intern, "<GC>", 4);
+	if (native.function == INTERN_FAILED || gc.function == INTERN_FAILED ||
+	    (t->native_frame = intern_frame(&t->intern, &native)) == INTERN_FAILED ||
+	    (t->gc_frame = intern_frame(&t->intern, &gc)) == INTERN_FAILED) {
+		t->native_frame = t->gc_frame = 0;
+		return uw_fail(err, UW_ENOMEM, "out of memory");
+	}
+	return 0;
+}
+
+/*
+ * Reset at half the budget: one sample grows the caches by a few entries, but
+ * a hash table that doubles can add as much again as it held, and the budget
+ * is a bound, not a target.
+ */
+static bool walk_reset_due(const struct uw_target *t)
+{
+	return walk_cache_bytes(t) > t->opts.cache_budget / 2;
+}
+
+int uw_sample(struct uw_target *t, struct uw_sample *s, struct uw_error *err)
+{
+	struct uw_error local_err;
+	if (!err)
+		err = &local_err;
+	s->nthreads = 0;
+	s->gc_running = false;
+	t->sample_gen++;
+	t->stats.samples++;
+
+	int rc = -1;
+	if (walk_reset_due(t)) {
+		if (t->opts.on_epoch_end)
+			t->opts.on_epoch_end(t->opts.epoch_ctx, t);
+		if (walk_reset_caches(t, err) != 0)
+			goto done;
+	}
+	if (walk_intern_markers(t, err) != 0)
+		goto done;
+	s->epoch = t->epoch;
+	if (!t->walk && !(t->walk = calloc(1, sizeof *t->walk))) {
+		uw_fail(err, UW_ENOMEM, "out of memory");
+		goto done;
+	}
+	struct walk *w = t->walk;
+	w->t = t;
+	w->out = s;
+	w->nraw = w->nchecks = 0;
+	s->dropped_threads = 0;
+	if (view_begin(t, err) == 0)
+		rc = walk_interpreters(w, err);
+	view_end(t, rc == 0);
+done:
+	if (rc == 0) {
+		threads_sweep(t);
+	} else {
+		s->nthreads = 0;
+		/* Garbage read from a dying process is the death, not corruption. */
+		if (err->status == UW_ECORRUPT && !remote_alive(&t->mem))
+			uw_fail(err, UW_EGONE, "process %d exited", (int)t->pid);
+		if (err->status <= UW_EIO)
+			t->stats.errors[err->status]++;
+	}
+	t->stats.readv_calls = t->mem.calls;
+	t->stats.bytes_read = t->mem.bytes;
+	t->stats.cache_bytes = walk_cache_bytes(t);
+	return rc;
+}
+
+void walk_free(struct uw_target *t)
+{
+	if (!t->walk)
+		return;
+	struct walk *w = t->walk;
+	free(w->raw);
+	free(w->checks);
+	free(w->base);
+	free(w->moved);
+	free(w->ranges);
+	free(w->range_of);
+	free(w->buf);
+	free(w);
+	t->walk = NULL;
+}
+
+void uw_sample_free(struct uw_sample *s)
+{
+	free(s->threads);
+	memset(s, 0, sizeof *s);
+}

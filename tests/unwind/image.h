@@ -1,0 +1,44 @@
+/*
+ * A CPython 3.10 runtime built by hand in a memory image, at the layout's
+ * offsets, for the unwinder to read through its image backend: the tests
+ * break one link of it at a time, the remote-memory fuzzer many.
+ */
+#ifndef PYPROFD_TESTS_IMAGE_H
+#define PYPROFD_TESTS_IMAGE_H
+
+#include "unwind_internal.h"
+
+#define IMG_MAX 64
+#define IMG_BASE 0x10000000ull
+#define CODE_TYPE 0x7f0000001000ull
+#define UNICODE_TYPE 0x7f0000002000ull
+#define BYTES_TYPE 0x7f0000003000ull
+#define FRAME_TYPE 0x7f0000004000ull
+
+struct img {
+	struct remote_segment seg[IMG_MAX];
+	uint8_t *mem[IMG_MAX];
+	size_t n;
+	raddr_t next;
+	struct remote_image image;
+	const struct py_layout *L;
+};
+
+/* The pieces of a runtime a test may break. */
+struct img_runtime {
+	raddr_t runtime, interp, tstate;
+	uint8_t *interp_b, *tstate_b;
+	raddr_t frames[3];
+	uint8_t *frame_b[3];
+	uint8_t *code_b;
+};
+
+/* A zeroed object of len bytes at a fresh address; its bytes in *out. */
+raddr_t img_alloc(struct img *m, size_t len, uint8_t **out);
+void img_put64(uint8_t *b, uint32_t off, uint64_t v);
+void img_put32(uint8_t *b, uint32_t off, uint32_t v);
+/* One interpreter, one thread, root -> mid -> leaf. */
+void img_build(struct img *m, struct img_runtime *r);
+void img_free(struct img *m);
+
+#endif

@@ -1,0 +1,262 @@
+/*
+ * What a fleet pays for leaving the sampler on: once a target's stacks are
+ * known, a sample allocates nothing; an epoch ends with one call that still
+ * sees every id it ends; a process's identity is read as the kernel sees it.
+ *
+ * The suite is linked with malloc, calloc and realloc wrapped
+ * (-Wl,--wrap=...): every allocation the unwinder asks for passes through the
+ * counters below.
+ */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "helpers.h"
+#include "pythons.h"
+#include "unwind.h"
+
+void *__real_malloc(size_t size);
+void *__real_calloc(size_t n, size_t size);
+void *__real_realloc(void *p, size_t size);
+void *__wrap_malloc(size_t size);
+void *__wrap_calloc(size_t n, size_t size);
+void *__wrap_realloc(void *p, size_t size);
+
+/* Owned by the wrappers: each test process (criterion forks one a test) counts its own. */
+static unsigned long steady_allocations;
+
+void *__wrap_malloc(size_t size)
+{
+	steady_allocations++;
+	return __real_malloc(size);
+}
+
+void *__wrap_calloc(size_t n, size_t size)
+{
+	steady_allocations++;
+	return __real_calloc(n, size);
+}
+
+void *__wrap_realloc(void *p, size_t size)
+{
+	steady_allocations++;
+	return __real_realloc(p, size);
+}
+
+TestSuite(steady, .init = helpers_init, .fini = helpers_fini);
+
+static struct uw_target *steady_open(pid_t pid)
+{
+	struct uw_error err = {0};
+	struct uw_target *t = NULL;
+	for (int i = 0; i < 400; i++) {
+		t = uw_open(pid, &err);
+		if (t || err.status != UW_ENOTPYTHON)
+			break;
+		usleep(25 * 1000);
+	}
+	cr_assert_not_null(t, "uw_open(%d): %s", (int)pid, err.msg);
+	return t;
+}
+
+/*
+ * Every supported interpreter, twenty blocked threads, every mode: after a few
+ * samples have met every code object, a thousand more allocate nothing.
+ */
+Test(steady, known_stacks_allocate_nothing, .timeout = 300)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	cr_assert_gt(n, 0);
+	static const struct uw_options modes[] = {
+		{.flags = UW_SNAP_NATIVE | UW_SNAP_GC, .mode = UW_MODE_WALL},
+		{.flags = UW_SNAP_NATIVE, .mode = UW_MODE_CPU},
+		{.flags = UW_SNAP_NATIVE, .mode = UW_MODE_GIL},
+	};
+	for (size_t i = 0; i < n; i++) {
+		struct test_target target;
+		test_target_start(&target, &pys[i], "threads20");
+		json_decref(test_target_wait_report(&target, TARGET_READY_TIMEOUT_S));
+		struct uw_target *t = steady_open(target.pid);
+		struct uw_sample s = {0};
+		for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
+			uw_configure(t, &modes[m]);
+			struct uw_error err = {0};
+			for (int warm = 0; warm < 5; warm++)
+				cr_assert_eq(uw_sample(t, &s, &err), 0, "%s: %s", pys[i].path, err.msg);
+			unsigned long before = steady_allocations;
+			uint32_t threads_seen = 0;
+			for (int k = 0; k < 1000; k++) {
+				cr_assert_eq(uw_sample(t, &s, &err), 0, "%s: %s", pys[i].path, err.msg);
+				threads_seen += s.nthreads;
+			}
+			cr_assert_eq(steady_allocations - before, 0,
+			             "%s, mode %zu: %lu allocations in 1000 samples of known stacks",
+			             pys[i].path, m, steady_allocations - before);
+			if (modes[m].mode == UW_MODE_WALL)
+				cr_assert_geq(threads_seen, 1000u * 21, "%s: the threads were not all sampled",
+				              pys[i].path);
+		}
+		uw_sample_free(&s);
+		uw_close(t);
+		test_target_kill(&target);
+	}
+}
+
+/* What the epoch callback saw, against what the sample before it gave. */
+struct epoch_watch {
+	uint32_t stack;           /* an id of the previous sample */
+	char spelled[4096];       /* its frames as that sample spelled them */
+	char spelled_at_end[4096];
+	unsigned calls;
+};
+
+static void epoch_spell(const struct uw_target *t, uint32_t stack, char *out, size_t len)
+{
+	size_t used = 0;
+	out[0] = '\0';
+	for (int depth = 0; stack && depth < 256 && used < len; depth++, stack = uw_stack_parent(t, stack)) {
+		const struct uw_frame *f = uw_frame_get(t, uw_stack_frame(t, stack));
+		int w = snprintf(out + used, len - used, "%s:%d;", f->function, f->line);
+		if (w < 0)
+			break;
+		used += (size_t)w;
+	}
+}
+
+static void epoch_ended(void *ctx, const struct uw_target *t)
+{
+	struct epoch_watch *watch = ctx;
+	watch->calls++;
+	epoch_spell(t, watch->stack, watch->spelled_at_end, sizeof watch->spelled_at_end);
+}
+
+/*
+ * A budget every sample exceeds: each sample starts a new epoch, and the
+ * callback, called once for each, still reads the ending epoch's ids.  With
+ * room in the budget it is never called.
+ */
+Test(steady, an_epoch_ends_with_one_call_that_sees_its_ids, .timeout = 300)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	for (size_t i = 0; i < n; i++) {
+		struct test_target target;
+		test_target_start(&target, &pys[i], "recursion");
+		json_decref(test_target_wait_report(&target, TARGET_READY_TIMEOUT_S));
+		struct uw_target *t = steady_open(target.pid);
+		struct epoch_watch watch = {0};
+		struct uw_options tight = {.cache_budget = 1, .on_epoch_end = epoch_ended, .epoch_ctx = &watch};
+		uw_configure(t, &tight);
+		struct uw_sample s = {0};
+		struct uw_error err = {0};
+		uint64_t first_epoch = 0;
+		unsigned first_calls = 0;
+		for (unsigned k = 0; k < 20; k++) {
+			cr_assert_eq(uw_sample(t, &s, &err), 0, "%s: %s", pys[i].path, err.msg);
+			if (k == 0) {
+				first_epoch = s.epoch;
+				first_calls = watch.calls;
+			} else {
+				cr_assert_str_eq(watch.spelled_at_end, watch.spelled,
+				                 "%s: the ending epoch's ids read differently in the callback",
+				                 pys[i].path);
+			}
+			cr_assert_eq(watch.calls - first_calls, k, "%s: %u calls in %u samples", pys[i].path,
+			             watch.calls - first_calls, k);
+			cr_assert_eq(s.epoch, first_epoch + k);
+			uint32_t deepest = 0;
+			for (uint32_t th = 0; th < s.nthreads; th++)
+				if (uw_stack_depth(t, s.threads[th].stack) > uw_stack_depth(t, deepest))
+					deepest = s.threads[th].stack;
+			cr_assert_gt(uw_stack_depth(t, deepest), 10, "%s: no deep stack to watch", pys[i].path);
+			watch.stack = deepest;
+			epoch_spell(t, deepest, watch.spelled, sizeof watch.spelled);
+		}
+
+		struct epoch_watch idle = {0};
+		struct uw_options roomy = {.on_epoch_end = epoch_ended, .epoch_ctx = &idle};
+		uw_configure(t, &roomy);
+		uint64_t epoch = 0;
+		for (int k = 0; k < 50; k++) {
+			cr_assert_eq(uw_sample(t, &s, &err), 0, "%s: %s", pys[i].path, err.msg);
+			if (k == 1)
+				epoch = s.epoch;
+			if (k > 1)
+				cr_assert_eq(s.epoch, epoch, "%s: an epoch ended with room left", pys[i].path);
+		}
+		cr_assert_leq(idle.calls, 1, "%s: the callback ran with room in the budget", pys[i].path);
+		uw_sample_free(&s);
+		uw_close(t);
+		test_target_kill(&target);
+	}
+}
+
+/* Field 22 of /proc/PID/stat, read the plain way, for comparison. */
+static unsigned long long steady_start_time(pid_t pid)
+{
+	char path[64], buf[1024];
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "r");
+	cr_assert_not_null(f);
+	size_t len = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[len] = '\0';
+	char *p = strrchr(buf, ')');
+	cr_assert_not_null(p);
+	unsigned long long start = 0;
+	cr_assert_eq(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d "
+	                           "%*d %*d %llu",
+	                    &start),
+	             1);
+	return start;
+}
+
+/* The identity of this process, of a stopped, a dead and a reaped child. */
+Test(steady, process_identity_as_the_kernel_sees_it, .timeout = 30)
+{
+	struct uw_process_identity id;
+	struct uw_error err = {0};
+	cr_assert_eq(uw_process_identity(getpid(), &id, &err), 0, "%s", err.msg);
+	cr_assert_eq(id.start_time, steady_start_time(getpid()));
+	cr_assert_eq(id.uid[0], getuid());
+	cr_assert_eq(id.uid[1], geteuid());
+	cr_assert_eq(id.gid[0], getgid());
+	cr_assert_eq(id.state, 'R');
+
+	pid_t child = fork();
+	cr_assert_geq(child, 0);
+	if (child == 0) {
+		/* A name with ") " in it: the parser must not stop at the first parenthesis. */
+		prctl(PR_SET_NAME, "x) S 1 (y");
+		for (;;)
+			pause();
+	}
+	usleep(100 * 1000);
+	cr_assert_eq(kill(child, SIGSTOP), 0);
+	int status;
+	cr_assert_eq(waitpid(child, &status, WUNTRACED), child);
+	cr_assert_eq(uw_process_identity(child, &id, &err), 0, "%s", err.msg);
+	cr_assert_eq(id.state, 'T', "a stopped child reads as '%c'", id.state);
+	cr_assert_eq(id.start_time, steady_start_time(child));
+
+	cr_assert_eq(kill(child, SIGKILL), 0);
+	for (int k = 0; k < 200; k++) {
+		cr_assert_eq(uw_process_identity(child, &id, &err), 0, "%s", err.msg);
+		if (id.state == 'Z')
+			break;
+		usleep(10 * 1000);
+	}
+	cr_assert_eq(id.state, 'Z', "a dead, unreaped child reads as '%c'", id.state);
+	cr_assert_eq(waitpid(child, &status, 0), child);
+	cr_assert_eq(uw_process_identity(child, &id, &err), -1);
+	cr_assert_eq(err.status, UW_ENOPROC, "a reaped child: %s", err.msg);
+	cr_assert_eq(uw_process_identity(-1, &id, &err), -1);
+	cr_assert_eq(err.status, UW_ENOPROC, "pid -1: %s", err.msg);
+}
