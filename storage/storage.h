@@ -113,6 +113,79 @@ struct store_batch {
 	bool released;
 };
 
+/*
+ * How a declaration joins what a table already holds, for the file's
+ * tables (insert.c) and the reader's copy of the writer's memory
+ * (reader.c) alike: what a later declaration does not say (NULL) is kept,
+ * seen times widen, labels given replace the old ones, counts add up.
+ */
+#define STORE_SQL_TARGET_UPSERT(table)                                                      \
+	"INSERT INTO " table "(pid, start_time, uid, executable, command_line, python_version, " \
+	"first_seen, last_seen) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7) "                      \
+	"ON CONFLICT(pid, start_time) DO UPDATE SET uid = excluded.uid, "                       \
+	"executable = coalesce(excluded.executable, executable), "                              \
+	"command_line = coalesce(excluded.command_line, command_line), "                        \
+	"python_version = coalesce(excluded.python_version, python_version), "                  \
+	"first_seen = min(first_seen, excluded.first_seen), "                                   \
+	"last_seen = max(last_seen, excluded.last_seen) RETURNING id"
+#define STORE_SQL_LABELS_DEL(table) "DELETE FROM " table " WHERE target = ?1"
+#define STORE_SQL_LABEL_ADD(table) \
+	"INSERT OR REPLACE INTO " table "(target, key, value) VALUES (?1, ?2, ?3)"
+#define STORE_SQL_SESSION_UPSERT(table)                                                 \
+	"INSERT INTO " table "(target, attached_at, detached_at, rate_hz, mode) "           \
+	"VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT(target, attached_at) DO UPDATE SET "       \
+	"detached_at = coalesce(excluded.detached_at, detached_at), "                       \
+	"rate_hz = excluded.rate_hz, mode = coalesce(excluded.mode, mode)"
+#define STORE_SQL_SAMPLE_ADD(table)                                                 \
+	"INSERT INTO " table "(target, bucket_start, bucket_seconds, thread_id, stack, count) " \
+	"VALUES (?1, ?2, ?3, ?4, ?5, ?6) "                                                \
+	"ON CONFLICT(target, bucket_start, bucket_seconds, thread_id, stack) "           \
+	"DO UPDATE SET count = count + excluded.count"
+
+/* ---- insert.c: one batch's rows, on the writer's connection (writer thread) ---- */
+
+#define INSERT_STATEMENTS 11
+
+struct inserter {
+	sqlite3 *db; /* NULL until opened, and after an error that a new open may cure */
+	sqlite3_stmt *stmt[INSERT_STATEMENTS];
+	struct hash_map strings, frames, stacks; /* content -> database id */
+	int64_t *frame_ids, *stack_ids, *target_ids; /* batch-local index -> database id */
+	size_t frame_cap, stack_cap, target_cap;
+};
+
+/* Opens the file for writing (store_db_open_rw) and prepares.  0, or -1 and *err. */
+int insert_open(struct inserter *ins, const char *path, uint64_t max_file_bytes,
+                struct store_error *err);
+/* Closes the connection, keeping the room of the id arrays; insert_free gives it back too. */
+void insert_close(struct inserter *ins);
+void insert_free(struct inserter *ins);
+
+/*
+ * A batch's rows in a transaction begun here and left open on success, for
+ * insert_commit.  An SQLite code; on failure, the message in *err and the
+ * transaction rolled back.
+ */
+int insert_batch(struct inserter *ins, const struct store_batch *b, struct store_error *err);
+/* An SQLite code; on failure, the message in *err and the transaction rolled back. */
+int insert_commit(struct inserter *ins, struct store_error *err);
+
+/* Steps a statement to its end (or its one row into *id), then resets it.  An SQLite code. */
+int insert_step(sqlite3_stmt *s, int64_t *id);
+
+/* A declaration's parameters for the STORE_SQL_* statements above, with the ids given.  An SQLite code. */
+int insert_bind_target(sqlite3_stmt *s, const struct batch_target *t);
+int insert_bind_session(sqlite3_stmt *s, int64_t target, const struct batch_session *ss);
+int insert_bind_sample(sqlite3_stmt *s, int64_t target, int64_t stack, const struct batch_sample *x);
+/* A declaration's labels, replacing the target's, through the LABELS_DEL and LABEL_ADD statements. */
+int insert_labels(sqlite3_stmt *del, sqlite3_stmt *add, int64_t target, const struct batch_target *t);
+
+/* Cached ids may name rows gone (retention deleted them): forget them all. */
+void insert_forget_ids(struct inserter *ins);
+
+/* A hard limit on the file (PRAGMA max_page_count, per connection).  0, or -1 and *err. */
+int insert_file_limit(struct inserter *ins, uint64_t max_file_bytes, struct store_error *err);
+
 /* ---- writer.c: what queries see of the writer's memory ---- */
 
 /*

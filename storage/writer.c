@@ -42,57 +42,6 @@
 #define STORE_DEFAULT_MAX_PENDING_ROWS (1u << 20)
 /* Batches without rows count too: at most this many wait. */
 #define STORE_MAX_PENDING_BATCHES 65536
-/* Entries per interning cache; a full cache is cleared and refills from the database. */
-#define STORE_CACHE_MAX (1u << 18)
-/* SQLITE_MAX_PAGE_COUNT's default before 3.45: "no hard limit". */
-#define STORE_NO_PAGE_LIMIT 1073741823LL
-
-enum writer_stmt {
-	ST_STR_GET,
-	ST_STR_ADD,
-	ST_FRAME_GET,
-	ST_FRAME_ADD,
-	ST_STACK_GET,
-	ST_STACK_ADD,
-	ST_TARGET_UPSERT,
-	ST_LABELS_DEL,
-	ST_LABEL_ADD,
-	ST_SESSION_UPSERT,
-	ST_SAMPLE_ADD,
-	ST_COUNT
-};
-
-static const char *const writer_sql[ST_COUNT] = {
-	[ST_STR_GET] = "SELECT id FROM strings WHERE s = ?1",
-	[ST_STR_ADD] = "INSERT INTO strings(s) VALUES (?1)",
-	[ST_FRAME_GET] = "SELECT id FROM frames WHERE function = ?1 AND file = ?2 AND line = ?3 "
-	                 "AND kind = ?4",
-	[ST_FRAME_ADD] = "INSERT INTO frames(function, file, line, kind) VALUES (?1, ?2, ?3, ?4)",
-	[ST_STACK_GET] = "SELECT id FROM stacks WHERE parent = ?1 AND frame = ?2",
-	[ST_STACK_ADD] = "INSERT INTO stacks(parent, frame) VALUES (?1, ?2)",
-	/* What a later declaration does not say (NULL) is kept; seen times widen. */
-	[ST_TARGET_UPSERT] =
-		"INSERT INTO targets(pid, start_time, uid, executable, command_line, python_version, "
-		"first_seen, last_seen) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7) "
-		"ON CONFLICT(pid, start_time) DO UPDATE SET uid = excluded.uid, "
-		"executable = coalesce(excluded.executable, executable), "
-		"command_line = coalesce(excluded.command_line, command_line), "
-		"python_version = coalesce(excluded.python_version, python_version), "
-		"first_seen = min(first_seen, excluded.first_seen), "
-		"last_seen = max(last_seen, excluded.last_seen) RETURNING id",
-	[ST_LABELS_DEL] = "DELETE FROM target_labels WHERE target = ?1",
-	[ST_LABEL_ADD] = "INSERT OR REPLACE INTO target_labels(target, key, value) VALUES (?1, ?2, ?3)",
-	[ST_SESSION_UPSERT] =
-		"INSERT INTO sessions(target, attached_at, detached_at, rate_hz, mode) "
-		"VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT(target, attached_at) DO UPDATE SET "
-		"detached_at = coalesce(excluded.detached_at, detached_at), "
-		"rate_hz = excluded.rate_hz, mode = coalesce(excluded.mode, mode)",
-	[ST_SAMPLE_ADD] =
-		"INSERT INTO samples(target, bucket_start, bucket_seconds, thread_id, stack, count) "
-		"VALUES (?1, ?2, ?3, ?4, ?5, ?6) "
-		"ON CONFLICT(target, bucket_start, bucket_seconds, thread_id, stack) "
-		"DO UPDATE SET count = count + excluded.count",
-};
 
 struct store_writer {
 	/*
@@ -123,11 +72,7 @@ struct store_writer {
 	/* The writer thread's own. */
 	pthread_t thread;
 	char *path;
-	sqlite3 *db; /* NULL until opened, and after an error that a new open may cure */
-	sqlite3_stmt *stmt[ST_COUNT];
-	struct hash_map strings, frames, stacks;
-	int64_t *frame_ids, *stack_ids, *target_ids; /* batch-local index -> database id */
-	size_t frame_cap, stack_cap, target_cap;
+	struct inserter ins; /* its connection: NULL until opened */
 };
 
 static double mono_now(void)
@@ -142,264 +87,6 @@ static double wall_now(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* ---- one batch, one transaction (writer thread) ---- */
-
-/* Steps a statement to its end (or its one row into *id), then resets it.  An SQLite code. */
-static int stmt_run(sqlite3_stmt *s, int64_t *id)
-{
-	int rc = sqlite3_step(s);
-	if (rc == SQLITE_ROW) {
-		if (id)
-			*id = sqlite3_column_int64(s, 0);
-		rc = SQLITE_DONE;
-	}
-	int rc2 = sqlite3_reset(s);
-	return rc == SQLITE_DONE ? rc2 : rc;
-}
-
-/* The id of a row by its content: cache, then SELECT, then INSERT.  An SQLite code. */
-static int intern(struct store_writer *w, struct hash_map *cache, const void *key, size_t klen,
-                  sqlite3_stmt *get, sqlite3_stmt *add, int64_t *id)
-{
-	if (hash_map_get(cache, key, klen, id))
-		return SQLITE_OK;
-	*id = 0;
-	int rc = stmt_run(get, id);
-	if (rc != SQLITE_OK)
-		return rc;
-	if (*id == 0) {
-		rc = stmt_run(add, NULL);
-		if (rc != SQLITE_OK)
-			return rc;
-		*id = sqlite3_last_insert_rowid(w->db);
-	}
-	if (cache->len >= STORE_CACHE_MAX)
-		hash_map_clear(cache);
-	return hash_map_put(cache, key, klen, *id) < 0 ? SQLITE_NOMEM : SQLITE_OK;
-}
-
-/* A string's id, 0 for NULL.  An SQLite code. */
-static int intern_string(struct store_writer *w, const char *s, int64_t *id)
-{
-	*id = 0;
-	if (!s)
-		return SQLITE_OK;
-	size_t n = strlen(s);
-	if (n > INT32_MAX)
-		return SQLITE_TOOBIG;
-	if (sqlite3_bind_text(w->stmt[ST_STR_GET], 1, s, (int)n, SQLITE_STATIC) != SQLITE_OK ||
-	    sqlite3_bind_text(w->stmt[ST_STR_ADD], 1, s, (int)n, SQLITE_STATIC) != SQLITE_OK)
-		return sqlite3_errcode(w->db);
-	return intern(w, &w->strings, s, n, w->stmt[ST_STR_GET], w->stmt[ST_STR_ADD], id);
-}
-
-static int intern_frame(struct store_writer *w, const struct batch_frame *f, int64_t *id)
-{
-	struct {
-		int64_t function, file;
-		int32_t line, kind;
-	} key;
-	memset(&key, 0, sizeof key);
-	int rc = intern_string(w, f->function, &key.function);
-	if (rc == SQLITE_OK)
-		rc = intern_string(w, f->file, &key.file);
-	if (rc != SQLITE_OK)
-		return rc;
-	key.line = f->line;
-	key.kind = f->kind;
-	for (int i = ST_FRAME_GET; i <= ST_FRAME_ADD; i++) {
-		sqlite3_stmt *s = w->stmt[i];
-		if (sqlite3_bind_int64(s, 1, key.function) != SQLITE_OK ||
-		    sqlite3_bind_int64(s, 2, key.file) != SQLITE_OK ||
-		    sqlite3_bind_int(s, 3, key.line) != SQLITE_OK ||
-		    sqlite3_bind_int(s, 4, key.kind) != SQLITE_OK)
-			return sqlite3_errcode(w->db);
-	}
-	return intern(w, &w->frames, &key, sizeof key, w->stmt[ST_FRAME_GET], w->stmt[ST_FRAME_ADD],
-	              id);
-}
-
-static int intern_stack(struct store_writer *w, int64_t parent, int64_t frame, int64_t *id)
-{
-	int64_t key[2] = {parent, frame};
-	for (int i = ST_STACK_GET; i <= ST_STACK_ADD; i++) {
-		if (sqlite3_bind_int64(w->stmt[i], 1, parent) != SQLITE_OK ||
-		    sqlite3_bind_int64(w->stmt[i], 2, frame) != SQLITE_OK)
-			return sqlite3_errcode(w->db);
-	}
-	return intern(w, &w->stacks, key, sizeof key, w->stmt[ST_STACK_GET], w->stmt[ST_STACK_ADD], id);
-}
-
-/* Binds text or NULL. */
-static int bind_text_or_null(sqlite3_stmt *s, int i, const char *v)
-{
-	return v ? sqlite3_bind_text(s, i, v, -1, SQLITE_STATIC) : sqlite3_bind_null(s, i);
-}
-
-/* Room for n batch-local ids in *ids; 0 or -1. */
-static int ids_reserve(int64_t **ids, size_t *cap, size_t n)
-{
-	return n ? array_reserve((void **)ids, cap, n - 1, sizeof **ids, NULL) : 0;
-}
-
-static int write_targets(struct store_writer *w, const struct store_batch *b)
-{
-	sqlite3_stmt *up = w->stmt[ST_TARGET_UPSERT], *del = w->stmt[ST_LABELS_DEL],
-		     *add = w->stmt[ST_LABEL_ADD];
-	for (size_t i = 0; i < b->ntargets; i++) {
-		const struct batch_target *t = &b->targets[i];
-		int rc;
-		if (sqlite3_bind_int64(up, 1, t->pid) != SQLITE_OK ||
-		    sqlite3_bind_int64(up, 2, (int64_t)t->start_time) != SQLITE_OK ||
-		    sqlite3_bind_int64(up, 3, t->uid) != SQLITE_OK ||
-		    bind_text_or_null(up, 4, t->executable) != SQLITE_OK ||
-		    bind_text_or_null(up, 5, t->command_line) != SQLITE_OK ||
-		    bind_text_or_null(up, 6, t->python_version) != SQLITE_OK ||
-		    sqlite3_bind_double(up, 7, t->seen) != SQLITE_OK)
-			return sqlite3_errcode(w->db);
-		int64_t id = 0;
-		if ((rc = stmt_run(up, &id)) != SQLITE_OK)
-			return rc;
-		w->target_ids[i] = id;
-		/* Declared without labels (attached again without them): it keeps the ones it has. */
-		if (!t->nlabels)
-			continue;
-		if (sqlite3_bind_int64(del, 1, id) != SQLITE_OK)
-			return sqlite3_errcode(w->db);
-		if ((rc = stmt_run(del, NULL)) != SQLITE_OK)
-			return rc;
-		for (size_t k = 0; k < t->nlabels; k++) {
-			if (sqlite3_bind_int64(add, 1, id) != SQLITE_OK ||
-			    sqlite3_bind_text(add, 2, t->label_keys[k], -1, SQLITE_STATIC) != SQLITE_OK ||
-			    sqlite3_bind_text(add, 3, t->label_values[k], -1, SQLITE_STATIC) != SQLITE_OK)
-				return sqlite3_errcode(w->db);
-			if ((rc = stmt_run(add, NULL)) != SQLITE_OK)
-				return rc;
-		}
-	}
-	return SQLITE_OK;
-}
-
-static int write_sessions(struct store_writer *w, const struct store_batch *b)
-{
-	sqlite3_stmt *s = w->stmt[ST_SESSION_UPSERT];
-	for (size_t i = 0; i < b->nsessions; i++) {
-		const struct batch_session *ss = &b->sessions[i];
-		if (sqlite3_bind_int64(s, 1, w->target_ids[ss->target]) != SQLITE_OK ||
-		    sqlite3_bind_double(s, 2, ss->attached_at) != SQLITE_OK ||
-		    (ss->detached_at > 0 ? sqlite3_bind_double(s, 3, ss->detached_at)
-		                         : sqlite3_bind_null(s, 3)) != SQLITE_OK ||
-		    sqlite3_bind_int64(s, 4, ss->rate_hz) != SQLITE_OK ||
-		    bind_text_or_null(s, 5, ss->mode) != SQLITE_OK)
-			return sqlite3_errcode(w->db);
-		int rc = stmt_run(s, NULL);
-		if (rc != SQLITE_OK)
-			return rc;
-	}
-	return SQLITE_OK;
-}
-
-static int write_samples(struct store_writer *w, const struct store_batch *b)
-{
-	sqlite3_stmt *s = w->stmt[ST_SAMPLE_ADD];
-	for (size_t i = 0; i < b->nsamples; i++) {
-		const struct batch_sample *x = &b->samples[i];
-		/* Thread ids keep their 64 bits as SQLite's signed integer; the reader casts back. */
-		if (sqlite3_bind_int64(s, 1, w->target_ids[x->target]) != SQLITE_OK ||
-		    sqlite3_bind_int64(s, 2, x->bucket_start) != SQLITE_OK ||
-		    sqlite3_bind_int64(s, 3, x->bucket_seconds) != SQLITE_OK ||
-		    sqlite3_bind_int64(s, 4, (int64_t)x->thread_id) != SQLITE_OK ||
-		    sqlite3_bind_int64(s, 5, w->stack_ids[x->stack]) != SQLITE_OK ||
-		    sqlite3_bind_int64(s, 6, (int64_t)x->count) != SQLITE_OK)
-			return sqlite3_errcode(w->db);
-		int rc = stmt_run(s, NULL);
-		if (rc != SQLITE_OK)
-			return rc;
-	}
-	return SQLITE_OK;
-}
-
-/* The body of the transaction; an SQLite code. */
-static int write_contents(struct store_writer *w, const struct store_batch *b)
-{
-	if (ids_reserve(&w->target_ids, &w->target_cap, b->ntargets) < 0 ||
-	    ids_reserve(&w->frame_ids, &w->frame_cap, b->nframes) < 0 ||
-	    ids_reserve(&w->stack_ids, &w->stack_cap, b->nstacks) < 0)
-		return SQLITE_NOMEM;
-	int rc = write_targets(w, b);
-	if (rc == SQLITE_OK)
-		rc = write_sessions(w, b);
-	for (size_t i = 0; rc == SQLITE_OK && i < b->nframes; i++)
-		rc = intern_frame(w, &b->frames[i], &w->frame_ids[i]);
-	/* A parent always comes earlier in the batch (store_batch_stack checks), so one pass maps all. */
-	for (size_t i = 0; rc == SQLITE_OK && i < b->nstacks; i++) {
-		const struct batch_stack *s = &b->stacks[i];
-		rc = intern_stack(w, s->parent < 0 ? 0 : w->stack_ids[s->parent], w->frame_ids[s->frame],
-		                  &w->stack_ids[i]);
-	}
-	if (rc == SQLITE_OK)
-		rc = write_samples(w, b);
-	return rc;
-}
-
-/* Ids that may no longer exist (a rollback, retention, another connection): forget them all. */
-static void writer_forget_ids(struct store_writer *w)
-{
-	hash_map_clear(&w->strings);
-	hash_map_clear(&w->frames);
-	hash_map_clear(&w->stacks);
-}
-
-/* Applies a changed hard limit on the file (PRAGMA max_page_count, per connection). */
-static int writer_apply_file_limit(struct store_writer *w, uint64_t max_file_bytes,
-                                   struct store_error *err)
-{
-	int64_t page_size;
-	if (store_query_int(w->db, "PRAGMA page_size", &page_size, err) < 0 || page_size <= 0)
-		return -1;
-	long long pages = STORE_NO_PAGE_LIMIT;
-	if (max_file_bytes && max_file_bytes / (uint64_t)page_size < (uint64_t)STORE_NO_PAGE_LIMIT)
-		pages = (long long)(max_file_bytes / (uint64_t)page_size);
-	if (pages < 1)
-		pages = 1;
-	char sql[64];
-	snprintf(sql, sizeof sql, "PRAGMA max_page_count = %lld", pages);
-	int64_t got;
-	return store_query_int(w->db, sql, &got, err);
-}
-
-/*
- * One batch in one transaction.  An SQLite code; the message in *err.  On
- * SQLITE_OK, commit_lock is held.
- */
-static int writer_write(struct store_writer *w, const struct store_batch *b, struct store_error *err)
-{
-	int rc = sqlite3_exec(w->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
-	if (rc != SQLITE_OK) {
-		store_error_set(err, w->db, "begin");
-		return rc;
-	}
-	rc = write_contents(w, b);
-	if (rc == SQLITE_OK) {
-		/* Held on return: the caller books the batch written before a query may pin. */
-		pthread_mutex_lock(&w->commit_lock);
-		rc = sqlite3_exec(w->db, "COMMIT", NULL, NULL, NULL);
-		if (rc == SQLITE_OK)
-			return SQLITE_OK;
-		pthread_mutex_unlock(&w->commit_lock);
-		store_error_set(err, w->db, "commit");
-	} else if (rc == SQLITE_NOMEM) {
-		store_error_text(err, "write batch: out of memory");
-	} else {
-		store_error_set(err, w->db, "write batch");
-	}
-	/* A failed COMMIT may leave the transaction open; ROLLBACK ends it either way. */
-	if (!sqlite3_get_autocommit(w->db))
-		sqlite3_exec(w->db, "ROLLBACK", NULL, NULL, NULL);
-	writer_forget_ids(w);
-	return rc;
 }
 
 /* Failures that may pass by themselves: the batch is kept and retried. */
@@ -437,19 +124,6 @@ static bool needs_reopen(int rc)
 	default:
 		return false;
 	}
-}
-
-/* Closes the connection (writer thread). */
-static void writer_disconnect(struct store_writer *w)
-{
-	for (int i = 0; i < ST_COUNT; i++) {
-		sqlite3_finalize(w->stmt[i]);
-		w->stmt[i] = NULL;
-	}
-	if (w->db && sqlite3_close(w->db) != SQLITE_OK)
-		sqlite3_close_v2(w->db);
-	w->db = NULL;
-	writer_forget_ids(w);
 }
 
 /* ---- the queue ---- */
@@ -534,22 +208,28 @@ static void writer_take_and_write(struct store_writer *w)
 
 	struct store_error err = {{0}};
 	int rc = SQLITE_OK;
-	if (file_limit && writer_apply_file_limit(w, max_file, &err) < 0)
+	if (file_limit && insert_file_limit(&w->ins, max_file, &err) < 0)
 		rc = SQLITE_ERROR;
 	if (rc == SQLITE_OK)
-		rc = writer_write(w, b, &err);
-	uint64_t bytes = store_db_bytes(w->db);
+		rc = insert_batch(&w->ins, b, &err);
+	/*
+	 * Committed and booked written under commit_lock: a query pins either
+	 * the batch or a snapshot that holds it, never both, never neither.
+	 */
+	pthread_mutex_lock(&w->commit_lock);
+	if (rc == SQLITE_OK)
+		rc = insert_commit(&w->ins, &err);
+	uint64_t bytes = store_db_bytes(w->ins.db);
 	bool reopen = rc != SQLITE_OK && needs_reopen(rc);
 	if (reopen)
-		writer_disconnect(w);
+		insert_close(&w->ins);
 
 	pthread_mutex_lock(&w->lock);
 	if (reopen)
 		w->st.open = false;
 	bool doomed = w->inflight_doomed;
 	w->inflight = NULL;
-	if (rc == SQLITE_OK)
-		pthread_mutex_unlock(&w->commit_lock);
+	pthread_mutex_unlock(&w->commit_lock);
 	w->inflight_doomed = false;
 	if (bytes)
 		w->st.db_bytes = bytes;
@@ -613,11 +293,11 @@ static void writer_run_retention(struct store_writer *w)
 	pthread_mutex_unlock(&w->lock);
 
 	struct store_error err = {{0}};
-	int rc = store_retention_run(w->db, steps, nsteps, wall_now(), max_db_bytes,
+	int rc = store_retention_run(w->ins.db, steps, nsteps, wall_now(), max_db_bytes,
 	                             retention_should_yield, w, &err);
 	/* The cap deletes strings, frames and stacks no sample uses: a cached id may name a gone row. */
-	writer_forget_ids(w);
-	uint64_t bytes = store_db_bytes(w->db);
+	insert_forget_ids(&w->ins);
+	uint64_t bytes = store_db_bytes(w->ins.db);
 
 	pthread_mutex_lock(&w->lock);
 	w->retention_running = false;
@@ -653,21 +333,11 @@ static void writer_connect(struct store_writer *w)
 
 	struct store_error err = {{0}};
 	uint64_t bytes = 0;
-	w->db = store_db_open_rw(w->path, &err);
-	for (int i = 0; w->db && i < ST_COUNT; i++) {
-		if (sqlite3_prepare_v3(w->db, writer_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &w->stmt[i],
-		                       NULL) != SQLITE_OK) {
-			store_error_set(&err, w->db, "cannot prepare on %.120s: %.40s", w->path, writer_sql[i]);
-			writer_disconnect(w);
-		}
-	}
-	if (w->db && max_file && writer_apply_file_limit(w, max_file, &err) < 0)
-		writer_disconnect(w);
-	if (w->db)
-		bytes = store_db_bytes(w->db);
+	if (insert_open(&w->ins, w->path, max_file, &err) == 0)
+		bytes = store_db_bytes(w->ins.db);
 
 	pthread_mutex_lock(&w->lock);
-	if (w->db) {
+	if (w->ins.db) {
 		w->st.open = true;
 		if (bytes)
 			w->st.db_bytes = bytes;
@@ -712,7 +382,7 @@ static void *writer_main(void *arg)
 	for (;;) {
 		double now = mono_now();
 		bool due = !w->st.failing || w->retry_now || w->stop || now >= w->retry_at;
-		if (!w->db) {
+		if (!w->ins.db) {
 			/* Closing with nothing to write: no reason to touch the file. */
 			if (w->stop && !w->head)
 				break;
@@ -723,7 +393,7 @@ static void *writer_main(void *arg)
 			if (due) {
 				writer_connect(w);
 				/* Closing: that was the last attempt; what waits is given up and counted. */
-				if (!w->db && w->stop) {
+				if (!w->ins.db && w->stop) {
 					while (w->head)
 						queue_drop_oldest(w);
 				}
@@ -766,16 +436,13 @@ static void *writer_main(void *arg)
 
 static void writer_free(struct store_writer *w)
 {
-	writer_disconnect(w);
+	insert_free(&w->ins);
 	while (w->head) {
 		struct store_batch *b = w->head;
 		w->head = b->next;
 		store_batch_free(b);
 	}
 	free(w->steps);
-	free(w->frame_ids);
-	free(w->stack_ids);
-	free(w->target_ids);
 	free(w->path);
 	pthread_cond_destroy(&w->done);
 	pthread_cond_destroy(&w->wake);
@@ -900,8 +567,8 @@ void store_writer_close(struct store_writer *w)
 	pthread_mutex_unlock(&w->lock);
 	pthread_join(w->thread, NULL);
 	/* A clean close leaves no WAL behind; failure here only means a larger -wal file. */
-	if (w->db)
-		sqlite3_wal_checkpoint_v2(w->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+	if (w->ins.db)
+		sqlite3_wal_checkpoint_v2(w->ins.db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
 	writer_free(w);
 }
 
