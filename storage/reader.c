@@ -1,12 +1,14 @@
 /*
- * Queries over the history on a read-only connection of the caller's thread.
+ * Queries over the history on a read-only connection of the caller's
+ * thread, and what the writer still holds in memory.
  *
- * A query sums counts per stack id in SQL, then spells each stack out from
- * the prefix tree in memory: every stack node and every frame it needs is
- * read once (by primary key) into a per-query cache, so a result of many
- * stacks sharing prefixes costs one lookup per distinct node, not one per
- * frame of every row.  Walks up the tree stop at STORE_MAX_DEPTH, so a
- * corrupt database with a cycle in stacks gives an error, not a hang.
+ * Which processes and samples a query selects is written once, in SQL.
+ * The samples a query pins in the writer's memory are copied, at the pin,
+ * into TEMP tables of the reader's connection by the very statements the
+ * writer would run (STORE_SQL_*), and TEMP views show the file and that
+ * copy as one set of tables: the same SELECT then answers for both.  A
+ * stack of memory keeps its batch's index, as a negative id the file never
+ * uses (reader_pending_stack).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,11 +17,75 @@
 
 #include "storage.h"
 
-struct store_reader {
-	sqlite3 *db;
-	sqlite3_stmt *node; /* a stack's parent and frame */
-	sqlite3_stmt *frame; /* a frame's strings */
+/* The writer's memory, as pinned: batches of STORE_MAX_PENDING_BATCHES at most. */
+struct store_pending {
+	struct store_writer *w;
+	struct store_batch **batches;
+	size_t n;
+	bool loaded; /* copied into the TEMP tables */
 };
+
+/*
+ * The TEMP copy of the writer's memory and the views over it and the file.
+ * A process of memory that the file has not seen has the negative of its
+ * key as id (no one could have asked for it by id); one the file has is
+ * shown as the file will have it once the batches are written, labels
+ * replaced by those it is declared with, sessions merged.
+ */
+static const char reader_temp_schema[] =
+	"CREATE TEMP TABLE IF NOT EXISTS pending_targets("
+	"  id INTEGER PRIMARY KEY, file_id INTEGER, pid INTEGER NOT NULL, start_time INTEGER NOT NULL,"
+	"  uid INTEGER NOT NULL, executable TEXT, command_line TEXT, python_version TEXT,"
+	"  first_seen REAL, last_seen REAL, labelled INTEGER NOT NULL DEFAULT 0,"
+	"  UNIQUE(pid, start_time));"
+	"CREATE INDEX IF NOT EXISTS temp.pending_targets_file ON pending_targets(file_id);"
+	"CREATE TEMP TABLE IF NOT EXISTS pending_labels("
+	"  target INTEGER NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, PRIMARY KEY(target, key));"
+	"CREATE TEMP TABLE IF NOT EXISTS pending_sessions("
+	"  target INTEGER NOT NULL, attached_at REAL NOT NULL, detached_at REAL, rate_hz INTEGER NOT NULL,"
+	"  mode TEXT, PRIMARY KEY(target, attached_at));"
+	"CREATE TEMP TABLE IF NOT EXISTS pending_samples("
+	"  target INTEGER NOT NULL, bucket_start INTEGER NOT NULL, bucket_seconds INTEGER NOT NULL,"
+	"  thread_id INTEGER NOT NULL, stack INTEGER NOT NULL, count INTEGER NOT NULL,"
+	"  PRIMARY KEY(target, bucket_start, bucket_seconds, thread_id, stack)) WITHOUT ROWID;"
+	"CREATE TEMP VIEW IF NOT EXISTS all_targets(id, pid, uid, executable, command_line, python_version) AS"
+	"  SELECT t.id, t.pid, coalesce(p.uid, t.uid), coalesce(p.executable, t.executable),"
+	"    coalesce(p.command_line, t.command_line), coalesce(p.python_version, t.python_version)"
+	"  FROM main.targets t LEFT JOIN pending_targets p ON p.file_id = t.id"
+	"  UNION ALL SELECT -id, pid, uid, executable, command_line, python_version"
+	"  FROM pending_targets WHERE file_id IS NULL;"
+	"CREATE TEMP VIEW IF NOT EXISTS all_labels(target, key, value) AS"
+	"  SELECT target, key, value FROM main.target_labels WHERE target NOT IN"
+	"    (SELECT file_id FROM pending_targets WHERE labelled AND file_id IS NOT NULL)"
+	"  UNION ALL SELECT coalesce(t.file_id, -t.id), l.key, l.value"
+	"  FROM pending_labels l JOIN pending_targets t ON t.id = l.target;"
+	"CREATE TEMP VIEW IF NOT EXISTS all_sessions(target, attached_at, detached_at, rate_hz, mode) AS"
+	"  SELECT s.target, s.attached_at, s.detached_at, s.rate_hz, s.mode FROM main.sessions s"
+	"  WHERE NOT EXISTS (SELECT 1 FROM pending_sessions p JOIN pending_targets t ON t.id = p.target"
+	"    WHERE t.file_id = s.target AND p.attached_at = s.attached_at)"
+	"  UNION ALL SELECT coalesce(t.file_id, -t.id), p.attached_at, coalesce(p.detached_at, f.detached_at),"
+	"    p.rate_hz, coalesce(p.mode, f.mode)"
+	"  FROM pending_sessions p JOIN pending_targets t ON t.id = p.target"
+	"  LEFT JOIN main.sessions f ON f.target = t.file_id AND f.attached_at = p.attached_at;"
+	"CREATE TEMP VIEW IF NOT EXISTS all_samples(target, bucket_start, bucket_seconds, thread_id, stack,"
+	"  count) AS"
+	"  SELECT target, bucket_start, bucket_seconds, thread_id, stack, count FROM main.samples"
+	"  UNION ALL SELECT coalesce(t.file_id, -t.id), s.bucket_start, s.bucket_seconds, s.thread_id,"
+	"    s.stack, s.count FROM pending_samples s JOIN pending_targets t ON t.id = s.target;";
+
+static const struct reader_tables reader_file_tables = {
+	.samples = "main.samples", .targets = "main.targets",
+	.labels = "main.target_labels", .sessions = "main.sessions",
+};
+static const struct reader_tables reader_all_tables = {
+	.samples = "temp.all_samples", .targets = "temp.all_targets",
+	.labels = "temp.all_labels", .sessions = "temp.all_sessions",
+};
+
+const struct reader_tables *reader_tables(const struct store_query *q)
+{
+	return q && q->pending && q->pending->loaded ? &reader_all_tables : &reader_file_tables;
+}
 
 struct store_reader *store_reader_open(const char *path, struct store_error *err)
 {
@@ -31,12 +97,12 @@ struct store_reader *store_reader_open(const char *path, struct store_error *err
 	r->db = store_db_open_ro(path, err);
 	if (!r->db)
 		goto fail;
-	if (sqlite3_prepare_v2(r->db, "SELECT parent, frame FROM stacks WHERE id = ?1", -1, &r->node,
+	if (sqlite3_prepare_v2(r->db, "SELECT parent, frame FROM main.stacks WHERE id = ?1", -1, &r->node,
 	                       NULL) != SQLITE_OK ||
 	    sqlite3_prepare_v2(r->db,
-	                       "SELECT f.line, f.kind, fn.s, fl.s FROM frames f "
-	                       "LEFT JOIN strings fn ON fn.id = f.function "
-	                       "LEFT JOIN strings fl ON fl.id = f.file WHERE f.id = ?1",
+	                       "SELECT f.line, f.kind, fn.s, fl.s FROM main.frames f "
+	                       "LEFT JOIN main.strings fn ON fn.id = f.function "
+	                       "LEFT JOIN main.strings fl ON fl.id = f.file WHERE f.id = ?1",
 	                       -1, &r->frame, NULL) != SQLITE_OK) {
 		store_error_set(err, r->db, "store_reader_open: prepare");
 		goto fail;
@@ -57,396 +123,131 @@ void store_reader_close(struct store_reader *r)
 	free(r);
 }
 
-/* ---- one query's state ---- */
+/* ---- the writer's memory, copied ---- */
 
-struct query_row {
-	int64_t stack; /* a database id, or with batch an index into its stacks */
-	const struct store_batch *batch;
-	uint64_t count;
-};
-
-struct store_pending {
-	struct store_writer *w;
-	struct store_batch **batches;
-	size_t n;
-};
-
-struct query_node {
-	int64_t parent;
-	size_t frame; /* index into frames */
-};
-
-struct query {
-	struct store_reader *r;
-	struct query_row *rows;
-	size_t nrows, rows_cap;
-	struct hash_map node_ids, frame_ids; /* database id -> index below */
-	struct hash_map pending_frames;      /* (batch, frame index) -> index below */
-	struct hash_map frame_texts;         /* a pending frame's content -> index below */
-	struct query_node *nodes;
-	size_t nnodes, nodes_cap;
-	struct store_frame *frames;
-	size_t nframes, frames_cap;
-	size_t *path;         /* frame indexes of one stack, leaf first */
-	struct store_frame *out; /* the same, root first, for the callback */
-};
-
-static void query_free(struct query *qs)
+/* Batch index and stack index in one negative id: the file's stack ids are 0 and up. */
+static int64_t reader_pending_stack(size_t batch, int32_t stack)
 {
-	for (size_t i = 0; i < qs->nframes; i++) {
-		free((char *)qs->frames[i].function);
-		free((char *)qs->frames[i].file);
-	}
-	free(qs->frames);
-	free(qs->nodes);
-	free(qs->rows);
-	free(qs->path);
-	free(qs->out);
-	hash_map_clear(&qs->node_ids);
-	hash_map_clear(&qs->frame_ids);
-	hash_map_clear(&qs->pending_frames);
-	hash_map_clear(&qs->frame_texts);
+	return -1 - (int64_t)(((uint64_t)batch << 32) | (uint32_t)stack);
 }
 
-/* A copy of a text column, NULL for NULL; *ok cleared when out of memory. */
-static char *column_dup(sqlite3_stmt *st, int col, bool *ok)
+int reader_pending_stack_find(const struct store_pending *p, int64_t value,
+                              const struct store_batch **batch, int32_t *stack)
 {
-	const unsigned char *s = sqlite3_column_text(st, col);
-	if (!s)
-		return NULL;
-	char *c = strdup((const char *)s);
-	if (!c)
-		*ok = false;
-	return c;
-}
-
-/* The index of frame id in qs->frames, reading it on first use.  0, or -1 and *err. */
-static int query_frame(struct query *qs, int64_t id, size_t *index, struct store_error *err)
-{
-	int64_t v;
-	if (hash_map_get(&qs->frame_ids, &id, sizeof id, &v)) {
-		*index = (size_t)v;
-		return 0;
-	}
-	sqlite3_stmt *st = qs->r->frame;
-	sqlite3_bind_int64(st, 1, id);
-	int rc = sqlite3_step(st);
-	if (rc != SQLITE_ROW) {
-		if (rc == SQLITE_DONE)
-			store_error_text(err, "frame %lld is missing: the database is corrupt",
-			                 (long long)id);
-		else
-			store_error_set(err, qs->r->db, "read frame %lld", (long long)id);
-		sqlite3_reset(st);
+	if (!p || value >= 0)
 		return -1;
-	}
-	if (qs->nframes >= UINT32_MAX ||
-	    array_reserve((void **)&qs->frames, &qs->frames_cap, qs->nframes, sizeof *qs->frames, NULL) < 0)
-		goto nomem;
-	bool ok = true;
-	struct store_frame *f = &qs->frames[qs->nframes];
-	f->line = sqlite3_column_int(st, 0);
-	f->kind = sqlite3_column_int(st, 1);
-	/* Frames are interned by content, so a distinct database id is a distinct frame. */
-	f->id = (uint32_t)qs->nframes;
-	f->function = column_dup(st, 2, &ok);
-	f->file = column_dup(st, 3, &ok);
-	if (!ok) {
-		free((char *)f->function);
-		free((char *)f->file);
-		goto nomem;
-	}
-	sqlite3_reset(st);
-	if (hash_map_put(&qs->frame_ids, &id, sizeof id, (int64_t)qs->nframes) < 0) {
-		/* Counted so query_free frees its strings. */
-		qs->nframes++;
-		store_error_text(err, "query: out of memory");
+	uint64_t v = (uint64_t)(-1 - value);
+	size_t b = (size_t)(v >> 32);
+	if (b >= p->n)
 		return -1;
-	}
-	*index = qs->nframes++;
-	return 0;
-nomem:
-	sqlite3_reset(st);
-	store_error_text(err, "query: out of memory");
-	return -1;
-}
-
-/* The node of stack id, reading it (and its frame) on first use.  0, or -1 and *err. */
-static int query_node(struct query *qs, int64_t id, const struct query_node **node,
-                      struct store_error *err)
-{
-	int64_t v;
-	if (hash_map_get(&qs->node_ids, &id, sizeof id, &v)) {
-		*node = &qs->nodes[v];
-		return 0;
-	}
-	sqlite3_stmt *st = qs->r->node;
-	sqlite3_bind_int64(st, 1, id);
-	int rc = sqlite3_step(st);
-	if (rc != SQLITE_ROW) {
-		if (rc == SQLITE_DONE)
-			store_error_text(err, "stack %lld is missing: the database is corrupt",
-			                 (long long)id);
-		else
-			store_error_set(err, qs->r->db, "read stack %lld", (long long)id);
-		sqlite3_reset(st);
-		return -1;
-	}
-	int64_t parent = sqlite3_column_int64(st, 0), frame = sqlite3_column_int64(st, 1);
-	sqlite3_reset(st);
-	size_t fi;
-	if (query_frame(qs, frame, &fi, err) < 0)
-		return -1;
-	if (array_reserve((void **)&qs->nodes, &qs->nodes_cap, qs->nnodes, sizeof *qs->nodes, NULL) < 0 ||
-	    hash_map_put(&qs->node_ids, &id, sizeof id, (int64_t)qs->nnodes) < 0) {
-		store_error_text(err, "query: out of memory");
-		return -1;
-	}
-	qs->nodes[qs->nnodes] = (struct query_node){.parent = parent, .frame = fi};
-	*node = &qs->nodes[qs->nnodes++];
+	*batch = p->batches[b];
+	*stack = (int32_t)(uint32_t)v;
 	return 0;
 }
 
-/* Spells out stack id root first into qs->out; its depth, or -1 and *err. */
-static int64_t query_spell(struct query *qs, int64_t id, struct store_error *err)
+enum reader_copy_stmt {
+	COPY_TARGET,
+	COPY_LABELS_DEL,
+	COPY_LABEL_ADD,
+	COPY_LABELLED,
+	COPY_SESSION,
+	COPY_SAMPLE,
+	COPY_COUNT
+};
+
+static const char *const reader_copy_sql[COPY_COUNT] = {
+	[COPY_TARGET] = STORE_SQL_TARGET_UPSERT("temp.pending_targets"),
+	[COPY_LABELS_DEL] = STORE_SQL_LABELS_DEL("temp.pending_labels"),
+	[COPY_LABEL_ADD] = STORE_SQL_LABEL_ADD("temp.pending_labels"),
+	[COPY_LABELLED] = "UPDATE temp.pending_targets SET labelled = 1 WHERE id = ?1",
+	[COPY_SESSION] = STORE_SQL_SESSION_UPSERT("temp.pending_sessions"),
+	[COPY_SAMPLE] = STORE_SQL_SAMPLE_ADD("temp.pending_samples"),
+};
+
+/* One batch into the TEMP tables; an SQLite code. */
+static int reader_copy_batch(sqlite3_stmt *const *st, const struct store_batch *b, size_t index,
+                             int64_t *ids)
 {
-	size_t depth = 0;
-	int64_t at = id;
-	while (at != 0) {
-		if (depth >= STORE_MAX_DEPTH) {
-			store_error_text(err,
-			                 "stack %lld is deeper than %d frames: the stacks table has a cycle "
-			                 "or is corrupt",
-			                 (long long)id, STORE_MAX_DEPTH);
-			return -1;
-		}
-		const struct query_node *n;
-		if (query_node(qs, at, &n, err) < 0)
-			return -1;
-		qs->path[depth++] = n->frame;
-		at = n->parent;
+	int rc = SQLITE_OK;
+	for (size_t i = 0; rc == SQLITE_OK && i < b->ntargets; i++) {
+		const struct batch_target *t = &b->targets[i];
+		if ((rc = insert_bind_target(st[COPY_TARGET], t)) == SQLITE_OK &&
+		    (rc = insert_step(st[COPY_TARGET], &ids[i])) == SQLITE_OK &&
+		    (rc = insert_labels(st[COPY_LABELS_DEL], st[COPY_LABEL_ADD], ids[i], t)) == SQLITE_OK &&
+		    t->nlabels && (rc = sqlite3_bind_int64(st[COPY_LABELLED], 1, ids[i])) == SQLITE_OK)
+			rc = insert_step(st[COPY_LABELLED], NULL);
 	}
-	for (size_t i = 0; i < depth; i++)
-		qs->out[i] = qs->frames[qs->path[depth - 1 - i]];
-	return (int64_t)depth;
-}
-
-/* The uid's parameter: past every label's (6 + 2 * STORE_MAX_LABELS). */
-#define QUERY_UID_PARAM "999"
-
-/* ---- samples still in the writer's memory ---- */
-
-/* The index of a pending batch's frame in qs->frames, by content.  0, or -1 (out of memory). */
-static int pending_frame(struct query *qs, const struct store_batch *b, int32_t frame, size_t *index)
-{
-	struct {
-		const struct store_batch *b;
-		int64_t frame; /* 64 bits: no padding in a key that is hashed as bytes */
-	} key = {b, frame};
-	int64_t v;
-	if (hash_map_get(&qs->pending_frames, &key, sizeof key, &v)) {
-		*index = (size_t)v;
-		return 0;
+	for (size_t i = 0; rc == SQLITE_OK && i < b->nsessions; i++) {
+		const struct batch_session *s = &b->sessions[i];
+		if ((rc = insert_bind_session(st[COPY_SESSION], ids[s->target], s)) == SQLITE_OK)
+			rc = insert_step(st[COPY_SESSION], NULL);
 	}
-	const struct batch_frame *f = &b->frames[frame];
-	const char *fn = f->function ? f->function : "", *file = f->file ? f->file : "";
-	size_t lf = strlen(fn), ll = strlen(file), len = 2 * sizeof(int32_t) + lf + ll + 2;
-	char *text = malloc(len);
-	if (!text)
-		return -1;
-	/* Equal frames of different batches are one frame of the answer. */
-	int32_t head[2] = {f->kind, f->line};
-	memcpy(text, head, sizeof head);
-	memcpy(text + sizeof head, fn, lf + 1);
-	memcpy(text + sizeof head + lf + 1, file, ll + 1);
-	if (hash_map_get(&qs->frame_texts, text, len, &v)) {
-		free(text);
-		*index = (size_t)v;
-		return hash_map_put(&qs->pending_frames, &key, sizeof key, v);
+	for (size_t i = 0; rc == SQLITE_OK && i < b->nsamples; i++) {
+		const struct batch_sample *x = &b->samples[i];
+		if ((rc = insert_bind_sample(st[COPY_SAMPLE], ids[x->target],
+		                             reader_pending_stack(index, x->stack), x)) == SQLITE_OK)
+			rc = insert_step(st[COPY_SAMPLE], NULL);
 	}
-	if (qs->nframes >= UINT32_MAX ||
-	    array_reserve((void **)&qs->frames, &qs->frames_cap, qs->nframes, sizeof *qs->frames, NULL) < 0) {
-		free(text);
-		return -1;
-	}
-	struct store_frame *out = &qs->frames[qs->nframes];
-	out->function = f->function ? strdup(f->function) : NULL;
-	out->file = f->file ? strdup(f->file) : NULL;
-	out->line = f->line;
-	out->kind = f->kind;
-	out->id = (uint32_t)qs->nframes;
-	int rc = (f->function && !out->function) || (f->file && !out->file) ? -1 : 0;
-	/* Counted either way, so query_free frees what was copied. */
-	*index = qs->nframes++;
-	if (rc == 0)
-		rc = hash_map_put(&qs->frame_texts, text, len, (int64_t)*index);
-	if (rc == 0)
-		rc = hash_map_put(&qs->pending_frames, &key, sizeof key, (int64_t)*index);
-	free(text);
 	return rc;
 }
 
-/* Spells out a pending batch's stack root first into qs->out; its depth, or -1 and *err. */
-static int64_t pending_spell(struct query *qs, const struct store_batch *b, int32_t stack,
-                             struct store_error *err)
-{
-	size_t depth = 0;
-	/* A batch's parents come before their children (checked as it was built): no cycle. */
-	for (int32_t at = stack; at >= 0 && (size_t)at < b->nstacks; at = b->stacks[at].parent) {
-		if (depth >= STORE_MAX_DEPTH) {
-			store_error_text(err, "a waiting stack is deeper than %d frames", STORE_MAX_DEPTH);
-			return -1;
-		}
-		if (pending_frame(qs, b, b->stacks[at].frame, &qs->path[depth]) < 0) {
-			store_error_text(err, "query: out of memory");
-			return -1;
-		}
-		depth++;
-	}
-	for (size_t i = 0; i < depth; i++)
-		qs->out[i] = qs->frames[qs->path[depth - 1 - i]];
-	return (int64_t)depth;
-}
-
 /*
- * One integer of a lookup: *out gets the first row's first column, or 0
- * when there is no row.  0, or -1 and *err if the file could not be read.
+ * The pinned batches into the TEMP tables, in the order the writer writes
+ * them, inside the pin's read transaction: the file ids of known processes
+ * come from the same snapshot.  0, or -1 and *err.
  */
-static int lookup(sqlite3 *db, sqlite3_stmt *st, int64_t *out, struct store_error *err)
+static int reader_copy_pending(struct store_reader *r, struct store_pending *p, struct store_error *err)
 {
-	int rc = sqlite3_step(st);
-	*out = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
-	if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-		store_error_set(err, db, "query: look up a waiting process");
-	sqlite3_finalize(st);
-	return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : -1;
-}
-
-/* The id the file gave a process, 0 if it has none yet.  0, or -1 and *err. */
-static int stored_target_id(sqlite3 *db, const struct batch_target *t, int64_t *id,
-                            struct store_error *err)
-{
-	sqlite3_stmt *st = NULL;
-	if (sqlite3_prepare_v2(db, "SELECT id FROM targets WHERE pid = ?1 AND start_time = ?2", -1,
-	                       &st, NULL) != SQLITE_OK ||
-	    sqlite3_bind_int64(st, 1, t->pid) != SQLITE_OK ||
-	    sqlite3_bind_int64(st, 2, (int64_t)t->start_time) != SQLITE_OK) {
-		store_error_set(err, db, "query: look up a waiting process");
-		sqlite3_finalize(st);
-		return -1;
-	}
-	return lookup(db, st, id, err);
-}
-
-/* Whether the file holds this label for the process with this id (*found 1 or 0).  0, or -1 and *err. */
-static int stored_label(sqlite3 *db, int64_t id, const char *key, const char *value,
-                        int64_t *found, struct store_error *err)
-{
-	sqlite3_stmt *st = NULL;
-	if (sqlite3_prepare_v2(db, "SELECT 1 FROM target_labels WHERE target = ?1 AND key = ?2 AND value = ?3",
-	                       -1, &st, NULL) != SQLITE_OK ||
-	    sqlite3_bind_int64(st, 1, id) != SQLITE_OK ||
-	    sqlite3_bind_text(st, 2, key, -1, SQLITE_STATIC) != SQLITE_OK ||
-	    sqlite3_bind_text(st, 3, value, -1, SQLITE_STATIC) != SQLITE_OK) {
-		store_error_set(err, db, "query: look up a waiting process");
-		sqlite3_finalize(st);
-		return -1;
-	}
-	return lookup(db, st, found, err);
-}
-
-/*
- * Whether a pending batch's target is one q selects: 1 or 0, or -1 and
- * *err.  Its id, and its labels when the batch declares none (the file keeps
- * them then), come from the file: a process the file has not seen yet has no
- * id anyone could ask for.
- */
-static int pending_target_selected(struct query *qs, const struct store_query *q,
-                                   const struct batch_target *t, struct store_error *err)
-{
-	if ((q->pid && t->pid != q->pid) || (q->by_uid && t->uid != (int64_t)q->uid))
+	if (!p->n)
 		return 0;
-	sqlite3 *db = qs->r->db;
-	int64_t id = 0;
-	if ((q->target_id || (q->nlabels && !t->nlabels)) && stored_target_id(db, t, &id, err) < 0)
+	if (store_exec(r->db, reader_temp_schema, err) < 0)
 		return -1;
-	if (q->target_id && id != q->target_id)
-		return 0;
-	for (size_t i = 0; i < q->nlabels; i++) {
-		int64_t found = 0;
-		for (size_t k = 0; k < t->nlabels && !found; k++)
-			found = strcmp(t->label_keys[k], q->label_keys[i]) == 0 &&
-			        strcmp(t->label_values[k], q->label_values[i]) == 0;
-		if (!t->nlabels && id &&
-		    stored_label(db, id, q->label_keys[i], q->label_values[i], &found, err) < 0)
-			return -1;
-		if (!found)
-			return 0;
-	}
-	return 1;
-}
-
-/* The pending samples q selects, summed per (batch, stack) into qs->rows.  0, or -1 and *err. */
-static int pending_collect(struct query *qs, const struct store_query *q, double until,
-                           uint64_t *total, struct store_error *err)
-{
-	const struct store_pending *p = q->pending;
-	struct hash_map index = {0};
-	for (size_t i = 0; i < p->n; i++) {
+	sqlite3_stmt *st[COPY_COUNT] = {0};
+	int64_t *ids = NULL;
+	size_t ids_cap = 0;
+	int rc = SQLITE_OK;
+	for (int i = 0; rc == SQLITE_OK && i < COPY_COUNT; i++)
+		rc = sqlite3_prepare_v2(r->db, reader_copy_sql[i], -1, &st[i], NULL);
+	for (size_t i = 0; rc == SQLITE_OK && i < p->n; i++) {
 		const struct store_batch *b = p->batches[i];
-		/* Per target of the batch: 1 selected, 2 not, 0 not decided yet. */
-		unsigned char *selected = calloc(b->ntargets ? b->ntargets : 1, 1);
-		if (!selected)
-			goto nomem;
-		for (size_t k = 0; k < b->nsamples; k++) {
-			const struct batch_sample *sm = &b->samples[k];
-			if ((double)sm->bucket_start < q->from_unix || (double)sm->bucket_start >= until ||
-			    (q->by_thread && sm->thread_id != q->thread_id))
-				continue;
-			if (!selected[sm->target]) {
-				int sel = pending_target_selected(qs, q, &b->targets[sm->target], err);
-				if (sel < 0) {
-					free(selected);
-					hash_map_clear(&index);
-					return -1;
-				}
-				selected[sm->target] = sel ? 1 : 2;
-			}
-			if (selected[sm->target] != 1)
-				continue;
-			struct {
-				const struct store_batch *b;
-				int64_t stack;
-			} key = {b, sm->stack};
-			int64_t at;
-			*total += sm->count;
-			if (hash_map_get(&index, &key, sizeof key, &at)) {
-				qs->rows[at].count += sm->count;
-				continue;
-			}
-			if (array_reserve((void **)&qs->rows, &qs->rows_cap, qs->nrows, sizeof *qs->rows, NULL) < 0 ||
-			    hash_map_put(&index, &key, sizeof key, (int64_t)qs->nrows) < 0) {
-				free(selected);
-				goto nomem;
-			}
-			qs->rows[qs->nrows++] =
-				(struct query_row){.stack = sm->stack, .batch = b, .count = sm->count};
-		}
-		free(selected);
+		if (b->ntargets && array_reserve((void **)&ids, &ids_cap, b->ntargets - 1, sizeof *ids, NULL) < 0)
+			rc = SQLITE_NOMEM;
+		else
+			rc = reader_copy_batch(st, b, i, ids);
 	}
-	hash_map_clear(&index);
+	for (int i = 0; i < COPY_COUNT; i++)
+		sqlite3_finalize(st[i]);
+	free(ids);
+	if (rc != SQLITE_OK) {
+		store_error_set(err, r->db, "copy the writer's batches");
+		return -1;
+	}
+	if (store_exec(r->db,
+	               "UPDATE temp.pending_targets SET file_id = (SELECT t.id FROM main.targets t "
+	               "WHERE t.pid = pending_targets.pid AND t.start_time = pending_targets.start_time)",
+	               err) < 0)
+		return -1;
+	p->loaded = true;
 	return 0;
-nomem:
-	hash_map_clear(&index);
-	store_error_text(err, "query: out of memory");
-	return -1;
 }
 
-static int pin_begin(void *ctx)
+/* Empties the TEMP copy, which lives as long as the connection. */
+static void reader_drop_pending(struct store_reader *r, struct store_pending *p)
+{
+	if (p->loaded)
+		sqlite3_exec(r->db,
+		             "DELETE FROM temp.pending_samples; DELETE FROM temp.pending_sessions; "
+		             "DELETE FROM temp.pending_labels; DELETE FROM temp.pending_targets",
+		             NULL, NULL, NULL);
+	p->loaded = false;
+}
+
+static int reader_pin_begin(void *ctx)
 {
 	struct store_reader *r = ctx;
 	/* BEGIN alone takes no snapshot: the first read does. */
-	return sqlite3_exec(r->db, "BEGIN; SELECT 1 FROM samples LIMIT 1", NULL, NULL, NULL) == SQLITE_OK
+	return sqlite3_exec(r->db, "BEGIN; SELECT 1 FROM main.samples LIMIT 1", NULL, NULL, NULL) ==
+	                       SQLITE_OK
 	               ? 0
 	               : -1;
 }
@@ -460,29 +261,36 @@ struct store_pending *store_reader_pin(struct store_reader *r, struct store_writ
 		return NULL;
 	}
 	p->w = w;
-	if (writer_pin(w, pin_begin, r, &p->batches, &p->n) < 0) {
+	if (writer_pin(w, reader_pin_begin, r, &p->batches, &p->n) < 0) {
 		store_error_set(err, r->db, "pin the writer's batches");
-		if (!sqlite3_get_autocommit(r->db))
-			sqlite3_exec(r->db, "ROLLBACK", NULL, NULL, NULL);
-		writer_unpin(w, p->batches, p->n);
-		free(p);
-		return NULL;
+		goto fail;
 	}
+	if (reader_copy_pending(r, p, err) < 0)
+		goto fail;
 	return p;
+fail:
+	if (!sqlite3_get_autocommit(r->db))
+		sqlite3_exec(r->db, "ROLLBACK", NULL, NULL, NULL);
+	p->loaded = false;
+	writer_unpin(w, p->batches, p->n);
+	free(p);
+	return NULL;
 }
 
 void store_reader_unpin(struct store_reader *r, struct store_pending *p)
 {
 	if (!p)
 		return;
+	reader_drop_pending(r, p);
 	if (!sqlite3_get_autocommit(r->db))
 		sqlite3_exec(r->db, "COMMIT", NULL, NULL, NULL);
 	writer_unpin(p->w, p->batches, p->n);
 	free(p);
 }
 
-/* A query the SQL below can be built for.  0, or -1 and *err. */
-static int query_check(const struct store_query *q, struct store_error *err)
+/* ---- the selection: written once, for the file and for the file with memory ---- */
+
+int reader_check(const struct store_query *q, struct store_error *err)
 {
 	if (q->nlabels > STORE_MAX_LABELS || (q->nlabels && (!q->label_keys || !q->label_values))) {
 		store_error_text(err, "query: labels must be at most %d key/value pairs",
@@ -492,75 +300,36 @@ static int query_check(const struct store_query *q, struct store_error *err)
 	return 0;
 }
 
-/*
- * The conditions on a table's target column that select q's processes, into
- * buf from n on (its ? numbers fixed by position, bound by query_bind_targets).
- * The new length; len or more if it did not fit.
- */
-static size_t query_sql_targets(const struct store_query *q, char *buf, size_t len, size_t n)
+/* The uid's parameter: past every label's (6 + 2 * STORE_MAX_LABELS). */
+#define READER_UID_PARAM "999"
+
+size_t reader_select_targets(const struct store_query *q, const struct reader_tables *tables,
+                             char *buf, size_t len, size_t n)
 {
 	if (q->target_id && n < len)
 		n += (size_t)snprintf(buf + n, len - n, " AND target = ?3");
 	if (q->pid && n < len)
-		n += (size_t)snprintf(buf + n, len - n,
-		                      " AND target IN (SELECT id FROM targets WHERE pid = ?4)");
+		n += (size_t)snprintf(buf + n, len - n, " AND target IN (SELECT id FROM %s WHERE pid = ?4)",
+		                      tables->targets);
 	if (q->by_uid && n < len)
 		n += (size_t)snprintf(buf + n, len - n,
-		                      " AND target IN (SELECT id FROM targets WHERE uid = ?" QUERY_UID_PARAM ")");
+		                      " AND target IN (SELECT id FROM %s WHERE uid = ?" READER_UID_PARAM ")",
+		                      tables->targets);
 	for (size_t i = 0; i < q->nlabels && n < len; i++)
 		n += (size_t)snprintf(buf + n, len - n,
-		                      " AND target IN (SELECT target FROM target_labels "
-		                      "WHERE key = ?%zu AND value = ?%zu)",
-		                      6 + 2 * i, 7 + 2 * i);
+		                      " AND target IN (SELECT target FROM %s WHERE key = ?%zu AND value = ?%zu)",
+		                      tables->labels, 6 + 2 * i, 7 + 2 * i);
 	/*
 	 * Samples are keyed by (target, bucket_start, ...): naming the targets
 	 * lets SQLite seek each one's range of buckets, where the bucket index
 	 * alone costs a key lookup per row (2.3 times slower over a day).
 	 */
 	if (!q->target_id && !q->pid && !q->by_uid && !q->nlabels && n < len)
-		n += (size_t)snprintf(buf + n, len - n, " AND target IN (SELECT id FROM targets)");
+		n += (size_t)snprintf(buf + n, len - n, " AND target IN (SELECT id FROM %s)", tables->targets);
 	return n;
 }
 
-/* The SELECT for q into buf (its ? numbers fixed by position).  0, or -1 and *err. */
-static int query_sql(const struct store_query *q, char *buf, size_t len, struct store_error *err)
-{
-	size_t n = (size_t)snprintf(buf, len,
-	                            "SELECT stack, count FROM samples "
-	                            "WHERE bucket_start >= ?1 AND bucket_start < ?2");
-	if (q->by_thread && n < len)
-		n += (size_t)snprintf(buf + n, len - n, " AND thread_id = ?5");
-	n = query_sql_targets(q, buf, len, n);
-	if (n >= len) {
-		store_error_text(err, "query: too long");
-		return -1;
-	}
-	return 0;
-}
-
-/* Binds q's parameters (?1 and ?2 are from and until); an SQLite result code. */
-static int query_bind(sqlite3_stmt *st, const struct store_query *q, double until)
-{
-	int rc = sqlite3_bind_double(st, 1, q->from_unix);
-	if (rc == SQLITE_OK)
-		rc = sqlite3_bind_double(st, 2, until);
-	if (rc == SQLITE_OK && q->target_id)
-		rc = sqlite3_bind_int64(st, 3, q->target_id);
-	if (rc == SQLITE_OK && q->pid)
-		rc = sqlite3_bind_int64(st, 4, q->pid);
-	if (rc == SQLITE_OK && q->by_thread && sqlite3_bind_parameter_index(st, "?5"))
-		rc = sqlite3_bind_int64(st, 5, (int64_t)q->thread_id);
-	if (rc == SQLITE_OK && q->by_uid)
-		rc = sqlite3_bind_int64(st, atoi(QUERY_UID_PARAM), (int64_t)q->uid);
-	for (size_t i = 0; rc == SQLITE_OK && i < q->nlabels; i++) {
-		rc = sqlite3_bind_text(st, (int)(6 + 2 * i), q->label_keys[i], -1, SQLITE_STATIC);
-		if (rc == SQLITE_OK)
-			rc = sqlite3_bind_text(st, (int)(7 + 2 * i), q->label_values[i], -1, SQLITE_STATIC);
-	}
-	return rc;
-}
-
-static double query_until(const struct store_query *q)
+static double reader_until(const struct store_query *q)
 {
 	if (q->until_unix != 0)
 		return q->until_unix;
@@ -569,111 +338,28 @@ static double query_until(const struct store_query *q)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* Sums per stack into qs->rows and *total.  0, or -1 and *err. */
-static int query_collect(struct query *qs, const struct store_query *q, uint64_t *total,
-                         struct store_error *err)
+int reader_bind(sqlite3_stmt *st, const struct store_query *q)
 {
-	sqlite3 *db = qs->r->db;
-	char sql[8192];
-	if (query_sql(q, sql, sizeof sql, err) < 0)
-		return -1;
-	sqlite3_stmt *st = NULL;
-	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
-		store_error_set(err, db, "query: prepare");
-		return -1;
+	int rc = sqlite3_bind_double(st, 1, q->from_unix);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_bind_double(st, 2, reader_until(q));
+	if (rc == SQLITE_OK && q->target_id)
+		rc = sqlite3_bind_int64(st, 3, q->target_id);
+	if (rc == SQLITE_OK && q->pid)
+		rc = sqlite3_bind_int64(st, 4, q->pid);
+	if (rc == SQLITE_OK && q->by_thread && sqlite3_bind_parameter_index(st, "?5"))
+		rc = sqlite3_bind_int64(st, 5, (int64_t)q->thread_id);
+	if (rc == SQLITE_OK && q->by_uid)
+		rc = sqlite3_bind_int64(st, atoi(READER_UID_PARAM), (int64_t)q->uid);
+	for (size_t i = 0; rc == SQLITE_OK && i < q->nlabels; i++) {
+		rc = sqlite3_bind_text(st, (int)(6 + 2 * i), q->label_keys[i], -1, SQLITE_STATIC);
+		if (rc == SQLITE_OK)
+			rc = sqlite3_bind_text(st, (int)(7 + 2 * i), q->label_values[i], -1, SQLITE_STATIC);
 	}
-	if (query_bind(st, q, query_until(q)) != SQLITE_OK) {
-		store_error_set(err, db, "query: bind");
-		sqlite3_finalize(st);
-		return -1;
-	}
-	int rc;
-	uint64_t sum = 0;
-	/*
-	 * Summed per stack here, not by GROUP BY: SQLite would sort every row
-	 * into a temporary b-tree first, which costs twice the scan itself.
-	 * The sample rows are bounded by the table, the distinct stacks by the
-	 * stacks table.
-	 */
-	struct hash_map index = {0}; /* stack id -> row */
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		int64_t stack = sqlite3_column_int64(st, 0), count = sqlite3_column_int64(st, 1);
-		uint64_t c = count > 0 ? (uint64_t)count : 0;
-		int64_t at;
-		sum += c;
-		if (hash_map_get(&index, &stack, sizeof stack, &at)) {
-			qs->rows[at].count += c;
-			continue;
-		}
-		if (array_reserve((void **)&qs->rows, &qs->rows_cap, qs->nrows, sizeof *qs->rows, NULL) < 0 ||
-		    hash_map_put(&index, &stack, sizeof stack, (int64_t)qs->nrows) < 0) {
-			store_error_text(err, "query: out of memory");
-			hash_map_clear(&index);
-			sqlite3_finalize(st);
-			return -1;
-		}
-		qs->rows[qs->nrows++] = (struct query_row){.stack = stack, .count = c};
-	}
-	hash_map_clear(&index);
-	if (rc != SQLITE_DONE) {
-		store_error_set(err, db, "query");
-		sqlite3_finalize(st);
-		return -1;
-	}
-	sqlite3_finalize(st);
-	*total = sum;
-	return 0;
+	return rc;
 }
 
-int store_query_stacks(struct store_reader *r, const struct store_query *q,
-                       int (*fn)(void *ctx, const struct store_row *row), void *ctx,
-                       uint64_t *total, struct store_error *err)
-{
-	if (total)
-		*total = 0;
-	if (query_check(q, err) < 0)
-		return -1;
-	struct query qs = {.r = r};
-	uint64_t sum = 0;
-	int ret = -1;
-	qs.path = calloc(STORE_MAX_DEPTH, sizeof *qs.path);
-	qs.out = calloc(STORE_MAX_DEPTH, sizeof *qs.out);
-	if (!qs.path || !qs.out) {
-		store_error_text(err, "query: out of memory");
-		goto out;
-	}
-	/*
-	 * A read transaction around both phases: stacks are read from the
-	 * snapshot that was summed.  A pinned reader is in one already.
-	 */
-	bool own = sqlite3_get_autocommit(r->db);
-	if (own && store_exec(r->db, "BEGIN", err) < 0)
-		goto out;
-	if (query_collect(&qs, q, &sum, err) < 0 ||
-	    (q->pending && pending_collect(&qs, q, query_until(q), &sum, err) < 0))
-		goto end;
-	if (total)
-		*total = sum;
-	for (size_t i = 0; i < qs.nrows; i++) {
-		int64_t depth = qs.rows[i].batch ? pending_spell(&qs, qs.rows[i].batch, (int32_t)qs.rows[i].stack, err)
-		                                 : query_spell(&qs, qs.rows[i].stack, err);
-		if (depth < 0)
-			goto end;
-		struct store_row row = {.frames = qs.out, .depth = (uint32_t)depth,
-		                        .count = qs.rows[i].count, .query_total = sum};
-		if (fn && fn(ctx, &row) != 0) {
-			store_error_text(err, "query: stopped by its callback");
-			goto end;
-		}
-	}
-	ret = 0;
-end:
-	if (own)
-		store_exec(r->db, "COMMIT", NULL);
-out:
-	query_free(&qs);
-	return ret;
-}
+/* ---- processes and how they were sampled ---- */
 
 int store_query_sampling(struct store_reader *r, const struct store_query *q, uint32_t *rate_hz,
                          char *mode, size_t mode_len, struct store_error *err)
@@ -681,14 +367,16 @@ int store_query_sampling(struct store_reader *r, const struct store_query *q, ui
 	*rate_hz = 0;
 	if (mode_len)
 		mode[0] = '\0';
-	if (query_check(q, err) < 0)
+	if (reader_check(q, err) < 0)
 		return -1;
 	/* Sessions that overlap the range; two distinct settings are enough to know they differ. */
+	const struct reader_tables *tables = reader_tables(q);
 	char sql[8192];
 	size_t n = (size_t)snprintf(sql, sizeof sql,
-	                            "SELECT DISTINCT rate_hz, mode FROM sessions "
-	                            "WHERE (detached_at IS NULL OR detached_at >= ?1) AND attached_at < ?2");
-	n = query_sql_targets(q, sql, sizeof sql, n);
+	                            "SELECT DISTINCT rate_hz, mode FROM %s "
+	                            "WHERE (detached_at IS NULL OR detached_at >= ?1) AND attached_at < ?2",
+	                            tables->sessions);
+	n = reader_select_targets(q, tables, sql, sizeof sql, n);
 	if (n + sizeof " LIMIT 2" > sizeof sql) {
 		store_error_text(err, "query: too long");
 		return -1;
@@ -696,7 +384,7 @@ int store_query_sampling(struct store_reader *r, const struct store_query *q, ui
 	strcat(sql, " LIMIT 2");
 	sqlite3_stmt *st = NULL;
 	if (sqlite3_prepare_v2(r->db, sql, -1, &st, NULL) != SQLITE_OK ||
-	    query_bind(st, q, query_until(q)) != SQLITE_OK) {
+	    reader_bind(st, q) != SQLITE_OK) {
 		store_error_set(err, r->db, "query sampling");
 		sqlite3_finalize(st);
 		return -1;
@@ -724,8 +412,20 @@ int store_query_sampling(struct store_reader *r, const struct store_query *q, ui
 	return 0;
 }
 
+/* A copy of a text column, NULL for NULL; *ok cleared when out of memory. */
+static char *reader_column_dup(sqlite3_stmt *st, int col, bool *ok)
+{
+	const unsigned char *s = sqlite3_column_text(st, col);
+	if (!s)
+		return NULL;
+	char *c = strdup((const char *)s);
+	if (!c)
+		*ok = false;
+	return c;
+}
+
 /* The labels of one target into p, copied (a row's text dies with the next step). */
-static int process_labels(sqlite3_stmt *st, int64_t target, char **keys, char **values,
+static int reader_process_labels(sqlite3_stmt *st, int64_t target, char **keys, char **values,
                           struct store_process *p)
 {
 	sqlite3_reset(st);
@@ -735,8 +435,8 @@ static int process_labels(sqlite3_stmt *st, int64_t target, char **keys, char **
 	bool ok = true;
 	p->nlabels = 0;
 	while (p->nlabels < STORE_MAX_LABELS && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-		keys[p->nlabels] = column_dup(st, 0, &ok);
-		values[p->nlabels] = column_dup(st, 1, &ok);
+		keys[p->nlabels] = reader_column_dup(st, 0, &ok);
+		values[p->nlabels] = reader_column_dup(st, 1, &ok);
 		p->nlabels++;
 		if (!ok || !keys[p->nlabels - 1] || !values[p->nlabels - 1])
 			return -1;
@@ -748,7 +448,7 @@ static int process_labels(sqlite3_stmt *st, int64_t target, char **keys, char **
 	return 0;
 }
 
-static void process_labels_free(char **keys, char **values, size_t n)
+static void reader_process_labels_free(char **keys, char **values, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
 		free(keys[i]);
@@ -760,18 +460,20 @@ int store_query_processes(struct store_reader *r, const struct store_query *q,
                           int (*fn)(void *ctx, const struct store_process *p), void *ctx,
                           struct store_error *err)
 {
-	if (query_check(q, err) < 0)
+	if (reader_check(q, err) < 0)
 		return -1;
+	const struct reader_tables *tables = reader_tables(q);
 	char sql[8192];
 	size_t n = (size_t)snprintf(sql, sizeof sql,
 	                            "SELECT t.id, t.pid, t.uid, t.executable, t.command_line, "
 	                            "t.python_version, min(s.bucket_start), "
 	                            "max(s.bucket_start + s.bucket_seconds), sum(s.count) "
-	                            "FROM samples s JOIN targets t ON t.id = s.target "
-	                            "WHERE s.bucket_start >= ?1 AND s.bucket_start < ?2");
+	                            "FROM %s s JOIN %s t ON t.id = s.target "
+	                            "WHERE s.bucket_start >= ?1 AND s.bucket_start < ?2",
+	                            tables->samples, tables->targets);
 	if (q->by_thread && n < sizeof sql)
 		n += (size_t)snprintf(sql + n, sizeof sql - n, " AND s.thread_id = ?5");
-	n = query_sql_targets(q, sql, sizeof sql, n);
+	n = reader_select_targets(q, tables, sql, sizeof sql, n);
 	if (n < sizeof sql)
 		n += (size_t)snprintf(sql + n, sizeof sql - n, " GROUP BY t.id ORDER BY 7, 1");
 	if (n >= sizeof sql) {
@@ -783,10 +485,12 @@ int store_query_processes(struct store_reader *r, const struct store_query *q,
 	bool own = sqlite3_get_autocommit(r->db);
 	if (own && store_exec(r->db, "BEGIN", err) < 0)
 		return -1;
+	char labels_sql[128];
+	snprintf(labels_sql, sizeof labels_sql, "SELECT key, value FROM %s WHERE target = ?1 ORDER BY key",
+	         tables->labels);
 	if (sqlite3_prepare_v2(r->db, sql, -1, &st, NULL) != SQLITE_OK ||
-	    sqlite3_prepare_v2(r->db, "SELECT key, value FROM target_labels WHERE target = ?1 ORDER BY key",
-	                       -1, &labels, NULL) != SQLITE_OK ||
-	    query_bind(st, q, query_until(q)) != SQLITE_OK) {
+	    sqlite3_prepare_v2(r->db, labels_sql, -1, &labels, NULL) != SQLITE_OK ||
+	    reader_bind(st, q) != SQLITE_OK) {
 		store_error_set(err, r->db, "query processes");
 		goto out;
 	}
@@ -795,7 +499,8 @@ int store_query_processes(struct store_reader *r, const struct store_query *q,
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		int64_t samples = sqlite3_column_int64(st, 8);
 		struct store_process p = {
-			.target_id = sqlite3_column_int64(st, 0),
+			/* A process only memory has seen has no id yet: 0. */
+			.target_id = sqlite3_column_int64(st, 0) > 0 ? sqlite3_column_int64(st, 0) : 0,
 			.pid = (pid_t)sqlite3_column_int64(st, 1),
 			.uid = (uid_t)sqlite3_column_int64(st, 2),
 			.executable = (const char *)sqlite3_column_text(st, 3),
@@ -805,9 +510,9 @@ int store_query_processes(struct store_reader *r, const struct store_query *q,
 			.last_unix = sqlite3_column_double(st, 7),
 			.samples = samples > 0 ? (uint64_t)samples : 0,
 		};
-		int got = process_labels(labels, p.target_id, keys, values, &p);
+		int got = reader_process_labels(labels, sqlite3_column_int64(st, 0), keys, values, &p);
 		int stop = got == 0 ? fn(ctx, &p) : 0;
-		process_labels_free(keys, values, p.nlabels);
+		reader_process_labels_free(keys, values, p.nlabels);
 		if (got < 0) {
 			store_error_set(err, r->db, "query processes: labels");
 			goto out;

@@ -320,7 +320,12 @@ sqlite3 *store_db_open_ro(const char *path, struct store_error *err)
 	if (!db)
 		return NULL;
 	int64_t version;
-	if (store_exec(db, "PRAGMA query_only = 1", err) < 0 ||
+	/*
+	 * Opened read-only, the file cannot be written through this connection;
+	 * query_only would also forbid the TEMP tables that hold the writer's
+	 * memory for a pinned query (reader.c), which live in memory.
+	 */
+	if (store_exec(db, "PRAGMA temp_store = MEMORY", err) < 0 ||
 	    store_query_int(db, "PRAGMA user_version", &version, err) < 0)
 		goto fail;
 	if (version > STORE_SCHEMA_VERSION) {

@@ -52,7 +52,7 @@ int store_query_int(sqlite3 *db, const char *sql, int64_t *out, struct store_err
  */
 sqlite3 *store_db_open_rw(const char *path, struct store_error *err);
 
-/* A read-only, query_only connection to an existing store.  NULL and *err. */
+/* A read-only connection to an existing store (TEMP tables in memory).  NULL and *err. */
 sqlite3 *store_db_open_ro(const char *path, struct store_error *err);
 
 /* Bytes the database's pages hold (page_count * page_size), or 0 on error. */
@@ -198,6 +198,39 @@ int insert_file_limit(struct inserter *ins, uint64_t max_file_bytes, struct stor
 int writer_pin(struct store_writer *w, int (*begin)(void *ctx), void *ctx,
                struct store_batch ***out, size_t *n);
 void writer_unpin(struct store_writer *w, struct store_batch **batches, size_t n);
+
+/* ---- reader.c: the reader's connection, the writer's memory copied, the selection ---- */
+
+struct store_reader {
+	sqlite3 *db;
+	sqlite3_stmt *node;  /* a stack's parent and frame */
+	sqlite3_stmt *frame; /* a frame's strings */
+};
+
+/* The tables a query reads: the file's, or views over the file and the memory q pinned. */
+struct reader_tables {
+	const char *samples, *targets, *labels, *sessions;
+};
+/* q NULL: the file's alone. */
+const struct reader_tables *reader_tables(const struct store_query *q);
+
+/* A query the SQL can be built for.  0, or -1 and *err. */
+int reader_check(const struct store_query *q, struct store_error *err);
+
+/*
+ * The conditions on a table's target column that select q's processes,
+ * appended to buf from n on (its ? numbers fixed by position, bound by
+ * reader_bind).  The new length; len or more if it did not fit.
+ */
+size_t reader_select_targets(const struct store_query *q, const struct reader_tables *tables,
+                             char *buf, size_t len, size_t n);
+
+/* Binds q's parameters (?1 and ?2 are from and until); an SQLite result code. */
+int reader_bind(sqlite3_stmt *st, const struct store_query *q);
+
+/* The batch and batch-local stack of a stack id of memory (negative).  0, or -1 if p has none. */
+int reader_pending_stack_find(const struct store_pending *p, int64_t value,
+                              const struct store_batch **batch, int32_t *stack);
 
 /* ---- retention.c: runs inside the writer's thread ---- */
 

@@ -1622,3 +1622,209 @@ Test(storage, sigkill_keeps_every_synced_batch, .timeout = 300)
 	cr_log_info("synced %lld batches over %d kills", (long long)next, rounds);
 	free(synced);
 }
+
+/* ---- the writer's memory answers as the file will ---- */
+
+/* An answer as text, comparable across sources: sorted rows, then the total. */
+struct answer {
+	char **lines;
+	size_t n, cap;
+};
+
+static void answer_add(struct answer *a, const char *line)
+{
+	if (a->n == a->cap) {
+		a->cap = a->cap ? 2 * a->cap : 64;
+		a->lines = realloc(a->lines, a->cap * sizeof *a->lines);
+		cr_assert_not_null(a->lines);
+	}
+	a->lines[a->n] = strdup(line);
+	cr_assert_not_null(a->lines[a->n]);
+	a->n++;
+}
+
+static int answer_stack(void *ctx, const struct store_row *row)
+{
+	char line[4096];
+	int n = snprintf(line, sizeof line, "%llu", (unsigned long long)row->count);
+	for (uint32_t i = 0; i < row->depth && n < (int)sizeof line - 512; i++)
+		n += snprintf(line + n, sizeof line - (size_t)n, " %s@%s:%d/%d", row->frames[i].function,
+		              row->frames[i].file ? row->frames[i].file : "-", row->frames[i].line,
+		              row->frames[i].kind);
+	answer_add(ctx, line);
+	return 0;
+}
+
+static int answer_process(void *ctx, const struct store_process *p)
+{
+	char line[4096];
+	int n = snprintf(line, sizeof line, "pid %d uid %u %s [%s] %s %.0f..%.0f %llu", (int)p->pid,
+	                 (unsigned)p->uid, p->executable ? p->executable : "-",
+	                 p->command_line ? p->command_line : "-",
+	                 p->python_version ? p->python_version : "-", p->first_unix, p->last_unix,
+	                 (unsigned long long)p->samples);
+	for (size_t i = 0; i < p->nlabels && n < (int)sizeof line - 512; i++)
+		n += snprintf(line + n, sizeof line - (size_t)n, " %s=%s", p->label_keys[i], p->label_values[i]);
+	answer_add(ctx, line);
+	return 0;
+}
+
+static int answer_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Every kind of answer to q, as one text. */
+static char *answer_text(struct store_reader *r, const struct store_query *q)
+{
+	struct answer a = {0};
+	struct store_error err = {{0}};
+	uint64_t total = 0;
+	cr_assert_eq(store_query_stacks(r, q, answer_stack, &a, &total, &err), 0, "stacks: %s", err.msg);
+	qsort(a.lines, a.n, sizeof *a.lines, answer_cmp);
+	char line[128];
+	snprintf(line, sizeof line, "total %llu", (unsigned long long)total);
+	answer_add(&a, line);
+	/* Processes come in the store's order: by first sample, then id. */
+	cr_assert_eq(store_query_processes(r, q, answer_process, &a, &err), 0, "processes: %s", err.msg);
+	uint32_t rate = 0;
+	char mode[16];
+	cr_assert_eq(store_query_sampling(r, q, &rate, mode, sizeof mode, &err), 0, "sampling: %s", err.msg);
+	snprintf(line, sizeof line, "sampling %u %s", rate, mode);
+	answer_add(&a, line);
+	size_t len = 1;
+	for (size_t i = 0; i < a.n; i++)
+		len += strlen(a.lines[i]) + 1;
+	char *text = malloc(len);
+	cr_assert_not_null(text);
+	text[0] = '\0';
+	for (size_t i = 0; i < a.n; i++) {
+		strcat(text, a.lines[i]);
+		strcat(text, "\n");
+		free(a.lines[i]);
+	}
+	free(a.lines);
+	return text;
+}
+
+/* A process the file has not seen, with a frame the file has not seen, in buckets the file has. */
+static void submit_newcomer(struct store_writer *w, int64_t base)
+{
+	struct store_batch *b = store_batch_new();
+	const char *key = "app", *value = "newcomer";
+	struct store_target_info info = {.pid = 2001, .start_time = 7000, .uid = 1001,
+	                                 .executable = "/usr/bin/python3.13", .nlabels = 1,
+	                                 .label_keys = &key, .label_values = &value};
+	int t = store_batch_target(b, &info);
+	cr_assert(t >= 0 && store_batch_session(b, t, 1.7e9 + 5, 0, 250, "cpu") >= 0);
+	int32_t main_frame = store_batch_frame(b, frames[0].function, frames[0].file, frames[0].line,
+	                                       frames[0].kind);
+	int32_t fresh = store_batch_frame(b, "fresh", "new.py", 3, 0);
+	int32_t s0 = store_batch_stack(b, -1, main_frame);
+	int32_t s1 = store_batch_stack(b, s0, fresh);
+	cr_assert(s0 >= 0 && s1 >= 0);
+	cr_assert_eq(store_batch_samples(b, t, base, BUCKET_S, 9, s0, 4), 0);
+	cr_assert_eq(store_batch_samples(b, t, base + BUCKET_S, BUCKET_S, 9, s1, 6), 0);
+	store_writer_submit(w, b);
+}
+
+/* A known process declared again with other labels, and its session closed. */
+static void submit_relabel(struct store_writer *w)
+{
+	struct store_batch *b = store_batch_new();
+	const char *keys[] = {"app", "tier"}, *values[] = {"renamed", "gold"};
+	struct store_target_info info = {.pid = pids[2], .start_time = 5002, .uid = 1000, .nlabels = 2,
+	                                 .label_keys = keys, .label_values = values};
+	int t = store_batch_target(b, &info);
+	cr_assert(t >= 0 && store_batch_session(b, t, 1.7e9, 1.7e9 + 50, 100, NULL) >= 0);
+	store_writer_submit(w, b);
+}
+
+/*
+ * Whatever the query, the samples a pinned query finds in the writer's
+ * memory give the answer the file gives once they are written: the same
+ * stacks with the same counts (one row per stack, not one per source), the
+ * same processes with the labels and programs they are declared with, the
+ * same sampling.  Asked while the file cannot grow, then after.
+ */
+Test(storage, memory_and_file_answer_alike, .timeout = 180)
+{
+	char path[PATH_MAX];
+	db_path(path, sizeof path);
+	int64_t base = base_days_ago(1);
+	struct store_writer *w = open_writer(path);
+	store_writer_set_limits(w, UINT64_MAX, 0);
+	submit_buckets(w, base, 0, 6);
+	store_writer_sync(w);
+	expect_written(w, "seed");
+
+	store_writer_set_file_limit(w, 1);
+	struct store_writer_status st = {0};
+	int64_t k = 3; /* overlapping the file's buckets: counts of both add up */
+	for (; k < 3000 && !st.failing; k++) {
+		submit_buckets(w, base, k, k + 1);
+		store_writer_flush(w);
+		store_writer_status(w, &st);
+	}
+	cr_assert(st.failing, "the file never filled");
+	submit_newcomer(w, base);
+	submit_relabel(w);
+	store_writer_status(w, &st);
+	cr_assert_geq(st.pending_batches, 3, "too little waits in memory");
+
+	const char *app = "app", *api = "api", *renamed = "renamed", *worker = "worker",
+		   *newcomer = "newcomer", *env = "env", *prod = "prod";
+	const char *two_keys[] = {"app", "env"}, *two_values[] = {"api", "prod"};
+	struct store_query all = range_query(base, 0, k + 1);
+	struct store_query queries[] = {
+		all,
+		{.pid = pids[0]},
+		{.pid = 2001},
+		{.nlabels = 1, .label_keys = &app, .label_values = &api},
+		{.nlabels = 1, .label_keys = &app, .label_values = &renamed},
+		{.nlabels = 1, .label_keys = &app, .label_values = &worker},
+		{.nlabels = 1, .label_keys = &app, .label_values = &newcomer},
+		{.nlabels = 1, .label_keys = &env, .label_values = &prod},
+		{.nlabels = 2, .label_keys = two_keys, .label_values = two_values},
+		{.by_thread = true, .thread_id = tid_of(1, 1)},
+		{.by_uid = true, .uid = 1001},
+		{.target_id = 1},
+		{.pid = pids[1], .by_thread = true, .thread_id = tid_of(1, 0)},
+	};
+	size_t nq = sizeof queries / sizeof queries[0];
+	for (size_t i = 1; i < nq; i++) {
+		queries[i].from_unix = all.from_unix;
+		queries[i].until_unix = all.until_unix;
+	}
+	/* Only the middle of the range: buckets of the file and of memory both. */
+	queries[0].from_unix = (double)(base + 2 * BUCKET_S);
+
+	struct store_reader *r = open_reader(path);
+	struct store_error err = {{0}};
+	char *during[sizeof queries / sizeof queries[0]];
+	struct store_pending *pin = store_reader_pin(r, w, &err);
+	cr_assert_not_null(pin, "pin: %s", err.msg);
+	for (size_t i = 0; i < nq; i++) {
+		queries[i].pending = pin;
+		during[i] = answer_text(r, &queries[i]);
+		queries[i].pending = NULL;
+	}
+	store_reader_unpin(r, pin);
+	char *file_only = answer_text(r, &queries[0]);
+	cr_assert_str_neq(file_only, during[0], "memory added nothing to the answer");
+	free(file_only);
+
+	store_writer_set_file_limit(w, 0);
+	store_writer_sync(w);
+	expect_written(w, "after the outage");
+	for (size_t i = 0; i < nq; i++) {
+		char *after = answer_text(r, &queries[i]);
+		cr_assert_str_eq(during[i], after, "query %zu: from memory\n%s\nfrom the file\n%s", i,
+		                 during[i], after);
+		cr_assert_neq(strlen(after), 0);
+		free(after);
+		free(during[i]);
+	}
+	store_reader_close(r);
+	store_writer_close(w);
+}

@@ -1,0 +1,393 @@
+/*
+ * store_query_stacks: counts summed per stack, each stack then spelled out
+ * root first.
+ *
+ * A stack of the file is spelled from the prefix tree: every stack node and
+ * every frame it needs is read once (by primary key) into a per-query
+ * cache, so a result of many stacks sharing prefixes costs one lookup per
+ * distinct node, not one per frame of every row.  Walks up the tree stop at
+ * STORE_MAX_DEPTH, so a corrupt database with a cycle in stacks gives an
+ * error, not a hang.  A stack still in the writer's memory (a negative id,
+ * see reader.c) is spelled from its batch.  A frame is one frame of the
+ * answer by its content wherever it comes from, and with samples from
+ * memory, stacks are merged by their frames: a stack counted both in the
+ * file and in memory is one row.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "storage.h"
+
+struct stacks_row {
+	int64_t stack; /* a database id, or a pending stack (reader_pending_stack) */
+	uint64_t count;
+	bool merged; /* its count is in an earlier row with the same frames */
+};
+
+struct stacks_node {
+	int64_t parent;
+	size_t frame; /* index into frames */
+};
+
+struct stacks_query {
+	struct store_reader *r;
+	const struct store_pending *pending;
+	struct stacks_row *rows;
+	size_t nrows, rows_cap;
+	struct hash_map node_ids, frame_ids; /* database id -> index below */
+	struct hash_map pending_frames;      /* (batch, frame index) -> index below */
+	struct hash_map frame_texts;         /* a frame's content -> index below */
+	struct stacks_node *nodes;
+	size_t nnodes, nodes_cap;
+	struct store_frame *frames;
+	size_t nframes, frames_cap;
+	size_t *path;            /* frame indexes of one stack, leaf first */
+	struct store_frame *out; /* the same, root first, for the callback */
+};
+
+static void stacks_free(struct stacks_query *qs)
+{
+	for (size_t i = 0; i < qs->nframes; i++) {
+		free((char *)qs->frames[i].function);
+		free((char *)qs->frames[i].file);
+	}
+	free(qs->frames);
+	free(qs->nodes);
+	free(qs->rows);
+	free(qs->path);
+	free(qs->out);
+	hash_map_clear(&qs->node_ids);
+	hash_map_clear(&qs->frame_ids);
+	hash_map_clear(&qs->pending_frames);
+	hash_map_clear(&qs->frame_texts);
+}
+
+/*
+ * The index in qs->frames of the frame with this content, added on first
+ * sight (strings copied).  0, or -1 when out of memory.
+ */
+static int stacks_frame_index(struct stacks_query *qs, int32_t line, int kind, const char *function,
+                              const char *file, size_t *index)
+{
+	const char *fn = function ? function : "", *fl = file ? file : "";
+	size_t lf = strlen(fn), ll = strlen(fl);
+	int32_t head[2] = {kind, line};
+	size_t len = sizeof head + lf + ll + 2;
+	/* NULL and "" are one name: no frame of either source tells them apart. */
+	char *text = malloc(len);
+	if (!text)
+		return -1;
+	memcpy(text, head, sizeof head);
+	memcpy(text + sizeof head, fn, lf + 1);
+	memcpy(text + sizeof head + lf + 1, fl, ll + 1);
+	int64_t v;
+	if (hash_map_get(&qs->frame_texts, text, len, &v)) {
+		free(text);
+		*index = (size_t)v;
+		return 0;
+	}
+	if (qs->nframes >= UINT32_MAX ||
+	    array_reserve((void **)&qs->frames, &qs->frames_cap, qs->nframes, sizeof *qs->frames, NULL) < 0) {
+		free(text);
+		return -1;
+	}
+	struct store_frame *f = &qs->frames[qs->nframes];
+	f->function = function ? strdup(function) : NULL;
+	f->file = file ? strdup(file) : NULL;
+	f->line = line;
+	f->kind = kind;
+	f->id = (uint32_t)qs->nframes;
+	int rc = (function && !f->function) || (file && !f->file) ? -1 : 0;
+	/* Counted either way, so stacks_free frees what was copied. */
+	*index = qs->nframes++;
+	if (rc == 0)
+		rc = hash_map_put(&qs->frame_texts, text, len, (int64_t)*index);
+	free(text);
+	return rc;
+}
+
+/* The index of the file's frame id in qs->frames, reading it on first use.  0, or -1 and *err. */
+static int stacks_file_frame(struct stacks_query *qs, int64_t id, size_t *index, struct store_error *err)
+{
+	int64_t v;
+	if (hash_map_get(&qs->frame_ids, &id, sizeof id, &v)) {
+		*index = (size_t)v;
+		return 0;
+	}
+	sqlite3_stmt *st = qs->r->frame;
+	sqlite3_bind_int64(st, 1, id);
+	int rc = sqlite3_step(st);
+	if (rc != SQLITE_ROW) {
+		if (rc == SQLITE_DONE)
+			store_error_text(err, "frame %lld is missing: the database is corrupt", (long long)id);
+		else
+			store_error_set(err, qs->r->db, "read frame %lld", (long long)id);
+		sqlite3_reset(st);
+		return -1;
+	}
+	rc = stacks_frame_index(qs, sqlite3_column_int(st, 0), sqlite3_column_int(st, 1),
+	                        (const char *)sqlite3_column_text(st, 2),
+	                        (const char *)sqlite3_column_text(st, 3), index);
+	sqlite3_reset(st);
+	if (rc < 0 || hash_map_put(&qs->frame_ids, &id, sizeof id, (int64_t)*index) < 0) {
+		store_error_text(err, "query: out of memory");
+		return -1;
+	}
+	return 0;
+}
+
+/* The node of the file's stack id, reading it (and its frame) on first use.  0, or -1 and *err. */
+static int stacks_file_node(struct stacks_query *qs, int64_t id, const struct stacks_node **node,
+                            struct store_error *err)
+{
+	int64_t v;
+	if (hash_map_get(&qs->node_ids, &id, sizeof id, &v)) {
+		*node = &qs->nodes[v];
+		return 0;
+	}
+	sqlite3_stmt *st = qs->r->node;
+	sqlite3_bind_int64(st, 1, id);
+	int rc = sqlite3_step(st);
+	if (rc != SQLITE_ROW) {
+		if (rc == SQLITE_DONE)
+			store_error_text(err, "stack %lld is missing: the database is corrupt", (long long)id);
+		else
+			store_error_set(err, qs->r->db, "read stack %lld", (long long)id);
+		sqlite3_reset(st);
+		return -1;
+	}
+	int64_t parent = sqlite3_column_int64(st, 0), frame = sqlite3_column_int64(st, 1);
+	sqlite3_reset(st);
+	size_t fi;
+	if (stacks_file_frame(qs, frame, &fi, err) < 0)
+		return -1;
+	if (array_reserve((void **)&qs->nodes, &qs->nodes_cap, qs->nnodes, sizeof *qs->nodes, NULL) < 0 ||
+	    hash_map_put(&qs->node_ids, &id, sizeof id, (int64_t)qs->nnodes) < 0) {
+		store_error_text(err, "query: out of memory");
+		return -1;
+	}
+	qs->nodes[qs->nnodes] = (struct stacks_node){.parent = parent, .frame = fi};
+	*node = &qs->nodes[qs->nnodes++];
+	return 0;
+}
+
+/* The file's stack id into qs->path, leaf first; its depth, or -1 and *err. */
+static int64_t stacks_file_path(struct stacks_query *qs, int64_t id, struct store_error *err)
+{
+	size_t depth = 0;
+	for (int64_t at = id; at != 0;) {
+		if (depth >= STORE_MAX_DEPTH) {
+			store_error_text(err,
+			                 "stack %lld is deeper than %d frames: the stacks table has a cycle "
+			                 "or is corrupt",
+			                 (long long)id, STORE_MAX_DEPTH);
+			return -1;
+		}
+		const struct stacks_node *n;
+		if (stacks_file_node(qs, at, &n, err) < 0)
+			return -1;
+		qs->path[depth++] = n->frame;
+		at = n->parent;
+	}
+	return (int64_t)depth;
+}
+
+/* The index of a pending batch's frame in qs->frames.  0, or -1 (out of memory). */
+static int stacks_pending_frame(struct stacks_query *qs, const struct store_batch *b, int32_t frame,
+                                size_t *index)
+{
+	struct {
+		const struct store_batch *b;
+		int64_t frame; /* 64 bits: no padding in a key that is hashed as bytes */
+	} key = {b, frame};
+	int64_t v;
+	if (hash_map_get(&qs->pending_frames, &key, sizeof key, &v)) {
+		*index = (size_t)v;
+		return 0;
+	}
+	const struct batch_frame *f = &b->frames[frame];
+	if (stacks_frame_index(qs, f->line, f->kind, f->function, f->file, index) < 0)
+		return -1;
+	return hash_map_put(&qs->pending_frames, &key, sizeof key, (int64_t)*index);
+}
+
+/* A pending stack into qs->path, leaf first; its depth, or -1 and *err. */
+static int64_t stacks_pending_path(struct stacks_query *qs, int64_t value, struct store_error *err)
+{
+	const struct store_batch *b;
+	int32_t stack;
+	if (reader_pending_stack_find(qs->pending, value, &b, &stack) < 0) {
+		store_error_text(err, "a waiting stack is not in memory");
+		return -1;
+	}
+	size_t depth = 0;
+	/* A batch's parents come before their children (checked as it was built): no cycle. */
+	for (int32_t at = stack; at >= 0 && (size_t)at < b->nstacks; at = b->stacks[at].parent) {
+		if (depth >= STORE_MAX_DEPTH) {
+			store_error_text(err, "a waiting stack is deeper than %d frames", STORE_MAX_DEPTH);
+			return -1;
+		}
+		if (stacks_pending_frame(qs, b, b->stacks[at].frame, &qs->path[depth]) < 0) {
+			store_error_text(err, "query: out of memory");
+			return -1;
+		}
+		depth++;
+	}
+	return (int64_t)depth;
+}
+
+static int64_t stacks_path(struct stacks_query *qs, int64_t stack, struct store_error *err)
+{
+	return stack < 0 ? stacks_pending_path(qs, stack, err) : stacks_file_path(qs, stack, err);
+}
+
+/* Sums per stack into qs->rows and *total.  0, or -1 and *err. */
+static int stacks_collect(struct stacks_query *qs, const struct store_query *q, uint64_t *total,
+                          struct store_error *err)
+{
+	sqlite3 *db = qs->r->db;
+	const struct reader_tables *tables = reader_tables(q);
+	char sql[8192];
+	size_t n = (size_t)snprintf(sql, sizeof sql,
+	                            "SELECT stack, count FROM %s "
+	                            "WHERE bucket_start >= ?1 AND bucket_start < ?2",
+	                            tables->samples);
+	if (q->by_thread && n < sizeof sql)
+		n += (size_t)snprintf(sql + n, sizeof sql - n, " AND thread_id = ?5");
+	if (reader_select_targets(q, tables, sql, sizeof sql, n) >= sizeof sql) {
+		store_error_text(err, "query: too long");
+		return -1;
+	}
+	sqlite3_stmt *st = NULL;
+	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
+		store_error_set(err, db, "query: prepare");
+		return -1;
+	}
+	if (reader_bind(st, q) != SQLITE_OK) {
+		store_error_set(err, db, "query: bind");
+		sqlite3_finalize(st);
+		return -1;
+	}
+	int rc;
+	uint64_t sum = 0;
+	/*
+	 * Summed per stack here, not by GROUP BY: SQLite would sort every row
+	 * into a temporary b-tree first, which costs twice the scan itself.
+	 * The sample rows are bounded by the table, the distinct stacks by the
+	 * stacks table.
+	 */
+	struct hash_map index = {0}; /* stack -> row */
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		int64_t stack = sqlite3_column_int64(st, 0), count = sqlite3_column_int64(st, 1);
+		uint64_t c = count > 0 ? (uint64_t)count : 0;
+		int64_t at;
+		sum += c;
+		if (hash_map_get(&index, &stack, sizeof stack, &at)) {
+			qs->rows[at].count += c;
+			continue;
+		}
+		if (array_reserve((void **)&qs->rows, &qs->rows_cap, qs->nrows, sizeof *qs->rows, NULL) < 0 ||
+		    hash_map_put(&index, &stack, sizeof stack, (int64_t)qs->nrows) < 0) {
+			store_error_text(err, "query: out of memory");
+			hash_map_clear(&index);
+			sqlite3_finalize(st);
+			return -1;
+		}
+		qs->rows[qs->nrows++] = (struct stacks_row){.stack = stack, .count = c};
+	}
+	hash_map_clear(&index);
+	if (rc != SQLITE_DONE) {
+		store_error_set(err, db, "query");
+		sqlite3_finalize(st);
+		return -1;
+	}
+	sqlite3_finalize(st);
+	*total = sum;
+	return 0;
+}
+
+/*
+ * With samples from memory, a stack may be a row of the file and a row of
+ * a batch: rows with the same frames become one, the first, holding the
+ * sum (the others marked merged).  0, or -1 and *err.
+ */
+static int stacks_merge_equal(struct stacks_query *qs, struct store_error *err)
+{
+	struct hash_map seen = {0}; /* frame indexes, leaf first -> row */
+	int ret = 0;
+	for (size_t i = 0; i < qs->nrows && ret == 0; i++) {
+		int64_t depth = stacks_path(qs, qs->rows[i].stack, err);
+		if (depth < 0) {
+			ret = -1;
+			break;
+		}
+		size_t len = (size_t)depth * sizeof *qs->path;
+		/* The empty stack is a key too: one byte that no path of whole indexes equals. */
+		const void *key = depth ? (const void *)qs->path : (const void *)"";
+		int64_t first;
+		if (hash_map_get(&seen, key, depth ? len : 1, &first)) {
+			qs->rows[first].count += qs->rows[i].count;
+			qs->rows[i].merged = true;
+		} else if (hash_map_put(&seen, key, depth ? len : 1, (int64_t)i) < 0) {
+			store_error_text(err, "query: out of memory");
+			ret = -1;
+		}
+	}
+	hash_map_clear(&seen);
+	return ret;
+}
+
+int store_query_stacks(struct store_reader *r, const struct store_query *q,
+                       int (*fn)(void *ctx, const struct store_row *row), void *ctx,
+                       uint64_t *total, struct store_error *err)
+{
+	if (total)
+		*total = 0;
+	if (reader_check(q, err) < 0)
+		return -1;
+	struct stacks_query qs = {.r = r, .pending = q->pending};
+	uint64_t sum = 0;
+	int ret = -1;
+	qs.path = calloc(STORE_MAX_DEPTH, sizeof *qs.path);
+	qs.out = calloc(STORE_MAX_DEPTH, sizeof *qs.out);
+	if (!qs.path || !qs.out) {
+		store_error_text(err, "query: out of memory");
+		goto out;
+	}
+	/*
+	 * A read transaction around both phases: stacks are read from the
+	 * snapshot that was summed.  A pinned reader is in one already.
+	 */
+	bool own = sqlite3_get_autocommit(r->db);
+	if (own && store_exec(r->db, "BEGIN", err) < 0)
+		goto out;
+	if (stacks_collect(&qs, q, &sum, err) < 0)
+		goto end;
+	if (reader_tables(q) != reader_tables(NULL) && stacks_merge_equal(&qs, err) < 0)
+		goto end;
+	if (total)
+		*total = sum;
+	for (size_t i = 0; i < qs.nrows; i++) {
+		if (qs.rows[i].merged)
+			continue;
+		int64_t depth = stacks_path(&qs, qs.rows[i].stack, err);
+		if (depth < 0)
+			goto end;
+		for (int64_t k = 0; k < depth; k++)
+			qs.out[k] = qs.frames[qs.path[depth - 1 - k]];
+		struct store_row row = {.frames = qs.out, .depth = (uint32_t)depth,
+		                        .count = qs.rows[i].count, .query_total = sum};
+		if (fn && fn(ctx, &row) != 0) {
+			store_error_text(err, "query: stopped by its callback");
+			goto end;
+		}
+	}
+	ret = 0;
+end:
+	if (own)
+		store_exec(r->db, "COMMIT", NULL);
+out:
+	stacks_free(&qs);
+	return ret;
+}
