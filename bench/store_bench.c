@@ -24,7 +24,7 @@
 #define BUCKET 10
 #define DAY (24 * 3600)
 
-static double now_s(void)
+static double bench_now_s(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -66,12 +66,12 @@ static double query_ms(const char *path, const struct store_query *q, uint64_t *
 		fprintf(stderr, "store_bench: %s\n", err.msg);
 		exit(1);
 	}
-	double t0 = now_s();
+	double t0 = bench_now_s();
 	if (store_query_stacks(r, q, NULL, NULL, total, &err) != 0) {
 		fprintf(stderr, "store_bench: query: %s\n", err.msg);
 		exit(1);
 	}
-	double ms = (now_s() - t0) * 1e3;
+	double ms = (bench_now_s() - t0) * 1e3;
 	store_reader_close(r);
 	return ms;
 }
@@ -113,7 +113,7 @@ int main(int argc, char **argv)
 	int64_t start = (int64_t)time(NULL) - DAY;
 	/* On a whole hour: ranges then cover whole merged buckets, whose totals retention keeps exact. */
 	start -= start % 3600;
-	double t0 = now_s();
+	double t0 = bench_now_s();
 	for (int64_t bucket = start; bucket < start + DAY; bucket += BUCKET) {
 		store_writer_submit(w, batch_for(bucket));
 		/* Keep the queue short, as the daemon's flushes would. */
@@ -121,7 +121,7 @@ int main(int argc, char **argv)
 			store_writer_sync(w);
 	}
 	store_writer_sync(w);
-	double write_s = now_s() - t0;
+	double write_s = bench_now_s() - t0;
 	struct store_writer_status st;
 	store_writer_status(w, &st);
 	store_writer_close(w);
@@ -159,10 +159,10 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	const struct store_retention_step steps[] = {{3600, 60}, {86400, 3600}};
-	t0 = now_s();
+	t0 = bench_now_s();
 	store_writer_retention(w, steps, 2);
 	store_writer_sync(w);
-	double retention_s = now_s() - t0;
+	double retention_s = bench_now_s() - t0;
 	store_writer_close(w);
 	printf("  retention (1 h -> 1 min) %6.1f s\n", retention_s);
 	ms = query_ms(path, &one_day, &total);

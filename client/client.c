@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "client.h"
-#include "grow.h"
+#include "array.h"
 #include "wire.h"
 
 /* A frame buffer starts this small and grows as bytes arrive, not as the length claims. */

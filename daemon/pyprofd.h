@@ -10,7 +10,7 @@
 
 #include "arena.h"
 #include "export.h"
-#include "grow.h"
+#include "array.h"
 #include "hash.h"
 #include "pyprofd.pb-c.h"
 #include "unwind.h"

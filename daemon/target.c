@@ -23,30 +23,6 @@
 
 #define CMDLINE_MAX 4096
 
-/* Read a small /proc file whole; its length, or -1 with errno. */
-static ssize_t target_read_proc_file(pid_t pid, const char *name, char *buf, size_t cap)
-{
-	char path[64];
-	snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, name);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	size_t len = 0;
-	while (len + 1 < cap) {
-		ssize_t got = read(fd, buf + len, cap - 1 - len);
-		if (got < 0 && errno == EINTR)
-			continue;
-		if (got <= 0)
-			break;
-		len += (size_t)got;
-	}
-	int saved = errno;
-	close(fd);
-	errno = saved;
-	buf[len] = '\0';
-	return (ssize_t)len;
-}
-
 static char *target_read_executable(pid_t pid)
 {
 	char path[64], buf[4096];
@@ -62,7 +38,7 @@ static char *target_read_executable(pid_t pid)
 static char *target_read_command_line(pid_t pid)
 {
 	char buf[CMDLINE_MAX];
-	ssize_t len = target_read_proc_file(pid, "cmdline", buf, sizeof buf);
+	ssize_t len = uw_proc_read(pid, "cmdline", buf, sizeof buf);
 	if (len < 0)
 		len = 0;
 	while (len > 0 && buf[len - 1] == '\0')

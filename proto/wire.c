@@ -1,7 +1,7 @@
 /* Frames and error responses, for the daemon and its clients alike. */
 #include <string.h>
 
-#include "grow.h"
+#include "array.h"
 #include "wire.h"
 
 uint32_t wire_frame_length(const uint8_t header[WIRE_HEADER_BYTES])

@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "grow.h"
+#include "array.h"
 #include "hash.h"
 #include "store.h"
 

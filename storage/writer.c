@@ -75,14 +75,14 @@ struct store_writer {
 	struct inserter ins; /* its connection: NULL until opened */
 };
 
-static double mono_now(void)
+static double writer_mono_now(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static double wall_now(void)
+static double writer_wall_now(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
@@ -258,7 +258,7 @@ static void writer_take_and_write(struct store_writer *w)
 			if (!w->tail)
 				w->tail = b;
 			queue_enforce_bounds(w);
-			w->retry_at = mono_now() + STORE_RETRY_S;
+			w->retry_at = writer_mono_now() + STORE_RETRY_S;
 		} else {
 			w->st.pending_batches--;
 			w->st.pending_rows -= b->nsamples;
@@ -293,7 +293,7 @@ static void writer_run_retention(struct store_writer *w)
 	pthread_mutex_unlock(&w->lock);
 
 	struct store_error err = {{0}};
-	int rc = store_retention_run(w->ins.db, steps, nsteps, wall_now(), max_db_bytes,
+	int rc = store_retention_run(w->ins.db, steps, nsteps, writer_wall_now(), max_db_bytes,
 	                             retention_should_yield, w, &err);
 	/* The cap deletes strings, frames and stacks no sample uses: a cached id may name a gone row. */
 	insert_forget_ids(&w->ins);
@@ -351,7 +351,7 @@ static void writer_connect(struct store_writer *w)
 		w->st.failing = true;
 		snprintf(w->st.last_error, sizeof w->st.last_error, "%s", err.msg);
 		w->attempts_failed++;
-		w->retry_at = mono_now() + STORE_RETRY_S;
+		w->retry_at = writer_mono_now() + STORE_RETRY_S;
 	}
 	pthread_cond_broadcast(&w->done);
 }
@@ -380,7 +380,7 @@ static void *writer_main(void *arg)
 	struct store_writer *w = arg;
 	pthread_mutex_lock(&w->lock);
 	for (;;) {
-		double now = mono_now();
+		double now = writer_mono_now();
 		bool due = !w->st.failing || w->retry_now || w->stop || now >= w->retry_at;
 		if (!w->ins.db) {
 			/* Closing with nothing to write: no reason to touch the file. */

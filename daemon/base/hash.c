@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "grow.h"
+#include "array.h"
 #include "hash.h"
 
 /* The finalizer of MurmurHash3: every input bit reaches every output bit. */

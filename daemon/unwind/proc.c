@@ -150,6 +150,13 @@ static ssize_t proc_read_file(const char *path, char *buf, size_t cap)
 	return (ssize_t)len;
 }
 
+ssize_t uw_proc_read(pid_t pid, const char *name, char *buf, size_t cap)
+{
+	char path[64];
+	snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, name);
+	return proc_read_file(path, buf, cap);
+}
+
 /* The state letter of the process or thread whose stat file is at path; '?' if unknown. */
 static char proc_stat_state(const char *path)
 {

@@ -119,6 +119,9 @@ struct uw_process_identity {
 /* 0, or -1 and *err (UW_ENOPROC when there is no such process, UW_EPERM when /proc refuses). */
 int uw_process_identity(pid_t pid, struct uw_process_identity *out, struct uw_error *err);
 
+/* A small /proc/PID/NAME file whole into buf (NUL-terminated): its length, or -1 with errno. */
+ssize_t uw_proc_read(pid_t pid, const char *name, char *buf, size_t cap);
+
 /* Open a process: finds its CPython runtime and layout. NULL and *err on failure. */
 struct uw_target *uw_open(pid_t pid, struct uw_error *err);
 

@@ -12,7 +12,7 @@
 #include <sys/types.h>
 
 #include "arena.h"
-#include "grow.h"
+#include "array.h"
 #include "hash.h"
 #include "layout.h"
 #include "linetable.h"

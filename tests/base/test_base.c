@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "arena.h"
-#include "grow.h"
+#include "array.h"
 #include "hash.h"
 
 /* The owner's entries: 64-bit keys in a dense array. */

@@ -116,7 +116,7 @@ static void export_ok(const struct export_profile *p, enum export_format f, stru
 	cr_assert_eq(r, 0, "export_write(format %d): %s", f, strerror(errno));
 }
 
-static void write_file(const char *path, const void *data, size_t len)
+static void scratch_write(const char *path, const void *data, size_t len)
 {
 	FILE *fp = fopen(path, "wb");
 	cr_assert_not_null(fp, "%s: %s", path, strerror(errno));
@@ -399,7 +399,7 @@ static int validate_speedscope(const char *doc, size_t len, struct run_result *r
 	scratch_dir(dir, sizeof dir);
 	snprintf(path, sizeof path, "%s/speedscope.json", dir);
 	snprintf(script, sizeof script, "%s/validate_json_schema.py", tests);
-	write_file(path, doc, len);
+	scratch_write(path, doc, len);
 	const char *argv[] = {"/usr/bin/python3", "-I", script, schema, path, NULL};
 	struct run_opts opts = {.timeout_s = SCHEMA_TIMEOUT_S};
 	run_command(r, argv, &opts);
@@ -818,7 +818,7 @@ static char *protoc_decode(const struct out *o)
 	snprintf(proto, sizeof proto, "%s/../proto", tests);
 	size_t len;
 	uint8_t *raw = gunzip(o, &len);
-	write_file(bin, raw, len);
+	scratch_write(bin, raw, len);
 	free(raw);
 	snprintf(cmd, sizeof cmd,
 	         "exec protoc --decode perftools.profiles.Profile -I'%s' '%s/profile.proto' < '%s'",
@@ -892,7 +892,7 @@ static char *render_dom(const struct out *o)
 	snprintf(url, sizeof url, "file://%s", page);
 	/* Its own profile directory: HOME may not be writable, and runs must not share state. */
 	snprintf(profile_dir, sizeof profile_dir, "--user-data-dir=%s/chromium", dir);
-	write_file(page, o->buf, o->len);
+	scratch_write(page, o->buf, o->len);
 	/* Root needs --no-sandbox; a container's small /dev/shm must not matter. */
 	const char *argv[] = {"chromium",       "--headless",  "--no-sandbox",
 	                      "--disable-gpu",  "--no-first-run", "--disable-dev-shm-usage",

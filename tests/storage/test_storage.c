@@ -1331,7 +1331,7 @@ Test(storage, full_disk_keeps_batches_and_recovers, .timeout = 120)
  * What a forked child checks cannot go through Criterion's assertions: it
  * writes why it failed to fd and exits 1, and the parent asserts on that.
  */
-__attribute__((format(printf, 2, 3), noreturn)) static void child_fail(int fd, const char *fmt, ...)
+__attribute__((format(printf, 2, 3), noreturn)) static void storage_child_fail(int fd, const char *fmt, ...)
 {
 	char msg[1024];
 	va_list ap;
@@ -1346,7 +1346,7 @@ __attribute__((format(printf, 2, 3), noreturn)) static void child_fail(int fd, c
 #define CHILD_CHECK(fd, cond, ...)                                                                 \
 	do {                                                                                       \
 		if (!(cond))                                                                       \
-			child_fail(fd, __VA_ARGS__);                                               \
+			storage_child_fail(fd, __VA_ARGS__);                                               \
 	} while (0)
 
 /* Runs body in a child; its verdict becomes the test's. */
@@ -1417,7 +1417,7 @@ static void child_expect_status(int fd, struct store_writer *w, bool failing, bo
 static void read_only_child(int fd, const char *path)
 {
 	if (setgroups(0, NULL) != 0 || setgid(NOBODY_GID) != 0 || setuid(NOBODY_UID) != 0)
-		child_fail(fd, "cannot become nobody: %s", strerror(errno));
+		storage_child_fail(fd, "cannot become nobody: %s", strerror(errno));
 	int64_t base = base_days_ago(1);
 	struct store_error err = {{0}};
 	struct store_writer *w = store_writer_open(path, &err);

@@ -546,7 +546,7 @@ Test(history, function_table_counted_by_daemon, .timeout = 300)
 	test_target_kill(&many);
 }
 
-static json_t *history_status(const struct daemon *d)
+static json_t *daemon_history_status(const struct daemon *d)
 {
 	static const char *const status[] = {"status", NULL};
 	json_t *s = ctl_json(d, status);
@@ -589,7 +589,7 @@ Test(history, read_only_database_waits_and_recovers, .timeout = 300)
 	nobody_daemon_start(&d, dir, flags);
 	attach_as_nobody(&d, own.pid, "second run");
 	pause_ms(2500);
-	json_t *h = history_status(&d);
+	json_t *h = daemon_history_status(&d);
 	cr_assert(json_is_true(json_object_get(h, "failing")), "a read-only file is not failing: %s",
 	          json_dumps(h, JSON_COMPACT));
 	cr_assert(strstr(json_string_value(json_object_get(h, "error")), "readonly"),
@@ -607,7 +607,7 @@ Test(history, read_only_database_waits_and_recovers, .timeout = 300)
 	bool recovered = false;
 	for (int i = 0; i < 100 && !recovered; i++) {
 		pause_ms(100);
-		h = history_status(&d);
+		h = daemon_history_status(&d);
 		recovered = json_is_false(json_object_get(h, "failing")) && jint(h, "pending_rows") == 0;
 		json_decref(h);
 	}

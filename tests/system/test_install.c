@@ -410,7 +410,7 @@ static void expect_verified(const struct run_result *r, const char *context)
 }
 
 /* verify failed, as it must on a broken unit. */
-static void expect_rejected(const struct run_result *r, const char *context)
+static void install_expect_rejected(const struct run_result *r, const char *context)
 {
 	char why[4096];
 	cr_expect(r->exited && !r->timed_out && r->code != 0,
@@ -435,7 +435,7 @@ static void replace_in_file(const char *path, const char *from, const char *to)
 }
 
 /* Writes `len` bytes of `text` over `path`. */
-static void write_file(const char *path, const char *text, size_t len)
+static void install_write_file(const char *path, const char *text, size_t len)
 {
 	FILE *f = fopen(path, "w");
 	cr_assert(f, "open %s: %s", path, strerror(errno));
@@ -608,10 +608,10 @@ Test(install, verify_rejects_broken_units, .timeout = 300)
 	for (size_t i = 0; i < COUNT(breaks); i++) {
 		replace_in_file(breaks[i].path, breaks[i].from, breaks[i].to);
 		run_verify(&r, root);
-		expect_rejected(&r, breaks[i].what);
+		install_expect_rejected(&r, breaks[i].what);
 		run_result_free(&r);
-		write_file(service, service_text, slen);
-		write_file(socket, socket_text, klen);
+		install_write_file(service, service_text, slen);
+		install_write_file(socket, socket_text, klen);
 	}
 
 	/* Restored, the installed units pass again... */
@@ -624,7 +624,7 @@ Test(install, verify_rejects_broken_units, .timeout = 300)
 	path_join(moved, sizeof moved, root, "/usr/bin/pyprofd.moved");
 	cr_assert(rename(bin, moved) == 0, "rename %s: %s", bin, strerror(errno));
 	run_verify(&r, root);
-	expect_rejected(&r, "a missing ExecStart binary");
+	install_expect_rejected(&r, "a missing ExecStart binary");
 	run_result_free(&r);
 	free(service_text);
 	free(socket_text);

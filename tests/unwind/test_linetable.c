@@ -358,7 +358,7 @@ static void expect_lines(enum line_model model, const uint8_t *buf, size_t len,
 	line_table_free(&t);
 }
 
-static void expect_rejected(enum line_model model, const uint8_t *buf, size_t len,
+static void linetable_expect_rejected(enum line_model model, const uint8_t *buf, size_t len,
                             int firstlineno)
 {
 	struct line_table t = { .ranges = (struct line_range *)&t, .count = 7 };
@@ -476,19 +476,19 @@ Test(linetable, truncated_or_misplaced_bytes)
 	static const uint8_t extra_payload[] = { 0x98, 0x01, 0x01 };
 	static const uint8_t header_in_varint[] = { 0xe8, 0x41, 0x98, 0x00 };
 	static const uint8_t header_as_column[] = { 0xd0, 0x01, 0x98, 0x00 };
-	expect_rejected(LINE_MODEL_LOCATIONS, varint_cut, sizeof varint_cut, 1);
-	expect_rejected(LINE_MODEL_LOCATIONS, long_cut, sizeof long_cut, 1);
-	expect_rejected(LINE_MODEL_LOCATIONS, short_cut, sizeof short_cut, 1);
-	expect_rejected(LINE_MODEL_LOCATIONS, one_line_cut, sizeof one_line_cut, 1);
-	expect_rejected(LINE_MODEL_LOCATIONS, starts_mid_entry, sizeof starts_mid_entry, 1);
-	expect_rejected(LINE_MODEL_LOCATIONS, extra_payload, sizeof extra_payload, 1);
-	expect_rejected(LINE_MODEL_LOCATIONS, header_in_varint, sizeof header_in_varint, 1);
-	expect_rejected(LINE_MODEL_LOCATIONS, header_as_column, sizeof header_as_column, 1);
+	linetable_expect_rejected(LINE_MODEL_LOCATIONS, varint_cut, sizeof varint_cut, 1);
+	linetable_expect_rejected(LINE_MODEL_LOCATIONS, long_cut, sizeof long_cut, 1);
+	linetable_expect_rejected(LINE_MODEL_LOCATIONS, short_cut, sizeof short_cut, 1);
+	linetable_expect_rejected(LINE_MODEL_LOCATIONS, one_line_cut, sizeof one_line_cut, 1);
+	linetable_expect_rejected(LINE_MODEL_LOCATIONS, starts_mid_entry, sizeof starts_mid_entry, 1);
+	linetable_expect_rejected(LINE_MODEL_LOCATIONS, extra_payload, sizeof extra_payload, 1);
+	linetable_expect_rejected(LINE_MODEL_LOCATIONS, header_in_varint, sizeof header_in_varint, 1);
+	linetable_expect_rejected(LINE_MODEL_LOCATIONS, header_as_column, sizeof header_as_column, 1);
 
 	/* the pair tables never end in half a pair */
 	static const uint8_t odd[] = { 2, 1, 4 };
-	expect_rejected(LINE_MODEL_LNOTAB, odd, sizeof odd, 1);
-	expect_rejected(LINE_MODEL_PEP626, odd, sizeof odd, 1);
+	linetable_expect_rejected(LINE_MODEL_LNOTAB, odd, sizeof odd, 1);
+	linetable_expect_rejected(LINE_MODEL_PEP626, odd, sizeof odd, 1);
 }
 
 Test(linetable, overflow_rejected)
@@ -496,21 +496,21 @@ Test(linetable, overflow_rejected)
 	/* varints wider than the 32 bits CPython computes them in */
 	static const uint8_t wide36[] = { 0xe8, 0x7f, 0x7f, 0x7f, 0x7f, 0x7f, 0x3f };
 	static const uint8_t seven_chunks[] = { 0xe8, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x00 };
-	expect_rejected(LINE_MODEL_LOCATIONS, wide36, sizeof wide36, 1);
-	expect_rejected(LINE_MODEL_LOCATIONS, seven_chunks, sizeof seven_chunks, 1);
+	linetable_expect_rejected(LINE_MODEL_LOCATIONS, wide36, sizeof wide36, 1);
+	linetable_expect_rejected(LINE_MODEL_LOCATIONS, seven_chunks, sizeof seven_chunks, 1);
 
 	/* the largest 32-bit delta is fine on its own, not past INT_MAX */
 	static const uint8_t max_down[] = { 0xe8, 0x7f, 0x7f, 0x7f, 0x7f, 0x7f, 0x03 };
 	static const uint8_t max_up[] = { 0xe8, 0x7e, 0x7f, 0x7f, 0x7f, 0x7f, 0x03 };
 	static const struct probe low[] = { { 0, 0 } };
 	expect_lines(LINE_MODEL_LOCATIONS, max_down, sizeof max_down, INT32_MAX, low, 1);
-	expect_rejected(LINE_MODEL_LOCATIONS, max_up, sizeof max_up, 1);
+	linetable_expect_rejected(LINE_MODEL_LOCATIONS, max_up, sizeof max_up, 1);
 
 	static const uint8_t up[] = { 2, 1 }, down[] = { 2, 0xff };
-	expect_rejected(LINE_MODEL_LNOTAB, up, sizeof up, INT32_MAX);
-	expect_rejected(LINE_MODEL_LNOTAB, down, sizeof down, INT32_MIN);
-	expect_rejected(LINE_MODEL_PEP626, up, sizeof up, INT32_MAX);
-	expect_rejected(LINE_MODEL_PEP626, down, sizeof down, INT32_MIN);
+	linetable_expect_rejected(LINE_MODEL_LNOTAB, up, sizeof up, INT32_MAX);
+	linetable_expect_rejected(LINE_MODEL_LNOTAB, down, sizeof down, INT32_MIN);
+	linetable_expect_rejected(LINE_MODEL_PEP626, up, sizeof up, INT32_MAX);
+	linetable_expect_rejected(LINE_MODEL_PEP626, down, sizeof down, INT32_MIN);
 }
 
 Test(linetable, bad_arguments)

@@ -1,6 +1,6 @@
 /* Growing a dense array: one way for every array in the tree. */
-#ifndef PYPROFD_GROW_H
-#define PYPROFD_GROW_H
+#ifndef PYPROFD_ARRAY_H
+#define PYPROFD_ARRAY_H
 
 #include <stddef.h>
 

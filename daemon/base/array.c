@@ -2,7 +2,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "grow.h"
+#include "array.h"
 
 int array_reserve(void **arr, size_t *cap, size_t n, size_t elem, size_t *bytes)
 {
