@@ -359,6 +359,37 @@ int reader_bind(sqlite3_stmt *st, const struct store_query *q)
 	return rc;
 }
 
+/*
+ * The statement of a query: head (its SELECT, FROM and first conditions),
+ * then the thread's condition on thread_column when q asks for one (NULL:
+ * the head has no thread), q's selection of processes, and tail.  Prepared
+ * and bound.  0, or -1 and *err (what names the query).
+ */
+int reader_prepare(struct store_reader *r, const struct store_query *q, const char *head,
+                   const char *thread_column, const char *tail, const char *what,
+                   sqlite3_stmt **out, struct store_error *err)
+{
+	*out = NULL;
+	char sql[8192];
+	size_t n = (size_t)snprintf(sql, sizeof sql, "%s", head);
+	if (q->by_thread && thread_column && n < sizeof sql)
+		n += (size_t)snprintf(sql + n, sizeof sql - n, " AND %s = ?5", thread_column);
+	n = reader_select_targets(q, reader_tables(q), sql, sizeof sql, n);
+	if (n < sizeof sql)
+		n += (size_t)snprintf(sql + n, sizeof sql - n, "%s", tail);
+	if (n >= sizeof sql) {
+		store_error_text(err, "%s: too long", what);
+		return -1;
+	}
+	if (sqlite3_prepare_v2(r->db, sql, -1, out, NULL) != SQLITE_OK || reader_bind(*out, q) != SQLITE_OK) {
+		store_error_set(err, r->db, "%s", what);
+		sqlite3_finalize(*out);
+		*out = NULL;
+		return -1;
+	}
+	return 0;
+}
+
 /* ---- processes and how they were sampled ---- */
 
 int store_query_sampling(struct store_reader *r, const struct store_query *q, uint32_t *rate_hz,
@@ -370,25 +401,14 @@ int store_query_sampling(struct store_reader *r, const struct store_query *q, ui
 	if (reader_check(q, err) < 0)
 		return -1;
 	/* Sessions that overlap the range; two distinct settings are enough to know they differ. */
-	const struct reader_tables *tables = reader_tables(q);
-	char sql[8192];
-	size_t n = (size_t)snprintf(sql, sizeof sql,
-	                            "SELECT DISTINCT rate_hz, mode FROM %s "
-	                            "WHERE (detached_at IS NULL OR detached_at >= ?1) AND attached_at < ?2",
-	                            tables->sessions);
-	n = reader_select_targets(q, tables, sql, sizeof sql, n);
-	if (n + sizeof " LIMIT 2" > sizeof sql) {
-		store_error_text(err, "query: too long");
+	char head[256];
+	snprintf(head, sizeof head,
+	         "SELECT DISTINCT rate_hz, mode FROM %s "
+	         "WHERE (detached_at IS NULL OR detached_at >= ?1) AND attached_at < ?2",
+	         reader_tables(q)->sessions);
+	sqlite3_stmt *st;
+	if (reader_prepare(r, q, head, NULL, " LIMIT 2", "query sampling", &st, err) < 0)
 		return -1;
-	}
-	strcat(sql, " LIMIT 2");
-	sqlite3_stmt *st = NULL;
-	if (sqlite3_prepare_v2(r->db, sql, -1, &st, NULL) != SQLITE_OK ||
-	    reader_bind(st, q) != SQLITE_OK) {
-		store_error_set(err, r->db, "query sampling");
-		sqlite3_finalize(st);
-		return -1;
-	}
 	int64_t rate = 0;
 	char first_mode[16] = "";
 	int rows = 0, rc;
@@ -463,23 +483,13 @@ int store_query_processes(struct store_reader *r, const struct store_query *q,
 	if (reader_check(q, err) < 0)
 		return -1;
 	const struct reader_tables *tables = reader_tables(q);
-	char sql[8192];
-	size_t n = (size_t)snprintf(sql, sizeof sql,
-	                            "SELECT t.id, t.pid, t.uid, t.executable, t.command_line, "
-	                            "t.python_version, min(s.bucket_start), "
-	                            "max(s.bucket_start + s.bucket_seconds), sum(s.count) "
-	                            "FROM %s s JOIN %s t ON t.id = s.target "
-	                            "WHERE s.bucket_start >= ?1 AND s.bucket_start < ?2",
-	                            tables->samples, tables->targets);
-	if (q->by_thread && n < sizeof sql)
-		n += (size_t)snprintf(sql + n, sizeof sql - n, " AND s.thread_id = ?5");
-	n = reader_select_targets(q, tables, sql, sizeof sql, n);
-	if (n < sizeof sql)
-		n += (size_t)snprintf(sql + n, sizeof sql - n, " GROUP BY t.id ORDER BY 7, 1");
-	if (n >= sizeof sql) {
-		store_error_text(err, "query: too long");
-		return -1;
-	}
+	char head[512];
+	snprintf(head, sizeof head,
+	         "SELECT t.id, t.pid, t.uid, t.executable, t.command_line, t.python_version, "
+	         "min(s.bucket_start), max(s.bucket_start + s.bucket_seconds), sum(s.count) "
+	         "FROM %s s JOIN %s t ON t.id = s.target "
+	         "WHERE s.bucket_start >= ?1 AND s.bucket_start < ?2",
+	         tables->samples, tables->targets);
 	sqlite3_stmt *st = NULL, *labels = NULL;
 	int ret = -1, rc;
 	bool own = sqlite3_get_autocommit(r->db);
@@ -488,10 +498,11 @@ int store_query_processes(struct store_reader *r, const struct store_query *q,
 	char labels_sql[128];
 	snprintf(labels_sql, sizeof labels_sql, "SELECT key, value FROM %s WHERE target = ?1 ORDER BY key",
 	         tables->labels);
-	if (sqlite3_prepare_v2(r->db, sql, -1, &st, NULL) != SQLITE_OK ||
-	    sqlite3_prepare_v2(r->db, labels_sql, -1, &labels, NULL) != SQLITE_OK ||
-	    reader_bind(st, q) != SQLITE_OK) {
-		store_error_set(err, r->db, "query processes");
+	if (reader_prepare(r, q, head, "s.thread_id", " GROUP BY t.id ORDER BY 7, 1", "query processes",
+	                   &st, err) < 0)
+		goto out;
+	if (sqlite3_prepare_v2(r->db, labels_sql, -1, &labels, NULL) != SQLITE_OK) {
+		store_error_set(err, r->db, "query processes: labels");
 		goto out;
 	}
 	char *keys[STORE_MAX_LABELS], *values[STORE_MAX_LABELS];

@@ -107,6 +107,25 @@ static int stacks_frame_index(struct stacks_query *qs, int32_t line, int kind, c
 	return rc;
 }
 
+/*
+ * Steps st (bound to id) to its one row: 0 with the row there, or -1 and
+ * *err (a missing row is a corrupt file), st reset.
+ */
+static int stacks_lookup(struct stacks_query *qs, sqlite3_stmt *st, int64_t id, const char *what,
+                         struct store_error *err)
+{
+	sqlite3_bind_int64(st, 1, id);
+	int rc = sqlite3_step(st);
+	if (rc == SQLITE_ROW)
+		return 0;
+	if (rc == SQLITE_DONE)
+		store_error_text(err, "%s %lld is missing: the database is corrupt", what, (long long)id);
+	else
+		store_error_set(err, qs->r->db, "read %s %lld", what, (long long)id);
+	sqlite3_reset(st);
+	return -1;
+}
+
 /* The index of the file's frame id in qs->frames, reading it on first use.  0, or -1 and *err. */
 static int stacks_file_frame(struct stacks_query *qs, int64_t id, size_t *index, struct store_error *err)
 {
@@ -116,17 +135,9 @@ static int stacks_file_frame(struct stacks_query *qs, int64_t id, size_t *index,
 		return 0;
 	}
 	sqlite3_stmt *st = qs->r->frame;
-	sqlite3_bind_int64(st, 1, id);
-	int rc = sqlite3_step(st);
-	if (rc != SQLITE_ROW) {
-		if (rc == SQLITE_DONE)
-			store_error_text(err, "frame %lld is missing: the database is corrupt", (long long)id);
-		else
-			store_error_set(err, qs->r->db, "read frame %lld", (long long)id);
-		sqlite3_reset(st);
+	if (stacks_lookup(qs, st, id, "frame", err) < 0)
 		return -1;
-	}
-	rc = stacks_frame_index(qs, sqlite3_column_int(st, 0), sqlite3_column_int(st, 1),
+	int rc = stacks_frame_index(qs, sqlite3_column_int(st, 0), sqlite3_column_int(st, 1),
 	                        (const char *)sqlite3_column_text(st, 2),
 	                        (const char *)sqlite3_column_text(st, 3), index);
 	sqlite3_reset(st);
@@ -147,16 +158,8 @@ static int stacks_file_node(struct stacks_query *qs, int64_t id, const struct st
 		return 0;
 	}
 	sqlite3_stmt *st = qs->r->node;
-	sqlite3_bind_int64(st, 1, id);
-	int rc = sqlite3_step(st);
-	if (rc != SQLITE_ROW) {
-		if (rc == SQLITE_DONE)
-			store_error_text(err, "stack %lld is missing: the database is corrupt", (long long)id);
-		else
-			store_error_set(err, qs->r->db, "read stack %lld", (long long)id);
-		sqlite3_reset(st);
+	if (stacks_lookup(qs, st, id, "stack", err) < 0)
 		return -1;
-	}
 	int64_t parent = sqlite3_column_int64(st, 0), frame = sqlite3_column_int64(st, 1);
 	sqlite3_reset(st);
 	size_t fi;
@@ -247,28 +250,13 @@ static int stacks_collect(struct stacks_query *qs, const struct store_query *q, 
                           struct store_error *err)
 {
 	sqlite3 *db = qs->r->db;
-	const struct reader_tables *tables = reader_tables(q);
-	char sql[8192];
-	size_t n = (size_t)snprintf(sql, sizeof sql,
-	                            "SELECT stack, count FROM %s "
-	                            "WHERE bucket_start >= ?1 AND bucket_start < ?2",
-	                            tables->samples);
-	if (q->by_thread && n < sizeof sql)
-		n += (size_t)snprintf(sql + n, sizeof sql - n, " AND thread_id = ?5");
-	if (reader_select_targets(q, tables, sql, sizeof sql, n) >= sizeof sql) {
-		store_error_text(err, "query: too long");
+	char head[256];
+	snprintf(head, sizeof head,
+	         "SELECT stack, count FROM %s WHERE bucket_start >= ?1 AND bucket_start < ?2",
+	         reader_tables(q)->samples);
+	sqlite3_stmt *st;
+	if (reader_prepare(qs->r, q, head, "thread_id", "", "query", &st, err) < 0)
 		return -1;
-	}
-	sqlite3_stmt *st = NULL;
-	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
-		store_error_set(err, db, "query: prepare");
-		return -1;
-	}
-	if (reader_bind(st, q) != SQLITE_OK) {
-		store_error_set(err, db, "query: bind");
-		sqlite3_finalize(st);
-		return -1;
-	}
 	int rc;
 	uint64_t sum = 0;
 	/*

@@ -225,6 +225,16 @@ int reader_check(const struct store_query *q, struct store_error *err);
 size_t reader_select_targets(const struct store_query *q, const struct reader_tables *tables,
                              char *buf, size_t len, size_t n);
 
+/*
+ * The statement of a query: head (its SELECT, FROM and first conditions),
+ * then the thread's condition on thread_column when q asks for one (NULL:
+ * none), q's selection of processes, and tail; prepared and bound.  0, or -1
+ * and *err (what names the query).
+ */
+int reader_prepare(struct store_reader *r, const struct store_query *q, const char *head,
+                   const char *thread_column, const char *tail, const char *what,
+                   sqlite3_stmt **out, struct store_error *err);
+
 /* Binds q's parameters (?1 and ?2 are from and until); an SQLite result code. */
 int reader_bind(sqlite3_stmt *st, const struct store_query *q);
 
