@@ -21,8 +21,7 @@
 struct store_pending {
 	struct store_writer *w;
 	struct store_batch **batches;
-	size_t n;
-	bool loaded; /* copied into the TEMP tables */
+	size_t n; /* 0: nothing waits, and queries read the file's tables alone */
 };
 
 /*
@@ -84,7 +83,7 @@ static const struct reader_tables reader_all_tables = {
 
 const struct reader_tables *reader_tables(const struct store_query *q)
 {
-	return q && q->pending && q->pending->loaded ? &reader_all_tables : &reader_file_tables;
+	return q && q->pending && q->pending->n ? &reader_all_tables : &reader_file_tables;
 }
 
 struct store_reader *store_reader_open(const char *path, struct store_error *err)
@@ -95,7 +94,7 @@ struct store_reader *store_reader_open(const char *path, struct store_error *err
 		return NULL;
 	}
 	r->db = store_db_open_ro(path, err);
-	if (!r->db)
+	if (!r->db || store_exec(r->db, reader_temp_schema, err) < 0)
 		goto fail;
 	if (sqlite3_prepare_v2(r->db, "SELECT parent, frame FROM main.stacks WHERE id = ?1", -1, &r->node,
 	                       NULL) != SQLITE_OK ||
@@ -200,8 +199,6 @@ static int reader_copy_pending(struct store_reader *r, struct store_pending *p, 
 {
 	if (!p->n)
 		return 0;
-	if (store_exec(r->db, reader_temp_schema, err) < 0)
-		return -1;
 	sqlite3_stmt *st[COPY_COUNT] = {0};
 	int64_t *ids = NULL;
 	size_t ids_cap = 0;
@@ -227,19 +224,7 @@ static int reader_copy_pending(struct store_reader *r, struct store_pending *p, 
 	               "WHERE t.pid = pending_targets.pid AND t.start_time = pending_targets.start_time)",
 	               err) < 0)
 		return -1;
-	p->loaded = true;
 	return 0;
-}
-
-/* Empties the TEMP copy, which lives as long as the connection. */
-static void reader_drop_pending(struct store_reader *r, struct store_pending *p)
-{
-	if (p->loaded)
-		sqlite3_exec(r->db,
-		             "DELETE FROM temp.pending_samples; DELETE FROM temp.pending_sessions; "
-		             "DELETE FROM temp.pending_labels; DELETE FROM temp.pending_targets",
-		             NULL, NULL, NULL);
-	p->loaded = false;
 }
 
 static int reader_pin_begin(void *ctx)
@@ -271,7 +256,6 @@ struct store_pending *store_reader_pin(struct store_reader *r, struct store_writ
 fail:
 	if (!sqlite3_get_autocommit(r->db))
 		sqlite3_exec(r->db, "ROLLBACK", NULL, NULL, NULL);
-	p->loaded = false;
 	writer_unpin(w, p->batches, p->n);
 	free(p);
 	return NULL;
@@ -281,9 +265,9 @@ void store_reader_unpin(struct store_reader *r, struct store_pending *p)
 {
 	if (!p)
 		return;
-	reader_drop_pending(r, p);
+	/* The read transaction wrote nothing but the copy: rolled back, the copy goes with it. */
 	if (!sqlite3_get_autocommit(r->db))
-		sqlite3_exec(r->db, "COMMIT", NULL, NULL, NULL);
+		sqlite3_exec(r->db, "ROLLBACK", NULL, NULL, NULL);
 	writer_unpin(p->w, p->batches, p->n);
 	free(p);
 }
