@@ -308,16 +308,16 @@ static int stacks_merge_equal(struct stacks_query *qs, struct store_error *err)
 		int64_t depth = stacks_path(qs, qs->rows[i].stack, err);
 		if (depth < 0) {
 			ret = -1;
-			break;
+			continue;
 		}
-		size_t len = (size_t)depth * sizeof *qs->path;
-		/* The empty stack is a key too: one byte that no path of whole indexes equals. */
-		const void *key = depth ? (const void *)qs->path : (const void *)"";
+		/* The empty stack is a key too: one byte, which no path of whole indexes equals. */
+		const void *key = depth ? (const void *)qs->path : "";
+		size_t len = depth ? (size_t)depth * sizeof *qs->path : 1;
 		int64_t first;
-		if (hash_map_get(&seen, key, depth ? len : 1, &first)) {
+		if (hash_map_get(&seen, key, len, &first)) {
 			qs->rows[first].count += qs->rows[i].count;
 			qs->rows[i].merged = true;
-		} else if (hash_map_put(&seen, key, depth ? len : 1, (int64_t)i) < 0) {
+		} else if (hash_map_put(&seen, key, len, (int64_t)i) < 0) {
 			store_error_text(err, "query: out of memory");
 			ret = -1;
 		}
