@@ -271,14 +271,50 @@ int ctl_common_options_only(struct ctl *ctl, int argc, char **argv)
 	return -1;
 }
 
-struct client_reply *ctl_call_plain(struct ctl *ctl, int argc, char **argv, Pyprofd__Request *req,
-                                    int32_t *pid, int *status)
+int ctl_call_shown(struct ctl *ctl, int argc, char **argv, Pyprofd__Request *req, int32_t *pid,
+                   ctl_show_fn show)
 {
-	*status = ctl_common_options_only(ctl, argc, argv);
-	if (*status >= 0)
-		return NULL;
-	*status = pid ? ctl_pid_operand(ctl, argc, argv, pid) : ctl_no_operand(ctl, argc, argv);
-	if (*status != EXIT_OK)
-		return NULL;
-	return ctl_call(ctl, req, status);
+	int status = pid ? ctl_pid_operand(ctl, argc, argv, pid) : ctl_no_operand(ctl, argc, argv);
+	if (status != EXIT_OK)
+		return status;
+	struct client_reply *reply = ctl_call(ctl, req, &status);
+	if (!reply)
+		return status;
+	status = show(ctl, reply, pid ? *pid : 0);
+	client_reply_free(reply);
+	return status;
+}
+
+int ctl_call_plain(struct ctl *ctl, int argc, char **argv, Pyprofd__Request__BodyCase body,
+                   ctl_show_fn show)
+{
+	/* Each of these requests carries a pid at most. */
+	Pyprofd__DetachRequest detach = PYPROFD__DETACH_REQUEST__INIT;
+	Pyprofd__StatsRequest stats = PYPROFD__STATS_REQUEST__INIT;
+	Pyprofd__ListRequest list = PYPROFD__LIST_REQUEST__INIT;
+	Pyprofd__StatusRequest status_req = PYPROFD__STATUS_REQUEST__INIT;
+	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
+	int32_t *pid = NULL;
+	switch (body) {
+	case PYPROFD__REQUEST__BODY_DETACH:
+		req.detach = &detach;
+		pid = &detach.pid;
+		break;
+	case PYPROFD__REQUEST__BODY_STATS:
+		req.stats = &stats;
+		pid = &stats.pid;
+		break;
+	case PYPROFD__REQUEST__BODY_LIST:
+		req.list = &list;
+		break;
+	case PYPROFD__REQUEST__BODY_STATUS:
+		req.status = &status_req;
+		break;
+	default:
+		fputs("pyprofd-ctl: internal error: not a plain request\n", stderr);
+		return EXIT_FAILURE_OTHER;
+	}
+	req.body_case = body;
+	int status = ctl_common_options_only(ctl, argc, argv);
+	return status >= 0 ? status : ctl_call_shown(ctl, argc, argv, &req, pid, show);
 }

@@ -54,14 +54,22 @@ int ctl_report(const struct client_error *err);
 struct client *ctl_connect(const struct ctl *ctl, int *status);
 /* One request, its whole answer; NULL after printing why (*status is the exit status). */
 struct client_reply *ctl_call(const struct ctl *ctl, Pyprofd__Request *req, int *status);
+/* Prints a plain command's reply (pid is its operand, 0 for none); the exit status. */
+typedef int (*ctl_show_fn)(struct ctl *ctl, const struct client_reply *reply, int32_t pid);
 /*
- * A command with the common options alone and one PID operand (pid points
- * into req's body) or none (pid NULL): the request sent, its answer; NULL
- * with *status the exit status when there is nothing more to do (--help,
- * a usage error, a failed call).
+ * After a command's options: its PID operand into *pid (none when pid is
+ * NULL), req sent and its answer given to show; the exit status.
  */
-struct client_reply *ctl_call_plain(struct ctl *ctl, int argc, char **argv, Pyprofd__Request *req,
-                                    int32_t *pid, int *status);
+int ctl_call_shown(struct ctl *ctl, int argc, char **argv, Pyprofd__Request *req, int32_t *pid,
+                   ctl_show_fn show);
+/*
+ * A command with the common options alone and one PID operand (detach,
+ * stats) or none (list, status): the request of kind body sent and its
+ * answer given to show.  The exit status; --help, a usage error or a failed
+ * call end it before show.
+ */
+int ctl_call_plain(struct ctl *ctl, int argc, char **argv, Pyprofd__Request__BodyCase body,
+                   ctl_show_fn show);
 /* Flush stdout; a failed write is an error the caller must hear of. */
 int ctl_finish(int status);
 /* doc as one line on stdout (it is freed); the exit status. */

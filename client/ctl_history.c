@@ -220,6 +220,27 @@ static int ctl_history_option(struct ctl *ctl, int opt, char **argv, struct ctl_
 	return -1;
 }
 
+/*
+ * Room for the labels, then argv's options into h; each one neither shares
+ * goes to the command's own(ctl, opt, ctx).  EXIT_OK (h->done after --help)
+ * or the first error, said on stderr; h is freed by the caller either way.
+ */
+static int ctl_history_parse(struct ctl *ctl, int argc, char **argv, const struct option *options,
+                             int (*own)(struct ctl *ctl, int opt, void *ctx), void *ctx,
+                             struct ctl_history_args *h)
+{
+	int status = ctl_history_args_init(h, argc), opt;
+	while (status == EXIT_OK && !h->done &&
+	       (opt = getopt_long(argc, argv, ":ho:", options, NULL)) != -1) {
+		status = ctl_history_option(ctl, opt, argv, h);
+		if (status < 0)
+			status = own(ctl, opt, ctx);
+	}
+	if (status != EXIT_OK || h->done)
+		return status;
+	return ctl_no_operand(ctl, argc, argv);
+}
+
 /* The columns of the processes table before its Python version, labels and command: fields_process. */
 static const struct {
 	const char *key, *header;
@@ -375,6 +396,42 @@ out:
 	return rc;
 }
 
+/* The options only query takes. */
+struct ctl_history_query_opts {
+	Pyprofd__QueryRequest *q;
+	bool table, processes;
+	enum export_format format;
+	double since;
+};
+
+static int ctl_history_query_option(struct ctl *ctl, int opt, void *ctx)
+{
+	struct ctl_history_query_opts *o = ctx;
+	switch (opt) {
+	case 's':
+		if ((o->since = ctl_history_parse_duration(optarg)) < 0)
+			return ctl_usage_error(ctl, "--since takes a duration such as 90s, 15m, 2h or 1d");
+		return EXIT_OK;
+	case 'f':
+	case 'u': {
+		double t = ctl_history_parse_time(optarg);
+		if (t < 0)
+			return ctl_usage_error(ctl, "--%s takes unix seconds or YYYY-MM-DDTHH:MM[:SS]",
+			                       opt == 'f' ? "from" : "until");
+		*(opt == 'f' ? &o->q->from_unix : &o->q->until_unix) = t;
+		return EXIT_OK;
+	}
+	case 'F':
+		/* The table is counted by the daemon; the other formats are written from stacks. */
+		o->table = strcmp(optarg, "table") == 0;
+		o->processes = strcmp(optarg, "processes") == 0;
+		if (!o->table && !o->processes && export_format_parse(optarg, &o->format) != 0)
+			return ctl_usage_error(ctl, "unknown format '%s'", optarg);
+		return EXIT_OK;
+	}
+	return EXIT_OK;
+}
+
 int ctl_history_query(struct ctl *ctl, int argc, char **argv)
 {
 	static const struct option options[] = {
@@ -384,51 +441,18 @@ int ctl_history_query(struct ctl *ctl, int argc, char **argv)
 	};
 	struct ctl_history_args h;
 	Pyprofd__QueryRequest *q = &h.q;
-	bool table = false, processes = false;
-	enum export_format format = EXPORT_COLLAPSED;
-	double since = -1;
+	struct ctl_history_query_opts o = {.q = q, .format = EXPORT_COLLAPSED, .since = -1};
 	char name[256] = "all processes";
-	int status = ctl_history_args_init(&h, argc), opt;
-	while (status == EXIT_OK && !h.done &&
-	       (opt = getopt_long(argc, argv, ":ho:", options, NULL)) != -1) {
-		if ((status = ctl_history_option(ctl, opt, argv, &h)) >= 0)
-			continue;
-		status = EXIT_OK;
-		switch (opt) {
-		case 's':
-			if ((since = ctl_history_parse_duration(optarg)) < 0)
-				status = ctl_usage_error(ctl, "--since takes a duration such as 90s, 15m, 2h or 1d");
-			break;
-		case 'f':
-		case 'u': {
-			double t = ctl_history_parse_time(optarg);
-			if (t < 0)
-				status = ctl_usage_error(ctl, "--%s takes unix seconds or YYYY-MM-DDTHH:MM[:SS]",
-				                         opt == 'f' ? "from" : "until");
-			else if (opt == 'f')
-				q->from_unix = t;
-			else
-				q->until_unix = t;
-			break;
-		}
-		case 'F':
-			/* The table is counted by the daemon; the other formats are written from stacks. */
-			table = strcmp(optarg, "table") == 0;
-			processes = strcmp(optarg, "processes") == 0;
-			if (!table && !processes && export_format_parse(optarg, &format) != 0)
-				status = ctl_usage_error(ctl, "unknown format '%s'", optarg);
-			break;
-		}
-	}
-	if (status != EXIT_OK || h.done || (status = ctl_no_operand(ctl, argc, argv)) != EXIT_OK)
+	int status = ctl_history_parse(ctl, argc, argv, options, ctl_history_query_option, &o, &h);
+	if (status != EXIT_OK || h.done)
 		goto out;
-	if (q->limit && !table) {
+	if (q->limit && !o.table) {
 		status = ctl_usage_error(ctl, "--limit goes with --format table");
 		goto out;
 	}
-	if (table)
+	if (o.table)
 		q->aggregate = PYPROFD__QUERY_AGGREGATE__QUERY_FUNCTIONS;
-	if (processes)
+	if (o.processes)
 		q->aggregate = PYPROFD__QUERY_AGGREGATE__QUERY_PROCESSES;
 	if (q->target_id)
 		snprintf(name, sizeof name, "target %lld", (long long)q->target_id);
@@ -436,14 +460,14 @@ int ctl_history_query(struct ctl *ctl, int argc, char **argv)
 		snprintf(name, sizeof name, "pid %d", (int)q->pid);
 	else if (q->n_labels)
 		snprintf(name, sizeof name, "%s=%s", q->labels[0]->key, q->labels[0]->value);
-	if (since >= 0) {
+	if (o.since >= 0) {
 		if (q->from_unix || q->until_unix) {
 			status = ctl_usage_error(ctl, "--since and --from/--until do not go together");
 			goto out;
 		}
 		struct timespec now;
 		clock_gettime(CLOCK_REALTIME, &now);
-		q->from_unix = (double)now.tv_sec - since;
+		q->from_unix = (double)now.tv_sec - o.since;
 	}
 	if (q->until_unix && q->until_unix < q->from_unix) {
 		status = ctl_usage_error(ctl, "--until is before --from");
@@ -461,13 +485,13 @@ int ctl_history_query(struct ctl *ctl, int argc, char **argv)
 		status = EXIT_FAILURE_OTHER;
 	} else {
 		const Pyprofd__QueryResult *head = reply->parts[0]->query;
-		if (!table && !processes && head->total && !head->rate_hz)
+		if (!o.table && !o.processes && head->total && !head->rate_hz)
 			fputs("pyprofd-ctl: the selected processes were sampled at different rates or in "
 			      "different modes; times assume 100 Hz wall-clock samples\n",
 			      stderr);
-		int rc = table       ? ctl_history_table(reply, name, false, ctl->json, out)
-		         : processes ? ctl_history_processes(reply, ctl->json, out)
-		                     : ctl_history_export(reply, name, format, out);
+		int rc = o.table       ? ctl_history_table(reply, name, false, ctl->json, out)
+		         : o.processes ? ctl_history_processes(reply, ctl->json, out)
+		                     : ctl_history_export(reply, name, o.format, out);
 		status = ctl_history_output_close(out, h.output, rc);
 	}
 	client_reply_free(reply);
@@ -508,6 +532,27 @@ int ctl_history_parse_range(const struct ctl *ctl, const char *option, const cha
 	return EXIT_OK;
 }
 
+/* The ranges only diff takes. */
+struct ctl_history_diff_opts {
+	Pyprofd__QueryRequest *compare, *base;
+	double now;
+	bool have_base, have_compare;
+};
+
+static int ctl_history_diff_option(struct ctl *ctl, int opt, void *ctx)
+{
+	struct ctl_history_diff_opts *o = ctx;
+	int status = EXIT_OK;
+	if (opt == 'b') {
+		status = ctl_history_parse_range(ctl, "--base", optarg, o->now, o->base);
+		o->have_base = status == EXIT_OK;
+	} else if (opt == 'c') {
+		status = ctl_history_parse_range(ctl, "--compare", optarg, o->now, o->compare);
+		o->have_compare = status == EXIT_OK;
+	}
+	return status;
+}
+
 int ctl_history_diff(struct ctl *ctl, int argc, char **argv)
 {
 	static const struct option options[] = {
@@ -519,30 +564,14 @@ int ctl_history_diff(struct ctl *ctl, int argc, char **argv)
 	struct ctl_history_args h;
 	Pyprofd__QueryRequest *q = &h.q, base = PYPROFD__QUERY_REQUEST__INIT;
 	struct client_reply *reply = NULL;
-	bool have_base = false, have_compare = false;
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
-	double now = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-	int status = ctl_history_args_init(&h, argc), opt;
-	while (status == EXIT_OK && !h.done &&
-	       (opt = getopt_long(argc, argv, ":ho:", options, NULL)) != -1) {
-		if ((status = ctl_history_option(ctl, opt, argv, &h)) >= 0)
-			continue;
-		status = EXIT_OK;
-		switch (opt) {
-		case 'b':
-			status = ctl_history_parse_range(ctl, "--base", optarg, now, &base);
-			have_base = status == EXIT_OK;
-			break;
-		case 'c':
-			status = ctl_history_parse_range(ctl, "--compare", optarg, now, q);
-			have_compare = status == EXIT_OK;
-			break;
-		}
-	}
-	if (status != EXIT_OK || h.done || (status = ctl_no_operand(ctl, argc, argv)) != EXIT_OK)
+	struct ctl_history_diff_opts o = {
+		.compare = q, .base = &base, .now = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9};
+	int status = ctl_history_parse(ctl, argc, argv, options, ctl_history_diff_option, &o, &h);
+	if (status != EXIT_OK || h.done)
 		goto out;
-	if (!have_base || !have_compare) {
+	if (!o.have_base || !o.have_compare) {
 		status = ctl_usage_error(ctl, "diff needs --base and --compare");
 		goto out;
 	}

@@ -82,6 +82,25 @@ const char ctl_status_usage[] =
 
 /* --- attach --- */
 
+static int ctl_live_attach_show(struct ctl *ctl, const struct client_reply *reply, int32_t pid)
+{
+	(void)pid;
+	const Pyprofd__AttachResult *r = reply->parts[0]->attach;
+	const Pyprofd__Target *t = ctl_target_or_empty(r->target);
+	if (ctl->json) {
+		json_t *doc = fields_target_json(t);
+		if (doc && json_object_set_new(doc, "warm", json_boolean(r->warm)) != 0) {
+			json_decref(doc);
+			doc = NULL;
+		}
+		return ctl_print_json(doc);
+	}
+	printf("attached to %d (Python ", (int)t->pid);
+	export_put(stdout, t->python_version, SIZE_MAX, 0);
+	printf("), %u Hz, %s%s\n", t->rate_hz, vocab_wire_mode_name(t->mode), r->warm ? " (warm)" : "");
+	return ctl_finish(EXIT_OK);
+}
+
 int ctl_live_attach(struct ctl *ctl, int argc, char **argv)
 {
 	static const struct option options[] = {
@@ -152,31 +171,10 @@ int ctl_live_attach(struct ctl *ctl, int argc, char **argv)
 		if (status != EXIT_OK)
 			goto out;
 	}
-	if ((status = ctl_pid_operand(ctl, argc, argv, &a.pid)) != EXIT_OK)
-		goto out;
-
 	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
 	req.body_case = PYPROFD__REQUEST__BODY_ATTACH;
 	req.attach = &a;
-	struct client_reply *reply = ctl_call(ctl, &req, &status);
-	if (!reply)
-		goto out;
-	const Pyprofd__AttachResult *r = reply->parts[0]->attach;
-	const Pyprofd__Target *t = ctl_target_or_empty(r->target);
-	if (ctl->json) {
-		json_t *doc = fields_target_json(t);
-		if (doc && json_object_set_new(doc, "warm", json_boolean(r->warm)) != 0) {
-			json_decref(doc);
-			doc = NULL;
-		}
-		status = ctl_print_json(doc);
-	} else {
-		printf("attached to %d (Python ", (int)t->pid);
-		export_put(stdout, t->python_version, SIZE_MAX, 0);
-		printf("), %u Hz, %s%s\n", t->rate_hz, vocab_wire_mode_name(t->mode), r->warm ? " (warm)" : "");
-		status = ctl_finish(EXIT_OK);
-	}
-	client_reply_free(reply);
+	status = ctl_call_shown(ctl, argc, argv, &req, &a.pid, ctl_live_attach_show);
 out:
 	for (size_t i = 0; i < a.n_labels; i++)
 		free(labels[i].key);
@@ -187,25 +185,18 @@ out:
 
 /* --- detach --- */
 
+static int ctl_live_detach_show(struct ctl *ctl, const struct client_reply *reply, int32_t pid)
+{
+	const Pyprofd__Target *t = ctl_target_or_empty(reply->parts[0]->detach->target);
+	if (ctl->json)
+		return ctl_print_json(fields_target_json(t));
+	printf("detached from %d; its state is kept warm\n", (int)pid);
+	return ctl_finish(EXIT_OK);
+}
+
 int ctl_live_detach(struct ctl *ctl, int argc, char **argv)
 {
-	Pyprofd__DetachRequest d = PYPROFD__DETACH_REQUEST__INIT;
-	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
-	req.body_case = PYPROFD__REQUEST__BODY_DETACH;
-	req.detach = &d;
-	int status;
-	struct client_reply *reply = ctl_call_plain(ctl, argc, argv, &req, &d.pid, &status);
-	if (!reply)
-		return status;
-	const Pyprofd__Target *t = ctl_target_or_empty(reply->parts[0]->detach->target);
-	if (ctl->json) {
-		status = ctl_print_json(fields_target_json(t));
-	} else {
-		printf("detached from %d; its state is kept warm\n", (int)d.pid);
-		status = ctl_finish(EXIT_OK);
-	}
-	client_reply_free(reply);
-	return status;
+	return ctl_call_plain(ctl, argc, argv, PYPROFD__REQUEST__BODY_DETACH, ctl_live_detach_show);
 }
 
 /* --- list --- */
@@ -302,17 +293,9 @@ out:
 	return status;
 }
 
-int ctl_live_list(struct ctl *ctl, int argc, char **argv)
+static int ctl_live_list_show(struct ctl *ctl, const struct client_reply *reply, int32_t pid)
 {
-	Pyprofd__ListRequest l = PYPROFD__LIST_REQUEST__INIT;
-	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
-	req.body_case = PYPROFD__REQUEST__BODY_LIST;
-	req.list = &l;
-	int status;
-	struct client_reply *reply = ctl_call_plain(ctl, argc, argv, &req, NULL, &status);
-	if (!reply)
-		return status;
-
+	(void)pid;
 	/* A long list comes in parts: gather the targets of all of them. */
 	size_t n = 0;
 	for (size_t p = 0; p < reply->nparts; p++)
@@ -320,14 +303,13 @@ int ctl_live_list(struct ctl *ctl, int argc, char **argv)
 	const Pyprofd__Target **targets = calloc(n + 1, sizeof *targets);
 	if (!targets) {
 		fputs("pyprofd-ctl: out of memory\n", stderr);
-		client_reply_free(reply);
 		return EXIT_FAILURE_OTHER;
 	}
 	size_t k = 0;
 	for (size_t p = 0; p < reply->nparts; p++)
 		for (size_t i = 0; i < reply->parts[p]->list->n_targets; i++)
 			targets[k++] = ctl_target_or_empty(reply->parts[p]->list->targets[i]);
-
+	int status;
 	if (ctl->json) {
 		json_t *doc = json_array();
 		for (size_t i = 0; doc && i < n; i++) {
@@ -341,11 +323,31 @@ int ctl_live_list(struct ctl *ctl, int argc, char **argv)
 		status = ctl_live_list_text(targets, n);
 	}
 	free(targets);
-	client_reply_free(reply);
 	return status;
 }
 
+int ctl_live_list(struct ctl *ctl, int argc, char **argv)
+{
+	return ctl_call_plain(ctl, argc, argv, PYPROFD__REQUEST__BODY_LIST, ctl_live_list_show);
+}
+
 /* --- dump --- */
+
+static int ctl_live_dump_show(struct ctl *ctl, const struct client_reply *reply, int32_t pid)
+{
+	(void)pid;
+	/* The threads of a large dump come in parts; the first part heads it. */
+	const Pyprofd__DumpResult **parts = calloc(reply->nparts, sizeof *parts);
+	if (!parts) {
+		fputs("pyprofd-ctl: out of memory\n", stderr);
+		return EXIT_FAILURE_OTHER;
+	}
+	for (size_t p = 0; p < reply->nparts; p++)
+		parts[p] = reply->parts[p]->dump;
+	int rc = export_dump_write(parts, reply->nparts, ctl->json, stdout);
+	free(parts);
+	return ctl_finish(rc == 0 ? EXIT_OK : EXIT_FAILURE_OTHER);
+}
 
 int ctl_live_dump(struct ctl *ctl, int argc, char **argv)
 {
@@ -364,30 +366,10 @@ int ctl_live_dump(struct ctl *ctl, int argc, char **argv)
 		else if ((status = ctl_common_option(ctl, opt, argv)) >= 0)
 			return status;
 	}
-	if ((status = ctl_pid_operand(ctl, argc, argv, &d.pid)) != EXIT_OK)
-		return status;
-
 	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
 	req.body_case = PYPROFD__REQUEST__BODY_DUMP;
 	req.dump = &d;
-	struct client_reply *reply = ctl_call(ctl, &req, &status);
-	if (!reply)
-		return status;
-	/* The threads of a large dump come in parts; the first part heads it. */
-	const Pyprofd__DumpResult **parts = calloc(reply->nparts, sizeof *parts);
-	if (!parts) {
-		fputs("pyprofd-ctl: out of memory\n", stderr);
-		status = EXIT_FAILURE_OTHER;
-	} else {
-		for (size_t p = 0; p < reply->nparts; p++)
-			parts[p] = reply->parts[p]->dump;
-		status = export_dump_write(parts, reply->nparts, ctl->json, stdout) == 0
-		                 ? ctl_finish(EXIT_OK)
-		                 : ctl_finish(EXIT_FAILURE_OTHER);
-	}
-	free(parts);
-	client_reply_free(reply);
-	return status;
+	return ctl_call_shown(ctl, argc, argv, &req, &d.pid, ctl_live_dump_show);
 }
 
 /* --- stats --- */
@@ -401,7 +383,7 @@ static bool ctl_live_counter_shown(const Pyprofd__Counter *ctr)
 }
 
 /* `name value` lines, names padded to one column; counters of every part first, then the figures. */
-static int ctl_live_stats_text(const Pyprofd__StatsResult *head, struct client_reply *reply)
+static int ctl_live_stats_text(const Pyprofd__StatsResult *head, const struct client_reply *reply)
 {
 	size_t width = 0;
 	for (size_t k = 0; k < fields_nstats; k++)
@@ -429,7 +411,7 @@ static int ctl_live_stats_text(const Pyprofd__StatsResult *head, struct client_r
 
 /* {pid, target, COUNTER..., the figures}. */
 static json_t *ctl_live_stats_json(int32_t pid, const Pyprofd__StatsResult *head,
-                                   struct client_reply *reply)
+                                   const struct client_reply *reply)
 {
 	const Pyprofd__Target *t = ctl_target_or_empty(head->target);
 	json_t *doc = json_pack("{s:i, s:o}", "pid", (int)(head->target ? t->pid : pid), "target",
@@ -457,45 +439,34 @@ static json_t *ctl_live_stats_json(int32_t pid, const Pyprofd__StatsResult *head
 	return doc;
 }
 
-int ctl_live_stats(struct ctl *ctl, int argc, char **argv)
+static int ctl_live_stats_show(struct ctl *ctl, const struct client_reply *reply, int32_t pid)
 {
-	Pyprofd__StatsRequest s = PYPROFD__STATS_REQUEST__INIT;
-	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
-	req.body_case = PYPROFD__REQUEST__BODY_STATS;
-	req.stats = &s;
-	int status;
-	struct client_reply *reply = ctl_call_plain(ctl, argc, argv, &req, &s.pid, &status);
-	if (!reply)
-		return status;
 	/* Counters may come in parts; the figures after them are the first part's. */
 	const Pyprofd__StatsResult *head = reply->parts[0]->stats;
 	if (ctl->json)
-		status = ctl_print_json(ctl_live_stats_json(s.pid, head, reply));
-	else
-		status = ctl_live_stats_text(head, reply);
-	client_reply_free(reply);
-	return status;
+		return ctl_print_json(ctl_live_stats_json(pid, head, reply));
+	return ctl_live_stats_text(head, reply);
+}
+
+int ctl_live_stats(struct ctl *ctl, int argc, char **argv)
+{
+	return ctl_call_plain(ctl, argc, argv, PYPROFD__REQUEST__BODY_STATS, ctl_live_stats_show);
 }
 
 /* --- status --- */
 
-int ctl_live_status(struct ctl *ctl, int argc, char **argv)
+static int ctl_live_status_show(struct ctl *ctl, const struct client_reply *reply, int32_t pid)
 {
-	Pyprofd__StatusRequest s = PYPROFD__STATUS_REQUEST__INIT;
-	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
-	req.body_case = PYPROFD__REQUEST__BODY_STATUS;
-	req.status = &s;
-	int status;
-	struct client_reply *reply = ctl_call_plain(ctl, argc, argv, &req, NULL, &status);
-	if (!reply)
-		return status;
+	(void)pid;
 	const Pyprofd__StatusResult *r = reply->parts[0]->status;
 	if (ctl->json)
-		status = ctl_print_json(fields_json(r, fields_status, fields_nstatus));
-	else if (fields_text(stdout, r, fields_status, fields_nstatus, 0) != 0)
-		status = ctl_finish(EXIT_FAILURE_OTHER);
-	else
-		status = ctl_finish(EXIT_OK);
-	client_reply_free(reply);
-	return status;
+		return ctl_print_json(fields_json(r, fields_status, fields_nstatus));
+	if (fields_text(stdout, r, fields_status, fields_nstatus, 0) != 0)
+		return ctl_finish(EXIT_FAILURE_OTHER);
+	return ctl_finish(EXIT_OK);
+}
+
+int ctl_live_status(struct ctl *ctl, int argc, char **argv)
+{
+	return ctl_call_plain(ctl, argc, argv, PYPROFD__REQUEST__BODY_STATUS, ctl_live_status_show);
 }
