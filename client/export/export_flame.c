@@ -253,11 +253,9 @@ static int emit_escaped(const char *buf, size_t len, void *data)
 static json_t *page_data(const struct export_view *v)
 {
 	const struct export_profile *p = v->p;
-	json_t *doc = json_object(), *frames = json_array(), *stacks = json_array();
-	if (!doc || !frames || !stacks || export_json_head(doc, v, "total") ||
-	    export_json_set(doc, "frames", json_incref(frames)) ||
-	    export_json_set(doc, "stacks", json_incref(stacks)))
-		goto fail;
+	json_t *frames, *stacks, *doc = export_json_doc(v, "total", &frames, &stacks);
+	if (!doc)
+		return NULL;
 	for (uint32_t u = 0; u < v->nuniq; u++) {
 		uint32_t i = v->frame_rep[u];
 		json_t *f = json_array();
@@ -279,12 +277,8 @@ static json_t *page_data(const struct export_view *v)
 			if (export_json_add(a, json_integer(v->frame_id[st->frames[d]])))
 				goto fail;
 	}
-	json_decref(frames);
-	json_decref(stacks);
 	return doc;
 fail:
-	json_decref(frames);
-	json_decref(stacks);
 	json_decref(doc);
 	return NULL;
 }

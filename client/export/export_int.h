@@ -51,8 +51,13 @@ int export_write_collapsed(const struct export_view *v, FILE *out);
 /* Put a new value in an object or array; -1 if it or the insertion failed (value freed). */
 int export_json_set(json_t *obj, const char *key, json_t *value);
 int export_json_add(json_t *arr, json_t *value);
-/* name, mode, rate_hz, from, until and the sample total (under total_key) into doc; 0 or -1. */
-int export_json_head(json_t *doc, const struct export_view *v, const char *total_key);
+/*
+ * {name, mode, rate_hz, from, until, total_key: the sample total, frames: [],
+ * stacks: []}, with *frames and *stacks the document's own arrays to fill;
+ * NULL when out of memory.
+ */
+json_t *export_json_doc(const struct export_view *v, const char *total_key, json_t **frames,
+                        json_t **stacks);
 int export_write_json(const struct export_view *v, FILE *out);
 int export_write_speedscope(const struct export_view *v, FILE *out);
 

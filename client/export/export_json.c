@@ -22,17 +22,25 @@ int export_json_add(json_t *arr, json_t *value)
 	return json_array_append_new(arr, value) < 0 ? -1 : 0;
 }
 
-int export_json_head(json_t *doc, const struct export_view *v, const char *total_key)
+json_t *export_json_doc(const struct export_view *v, const char *total_key, json_t **frames,
+                        json_t **stacks)
 {
 	const struct export_profile *p = v->p;
-	return export_json_set(doc, "name", json_string(v->name)) ||
-	               export_json_set(doc, "mode", json_string(v->mode)) ||
-	               export_json_set(doc, "rate_hz", json_integer(p->rate_hz)) ||
-	               export_json_set(doc, "from", json_real(p->from_unix)) ||
-	               export_json_set(doc, "until", json_real(p->until_unix)) ||
-	               export_json_set(doc, total_key, json_integer((json_int_t)v->total))
-	               ? -1
-	               : 0;
+	json_t *doc = json_object();
+	*frames = json_array();
+	*stacks = json_array();
+	/* The arrays go in first, so that on any failure freeing doc frees them too. */
+	int bad = export_json_set(doc, "frames", *frames) | export_json_set(doc, "stacks", *stacks);
+	if (bad || export_json_set(doc, "name", json_string(v->name)) ||
+	    export_json_set(doc, "mode", json_string(v->mode)) ||
+	    export_json_set(doc, "rate_hz", json_integer(p->rate_hz)) ||
+	    export_json_set(doc, "from", json_real(p->from_unix)) ||
+	    export_json_set(doc, "until", json_real(p->until_unix)) ||
+	    export_json_set(doc, total_key, json_integer((json_int_t)v->total))) {
+		json_decref(doc);
+		return NULL;
+	}
+	return doc;
 }
 
 int export_json_write(json_t *doc, FILE *out)
@@ -48,12 +56,8 @@ int export_json_write(json_t *doc, FILE *out)
 int export_write_json(const struct export_view *v, FILE *out)
 {
 	const struct export_profile *p = v->p;
-	int r = -1;
-	json_t *doc = json_object(), *frames = json_array(), *stacks = json_array();
-	/* Locals keep their own reference, so cleanup is the same on every path. */
-	if (!doc || !frames || !stacks || export_json_head(doc, v, "samples") ||
-	    export_json_set(doc, "frames", json_incref(frames)) ||
-	    export_json_set(doc, "stacks", json_incref(stacks)))
+	json_t *frames, *stacks, *doc = export_json_doc(v, "samples", &frames, &stacks);
+	if (!doc)
 		goto fail;
 	for (uint32_t i = 0; i < p->nframes; i++) {
 		const struct export_frame *f = &p->frames[i];
@@ -82,15 +86,11 @@ int export_write_json(const struct export_view *v, FILE *out)
 		    export_json_set(o, "thread_id", json_integer((json_int_t)st->thread_id)))
 			goto fail;
 	}
-	r = export_json_write(json_incref(doc), out);
-	goto done;
+	return export_json_write(doc, out);
 fail:
-	errno = ENOMEM;
-done:
-	json_decref(frames);
-	json_decref(stacks);
 	json_decref(doc);
-	return r;
+	errno = ENOMEM;
+	return -1;
 }
 
 /*

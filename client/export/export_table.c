@@ -47,77 +47,39 @@ static void export_table_put_function(FILE *out, const Pyprofd__FunctionRow *row
 	}
 }
 
-/* Each row, in order. */
-static void export_table_each(const struct export_table *t,
-                              void (*fn)(void *ctx, const Pyprofd__FunctionRow *row), void *ctx)
+static void export_table_row(FILE *out, const Pyprofd__FunctionRow *row, int width, uint64_t total)
 {
-	for (size_t i = 0; i < t->nrows; i++)
-		fn(ctx, t->rows[i]);
+	fprintf(out, "%*" PRIu64 " %6.2f%% %*" PRIu64 " %6.2f%%  ", width, row->own,
+	        export_table_share(row->own, total), width, row->total, export_table_share(row->total, total));
+	export_table_put_function(out, row);
+	fputc('\n', out);
 }
 
-struct export_table_text {
-	FILE *out;
-	uint64_t total, base_total;
-	int width;
-};
-
-static void export_table_max_total(void *ctx, const Pyprofd__FunctionRow *row)
+static void export_table_diff_row(FILE *out, const Pyprofd__FunctionRow *row, const struct export_table *t)
 {
-	struct export_table_text *t = ctx;
-	if ((int)export_table_digits(row->total) > t->width)
-		t->width = (int)export_table_digits(row->total);
-}
-
-static void export_table_row(void *ctx, const Pyprofd__FunctionRow *row)
-{
-	const struct export_table_text *t = ctx;
-	fprintf(t->out, "%*" PRIu64 " %6.2f%% %*" PRIu64 " %6.2f%%  ", t->width, row->own,
-	        export_table_share(row->own, t->total), t->width, row->total, export_table_share(row->total, t->total));
-	export_table_put_function(t->out, row);
-	fputc('\n', t->out);
-}
-
-static void export_table_diff_row(void *ctx, const Pyprofd__FunctionRow *row)
-{
-	const struct export_table_text *t = ctx;
 	double before = export_table_share(row->base_own, t->base_total), after = export_table_share(row->own, t->total);
-	fprintf(t->out, "%7.2f %7.2f %+8.2f   %7.2f %7.2f  ", before, after, after - before,
+	fprintf(out, "%7.2f %7.2f %+8.2f   %7.2f %7.2f  ", before, after, after - before,
 	        export_table_share(row->base_total, t->base_total), export_table_share(row->total, t->total));
-	export_table_put_function(t->out, row);
-	fputc('\n', t->out);
+	export_table_put_function(out, row);
+	fputc('\n', out);
 }
 
-struct export_table_json {
-	json_t *rows;
-	uint64_t total, base_total;
-	bool diff;
-};
-
-static void export_table_json_row(void *ctx, const Pyprofd__FunctionRow *row)
+static json_t *export_table_json_row(const Pyprofd__FunctionRow *row, const struct export_table *t)
 {
-	struct export_table_json *j = ctx;
-	if (!j->rows)
-		return;
-	json_t *obj;
-	if (j->diff)
-		obj = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:f, s:f}", "function",
-		                export_json_string(row->function), "file", export_json_string(row->file),
-		                "base_own", export_json_u64(row->base_own), "base_total",
-		                export_json_u64(row->base_total), "compare_own", export_json_u64(row->own),
-		                "compare_total", export_json_u64(row->total), "own_percent_change",
-		                export_table_share(row->own, j->total) - export_table_share(row->base_own, j->base_total),
-		                "total_percent_change",
-		                export_table_share(row->total, j->total) - export_table_share(row->base_total, j->base_total));
-	else
-		obj = json_pack("{s:o, s:o, s:o, s:o, s:f, s:f}", "function",
-		                export_json_string(row->function), "file", export_json_string(row->file),
-		                "own", export_json_u64(row->own), "total", export_json_u64(row->total),
-		                "own_percent", export_table_share(row->own, j->total), "total_percent",
-		                export_table_share(row->total, j->total));
-	if (json_array_append_new(j->rows, obj) != 0) {
-		json_decref(j->rows);
-		j->rows = NULL;
-	}
+	if (t->diff)
+		return json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:f, s:f}", "function",
+		                 export_json_string(row->function), "file", export_json_string(row->file),
+		                 "base_own", export_json_u64(row->base_own), "base_total",
+		                 export_json_u64(row->base_total), "compare_own", export_json_u64(row->own),
+		                 "compare_total", export_json_u64(row->total), "own_percent_change",
+		                 export_table_share(row->own, t->total) - export_table_share(row->base_own, t->base_total),
+		                 "total_percent_change",
+		                 export_table_share(row->total, t->total) - export_table_share(row->base_total, t->base_total));
+	return json_pack("{s:o, s:o, s:o, s:o, s:f, s:f}", "function",
+	                 export_json_string(row->function), "file", export_json_string(row->file),
+	                 "own", export_json_u64(row->own), "total", export_json_u64(row->total),
+	                 "own_percent", export_table_share(row->own, t->total), "total_percent",
+	                 export_table_share(row->total, t->total));
 }
 
 int export_table_write(const struct export_table *t, bool json, FILE *out)
@@ -125,20 +87,24 @@ int export_table_write(const struct export_table *t, bool json, FILE *out)
 	bool diff = t->diff;
 	const char *name = t->name;
 	if (json) {
-		struct export_table_json j = {json_array(), t->total, t->base_total, diff};
-		export_table_each(t, export_table_json_row, &j);
+		json_t *rows = json_array();
+		for (size_t i = 0; rows && i < t->nrows; i++) {
+			if (json_array_append_new(rows, export_table_json_row(t->rows[i], t)) != 0) {
+				json_decref(rows);
+				rows = NULL;
+			}
+		}
 		json_t *doc =
 			diff ? json_pack("{s:o, s:o, s:o, s:o}", "base_samples", export_json_u64(t->base_total),
 		                         "compare_samples", export_json_u64(t->total), "functions_found",
-		                         export_json_u64(t->functions_found), "functions", j.rows)
+		                         export_json_u64(t->functions_found), "functions", rows)
 			     : json_pack("{s:o, s:o, s:f, s:f, s:o, s:o, s:o}", "name", export_json_string(name),
 		                         "mode", export_json_string(t->mode), "from", t->from_unix,
 		                         "until", t->until_unix, "samples", export_json_u64(t->total),
 		                         "functions_found", export_json_u64(t->functions_found),
-		                         "functions", j.rows);
+		                         "functions", rows);
 		return export_json_write(doc, out) || fflush(out) != 0 || ferror(out) ? -1 : 0;
 	}
-	struct export_table_text tt = {out, t->total, t->base_total, 5};
 	if (diff) {
 		fprintf(out, "base: %" PRIu64 " samples, ", t->base_total);
 		export_table_put_utc(out, t->base_from_unix);
@@ -151,7 +117,8 @@ int export_table_write(const struct export_table *t, bool json, FILE *out)
 		fputs(" UTC\nshares of each side's samples, by change of own share\n\n", out);
 		fprintf(out, "%7s %7s %8s   %7s %7s  %s\n", "own%", "->own%", "change", "total%", "->tot%",
 		        "function (file)");
-		export_table_each(t, export_table_diff_row, &tt);
+		for (size_t i = 0; i < t->nrows; i++)
+			export_table_diff_row(out, t->rows[i], t);
 	} else {
 		export_put(out, name, 200, 0);
 		/* The daemon knows the mode and rate of a process it samples now, not of a label's. */
@@ -171,10 +138,14 @@ int export_table_write(const struct export_table *t, bool json, FILE *out)
 		}
 		export_table_put_utc(out, t->until_unix);
 		fputs(" UTC\n\n", out);
-		export_table_each(t, export_table_max_total, &tt);
-		fprintf(out, "%*s %7s %*s %7s  %s\n", tt.width, "own", "own%", tt.width, "total", "total%",
+		int width = 5;
+		for (size_t i = 0; i < t->nrows; i++)
+			if ((int)export_table_digits(t->rows[i]->total) > width)
+				width = (int)export_table_digits(t->rows[i]->total);
+		fprintf(out, "%*s %7s %*s %7s  %s\n", width, "own", "own%", width, "total", "total%",
 		        "function");
-		export_table_each(t, export_table_row, &tt);
+		for (size_t i = 0; i < t->nrows; i++)
+			export_table_row(out, t->rows[i], width, t->total);
 	}
 	size_t shown = t->nrows;
 	if (shown < t->functions_found)
