@@ -15,22 +15,26 @@ struct store_batch *store_batch_new(void)
 	return calloc(1, sizeof(struct store_batch));
 }
 
+/* The strings a target owns; it may be half built. */
+static void batch_target_clear(struct batch_target *t)
+{
+	free(t->executable);
+	free(t->command_line);
+	free(t->python_version);
+	for (size_t k = 0; k < t->nlabels; k++) {
+		free(t->label_keys[k]);
+		free(t->label_values[k]);
+	}
+	free(t->label_keys);
+	free(t->label_values);
+}
+
 void store_batch_free(struct store_batch *b)
 {
 	if (!b)
 		return;
-	for (size_t i = 0; i < b->ntargets; i++) {
-		struct batch_target *t = &b->targets[i];
-		free(t->executable);
-		free(t->command_line);
-		free(t->python_version);
-		for (size_t k = 0; k < t->nlabels; k++) {
-			free(t->label_keys[k]);
-			free(t->label_values[k]);
-		}
-		free(t->label_keys);
-		free(t->label_values);
-	}
+	for (size_t i = 0; i < b->ntargets; i++)
+		batch_target_clear(&b->targets[i]);
 	for (size_t i = 0; i < b->nsessions; i++)
 		free(b->sessions[i].mode);
 	for (size_t i = 0; i < b->nframes; i++) {
@@ -103,15 +107,7 @@ int store_batch_target(struct store_batch *b, const struct store_target_info *t)
 		}
 	}
 	if (!ok) {
-		free(bt->executable);
-		free(bt->command_line);
-		free(bt->python_version);
-		for (size_t k = 0; k < bt->nlabels; k++) {
-			free(bt->label_keys[k]);
-			free(bt->label_values[k]);
-		}
-		free(bt->label_keys);
-		free(bt->label_values);
+		batch_target_clear(bt);
 		return -1;
 	}
 	return (int)b->ntargets++;

@@ -232,32 +232,10 @@ static int insert_targets(struct inserter *ins, const struct store_batch *b)
 	return SQLITE_OK;
 }
 
-static int insert_sessions(struct inserter *ins, const struct store_batch *b)
+/* Steps s once its binding (bind_rc) went through; an SQLite code. */
+static int insert_row(sqlite3_stmt *s, int bind_rc)
 {
-	sqlite3_stmt *s = ins->stmt[ST_SESSION_UPSERT];
-	for (size_t i = 0; i < b->nsessions; i++) {
-		const struct batch_session *ss = &b->sessions[i];
-		if (insert_bind_session(s, ins->target_ids[ss->target], ss) != SQLITE_OK)
-			return sqlite3_errcode(ins->db);
-		int rc = insert_step(s, NULL);
-		if (rc != SQLITE_OK)
-			return rc;
-	}
-	return SQLITE_OK;
-}
-
-static int insert_samples(struct inserter *ins, const struct store_batch *b)
-{
-	sqlite3_stmt *s = ins->stmt[ST_SAMPLE_ADD];
-	for (size_t i = 0; i < b->nsamples; i++) {
-		const struct batch_sample *x = &b->samples[i];
-		if (insert_bind_sample(s, ins->target_ids[x->target], ins->stack_ids[x->stack], x) != SQLITE_OK)
-			return sqlite3_errcode(ins->db);
-		int rc = insert_step(s, NULL);
-		if (rc != SQLITE_OK)
-			return rc;
-	}
-	return SQLITE_OK;
+	return bind_rc == SQLITE_OK ? insert_step(s, NULL) : bind_rc;
 }
 
 /* The body of the transaction; an SQLite code. */
@@ -268,8 +246,11 @@ static int insert_contents(struct inserter *ins, const struct store_batch *b)
 	    insert_reserve_ids(&ins->stack_ids, &ins->stack_cap, b->nstacks) < 0)
 		return SQLITE_NOMEM;
 	int rc = insert_targets(ins, b);
-	if (rc == SQLITE_OK)
-		rc = insert_sessions(ins, b);
+	sqlite3_stmt *session = ins->stmt[ST_SESSION_UPSERT], *sample = ins->stmt[ST_SAMPLE_ADD];
+	for (size_t i = 0; rc == SQLITE_OK && i < b->nsessions; i++) {
+		const struct batch_session *ss = &b->sessions[i];
+		rc = insert_row(session, insert_bind_session(session, ins->target_ids[ss->target], ss));
+	}
 	for (size_t i = 0; rc == SQLITE_OK && i < b->nframes; i++)
 		rc = insert_frame(ins, &b->frames[i], &ins->frame_ids[i]);
 	/* A parent always comes earlier in the batch (store_batch_stack checks), so one pass maps all. */
@@ -278,8 +259,11 @@ static int insert_contents(struct inserter *ins, const struct store_batch *b)
 		rc = insert_stack(ins, s->parent < 0 ? 0 : ins->stack_ids[s->parent], ins->frame_ids[s->frame],
 		                  &ins->stack_ids[i]);
 	}
-	if (rc == SQLITE_OK)
-		rc = insert_samples(ins, b);
+	for (size_t i = 0; rc == SQLITE_OK && i < b->nsamples; i++) {
+		const struct batch_sample *x = &b->samples[i];
+		rc = insert_row(sample, insert_bind_sample(sample, ins->target_ids[x->target],
+		                                           ins->stack_ids[x->stack], x));
+	}
 	return rc;
 }
 

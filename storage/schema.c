@@ -12,27 +12,31 @@
 
 #include "storage.h"
 
+static void store_error_vtext(struct store_error *err, const char *fmt, va_list ap)
+{
+	if (err)
+		vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+}
+
 void store_error_text(struct store_error *err, const char *fmt, ...)
 {
-	if (!err)
-		return;
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+	store_error_vtext(err, fmt, ap);
 	va_end(ap);
 }
 
 void store_error_set(struct store_error *err, sqlite3 *db, const char *fmt, ...)
 {
-	if (!err)
-		return;
-	char what[160];
+	/* What was being done, then SQLite's reason, as far as the message holds. */
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(what, sizeof what, fmt, ap);
+	store_error_vtext(err, fmt, ap);
 	va_end(ap);
-	snprintf(err->msg, sizeof err->msg, "%s: %s", what,
-	         db ? sqlite3_errmsg(db) : "out of memory");
+	if (!err)
+		return;
+	size_t n = strlen(err->msg);
+	snprintf(err->msg + n, sizeof err->msg - n, ": %s", db ? sqlite3_errmsg(db) : "out of memory");
 }
 
 int store_exec(sqlite3 *db, const char *sql, struct store_error *err)

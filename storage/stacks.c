@@ -108,12 +108,15 @@ static int stacks_frame_index(struct stacks_query *qs, int32_t line, int kind, c
 }
 
 /*
- * Steps st (bound to id) to its one row: 0 with the row there, or -1 and
- * *err (a missing row is a corrupt file), st reset.
+ * The file's row id, from the ids already read (1, *seen set) or by stepping
+ * st (bound to id) to its one row (0, the caller resets st); or -1 and *err:
+ * a missing row is a corrupt file.
  */
-static int stacks_lookup(struct stacks_query *qs, sqlite3_stmt *st, int64_t id, const char *what,
-                         struct store_error *err)
+static int stacks_lookup(struct stacks_query *qs, const struct hash_map *read, sqlite3_stmt *st,
+                         int64_t id, const char *what, int64_t *seen, struct store_error *err)
 {
+	if (hash_map_get(read, &id, sizeof id, seen))
+		return 1;
 	sqlite3_bind_int64(st, 1, id);
 	int rc = sqlite3_step(st);
 	if (rc == SQLITE_ROW)
@@ -129,14 +132,12 @@ static int stacks_lookup(struct stacks_query *qs, sqlite3_stmt *st, int64_t id, 
 /* The index of the file's frame id in qs->frames, reading it on first use.  0, or -1 and *err. */
 static int stacks_file_frame(struct stacks_query *qs, int64_t id, size_t *index, struct store_error *err)
 {
-	int64_t v;
-	if (hash_map_get(&qs->frame_ids, &id, sizeof id, &v)) {
-		*index = (size_t)v;
-		return 0;
-	}
+	int64_t seen = 0;
 	sqlite3_stmt *st = qs->r->frame;
-	if (stacks_lookup(qs, st, id, "frame", err) < 0)
-		return -1;
+	int found = stacks_lookup(qs, &qs->frame_ids, st, id, "frame", &seen, err);
+	*index = (size_t)seen;
+	if (found != 0)
+		return found < 0 ? -1 : 0;
 	int rc = stacks_frame_index(qs, sqlite3_column_int(st, 0), sqlite3_column_int(st, 1),
 	                        (const char *)sqlite3_column_text(st, 2),
 	                        (const char *)sqlite3_column_text(st, 3), index);
@@ -152,14 +153,14 @@ static int stacks_file_frame(struct stacks_query *qs, int64_t id, size_t *index,
 static int stacks_file_node(struct stacks_query *qs, int64_t id, const struct stacks_node **node,
                             struct store_error *err)
 {
-	int64_t v;
-	if (hash_map_get(&qs->node_ids, &id, sizeof id, &v)) {
-		*node = &qs->nodes[v];
-		return 0;
-	}
+	int64_t seen = 0;
 	sqlite3_stmt *st = qs->r->node;
-	if (stacks_lookup(qs, st, id, "stack", err) < 0)
-		return -1;
+	int found = stacks_lookup(qs, &qs->node_ids, st, id, "stack", &seen, err);
+	if (found != 0) {
+		if (found > 0)
+			*node = &qs->nodes[seen];
+		return found < 0 ? -1 : 0;
+	}
 	int64_t parent = sqlite3_column_int64(st, 0), frame = sqlite3_column_int64(st, 1);
 	sqlite3_reset(st);
 	size_t fi;

@@ -507,30 +507,33 @@ void store_writer_set_file_limit(struct store_writer *w, uint64_t max_file_bytes
 	pthread_mutex_unlock(&w->lock);
 }
 
-void store_writer_sync(struct store_writer *w)
+/*
+ * Wakes the writer now rather than at its next retry (the caller wants an
+ * answer) and waits until the queue is written, and the retention pass too
+ * when with_retention, or an attempt fails.  Not open counts as work: right
+ * after store_writer_open, the status then tells the truth.
+ */
+static void writer_wait_idle(struct store_writer *w, bool with_retention)
 {
 	pthread_mutex_lock(&w->lock);
 	uint64_t failed = w->attempts_failed;
-	/* Try now rather than at the next retry: the caller wants an answer. */
 	w->retry_now = true;
 	pthread_cond_signal(&w->wake);
-	/* Not open counts as work: right after store_writer_open, the status then tells the truth. */
-	while ((w->head || w->inflight || w->retention_pending || w->retention_running ||
-	        !w->st.open) &&
+	while ((w->head || w->inflight || !w->st.open ||
+	        (with_retention && (w->retention_pending || w->retention_running))) &&
 	       w->attempts_failed == failed)
 		pthread_cond_wait(&w->done, &w->lock);
 	pthread_mutex_unlock(&w->lock);
 }
 
+void store_writer_sync(struct store_writer *w)
+{
+	writer_wait_idle(w, true);
+}
+
 void store_writer_flush(struct store_writer *w)
 {
-	pthread_mutex_lock(&w->lock);
-	uint64_t failed = w->attempts_failed;
-	w->retry_now = true;
-	pthread_cond_signal(&w->wake);
-	while ((w->head || w->inflight || !w->st.open) && w->attempts_failed == failed)
-		pthread_cond_wait(&w->done, &w->lock);
-	pthread_mutex_unlock(&w->lock);
+	writer_wait_idle(w, false);
 }
 
 void store_writer_retention(struct store_writer *w, const struct store_retention_step *steps,
