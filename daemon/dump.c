@@ -35,10 +35,9 @@ static const char dump_usage[] =
 Pyprofd__DumpResult *dump_to_proto(pid_t pid, const struct uw_target *uw,
                                           const struct uw_snapshot *snap, struct arena *a)
 {
-	Pyprofd__DumpResult *res = arena_alloc(a, sizeof *res);
+	Pyprofd__DumpResult *res = ARENA_MESSAGE(a, Pyprofd__DumpResult, PYPROFD__DUMP_RESULT__INIT);
 	if (!res)
 		return NULL;
-	pyprofd__dump_result__init(res);
 	res->pid = pid;
 	res->python_version = arena_strdup(a, uw_version(uw));
 	res->runtime_file = arena_strdup(a, uw_runtime_file(uw));
@@ -47,10 +46,9 @@ Pyprofd__DumpResult *dump_to_proto(pid_t pid, const struct uw_target *uw,
 		return NULL;
 	for (uint32_t i = 0; i < snap->nthreads; i++) {
 		const struct uw_thread *th = &snap->threads[i];
-		Pyprofd__Thread *pt = arena_alloc(a, sizeof *pt);
+		Pyprofd__Thread *pt = ARENA_MESSAGE(a, Pyprofd__Thread, PYPROFD__THREAD__INIT);
 		if (!pt)
 			return NULL;
-		pyprofd__thread__init(pt);
 		pt->thread_id = th->thread_id;
 		pt->native_thread_id = th->native_id;
 		pt->interpreter_id = th->interp_id;
@@ -63,10 +61,9 @@ Pyprofd__DumpResult *dump_to_proto(pid_t pid, const struct uw_target *uw,
 			return NULL;
 		for (uint32_t k = 0; k < th->nframes; k++) {
 			const struct uw_frame *f = &th->frames[k];
-			Pyprofd__Frame *pf = arena_alloc(a, sizeof *pf);
+			Pyprofd__Frame *pf = ARENA_MESSAGE(a, Pyprofd__Frame, PYPROFD__FRAME__INIT);
 			if (!pf)
 				return NULL;
-			pyprofd__frame__init(pf);
 			pf->function = arena_strdup(a, f->function ? f->function : "");
 			pf->qualname = arena_strdup(a, f->qualname ? f->qualname : "");
 			pf->file = arena_strdup(a, f->file ? f->file : "");

@@ -221,11 +221,10 @@ static int query_on_process(void *ctx, const struct store_process *sp)
 {
 	struct builder *b = ctx;
 	struct arena *a = &b->rows_arena;
-	Pyprofd__StoredProcess *p = arena_alloc(a, sizeof *p);
+	Pyprofd__StoredProcess *p = ARENA_MESSAGE(a, Pyprofd__StoredProcess, PYPROFD__STORED_PROCESS__INIT);
 	if (!p || array_reserve((void **)&b->all_processes, &b->all_processes_cap, b->nall_processes,
 	                         sizeof *b->all_processes, NULL))
 		goto nomem;
-	pyprofd__stored_process__init(p);
 	p->target_id = sp->target_id;
 	p->pid = sp->pid;
 	p->uid = sp->uid;
@@ -243,10 +242,9 @@ static int query_on_process(void *ctx, const struct store_process *sp)
 		if (!p->labels)
 			goto nomem;
 		for (size_t i = 0; i < sp->nlabels; i++) {
-			Pyprofd__Label *l = arena_alloc(a, sizeof *l);
+			Pyprofd__Label *l = ARENA_MESSAGE(a, Pyprofd__Label, PYPROFD__LABEL__INIT);
 			if (!l)
 				goto nomem;
-			pyprofd__label__init(l);
 			l->key = arena_strdup(a, sp->label_keys[i]);
 			l->value = arena_strdup(a, sp->label_values[i]);
 			if (!l->key || !l->value)

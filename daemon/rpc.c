@@ -196,12 +196,11 @@ static void rpc_attach(struct server *s, struct client *c, const Pyprofd__Reques
 	         t->python_version, t->params.rate_hz, vocab_mode_name(t->params.mode),
 	         warm ? ", warm" : "", (int)c->uid);
 
-	Pyprofd__AttachResult *res = arena_alloc(a, sizeof *res);
+	Pyprofd__AttachResult *res = ARENA_MESSAGE(a, Pyprofd__AttachResult, PYPROFD__ATTACH_RESULT__INIT);
 	if (!res) {
 		rpc_out_of_memory(resp, a);
 		return;
 	}
-	pyprofd__attach_result__init(res);
 	res->target = target_to_proto(t, a);
 	res->warm = warm;
 	if (!res->target) {
@@ -246,12 +245,11 @@ static void rpc_detach(struct server *s, struct client *c, const Pyprofd__Reques
 	target_stop(t);
 	log_info("pid %d: detached after %llu samples; state kept warm", (int)t->pid,
 	         (unsigned long long)t->session_samples);
-	Pyprofd__DetachResult *res = arena_alloc(a, sizeof *res);
+	Pyprofd__DetachResult *res = ARENA_MESSAGE(a, Pyprofd__DetachResult, PYPROFD__DETACH_RESULT__INIT);
 	if (!res) {
 		rpc_out_of_memory(resp, a);
 		return;
 	}
-	pyprofd__detach_result__init(res);
 	res->target = target_to_proto(t, a);
 	if (!res->target) {
 		rpc_out_of_memory(resp, a);
@@ -266,13 +264,12 @@ static void rpc_list(struct server *s, struct client *c, const Pyprofd__Request 
                      Pyprofd__Response *resp, struct arena *a)
 {
 	(void)req;
-	Pyprofd__ListResult *res = arena_alloc(a, sizeof *res);
+	Pyprofd__ListResult *res = ARENA_MESSAGE(a, Pyprofd__ListResult, PYPROFD__LIST_RESULT__INIT);
 	Pyprofd__Target **v = arena_alloc(a, (s->targets.n ? s->targets.n : 1) * sizeof *v);
 	if (!res || !v) {
 		rpc_out_of_memory(resp, a);
 		return;
 	}
-	pyprofd__list_result__init(res);
 	res->targets = v;
 	for (size_t i = 0; i < s->targets.n; i++) {
 		const struct target *t = s->targets.v[i];
@@ -328,16 +325,18 @@ static void rpc_stats(struct server *s, struct client *c, const Pyprofd__Request
 	struct uw_stats st = t->final_stats;
 	if (t->uw)
 		uw_stats(t->uw, &st);
-	Pyprofd__StatsResult *res = arena_alloc(a, sizeof *res);
+	Pyprofd__StatsResult *res = ARENA_MESSAGE(a, Pyprofd__StatsResult, PYPROFD__STATS_RESULT__INIT);
 	size_t n = COUNTERS_COUNT + 4;
 	Pyprofd__Counter **v = arena_alloc(a, n * sizeof *v);
 	if (!res || !v) {
 		rpc_out_of_memory(resp, a);
 		return;
 	}
-	pyprofd__stats_result__init(res);
-	res->target = target_to_proto(t, a);
 	res->counters = v;
+	if (!(res->target = target_to_proto(t, a))) {
+		rpc_out_of_memory(resp, a);
+		return;
+	}
 	const struct {
 		const char *name;
 		uint64_t value;
@@ -346,12 +345,11 @@ static void rpc_stats(struct server *s, struct client *c, const Pyprofd__Request
 	              {"bytes_read", st.bytes_read},
 	              {"history_samples", t->history_samples}};
 	for (size_t i = 0; i < n; i++) {
-		Pyprofd__Counter *ctr = arena_alloc(a, sizeof *ctr);
+		Pyprofd__Counter *ctr = ARENA_MESSAGE(a, Pyprofd__Counter, PYPROFD__COUNTER__INIT);
 		if (!ctr) {
 			rpc_out_of_memory(resp, a);
 			return;
 		}
-		pyprofd__counter__init(ctr);
 		size_t ntotals = sizeof totals / sizeof totals[0];
 		if (i < ntotals) {
 			ctr->name = (char *)totals[i].name;
@@ -371,10 +369,6 @@ static void rpc_stats(struct server *s, struct client *c, const Pyprofd__Request
 	res->sample_us_p99 = timing_percentile(&t->cost_us, 99);
 	res->cache_bytes = st.cache_bytes;
 	res->missed_ticks = t->missed_ticks;
-	if (!res->target) {
-		rpc_out_of_memory(resp, a);
-		return;
-	}
 	resp->result_case = PYPROFD__RESPONSE__RESULT_STATS;
 	resp->stats = res;
 }
@@ -384,12 +378,11 @@ static void rpc_status(struct server *s, struct client *c, const Pyprofd__Reques
 {
 	(void)req;
 	(void)c;
-	Pyprofd__StatusResult *res = arena_alloc(a, sizeof *res);
+	Pyprofd__StatusResult *res = ARENA_MESSAGE(a, Pyprofd__StatusResult, PYPROFD__STATUS_RESULT__INIT);
 	if (!res) {
 		rpc_out_of_memory(resp, a);
 		return;
 	}
-	pyprofd__status_result__init(res);
 	res->version = (char *)PYPROFD_VERSION;
 	res->pid = (int32_t)getpid();
 	res->uptime_s = ev_now(s->loop) - s->started;
@@ -459,13 +452,12 @@ static void rpc_top(struct server *s, struct client *c, const Pyprofd__Request *
 	/* Whole seconds: the current one, partly filled, and the `window` before it. */
 	int64_t now = (int64_t)ev_now(s->loop);
 	tally_visit(&t->tally, now - (int64_t)window, rpc_top_count, &acc);
-	Pyprofd__TopResult *res = arena_alloc(a, sizeof *res);
+	Pyprofd__TopResult *res = ARENA_MESSAGE(a, Pyprofd__TopResult, PYPROFD__TOP_RESULT__INIT);
 	if (acc.failed || !res) {
 		functions_free(&acc.fs);
 		rpc_out_of_memory(resp, a);
 		return;
 	}
-	pyprofd__top_result__init(res);
 	functions_sort(&acc.fs, false);
 	size_t limit = r->limit ? r->limit : TOP_ROWS_MAX;
 	res->n_rows = acc.fs.nrows < limit ? acc.fs.nrows : limit;

@@ -461,10 +461,9 @@ size_t target_cache_bytes(const struct target *t)
 
 Pyprofd__Target *target_to_proto(const struct target *t, struct arena *a)
 {
-	Pyprofd__Target *p = arena_alloc(a, sizeof *p);
+	Pyprofd__Target *p = ARENA_MESSAGE(a, Pyprofd__Target, PYPROFD__TARGET__INIT);
 	if (!p)
 		return NULL;
-	pyprofd__target__init(p);
 	p->pid = t->pid;
 	p->start_time = t->start_time;
 	p->uid = t->uid;
@@ -484,10 +483,9 @@ Pyprofd__Target *target_to_proto(const struct target *t, struct arena *a)
 		if (!p->labels)
 			return NULL;
 		for (size_t i = 0; i < t->params.nlabels; i++) {
-			Pyprofd__Label *l = arena_alloc(a, sizeof *l);
+			Pyprofd__Label *l = ARENA_MESSAGE(a, Pyprofd__Label, PYPROFD__LABEL__INIT);
 			if (!l)
 				return NULL;
-			pyprofd__label__init(l);
 			l->key = arena_strdup(a, t->params.label_keys[i]);
 			l->value = arena_strdup(a, t->params.label_values[i]);
 			p->labels[p->n_labels++] = l;

@@ -43,6 +43,14 @@ char *arena_strdup(struct arena *a, const char *s)
 	return copy;
 }
 
+void *arena_dup(struct arena *a, const void *src, size_t size)
+{
+	void *copy = arena_alloc(a, size);
+	if (copy)
+		memcpy(copy, src, size);
+	return copy;
+}
+
 void arena_free(struct arena *a)
 {
 	while (a->blocks) {

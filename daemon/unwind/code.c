@@ -59,21 +59,32 @@ static struct code_info *code_cache_find(const struct code_cache *cache, raddr_t
 	return id == HASH_NONE ? NULL : cache->codes[id];
 }
 
+/*
+ * The first len bytes of the object at addr into hdr (128 bytes), checked to
+ * be of type (when known): what a str or bytes read starts with.
+ */
+static int pyobj_read_header(struct uw_target *t, raddr_t addr, uint8_t hdr[128], uint32_t len,
+                             raddr_t type, const char *what, struct uw_error *err)
+{
+	if (len > 128) {
+		uw_fail(err, UW_ECORRUPT, "object layout too large");
+		return -1;
+	}
+	if (remote_read(&t->mem, addr, hdr, len, err) != 0)
+		return -1;
+	if (type && load_u64(hdr, t->layout.object.ob_type) != type) {
+		uw_fail(err, UW_ECORRUPT, "object at 0x%llx is not %s", (unsigned long long)addr, what);
+		return -1;
+	}
+	return 0;
+}
+
 uint32_t pyobj_read_str(struct uw_target *t, raddr_t addr, struct uw_error *err)
 {
 	const struct py_layout *L = &t->layout;
 	uint8_t hdr[128];
-	uint32_t hdr_len = L->unicode.ascii_size;
-	if (hdr_len > sizeof hdr || L->unicode.legacy_data + 8 > sizeof hdr) {
-		uw_fail(err, UW_ECORRUPT, "unicode layout too large");
+	if (pyobj_read_header(t, addr, hdr, L->unicode.ascii_size, t->unicode_type, "a str", err) != 0)
 		return INTERN_FAILED;
-	}
-	if (remote_read(&t->mem, addr, hdr, hdr_len, err) != 0)
-		return INTERN_FAILED;
-	if (t->unicode_type && load_u64(hdr, L->object.ob_type) != t->unicode_type) {
-		uw_fail(err, UW_ECORRUPT, "object at 0x%llx is not a str", (unsigned long long)addr);
-		return INTERN_FAILED;
-	}
 	int64_t length = (int64_t)load_u64(hdr, L->unicode.length);
 	uint32_t state = load_u32(hdr, L->unicode.state);
 	/* Free-threaded builds keep `interned` in a whole byte before the bit fields. */
@@ -119,18 +130,9 @@ static uint8_t *pyobj_read_bytes(struct uw_target *t, raddr_t addr, size_t *len,
                                  struct uw_error *err)
 {
 	const struct py_layout *L = &t->layout;
-	uint8_t hdr[64];
-	uint32_t hdr_len = L->bytes.ob_sval;
-	if (hdr_len > sizeof hdr) {
-		uw_fail(err, UW_ECORRUPT, "bytes layout too large");
+	uint8_t hdr[128];
+	if (pyobj_read_header(t, addr, hdr, L->bytes.ob_sval, t->bytes_type, "bytes", err) != 0)
 		return NULL;
-	}
-	if (remote_read(&t->mem, addr, hdr, hdr_len, err) != 0)
-		return NULL;
-	if (t->bytes_type && load_u64(hdr, L->object.ob_type) != t->bytes_type) {
-		uw_fail(err, UW_ECORRUPT, "object at 0x%llx is not bytes", (unsigned long long)addr);
-		return NULL;
-	}
 	int64_t size = (int64_t)load_u64(hdr, L->bytes.ob_size);
 	if (size < 0 || size > (int64_t)LINETABLE_MAX_BYTES) {
 		uw_fail(err, UW_ECORRUPT, "garbage bytes size at 0x%llx", (unsigned long long)addr);

@@ -91,17 +91,27 @@ size_t intern_bytes(const struct intern *in)
 	       hash_memory(&in->stack_index);
 }
 
+/*
+ * key's slot in index, a taken one when key is interned already; NULL when
+ * there is no room for one more of the count ids it holds.
+ */
+static struct hash_slot *intern_slot(struct hash *index, uint32_t hash, hash_equal_fn equal,
+                                     const struct intern *in, const void *key, uint32_t count)
+{
+	if (hash_reserve(index, 1) != 0)
+		return NULL;
+	struct hash_slot *slot = hash_probe(index, hash, equal, in, key);
+	return slot->id || count < INTERN_MAX_IDS ? slot : NULL;
+}
+
 uint32_t intern_string(struct intern *in, const char *s, size_t len)
 {
 	struct str_key key = {s, len};
 	uint32_t hash = hash_bytes(s, len);
-	if (hash_reserve(&in->str_index, 1) != 0)
-		return INTERN_FAILED;
-	struct hash_slot *slot = hash_probe(&in->str_index, hash, intern_str_equal, in, &key);
-	if (slot->id)
-		return slot->id - 1;
-	if (in->nstrs >= INTERN_MAX_IDS ||
-	    array_reserve((void **)&in->strs, &in->strs_cap, in->nstrs, sizeof *in->strs, &in->bytes) ||
+	struct hash_slot *slot = intern_slot(&in->str_index, hash, intern_str_equal, in, &key, in->nstrs);
+	if (!slot || slot->id)
+		return slot ? slot->id - 1 : INTERN_FAILED;
+	if (array_reserve((void **)&in->strs, &in->strs_cap, in->nstrs, sizeof *in->strs, &in->bytes) ||
 	    array_reserve((void **)&in->str_len, &in->str_len_cap, in->nstrs, sizeof *in->str_len,
 	                  &in->bytes))
 		return INTERN_FAILED;
@@ -121,13 +131,11 @@ uint32_t intern_string(struct intern *in, const char *s, size_t len)
 uint32_t intern_frame(struct intern *in, const struct frame_key *key)
 {
 	uint32_t hash = intern_frame_hash(key);
-	if (hash_reserve(&in->frame_index, 1) != 0)
-		return INTERN_FAILED;
-	struct hash_slot *slot = hash_probe(&in->frame_index, hash, intern_frame_equal, in, key);
-	if (slot->id)
-		return slot->id - 1;
-	if (in->nframes >= INTERN_MAX_IDS ||
-	    array_reserve((void **)&in->frame_keys, &in->frames_cap, in->nframes,
+	struct hash_slot *slot =
+		intern_slot(&in->frame_index, hash, intern_frame_equal, in, key, in->nframes);
+	if (!slot || slot->id)
+		return slot ? slot->id - 1 : INTERN_FAILED;
+	if (array_reserve((void **)&in->frame_keys, &in->frames_cap, in->nframes,
 	                  sizeof *in->frame_keys, &in->bytes) ||
 	    array_reserve((void **)&in->frames, &in->frames_view_cap, in->nframes,
 	                  sizeof *in->frames, &in->bytes))
@@ -149,13 +157,10 @@ uint32_t intern_stack(struct intern *in, uint32_t parent, uint32_t frame)
 {
 	struct stack_node key = {.parent = parent, .frame = frame};
 	uint32_t hash = hash_u64((uint64_t)parent << 32 | frame);
-	if (hash_reserve(&in->stack_index, 1) != 0)
-		return INTERN_FAILED;
-	struct hash_slot *slot = hash_probe(&in->stack_index, hash, intern_stack_equal, in, &key);
-	if (slot->id)
-		return slot->id - 1;
-	if (in->nstacks >= INTERN_MAX_IDS ||
-	    array_reserve((void **)&in->stacks, &in->stacks_cap, in->nstacks, sizeof *in->stacks,
+	struct hash_slot *slot = intern_slot(&in->stack_index, hash, intern_stack_equal, in, &key, in->nstacks);
+	if (!slot || slot->id)
+		return slot ? slot->id - 1 : INTERN_FAILED;
+	if (array_reserve((void **)&in->stacks, &in->stacks_cap, in->nstacks, sizeof *in->stacks,
 	                  &in->bytes))
 		return INTERN_FAILED;
 	uint32_t id = in->nstacks++;

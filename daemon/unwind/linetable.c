@@ -68,6 +68,17 @@ static int builder_add(struct builder *b, uint32_t start, uint32_t end, int32_t 
 	return 0;
 }
 
+/* The range of size bytes from *addr at line, ending at most at max_end; *addr moves to its end. */
+static int builder_advance(struct builder *b, uint64_t *addr, uint64_t size, int32_t line,
+                           uint64_t max_end)
+{
+	uint64_t next = *addr + size;
+	if (next > max_end || builder_add(b, (uint32_t)*addr, (uint32_t)next, line) != 0)
+		return -1;
+	*addr = next;
+	return 0;
+}
+
 /* Line numbers are int in CPython; a sum leaving that range is garbage. */
 static bool line_ok(int64_t line)
 {
@@ -75,12 +86,17 @@ static bool line_ok(int64_t line)
 }
 
 /*
- * co_lnotab: (address increment, signed line increment) byte pairs.  A line
- * increment takes effect at the address reached so far, so the range ending
- * at this pair's address still has the old line.  The last line has no end
- * in the table: the interpreter answers it for any later offset.
+ * The two byte-pair tables: co_lnotab (3.8, 3.9) and 3.10's co_linetable
+ * (PEP 626), each pair a byte length and a signed line delta.  In lnotab a
+ * line delta takes effect at the address reached so far, so the range ending
+ * at a pair's address still has the old line, and the last line has no end
+ * in the table: the interpreter answers it for any later offset.  In PEP 626
+ * each pair describes the range it ends, and the no-line marker leaves the
+ * running line untouched; zero-length pairs exist only to carry line deltas
+ * too big for one byte (or lengths too big for one pair) and own no code.
  */
-static int decode_lnotab(const uint8_t *buf, size_t len, int firstlineno, struct builder *b)
+static int decode_pairs(const uint8_t *buf, size_t len, int firstlineno, bool pep626,
+                        struct builder *b)
 {
 	/* CPython only ever writes whole pairs; half a pair means a bad read. */
 	if (len % 2 != 0)
@@ -88,56 +104,21 @@ static int decode_lnotab(const uint8_t *buf, size_t len, int firstlineno, struct
 	uint64_t addr = 0;
 	int64_t line = firstlineno;
 	for (size_t i = 0; i < len; i += 2) {
-		uint8_t step = buf[i];
-		int8_t ldelta = (int8_t)buf[i + 1];
-		if (step > 0) {
-			uint64_t next = addr + step;
-			/* UINT32_MAX is reserved as the open end of the last range. */
-			if (next >= UINT32_MAX)
-				return -1;
-			if (builder_add(b, (uint32_t)addr, (uint32_t)next, (int32_t)line) != 0)
-				return -1;
-			addr = next;
-		}
-		line += ldelta;
-		if (!line_ok(line))
-			return -1;
-	}
-	return builder_add(b, (uint32_t)addr, UINT32_MAX, (int32_t)line);
-}
-
-/*
- * 3.10 co_linetable: (byte length, signed line delta) pairs.  Unlike lnotab
- * each pair describes the range it ends, and the no-line marker leaves the
- * running line untouched.  Zero-length pairs exist only to carry line deltas
- * too big for one byte (or lengths too big for one pair); they own no code.
- */
-static int decode_pep626(const uint8_t *buf, size_t len, int firstlineno, struct builder *b)
-{
-	if (len % 2 != 0)
-		return -1;
-	uint64_t addr = 0;
-	int64_t computed = firstlineno;
-	for (size_t i = 0; i < len; i += 2) {
 		uint8_t size = buf[i];
 		int8_t ldelta = (int8_t)buf[i + 1];
-		int64_t line;
-		if (ldelta == PEP626_NO_LINE) {
-			line = -1;
-		} else {
-			computed += ldelta;
-			if (!line_ok(computed))
-				return -1;
-			line = computed;
-		}
-		uint64_t next = addr + size;
-		if (next > UINT32_MAX)
+		bool no_line = pep626 && ldelta == PEP626_NO_LINE;
+		/* UINT32_MAX is reserved as the open end of lnotab's last range. */
+		if (!pep626 && size > 0 &&
+		    builder_advance(b, &addr, size, (int32_t)line, UINT32_MAX - 1) != 0)
 			return -1;
-		if (builder_add(b, (uint32_t)addr, (uint32_t)next, (int32_t)line) != 0)
+		line += no_line ? 0 : ldelta;
+		if (!line_ok(line))
 			return -1;
-		addr = next;
+		if (pep626 &&
+		    builder_advance(b, &addr, size, no_line ? -1 : (int32_t)line, UINT32_MAX) != 0)
+			return -1;
 	}
-	return 0;
+	return pep626 ? 0 : builder_add(b, (uint32_t)addr, UINT32_MAX, (int32_t)line);
 }
 
 /*
@@ -244,13 +225,9 @@ static int decode_locations(const uint8_t *buf, size_t len, int firstlineno, str
 		computed += delta;
 		if (!line_ok(computed))
 			return -1;
-		uint64_t next = addr + (uint64_t)units * CODE_UNIT_BYTES;
-		if (next > UINT32_MAX)
+		if (builder_advance(b, &addr, (uint64_t)units * CODE_UNIT_BYTES,
+		                    no_line ? -1 : (int32_t)computed, UINT32_MAX) != 0)
 			return -1;
-		if (builder_add(b, (uint32_t)addr, (uint32_t)next,
-		                no_line ? -1 : (int32_t)computed) != 0)
-			return -1;
-		addr = next;
 	}
 	return 0;
 }
@@ -269,10 +246,10 @@ int line_table_decode(enum line_model model, const uint8_t *buf, size_t len,
 	int rc;
 	switch (model) {
 	case LINE_MODEL_LNOTAB:
-		rc = decode_lnotab(buf, len, firstlineno, &b);
+		rc = decode_pairs(buf, len, firstlineno, false, &b);
 		break;
 	case LINE_MODEL_PEP626:
-		rc = decode_pep626(buf, len, firstlineno, &b);
+		rc = decode_pairs(buf, len, firstlineno, true, &b);
 		break;
 	case LINE_MODEL_LOCATIONS:
 		rc = decode_locations(buf, len, firstlineno, &b);
