@@ -1,7 +1,8 @@
 /*
  * A profile being recorded by `pyprofd record`: frames and stacks by their
  * content, so what was counted in different epochs of the unwinder (which
- * renumbers everything) adds up, and sample counts per (thread, stack).
+ * renumbers everything) adds up, and sample counts per (thread, stack) in a
+ * tally of their own that outlives the epochs.
  * It ends as the export library's profile, which writes every format.
  */
 #include <stdlib.h>
@@ -39,18 +40,6 @@ static bool profile_stack_equal(const void *ctx, uint32_t id, const void *key)
 	const struct profile_node *n = &((const struct profile *)ctx)->nodes[id];
 	const struct profile_stack_key *k = key;
 	return n->parent == k->parent && n->frame == k->frame;
-}
-
-struct profile_sample_key {
-	uint64_t thread_id;
-	int32_t stack;
-};
-
-static bool profile_sample_equal(const void *ctx, uint32_t id, const void *key)
-{
-	const struct profile_sample *s = &((const struct profile *)ctx)->samples[id];
-	const struct profile_sample_key *k = key;
-	return s->stack == k->stack && s->thread_id == k->thread_id;
 }
 
 /* The spell sink: a frame by content. */
@@ -107,18 +96,17 @@ void profile_init(struct profile *p)
 
 void profile_free(struct profile *p)
 {
+	tally_free(&p->tally);
+	tally_free(&p->totals);
+	spell_free(&p->spell);
 	for (size_t i = 0; i < p->nframes; i++) {
 		free((char *)p->frames[i].function);
 		free((char *)p->frames[i].file);
 	}
 	free(p->frames);
-	free(p->nodes);
-	free(p->samples);
 	hash_free(&p->frame_index);
+	free(p->nodes);
 	hash_free(&p->node_index);
-	hash_free(&p->sample_index);
-	tally_free(&p->tally);
-	spell_free(&p->spell);
 	memset(p, 0, sizeof *p);
 }
 
@@ -140,18 +128,7 @@ static int profile_settle_entry(void *ctx, const struct tally_entry *e, uint64_t
 	int32_t stack = spell_stack(&p->spell, p->settling, e->stack);
 	if (stack < 0)
 		return -1;
-	struct profile_sample_key key = {e->thread_id, stack};
-	uint32_t hash = hash_u64(e->thread_id ^ (uint64_t)(uint32_t)stack << 32);
-	if (hash_reserve(&p->sample_index, 1) != 0 ||
-	    array_reserve((void **)&p->samples, &p->samples_cap, p->nsamples, sizeof *p->samples, NULL))
-		return -1;
-	struct hash_slot *slot = hash_probe(&p->sample_index, hash, profile_sample_equal, p, &key);
-	if (!slot->id) {
-		p->samples[p->nsamples] = (struct profile_sample){.thread_id = e->thread_id, .stack = stack};
-		hash_fill(&p->sample_index, slot, hash, (uint32_t)p->nsamples++);
-	}
-	p->samples[slot->id - 1].count += count;
-	return 0;
+	return tally_add(&p->totals, 0, e->thread_id, (uint32_t)stack, count);
 }
 
 int profile_settle(struct profile *p, const struct uw_target *uw)
@@ -175,14 +152,15 @@ void profile_free_export(struct export_profile *out)
 int profile_export(const struct profile *p, struct export_profile *out)
 {
 	memset(out, 0, sizeof *out);
-	struct export_stack *stacks = calloc(p->nsamples ? p->nsamples : 1, sizeof *stacks);
+	size_t n = p->totals.len;
+	struct export_stack *stacks = calloc(n ? n : 1, sizeof *stacks);
 	if (!stacks)
 		return -1;
 	out->frames = p->frames;
 	out->nframes = (uint32_t)p->nframes;
 	out->stacks = stacks;
-	for (size_t i = 0; i < p->nsamples; i++) {
-		const struct profile_sample *s = &p->samples[i];
+	for (size_t i = 0; i < n; i++) {
+		const struct tally_entry *s = &p->totals.entries[i];
 		uint32_t depth = p->nodes[s->stack].depth;
 		uint32_t *frames = malloc(depth * sizeof *frames);
 		if (!frames) {
@@ -191,7 +169,7 @@ int profile_export(const struct profile *p, struct export_profile *out)
 		}
 		/* Root first: filled from the innermost frame back. */
 		uint32_t d = depth;
-		for (int32_t at = s->stack; at >= 0 && d > 0; at = p->nodes[at].parent)
+		for (int32_t at = (int32_t)s->stack; at >= 0 && d > 0; at = p->nodes[at].parent)
 			frames[--d] = (uint32_t)p->nodes[at].frame;
 		stacks[out->nstacks++] = (struct export_stack){
 			.frames = frames, .depth = depth, .count = s->count, .thread_id = s->thread_id};

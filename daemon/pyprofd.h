@@ -113,11 +113,6 @@ struct profile_node {
 	int32_t parent, frame;
 	uint32_t depth;
 };
-struct profile_sample {
-	uint64_t thread_id;
-	int32_t stack;
-	uint64_t count;
-};
 struct profile {
 	struct tally tally; /* this epoch's samples, by stack id */
 	struct spell spell;
@@ -128,9 +123,7 @@ struct profile {
 	struct profile_node *nodes;
 	size_t nnodes, nodes_cap;
 	struct hash node_index;
-	struct profile_sample *samples;
-	size_t nsamples, samples_cap;
-	struct hash sample_index;
+	struct tally totals; /* the whole run's samples, by thread and node (second 0) */
 	bool failed; /* out of memory spelling out an epoch */
 };
 void profile_init(struct profile *p);

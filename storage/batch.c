@@ -35,14 +35,14 @@ void store_batch_free(struct store_batch *b)
 		return;
 	for (size_t i = 0; i < b->ntargets; i++)
 		batch_target_clear(&b->targets[i]);
+	free(b->targets);
 	for (size_t i = 0; i < b->nsessions; i++)
 		free(b->sessions[i].mode);
+	free(b->sessions);
 	for (size_t i = 0; i < b->nframes; i++) {
 		free(b->frames[i].function);
 		free(b->frames[i].file);
 	}
-	free(b->targets);
-	free(b->sessions);
 	free(b->frames);
 	free(b->stacks);
 	free(b->samples);

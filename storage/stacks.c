@@ -42,22 +42,20 @@ struct stacks_query {
 	size_t nnodes, nodes_cap;
 	struct store_frame *frames;
 	size_t nframes, frames_cap;
+	struct arena strings; /* the frames' */
 	size_t *path;            /* frame indexes of one stack, leaf first */
 	struct store_frame *out; /* the same, root first, for the callback */
 };
 
 static void stacks_free(struct stacks_query *qs)
 {
-	for (size_t i = 0; i < qs->nframes; i++) {
-		free((char *)qs->frames[i].function);
-		free((char *)qs->frames[i].file);
-	}
-	free(qs->frames);
-	free(qs->nodes);
 	free(qs->rows);
 	free(qs->path);
 	free(qs->out);
+	free(qs->nodes);
 	hash_map_clear(&qs->node_ids);
+	free(qs->frames);
+	arena_free(&qs->strings);
 	hash_map_clear(&qs->frame_ids);
 	hash_map_clear(&qs->pending_frames);
 	hash_map_clear(&qs->frame_texts);
@@ -93,13 +91,12 @@ static int stacks_frame_index(struct stacks_query *qs, int32_t line, int kind, c
 		return -1;
 	}
 	struct store_frame *f = &qs->frames[qs->nframes];
-	f->function = function ? strdup(function) : NULL;
-	f->file = file ? strdup(file) : NULL;
+	f->function = arena_strdup(&qs->strings, function);
+	f->file = arena_strdup(&qs->strings, file);
 	f->line = line;
 	f->kind = kind;
 	f->id = (uint32_t)qs->nframes;
 	int rc = (function && !f->function) || (file && !f->file) ? -1 : 0;
-	/* Counted either way, so stacks_free frees what was copied. */
 	*index = qs->nframes++;
 	if (rc == 0)
 		rc = hash_map_put(&qs->frame_texts, text, len, (int64_t)*index);

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "arena.h"
 #include "array.h"
 #include "hash.h"
 #include "store.h"

@@ -437,13 +437,13 @@ static void *writer_main(void *arg)
 static void writer_free(struct store_writer *w)
 {
 	insert_free(&w->ins);
+	free(w->steps);
+	free(w->path);
 	while (w->head) {
 		struct store_batch *b = w->head;
 		w->head = b->next;
 		store_batch_free(b);
 	}
-	free(w->steps);
-	free(w->path);
 	pthread_cond_destroy(&w->done);
 	pthread_cond_destroy(&w->wake);
 	pthread_mutex_destroy(&w->lock);
