@@ -1,0 +1,193 @@
+/* The profiles the export tests share: see profiles.h. */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdbool.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "profiles.h"
+
+const struct export_frame frames[PROFILE_NFRAMES] = {
+	/* 0 */ {"main", "app.py", 10, UW_FRAME_PYTHON},
+	/* 1 */ {"serve", "server.py", 40, UW_FRAME_PYTHON},
+	/* 2 */ {"handle", "server.py", 88, UW_FRAME_PYTHON},
+	/* 3 */ {"parse", "json.py", -1, UW_FRAME_PYTHON},
+	/* 4 */ {"<native>", "", -1, UW_FRAME_NATIVE},
+	/* 5 */ {"fib", "fib.py", 3, UW_FRAME_PYTHON},
+	/* 6 */ {"größe_λ", "ünï.py", 7, UW_FRAME_PYTHON},
+	/* 7 */ {EVIL_SCRIPT, "evil.py", 1, UW_FRAME_PYTHON},
+	/* 8 */ {"a;b\nc", "semi.py", 2, UW_FRAME_PYTHON},
+	/* 9 */ {"<GC>", "", -1, UW_FRAME_GC},
+	/* 10 */ {"handle", "server.py", 88, UW_FRAME_PYTHON}, /* frame 2 again */
+	/* 11 */ {EVIL_COMMENT, "evil.py", 5, UW_FRAME_PYTHON},
+};
+
+const uint32_t st0[3] = {0, 1, 2};
+static const uint32_t st1[] = {0, 1, 2, 3}, st2[] = {0, 5, 5, 5},
+		      st3[] = {0, 1, 10}, st4[] = {0, 4, 6}, st5[] = {0, 7}, st6[] = {0, 8, 9},
+		      st7[] = {0, 1}, st8[] = {0, 11};
+
+const struct export_stack stacks[PROFILE_NSTACKS] = {
+	{st0, 3, 5, 1},  {st1, 4, 3, 1}, {st2, 4, 4, 2}, {st3, 3, 2, 2}, {st4, 3, 1, 1},
+	{st5, 2, 1, 0},  {st6, 3, 2, 1}, {st7, 2, 0, 1}, {st8, 2, 1, 0},
+};
+
+const struct export_profile profile = {
+	.frames = frames,
+	.nframes = COUNT(frames),
+	.stacks = stacks,
+	.nstacks = COUNT(stacks),
+	.name = "pid 4242 (service=api)",
+	.mode = "cpu",
+	.rate_hz = RATE,
+	.from_unix = 1700000000.0,
+	.until_unix = 1700000060.5,
+};
+
+const struct export_profile empty = {
+	.name = "idle",
+	.mode = "wall",
+	.rate_hz = 100,
+	.from_unix = 1700000000.0,
+	.until_unix = 1700000010.0,
+};
+
+const enum export_format all_formats[NFORMATS] = {
+	EXPORT_COLLAPSED, EXPORT_FLAMEGRAPH, EXPORT_SPEEDSCOPE, EXPORT_PPROF, EXPORT_JSON,
+};
+
+/* export_write into memory; returns its result with errno kept. */
+int export_mem(const struct export_profile *p, enum export_format f, struct out *o)
+{
+	o->buf = NULL;
+	o->len = 0;
+	FILE *fp = open_memstream(&o->buf, &o->len);
+	cr_assert_not_null(fp, "open_memstream: %s", strerror(errno));
+	int r = export_write(p, f, fp);
+	int e = errno;
+	cr_assert_eq(fclose(fp), 0);
+	errno = e;
+	return r;
+}
+
+/* export_write that must succeed. */
+void export_ok(const struct export_profile *p, enum export_format f, struct out *o)
+{
+	int r = export_mem(p, f, o);
+	cr_assert_eq(r, 0, "export_write(format %d): %s", f, strerror(errno));
+}
+
+void scratch_write(const char *path, const void *data, size_t len)
+{
+	FILE *fp = fopen(path, "wb");
+	cr_assert_not_null(fp, "%s: %s", path, strerror(errno));
+	cr_assert_eq(fwrite(data, 1, len, fp), len);
+	cr_assert_eq(fclose(fp), 0);
+}
+
+/* A JSON number that is an integer (speedscope's schema says number; ours are indices). */
+static bool is_index(json_t *v, size_t n)
+{
+	return json_is_integer(v) && json_integer_value(v) >= 0 && (size_t)json_integer_value(v) < n;
+}
+
+/*
+ * What we promise of a speedscope file beyond its schema (which the tests
+ * below hold it to): one sampled profile, our exporter, indices in range, one
+ * weight per sample, weights summing to the range.  Returns the frames.
+ */
+json_t *check_speedscope(json_t *doc, double *weight_sum)
+{
+	cr_assert(json_is_object(doc));
+	cr_expect_str_eq(json_string_value(json_object_get(doc, "$schema")),
+	                 "https://www.speedscope.app/file-format-schema.json");
+	cr_expect_str_eq(json_string_value(json_object_get(doc, "exporter")), "pyprofd");
+	cr_expect(json_is_string(json_object_get(doc, "name")));
+	cr_expect(json_is_number(json_object_get(doc, "activeProfileIndex")));
+	json_t *shared = json_object_get(doc, "shared");
+	cr_assert(json_is_object(shared));
+	json_t *fr = json_object_get(shared, "frames");
+	cr_assert(json_is_array(fr));
+	for (size_t i = 0; i < json_array_size(fr); i++) {
+		json_t *f = json_array_get(fr, i), *file = json_object_get(f, "file"),
+		       *line = json_object_get(f, "line");
+		cr_assert(json_is_object(f));
+		cr_expect(json_is_string(json_object_get(f, "name")), "frame %zu has no name", i);
+		cr_expect(!file || json_is_string(file), "frame %zu: file not a string", i);
+		cr_expect(!line || json_is_number(line), "frame %zu: line not a number", i);
+	}
+	json_t *profiles = json_object_get(doc, "profiles");
+	cr_assert(json_is_array(profiles) && json_array_size(profiles) == 1);
+	json_t *p = json_array_get(profiles, 0);
+	cr_expect_str_eq(json_string_value(json_object_get(p, "type")), "sampled");
+	cr_expect(json_is_string(json_object_get(p, "name")));
+	static const char *const units[] = {"bytes", "microseconds", "milliseconds",
+	                                    "nanoseconds", "none", "seconds"};
+	const char *unit = json_string_value(json_object_get(p, "unit"));
+	bool known = false;
+	for (size_t i = 0; unit && i < COUNT(units); i++)
+		known |= strcmp(unit, units[i]) == 0;
+	cr_expect(known, "unit %s", unit ? unit : "(none)");
+	cr_expect(json_is_number(json_object_get(p, "startValue")));
+	cr_expect(json_is_number(json_object_get(p, "endValue")));
+	json_t *samples = json_object_get(p, "samples"), *weights = json_object_get(p, "weights");
+	cr_assert(json_is_array(samples) && json_is_array(weights));
+	cr_assert_eq(json_array_size(samples), json_array_size(weights));
+	*weight_sum = 0;
+	for (size_t i = 0; i < json_array_size(samples); i++) {
+		json_t *s = json_array_get(samples, i), *w = json_array_get(weights, i);
+		cr_assert(json_is_array(s) && json_array_size(s) > 0);
+		for (size_t d = 0; d < json_array_size(s); d++)
+			cr_expect(is_index(json_array_get(s, d), json_array_size(fr)),
+			          "sample %zu: frame %zu out of range", i, d);
+		cr_assert(json_is_number(w));
+		*weight_sum += json_number_value(w);
+	}
+	cr_expect(fabs(json_number_value(json_object_get(p, "endValue")) -
+	               json_number_value(json_object_get(p, "startValue")) - *weight_sum) < 1e-9);
+	return fr;
+}
+
+/* The gunzipped bytes of a gzip stream. */
+uint8_t *gunzip(const struct out *o, size_t *len)
+{
+	cr_assert(o->len >= 2 && (uint8_t)o->buf[0] == 0x1f && (uint8_t)o->buf[1] == 0x8b,
+	          "not gzip");
+	z_stream z;
+	memset(&z, 0, sizeof z);
+	cr_assert_eq(inflateInit2(&z, 15 + 16), Z_OK);
+	size_t cap = 4096, n = 0;
+	uint8_t *buf = malloc(cap);
+	cr_assert_not_null(buf);
+	z.next_in = (Bytef *)o->buf;
+	z.avail_in = (uInt)o->len;
+	int r;
+	do {
+		if (n == cap) {
+			cap *= 2;
+			buf = realloc(buf, cap);
+			cr_assert_not_null(buf);
+		}
+		z.next_out = buf + n;
+		z.avail_out = (uInt)(cap - n);
+		r = inflate(&z, Z_NO_FLUSH);
+		cr_assert(r == Z_OK || r == Z_STREAM_END, "inflate: %d", r);
+		n = cap - z.avail_out;
+	} while (r != Z_STREAM_END);
+	cr_expect_eq(z.avail_in, 0, "bytes after the gzip stream");
+	inflateEnd(&z);
+	*len = n;
+	return buf;
+}
+
+json_t *parse_json(const struct out *o)
+{
+	json_error_t err;
+	json_t *doc = json_loadb(o->buf, o->len, 0, &err);
+	cr_assert_not_null(doc, "not JSON: %s at %d:%d", err.text, err.line, err.column);
+	return doc;
+}

@@ -1,0 +1,57 @@
+/*
+ * The profiles the export tests share: one with what real ones have and
+ * what breaks careless writers (see test_export.c), and an empty one; and
+ * writing a profile into memory.
+ */
+#ifndef PYPROFD_TESTS_PROFILES_H
+#define PYPROFD_TESTS_PROFILES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "export.h"
+
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Chromium starts in a second or two; a minute only catches a hang. */
+#define CHROMIUM_TIMEOUT_S 60.0
+#define PROTOC_TIMEOUT_S 30.0
+/* jsonschema checks the largest document here in about a second; a minute only catches a hang. */
+#define SCHEMA_TIMEOUT_S 60.0
+
+#define EVIL_SCRIPT "</script><b id=\"pwned\">x</b>"
+#define EVIL_COMMENT "<!--<script>"
+
+#define PROFILE_NFRAMES 12
+#define PROFILE_NSTACKS 9
+#define NFORMATS 5
+#define TOTAL 19 /* the profile's sample count */
+#define RATE 100
+
+extern const struct export_frame frames[PROFILE_NFRAMES];
+extern const uint32_t st0[3]; /* main;serve;handle */
+extern const struct export_stack stacks[PROFILE_NSTACKS];
+extern const struct export_profile profile, empty;
+extern const enum export_format all_formats[NFORMATS]; /* every format but the table */
+
+/* What a writer wrote, in memory. */
+struct out {
+	char *buf;
+	size_t len;
+};
+
+/* export_write into memory; returns its result with errno kept. */
+int export_mem(const struct export_profile *p, enum export_format f, struct out *o);
+/* export_write that must succeed. */
+void export_ok(const struct export_profile *p, enum export_format f, struct out *o);
+void scratch_write(const char *path, const void *data, size_t len);
+/* A JSON writer's output, parsed. */
+json_t *parse_json(const struct out *o);
+/* What we promise of a speedscope file beyond its schema (see profiles.c); its frames. */
+json_t *check_speedscope(json_t *doc, double *weight_sum);
+/* The gunzipped bytes of a gzip stream (pprof). */
+uint8_t *gunzip(const struct out *o, size_t *len);
+
+#endif
