@@ -417,3 +417,65 @@ void nobody_daemon_start(struct daemon *d, const char *dir, const char *const ex
 	d->pid = spawn_process(argv, d->log);
 	cr_assert(daemon_wait_listening(d), "the daemon run by nobody does not listen on %s", d->sock);
 }
+
+/* ---- what the daemon suites share ---- */
+
+const char *jstr(json_t *obj, const char *key)
+{
+	json_t *v = json_object_get(obj, key);
+	cr_assert(json_is_string(v), "no string \"%s\" in %s", key, json_dumps(obj, JSON_COMPACT));
+	return json_string_value(v);
+}
+
+/* `pyprofd-ctl ARGS` must fail with `code` and one stderr line. */
+void ctl_expect_failure(const struct daemon *d, const char *const args[], int code,
+                        const struct run_opts *opts, const char *context)
+{
+	struct run_result r;
+	ctl_run(d, &r, args, opts);
+	char why[512];
+	cr_assert(r.exited && r.code == code, "%s: pyprofd-ctl %s: expected exit %d, got %s", context,
+	          args[0], code, run_describe(&r, why, sizeof why));
+	cr_assert(r.err_len > 0 && strchr(r.err, '\n') == r.err + r.err_len - 1,
+	          "%s: expected one error line, got: %s", context, r.err);
+	run_result_free(&r);
+}
+
+/* `pyprofd-ctl attach PID --rate RATE`, which must succeed. */
+void ctl_attach_at(const struct daemon *d, pid_t pid, const char *rate)
+{
+	char p[16];
+	const char *args[] = {"attach", pid_text(pid, p, sizeof p), "--rate", rate, NULL};
+	ctl_ok(d, args);
+}
+
+/* `pyprofd-ctl stats PID --json`. */
+json_t *ctl_stats_of(const struct daemon *d, pid_t pid)
+{
+	char p[16];
+	const char *args[] = {"stats", pid_text(pid, p, sizeof p), NULL};
+	return ctl_json(d, args);
+}
+
+/* The list entry of pid once pred holds (within 30 s), or the test fails. */
+json_t *entry_when(const struct daemon *d, pid_t pid, bool (*pred)(json_t *), const char *what)
+{
+	json_t *e = wait_target(d, pid, pred, 30.0);
+	if (!e) {
+		char *log = daemon_log(d);
+		cr_assert_fail("pid %d never became %s; daemon log:\n%s", (int)pid, what, log);
+	}
+	return e;
+}
+
+/* Predicates of wait_target and entry_when. */
+bool sampled_a_while(json_t *e)
+{
+	return strcmp(json_string_value(json_object_get(e, "state")), "sampling") == 0 &&
+	       json_integer_value(json_object_get(e, "samples")) >= 30;
+}
+
+bool is_exited(json_t *e)
+{
+	return strcmp(json_string_value(json_object_get(e, "state")), "exited") == 0;
+}

@@ -108,4 +108,19 @@ const struct python *nobody_daemon_setup(struct python pys[PYTHONS_MAX]);
  */
 void nobody_daemon_start(struct daemon *d, const char *dir, const char *const extra[]);
 
+/* A string member of a JSON object, which must be there. */
+const char *jstr(json_t *obj, const char *key);
+/* `pyprofd-ctl ARGS` must fail with `code` and one stderr line. */
+void ctl_expect_failure(const struct daemon *d, const char *const args[], int code,
+                        const struct run_opts *opts, const char *context);
+/* `pyprofd-ctl attach PID --rate RATE`, which must succeed. */
+void ctl_attach_at(const struct daemon *d, pid_t pid, const char *rate);
+/* `pyprofd-ctl stats PID --json`. */
+json_t *ctl_stats_of(const struct daemon *d, pid_t pid);
+/* The list entry of pid once pred holds (within 30 s), or the test fails. */
+json_t *entry_when(const struct daemon *d, pid_t pid, bool (*pred)(json_t *), const char *what);
+/* Predicates of wait_target and entry_when. */
+bool sampled_a_while(json_t *e);
+bool is_exited(json_t *e);
+
 #endif

@@ -24,63 +24,6 @@
 
 TestSuite(daemon, .init = helpers_init, .fini = helpers_fini);
 
-static const char *jstr(json_t *obj, const char *key)
-{
-	json_t *v = json_object_get(obj, key);
-	cr_assert(json_is_string(v), "no string \"%s\" in %s", key, json_dumps(obj, JSON_COMPACT));
-	return json_string_value(v);
-}
-
-/* `pyprofd-ctl ARGS` must fail with `code` and one stderr line. */
-static void ctl_expect_failure(const struct daemon *d, const char *const args[], int code,
-                               const struct run_opts *opts, const char *context)
-{
-	struct run_result r;
-	ctl_run(d, &r, args, opts);
-	char why[512];
-	cr_assert(r.exited && r.code == code, "%s: pyprofd-ctl %s: expected exit %d, got %s", context,
-	          args[0], code, run_describe(&r, why, sizeof why));
-	cr_assert(r.err_len > 0 && strchr(r.err, '\n') == r.err + r.err_len - 1,
-	          "%s: expected one error line, got: %s", context, r.err);
-	run_result_free(&r);
-}
-
-static void attach(const struct daemon *d, pid_t pid, const char *rate)
-{
-	char p[16];
-	const char *args[] = {"attach", pid_text(pid, p, sizeof p), "--rate", rate, NULL};
-	ctl_ok(d, args);
-}
-
-static json_t *stats_of(const struct daemon *d, pid_t pid)
-{
-	char p[16];
-	const char *args[] = {"stats", pid_text(pid, p, sizeof p), NULL};
-	return ctl_json(d, args);
-}
-
-/* The list entry of pid once pred holds (within 30 s), or the test fails. */
-static json_t *entry_when(const struct daemon *d, pid_t pid, bool (*pred)(json_t *), const char *what)
-{
-	json_t *e = wait_target(d, pid, pred, 30.0);
-	if (!e) {
-		char *log = daemon_log(d);
-		cr_assert_fail("pid %d never became %s; daemon log:\n%s", (int)pid, what, log);
-	}
-	return e;
-}
-
-static bool sampled_a_while(json_t *e)
-{
-	return strcmp(json_string_value(json_object_get(e, "state")), "sampling") == 0 &&
-	       json_integer_value(json_object_get(e, "samples")) >= 30;
-}
-
-static bool is_exited(json_t *e)
-{
-	return strcmp(json_string_value(json_object_get(e, "state")), "exited") == 0;
-}
-
 /* Whether a dumped thread shows these functions, innermost first, at its top. */
 static bool thread_shows(json_t *thread, const char *const names[])
 {
@@ -111,7 +54,7 @@ Test(daemon, attach_list_dump_stats_detach, .timeout = 300)
 	struct daemon d;
 	daemon_start(&d, NULL);
 	for (size_t i = 0; i < n; i++)
-		attach(&d, targets[i].pid, "200");
+		ctl_attach_at(&d, targets[i].pid, "200");
 
 	static const char *const nested[] = {"hold", "nested_inner", "nested_middle", "nested_outer", NULL};
 	for (size_t i = 0; i < n; i++) {
@@ -142,7 +85,7 @@ Test(daemon, attach_list_dump_stats_detach, .timeout = 300)
 		run_result_free(&via_daemon);
 		run_result_free(&direct);
 
-		json_t *st = stats_of(&d, pid);
+		json_t *st = ctl_stats_of(&d, pid);
 		cr_assert_gt(jint(st, "total_samples"), 0, "%s", pys[i].path);
 		/* A parked stack is the frame cache's best case: every sample after the first hits whole. */
 		cr_assert_gt(jint(st, "frame_cache_full_hits"), 0, "%s", pys[i].path);
@@ -204,7 +147,7 @@ Test(daemon, twenty_targets, .timeout = 300)
 	struct daemon d;
 	daemon_start(&d, NULL);
 	for (size_t i = 0; i < N; i++)
-		attach(&d, targets[i].pid, "100");
+		ctl_attach_at(&d, targets[i].pid, "100");
 	for (size_t i = 0; i < N; i++) {
 		json_t *e = entry_when(&d, targets[i].pid, sampled_a_while, "sampled");
 		cr_expect_eq(jint(e, "errors"), 0, "pid %d: sampling errors", (int)targets[i].pid);
@@ -215,7 +158,7 @@ Test(daemon, twenty_targets, .timeout = 300)
 	cr_assert_eq(jint(s, "targets_sampling"), N);
 	json_decref(s);
 	for (size_t i = 0; i < N; i++) {
-		json_t *st = stats_of(&d, targets[i].pid);
+		json_t *st = ctl_stats_of(&d, targets[i].pid);
 		/* Blocked targets, 100 Hz: the timer must have kept close to its rate. */
 		double rate = json_real_value(json_object_get(st, "achieved_rate_hz"));
 		cr_expect(rate > 50 && rate < 150, "pid %d: %.1f Hz achieved for 100 asked",
@@ -244,12 +187,12 @@ Test(daemon, reattach_is_warm, .timeout = 300)
 	daemon_start(&d, NULL);
 	char p[16];
 	pid_text(target.pid, p, sizeof p);
-	attach(&d, target.pid, "200");
+	ctl_attach_at(&d, target.pid, "200");
 	json_decref(entry_when(&d, target.pid, sampled_a_while, "sampled"));
 	/* Warm up until the target's code objects have all been met: no new miss for 1.5 s. */
 	json_int_t seen = -1;
 	for (int stable = 0, i = 0; stable < 5 && i < 100; i++) {
-		json_t *st = stats_of(&d, target.pid);
+		json_t *st = ctl_stats_of(&d, target.pid);
 		json_int_t now = jint(st, "code_object_cache_misses");
 		stable = now == seen ? stable + 1 : 0;
 		seen = now;
@@ -258,7 +201,7 @@ Test(daemon, reattach_is_warm, .timeout = 300)
 	}
 	const char *detach[] = {"detach", p, NULL};
 	ctl_ok(&d, detach);
-	json_t *before = stats_of(&d, target.pid);
+	json_t *before = ctl_stats_of(&d, target.pid);
 
 	const char *again[] = {"attach", p, "--rate", "200", NULL};
 	json_t *a = ctl_json(&d, again);
@@ -269,7 +212,7 @@ Test(daemon, reattach_is_warm, .timeout = 300)
 	json_t *after = NULL;
 	for (int i = 0; i < 300; i++) {
 		json_decref(after);
-		after = stats_of(&d, target.pid);
+		after = ctl_stats_of(&d, target.pid);
 		if (jint(after, "total_samples") >= jint(before, "total_samples") + 200)
 			break;
 		pause_ms(50);
@@ -300,8 +243,8 @@ Test(daemon, target_killed_while_sampled, .timeout = 300)
 	json_decref(test_target_wait_report(&other, TARGET_READY_TIMEOUT_S));
 	struct daemon d;
 	daemon_start(&d, NULL);
-	attach(&d, doomed.pid, "500");
-	attach(&d, other.pid, "100");
+	ctl_attach_at(&d, doomed.pid, "500");
+	ctl_attach_at(&d, other.pid, "100");
 	json_decref(entry_when(&d, doomed.pid, sampled_a_while, "sampled"));
 	test_target_kill(&doomed);
 	json_decref(entry_when(&d, doomed.pid, is_exited, "exited"));
@@ -375,7 +318,7 @@ Test(daemon, pid_reuse, .timeout = 300)
 	json_decref(test_target_wait_report(&first, TARGET_READY_TIMEOUT_S));
 	pid_t pid = first.pid;
 	pid_text(pid, p, sizeof p);
-	attach(&d, pid, "200");
+	ctl_attach_at(&d, pid, "200");
 	json_t *e = entry_when(&d, pid, sampled_a_while, "sampled");
 	json_int_t old_start = jint(e, "start_time");
 	json_decref(e);
@@ -396,7 +339,7 @@ Test(daemon, pid_reuse, .timeout = 300)
 	json_decref(e);
 
 	/* Sampling, killed: marked exited; a new process at the pid attaches afresh. */
-	json_t *st = stats_of(&d, pid);
+	json_t *st = ctl_stats_of(&d, pid);
 	json_decref(st);
 	test_target_kill(&second);
 	json_decref(entry_when(&d, pid, is_exited, "exited"));
@@ -554,7 +497,7 @@ Test(daemon, unprivileged_user, .timeout = 300)
 
 	struct daemon d;
 	daemon_start(&d, NULL);
-	attach(&d, root_target.pid, "100");
+	ctl_attach_at(&d, root_target.pid, "100");
 	struct run_opts nobody = {.drop_privileges = true, .uid = NOBODY_UID, .gid = NOBODY_GID};
 	char rp[16], op[16];
 	pid_text(root_target.pid, rp, sizeof rp);
@@ -630,275 +573,3 @@ Test(daemon, clear_errors, .timeout = 300)
 }
 
 /* SIGHUP reads the config file again; a bad file keeps the old settings and the daemon. */
-Test(daemon, sighup_reloads_config, .timeout = 120)
-{
-	struct daemon d;
-	daemon_start(&d, NULL);
-	char conf[PATH_MAX + 32];
-	snprintf(conf, sizeof conf, "%s/pyprofd.conf", d.state);
-	FILE *f = fopen(conf, "w");
-	cr_assert_not_null(f);
-	fputs("[limits]\nwarm_budget_mb = 7\n", f);
-	fclose(f);
-	cr_assert(kill(d.pid, SIGHUP) == 0);
-	static const char *const status[] = {"status", NULL};
-	json_t *s = NULL;
-	for (int i = 0; i < 100; i++) {
-		json_decref(s);
-		s = ctl_json(&d, status);
-		if (jint(s, "warm_budget_bytes") == 7 << 20)
-			break;
-		pause_ms(50);
-	}
-	cr_assert_eq(jint(s, "warm_budget_bytes"), 7 << 20, "SIGHUP did not apply the config file");
-	json_decref(s);
-	f = fopen(conf, "w");
-	cr_assert_not_null(f);
-	fputs("[limits]\nwarm_budget_mb = lots\n", f);
-	fclose(f);
-	cr_assert(kill(d.pid, SIGHUP) == 0);
-	pause_ms(300);
-	s = ctl_json(&d, status);
-	cr_assert_eq(jint(s, "warm_budget_bytes"), 7 << 20, "a bad config file changed the settings");
-	json_decref(s);
-	cr_assert(daemon_alive(&d));
-	daemon_stop(&d);
-}
-
-/* Whether top (last few seconds) shows `function` at all. */
-static bool top_shows(const struct daemon *d, pid_t pid, const char *function)
-{
-	char p[16];
-	const char *top[] = {"top", pid_text(pid, p, sizeof p), "--once", "--window", "1", NULL};
-	json_t *t = ctl_json(d, top);
-	bool found = false;
-	size_t k;
-	json_t *row;
-	json_array_foreach(json_object_get(t, "rows"), k, row)
-		found = found || strcmp(jstr(row, "function"), function) == 0;
-	json_decref(t);
-	return found;
-}
-
-/*
- * The modes pick threads: wall every thread, cpu the one the kernel runs,
- * gil the one holding the GIL.  A spinning thread beside a sleeping one
- * tells them apart.
- */
-Test(daemon, sampling_modes, .timeout = 300)
-{
-	struct python pys[PYTHONS_MAX];
-	size_t n = pythons_supported(pys, PYTHONS_MAX);
-	struct daemon d;
-	daemon_start(&d, NULL);
-	static const char *const modes[] = {"wall", "cpu", "gil"};
-	for (size_t m = 0; m < 3; m++) {
-		struct test_target target;
-		test_target_start(&target, &pys[n - 1], "spin");
-		json_decref(test_target_wait_report(&target, TARGET_READY_TIMEOUT_S));
-		char p[16];
-		const char *args[] = {"attach", pid_text(target.pid, p, sizeof p), "--rate", "200",
-		                      "--mode", modes[m], NULL};
-		ctl_ok(&d, args);
-		json_t *e = entry_when(&d, target.pid, sampled_a_while, "sampled");
-		cr_assert_str_eq(jstr(e, "mode"), modes[m]);
-		json_decref(e);
-		cr_assert(top_shows(&d, target.pid, "spin_forever"), "mode %s misses the spinning thread",
-		          modes[m]);
-		bool sleeper = top_shows(&d, target.pid, "hold");
-		cr_assert(m == 0 ? sleeper : !sleeper, "mode %s %s the sleeping thread", modes[m],
-		          sleeper ? "samples" : "misses");
-		test_target_kill(&target);
-	}
-	daemon_stop(&d);
-}
-
-/* Past the warm budget, a detached target's state is dropped: the next attach starts cold. */
-Test(daemon, warm_budget, .timeout = 300)
-{
-	struct python pys[PYTHONS_MAX];
-	size_t n = pythons_supported(pys, PYTHONS_MAX);
-	struct test_target target;
-	test_target_start(&target, &pys[n - 1], "nested");
-	json_decref(test_target_wait_report(&target, TARGET_READY_TIMEOUT_S));
-	static const char *const no_budget[] = {"--warm-budget", "0", NULL};
-	struct daemon d;
-	daemon_start(&d, no_budget);
-	char p[16];
-	pid_text(target.pid, p, sizeof p);
-	attach(&d, target.pid, "200");
-	json_decref(entry_when(&d, target.pid, sampled_a_while, "sampled"));
-	const char *detach[] = {"detach", p, NULL};
-	ctl_ok(&d, detach);
-	static const char *const list[] = {"list", NULL};
-	json_t *all = ctl_json(&d, list);
-	cr_assert_eq(json_array_size(all), 0, "a detached target outlived a zero budget: %s",
-	             json_dumps(all, JSON_COMPACT));
-	json_decref(all);
-	const char *again[] = {"attach", p, NULL};
-	json_t *a = ctl_json(&d, again);
-	cr_assert(json_is_false(json_object_get(a, "warm")));
-	json_decref(a);
-	daemon_stop(&d);
-}
-
-/* Under systemd: the socket comes from LISTEN_FDS, readiness and status go to NOTIFY_SOCKET. */
-Test(daemon, systemd_socket_and_notify, .timeout = 120)
-{
-	char dir[PATH_MAX - 64], sock[PATH_MAX], notify[PATH_MAX], state[PATH_MAX], log[PATH_MAX];
-	scratch_dir(dir, sizeof dir);
-	snprintf(sock, sizeof sock, "%s/pyprofd.sock", dir);
-	snprintf(notify, sizeof notify, "%s/notify", dir);
-	snprintf(state, sizeof state, "%s/state", dir);
-	snprintf(log, sizeof log, "%s/daemon.log", dir);
-	int nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_un addr = {.sun_family = AF_UNIX};
-	cr_assert_lt(strlen(notify), sizeof addr.sun_path);
-	memcpy(addr.sun_path, notify, strlen(notify) + 1);
-	cr_assert(nfd >= 0 && bind(nfd, (struct sockaddr *)&addr, sizeof addr) == 0, "notify socket: %s",
-	          strerror(errno));
-
-	/* systemd-socket-activate listens, then execs the daemon with the socket as fd 3. */
-	setenv("NOTIFY_SOCKET", notify, 1);
-	/* It passes on only the variables it is told to. */
-	char *const argv[] = {"systemd-socket-activate", "-E", "NOTIFY_SOCKET", "-l", sock, (char *)pyprofd_bin(),
-	                      "--state-dir", state, NULL};
-	pid_t pid = spawn_process(argv, log);
-	unsetenv("NOTIFY_SOCKET");
-	struct daemon d = {.pid = pid};
-	snprintf(d.sock, sizeof d.sock, "%s", sock);
-	snprintf(d.log, sizeof d.log, "%s", log);
-	snprintf(d.state, sizeof d.state, "%s", state);
-	cr_assert(daemon_wait_listening(&d), "nothing listens on %s", sock);
-	static const char *const status[] = {"status", NULL};
-	json_t *s = ctl_json(&d, status);
-	cr_assert_str_eq(jstr(s, "socket"), "(from systemd)", "the daemon made its own socket");
-	json_decref(s);
-
-	char got[4096] = "";
-	size_t len = 0;
-	for (int i = 0; i < 100 && !(strstr(got, "READY=1") && strstr(got, "STATUS=")); i++) {
-		char buf[1024];
-		ssize_t r = recv(nfd, buf, sizeof buf - 1, MSG_DONTWAIT);
-		if (r > 0 && len + (size_t)r + 2 < sizeof got) {
-			memcpy(got + len, buf, (size_t)r);
-			len += (size_t)r;
-			got[len++] = '\n';
-			got[len] = '\0';
-		} else {
-			pause_ms(20);
-		}
-	}
-	cr_assert(strstr(got, "READY=1") && strstr(got, "STATUS=sampling"),
-	          "no readiness or status sent to NOTIFY_SOCKET: %s", got);
-	cr_assert(kill(pid, SIGTERM) == 0);
-	int wstatus;
-	cr_assert_eq(waitpid(pid, &wstatus, 0), pid);
-	cr_assert(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0, "status 0x%x", wstatus);
-	char buf[1024];
-	ssize_t r = recv(nfd, buf, sizeof buf - 1, MSG_DONTWAIT);
-	for (; r > 0; r = recv(nfd, buf, sizeof buf - 1, MSG_DONTWAIT)) {
-		buf[r] = '\0';
-		if (strstr(buf, "STOPPING=1"))
-			break;
-	}
-	cr_assert(r > 0, "no STOPPING=1 on shutdown");
-	close(nfd);
-}
-
-/* The daemon run by a plain user, on its own state directory, profiles that user's processes. */
-Test(daemon, runs_as_any_user, .timeout = 300)
-{
-	struct python pys[PYTHONS_MAX];
-	const struct python *py = nobody_daemon_setup(pys);
-	char dir[PATH_MAX - 64];
-	scratch_dir(dir, sizeof dir);
-	struct daemon d;
-	nobody_daemon_start(&d, dir, NULL);
-	struct stat st;
-	cr_assert(stat(d.state, &st) == 0 && st.st_uid == NOBODY_UID && (st.st_mode & 0777) == 0700,
-	          "the state directory is not nobody's alone");
-
-	struct test_target own, roots;
-	const char *as_nobody[] = {AS_NOBODY, py->path, "-I", "-c", idle_program, NULL};
-	test_target_start_argv(&own, as_nobody);
-	test_target_start(&roots, py, "nested");
-	json_decref(test_target_wait_report(&roots, TARGET_READY_TIMEOUT_S));
-
-	char op[16], rp[16];
-	pid_text(own.pid, op, sizeof op);
-	pid_text(roots.pid, rp, sizeof rp);
-	attach_as_nobody(&d, own.pid, "nobody's daemon attaching to nobody's process");
-	json_decref(entry_when(&d, own.pid, sampled_a_while, "sampled"));
-
-	/* Root may ask, but a daemon without the rights cannot read root's process: it says so. */
-	const char *attach_roots[] = {"attach", rp, NULL};
-	ctl_expect_failure(&d, attach_roots, 4, NULL, "a user's daemon asked for root's process");
-	cr_assert(kill(d.pid, SIGTERM) == 0);
-	int status;
-	cr_assert_eq(waitpid(d.pid, &status, 0), d.pid);
-	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status 0x%x", status);
-}
-
-/* Bad flags, a missing config file, a taken socket, a state directory others may write: refused clearly. */
-Test(daemon, refuses_bad_setups, .timeout = 120)
-{
-	char dir[PATH_MAX - 64], conf[PATH_MAX], open_dir[PATH_MAX];
-	scratch_dir(dir, sizeof dir);
-	snprintf(conf, sizeof conf, "%s/missing.conf", dir);
-	snprintf(open_dir, sizeof open_dir, "%s/open", dir);
-	const char *bad_number[] = {pyprofd_bin(), "--state-dir", dir, "--max-connections", "nope", NULL};
-	const char *bad_flag[] = {pyprofd_bin(), "--state-dir", dir, "--frobnicate", NULL};
-	const char *no_config[] = {pyprofd_bin(), "--state-dir", dir, "--config", conf, NULL};
-	const char *const *usage_errors[] = {bad_number, bad_flag, no_config};
-	for (size_t i = 0; i < 3; i++) {
-		struct run_result r;
-		run_command(&r, usage_errors[i], NULL);
-		char why[512];
-		cr_assert(r.exited && r.code == 2 && r.err_len > 0 && strchr(r.err, '\n') == r.err + r.err_len - 1,
-		          "%s %s: expected exit 2 and one line, got %s", usage_errors[i][3],
-		          usage_errors[i][4] ? usage_errors[i][4] : "", run_describe(&r, why, sizeof why));
-		run_result_free(&r);
-	}
-
-	cr_assert(mkdir(open_dir, 0777) == 0 && chmod(open_dir, 0777) == 0);
-	const char *open_state[] = {pyprofd_bin(), "--state-dir", open_dir, NULL};
-	struct run_result r;
-	run_command(&r, open_state, NULL);
-	cr_assert(r.exited && r.code == 1 && strstr(r.err, "writable"),
-	          "a world-writable state directory was accepted: %s", r.err);
-	run_result_free(&r);
-
-	struct daemon d;
-	daemon_start(&d, NULL);
-	const char *second[] = {pyprofd_bin(), "--state-dir", d.state, "--socket", d.sock, NULL};
-	run_command(&r, second, NULL);
-	cr_assert(r.exited && r.code == 1 && strstr(r.err, "another daemon"),
-	          "a second daemon took the socket: %s", r.err);
-	run_result_free(&r);
-	cr_assert(daemon_serves(&d), "the first daemon stopped serving");
-	daemon_stop(&d);
-}
-
-/* The socket is born with its mode: every local user may reach root's, only its owner another's. */
-Test(daemon, socket_mode, .timeout = 120)
-{
-	struct daemon d;
-	daemon_start(&d, NULL);
-	struct stat st;
-	cr_assert_eq(stat(d.sock, &st), 0, "%s: %s", d.sock, strerror(errno));
-	cr_assert(S_ISSOCK(st.st_mode));
-	cr_assert_eq(st.st_mode & 07777, 0666, "root's socket has mode %o", st.st_mode & 07777);
-	daemon_stop(&d);
-
-	struct python pys[PYTHONS_MAX];
-	nobody_daemon_setup(pys);
-	char dir[PATH_MAX - 64];
-	scratch_dir(dir, sizeof dir);
-	nobody_daemon_start(&d, dir, NULL);
-	cr_assert_eq(stat(d.sock, &st), 0, "%s: %s", d.sock, strerror(errno));
-	cr_assert_eq(st.st_mode & 07777, 0600, "another user's socket has mode %o",
-	             st.st_mode & 07777);
-	cr_assert_eq(st.st_uid, NOBODY_UID);
-	daemon_stop(&d);
-}
