@@ -27,16 +27,15 @@ json_t *export_json_doc(const struct export_view *v, const char *total_key, json
 {
 	const struct export_profile *p = v->p;
 	json_t *doc = json_object();
-	*frames = json_array();
-	*stacks = json_array();
-	/* The arrays go in first, so that on any failure freeing doc frees them too. */
-	int bad = export_json_set(doc, "frames", *frames) | export_json_set(doc, "stacks", *stacks);
-	if (bad || export_json_set(doc, "name", json_string(v->name)) ||
+	/* The head first, so that a reader sees it before the (long) arrays. */
+	if (export_json_set(doc, "name", json_string(v->name)) ||
 	    export_json_set(doc, "mode", json_string(v->mode)) ||
 	    export_json_set(doc, "rate_hz", json_integer(p->rate_hz)) ||
 	    export_json_set(doc, "from", json_real(p->from_unix)) ||
 	    export_json_set(doc, "until", json_real(p->until_unix)) ||
-	    export_json_set(doc, total_key, json_integer((json_int_t)v->total))) {
+	    export_json_set(doc, total_key, json_integer((json_int_t)v->total)) ||
+	    export_json_set(doc, "frames", *frames = json_array()) ||
+	    export_json_set(doc, "stacks", *stacks = json_array())) {
 		json_decref(doc);
 		return NULL;
 	}
