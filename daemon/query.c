@@ -221,7 +221,8 @@ static int query_on_process(void *ctx, const struct store_process *sp)
 {
 	struct builder *b = ctx;
 	struct arena *a = &b->rows_arena;
-	Pyprofd__StoredProcess *p = ARENA_MESSAGE(a, Pyprofd__StoredProcess, PYPROFD__STORED_PROCESS__INIT);
+	Pyprofd__StoredProcess *p =
+		ARENA_MESSAGE(a, Pyprofd__StoredProcess, PYPROFD__STORED_PROCESS__INIT);
 	if (!p || array_reserve((void **)&b->all_processes, &b->all_processes_cap, b->nall_processes,
 	                         sizeof *b->all_processes, NULL))
 		goto nomem;

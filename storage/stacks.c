@@ -132,9 +132,11 @@ static int stacks_file_frame(struct stacks_query *qs, int64_t id, size_t *index,
 	int64_t seen = 0;
 	sqlite3_stmt *st = qs->r->frame;
 	int found = stacks_lookup(qs, &qs->frame_ids, st, id, "frame", &seen, err);
-	*index = (size_t)seen;
-	if (found != 0)
+	if (found != 0) {
+		if (found > 0)
+			*index = (size_t)seen;
 		return found < 0 ? -1 : 0;
+	}
 	int rc = stacks_frame_index(qs, sqlite3_column_int(st, 0), sqlite3_column_int(st, 1),
 	                        (const char *)sqlite3_column_text(st, 2),
 	                        (const char *)sqlite3_column_text(st, 3), index);

@@ -50,12 +50,14 @@ static void export_table_put_function(FILE *out, const Pyprofd__FunctionRow *row
 static void export_table_row(FILE *out, const Pyprofd__FunctionRow *row, int width, uint64_t total)
 {
 	fprintf(out, "%*" PRIu64 " %6.2f%% %*" PRIu64 " %6.2f%%  ", width, row->own,
-	        export_table_share(row->own, total), width, row->total, export_table_share(row->total, total));
+	        export_table_share(row->own, total), width, row->total,
+	        export_table_share(row->total, total));
 	export_table_put_function(out, row);
 	fputc('\n', out);
 }
 
-static void export_table_diff_row(FILE *out, const Pyprofd__FunctionRow *row, const struct export_table *t)
+static void export_table_diff_row(FILE *out, const Pyprofd__FunctionRow *row,
+                                  const struct export_table *t)
 {
 	double before = export_table_share(row->base_own, t->base_total), after = export_table_share(row->own, t->total);
 	fprintf(out, "%7.2f %7.2f %+8.2f   %7.2f %7.2f  ", before, after, after - before,
@@ -66,15 +68,17 @@ static void export_table_diff_row(FILE *out, const Pyprofd__FunctionRow *row, co
 
 static json_t *export_table_json_row(const Pyprofd__FunctionRow *row, const struct export_table *t)
 {
+	double own_change = export_table_share(row->own, t->total) -
+	                    export_table_share(row->base_own, t->base_total);
+	double total_change = export_table_share(row->total, t->total) -
+	                      export_table_share(row->base_total, t->base_total);
 	if (t->diff)
 		return json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:f, s:f}", "function",
 		                 export_json_string(row->function), "file", export_json_string(row->file),
 		                 "base_own", export_json_u64(row->base_own), "base_total",
 		                 export_json_u64(row->base_total), "compare_own", export_json_u64(row->own),
 		                 "compare_total", export_json_u64(row->total), "own_percent_change",
-		                 export_table_share(row->own, t->total) - export_table_share(row->base_own, t->base_total),
-		                 "total_percent_change",
-		                 export_table_share(row->total, t->total) - export_table_share(row->base_total, t->base_total));
+		                 own_change, "total_percent_change", total_change);
 	return json_pack("{s:o, s:o, s:o, s:o, s:f, s:f}", "function",
 	                 export_json_string(row->function), "file", export_json_string(row->file),
 	                 "own", export_json_u64(row->own), "total", export_json_u64(row->total),

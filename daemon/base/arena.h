@@ -15,7 +15,7 @@ struct arena {
 void *arena_alloc(struct arena *a, size_t size); /* zeroed; NULL if out of memory */
 char *arena_strdup(struct arena *a, const char *s); /* NULL stays NULL */
 void *arena_dup(struct arena *a, const void *src, size_t size); /* NULL if out of memory */
-/* A protobuf-c message of type, initialised: ARENA_MESSAGE(a, Pyprofd__Frame, PYPROFD__FRAME__INIT). */
+/* A protobuf-c message, initialised: ARENA_MESSAGE(a, Pyprofd__Frame, PYPROFD__FRAME__INIT). */
 #define ARENA_MESSAGE(a, type, init) ((type *)arena_dup((a), &(type)init, sizeof(type)))
 void arena_free(struct arena *a);
 /* Free everything allocated, keeping the largest block: an arena reused this way stops allocating. */

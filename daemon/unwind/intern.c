@@ -108,7 +108,8 @@ uint32_t intern_string(struct intern *in, const char *s, size_t len)
 {
 	struct str_key key = {s, len};
 	uint32_t hash = hash_bytes(s, len);
-	struct hash_slot *slot = intern_slot(&in->str_index, hash, intern_str_equal, in, &key, in->nstrs);
+	struct hash_slot *slot =
+		intern_slot(&in->str_index, hash, intern_str_equal, in, &key, in->nstrs);
 	if (!slot || slot->id)
 		return slot ? slot->id - 1 : INTERN_FAILED;
 	if (array_reserve((void **)&in->strs, &in->strs_cap, in->nstrs, sizeof *in->strs, &in->bytes) ||
@@ -157,7 +158,8 @@ uint32_t intern_stack(struct intern *in, uint32_t parent, uint32_t frame)
 {
 	struct stack_node key = {.parent = parent, .frame = frame};
 	uint32_t hash = hash_u64((uint64_t)parent << 32 | frame);
-	struct hash_slot *slot = intern_slot(&in->stack_index, hash, intern_stack_equal, in, &key, in->nstacks);
+	struct hash_slot *slot =
+		intern_slot(&in->stack_index, hash, intern_stack_equal, in, &key, in->nstacks);
 	if (!slot || slot->id)
 		return slot ? slot->id - 1 : INTERN_FAILED;
 	if (array_reserve((void **)&in->stacks, &in->stacks_cap, in->nstacks, sizeof *in->stacks,
