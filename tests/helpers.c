@@ -583,3 +583,34 @@ void copy_executable(const char *from, const char *to)
 	close(in);
 	cr_assert(close(out) == 0, "close %s: %s", to, strerror(errno));
 }
+
+/* Whether others may search every directory down to path and run path itself. */
+static bool helpers_open_to_others(const char *path)
+{
+	char real[PATH_MAX];
+	if (!realpath(path, real))
+		return false;
+	struct stat st;
+	if (stat(real, &st) != 0 || !(st.st_mode & S_IXOTH))
+		return false;
+	for (char *slash = strrchr(real, '/'); slash && slash > real; slash = strrchr(real, '/')) {
+		*slash = '\0';
+		if (stat(real, &st) != 0 || !(st.st_mode & S_IXOTH))
+			return false;
+	}
+	return true;
+}
+
+const char *bin_for_others(const char *bin, char *copy, size_t len)
+{
+	if (helpers_open_to_others(bin))
+		return bin;
+	char dir[PATH_MAX];
+	scratch_dir(dir, sizeof dir);
+	cr_assert(chmod(dir, 0755) == 0, "chmod %s: %s", dir, strerror(errno));
+	const char *name = strrchr(bin, '/');
+	int n = snprintf(copy, len, "%s/%s", dir, name ? name + 1 : bin);
+	cr_assert(n > 0 && (size_t)n < len, "path too long");
+	copy_executable(bin, copy);
+	return copy;
+}

@@ -124,5 +124,12 @@ ssize_t target_mem_write(pid_t pid, uint64_t addr, const void *buf, size_t len);
 
 /* Copies a file (mode 0755); fails the test on error. */
 void copy_executable(const char *from, const char *to);
+/*
+ * bin when any user may reach and run it; else (a directory above it closed
+ * to others, as a private home or a `mktemp -d` folder is) a copy of it in a
+ * scratch directory open to all, named in copy.  For programs a test runs
+ * as another user.
+ */
+const char *bin_for_others(const char *bin, char *copy, size_t len);
 
 #endif

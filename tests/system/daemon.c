@@ -145,7 +145,10 @@ void daemon_stop(struct daemon *d)
 void ctl_run(const struct daemon *d, struct run_result *r, const char *const args[],
              const struct run_opts *opts)
 {
-	const char *argv[DAEMON_ARGV_MAX] = {ctl_bin(), "--socket", d->sock};
+	char copy[PATH_MAX];
+	const char *bin = opts && opts->drop_privileges ? bin_for_others(ctl_bin(), copy, sizeof copy)
+	                                                : ctl_bin();
+	const char *argv[DAEMON_ARGV_MAX] = {bin, "--socket", d->sock};
 	size_t n = 3;
 	for (size_t i = 0; args[i]; i++) {
 		cr_assert(n + 1 < DAEMON_ARGV_MAX, "too many arguments");
@@ -409,7 +412,9 @@ void nobody_daemon_start(struct daemon *d, const char *dir, const char *const ex
 	snprintf(d->state, sizeof d->state, "%s/state", dir);
 	snprintf(d->sock, sizeof d->sock, "%s/state/pyprofd.sock", dir);
 	snprintf(d->log, sizeof d->log, "%s/daemon.log", dir);
-	char *argv[32] = {AS_NOBODY, (char *)pyprofd_bin(), "--state-dir", d->state};
+	char bin[PATH_MAX];
+	char *argv[32] = {AS_NOBODY, (char *)bin_for_others(pyprofd_bin(), bin, sizeof bin),
+	                  "--state-dir", d->state};
 	size_t n = 7;
 	for (size_t i = 0; extra && extra[i] && n < 31; i++)
 		argv[n++] = (char *)extra[i];

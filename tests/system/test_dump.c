@@ -733,12 +733,9 @@ Test(dump, permission_denied)
 	struct python py;
 	pythons_supported(&py, 1);
 
-	/* The build directory may be closed to nobody: run a copy from a scratch dir. */
-	char dir[PATH_MAX], bin[PATH_MAX + 16];
-	scratch_dir(dir, sizeof dir);
-	cr_assert(chmod(dir, 0755) == 0, "chmod %s: %s", dir, strerror(errno));
-	snprintf(bin, sizeof bin, "%s/pyprofd", dir);
-	copy_executable(pyprofd_bin(), bin);
+	/* The build directory may be closed to nobody. */
+	char copy[PATH_MAX];
+	const char *bin = bin_for_others(pyprofd_bin(), copy, sizeof copy);
 
 	struct test_target t;
 	test_target_start(&t, &py, "nested");
