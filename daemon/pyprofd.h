@@ -402,6 +402,7 @@ struct client {
 	uint64_t serial; /* never reused: a late answer finds its client, or none */
 	int fd;
 	uid_t uid;
+	gid_t gid;
 	pid_t pid;
 	ev_io reader, writer;
 	unsigned char *in;

@@ -66,6 +66,7 @@ void server_client_accept(struct server *s, int fd)
 	c->serial = ++s->next_client_serial;
 	c->fd = fd;
 	c->uid = cred.uid;
+	c->gid = cred.gid;
 	c->pid = cred.pid;
 	ev_io_init(&c->reader, server_client_on_read, fd, EV_READ);
 	ev_io_init(&c->writer, server_client_on_write, fd, EV_WRITE);
