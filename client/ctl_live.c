@@ -74,9 +74,10 @@ const char ctl_stats_usage[] =
 const char ctl_status_usage[] =
 	"usage: pyprofd-ctl status [--json]\n"
 	"\n"
-	"The daemon's own state: version, pid, uptime, targets by state, connections,\n"
-	"memory kept for detached targets, resident memory, CPU use, state directory and\n"
-	"socket.\n"
+	"The daemon's own state: version, pid, uptime, targets by state, connections\n"
+	"(open, refused past a limit, closed as idle or stalled), bytes of answers\n"
+	"waiting for clients to read them, queries running, memory kept for detached\n"
+	"targets, resident memory, CPU use, state directory, socket and history.\n"
 	"\n"
 	"  --json            one JSON object with those fields\n";
 

@@ -48,6 +48,10 @@ static void config_defaults(struct config *c)
 	*c = (struct config){
 		.log_level = LOG_LEVEL_INFO,
 		.max_connections = 64,
+		.max_connections_per_uid = 16,
+		.root_reserved_connections = 8,
+		.idle_timeout_s = 300,
+		.request_timeout_s = 10,
 		.max_message_bytes = 1 * MB,
 		.max_pending_requests = 16,
 		.max_targets = 256,
@@ -148,6 +152,14 @@ static int config_set(struct config *c, const char *section, const char *name, c
 	} else if (strcmp(section, "limits") == 0) {
 		if (strcmp(name, "max_connections") == 0 && config_parse_uint(value, 1, 65536, &v) == 0)
 			return c->max_connections = (unsigned)v, 0;
+		if (strcmp(name, "max_connections_per_uid") == 0 && config_parse_uint(value, 1, 65536, &v) == 0)
+			return c->max_connections_per_uid = (unsigned)v, 0;
+		if (strcmp(name, "root_reserved_connections") == 0 && config_parse_uint(value, 0, 65535, &v) == 0)
+			return c->root_reserved_connections = (unsigned)v, 0;
+		if (strcmp(name, "idle_timeout_s") == 0 && config_parse_uint(value, 1, 86400, &v) == 0)
+			return c->idle_timeout_s = (unsigned)v, 0;
+		if (strcmp(name, "request_timeout_s") == 0 && config_parse_uint(value, 1, 3600, &v) == 0)
+			return c->request_timeout_s = (unsigned)v, 0;
 		if (strcmp(name, "max_message_bytes") == 0 && config_parse_uint(value, 1024, 64 * MB, &v) == 0)
 			return c->max_message_bytes = v, 0;
 		if (strcmp(name, "max_pending_requests") == 0 && config_parse_uint(value, 1, 4096, &v) == 0)
@@ -365,6 +377,9 @@ static int config_build(struct config *c, const struct flags *f)
 		return EXIT_FAILURE_OTHER;
 	if (c->default_rate_hz > c->max_rate_hz)
 		c->default_rate_hz = c->max_rate_hz;
+	/* Other users keep at least one connection, whatever root keeps for itself. */
+	if (c->root_reserved_connections >= c->max_connections)
+		c->root_reserved_connections = c->max_connections - 1;
 	return EXIT_OK;
 }
 

@@ -188,6 +188,10 @@ struct config {
 	char *config_path; /* the file read, or NULL */
 	enum log_level log_level;
 	unsigned max_connections;
+	unsigned max_connections_per_uid;   /* root's are bounded by max_connections alone */
+	unsigned root_reserved_connections; /* of max_connections, never given to other users */
+	unsigned idle_timeout_s;    /* a connection with nothing under way is closed after this */
+	unsigned request_timeout_s; /* a request must arrive whole within this of its first byte */
 	size_t max_message_bytes;
 	unsigned max_pending_requests;
 	unsigned max_targets;
@@ -335,18 +339,31 @@ void targets_flush(struct targets *ts);
 void targets_free(struct targets *ts);
 
 /* query.c */
-/* History queries running on threads of their own, their answers coming back to the loop. */
+/*
+ * History queries running on threads of their own, their answers streamed
+ * back to the loop a part at a time: a query runs no further ahead of its
+ * client than a bounded queue of parts.
+ */
 struct query_job;
+/* Where the loop hands answers: the server's clients. */
+enum query_room { QUERY_CLIENT_GONE, QUERY_CLIENT_FULL, QUERY_CLIENT_READY };
+struct query_sink {
+	/* Whether the client takes a part now, is full (it will say when not), or has left. */
+	enum query_room (*room)(void *ctx, uint64_t client_serial);
+	/* One framed part for a client that had room. */
+	void (*part)(void *ctx, uint64_t client_serial, const uint8_t *bytes, size_t len);
+	/* The answer is whole (ok), or ended without one (out of memory). */
+	void (*done)(void *ctx, uint64_t client_serial, bool ok);
+};
 struct queries {
 	struct ev_loop *loop;
 	pthread_mutex_t lock;
-	ev_async async;
-	struct query_job *done;    /* under lock: finished, not collected yet */
+	pthread_cond_t room;       /* the loop took parts, or cancelled a query */
+	ev_async async;            /* a thread queued a part or finished */
 	struct query_job *running; /* on the loop: started, not collected yet */
 	unsigned nrunning;
-	/* On the loop: framed responses for a client (len 0: none could be made). */
-	void (*answer)(void *ctx, uint64_t client_serial, const uint8_t *bytes, size_t len);
-	void *answer_ctx;
+	struct query_sink sink;
+	void *sink_ctx;
 };
 /* Who asks, and of what. */
 struct query_origin {
@@ -356,16 +373,17 @@ struct query_origin {
 	const char *db_path;
 	struct store_writer *writer;
 };
-int queries_init(struct queries *qs, struct ev_loop *loop,
-                 void (*answer)(void *ctx, uint64_t client_serial, const uint8_t *bytes, size_t len),
-                 void *answer_ctx);
+int queries_init(struct queries *qs, struct ev_loop *loop, const struct query_sink *sink,
+                 void *sink_ctx);
 /*
  * Start a query on a thread of its own: ERROR_UNSPECIFIED, and the answer
  * comes later; or the code of an error with why (then none comes).
  */
 Pyprofd__ErrorCode queries_start(struct queries *qs, const struct query_origin *o,
                                  const Pyprofd__QueryRequest *r, char *why, size_t why_len);
-/* Wait for every running query and drop their answers (shutdown). */
+/* Hand the parts that wait to their clients while they take them (a client made room, or left). */
+void queries_pump(struct queries *qs);
+/* Cancel every running query, wait for its thread and drop its answer (shutdown). */
 void queries_finish(struct queries *qs);
 
 /* server.c */
@@ -387,6 +405,12 @@ struct server {
 	struct client *clients;
 	unsigned nclients;
 	uint64_t next_client_serial;
+	uint64_t connections_refused;  /* past a limit */
+	uint64_t connections_timed_out;
+	uint64_t refusals_unlogged;    /* refusals since the last one logged: a flood logs rarely */
+	ev_tstamp refusal_logged_at;
+	ev_timer accept_pause; /* out of descriptors: accepting waits for this */
+	bool accept_starved;   /* since the first failed accept, until one succeeds */
 	double started_at;    /* unix time */
 	ev_tstamp started;    /* loop time */
 };
@@ -409,6 +433,9 @@ struct client {
 	size_t in_len, in_cap;
 	unsigned char *out;
 	size_t out_len, out_off, out_cap;
+	/* Loop times that decide when a stalled connection is closed (server_clients_expire). */
+	ev_tstamp last_progress; /* a byte read or written */
+	ev_tstamp frame_started; /* the first byte of the request now arriving */
 	bool closing; /* flush what is queued, then close */
 	bool paused;  /* a query of its own runs: its later requests wait */
 };
@@ -416,9 +443,17 @@ void server_client_accept(struct server *s, int fd);
 void server_client_free(struct client *c);
 /* Queue one response (packed with its length prefix); -1 if out of memory. */
 int server_client_send(struct client *c, const Pyprofd__Response *resp);
-/* The answer of a request handled elsewhere (a query), framed; len 0: it could not be made. */
-void server_client_answer(struct server *s, uint64_t client_serial, const uint8_t *bytes,
-                          size_t len);
+/* Bytes queued for the client and not written yet. */
+size_t server_client_backlog(const struct client *c);
+/* Whether the client with this serial takes a part of its query's answer now. */
+enum query_room server_client_answer_room(void *server, uint64_t client_serial);
+/* A part of a query's answer, framed, for the client with this serial. */
+void server_client_answer_part(void *server, uint64_t client_serial, const uint8_t *bytes,
+                               size_t len);
+/* A query's answer ended: the client's later requests are read again. */
+void server_client_answer_done(void *server, uint64_t client_serial, bool ok);
+/* Once a second: close connections idle or stalled past the configured timeouts. */
+void server_clients_expire(struct server *s);
 
 
 /* rpc.c */

@@ -3,10 +3,14 @@
  * of its own with a read-only connection; it waits for the writer to store
  * what the loop handed it (so the answer includes samples not yet flushed
  * when the query came), counts what the writer still holds in memory from
- * there (while the file cannot be written), aggregates, and packs the whole
- * answer into framed responses.  The loop gets it back through an ev_async
- * and hands it to the owner's answer callback, with the serial of the
- * client it is for (which may be gone by then).
+ * there (while the file cannot be written), aggregates, and packs the
+ * answer into framed parts as it goes.
+ *
+ * Parts reach the loop through a queue of at most QUERY_QUEUE_BYTES, woken
+ * by an ev_async; the loop hands them to the sink, with the serial of the
+ * client they are for, while that client takes them.  A client that does
+ * not read therefore holds its query's thread, not the daemon's memory; a
+ * client that leaves cancels its query at the next part.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -17,11 +21,21 @@
 #include "store.h"
 
 #define QUERIES_MAX 4
+/* Of those, one uid other than root runs this many at most, and all of them one fewer than the whole. */
+#define QUERIES_PER_UID 2
 /* A response part stays under this many bytes; the client's limit is far above. */
 #define QUERY_PART_BYTES (1u << 20)
+/* A query's thread waits while this much of its answer waits for the loop. */
+#define QUERY_QUEUE_BYTES (2u * QUERY_PART_BYTES)
+
+/* One framed response of an answer, on its way to the loop. */
+struct query_part {
+	struct query_part *next;
+	size_t len;
+	uint8_t bytes[];
+};
 
 struct query_job {
-	struct query_job *next;      /* in the done list, under the lock */
 	struct query_job *next_run;  /* in the running list, on the loop */
 	struct queries *queries;
 	struct store_writer *writer; /* what the query waits for and pins */
@@ -36,26 +50,58 @@ struct query_job {
 	char *db_path;
 	uint32_t rate_hz; /* of the selected processes' sessions, when they agree */
 	char mode[8];
-	/* The answer: framed responses, ready to send. */
-	uint8_t *out;
-	size_t out_len, out_cap;
-	bool failed;
+	/* Under the queries' lock: the parts not taken yet, and how the query stands. */
+	struct query_part *parts, *parts_tail;
+	size_t queued_bytes;
+	bool cancelled; /* set by the loop: the client left, or the daemon stops */
+	bool finished;  /* set by the thread: nothing more comes */
+	bool failed;    /* not even an error could be queued */
 };
 
 /* ---- on the query's thread ---- */
 
-static int query_out_append(struct query_job *j, const Pyprofd__Response *resp)
+/* Queue one response for the loop, once there is room; -1 if out of memory or cancelled. */
+static int query_emit(struct query_job *j, const Pyprofd__Response *resp)
 {
-	return wire_frame_append(&j->out, &j->out_len, &j->out_cap, &resp->base);
+	size_t len = wire_frame_size(&resp->base);
+	struct query_part *p = len ? malloc(sizeof *p + len) : NULL;
+	if (!p)
+		return -1;
+	wire_frame_pack(&resp->base, p->bytes);
+	p->len = len;
+	p->next = NULL;
+	struct queries *qs = j->queries;
+	pthread_mutex_lock(&qs->lock);
+	while (!j->cancelled && j->queued_bytes >= QUERY_QUEUE_BYTES)
+		pthread_cond_wait(&qs->room, &qs->lock);
+	bool cancelled = j->cancelled;
+	if (!cancelled) {
+		if (j->parts_tail)
+			j->parts_tail->next = p;
+		else
+			j->parts = p;
+		j->parts_tail = p;
+		j->queued_bytes += len;
+	}
+	pthread_mutex_unlock(&qs->lock);
+	if (cancelled) {
+		free(p);
+		return -1;
+	}
+	ev_async_send(qs->loop, &qs->async);
+	return 0;
 }
 
+/*
+ * The answer ends in an error.  Parts already sent stay sent: the client
+ * takes an error as the end of an answer, whatever came before it.
+ */
 static void query_answer_error(struct query_job *j, Pyprofd__ErrorCode code, const char *msg)
 {
 	Pyprofd__Response resp;
 	Pyprofd__Error e;
 	wire_error(&resp, &e, j->request_id, code, msg);
-	j->out_len = 0;
-	if (query_out_append(j, &resp) != 0)
+	if (query_emit(j, &resp) != 0)
 		j->failed = true;
 }
 
@@ -146,7 +192,7 @@ static int query_flush_part(struct builder *b, bool more)
 	resp.more = more;
 	resp.result_case = PYPROFD__RESPONSE__RESULT_QUERY;
 	resp.query = &res;
-	int rc = query_out_append(j, &resp);
+	int rc = query_emit(j, &resp);
 	b->first_sent = true;
 	b->nframes = b->nstacks = b->nprocesses = 0;
 	/* Rows and processes go out of their whole table in order. */
@@ -303,7 +349,7 @@ static void query_builder_free(struct builder *b)
 	arena_free(&b->rows_arena);
 }
 
-/* The answer into j->out; 0, or -1 and *err (b->oom says whether memory ran out). */
+/* The answer, sent in parts; 0, or -1 and *err (b->oom says whether memory ran out). */
 static int query_answer(struct query_job *j, struct store_reader *r, struct builder *b,
                   struct store_error *err)
 {
@@ -365,14 +411,22 @@ static void *query_thread(void *arg)
 		store_reader_close(r);
 	}
 	pthread_mutex_lock(&qs->lock);
-	j->next = qs->done;
-	qs->done = j;
+	j->finished = true;
 	pthread_mutex_unlock(&qs->lock);
 	ev_async_send(qs->loop, &qs->async);
 	return NULL;
 }
 
 /* ---- on the loop ---- */
+
+static void query_parts_free(struct query_part *p)
+{
+	while (p) {
+		struct query_part *next = p->next;
+		free(p);
+		p = next;
+	}
+}
 
 static void query_job_free(struct query_job *j)
 {
@@ -383,7 +437,7 @@ static void query_job_free(struct query_job *j)
 	free(j->label_keys);
 	free(j->label_values);
 	free(j->db_path);
-	free(j->out);
+	query_parts_free(j->parts);
 	free(j);
 }
 
@@ -398,49 +452,89 @@ static void queries_unlink(struct queries *qs, struct query_job *j)
 		}
 }
 
-/* The queries that ended since the last look, taken off the done list. */
-static struct query_job *queries_take_done(struct queries *qs)
+/* Stop a query: its thread ends at its next part, what it queued is dropped. */
+static void queries_cancel(struct queries *qs, struct query_job *j)
 {
 	pthread_mutex_lock(&qs->lock);
-	struct query_job *done = qs->done;
-	qs->done = NULL;
+	j->cancelled = true;
+	struct query_part *dropped = j->parts;
+	j->parts = j->parts_tail = NULL;
+	j->queued_bytes = 0;
+	pthread_cond_broadcast(&qs->room);
 	pthread_mutex_unlock(&qs->lock);
-	return done;
+	query_parts_free(dropped);
 }
 
-/* Join the queries that ended and hand each answer to the owner. */
-static void queries_collect(struct queries *qs)
+/*
+ * Hand j's parts to its client while it has room; once the thread has
+ * finished and every part is out, join it and tell the client the answer
+ * ended.  A client that is full says so when it has room again.
+ */
+static void queries_pump_job(struct queries *qs, struct query_job *j)
 {
-	struct query_job *done = queries_take_done(qs);
-	while (done) {
-		struct query_job *j = done;
-		done = j->next;
-		pthread_join(j->thread, NULL);
-		queries_unlink(qs, j);
-		qs->answer(qs->answer_ctx, j->client_serial, j->failed ? NULL : j->out,
-		           j->failed ? 0 : j->out_len);
-		query_job_free(j);
+	for (;;) {
+		if (!j->cancelled) {
+			enum query_room room = qs->sink.room(qs->sink_ctx, j->client_serial);
+			if (room == QUERY_CLIENT_FULL)
+				return;
+			if (room == QUERY_CLIENT_GONE)
+				queries_cancel(qs, j);
+		}
+		pthread_mutex_lock(&qs->lock);
+		struct query_part *p = j->parts;
+		bool finished = j->finished;
+		if (p) {
+			j->parts = p->next;
+			if (!j->parts)
+				j->parts_tail = NULL;
+			j->queued_bytes -= p->len;
+			pthread_cond_broadcast(&qs->room);
+		}
+		pthread_mutex_unlock(&qs->lock);
+		if (!p) {
+			if (!finished)
+				return;
+			pthread_join(j->thread, NULL);
+			queries_unlink(qs, j);
+			if (!j->cancelled)
+				qs->sink.done(qs->sink_ctx, j->client_serial, !j->failed);
+			query_job_free(j);
+			return;
+		}
+		qs->sink.part(qs->sink_ctx, j->client_serial, p->bytes, p->len);
+		free(p);
 	}
 }
 
-static void queries_on_done(struct ev_loop *loop, ev_async *w, int revents)
+void queries_pump(struct queries *qs)
+{
+	for (struct query_job *j = qs->running, *next; j; j = next) {
+		next = j->next_run; /* j may be collected */
+		queries_pump_job(qs, j);
+	}
+}
+
+static void queries_on_async(struct ev_loop *loop, ev_async *w, int revents)
 {
 	(void)loop;
 	(void)revents;
-	queries_collect(w->data);
+	queries_pump(w->data);
 }
 
-int queries_init(struct queries *qs, struct ev_loop *loop,
-                 void (*answer)(void *ctx, uint64_t client_serial, const uint8_t *bytes, size_t len),
-                 void *answer_ctx)
+int queries_init(struct queries *qs, struct ev_loop *loop, const struct query_sink *sink,
+                 void *sink_ctx)
 {
 	memset(qs, 0, sizeof *qs);
 	if (pthread_mutex_init(&qs->lock, NULL) != 0)
 		return -1;
+	if (pthread_cond_init(&qs->room, NULL) != 0) {
+		pthread_mutex_destroy(&qs->lock);
+		return -1;
+	}
 	qs->loop = loop;
-	qs->answer = answer;
-	qs->answer_ctx = answer_ctx;
-	ev_async_init(&qs->async, queries_on_done);
+	qs->sink = *sink;
+	qs->sink_ctx = sink_ctx;
+	ev_async_init(&qs->async, queries_on_async);
 	qs->async.data = qs;
 	ev_async_start(loop, &qs->async);
 	return 0;
@@ -448,17 +542,30 @@ int queries_init(struct queries *qs, struct ev_loop *loop,
 
 void queries_finish(struct queries *qs)
 {
-	/* Each query ends on its own: wait for every thread, then drop what is left. */
+	/* A thread may wait for room that no client will make: cancel, then join. */
 	for (struct query_job *j = qs->running; j; j = j->next_run)
+		queries_cancel(qs, j);
+	while (qs->running) {
+		struct query_job *j = qs->running;
 		pthread_join(j->thread, NULL);
-	for (struct query_job *done = queries_take_done(qs); done;) {
-		struct query_job *j = done;
-		done = j->next;
 		queries_unlink(qs, j);
 		query_job_free(j);
 	}
 	ev_async_stop(qs->loop, &qs->async);
+	pthread_cond_destroy(&qs->room);
 	pthread_mutex_destroy(&qs->lock);
+}
+
+/* Queries running for uid. */
+static unsigned queries_of_uid(const struct queries *qs, uid_t uid, unsigned *not_root)
+{
+	unsigned n = 0;
+	*not_root = 0;
+	for (const struct query_job *j = qs->running; j; j = j->next_run) {
+		n += j->q.uid == uid;
+		*not_root += j->q.uid != 0;
+	}
+	return n;
 }
 
 /* The label strings of a request, copied into the job. */
@@ -504,6 +611,17 @@ Pyprofd__ErrorCode queries_start(struct queries *qs, const struct query_origin *
 	}
 	if (qs->nrunning >= QUERIES_MAX) {
 		snprintf(why, why_len, "%d queries are already running", QUERIES_MAX);
+		return PYPROFD__ERROR_CODE__ERROR_LIMIT;
+	}
+	/* No user can take every query thread: root always finds one. */
+	unsigned not_root, mine = queries_of_uid(qs, o->uid, &not_root);
+	if (o->uid != 0 && mine >= QUERIES_PER_UID) {
+		snprintf(why, why_len, "this user already runs %d queries, the most one user may", QUERIES_PER_UID);
+		return PYPROFD__ERROR_CODE__ERROR_LIMIT;
+	}
+	if (o->uid != 0 && not_root >= QUERIES_MAX - 1) {
+		snprintf(why, why_len, "%d queries of users other than root are running (one is kept for root)",
+		         QUERIES_MAX - 1);
 		return PYPROFD__ERROR_CODE__ERROR_LIMIT;
 	}
 	struct query_job *j = calloc(1, sizeof *j);

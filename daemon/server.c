@@ -18,6 +18,8 @@
 #include "pyprofd.h"
 
 #define LISTEN_BACKLOG 128
+/* How long accepting rests after it failed for want of descriptors or memory. */
+#define ACCEPT_REST_S 1.0
 
 /* mkdir -p with `mode` for the directories it creates. */
 static int server_make_dirs(const char *path, mode_t mode)
@@ -144,6 +146,31 @@ static int server_listen(struct server *s)
 	return 0;
 }
 
+/*
+ * accept failed for a reason waiting will not fix at once (out of
+ * descriptors, mostly): the connection stays queued and the socket stays
+ * readable, so retrying now would spin.  Rest a second, and say so once
+ * for the whole episode.
+ */
+static void server_accept_rest(struct server *s, int err)
+{
+	ev_io_stop(s->loop, &s->accept_watcher);
+	ev_timer_set(&s->accept_pause, ACCEPT_REST_S, 0.0);
+	ev_timer_start(s->loop, &s->accept_pause);
+	if (s->accept_starved)
+		return;
+	s->accept_starved = true;
+	log_warn("cannot accept connections: %s; trying again every %.0f s", strerror(err),
+	         ACCEPT_REST_S);
+}
+
+static void server_on_accept_rested(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)revents;
+	struct server *s = w->data;
+	ev_io_start(loop, &s->accept_watcher);
+}
+
 static void server_on_accept(struct ev_loop *loop, ev_io *w, int revents)
 {
 	(void)loop;
@@ -153,9 +180,13 @@ static void server_on_accept(struct ev_loop *loop, ev_io *w, int revents)
 	for (int i = 0; i < 64; i++) {
 		int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
-			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-				log_warn("accept: %s", strerror(errno));
+			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
+				server_accept_rest(s, errno);
 			return;
+		}
+		if (s->accept_starved) {
+			s->accept_starved = false;
+			log_warn("accepting connections again");
 		}
 		server_client_accept(s, fd);
 	}
@@ -176,12 +207,6 @@ static void server_on_flush_timer(struct ev_loop *loop, ev_timer *w, int revents
 	struct server *s = w->data;
 	targets_flush(&s->targets);
 	history_flushed(&s->history, &s->config);
-}
-
-/* A query's answer, for its client if still connected. */
-static void server_on_query_answer(void *ctx, uint64_t client_serial, const uint8_t *bytes, size_t len)
-{
-	server_client_answer(ctx, client_serial, bytes, len);
 }
 
 static void server_on_reload(struct ev_loop *loop, ev_signal *w, int revents)
@@ -215,6 +240,7 @@ static void server_on_housekeeping(struct ev_loop *loop, ev_timer *w, int revent
 	for (size_t i = 0; i < s->targets.n; i++)
 		target_check_alive(s->targets.v[i]);
 	targets_trim(&s->targets, s->config.warm_budget_bytes, s->config.max_targets);
+	server_clients_expire(s);
 	server_update_status(s);
 }
 
@@ -242,6 +268,7 @@ static void server_shutdown(struct server *s)
 	targets_free(&s->targets);
 	if (s->listen_fd >= 0) {
 		ev_io_stop(s->loop, &s->accept_watcher);
+		ev_timer_stop(s->loop, &s->accept_pause);
 		close(s->listen_fd);
 		if (s->socket_created)
 			unlink(s->config.socket_path);
@@ -256,6 +283,8 @@ static void server_shutdown(struct server *s)
 
 int server_main(int argc, char **argv)
 {
+	static const struct query_sink query_sink = {
+		server_client_answer_room, server_client_answer_part, server_client_answer_done};
 	struct server s = {.listen_fd = -1, .argc = argc, .argv = argv};
 	int rc = config_load(&s.config, argc, argv);
 	if (rc == -1)
@@ -290,7 +319,7 @@ int server_main(int argc, char **argv)
 	s.started = ev_now(s.loop);
 	s.started_at = ev_time();
 	if (history_open(&s.history, &s.config) != 0 ||
-	    queries_init(&s.queries, s.loop, server_on_query_answer, &s) != 0) {
+	    queries_init(&s.queries, s.loop, &query_sink, &s) != 0) {
 		fprintf(stderr, "pyprofd: out of memory\n");
 		close(s.listen_fd);
 		ev_loop_destroy(s.loop);
@@ -301,6 +330,8 @@ int server_main(int argc, char **argv)
 	ev_io_init(&s.accept_watcher, server_on_accept, s.listen_fd, EV_READ);
 	s.accept_watcher.data = &s;
 	ev_io_start(s.loop, &s.accept_watcher);
+	ev_timer_init(&s.accept_pause, server_on_accept_rested, ACCEPT_REST_S, 0.0);
+	s.accept_pause.data = &s;
 	ev_timer_init(&s.housekeeping, server_on_housekeeping, 1.0, 1.0);
 	s.housekeeping.data = &s;
 	ev_timer_start(s.loop, &s.housekeeping);

@@ -19,13 +19,20 @@
 
 /* Read this much at a time at most. */
 #define CLIENT_READ_CHUNK 65536u
-/* Past this many bytes of unsent responses, stop reading requests. */
-#define CLIENT_OUT_HIGH (8u << 20)
+/*
+ * Past this many bytes of unsent responses, stop reading requests and
+ * taking parts of answers; below half of it, start again.  A client's queue
+ * stays under this plus one response.
+ */
+#define CLIENT_OUT_HIGH (4u << 20)
+#define CLIENT_OUT_LOW (CLIENT_OUT_HIGH / 2)
+/* A flood of refused connections is logged once, then at most this often. */
+#define REFUSAL_LOG_INTERVAL_S 60.0
 
 static void server_client_on_read(struct ev_loop *loop, ev_io *w, int revents);
 static void server_client_on_write(struct ev_loop *loop, ev_io *w, int revents);
 
-/* Refuse a connection past the limit before any client object exists. */
+/* Refuse a connection past a limit before any client object exists. */
 static void server_client_refuse(int fd, const char *why)
 {
 	Pyprofd__Response resp;
@@ -42,6 +49,48 @@ static void server_client_refuse(int fd, const char *why)
 	close(fd);
 }
 
+/*
+ * Why a connection of uid cannot be taken now, or NULL.  One user cannot
+ * hold more than its share, and all users but root together leave root's
+ * reserve free: whatever others do, root's clients get in.
+ */
+static const char *server_client_over_limit(const struct server *s, uid_t uid)
+{
+	const struct config *cf = &s->config;
+	if (s->nclients >= cf->max_connections)
+		return "too many connections to pyprofd";
+	if (uid == 0)
+		return NULL;
+	unsigned same_uid = 0, not_root = 0;
+	for (const struct client *c = s->clients; c; c = c->next) {
+		same_uid += c->uid == uid;
+		not_root += c->uid != 0;
+	}
+	if (same_uid >= cf->max_connections_per_uid)
+		return "too many connections to pyprofd from this user";
+	if (not_root + cf->root_reserved_connections >= cf->max_connections)
+		return "too many connections to pyprofd (the rest are kept for root)";
+	return NULL;
+}
+
+static void server_client_log_refusal(struct server *s, const struct ucred *cred, const char *why)
+{
+	s->connections_refused++;
+	ev_tstamp now = ev_now(s->loop);
+	if (s->refusal_logged_at && now - s->refusal_logged_at < REFUSAL_LOG_INTERVAL_S) {
+		s->refusals_unlogged++;
+		return;
+	}
+	if (s->refusals_unlogged)
+		log_warn("refused a client (uid %d, pid %d): %s; %llu more refused since the last such "
+		         "message",
+		         (int)cred->uid, (int)cred->pid, why, (unsigned long long)s->refusals_unlogged);
+	else
+		log_warn("refused a client (uid %d, pid %d): %s", (int)cred->uid, (int)cred->pid, why);
+	s->refusal_logged_at = now;
+	s->refusals_unlogged = 0;
+}
+
 void server_client_accept(struct server *s, int fd)
 {
 	struct ucred cred;
@@ -51,10 +100,10 @@ void server_client_accept(struct server *s, int fd)
 		close(fd);
 		return;
 	}
-	if (s->nclients >= s->config.max_connections) {
-		log_warn("refused a client (uid %d, pid %d): %u connections already", (int)cred.uid,
-		         (int)cred.pid, s->nclients);
-		server_client_refuse(fd, "too many connections to pyprofd");
+	const char *why = server_client_over_limit(s, cred.uid);
+	if (why) {
+		server_client_log_refusal(s, &cred, why);
+		server_client_refuse(fd, why);
 		return;
 	}
 	struct client *c = calloc(1, sizeof *c);
@@ -68,6 +117,7 @@ void server_client_accept(struct server *s, int fd)
 	c->uid = cred.uid;
 	c->gid = cred.gid;
 	c->pid = cred.pid;
+	c->last_progress = ev_now(s->loop);
 	ev_io_init(&c->reader, server_client_on_read, fd, EV_READ);
 	ev_io_init(&c->writer, server_client_on_write, fd, EV_WRITE);
 	c->reader.data = c->writer.data = c;
@@ -92,7 +142,39 @@ void server_client_free(struct client *c)
 	close(c->fd);
 	free(c->in);
 	free(c->out);
+	bool query_under_way = c->paused;
 	free(c);
+	/* Its query may wait for room this client will never make: it finds the client gone. */
+	if (query_under_way)
+		queries_pump(&s->queries);
+}
+
+size_t server_client_backlog(const struct client *c)
+{
+	return c->out_len - c->out_off;
+}
+
+/*
+ * Read requests only from a client that waits for no answer of its own,
+ * is not being closed and reads what it is sent.
+ */
+static void server_client_update_reading(struct client *c)
+{
+	struct ev_loop *loop = c->server->loop;
+	bool want = !c->paused && !c->closing && server_client_backlog(c) <= CLIENT_OUT_HIGH;
+	if (want == (bool)ev_is_active(&c->reader))
+		return;
+	if (!want) {
+		ev_io_stop(loop, &c->reader);
+		return;
+	}
+	ev_io_start(loop, &c->reader);
+	if (c->in_len) {
+		/* A request buffered while reading stood still has its time from now. */
+		c->frame_started = ev_now(loop);
+		/* Requests already buffered are handled without waiting for more. */
+		ev_feed_event(loop, &c->reader, EV_READ);
+	}
 }
 
 static int server_client_out_reserve(struct client *c, size_t more)
@@ -120,16 +202,23 @@ static int server_client_out_reserve(struct client *c, size_t more)
 	return 0;
 }
 
+/* Account for len bytes just queued: write them, and read no more past the mark. */
+static void server_client_queued(struct client *c, size_t len)
+{
+	if (server_client_backlog(c) == 0)
+		c->last_progress = ev_now(c->server->loop); /* the reader's clock starts now */
+	c->out_len += len;
+	ev_io_start(c->server->loop, &c->writer);
+	server_client_update_reading(c);
+}
+
 int server_client_send(struct client *c, const Pyprofd__Response *resp)
 {
 	size_t len = wire_frame_size(&resp->base);
 	if (!len || server_client_out_reserve(c, len) != 0)
 		return -1;
 	wire_frame_pack(&resp->base, c->out + c->out_len);
-	c->out_len += len;
-	ev_io_start(c->server->loop, &c->writer);
-	if (c->out_len - c->out_off > CLIENT_OUT_HIGH)
-		ev_io_stop(c->server->loop, &c->reader);
+	server_client_queued(c, len);
 	return 0;
 }
 
@@ -139,8 +228,7 @@ static int server_client_send_bytes(struct client *c, const unsigned char *bytes
 	if (server_client_out_reserve(c, len) != 0)
 		return -1;
 	memcpy(c->out + c->out_len, bytes, len);
-	c->out_len += len;
-	ev_io_start(c->server->loop, &c->writer);
+	server_client_queued(c, len);
 	return 0;
 }
 
@@ -148,21 +236,18 @@ static int server_client_send_bytes(struct client *c, const unsigned char *bytes
 static void server_client_pause(struct client *c)
 {
 	c->paused = true;
-	ev_io_stop(c->server->loop, &c->reader);
+	server_client_update_reading(c);
 }
 
 static void server_client_resume(struct client *c)
 {
 	c->paused = false;
 	if (c->closing) {
-		if (c->out_len == c->out_off)
+		if (server_client_backlog(c) == 0)
 			ev_feed_event(c->server->loop, &c->writer, EV_WRITE);
 		return;
 	}
-	ev_io_start(c->server->loop, &c->reader);
-	/* Requests that came while paused are already buffered: handle them without waiting for more. */
-	if (c->in_len)
-		ev_feed_event(c->server->loop, &c->reader, EV_READ);
+	server_client_update_reading(c);
 }
 
 /* Send an error that answers no particular request (the request id could not be read). */
@@ -202,13 +287,15 @@ static void server_client_handle_frame(struct client *c, const unsigned char *pa
 /*
  * Handle the complete frames in the input buffer, at most
  * max_pending_requests of them per wakeup so one client cannot hold the
- * loop; the rest are handled on the next iteration.
+ * loop, and none while its answers pile up unread; the rest are handled on
+ * a later iteration.
  */
 static void server_client_handle_input(struct client *c)
 {
 	size_t off = 0;
 	unsigned handled = 0;
-	while (!c->closing && !c->paused && c->in_len - off >= 4) {
+	while (!c->closing && !c->paused && server_client_backlog(c) <= CLIENT_OUT_HIGH &&
+	       c->in_len - off >= 4) {
 		const unsigned char *p = c->in + off;
 		uint32_t len = wire_frame_length(p);
 		if (len > c->server->config.max_message_bytes) {
@@ -230,13 +317,24 @@ static void server_client_handle_input(struct client *c)
 		handled++;
 		off += 4 + (size_t)len;
 	}
-	memmove(c->in, c->in + off, c->in_len - off);
-	c->in_len -= off;
+	if (off > 0) {
+		memmove(c->in, c->in + off, c->in_len - off);
+		c->in_len -= off;
+		/* The next request's time starts once the one before it is taken. */
+		c->frame_started = ev_now(c->server->loop);
+	}
+}
+
+/* Close now if nothing is left to write, else once it is written. */
+static void server_client_close_when_written(struct client *c)
+{
+	ev_io_stop(c->server->loop, &c->reader);
+	if (server_client_backlog(c) == 0)
+		server_client_free(c);
 }
 
 static void server_client_on_read(struct ev_loop *loop, ev_io *w, int revents)
 {
-	(void)loop;
 	(void)revents;
 	struct client *c = w->data;
 	/* Room for one whole frame at the limit, no more. */
@@ -262,15 +360,18 @@ static void server_client_on_read(struct ev_loop *loop, ev_io *w, int revents)
 			server_client_free(c);
 			return;
 		}
-		if (got > 0)
+		if (got > 0) {
+			if (c->in_len == 0)
+				c->frame_started = ev_now(loop);
 			c->in_len += (size_t)got;
+			c->last_progress = ev_now(loop);
+		}
 	}
 	server_client_handle_input(c);
-	if (c->closing) {
-		ev_io_stop(c->server->loop, &c->reader);
-		if (c->out_len == c->out_off)
-			server_client_free(c);
-	}
+	if (c->closing)
+		server_client_close_when_written(c);
+	else
+		server_client_update_reading(c);
 }
 
 static void server_client_on_write(struct ev_loop *loop, ev_io *w, int revents)
@@ -282,35 +383,110 @@ static void server_client_on_write(struct ev_loop *loop, ev_io *w, int revents)
 		if (put < 0 && errno == EINTR)
 			continue;
 		if (put < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			return;
+			break;
 		if (put <= 0) {
 			server_client_free(c);
 			return;
 		}
 		c->out_off += (size_t)put;
+		c->last_progress = ev_now(loop);
 	}
-	c->out_off = c->out_len = 0;
-	ev_io_stop(loop, &c->writer);
-	if (c->closing) {
-		server_client_free(c);
+	if (server_client_backlog(c) == 0) {
+		c->out_off = c->out_len = 0;
+		ev_io_stop(loop, &c->writer);
+		if (c->closing) {
+			server_client_free(c);
+			return;
+		}
+	}
+	if (server_client_backlog(c) > CLIENT_OUT_LOW)
 		return;
-	}
-	/* Drained: read requests again if a backlog had stopped it. */
-	if (!ev_is_active(&c->reader))
-		ev_io_start(loop, &c->reader);
+	/* Room again: the rest of its answer, or its next requests. */
+	if (c->paused)
+		queries_pump(&c->server->queries);
+	else
+		server_client_update_reading(c);
 }
 
-void server_client_answer(struct server *s, uint64_t client_serial, const uint8_t *bytes,
-                          size_t len)
+static struct client *server_client_find(struct server *s, uint64_t serial)
 {
 	struct client *c = s->clients;
-	while (c && c->serial != client_serial)
+	while (c && c->serial != serial)
 		c = c->next;
+	return c;
+}
+
+enum query_room server_client_answer_room(void *server, uint64_t client_serial)
+{
+	const struct client *c = server_client_find(server, client_serial);
+	if (!c || c->closing)
+		return QUERY_CLIENT_GONE;
+	return server_client_backlog(c) > CLIENT_OUT_HIGH ? QUERY_CLIENT_FULL : QUERY_CLIENT_READY;
+}
+
+void server_client_answer_part(void *server, uint64_t client_serial, const uint8_t *bytes,
+                               size_t len)
+{
+	struct client *c = server_client_find(server, client_serial);
+	if (c && server_client_send_bytes(c, bytes, len) != 0) {
+		log_warn("client uid %d: out of memory sending a query's answer", (int)c->uid);
+		c->closing = true; /* its query learns it at the next part */
+	}
+}
+
+void server_client_answer_done(void *server, uint64_t client_serial, bool ok)
+{
+	struct client *c = server_client_find(server, client_serial);
 	if (!c)
 		return; /* it left meanwhile */
-	if (!len || server_client_send_bytes(c, bytes, len) != 0) {
-		log_warn("client uid %d: out of memory sending a query's answer", (int)c->uid);
+	if (!ok) {
+		log_warn("client uid %d: out of memory answering a query", (int)c->uid);
 		c->closing = true;
 	}
 	server_client_resume(c);
+}
+
+enum client_stall { STALL_NONE, STALL_REQUEST, STALL_IDLE, STALL_UNREAD };
+
+/* Whether c has stood still too long, and how. */
+static enum client_stall server_client_stalled(const struct client *c, ev_tstamp now)
+{
+	const struct config *cf = &c->server->config;
+	if (ev_is_active(&c->reader) && c->in_len > 0 && now - c->frame_started > cf->request_timeout_s)
+		return STALL_REQUEST;
+	/* Waiting for its own query is not idle; not reading its answers is. */
+	if (c->paused && server_client_backlog(c) == 0)
+		return STALL_NONE;
+	if (now - c->last_progress <= cf->idle_timeout_s)
+		return STALL_NONE;
+	return server_client_backlog(c) ? STALL_UNREAD : STALL_IDLE;
+}
+
+void server_clients_expire(struct server *s)
+{
+	static const char *const why[] = {
+		[STALL_REQUEST] = "a request did not arrive whole in time",
+		[STALL_IDLE] = "idle",
+		[STALL_UNREAD] = "its answers went unread",
+	};
+	ev_tstamp now = ev_now(s->loop);
+	for (struct client *c = s->clients, *next; c; c = next) {
+		next = c->next;
+		enum client_stall stall = server_client_stalled(c, now);
+		if (stall == STALL_NONE)
+			continue;
+		log_info("client uid %d, pid %d: closed: %s", (int)c->uid, (int)c->pid, why[stall]);
+		s->connections_timed_out++;
+		if (stall != STALL_REQUEST) {
+			server_client_free(c);
+			continue;
+		}
+		/* It is sending, and reads: say why no answer comes. */
+		char msg[128];
+		snprintf(msg, sizeof msg, "closed: a request must arrive whole within %u s",
+		         s->config.request_timeout_s);
+		server_client_send_error(c, 0, PYPROFD__ERROR_CODE__ERROR_LIMIT, msg);
+		c->closing = true;
+		server_client_close_when_written(c);
+	}
 }

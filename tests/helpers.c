@@ -563,6 +563,13 @@ ssize_t target_mem_write(pid_t pid, uint64_t addr, const void *buf, size_t len)
 	return process_vm_writev(pid, &local, 1, &remote, 1, 0);
 }
 
+void write_text_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+	cr_assert_not_null(f, "%s: %s", path, strerror(errno));
+	cr_assert(fputs(text, f) >= 0 && fclose(f) == 0, "%s: %s", path, strerror(errno));
+}
+
 void copy_executable(const char *from, const char *to)
 {
 	int in = open(from, O_RDONLY | O_CLOEXEC);

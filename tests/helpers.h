@@ -122,6 +122,9 @@ int expect_clean_failure_among(const struct run_result *r, const int codes[], si
 ssize_t target_mem_read(pid_t pid, uint64_t addr, void *buf, size_t len);
 ssize_t target_mem_write(pid_t pid, uint64_t addr, const void *buf, size_t len);
 
+/* Writes text to path (created or truncated); fails the test on error. */
+void write_text_file(const char *path, const char *text);
+
 /* Copies a file (mode 0755); fails the test on error. */
 void copy_executable(const char *from, const char *to);
 /*

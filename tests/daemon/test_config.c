@@ -18,17 +18,15 @@ static void config_file(char *dir, size_t dir_len, char *file, size_t file_len, 
 {
 	scratch_dir(dir, dir_len);
 	snprintf(file, file_len, "%s/pyprofd.conf", dir);
-	FILE *f = fopen(file, "w");
-	cr_assert_not_null(f);
-	fputs(text, f);
-	fclose(f);
+	write_text_file(file, text);
 }
 
 Test(config, file_then_flags)
 {
 	char dir[PATH_MAX - 64], file[PATH_MAX];
 	config_file(dir, sizeof dir, file, sizeof file,
-	            "[limits]\nmax_connections = 10\nmax_targets = 7\n"
+	            "[limits]\nmax_connections = 10\nmax_targets = 7\nmax_connections_per_uid = 4\n"
+	            "root_reserved_connections = 20\nidle_timeout_s = 30\nrequest_timeout_s = 2\n"
 	            "[sampling]\ndefault_rate_hz = 50\nmax_rate_hz = 500\n"
 	            "[storage]\nflush_interval_s = 3\nretention = 600:60,7200:600\n");
 	char *argv[] = {"serve", "--state-dir", dir, "--max-targets", "9", NULL};
@@ -36,6 +34,10 @@ Test(config, file_then_flags)
 	cr_assert_eq(config_load(&c, 5, argv), EXIT_OK);
 	cr_assert_str_eq(c.config_path, file, "the state directory's file is read");
 	cr_assert_eq(c.max_connections, 10);
+	cr_assert_eq(c.max_connections_per_uid, 4);
+	cr_assert_eq(c.root_reserved_connections, 9, "root's reserve leaves other users one connection");
+	cr_assert_eq(c.idle_timeout_s, 30);
+	cr_assert_eq(c.request_timeout_s, 2);
 	cr_assert_eq(c.max_targets, 9, "a flag beats the file");
 	cr_assert_eq(c.default_rate_hz, 50);
 	cr_assert_eq(c.max_rate_hz, 500);
@@ -84,16 +86,12 @@ Test(config, reload_keeps_the_running_config_when_the_file_breaks)
 	cr_assert_eq(config_load(&c, 3, argv), EXIT_OK);
 	cr_assert_eq(c.max_targets, 5);
 
-	FILE *f = fopen(file, "w");
-	fputs("[limits]\nmax_targets = 6\n[daemon]\nstate_dir = /elsewhere\n", f);
-	fclose(f);
+	write_text_file(file, "[limits]\nmax_targets = 6\n[daemon]\nstate_dir = /elsewhere\n");
 	cr_assert_eq(config_reload(&c, 3, argv), 0);
 	cr_assert_eq(c.max_targets, 6, "a reload reads the file again");
 	cr_assert_str_eq(c.state_dir, dir, "where the daemon lives does not move while it runs");
 
-	f = fopen(file, "w");
-	fputs("[limits]\nmax_targets = many\n", f);
-	fclose(f);
+	write_text_file(file, "[limits]\nmax_targets = many\n");
 	cr_assert_eq(config_reload(&c, 3, argv), -1);
 	cr_assert_eq(c.max_targets, 6, "a broken file changes nothing");
 	config_free(&c);

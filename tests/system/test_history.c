@@ -199,14 +199,11 @@ Test(history, survives_kill_9, .timeout = 300)
 	daemon_stop(&d);
 }
 
-static void write_config(const struct daemon *d, const char *text)
+static void write_state_config(const struct daemon *d, const char *text)
 {
 	char path[PATH_MAX + 32];
 	snprintf(path, sizeof path, "%s/pyprofd.conf", d->state);
-	FILE *f = fopen(path, "w");
-	cr_assert_not_null(f);
-	fputs(text, f);
-	fclose(f);
+	write_text_file(path, text);
 }
 
 /* The history's health as status reports it. */
@@ -246,7 +243,7 @@ Test(history, full_disk_then_recovery, .timeout = 300)
 	ctl_ok(&d, attach);
 	pause_ms(1500);
 	/* A file limit of one page: the file cannot grow at all. */
-	write_config(&d, "[storage]\nmax_file_kb = 1\n");
+	write_state_config(&d, "[storage]\nmax_file_kb = 1\n");
 	cr_assert(kill(d.pid, SIGHUP) == 0);
 	json_int_t pending = 0;
 	bool failed = false;
@@ -279,7 +276,7 @@ Test(history, full_disk_then_recovery, .timeout = 300)
 	             "a query during the outage misses what waits in memory");
 
 	/* Room again: everything counted meanwhile is written, and counted once. */
-	write_config(&d, "[storage]\nmax_file_kb = 0\n");
+	write_state_config(&d, "[storage]\nmax_file_kb = 0\n");
 	cr_assert(kill(d.pid, SIGHUP) == 0);
 	for (int i = 0; i < 200 && history_failing(&d, NULL); i++)
 		pause_ms(100);
@@ -299,10 +296,7 @@ Test(history, diff_of_two_ranges, .timeout = 300)
 	char dir[PATH_MAX - 64], conf[PATH_MAX];
 	scratch_dir(dir, sizeof dir);
 	snprintf(conf, sizeof conf, "%s/pyprofd.conf", dir);
-	FILE *f = fopen(conf, "w");
-	cr_assert_not_null(f);
-	fputs("[storage]\nbucket_seconds = 1\nflush_interval_s = 1\n", f);
-	fclose(f);
+	write_text_file(conf, "[storage]\nbucket_seconds = 1\nflush_interval_s = 1\n");
 	const char *extra[] = {"--config", conf, NULL};
 	struct daemon d;
 	daemon_start(&d, extra);

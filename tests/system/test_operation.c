@@ -30,10 +30,7 @@ Test(operation, sighup_reloads_config, .timeout = 120)
 	daemon_start(&d, NULL);
 	char conf[PATH_MAX + 32];
 	snprintf(conf, sizeof conf, "%s/pyprofd.conf", d.state);
-	FILE *f = fopen(conf, "w");
-	cr_assert_not_null(f);
-	fputs("[limits]\nwarm_budget_mb = 7\n", f);
-	fclose(f);
+	write_text_file(conf, "[limits]\nwarm_budget_mb = 7\n");
 	cr_assert(kill(d.pid, SIGHUP) == 0);
 	static const char *const status[] = {"status", NULL};
 	json_t *s = NULL;
@@ -46,10 +43,7 @@ Test(operation, sighup_reloads_config, .timeout = 120)
 	}
 	cr_assert_eq(jint(s, "warm_budget_bytes"), 7 << 20, "SIGHUP did not apply the config file");
 	json_decref(s);
-	f = fopen(conf, "w");
-	cr_assert_not_null(f);
-	fputs("[limits]\nwarm_budget_mb = lots\n", f);
-	fclose(f);
+	write_text_file(conf, "[limits]\nwarm_budget_mb = lots\n");
 	cr_assert(kill(d.pid, SIGHUP) == 0);
 	pause_ms(300);
 	s = ctl_json(&d, status);
@@ -271,6 +265,41 @@ Test(operation, refuses_bad_setups, .timeout = 120)
 	          "a second daemon took the socket: %s", r.err);
 	run_result_free(&r);
 	cr_assert(daemon_serves(&d), "the first daemon stopped serving");
+	daemon_stop(&d);
+}
+
+/*
+ * Every setting the example config shows, at the value it shows, is one the
+ * daemon takes: the documented keys and ranges cannot drift from the parser.
+ */
+Test(operation, example_config_is_accepted, .timeout = 120)
+{
+	char example[PATH_MAX], dir[PATH_MAX - 64], conf[PATH_MAX];
+	snprintf(example, sizeof example, "%s/../systemd/pyprofd.conf.example", getenv("PYPROFD_TESTS_DIR"));
+	scratch_dir(dir, sizeof dir);
+	snprintf(conf, sizeof conf, "%s/pyprofd.conf", dir);
+	FILE *in = fopen(example, "r"), *out = fopen(conf, "w");
+	cr_assert(in && out, "%s: %s", example, strerror(errno));
+	char line[1024];
+	int settings = 0;
+	while (fgets(line, sizeof line, in)) {
+		char key[64];
+		/* Where it lives is the test's to say; every other commented setting is switched on. */
+		bool setting = sscanf(line, "#%63[a-z_] = ", key) == 1 && strstr(line, " = ");
+		if (setting && strcmp(key, "state_dir") != 0 && strcmp(key, "socket") != 0) {
+			fputs(line + 1, out);
+			settings++;
+		} else if (line[0] == '[') {
+			fputs(line, out);
+		}
+	}
+	fclose(in);
+	fclose(out);
+	cr_assert_geq(settings, 19, "only %d settings found in %s", settings, example);
+	const char *extra[] = {"--config", conf, NULL};
+	struct daemon d;
+	daemon_start(&d, extra);
+	cr_assert(daemon_serves(&d));
 	daemon_stop(&d);
 }
 
