@@ -10,6 +10,7 @@
 #   make bench      measure the sampling engine on every CPython found
 #   make bench-daemon  measure the daemon: 10 targets x 4 threads at 100 Hz
 #   make bench-history measure the history store over a synthetic day
+#   make bench-hostile what a hostile local user costs the daemon (as root)
 #   make install    binaries, systemd units and man pages (PREFIX, DESTDIR)
 #   make clean
 #
@@ -196,7 +197,7 @@ $(BUILD)/fuzz/%: $(BUILD)/tests/fuzz/%.o $(LIBCTL) $(LIBCLIENT) $(LIBS_DAEMON)
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -fsanitize=fuzzer -o $@ $^ $(LINK_DAEMON)
 
-.PHONY: all deps test check sanitize fuzz fuzz-run demo bench bench-daemon bench-history install clean
+.PHONY: all deps test check sanitize fuzz fuzz-run demo bench bench-daemon bench-history bench-hostile install clean
 
 all: $(PYPROFD) $(CTL)
 
@@ -411,6 +412,11 @@ bench-history: deps
 bench-daemon: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(PYTHON) bench/daemon.py --pyprofd $(PYPROFD) --ctl $(CTL) $(BENCH_ARGS)
+
+# Unread answers, one user's connections, descriptors used up; see bench/hostile.py.
+bench-hostile: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(PYTHON) bench/hostile.py --pyprofd $(PYPROFD) --ctl $(CTL) $(BENCH_ARGS)
 
 clean:
 	rm -rf build build-sanitize build-fuzz
