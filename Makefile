@@ -22,7 +22,7 @@ PYTHON   ?= python3
 
 DEB_PACKAGES = build-essential pkg-config libelf-dev libjansson-dev libcriterion-dev \
                libev-dev libprotobuf-c-dev protobuf-c-compiler libsqlite3-dev \
-               libinih-dev libsystemd-dev zlib1g-dev procps util-linux \
+               libinih-dev libsystemd-dev zlib1g-dev procps util-linux libcap2-bin \
                systemd man-db protobuf-compiler chromium \
                curl ca-certificates python3-jsonschema clang libclang-rt-14-dev
 

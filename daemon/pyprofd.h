@@ -281,7 +281,13 @@ struct target {
 	struct history *history; /* where its samples go */
 	pid_t pid;
 	uint64_t start_time; /* clock ticks after boot: pid + this is the identity */
+	/*
+	 * Who besides root may act on it and see its history (target_owner):
+	 * uid 0 when only root may.  Lowered to root for good if the process
+	 * gains privileges while known; never raised.
+	 */
 	uid_t uid;
+	gid_t gid;
 	char *executable, *command_line;
 	char python_version[32];
 	struct uw_target *uw; /* NULL once exited */
@@ -306,6 +312,13 @@ struct target {
 
 struct target *target_open(struct ev_loop *loop, struct history *history, pid_t pid,
                            struct uw_error *err);
+/*
+ * The user who may act on a process besides root, by the kernel's rule for
+ * tracing without privileges: its real, effective and saved uids all one
+ * user's, its gids all one group's, dumpable and without capabilities.
+ * Otherwise uid and gid 0: root alone.
+ */
+void target_owner(const struct uw_process_identity *id, uid_t *uid, gid_t *gid);
 /* Start (or restart) sampling with these parameters; the target takes the labels. */
 void target_start(struct target *t, struct target_params *params);
 /* Stop sampling and keep the unwinder state warm. */

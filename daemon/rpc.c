@@ -2,9 +2,10 @@
  * The requests the daemon answers, one handler each, found in a table by
  * the request's type.  The protocol version is checked before dispatch.
  *
- * Authorization, by the peer's uid from SO_PEERCRED: root may act on any
- * process; any other uid only on processes whose real uid is its own, and
- * it sees only those in `list`.
+ * Authorization, by the peer's uid and gid from SO_PEERCRED: root may act
+ * on any process; any other user only on processes the kernel would let it
+ * trace (target_owner: all its uids and gids the user's, dumpable, no
+ * capabilities), and it sees only those in `list` and in the history.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -45,9 +46,9 @@ static void rpc_out_of_memory(Pyprofd__Response *resp, struct arena *a)
 	rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_INTERNAL, "the daemon is out of memory");
 }
 
-static bool rpc_may_see(const struct client *c, uid_t owner)
+static bool rpc_may_see(const struct client *c, uid_t owner_uid, gid_t owner_gid)
 {
-	return c->uid == 0 || c->uid == owner;
+	return c->uid == 0 || (owner_uid != 0 && c->uid == owner_uid && c->gid == owner_gid);
 }
 
 /*
@@ -68,9 +69,16 @@ static int rpc_process(struct server *s, const struct client *c, pid_t pid, stru
 		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_NO_PROCESS, "no such process: %d", (int)pid);
 		return -1;
 	}
-	if (!rpc_may_see(c, id.uid[0])) {
+	uid_t owner_uid;
+	gid_t owner_gid;
+	target_owner(&id, &owner_uid, &owner_gid);
+	if (!rpc_may_see(c, owner_uid, owner_gid)) {
 		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_PERMISSION,
-		          "permission denied: process %d belongs to another user", (int)pid);
+		          owner_uid == 0 && id.uid[0] == c->uid
+		                  ? "permission denied: process %d runs with privileges (setuid, setgid, "
+		                    "capabilities or not dumpable), root's alone"
+		                  : "permission denied: process %d belongs to another user",
+		          (int)pid);
 		return -1;
 	}
 	*t = targets_find(&s->targets, pid);
@@ -221,7 +229,7 @@ static struct target *rpc_known_target(struct server *s, const struct client *c,
 		          "pyprofd is not profiling process %d", (int)pid);
 		return NULL;
 	}
-	if (!rpc_may_see(c, t->uid)) {
+	if (!rpc_may_see(c, t->uid, t->gid)) {
 		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_PERMISSION,
 		          "permission denied: process %d belongs to another user", (int)pid);
 		return NULL;
@@ -273,7 +281,7 @@ static void rpc_list(struct server *s, struct client *c, const Pyprofd__Request 
 	res->targets = v;
 	for (size_t i = 0; i < s->targets.n; i++) {
 		const struct target *t = s->targets.v[i];
-		if (!rpc_may_see(c, t->uid))
+		if (!rpc_may_see(c, t->uid, t->gid))
 			continue;
 		if (!(v[res->n_targets++] = target_to_proto(t, a))) {
 			rpc_out_of_memory(resp, a);

@@ -196,6 +196,19 @@ static double target_monotonic_now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+void target_owner(const struct uw_process_identity *id, uid_t *uid, gid_t *gid)
+{
+	bool one_user = id->uid[0] == id->uid[1] && id->uid[0] == id->uid[2] &&
+	                id->gid[0] == id->gid[1] && id->gid[0] == id->gid[2];
+	if (one_user && id->dumpable && id->cap_permitted == 0) {
+		*uid = id->uid[0];
+		*gid = id->gid[0];
+	} else {
+		*uid = 0;
+		*gid = 0;
+	}
+}
+
 struct target *target_open(struct ev_loop *loop, struct history *history, pid_t pid,
                            struct uw_error *err)
 {
@@ -213,7 +226,7 @@ struct target *target_open(struct ev_loop *loop, struct history *history, pid_t 
 	t->timer_fd = -1;
 	t->pid = pid;
 	t->start_time = id.start_time;
-	t->uid = id.uid[0];
+	target_owner(&id, &t->uid, &t->gid);
 	t->state = TARGET_DETACHED;
 	t->executable = target_read_executable(pid);
 	t->command_line = target_read_command_line(pid);
@@ -377,9 +390,24 @@ bool target_check_alive(struct target *t)
 {
 	if (t->state == TARGET_EXITED)
 		return false;
-	if (!target_same_process(t)) {
+	struct uw_process_identity id;
+	struct uw_error err;
+	if (uw_process_identity(t->pid, &id, &err) != 0 || id.start_time != t->start_time) {
 		target_mark_exited(t, "the process exited");
 		return false;
+	}
+	/*
+	 * Exec of a setuid or file-capability program keeps the pid and start
+	 * time: the user it belonged to may no longer trace it, so it is root's now.
+	 */
+	uid_t uid;
+	gid_t gid;
+	target_owner(&id, &uid, &gid);
+	if (t->uid != 0 && (uid != t->uid || gid != t->gid)) {
+		log_info("pid %d: no longer traceable by uid %d (it gained privileges): root's alone now",
+		         (int)t->pid, (int)t->uid);
+		t->uid = 0;
+		t->gid = 0;
 	}
 	return true;
 }

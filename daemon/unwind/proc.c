@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "unwind_internal.h"
 
@@ -234,5 +235,20 @@ int uw_process_identity(pid_t pid, struct uw_process_identity *out, struct uw_er
 		out->uid[i] = (uid_t)uids[i];
 		out->gid[i] = (gid_t)gids[i];
 	}
+	const char *caps = strstr(buf, "\nCapPrm:");
+	unsigned long long cap_permitted;
+	if (!caps || sscanf(caps + strlen("\nCapPrm:"), "%llx", &cap_permitted) != 1)
+		return uw_fail(err, UW_ENOPROC, "process %d has no readable capabilities", (int)pid);
+	out->cap_permitted = cap_permitted;
+	/*
+	 * The kernel gives /proc/PID to the effective ids of a dumpable process
+	 * and to root otherwise (a setuid or file-capability program, or one
+	 * that made itself undumpable): its owner is the only place it shows.
+	 */
+	struct stat dir;
+	snprintf(path, sizeof path, "/proc/%d", (int)pid);
+	if (stat(path, &dir) != 0)
+		return proc_open_error(pid, "the status", err);
+	out->dumpable = dir.st_uid == out->uid[1] && dir.st_gid == out->gid[1];
 	return 0;
 }

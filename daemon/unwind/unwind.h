@@ -113,6 +113,8 @@ struct uw_process_identity {
 	uint64_t start_time; /* clock ticks after boot: with the pid, the process's identity */
 	uid_t uid[4];        /* real, effective, saved, filesystem */
 	gid_t gid[4];
+	uint64_t cap_permitted; /* the capability bits it may take up */
+	bool dumpable;       /* the kernel lets its owner trace it: not setuid, setgid, file caps */
 	char state;          /* 'R', 'S', 'Z', ... */
 };
 

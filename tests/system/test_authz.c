@@ -1,0 +1,229 @@
+/*
+ * Who may act on a process through root's daemon: exactly whom the kernel
+ * would let trace it.  A user's processes that run with privileges (a
+ * setuid-root interpreter, one with file capabilities, one with another
+ * group's ids) are root's alone, live and in the history, and a process that
+ * gains privileges after it was attached becomes root's alone from then on.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "helpers.h"
+
+TestSuite(authz, .init = helpers_init, .fini = helpers_fini);
+
+/* Debian's static interpreter: a copy of it runs anywhere, setuid too (no $ORIGIN to drop). */
+#define STATIC_PYTHON "/usr/bin/python3.11"
+#define OTHER_GID "100"
+
+static const struct run_opts as_nobody = {.drop_privileges = true, .uid = NOBODY_UID, .gid = NOBODY_GID};
+
+/* A copy of the static interpreter at dir/name with mode; setcap'd when caps is given. */
+static void interpreter_copy(const char *dir, const char *name, mode_t mode, const char *caps,
+                             char *out, size_t len)
+{
+	snprintf(out, len, "%s/%s", dir, name);
+	copy_executable(STATIC_PYTHON, out);
+	cr_assert(chown(out, 0, 0) == 0 && chmod(out, mode) == 0, "%s: %s", out, strerror(errno));
+	if (caps) {
+		struct run_result r;
+		const char *setcap[] = {"setcap", caps, out, NULL};
+		run_command(&r, setcap, NULL);
+		char why[512];
+		cr_assert(r.exited && r.code == 0, "setcap: %s", run_describe(&r, why, sizeof why));
+		run_result_free(&r);
+	}
+}
+
+/* `setpriv` to nobody with gid, then the interpreter idling (it finds its library by PYTHONHOME). */
+static void start_as_nobody(struct test_target *t, const char *interpreter, const char *gid,
+                            const char *program)
+{
+	char regid[32];
+	snprintf(regid, sizeof regid, "--regid=%s", gid);
+	const char *argv[] = {"setpriv", "--reuid=65534", regid, "--clear-groups", "env", "PYTHONHOME=/usr",
+	                      interpreter, "-c", program, NULL};
+	test_target_start_argv(t, argv);
+}
+
+/* The line of /proc/PID/status that starts with key, once the process runs `exe`. */
+static void status_line(pid_t pid, const char *exe, const char *key, char *out, size_t len)
+{
+	char path[64], link[PATH_MAX];
+	snprintf(path, sizeof path, "/proc/%d/exe", (int)pid);
+	for (int i = 0; i < 200; i++) {
+		ssize_t n = readlink(path, link, sizeof link - 1);
+		link[n > 0 ? n : 0] = '\0';
+		if (strcmp(link, exe) == 0)
+			break;
+		pause_ms(25);
+	}
+	cr_assert_str_eq(link, exe, "the process never ran %s", exe);
+	snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+	FILE *f = fopen(path, "r");
+	cr_assert_not_null(f);
+	out[0] = '\0';
+	char line[512];
+	while (fgets(line, sizeof line, f))
+		if (strncmp(line, key, strlen(key)) == 0)
+			snprintf(out, len, "%s", line);
+	fclose(f);
+	cr_assert(out[0], "no %s line for pid %d", key, (int)pid);
+}
+
+/* Samples of pid in the history as this user sees them (`query --format table --json`). */
+static json_int_t history_samples(const struct daemon *d, pid_t pid, const struct run_opts *who)
+{
+	char p[16], why[512];
+	const char *args[] = {"--json", "query", "--pid", pid_text(pid, p, sizeof p), "--format", "table", NULL};
+	struct run_result r;
+	ctl_run(d, &r, args, who);
+	cr_assert(r.exited && r.code == 0, "query: %s", run_describe(&r, why, sizeof why));
+	json_t *j = json_loads(r.out, 0, NULL);
+	cr_assert_not_null(j, "query printed no JSON: %s", r.out);
+	json_int_t n = jint(j, "samples");
+	json_decref(j);
+	run_result_free(&r);
+	return n;
+}
+
+/* nobody may not attach or dump pid, nor, once the daemon knows it, read its stats or detach it. */
+static void nobody_is_refused(const struct daemon *d, pid_t pid, bool known, const char *what)
+{
+	char p[16], context[128];
+	pid_text(pid, p, sizeof p);
+	const char *const verbs[] = {"attach", "dump", "stats", "detach"};
+	for (size_t i = 0; i < (known ? 4u : 2u); i++) {
+		const char *args[] = {verbs[i], p, NULL};
+		snprintf(context, sizeof context, "nobody's %s of %s", verbs[i], what);
+		ctl_expect_failure(d, args, 4, &as_nobody, context);
+	}
+}
+
+Test(authz, privileged_processes_are_roots_alone, .timeout = 300)
+{
+	cr_assert_eq(geteuid(), 0, "this test runs as root (it makes setuid and setcap programs)");
+	if (access(STATIC_PYTHON, X_OK) != 0)
+		cr_skip_test("no %s to copy", STATIC_PYTHON);
+	char dir[PATH_MAX - 64];
+	scratch_dir(dir, sizeof dir);
+	cr_assert(chmod(dir, 0755) == 0);
+	char plain[PATH_MAX], setuid_root[PATH_MAX], with_caps[PATH_MAX];
+	interpreter_copy(dir, "plain", 0755, NULL, plain, sizeof plain);
+	interpreter_copy(dir, "setuid", 04755, NULL, setuid_root, sizeof setuid_root);
+	interpreter_copy(dir, "caps", 0755, "cap_net_bind_service+ep", with_caps, sizeof with_caps);
+
+	struct test_target own, suid, capped, other_group;
+	start_as_nobody(&own, plain, "65534", idle_program);
+	start_as_nobody(&suid, setuid_root, "65534", idle_program);
+	start_as_nobody(&capped, with_caps, "65534", idle_program);
+	start_as_nobody(&other_group, plain, OTHER_GID, idle_program);
+	/* Each is what it should be, or the refusals below would prove nothing. */
+	char line[512];
+	status_line(suid.pid, setuid_root, "Uid:", line, sizeof line);
+	cr_assert_str_eq(line, "Uid:\t65534\t0\t0\t0\n", "the setuid copy does not run as root");
+	status_line(capped.pid, with_caps, "CapPrm:", line, sizeof line);
+	cr_assert(strcmp(line, "CapPrm:\t0000000000000000\n") != 0, "the setcap copy has no capabilities");
+	status_line(other_group.pid, plain, "Gid:", line, sizeof line);
+	cr_assert_str_eq(line, "Gid:\t" OTHER_GID "\t" OTHER_GID "\t" OTHER_GID "\t" OTHER_GID "\n");
+	status_line(own.pid, plain, "Uid:", line, sizeof line);
+	cr_assert_str_eq(line, "Uid:\t65534\t65534\t65534\t65534\n");
+
+	struct daemon d;
+	daemon_start(&d, NULL);
+	/* Its own plain process: nobody may. */
+	attach_as_nobody(&d, own.pid, "nobody attaching to its own process");
+	nobody_is_refused(&d, suid.pid, false, "a setuid-root interpreter it started");
+	nobody_is_refused(&d, capped.pid, false, "an interpreter with file capabilities it started");
+	nobody_is_refused(&d, other_group.pid, false, "its process with another group's ids");
+
+	/* Root may; nobody then neither sees it in the list nor in the history. */
+	ctl_attach_at(&d, suid.pid, "200");
+	json_decref(entry_when(&d, suid.pid, sampled_a_while, "sampled"));
+	nobody_is_refused(&d, suid.pid, true, "a setuid-root interpreter root attached");
+	const char *list[] = {"--json", "list", NULL};
+	struct run_result r;
+	ctl_run(&d, &r, list, &as_nobody);
+	json_t *seen = json_loads(r.out, 0, NULL);
+	cr_assert(json_is_array(seen) && json_array_size(seen) == 1 &&
+	          jint(json_array_get(seen, 0), "pid") == own.pid,
+	          "nobody must see its own plain process alone: %s", r.out);
+	json_decref(seen);
+	run_result_free(&r);
+	cr_assert_gt(history_samples(&d, suid.pid, NULL), 0, "root sees no history of the process");
+	cr_assert_eq(history_samples(&d, suid.pid, &as_nobody), 0,
+	             "nobody sees the history of a process it may not trace");
+	cr_assert_gt(history_samples(&d, own.pid, &as_nobody), 0, "nobody sees no history of its own process");
+	daemon_stop(&d);
+	test_target_kill(&own);
+	test_target_kill(&suid);
+	test_target_kill(&capped);
+	test_target_kill(&other_group);
+}
+
+/*
+ * Exec of a setuid program keeps the pid and the start time: a process
+ * nobody attached as its own is root's alone once it has made that exec.
+ */
+Test(authz, gaining_privileges_ends_the_users_access, .timeout = 300)
+{
+	cr_assert_eq(geteuid(), 0, "this test runs as root (it makes a setuid program)");
+	if (access(STATIC_PYTHON, X_OK) != 0)
+		cr_skip_test("no %s to copy", STATIC_PYTHON);
+	char dir[PATH_MAX - 64], plain[PATH_MAX], setuid_root[PATH_MAX], flag[PATH_MAX + 8];
+	scratch_dir(dir, sizeof dir);
+	cr_assert(chmod(dir, 0777) == 0);
+	interpreter_copy(dir, "plain", 0755, NULL, plain, sizeof plain);
+	interpreter_copy(dir, "setuid", 04755, NULL, setuid_root, sizeof setuid_root);
+	snprintf(flag, sizeof flag, "%s/exec-now", dir);
+	/* Idle until the flag file appears, then become the setuid interpreter, idling. */
+	char program[3 * PATH_MAX + 256];
+	snprintf(program, sizeof program,
+	         "import os, time\n"
+	         "while not os.path.exists('%s'):\n"
+	         "    time.sleep(0.01)\n"
+	         "os.execv('%s', ['%s', '-c', 'import time\\nwhile True: time.sleep(0.01)'])\n",
+	         flag, setuid_root, setuid_root);
+
+	struct test_target t;
+	start_as_nobody(&t, plain, "65534", program);
+	struct daemon d;
+	daemon_start(&d, NULL);
+	attach_as_nobody(&d, t.pid, "nobody attaching to its own process");
+	char p[16];
+	pid_text(t.pid, p, sizeof p);
+	const char *stats[] = {"stats", p, NULL};
+	struct run_result r;
+	ctl_run(&d, &r, stats, &as_nobody);
+	cr_assert(r.exited && r.code == 0, "nobody reading its own process's stats");
+	run_result_free(&r);
+
+	write_text_file(flag, "");
+	char line[512];
+	status_line(t.pid, setuid_root, "Uid:", line, sizeof line);
+	cr_assert_str_eq(line, "Uid:\t65534\t0\t0\t0\n", "the process did not become setuid root");
+	/* The daemon looks once a second. */
+	bool refused = false;
+	for (int i = 0; i < 50 && !refused; i++) {
+		ctl_run(&d, &r, stats, &as_nobody);
+		refused = r.exited && r.code == 4;
+		run_result_free(&r);
+		if (!refused)
+			pause_ms(200);
+	}
+	cr_assert(refused, "nobody still reads a process that became setuid root");
+	nobody_is_refused(&d, t.pid, true, "its process after it became setuid root");
+	char *log = daemon_log(&d);
+	cr_assert(strstr(log, "no longer traceable by uid 65534"), "the change was not logged:\n%s", log);
+	free(log);
+	daemon_stop(&d);
+	test_target_kill(&t);
+}
