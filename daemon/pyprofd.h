@@ -418,6 +418,7 @@ struct server {
 	struct client *clients;
 	unsigned nclients;
 	uint64_t next_client_serial;
+	size_t queued_bytes;           /* of every client's responses, not written yet */
 	uint64_t connections_refused;  /* past a limit */
 	uint64_t connections_timed_out;
 	uint64_t refusals_unlogged;    /* refusals since the last one logged: a flood logs rarely */
@@ -456,8 +457,6 @@ void server_client_accept(struct server *s, int fd);
 void server_client_free(struct client *c);
 /* Queue one response (packed with its length prefix); -1 if out of memory. */
 int server_client_send(struct client *c, const Pyprofd__Response *resp);
-/* Bytes queued for the client and not written yet. */
-size_t server_client_backlog(const struct client *c);
 /* Whether the client with this serial takes a part of its query's answer now. */
 enum query_room server_client_answer_room(void *server, uint64_t client_serial);
 /* A part of a query's answer, framed, for the client with this serial. */

@@ -403,8 +403,7 @@ static void rpc_status(struct server *s, struct client *c, const Pyprofd__Reques
 	res->connections = s->nclients;
 	res->connections_refused = s->connections_refused;
 	res->connections_timed_out = s->connections_timed_out;
-	for (const struct client *other = s->clients; other; other = other->next)
-		res->queued_bytes += server_client_backlog(other);
+	res->queued_bytes = s->queued_bytes;
 	res->queries_running = s->queries.nrunning;
 	res->warm_bytes = targets_warm_bytes(&s->targets);
 	res->warm_budget_bytes = s->config.warm_budget_bytes;

@@ -32,6 +32,12 @@
 static void server_client_on_read(struct ev_loop *loop, ev_io *w, int revents);
 static void server_client_on_write(struct ev_loop *loop, ev_io *w, int revents);
 
+/* Bytes queued for the client and not written yet. */
+static size_t server_client_backlog(const struct client *c)
+{
+	return c->out_len - c->out_off;
+}
+
 /* Refuse a connection past a limit before any client object exists. */
 static void server_client_refuse(int fd, const char *why)
 {
@@ -137,6 +143,7 @@ void server_client_free(struct client *c)
 			break;
 		}
 	s->nclients--;
+	s->queued_bytes -= server_client_backlog(c);
 	ev_io_stop(s->loop, &c->reader);
 	ev_io_stop(s->loop, &c->writer);
 	close(c->fd);
@@ -147,11 +154,6 @@ void server_client_free(struct client *c)
 	/* Its query may wait for room this client will never make: it finds the client gone. */
 	if (query_under_way)
 		queries_pump(&s->queries);
-}
-
-size_t server_client_backlog(const struct client *c)
-{
-	return c->out_len - c->out_off;
 }
 
 /*
@@ -208,6 +210,7 @@ static void server_client_queued(struct client *c, size_t len)
 	if (server_client_backlog(c) == 0)
 		c->last_progress = ev_now(c->server->loop); /* the reader's clock starts now */
 	c->out_len += len;
+	c->server->queued_bytes += len;
 	ev_io_start(c->server->loop, &c->writer);
 	server_client_update_reading(c);
 }
@@ -389,6 +392,7 @@ static void server_client_on_write(struct ev_loop *loop, ev_io *w, int revents)
 			return;
 		}
 		c->out_off += (size_t)put;
+		c->server->queued_bytes -= (size_t)put;
 		c->last_progress = ev_now(loop);
 	}
 	if (server_client_backlog(c) == 0) {

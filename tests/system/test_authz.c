@@ -80,7 +80,7 @@ static void status_line(pid_t pid, const char *exe, const char *key, char *out, 
 }
 
 /* Samples of pid in the history as this user sees them (`query --format table --json`). */
-static json_int_t history_samples(const struct daemon *d, pid_t pid, const struct run_opts *who)
+static json_int_t samples_seen_by(const struct daemon *d, pid_t pid, const struct run_opts *who)
 {
 	char p[16], why[512];
 	const char *args[] = {"--json", "query", "--pid", pid_text(pid, p, sizeof p), "--format", "table", NULL};
@@ -158,10 +158,10 @@ Test(authz, privileged_processes_are_roots_alone, .timeout = 300)
 	          "nobody must see its own plain process alone: %s", r.out);
 	json_decref(seen);
 	run_result_free(&r);
-	cr_assert_gt(history_samples(&d, suid.pid, NULL), 0, "root sees no history of the process");
-	cr_assert_eq(history_samples(&d, suid.pid, &as_nobody), 0,
+	cr_assert_gt(samples_seen_by(&d, suid.pid, NULL), 0, "root sees no history of the process");
+	cr_assert_eq(samples_seen_by(&d, suid.pid, &as_nobody), 0,
 	             "nobody sees the history of a process it may not trace");
-	cr_assert_gt(history_samples(&d, own.pid, &as_nobody), 0, "nobody sees no history of its own process");
+	cr_assert_gt(samples_seen_by(&d, own.pid, &as_nobody), 0, "nobody sees no history of its own process");
 	daemon_stop(&d);
 	test_target_kill(&own);
 	test_target_kill(&suid);
