@@ -166,6 +166,8 @@ static Pyprofd__Response *status_now(const struct daemon *d)
 /* ---- one user's connections ---- */
 
 #define HOG_CONNECTIONS 64
+/* What one user other than root may hold by default. */
+#define HOG_SHARE 16
 
 /*
  * nobody opens HOG_CONNECTIONS connections and sends two bytes of a frame
@@ -181,20 +183,26 @@ static void hog_connections(const struct daemon *d, int report, int go)
 		if (send(fds[i], "\0\0", 2, MSG_NOSIGNAL) != 2)
 			_exit(115);
 	}
-	sleep(1);
-	long taken = 0;
-	for (int i = 0; i < HOG_CONNECTIONS; i++) {
-		Pyprofd__Response *r = child_recv(fds[i], 0.1);
-		bool refused = is_error_saying(r, PYPROFD__ERROR_CODE__ERROR_LIMIT, "from this user");
-		if (r)
+	/* Refusals come at accept; a loaded machine may take a moment to get to them all. */
+	long refused = 0;
+	for (int round = 0; round < 50 && refused < HOG_CONNECTIONS - HOG_SHARE; round++) {
+		for (int i = 0; i < HOG_CONNECTIONS; i++) {
+			if (fds[i] < 0)
+				continue;
+			Pyprofd__Response *r = child_recv(fds[i], 0.0);
+			if (!r)
+				continue;
+			bool refusal = is_error_saying(r, PYPROFD__ERROR_CODE__ERROR_LIMIT, "from this user");
 			pyprofd__response__free_unpacked(r, NULL);
-		if (refused) {
+			if (!refusal)
+				_exit(118); /* an answer to half a request: nothing should come before the timeout */
 			close(fds[i]);
 			fds[i] = -1;
-		} else {
-			taken++;
+			refused++;
 		}
+		usleep(100 * 1000);
 	}
+	long taken = HOG_CONNECTIONS - refused;
 	child_report(report, taken);
 	child_wait_go(go);
 	long timed_out = 0;
@@ -224,7 +232,7 @@ Test(hostile, one_user_cannot_lock_out_the_rest, .timeout = 180)
 	char dir[PATH_MAX - 64], conf[PATH_MAX];
 	scratch_dir(dir, sizeof dir);
 	snprintf(conf, sizeof conf, "%s/pyprofd.conf", dir);
-	write_text_file(conf, "[limits]\nrequest_timeout_s = 6\nidle_timeout_s = 8\n");
+	write_text_file(conf, "[limits]\nrequest_timeout_s = 10\nidle_timeout_s = 12\n");
 	const char *extra[] = {"--config", conf, NULL};
 	struct daemon d;
 	daemon_start(&d, extra);
@@ -232,11 +240,11 @@ Test(hostile, one_user_cannot_lock_out_the_rest, .timeout = 180)
 	struct other_user hog;
 	other_user_start(&hog, &d, NOBODY_UID, NOBODY_GID, hog_connections);
 	long taken = other_user_report(&hog, "count of connections taken");
-	cr_assert_eq(taken, 16, "one user holds %ld connections; its share is 16", taken);
+	cr_assert_eq(taken, HOG_SHARE, "one user holds %ld connections; its share is %d", taken, HOG_SHARE);
 
 	/* While nobody holds its share: root, and another user, are served. */
 	Pyprofd__Response *st = status_now(&d);
-	cr_assert_geq(st->status->connections_refused, HOG_CONNECTIONS - 16);
+	cr_assert_geq(st->status->connections_refused, HOG_CONNECTIONS - HOG_SHARE);
 	pyprofd__response__free_unpacked(st, NULL);
 	struct run_opts daemon_user = {.drop_privileges = true, .uid = 1, .gid = 1};
 	const char *status_args[] = {"status", NULL};
@@ -251,7 +259,7 @@ Test(hostile, one_user_cannot_lock_out_the_rest, .timeout = 180)
 	int idle = daemon_connect(&d), busy = daemon_connect(&d);
 	cr_assert(idle >= 0 && busy >= 0);
 	other_user_go(&hog);
-	for (int i = 0; i < 12; i++) {
+	for (int i = 0; i < 15; i++) {
 		Pyprofd__Request req = PYPROFD__REQUEST__INIT;
 		Pyprofd__StatusRequest status = PYPROFD__STATUS_REQUEST__INIT;
 		req.id = 100 + (uint64_t)i;
@@ -263,7 +271,7 @@ Test(hostile, one_user_cannot_lock_out_the_rest, .timeout = 180)
 		pyprofd__response__free_unpacked(answer, NULL);
 		pause_ms(1000);
 	}
-	cr_assert(connection_closed(idle, 15.0), "an idle connection was kept past the idle timeout");
+	cr_assert(connection_closed(idle, 20.0), "an idle connection was kept past the idle timeout");
 	close(idle);
 	close(busy);
 
