@@ -129,12 +129,21 @@ int proc_stat_parse(const char *buf, struct proc_stat *out)
 	return 0;
 }
 
-/* Read a small /proc file whole into buf (NUL-terminated); its length, or -1 with errno. */
-static ssize_t proc_read_file(const char *path, char *buf, size_t cap)
+/*
+ * Read a small /proc file whole into buf (NUL-terminated); its length, or -1
+ * with errno.  With st, the file's owner as the kernel gave it at open too.
+ */
+static ssize_t proc_read_file_stat(const char *path, char *buf, size_t cap, struct stat *st)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -1;
+	if (st && fstat(fd, st) != 0) {
+		int saved = errno;
+		close(fd);
+		errno = saved;
+		return -1;
+	}
 	size_t len = 0;
 	while (len + 1 < cap) {
 		ssize_t got = read(fd, buf + len, cap - 1 - len);
@@ -149,6 +158,12 @@ static ssize_t proc_read_file(const char *path, char *buf, size_t cap)
 	errno = saved;
 	buf[len] = '\0';
 	return (ssize_t)len;
+}
+
+/* The same without the owner. */
+static ssize_t proc_read_file(const char *path, char *buf, size_t cap)
+{
+	return proc_read_file_stat(path, buf, cap, NULL);
 }
 
 ssize_t uw_proc_read(pid_t pid, const char *name, char *buf, size_t cap)
@@ -226,7 +241,8 @@ int uw_process_identity(pid_t pid, struct uw_process_identity *out, struct uw_er
 	out->start_time = st.start_time;
 	out->state = st.state;
 	snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-	if (proc_read_file(path, buf, sizeof buf) < 0)
+	struct stat owner;
+	if (proc_read_file_stat(path, buf, sizeof buf, &owner) < 0)
 		return proc_open_error(pid, "the status", err);
 	unsigned uids[4], gids[4];
 	if (proc_status_ids(buf, "\nUid:", uids) != 0 || proc_status_ids(buf, "\nGid:", gids) != 0)
@@ -241,14 +257,14 @@ int uw_process_identity(pid_t pid, struct uw_process_identity *out, struct uw_er
 		return uw_fail(err, UW_ENOPROC, "process %d has no readable capabilities", (int)pid);
 	out->cap_permitted = cap_permitted;
 	/*
-	 * The kernel gives /proc/PID to the effective ids of a dumpable process
-	 * and to root otherwise (a setuid or file-capability program, or one
-	 * that made itself undumpable): its owner is the only place it shows.
+	 * The kernel gives a process's files under /proc/PID to its effective
+	 * ids when it is dumpable and to root otherwise (a setuid or
+	 * file-capability program, or one that made itself undumpable): their
+	 * owner is the only place it shows.  Not /proc/PID itself: that
+	 * directory always shows the effective ids (task_dump_owner exempts it).
+	 * A process of root's reads as dumpable either way, and is root's alone
+	 * either way.
 	 */
-	struct stat dir;
-	snprintf(path, sizeof path, "/proc/%d", (int)pid);
-	if (stat(path, &dir) != 0)
-		return proc_open_error(pid, "the status", err);
-	out->dumpable = dir.st_uid == out->uid[1] && dir.st_gid == out->gid[1];
+	out->dumpable = owner.st_uid == out->uid[1] && owner.st_gid == out->gid[1];
 	return 0;
 }

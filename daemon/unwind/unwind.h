@@ -114,7 +114,7 @@ struct uw_process_identity {
 	uid_t uid[4];        /* real, effective, saved, filesystem */
 	gid_t gid[4];
 	uint64_t cap_permitted; /* the capability bits it may take up */
-	bool dumpable;       /* the kernel lets its owner trace it: not setuid, setgid, file caps */
+	bool dumpable;       /* its user may trace it: not set[ug]id, file caps, nor prctl undumpable */
 	char state;          /* 'R', 'S', 'Z', ... */
 };
 

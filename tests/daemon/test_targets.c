@@ -223,3 +223,42 @@ Test(targets, trimming_drops_the_least_recently_used, .timeout = 120)
 	for (int i = 0; i < 3; i++)
 		test_target_kill(&tts[i]);
 }
+
+/* Who besides root may act on a process, by the kernel's rule for tracing without privileges. */
+Test(targets, owner_by_the_kernels_rule)
+{
+	const struct {
+		const char *what;
+		uid_t uid[3];
+		gid_t gid[3];
+		bool dumpable;
+		uint64_t caps;
+		uid_t owner;
+		gid_t group;
+	} cases[] = {
+		{"a user's plain process", {1000, 1000, 1000}, {100, 100, 100}, true, 0, 1000, 100},
+		{"setuid root", {1000, 0, 0}, {100, 100, 100}, false, 0x3fffffffffull, 0, 0},
+		{"setuid another user", {1000, 1001, 1001}, {100, 100, 100}, false, 0, 0, 0},
+		{"setgid", {1000, 1000, 1000}, {100, 50, 50}, false, 0, 0, 0},
+		{"gids of two groups, dumpable", {1000, 1000, 1000}, {100, 50, 100}, true, 0, 0, 0},
+		{"uids of two users, dumpable", {1000, 1000, 1001}, {100, 100, 100}, true, 0, 0, 0},
+		{"file capabilities", {1000, 1000, 1000}, {100, 100, 100}, false, 1u << 10, 0, 0},
+		{"capabilities, dumpable", {1000, 1000, 1000}, {100, 100, 100}, true, 1u << 10, 0, 0},
+		{"undumpable", {1000, 1000, 1000}, {100, 100, 100}, false, 0, 0, 0},
+		{"root's", {0, 0, 0}, {0, 0, 0}, true, 0x3fffffffffull, 0, 0},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		struct uw_process_identity id = {.dumpable = cases[i].dumpable, .cap_permitted = cases[i].caps};
+		for (int k = 0; k < 3; k++) {
+			id.uid[k] = cases[i].uid[k];
+			id.gid[k] = cases[i].gid[k];
+		}
+		id.uid[3] = id.uid[1];
+		id.gid[3] = id.gid[1];
+		uid_t uid = 12345;
+		gid_t gid = 12345;
+		target_owner(&id, &uid, &gid);
+		cr_expect(uid == cases[i].owner && gid == cases[i].group, "%s: %d:%d, not %d:%d",
+		          cases[i].what, (int)uid, (int)gid, (int)cases[i].owner, (int)cases[i].group);
+	}
+}

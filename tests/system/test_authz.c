@@ -2,8 +2,9 @@
  * Who may act on a process through root's daemon: exactly whom the kernel
  * would let trace it.  A user's processes that run with privileges (a
  * setuid-root interpreter, one with file capabilities, one with another
- * group's ids) are root's alone, live and in the history, and a process that
- * gains privileges after it was attached becomes root's alone from then on.
+ * group's ids, one that made itself undumpable) are root's alone, live and
+ * in the history, and a process that gains privileges after it was attached
+ * becomes root's alone from then on.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -138,9 +139,16 @@ Test(authz, privileged_processes_are_roots_alone, .timeout = 300)
 	cr_assert_str_eq(line, "Uid:\t65534\t65534\t65534\t65534\n");
 
 	struct daemon d;
+	struct run_result r;
 	daemon_start(&d, NULL);
 	/* Its own plain process: nobody may. */
 	attach_as_nobody(&d, own.pid, "nobody attaching to its own process");
+	char own_pid[16], why[512];
+	const char *dump_own[] = {"dump", pid_text(own.pid, own_pid, sizeof own_pid), NULL};
+	ctl_run(&d, &r, dump_own, &as_nobody);
+	cr_assert(r.exited && r.code == 0 && strstr(r.out, "Thread "), "nobody's dump of its own process: %s",
+	          run_describe(&r, why, sizeof why));
+	run_result_free(&r);
 	nobody_is_refused(&d, suid.pid, false, "a setuid-root interpreter it started");
 	nobody_is_refused(&d, capped.pid, false, "an interpreter with file capabilities it started");
 	nobody_is_refused(&d, other_group.pid, false, "its process with another group's ids");
@@ -150,7 +158,6 @@ Test(authz, privileged_processes_are_roots_alone, .timeout = 300)
 	json_decref(entry_when(&d, suid.pid, sampled_a_while, "sampled"));
 	nobody_is_refused(&d, suid.pid, true, "a setuid-root interpreter root attached");
 	const char *list[] = {"--json", "list", NULL};
-	struct run_result r;
 	ctl_run(&d, &r, list, &as_nobody);
 	json_t *seen = json_loads(r.out, 0, NULL);
 	cr_assert(json_is_array(seen) && json_array_size(seen) == 1 &&
@@ -167,6 +174,82 @@ Test(authz, privileged_processes_are_roots_alone, .timeout = 300)
 	test_target_kill(&suid);
 	test_target_kill(&capped);
 	test_target_kill(&other_group);
+}
+
+/* Once the kernel gives /proc/PID/status to uid:gid (root's when the process is not dumpable). */
+static void status_owned_by(pid_t pid, uid_t uid, gid_t gid, const char *what)
+{
+	char path[64];
+	snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+	struct stat st = {0};
+	for (int i = 0; i < 400; i++) {
+		cr_assert(stat(path, &st) == 0, "%s: %s", path, strerror(errno));
+		if (st.st_uid == uid && st.st_gid == gid)
+			return;
+		pause_ms(25);
+	}
+	cr_assert_fail("%s: /proc/%d/status is %d:%d, not %d:%d", what, (int)pid, (int)st.st_uid,
+	               (int)st.st_gid, (int)uid, (int)gid);
+}
+
+/*
+ * What the ids alone do not show: a process of nobody's that made itself
+ * undumpable (as ssh-agent does), and one whose gids are two groups' yet
+ * dumpable (root dropped to them and said so with prctl).  The kernel lets
+ * nobody trace neither; neither may nobody through the daemon.
+ */
+Test(authz, undumpable_or_two_groups_is_roots_alone, .timeout = 300)
+{
+	cr_assert_eq(geteuid(), 0, "this test runs as root (it sets a process's ids)");
+	if (access(STATIC_PYTHON, X_OK) != 0)
+		cr_skip_test("no %s to copy", STATIC_PYTHON);
+	char dir[PATH_MAX - 64], plain[PATH_MAX];
+	scratch_dir(dir, sizeof dir);
+	cr_assert(chmod(dir, 0755) == 0);
+	interpreter_copy(dir, "plain", 0755, NULL, plain, sizeof plain);
+	/* PR_SET_DUMPABLE is 4. */
+	char undumpable_program[512], two_groups_program[1024];
+	snprintf(undumpable_program, sizeof undumpable_program,
+	         "import ctypes\nctypes.CDLL(None).prctl(4, 0, 0, 0, 0)\n%s", idle_program);
+	snprintf(two_groups_program, sizeof two_groups_program,
+	         "import ctypes, os\nlibc = ctypes.CDLL(None)\nos.setgroups([])\n"
+	         "os.setresgid(65534, " OTHER_GID ", 65534)\nos.setresuid(65534, 65534, 65534)\n"
+	         "libc.prctl(4, 1, 0, 0, 0)\n%s",
+	         idle_program);
+
+	struct test_target own, undumpable, two_groups;
+	start_as_nobody(&own, plain, "65534", idle_program);
+	start_as_nobody(&undumpable, plain, "65534", undumpable_program);
+	const char *as_root[] = {"env", "PYTHONHOME=/usr", plain, "-c", two_groups_program, NULL};
+	test_target_start_argv(&two_groups, as_root);
+	/* Each is what it should be, or the refusals below would prove nothing. */
+	char line[512];
+	status_line(undumpable.pid, plain, "Uid:", line, sizeof line);
+	cr_assert_str_eq(line, "Uid:\t65534\t65534\t65534\t65534\n");
+	status_owned_by(undumpable.pid, 0, 0, "the process that made itself undumpable");
+	status_line(undumpable.pid, plain, "CapPrm:", line, sizeof line);
+	cr_assert_str_eq(line, "CapPrm:\t0000000000000000\n");
+	status_owned_by(two_groups.pid, 65534, atoi(OTHER_GID), "the dumpable process of two groups");
+	status_line(two_groups.pid, plain, "Uid:", line, sizeof line);
+	cr_assert_str_eq(line, "Uid:\t65534\t65534\t65534\t65534\n");
+	status_line(two_groups.pid, plain, "Gid:", line, sizeof line);
+	cr_assert_str_eq(line, "Gid:\t65534\t" OTHER_GID "\t65534\t" OTHER_GID "\n");
+	status_line(two_groups.pid, plain, "CapPrm:", line, sizeof line);
+	cr_assert_str_eq(line, "CapPrm:\t0000000000000000\n");
+
+	struct daemon d;
+	daemon_start(&d, NULL);
+	attach_as_nobody(&d, own.pid, "nobody attaching to its own process");
+	nobody_is_refused(&d, undumpable.pid, false, "its process that made itself undumpable");
+	nobody_is_refused(&d, two_groups.pid, false, "its process of two groups");
+	ctl_attach_at(&d, undumpable.pid, "200");
+	ctl_attach_at(&d, two_groups.pid, "200");
+	nobody_is_refused(&d, undumpable.pid, true, "its undumpable process root attached");
+	nobody_is_refused(&d, two_groups.pid, true, "its process of two groups root attached");
+	daemon_stop(&d);
+	test_target_kill(&own);
+	test_target_kill(&undumpable);
+	test_target_kill(&two_groups);
 }
 
 /*

@@ -9,11 +9,14 @@
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
+#include <linux/capability.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -258,4 +261,64 @@ Test(steady, process_identity_as_the_kernel_sees_it, .timeout = 30)
 	cr_assert_eq(err.status, UW_ENOPROC, "a reaped child: %s", err.msg);
 	cr_assert_eq(uw_process_identity(-1, &id, &err), -1);
 	cr_assert_eq(err.status, UW_ENOPROC, "pid -1: %s", err.msg);
+}
+
+/* The permitted capabilities of this process, asked of the kernel rather than of /proc. */
+static uint64_t steady_cap_permitted(void)
+{
+	struct __user_cap_header_struct head = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+	struct __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = {{0}};
+	cr_assert_eq(syscall(SYS_capget, &head, data), 0);
+	return (uint64_t)data[0].permitted | (uint64_t)data[1].permitted << 32;
+}
+
+/*
+ * What decides who besides root may trace a process: dumpable, its
+ * capabilities.  Dumpable shows only in a process of another user than
+ * root (root's own files are root's either way), so root's test drops the
+ * child to nobody first.
+ */
+Test(steady, process_identity_knows_dumpable_and_capabilities, .timeout = 30)
+{
+	struct uw_process_identity id;
+	struct uw_error err = {0};
+	cr_assert_eq(uw_process_identity(getpid(), &id, &err), 0, "%s", err.msg);
+	cr_assert_eq(id.cap_permitted, steady_cap_permitted());
+
+	int told[2], go[2];
+	cr_assert_eq(pipe(told), 0);
+	cr_assert_eq(pipe(go), 0);
+	pid_t child = fork();
+	cr_assert_geq(child, 0);
+	if (child == 0) {
+		char c;
+		if (geteuid() == 0 && (setgroups(0, NULL) != 0 || setresgid(65534, 65534, 65534) != 0 ||
+		                       setresuid(65534, 65534, 65534) != 0))
+			_exit(1);
+		/* Changing ids made it undumpable: as its user may trace it again. */
+		prctl(PR_SET_DUMPABLE, 1);
+		(void)!write(told[1], "d", 1);
+		(void)!read(go[0], &c, 1);
+		/* As a process that guards its secrets does (ssh-agent). */
+		prctl(PR_SET_DUMPABLE, 0);
+		(void)!write(told[1], "u", 1);
+		for (;;)
+			pause();
+	}
+	char c;
+	cr_assert_eq(read(told[0], &c, 1), 1, "the child could not become nobody");
+	int rc = uw_process_identity(child, &id, &err);
+	bool dumpable = id.dumpable;
+	uint64_t caps = id.cap_permitted;
+	cr_assert_eq(write(go[1], "", 1), 1);
+	cr_assert_eq(read(told[0], &c, 1), 1);
+	int rc_after = uw_process_identity(child, &id, &err);
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	cr_assert_eq(rc, 0, "%s", err.msg);
+	cr_assert_eq(rc_after, 0, "%s", err.msg);
+	cr_assert(dumpable, "a dumpable child reads as undumpable");
+	cr_assert_eq(caps, geteuid() == 0 ? 0 : steady_cap_permitted(), "the child's capabilities");
+	cr_assert_not(id.dumpable, "a child that made itself undumpable reads as dumpable");
+	cr_assert_eq(id.uid[0], id.uid[1], "only dumpable tells it apart, not its ids");
 }
