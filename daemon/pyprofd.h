@@ -319,6 +319,8 @@ struct target *target_open(struct ev_loop *loop, struct history *history, pid_t 
  * Otherwise uid and gid 0: root alone.
  */
 void target_owner(const struct uw_process_identity *id, uid_t *uid, gid_t *gid);
+/* Root's alone from now on if the process (as it is now: id) is no longer its owner's. */
+void target_lower_owner(struct target *t, const struct uw_process_identity *id);
 /* Start (or restart) sampling with these parameters; the target takes the labels. */
 void target_start(struct target *t, struct target_params *params);
 /* Stop sampling and keep the unwinder state warm. */
@@ -327,7 +329,10 @@ void target_stop(struct target *t);
 void target_mark_exited(struct target *t, const char *why);
 /* Hand what was counted and not handed yet to the history. */
 void target_flush(struct target *t);
-/* Whether the process still lives as the same process; marks it exited if not. */
+/*
+ * Whether the process still lives as the same process; marks it exited if
+ * not, and lowers its owner if it gained privileges.
+ */
 bool target_check_alive(struct target *t);
 void target_free(struct target *t);
 const char *target_state_name(enum target_state state);

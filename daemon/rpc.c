@@ -6,6 +6,8 @@
  * on any process; any other user only on processes the kernel would let it
  * trace (target_owner: all its uids and gids the user's, dumpable, no
  * capabilities), and it sees only those in `list` and in the history.
+ * A process the daemon knows is judged by its target's uid, which is
+ * lowered to root's for good when the process gains privileges.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -87,6 +89,22 @@ static int rpc_process(struct server *s, const struct client *c, pid_t pid, stru
 		targets_remove(&s->targets, *t);
 		target_free(*t);
 		*t = NULL;
+	}
+	/*
+	 * A process the daemon knows keeps the owner it has, which is never
+	 * raised: one that ran with privileges while known stays root's even
+	 * if it dropped them since.
+	 */
+	if (*t) {
+		target_lower_owner(*t, &id);
+		if (!rpc_may_see(c, (*t)->uid, (*t)->gid)) {
+			rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_PERMISSION,
+			          "permission denied: process %d ran with privileges while profiled, "
+			          "root's alone",
+			          (int)pid);
+			*t = NULL;
+			return -1;
+		}
 	}
 	return 0;
 }
@@ -229,12 +247,13 @@ static struct target *rpc_known_target(struct server *s, const struct client *c,
 		          "pyprofd is not profiling process %d", (int)pid);
 		return NULL;
 	}
+	/* First: the process may have gained privileges since housekeeping last looked. */
+	target_check_alive(t);
 	if (!rpc_may_see(c, t->uid, t->gid)) {
 		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_PERMISSION,
 		          "permission denied: process %d belongs to another user", (int)pid);
 		return NULL;
 	}
-	target_check_alive(t);
 	return t;
 }
 

@@ -209,6 +209,24 @@ void target_owner(const struct uw_process_identity *id, uid_t *uid, gid_t *gid)
 	}
 }
 
+void target_lower_owner(struct target *t, const struct uw_process_identity *id)
+{
+	/*
+	 * Exec of a setuid or file-capability program keeps the pid and start
+	 * time: the user it belonged to may no longer trace it, so it is root's
+	 * now.  Never the other way: its history holds what it did as root.
+	 */
+	uid_t uid;
+	gid_t gid;
+	target_owner(id, &uid, &gid);
+	if (t->uid != 0 && (uid != t->uid || gid != t->gid)) {
+		log_info("pid %d: no longer traceable by uid %d (it gained privileges): root's alone now",
+		         (int)t->pid, (int)t->uid);
+		t->uid = 0;
+		t->gid = 0;
+	}
+}
+
 struct target *target_open(struct ev_loop *loop, struct history *history, pid_t pid,
                            struct uw_error *err)
 {
@@ -396,19 +414,7 @@ bool target_check_alive(struct target *t)
 		target_mark_exited(t, "the process exited");
 		return false;
 	}
-	/*
-	 * Exec of a setuid or file-capability program keeps the pid and start
-	 * time: the user it belonged to may no longer trace it, so it is root's now.
-	 */
-	uid_t uid;
-	gid_t gid;
-	target_owner(&id, &uid, &gid);
-	if (t->uid != 0 && (uid != t->uid || gid != t->gid)) {
-		log_info("pid %d: no longer traceable by uid %d (it gained privileges): root's alone now",
-		         (int)t->pid, (int)t->uid);
-		t->uid = 0;
-		t->gid = 0;
-	}
+	target_lower_owner(t, &id);
 	return true;
 }
 
