@@ -429,13 +429,14 @@ struct server {
 	uint64_t refusals_unlogged;    /* refusals since the last one logged: a flood logs rarely */
 	ev_tstamp refusal_logged_at;
 	ev_timer accept_pause; /* out of descriptors: accepting waits for this */
-	bool accept_starved;   /* since the first failed accept, until one succeeds */
+	bool accept_starved;   /* since the first failed accept, until the queue is empty */
 	double started_at;    /* unix time */
 	ev_tstamp started;    /* loop time */
 };
 int server_main(int argc, char **argv);
 /* sd_notify STATUS= with what the daemon is doing. */
 void server_update_status(struct server *s);
+void server_accept_room_freed(struct server *s);
 
 /* server_client.c */
 /* One connected client: its credentials, buffers and requests in flight. */

@@ -164,11 +164,50 @@ static void server_accept_rest(struct server *s, int err)
 	         ACCEPT_REST_S);
 }
 
+/*
+ * The episode ends when the queue of waiting connections is empty, not at
+ * the first accept that works: a descriptor freed for a moment would
+ * otherwise start a new episode, and a new warning, at every rest.  (Linux
+ * reports EMFILE before it looks at the queue, so an empty queue is seen
+ * only with a descriptor to spare.)
+ */
+static void server_accept_caught_up(struct server *s)
+{
+	if (!s->accept_starved)
+		return;
+	s->accept_starved = false;
+	log_warn("accepting connections again");
+}
+
+/*
+ * Accept again now rather than when the socket next turns readable: a
+ * queue that emptied during the rest would otherwise never tell us that
+ * the episode is over.  The try is fed through the loop, never made from
+ * inside a caller that may be walking the clients.
+ */
+static void server_accept_resume(struct server *s)
+{
+	ev_timer_stop(s->loop, &s->accept_pause);
+	ev_io_start(s->loop, &s->accept_watcher);
+	ev_feed_event(s->loop, &s->accept_watcher, EV_READ);
+}
+
 static void server_on_accept_rested(struct ev_loop *loop, ev_timer *w, int revents)
 {
+	(void)loop;
 	(void)revents;
-	struct server *s = w->data;
-	ev_io_start(loop, &s->accept_watcher);
+	server_accept_resume(w->data);
+}
+
+/*
+ * A client's descriptor was just released: the rest need not run its
+ * course, there is room for one waiting connection now.  Each retry is
+ * paid for by a freed descriptor, so this cannot spin.
+ */
+void server_accept_room_freed(struct server *s)
+{
+	if (s->accept_starved && ev_is_active(&s->accept_pause))
+		server_accept_resume(s);
 }
 
 static void server_on_accept(struct ev_loop *loop, ev_io *w, int revents)
@@ -180,13 +219,11 @@ static void server_on_accept(struct ev_loop *loop, ev_io *w, int revents)
 	for (int i = 0; i < 64; i++) {
 		int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
-			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				server_accept_caught_up(s);
+			else if (errno != EINTR && errno != ECONNABORTED)
 				server_accept_rest(s, errno);
 			return;
-		}
-		if (s->accept_starved) {
-			s->accept_starved = false;
-			log_warn("accepting connections again");
 		}
 		server_client_accept(s, fd);
 	}

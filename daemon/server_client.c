@@ -147,6 +147,7 @@ void server_client_free(struct client *c)
 	ev_io_stop(s->loop, &c->reader);
 	ev_io_stop(s->loop, &c->writer);
 	close(c->fd);
+	server_accept_room_freed(s);
 	free(c->in);
 	free(c->out);
 	bool query_under_way = c->paused;
