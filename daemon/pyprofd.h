@@ -404,6 +404,83 @@ void queries_pump(struct queries *qs);
 /* Cancel every running query, wait for its thread and drop its answer (shutdown). */
 void queries_finish(struct queries *qs);
 
+/* procfacts.c */
+/*
+ * What rules and labels need of a process, read from /proc without
+ * attaching: who it is, what it runs, where systemd and container runtimes
+ * put it, and the labels it gives itself in its environment.
+ */
+#define PROC_FACTS_NAME_MAX 256
+#define PROC_FACTS_LABELS_MAX 64
+struct proc_facts {
+	pid_t pid, ppid;
+	uint64_t start_time; /* clock ticks after boot, as uw_process_identity gives it */
+	uid_t uid;           /* real */
+	char exe[4096];      /* what /proc/PID/exe points to, without " (deleted)"; "" if unreadable */
+	char *cmdline;       /* the arguments joined by spaces, cut at 4 KiB; never NULL after a read */
+	char unit[PROC_FACTS_NAME_MAX];      /* the systemd unit of its cgroup ("api.service"); "" */
+	char container[PROC_FACTS_NAME_MAX]; /* the container id of its cgroup; "" */
+	/* PYPROFD_LABELS=k=v,k=v from its environment (only with PROC_FACTS_ENVIRONMENT) */
+	size_t nlabels;
+	char **label_keys, **label_values;
+	unsigned bad_labels; /* entries of PYPROFD_LABELS that were not k=v, or too many or too long */
+};
+#define PROC_FACTS_ENVIRONMENT 1u /* also read /proc/PID/environ (larger; only when attaching) */
+/*
+ * 0; or -1 with errno: ENOENT or ESRCH when the process is gone, anything
+ * else when it could not be looked at.  *out is freed with proc_facts_free
+ * either way.
+ */
+int proc_facts_read(pid_t pid, unsigned what, struct proc_facts *out);
+void proc_facts_free(struct proc_facts *f);
+/* The unit and container of a /proc/PID/cgroup text (v1, v2 or both), each "" when none. */
+void proc_facts_parse_cgroup(const char *text, char *unit, size_t unit_len, char *container,
+                             size_t container_len);
+/* PYPROFD_LABELS's value into f's labels (appended); entries that are not valid are counted. */
+int proc_facts_parse_labels(const char *value, struct proc_facts *f);
+/* Whether a label key (1 to 128 characters, no '=', ',' or control characters) and value (up to 1024) may be stored. */
+bool proc_facts_label_ok(const char *key, const char *value);
+
+/* procwatch.c */
+/*
+ * Processes as they start, exec and exit: the kernel's process-events
+ * connector where the daemon may use it, otherwise a bounded scan of /proc.
+ */
+enum procwatch_method { PROCWATCH_AUTO, PROCWATCH_NETLINK, PROCWATCH_SCAN };
+struct procwatch_callbacks {
+	/* A new process (not a thread), child of parent. */
+	void (*fork)(void *ctx, pid_t parent, pid_t child);
+	/*
+	 * A process runs a new program, or is seen for the first time (at
+	 * start, in a scan, after events were lost): judge it afresh.
+	 */
+	void (*exec)(void *ctx, pid_t pid);
+	void (*exit)(void *ctx, pid_t pid);
+};
+struct procwatch_stats {
+	uint64_t events;       /* fork, exec and exit delivered */
+	uint64_t scans;        /* walks of /proc, the first and resyncs included */
+	uint64_t lost;         /* times the kernel dropped events (each answered by a scan) */
+	double scan_us_last, scan_us_max;
+	unsigned processes;    /* seen in the last scan */
+};
+struct procwatch_state;
+struct procwatch {
+	struct procwatch_state *state; /* owned; NULL when stopped */
+};
+/*
+ * Start watching: every process alive now is reported once through exec,
+ * then what changes.  0, or -1 with why (netlink asked for and refused, ...).
+ */
+int procwatch_start(struct procwatch *w, struct ev_loop *loop, enum procwatch_method method,
+                    double scan_interval_s, const struct procwatch_callbacks *cb, void *ctx,
+                    char *why, size_t why_len);
+void procwatch_stop(struct procwatch *w);
+/* The method in use: "netlink" or "scan"; "off" when stopped. */
+const char *procwatch_method_name(const struct procwatch *w);
+void procwatch_stats(const struct procwatch *w, struct procwatch_stats *out);
+int procwatch_method_parse(const char *text, enum procwatch_method *out);
+
 /* server.c */
 struct server {
 	struct ev_loop *loop;
