@@ -326,6 +326,7 @@ Pyprofd__Response__ResultCase client_result_case(Pyprofd__Request__BodyCase body
 	case PYPROFD__REQUEST__BODY_STATUS: return PYPROFD__RESPONSE__RESULT_STATUS;
 	case PYPROFD__REQUEST__BODY_TOP: return PYPROFD__RESPONSE__RESULT_TOP;
 	case PYPROFD__REQUEST__BODY_QUERY: return PYPROFD__RESPONSE__RESULT_QUERY;
+	case PYPROFD__REQUEST__BODY_RULES: return PYPROFD__RESPONSE__RESULT_RULES;
 	default: break;
 	}
 	return PYPROFD__RESPONSE__RESULT__NOT_SET;

@@ -35,6 +35,8 @@ const char ctl_usage[] =
 	"  status            the daemon's own state\n"
 	"  top PID [--window S] [--limit N] [--once]\n"
 	"                    the functions seen most, refreshed every second\n"
+	"  rules [add NAME KEY=VALUE... | remove NAME]\n"
+	"                    the rules by which the daemon attaches processes by itself\n"
 	"\n"
 	"options (before or after the command):\n"
 	"  --socket PATH     the daemon's socket (see below)\n"

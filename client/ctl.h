@@ -87,6 +87,10 @@ int ctl_live_dump(struct ctl *ctl, int argc, char **argv);
 int ctl_live_stats(struct ctl *ctl, int argc, char **argv);
 int ctl_live_status(struct ctl *ctl, int argc, char **argv);
 
+/* ctl_rules.c */
+extern const char ctl_rules_usage[];
+int ctl_rules(struct ctl *ctl, int argc, char **argv);
+
 /* ctl_history.c */
 extern const char ctl_query_usage[], ctl_diff_usage[];
 int ctl_history_query(struct ctl *ctl, int argc, char **argv);

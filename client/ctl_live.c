@@ -44,7 +44,8 @@ const char ctl_list_usage[] =
 	"\n"
 	"  --json            a JSON array of targets: {pid, start_time, uid, state,\n"
 	"                    python_version, rate_hz, mode, samples, errors, labels,\n"
-	"                    executable, command_line, attached_at, duration_s, sessions}\n";
+	"                    executable, command_line, attached_at, duration_s, sessions, effective_rate_hz,\n"
+	"                    rule, parent}\n";
 
 const char ctl_dump_usage[] =
 	"usage: pyprofd-ctl dump PID [--native] [--gc] [--json]\n"
@@ -211,8 +212,9 @@ static const struct {
 	bool right;
 } ctl_live_list_columns[] = {
 	{"PID", "pid", true},         {"STATE", "state", false},    {"PYTHON", "python_version", false},
-	{"RATE", "rate_hz", true},    {"MODE", "mode", false},      {"SAMPLES", "samples", true},
-	{"ERRORS", "errors", true},   {"LABELS", "labels", false},  {"COMMAND", "command_line", false},
+	{"RATE", "effective_rate_hz", true}, {"MODE", "mode", false}, {"SAMPLES", "samples", true},
+	{"ERRORS", "errors", true},   {"RULE", "rule", false},      {"LABELS", "labels", false},
+	{"COMMAND", "command_line", false},
 };
 #define LIST_NCOLS (sizeof ctl_live_list_columns / sizeof ctl_live_list_columns[0])
 #define LIST_COMMAND (LIST_NCOLS - 1)

@@ -4,6 +4,7 @@
  * again; the flags, parsed again from the same argv, still win.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <getopt.h>
 #include <ini.h>
 #include <limits.h>
@@ -23,7 +24,8 @@ static const char serve_usage[] =
 	"  --state-dir DIR        everything under DIR: socket DIR/pyprofd.sock, data,\n"
 	"                         config DIR/pyprofd.conf when present\n"
 	"  --socket PATH          listen on PATH instead\n"
-	"  --config FILE          read FILE (INI: [daemon] [limits] [sampling])\n"
+	"  --config FILE          read FILE (INI: [daemon] [limits] [sampling] [storage]\n"
+	"                         [discovery] [rule.NAME])\n"
 	"  --log-level LEVEL      error, warn, info (default) or debug\n"
 	"  --max-connections N    clients at once (default 64)\n"
 	"  --max-targets N        processes known at once (default 256)\n"
@@ -59,6 +61,9 @@ static void config_defaults(struct config *c)
 		.default_rate_hz = 100,
 		.max_rate_hz = 1000,
 		.top_window_s = 1,
+		.discovery_method = PROCWATCH_AUTO,
+		.scan_interval_s = 0.5,
+		.min_rate_hz = 10,
 		.flush_interval_s = 10,
 		.bucket_seconds = 10,
 		.max_pending_rows = 1u << 20,
@@ -75,7 +80,9 @@ void config_free(struct config *c)
 	free(c->state_dir);
 	free(c->socket_path);
 	free(c->config_path);
-	c->state_dir = c->socket_path = c->config_path = NULL;
+	free(c->rules_path);
+	c->state_dir = c->socket_path = c->config_path = c->rules_path = NULL;
+	rules_free(&c->rules);
 }
 
 static int config_set_string(char **field, const char *value)
@@ -101,6 +108,49 @@ static int config_parse_uint(const char *text, unsigned long min, unsigned long 
 }
 
 /*
+ * A duration: a number and a unit, "500ms", "15s", "2m", "1h", "1d"; a bare
+ * number is seconds (what every setting took before units).  In [min, max]
+ * seconds.
+ */
+int config_parse_duration(const char *text, double min, double max, double *out)
+{
+	static const struct {
+		const char *unit;
+		double seconds;
+	} units[] = {{"ms", 1e-3}, {"s", 1}, {"m", 60}, {"h", 3600}, {"d", 86400}, {"", 1}};
+	char *end;
+	errno = 0;
+	if (*text < '0' || *text > '9')
+		return -1;
+	double v = strtod(text, &end);
+	if (errno || end == text)
+		return -1;
+	while (*end == ' ')
+		end++;
+	for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+		if (strcmp(end, units[i].unit) == 0) {
+			double seconds = v * units[i].seconds;
+			if (!(seconds >= min && seconds <= max))
+				return -1;
+			*out = seconds;
+			return 0;
+		}
+	return -1;
+}
+
+/* A duration in whole seconds, for the settings counted in seconds. */
+static int config_parse_seconds(const char *text, unsigned long min, unsigned long max,
+                                unsigned long *out)
+{
+	double seconds;
+	if (config_parse_duration(text, (double)min, (double)max, &seconds) != 0 ||
+	    seconds != (double)(unsigned long)seconds)
+		return -1;
+	*out = (unsigned long)seconds;
+	return 0;
+}
+
+/*
  * "AGE:BUCKET,AGE:BUCKET,..." in seconds, ages and buckets growing, each bucket
  * a multiple of the one before (merges stay exact); "none" for no merging.
  */
@@ -115,14 +165,24 @@ static int config_parse_retention(struct config *c, const char *value)
 	unsigned buckets[CONFIG_RETENTION_MAX];
 	const char *p = value;
 	while (*p) {
-		char *end;
-		unsigned long age = strtoul(p, &end, 10), bucket;
-		if (end == p || *end != ':' || n == CONFIG_RETENTION_MAX)
+		char part[64];
+		size_t age_len = strcspn(p, ":"), bucket_len;
+		unsigned long age, bucket;
+		if (p[age_len] != ':' || age_len >= sizeof part || n == CONFIG_RETENTION_MAX)
 			return -1;
-		p = end + 1;
-		bucket = strtoul(p, &end, 10);
-		if (end == p || (*end && *end != ',') || bucket == 0 || bucket > 86400 * 7 || age > 1ul << 31)
+		memcpy(part, p, age_len);
+		part[age_len] = '\0';
+		if (config_parse_seconds(part, 0, 1ul << 31, &age) != 0)
 			return -1;
+		p += age_len + 1;
+		bucket_len = strcspn(p, ",");
+		if (bucket_len >= sizeof part)
+			return -1;
+		memcpy(part, p, bucket_len);
+		part[bucket_len] = '\0';
+		if (config_parse_seconds(part, 1, 86400 * 7, &bucket) != 0)
+			return -1;
+		const char *end = p + bucket_len;
 		unsigned previous = n ? buckets[n - 1] : c->bucket_seconds;
 		if ((n && age <= ages[n - 1]) || bucket <= previous || bucket % previous)
 			return -1;
@@ -135,6 +195,22 @@ static int config_parse_retention(struct config *c, const char *value)
 	c->nretention = n;
 	memcpy(c->retention_age_s, ages, n * sizeof *ages);
 	memcpy(c->retention_bucket_s, buckets, n * sizeof *buckets);
+	return 0;
+}
+
+/* A share of one core, "3" or "2.5" or "3%": 0 (no budget) to 100. */
+static int config_parse_percent(const char *text, double *out)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(text, &end);
+	if (end == text || errno)
+		return -1;
+	if (*end == '%')
+		end++;
+	if (*end || !(v >= 0 && v <= 100))
+		return -1;
+	*out = v;
 	return 0;
 }
 
@@ -156,9 +232,9 @@ static int config_set(struct config *c, const char *section, const char *name, c
 			return c->max_connections_per_uid = (unsigned)v, 0;
 		if (strcmp(name, "root_reserved_connections") == 0 && config_parse_uint(value, 0, 65535, &v) == 0)
 			return c->root_reserved_connections = (unsigned)v, 0;
-		if (strcmp(name, "idle_timeout_s") == 0 && config_parse_uint(value, 1, 86400, &v) == 0)
+		if (strcmp(name, "idle_timeout_s") == 0 && config_parse_seconds(value, 1, 86400, &v) == 0)
 			return c->idle_timeout_s = (unsigned)v, 0;
-		if (strcmp(name, "request_timeout_s") == 0 && config_parse_uint(value, 1, 3600, &v) == 0)
+		if (strcmp(name, "request_timeout_s") == 0 && config_parse_seconds(value, 1, 3600, &v) == 0)
 			return c->request_timeout_s = (unsigned)v, 0;
 		if (strcmp(name, "max_message_bytes") == 0 && config_parse_uint(value, 1024, 64 * MB, &v) == 0)
 			return c->max_message_bytes = v, 0;
@@ -168,17 +244,26 @@ static int config_set(struct config *c, const char *section, const char *name, c
 			return c->max_targets = (unsigned)v, 0;
 		if (strcmp(name, "warm_budget_mb") == 0 && config_parse_uint(value, 0, 1u << 20, &v) == 0)
 			return c->warm_budget_bytes = (size_t)v * MB, 0;
+		if (strcmp(name, "cpu_percent") == 0)
+			return config_parse_percent(value, &c->cpu_percent);
+		if (strcmp(name, "min_rate_hz") == 0 && config_parse_uint(value, 1, 100000, &v) == 0)
+			return c->min_rate_hz = (unsigned)v, 0;
 	} else if (strcmp(section, "sampling") == 0) {
 		if (strcmp(name, "default_rate_hz") == 0 && config_parse_uint(value, 1, 100000, &v) == 0)
 			return c->default_rate_hz = (unsigned)v, 0;
 		if (strcmp(name, "max_rate_hz") == 0 && config_parse_uint(value, 1, 100000, &v) == 0)
 			return c->max_rate_hz = (unsigned)v, 0;
-		if (strcmp(name, "top_window_s") == 0 && config_parse_uint(value, 1, TOP_SECONDS_KEPT - 2, &v) == 0)
+		if (strcmp(name, "top_window_s") == 0 && config_parse_seconds(value, 1, TOP_SECONDS_KEPT - 2, &v) == 0)
 			return c->top_window_s = (unsigned)v, 0;
+	} else if (strcmp(section, "discovery") == 0) {
+		if (strcmp(name, "method") == 0)
+			return procwatch_method_parse(value, &c->discovery_method);
+		if (strcmp(name, "scan_interval") == 0)
+			return config_parse_duration(value, 0.05, 60, &c->scan_interval_s);
 	} else if (strcmp(section, "storage") == 0) {
-		if (strcmp(name, "flush_interval_s") == 0 && config_parse_uint(value, 1, 3600, &v) == 0)
+		if (strcmp(name, "flush_interval_s") == 0 && config_parse_seconds(value, 1, 3600, &v) == 0)
 			return c->flush_interval_s = (double)v, 0;
-		if (strcmp(name, "bucket_seconds") == 0 && config_parse_uint(value, 1, 3600, &v) == 0)
+		if (strcmp(name, "bucket_seconds") == 0 && config_parse_seconds(value, 1, 3600, &v) == 0)
 			return c->bucket_seconds = (unsigned)v, 0;
 		if (strcmp(name, "max_pending_rows") == 0 && config_parse_uint(value, 1000, 1ul << 32, &v) == 0)
 			return c->max_pending_rows = v, 0;
@@ -192,33 +277,220 @@ static int config_set(struct config *c, const char *section, const char *name, c
 	return -1;
 }
 
+/*
+ * Reading one file: inih parses, we hand it the lines (to know which line
+ * an error is on, and to take a '#' after a blank as a comment, as people
+ * write them), and [rule.NAME] sections become rules.
+ */
 struct file_ctx {
 	struct config *c;
 	const char *path;
-	int bad_line;
+	const char *rule_source; /* what rules read here are said to come from */
+	FILE *file;
+	unsigned line;      /* of the line inih has now */
+	unsigned bad_line;  /* the first line with an error; 0: none */
+	char why[512];      /* what is wrong there */
+	struct rule rule;   /* the [rule.NAME] section being read */
+	bool in_rule;
+	bool rpc_rules;     /* the daemon's own file of rules added by RPC */
+	char empty_rule[80];       /* a rule section whose header came, and no setting yet */
+	unsigned empty_rule_line;
+	char skipping[80];  /* a section of that file the config file overrides */
 };
+
+/* The rule prefix of a section name. */
+#define RULE_SECTION "rule."
+/* Above any max_rate_hz the config may set. */
+#define RULE_RATE_CEILING 100000
+
+static void config_rule_done(struct file_ctx *ctx);
+static void config_rule_header(struct file_ctx *ctx, const char *line);
+
+static char *config_next_line(char *str, int num, void *stream)
+{
+	struct file_ctx *ctx = stream;
+	if (!fgets(str, num, ctx->file))
+		return NULL;
+	ctx->line++;
+	size_t len = strlen(str);
+	if (len == (size_t)num - 1 && str[len - 1] != '\n' && !feof(ctx->file)) {
+		/* inih would take the rest for a line of its own: say what is wrong instead. */
+		int ch;
+		while ((ch = fgetc(ctx->file)) != EOF && ch != '\n')
+			;
+		if (!ctx->bad_line) {
+			ctx->bad_line = ctx->line;
+			snprintf(ctx->why, sizeof ctx->why, "the line is longer than %d characters", num - 2);
+		}
+		str[0] = '\0';
+		return str;
+	}
+	/* A section header ends the rule before it, even one of the same name. */
+	const char *first = str + strspn(str, " \t");
+	if (*first == '[') {
+		config_rule_done(ctx);
+		config_rule_header(ctx, first);
+	}
+	/* "key = value   # comment": inih knows only ';' after a blank, so cut '#' here. */
+	for (char *p = str; *p; p++)
+		if (*p == '#' && p > first && (p[-1] == ' ' || p[-1] == '\t')) {
+			*p++ = '\n';
+			*p = '\0';
+			break;
+		}
+	return str;
+}
+
+static void config_file_verror(struct file_ctx *ctx, unsigned line, const char *fmt, va_list ap)
+{
+	if (ctx->bad_line && ctx->bad_line <= line)
+		return;
+	ctx->bad_line = line ? line : 1;
+	vsnprintf(ctx->why, sizeof ctx->why, fmt, ap);
+}
+
+static void config_file_error(struct file_ctx *ctx, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void config_file_error(struct file_ctx *ctx, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	config_file_verror(ctx, ctx->line, fmt, ap);
+	va_end(ap);
+}
+
+static void config_file_error_at(struct file_ctx *ctx, unsigned line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void config_file_error_at(struct file_ctx *ctx, unsigned line, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	config_file_verror(ctx, line, fmt, ap);
+	va_end(ap);
+}
+
+/*
+ * A section header: a rule section must have settings (inih says nothing
+ * of a header alone, which would make a rule that silently never was).
+ */
+static void config_rule_header(struct file_ctx *ctx, const char *line)
+{
+	if (ctx->empty_rule_line)
+		config_file_error_at(ctx, ctx->empty_rule_line, "[%s] has no settings", ctx->empty_rule);
+	ctx->empty_rule_line = 0;
+	size_t len = strcspn(line + 1, "]");
+	if (len > strlen(RULE_SECTION) && len < sizeof ctx->empty_rule &&
+	    strncmp(line + 1, RULE_SECTION, strlen(RULE_SECTION)) == 0) {
+		memcpy(ctx->empty_rule, line + 1, len);
+		ctx->empty_rule[len] = '\0';
+		ctx->empty_rule_line = ctx->line;
+	}
+}
+
+/* The rule being read is whole: it joins the config's, or the file is bad. */
+static void config_rule_done(struct file_ctx *ctx)
+{
+	if (!ctx->in_rule)
+		return;
+	ctx->in_rule = false;
+	char why[256];
+	if (rule_finish(&ctx->rule, why, sizeof why) != 0)
+		config_file_error_at(ctx, ctx->rule.line, "%s", why);
+	else if (rules_append(&ctx->c->rules, &ctx->rule) != 0) {
+		config_file_error(ctx, "out of memory");
+	}
+	rule_free(&ctx->rule);
+}
+
+static int config_rule_begin(struct file_ctx *ctx, const char *section)
+{
+	const char *name = section + strlen(RULE_SECTION);
+	if (!rule_name_ok(name)) {
+		config_file_error(ctx, "[%s]: a rule's name is 1 to 64 letters, digits, '_', '.' or '-'",
+		                  section);
+		return -1;
+	}
+	const struct rule *same = rules_find(&ctx->c->rules, name);
+	if (same && ctx->rpc_rules && strcmp(same->source, "rpc") != 0) {
+		/* The operator's file wins over what was added by RPC before. */
+		fprintf(stderr, "pyprofd: %s:%u: rule '%s' is also in %s: the rule added by RPC is ignored\n",
+		        ctx->path, ctx->line, name, same->source);
+		snprintf(ctx->skipping, sizeof ctx->skipping, "%s", section);
+		return -1;
+	}
+	if (same) {
+		config_file_error(ctx, "[%s]: a rule of that name is already defined", section);
+		return -1;
+	}
+	rule_init(&ctx->rule);
+	ctx->in_rule = true;
+	ctx->rule.line = ctx->line;
+	if (!(ctx->rule.name = strdup(name)) || !(ctx->rule.source = strdup(ctx->rule_source))) {
+		config_file_error(ctx, "out of memory");
+		return -1;
+	}
+	return 0;
+}
 
 static int config_on_ini_entry(void *user, const char *section, const char *name, const char *value)
 {
 	struct file_ctx *ctx = user;
+	if (strncmp(section, RULE_SECTION, strlen(RULE_SECTION)) == 0) {
+		ctx->empty_rule_line = 0;
+		if (strcmp(section, ctx->skipping) == 0)
+			return 1;
+		if (!ctx->in_rule || strcmp(ctx->rule.name, section + strlen(RULE_SECTION)) != 0) {
+			config_rule_done(ctx);
+			if (config_rule_begin(ctx, section) != 0)
+				return ctx->skipping[0] && strcmp(section, ctx->skipping) == 0;
+		}
+		char why[384];
+		/* The rate is checked against max_rate_hz once every setting is known (config_build). */
+		if (rule_set(&ctx->rule, name, value, RULE_RATE_CEILING, why, sizeof why) != 0) {
+			config_file_error(ctx, "[%s] %s", section, why);
+			return 0;
+		}
+		return 1;
+	}
+	config_rule_done(ctx);
+	if (ctx->rpc_rules) {
+		config_file_error(ctx, "[%s]: this file holds rules alone ([rule.NAME])", section);
+		return 0;
+	}
 	if (config_set(ctx->c, section, name, value) != 0) {
-		fprintf(stderr, "pyprofd: %s: bad or unknown setting [%s] %s = %s\n", ctx->path, section,
-		        name, value);
-		return 0; /* inih reports the line */
+		config_file_error(ctx, "bad or unknown setting [%s] %s = %s", section, name, value);
+		return 0;
 	}
 	return 1;
 }
 
-static int config_read_file(struct config *c, const char *path)
+/*
+ * Read one INI file into c: the config file, or (rpc_rules) the daemon's
+ * file of the rules added by RPC.  0, or -1 (said on stderr).
+ */
+static int config_read_file(struct config *c, const char *path, bool rpc_rules)
 {
-	struct file_ctx ctx = {c, path, 0};
-	int rc = ini_parse(path, config_on_ini_entry, &ctx);
-	if (rc < 0) {
+	struct file_ctx ctx = {.c = c, .path = path, .rule_source = rpc_rules ? "rpc" : path,
+	                       .rpc_rules = rpc_rules};
+	if (!(ctx.file = fopen(path, "re"))) {
 		fprintf(stderr, "pyprofd: cannot read config file %s: %s\n", path, strerror(errno));
 		return -1;
 	}
-	if (rc > 0) {
-		fprintf(stderr, "pyprofd: %s: line %d is not valid\n", path, rc);
+	int rc = ini_parse_stream(config_next_line, &ctx, config_on_ini_entry, &ctx);
+	config_rule_done(&ctx);
+	config_rule_header(&ctx, "[]"); /* the end: a last rule header alone is said */
+	bool read_error = ferror(ctx.file);
+	fclose(ctx.file);
+	if (read_error) {
+		fprintf(stderr, "pyprofd: cannot read config file %s\n", path);
+		return -1;
+	}
+	if (ctx.bad_line && (rc <= 0 || ctx.bad_line <= (unsigned)rc)) {
+		fprintf(stderr, "pyprofd: %s:%u: %s\n", path, ctx.bad_line, ctx.why);
+		return -1;
+	}
+	if (rc != 0) {
+		fprintf(stderr, "pyprofd: %s:%d: not a section, a comment or KEY = VALUE\n", path, rc);
 		return -1;
 	}
 	return 0;
@@ -354,7 +626,7 @@ static int config_build(struct config *c, const struct flags *f)
 	if (c->config_path) {
 		char *before = c->state_dir;
 		c->state_dir = NULL;
-		if (config_read_file(c, c->config_path) != 0) {
+		if (config_read_file(c, c->config_path, false) != 0) {
 			free(before);
 			return EXIT_USAGE;
 		}
@@ -375,6 +647,18 @@ static int config_build(struct config *c, const struct flags *f)
 	}
 	if (!c->socket_path && !(c->socket_path = config_default_socket(c, state_flag || state_in_file)))
 		return EXIT_FAILURE_OTHER;
+	/* The rules added by RPC come after the file's: the operator's file is tried first. */
+	if (!(c->rules_path = config_path_join(c->state_dir, "rules.conf")))
+		return EXIT_FAILURE_OTHER;
+	if (config_file_exists(c->rules_path) && config_read_file(c, c->rules_path, true) != 0)
+		return EXIT_USAGE;
+	for (size_t i = 0; i < c->rules.n; i++)
+		if (c->rules.v[i].rate_hz > c->max_rate_hz) {
+			fprintf(stderr, "pyprofd: %s:%u: [rule.%s] rate %u Hz is above max_rate_hz (%u)\n",
+			        c->rules.v[i].source, c->rules.v[i].line, c->rules.v[i].name,
+			        c->rules.v[i].rate_hz, c->max_rate_hz);
+			return EXIT_USAGE;
+		}
 	if (c->default_rate_hz > c->max_rate_hz)
 		c->default_rate_hz = c->max_rate_hz;
 	/* Other users keep at least one connection, whatever root keeps for itself. */

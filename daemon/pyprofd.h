@@ -4,6 +4,7 @@
 
 #include <ev.h>
 #include <pthread.h>
+#include <regex.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <sys/types.h>
@@ -181,6 +182,147 @@ int functions_count(struct functions *fs, int side, uint32_t frame, const char *
  */
 void functions_sort(struct functions *fs, bool by_share_change);
 
+/* procfacts.c */
+/*
+ * What rules and labels need of a process, read from /proc without
+ * attaching: who it is, what it runs, where systemd and container runtimes
+ * put it, and the labels it gives itself in its environment.
+ */
+#define PROC_FACTS_NAME_MAX 256
+#define PROC_FACTS_LABELS_MAX 64
+struct proc_facts {
+	pid_t pid, ppid;
+	uint64_t start_time; /* clock ticks after boot, as uw_process_identity gives it */
+	uid_t uid;           /* real */
+	char exe[4096];      /* what /proc/PID/exe points to, without " (deleted)"; "" if unreadable */
+	char *cmdline;       /* the arguments joined by spaces, cut at 4 KiB; never NULL after a read */
+	char unit[PROC_FACTS_NAME_MAX];      /* the systemd unit of its cgroup ("api.service"); "" */
+	char container[PROC_FACTS_NAME_MAX]; /* the container id of its cgroup; "" */
+	/* PYPROFD_LABELS=k=v,k=v from its environment (only with PROC_FACTS_ENVIRONMENT) */
+	size_t nlabels;
+	char **label_keys, **label_values;
+	unsigned bad_labels; /* entries of PYPROFD_LABELS that were not k=v, or too many or too long */
+};
+#define PROC_FACTS_ENVIRONMENT 1u /* also read /proc/PID/environ (larger; only when attaching) */
+/*
+ * 0; or -1 with errno: ENOENT or ESRCH when the process is gone, anything
+ * else when it could not be looked at.  *out is freed with proc_facts_free
+ * either way.
+ */
+int proc_facts_read(pid_t pid, unsigned what, struct proc_facts *out);
+void proc_facts_free(struct proc_facts *f);
+/* The unit and container of a /proc/PID/cgroup text (v1, v2 or both), each "" when none. */
+void proc_facts_parse_cgroup(const char *text, char *unit, size_t unit_len, char *container,
+                             size_t container_len);
+/* PYPROFD_LABELS's value into f's labels (appended); entries that are not valid are counted. */
+int proc_facts_parse_labels(const char *value, struct proc_facts *f);
+/* Whether a label key (1 to 128 characters, no '=', ',' or control characters) and value (up to 1024) may be stored. */
+bool proc_facts_label_ok(const char *key, const char *value);
+
+/* procwatch.c */
+/*
+ * Processes as they start, exec and exit: the kernel's process-events
+ * connector where the daemon may use it, otherwise a bounded scan of /proc.
+ */
+enum procwatch_method { PROCWATCH_AUTO, PROCWATCH_NETLINK, PROCWATCH_SCAN };
+struct procwatch_callbacks {
+	/* A new process (not a thread), child of parent. */
+	void (*fork)(void *ctx, pid_t parent, pid_t child);
+	/*
+	 * A process runs a new program, or is seen for the first time (at
+	 * start, in a scan, after events were lost): judge it afresh.
+	 */
+	void (*exec)(void *ctx, pid_t pid);
+	void (*exit)(void *ctx, pid_t pid);
+};
+struct procwatch_stats {
+	uint64_t events;       /* fork, exec and exit delivered */
+	uint64_t scans;        /* walks of /proc, the first and resyncs included */
+	uint64_t lost;         /* times the kernel dropped events (each answered by a scan) */
+	double scan_us_last, scan_us_max;
+	unsigned processes;    /* seen in the last scan */
+};
+struct procwatch_state;
+struct procwatch {
+	struct procwatch_state *state; /* owned; NULL when stopped */
+};
+/*
+ * Start watching: every process alive now is reported once through exec,
+ * then what changes.  0, or -1 with why (netlink asked for and refused, ...).
+ */
+int procwatch_start(struct procwatch *w, struct ev_loop *loop, enum procwatch_method method,
+                    double scan_interval_s, const struct procwatch_callbacks *cb, void *ctx,
+                    char *why, size_t why_len);
+void procwatch_stop(struct procwatch *w);
+/* The method in use: "netlink" or "scan"; "off" when stopped. */
+const char *procwatch_method_name(const struct procwatch *w);
+void procwatch_stats(const struct procwatch *w, struct procwatch_stats *out);
+int procwatch_method_parse(const char *text, enum procwatch_method *out);
+
+/* rules.c */
+/* match.python: the runtime's major.minor against one bound. */
+enum rule_python_op { RULE_PY_EQ, RULE_PY_NE, RULE_PY_GE, RULE_PY_GT, RULE_PY_LE, RULE_PY_LT };
+struct rule_python {
+	enum rule_python_op op;
+	unsigned version; /* major * 1000 + minor */
+};
+/* One attach rule: its settings as written, and what they mean. */
+struct rule {
+	char *name;
+	char *source; /* the file it was read from, or "rpc" */
+	unsigned line; /* of its section in that file; 0 for rpc */
+	size_t nsettings, settings_cap;
+	char **keys, **values;
+	/* What the match.* settings mean; unset ones hold for every process. */
+	char *exe_glob, *unit_glob;
+	char *container; /* "*": any container; else an id prefix */
+	bool has_cmdline, has_uid, has_python;
+	regex_t cmdline;
+	uid_t uid;
+	struct rule_python python;
+	/* What a match gets. */
+	unsigned rate_hz; /* 0: the daemon's default rate */
+	bool has_mode;
+	enum uw_mode mode;
+	size_t nlabels;
+	char **label_keys, **label_values;
+	bool children; /* Python children follow their parent */
+	bool exclude;  /* a match is never attached */
+};
+struct rules {
+	struct rule *v;
+	size_t n, cap;
+};
+bool rule_name_ok(const char *name);
+void rule_init(struct rule *r);
+void rule_free(struct rule *r);
+/* One KEY=VALUE; 0, or -1 with why (r keeps what it had). */
+int rule_set(struct rule *r, const char *key, const char *value, unsigned max_rate_hz, char *why,
+             size_t why_len);
+/* Whether the rule, its settings all given, can stand; -1 with why if not. */
+int rule_finish(const struct rule *r, char *why, size_t why_len);
+/*
+ * The first rule whose match.* all hold.  Without the Python version (not
+ * known before the runtime is found) a rule's match.python is taken to
+ * hold: ask again with the version to know.
+ */
+const struct rule *rules_match(const struct rules *rs, const struct proc_facts *f,
+                               const char *python_version);
+const struct rule *rules_find(const struct rules *rs, const char *name);
+/* Takes r (left empty); -1 if out of memory. */
+int rules_append(struct rules *rs, struct rule *r);
+void rules_remove_at(struct rules *rs, size_t i);
+/*
+ * Write the rules added by RPC to path (atomically: a crash or a full disk
+ * leaves the old file), as they will be once `extra` takes index `at` (a
+ * new rule when at == rs->n), or once index `at` is gone.  0, or -1 with why.
+ */
+int rules_save_with(const struct rules *rs, size_t at, const struct rule *extra, const char *path,
+                    char *why, size_t why_len);
+int rules_save_without(const struct rules *rs, size_t at, const char *path, char *why,
+                       size_t why_len);
+void rules_free(struct rules *rs);
+
 /* config.c */
 struct config {
 	char *state_dir;
@@ -209,7 +351,16 @@ struct config {
 	unsigned nretention;
 	double retention_age_s[CONFIG_RETENTION_MAX];
 	unsigned retention_bucket_s[CONFIG_RETENTION_MAX];
+	/* Fleet: which processes the daemon attaches by itself, and what it may spend. */
+	struct rules rules;          /* the config file's, then those added by RPC */
+	char *rules_path;            /* where the rules added by RPC are kept */
+	enum procwatch_method discovery_method;
+	double scan_interval_s;      /* of /proc, when the kernel's events are not to be had */
+	double cpu_percent;          /* of one core the daemon may use; 0: no budget */
+	unsigned min_rate_hz;        /* the budget lowers rule-attached targets' rates no further */
 };
+/* "500ms", "15s", "2m", "1h", "1d", or a bare number of seconds, in [min, max]; 0 or -1. */
+int config_parse_duration(const char *text, double min, double max, double *out);
 /*
  * The configuration from defaults, the file and the flags, in that order of
  * strength.  EXIT_OK, or an exit status with the reason printed (--help
@@ -292,7 +443,11 @@ struct target {
 	char python_version[32];
 	struct uw_target *uw; /* NULL once exited */
 	enum target_state state;
-	struct target_params params;
+	struct target_params params; /* rate_hz: what was asked */
+	unsigned effective_rate_hz;  /* what it samples at: lower while the CPU budget is exceeded */
+	char *rule;      /* the rule that attached it; NULL: attached by hand (rules leave it alone) */
+	bool children;   /* its Python children are attached too (the rule said so) */
+	pid_t parent;    /* attached as a child of this target; 0: not */
 	double attached_at;     /* unix time the last session began */
 	ev_tstamp session_start; /* loop time of the same */
 	ev_tstamp session_end;   /* loop time the last session stopped */
@@ -323,6 +478,8 @@ void target_owner(const struct uw_process_identity *id, uid_t *uid, gid_t *gid);
 void target_lower_owner(struct target *t, const struct uw_process_identity *id);
 /* Start (or restart) sampling with these parameters; the target takes the labels. */
 void target_start(struct target *t, struct target_params *params);
+/* Sample at this rate from now on (the CPU budget); the asked rate stays as it was. */
+void target_set_rate(struct target *t, unsigned hz);
 /* Stop sampling and keep the unwinder state warm. */
 void target_stop(struct target *t);
 /* The process is gone: stop and drop its unwinder state. */
@@ -404,82 +561,41 @@ void queries_pump(struct queries *qs);
 /* Cancel every running query, wait for its thread and drop its answer (shutdown). */
 void queries_finish(struct queries *qs);
 
-/* procfacts.c */
-/*
- * What rules and labels need of a process, read from /proc without
- * attaching: who it is, what it runs, where systemd and container runtimes
- * put it, and the labels it gives itself in its environment.
- */
-#define PROC_FACTS_NAME_MAX 256
-#define PROC_FACTS_LABELS_MAX 64
-struct proc_facts {
-	pid_t pid, ppid;
-	uint64_t start_time; /* clock ticks after boot, as uw_process_identity gives it */
-	uid_t uid;           /* real */
-	char exe[4096];      /* what /proc/PID/exe points to, without " (deleted)"; "" if unreadable */
-	char *cmdline;       /* the arguments joined by spaces, cut at 4 KiB; never NULL after a read */
-	char unit[PROC_FACTS_NAME_MAX];      /* the systemd unit of its cgroup ("api.service"); "" */
-	char container[PROC_FACTS_NAME_MAX]; /* the container id of its cgroup; "" */
-	/* PYPROFD_LABELS=k=v,k=v from its environment (only with PROC_FACTS_ENVIRONMENT) */
-	size_t nlabels;
-	char **label_keys, **label_values;
-	unsigned bad_labels; /* entries of PYPROFD_LABELS that were not k=v, or too many or too long */
+/* fleet.c */
+/* The processes the daemon finds and attaches by itself (rules, children), and its CPU budget. */
+struct fleet_state;
+struct fleet {
+	struct server *server;
+	struct procwatch watch;
+	bool watching; /* only while there are rules */
+	struct fleet_state *state;
+	uint64_t judged, attached;
+	double budget_factor; /* rule-attached targets sample at this share of their rates */
+	bool over_budget;
+	double cpu_recent_percent;
 };
-#define PROC_FACTS_ENVIRONMENT 1u /* also read /proc/PID/environ (larger; only when attaching) */
+int fleet_init(struct fleet *f, struct server *s);
+/* Watch processes while there are rules, and not otherwise (at start and after a reload). */
+void fleet_configure(struct fleet *f);
 /*
- * 0; or -1 with errno: ENOENT or ESRCH when the process is gone, anything
- * else when it could not be looked at.  *out is freed with proc_facts_free
- * either way.
+ * The rules changed: rule-attached targets follow the rule that claims them
+ * now (or are detached), and every live process is judged again.
  */
-int proc_facts_read(pid_t pid, unsigned what, struct proc_facts *out);
-void proc_facts_free(struct proc_facts *f);
-/* The unit and container of a /proc/PID/cgroup text (v1, v2 or both), each "" when none. */
-void proc_facts_parse_cgroup(const char *text, char *unit, size_t unit_len, char *container,
-                             size_t container_len);
-/* PYPROFD_LABELS's value into f's labels (appended); entries that are not valid are counted. */
-int proc_facts_parse_labels(const char *value, struct proc_facts *f);
-/* Whether a label key (1 to 128 characters, no '=', ',' or control characters) and value (up to 1024) may be stored. */
-bool proc_facts_label_ok(const char *key, const char *value);
-
-/* procwatch.c */
+void fleet_rules_changed(struct fleet *f);
+void fleet_free(struct fleet *f);
+/* Once a second: the CPU budget, room under max_targets, holds of processes gone. */
+void fleet_housekeeping(struct fleet *f);
+/* Detached by hand: no rule attaches this process again until it exits. */
+void fleet_hold(struct fleet *f, pid_t pid, uint64_t start_time);
+/* A rule-attached target's rate under the budget, applied. */
+void fleet_budget_apply(struct fleet *f, struct target *t);
 /*
- * Processes as they start, exec and exit: the kernel's process-events
- * connector where the daemon may use it, otherwise a bounded scan of /proc.
+ * A hand attach's labels: what was found of the process, then those it had
+ * before (when none are given), then those given, which win.  -1 out of memory.
  */
-enum procwatch_method { PROCWATCH_AUTO, PROCWATCH_NETLINK, PROCWATCH_SCAN };
-struct procwatch_callbacks {
-	/* A new process (not a thread), child of parent. */
-	void (*fork)(void *ctx, pid_t parent, pid_t child);
-	/*
-	 * A process runs a new program, or is seen for the first time (at
-	 * start, in a scan, after events were lost): judge it afresh.
-	 */
-	void (*exec)(void *ctx, pid_t pid);
-	void (*exit)(void *ctx, pid_t pid);
-};
-struct procwatch_stats {
-	uint64_t events;       /* fork, exec and exit delivered */
-	uint64_t scans;        /* walks of /proc, the first and resyncs included */
-	uint64_t lost;         /* times the kernel dropped events (each answered by a scan) */
-	double scan_us_last, scan_us_max;
-	unsigned processes;    /* seen in the last scan */
-};
-struct procwatch_state;
-struct procwatch {
-	struct procwatch_state *state; /* owned; NULL when stopped */
-};
-/*
- * Start watching: every process alive now is reported once through exec,
- * then what changes.  0, or -1 with why (netlink asked for and refused, ...).
- */
-int procwatch_start(struct procwatch *w, struct ev_loop *loop, enum procwatch_method method,
-                    double scan_interval_s, const struct procwatch_callbacks *cb, void *ctx,
-                    char *why, size_t why_len);
-void procwatch_stop(struct procwatch *w);
-/* The method in use: "netlink" or "scan"; "off" when stopped. */
-const char *procwatch_method_name(const struct procwatch *w);
-void procwatch_stats(const struct procwatch *w, struct procwatch_stats *out);
-int procwatch_method_parse(const char *text, enum procwatch_method *out);
+int fleet_hand_labels(pid_t pid, const char *python_version, const struct target_params *before,
+                      struct target_params *p);
+void fleet_status(const struct fleet *f, Pyprofd__StatusResult *out);
 
 /* server.c */
 struct server {
@@ -497,6 +613,7 @@ struct server {
 	struct targets targets;
 	struct history history;
 	struct queries queries;
+	struct fleet fleet;
 	struct client *clients;
 	unsigned nclients;
 	uint64_t next_client_serial;

@@ -217,6 +217,18 @@ static void rpc_attach(struct server *s, struct client *c, const Pyprofd__Reques
 			return;
 		}
 	}
+	/* By hand from now on: the rules leave it alone. */
+	bool was_rule = t->rule != NULL;
+	free(t->rule);
+	t->rule = NULL;
+	t->children = false;
+	t->parent = 0;
+	if (fleet_hand_labels(t->pid, t->python_version, was_rule || t->sessions ? &t->params : NULL,
+	                      &params) != 0) {
+		target_params_free(&params);
+		rpc_out_of_memory(resp, a);
+		return;
+	}
 	target_start(t, &params);
 	log_info("pid %d: attached (Python %s, %u Hz, %s%s) for uid %d", (int)t->pid,
 	         t->python_version, t->params.rate_hz, vocab_mode_name(t->params.mode),
@@ -270,8 +282,10 @@ static void rpc_detach(struct server *s, struct client *c, const Pyprofd__Reques
 		return;
 	}
 	target_stop(t);
-	log_info("pid %d: detached after %llu samples; state kept warm", (int)t->pid,
-	         (unsigned long long)t->session_samples);
+	/* Detached by a person: no rule attaches it again while it lives. */
+	fleet_hold(&s->fleet, t->pid, t->start_time);
+	log_info("pid %d: detached after %llu samples; state kept warm%s", (int)t->pid,
+	         (unsigned long long)t->session_samples, t->rule ? " (held from the rules until it exits)" : "");
 	Pyprofd__DetachResult *res = ARENA_MESSAGE(a, Pyprofd__DetachResult, PYPROFD__DETACH_RESULT__INIT);
 	if (!res) {
 		rpc_out_of_memory(resp, a);
@@ -431,6 +445,7 @@ static void rpc_status(struct server *s, struct client *c, const Pyprofd__Reques
 	res->state_dir = s->config.state_dir;
 	res->socket = s->socket_activated ? (char *)"(from systemd)" : s->config.socket_path;
 	history_status(&s->history, res, a);
+	fleet_status(&s->fleet, res);
 	resp->result_case = PYPROFD__RESPONSE__RESULT_STATUS;
 	resp->status = res;
 }
@@ -533,6 +548,120 @@ static void rpc_query(struct server *s, struct client *c, const Pyprofd__Request
 		resp->result_case = PYPROFD__RESPONSE__RESULT__NOT_SET; /* answered later */
 }
 
+/* Every rule, in the order they are tried. */
+static Pyprofd__RulesResult *rpc_rules_list(const struct rules *rs, struct arena *a)
+{
+	Pyprofd__RulesResult *res = ARENA_MESSAGE(a, Pyprofd__RulesResult, PYPROFD__RULES_RESULT__INIT);
+	if (!res || !(res->rules = arena_alloc(a, (rs->n ? rs->n : 1) * sizeof *res->rules)))
+		return NULL;
+	for (size_t i = 0; i < rs->n; i++) {
+		const struct rule *r = &rs->v[i];
+		Pyprofd__Rule *p = ARENA_MESSAGE(a, Pyprofd__Rule, PYPROFD__RULE__INIT);
+		if (!p || !(p->settings = arena_alloc(a, (r->nsettings ? r->nsettings : 1) * sizeof *p->settings)))
+			return NULL;
+		p->name = r->name;
+		p->source = r->source;
+		p->line = r->line;
+		for (size_t k = 0; k < r->nsettings; k++) {
+			Pyprofd__RuleSetting *kv = ARENA_MESSAGE(a, Pyprofd__RuleSetting, PYPROFD__RULE_SETTING__INIT);
+			if (!kv)
+				return NULL;
+			kv->key = r->keys[k];
+			kv->value = r->values[k];
+			p->settings[p->n_settings++] = kv;
+		}
+		res->rules[res->n_rules++] = p;
+	}
+	return res;
+}
+
+/*
+ * List the rules, or add or remove one of those added by RPC (root alone:
+ * a rule attaches every user's processes).  A change is written to the
+ * daemon's rules file before it takes effect, so it outlives a restart
+ * and a full disk changes nothing.
+ */
+static void rpc_rules(struct server *s, struct client *c, const Pyprofd__Request *req,
+                      Pyprofd__Response *resp, struct arena *a)
+{
+	const Pyprofd__RulesRequest *r = req->rules;
+	struct rules *rs = &s->config.rules;
+	if (r->action != PYPROFD__RULES_ACTION__RULES_LIST) {
+		if (c->uid != 0) {
+			rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_PERMISSION,
+			          "permission denied: only root may change the attach rules");
+			return;
+		}
+		if (!rule_name_ok(r->name)) {
+			rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST,
+			          "a rule's name is 1 to 64 letters, digits, '_', '.' or '-'");
+			return;
+		}
+		size_t at = rs->n;
+		for (size_t i = 0; i < rs->n; i++)
+			if (strcmp(rs->v[i].name, r->name) == 0)
+				at = i;
+		if (at < rs->n && strcmp(rs->v[at].source, "rpc") != 0) {
+			rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST,
+			          "rule '%s' is in %s: change it there (and send SIGHUP)", r->name,
+			          rs->v[at].source);
+			return;
+		}
+		char why[512];
+		if (r->action == PYPROFD__RULES_ACTION__RULES_REMOVE) {
+			if (at == rs->n) {
+				rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST, "there is no rule '%s'",
+				          r->name);
+				return;
+			}
+			if (rules_save_without(rs, at, s->config.rules_path, why, sizeof why) != 0) {
+				rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_INTERNAL, "%s", why);
+				return;
+			}
+			rules_remove_at(rs, at);
+			log_info("rule %s removed by uid %d", r->name, (int)c->uid);
+		} else if (r->action == PYPROFD__RULES_ACTION__RULES_ADD) {
+			bool replacing = at < rs->n;
+			struct rule rule;
+			rule_init(&rule);
+			bool ok = (rule.name = strdup(r->name)) && (rule.source = strdup("rpc"));
+			snprintf(why, sizeof why, "out of memory");
+			for (size_t i = 0; ok && i < r->n_settings; i++)
+				ok = rule_set(&rule, r->settings[i]->key, r->settings[i]->value, s->config.max_rate_hz,
+				              why, sizeof why) == 0;
+			ok = ok && rule_finish(&rule, why, sizeof why) == 0;
+			/* In the file first: a rule that cannot be kept is not taken. */
+			ok = ok && rules_save_with(rs, at, &rule, s->config.rules_path, why, sizeof why) == 0;
+			if (ok && at < rs->n) {
+				rule_free(&rs->v[at]);
+				rs->v[at] = rule;
+				memset(&rule, 0, sizeof rule);
+			} else if (ok) {
+				ok = rules_append(rs, &rule) == 0;
+				snprintf(why, sizeof why, "out of memory");
+			}
+			rule_free(&rule);
+			if (!ok) {
+				rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST, "%s", why);
+				return;
+			}
+			log_info("rule %s %s by uid %d", r->name, replacing ? "replaced" : "added", (int)c->uid);
+		} else {
+			rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST, "unknown rules action %d",
+			          (int)r->action);
+			return;
+		}
+		fleet_rules_changed(&s->fleet);
+	}
+	Pyprofd__RulesResult *res = rpc_rules_list(rs, a);
+	if (!res) {
+		rpc_out_of_memory(resp, a);
+		return;
+	}
+	resp->result_case = PYPROFD__RESPONSE__RESULT_RULES;
+	resp->rules = res;
+}
+
 static const struct {
 	Pyprofd__Request__BodyCase body;
 	const char *name;
@@ -545,6 +674,7 @@ static const struct {
 	{PYPROFD__REQUEST__BODY_STATS, "stats", rpc_stats},
 	{PYPROFD__REQUEST__BODY_STATUS, "status", rpc_status},
 	{PYPROFD__REQUEST__BODY_TOP, "top", rpc_top},
+	{PYPROFD__REQUEST__BODY_RULES, "rules", rpc_rules},
 	{PYPROFD__REQUEST__BODY_QUERY, "query", rpc_query},
 };
 

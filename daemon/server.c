@@ -258,8 +258,10 @@ static void server_on_reload(struct ev_loop *loop, ev_signal *w, int revents)
 		/* An active watcher's repeat may change; ev_timer_again restarts it with the new one. */
 		s->flush_timer.repeat = s->config.flush_interval_s;
 		ev_timer_again(s->loop, &s->flush_timer);
-		log_info("configuration reloaded%s%s", s->config.config_path ? " from " : "",
-		         s->config.config_path ? s->config.config_path : "");
+		log_info("configuration reloaded%s%s (%zu rule%s)", s->config.config_path ? " from " : "",
+		         s->config.config_path ? s->config.config_path : "", s->config.rules.n,
+		         s->config.rules.n == 1 ? "" : "s");
+		fleet_rules_changed(&s->fleet);
 	} else {
 		log_error("configuration not reloaded: the file has errors (kept the last one)");
 	}
@@ -277,6 +279,7 @@ static void server_on_housekeeping(struct ev_loop *loop, ev_timer *w, int revent
 	for (size_t i = 0; i < s->targets.n; i++)
 		target_check_alive(s->targets.v[i]);
 	targets_trim(&s->targets, s->config.warm_budget_bytes, s->config.max_targets);
+	fleet_housekeeping(&s->fleet);
 	server_clients_expire(s);
 	server_update_status(s);
 }
@@ -297,6 +300,7 @@ static void server_shutdown(struct server *s)
 	sd_notify(0, "STOPPING=1");
 	while (s->clients)
 		server_client_free(s->clients);
+	fleet_free(&s->fleet);
 	/* Everything counted reaches the database before the targets go. */
 	queries_finish(&s->queries);
 	ev_timer_stop(s->loop, &s->flush_timer);
@@ -356,7 +360,7 @@ int server_main(int argc, char **argv)
 	s.started = ev_now(s.loop);
 	s.started_at = ev_time();
 	if (history_open(&s.history, &s.config) != 0 ||
-	    queries_init(&s.queries, s.loop, &query_sink, &s) != 0) {
+	    queries_init(&s.queries, s.loop, &query_sink, &s) != 0 || fleet_init(&s.fleet, &s) != 0) {
 		fprintf(stderr, "pyprofd: out of memory\n");
 		close(s.listen_fd);
 		ev_loop_destroy(s.loop);
@@ -380,6 +384,7 @@ int server_main(int argc, char **argv)
 	log_info("pyprofd %s listening on %s%s (state in %s)", PYPROFD_VERSION,
 	         s.socket_activated ? "a socket from systemd" : s.config.socket_path,
 	         s.socket_activated ? "" : "", s.config.state_dir);
+	fleet_configure(&s.fleet);
 	sd_notify(0, "READY=1");
 	server_update_status(&s);
 

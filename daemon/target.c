@@ -336,8 +336,18 @@ void target_start(struct target *t, struct target_params *params)
 	memset(&t->jitter_us, 0, sizeof t->jitter_us);
 	memset(&t->cost_us, 0, sizeof t->cost_us);
 	/* Each timer runs at its own phase: targets attached together do not sample in step. */
-	target_timer_arm(t, 1.0 / t->params.rate_hz);
+	t->effective_rate_hz = t->params.rate_hz;
+	target_timer_arm(t, 1.0 / t->effective_rate_hz);
 	ev_io_start(loop, &t->timer);
+}
+
+void target_set_rate(struct target *t, unsigned hz)
+{
+	if (hz == 0 || hz == t->effective_rate_hz)
+		return;
+	t->effective_rate_hz = hz;
+	if (t->state == TARGET_SAMPLING)
+		target_timer_arm(t, 1.0 / hz);
 }
 
 void target_stop(struct target *t)
@@ -391,6 +401,7 @@ void target_free(struct target *t)
 	tally_free(&t->tally);
 	spell_free(&t->spell);
 	target_params_free(&t->params);
+	free(t->rule);
 	free(t->executable);
 	free(t->command_line);
 	free(t);
@@ -459,7 +470,7 @@ static void target_on_tick(struct ev_loop *loop, ev_io *w, int revents)
 	    expirations == 0)
 		return;
 	/* Lateness of the latest tick; ticks the loop could not keep up with are skipped, counted. */
-	double interval = 1.0 / t->params.rate_hz;
+	double interval = 1.0 / t->effective_rate_hz;
 	double due = t->next_due + (double)(expirations - 1) * interval;
 	double late = target_monotonic_now() - due;
 	timing_add(&t->jitter_us, late > 0 ? late * 1e6 : 0);
@@ -504,6 +515,9 @@ Pyprofd__Target *target_to_proto(const struct target *t, struct arena *a)
 	p->state = arena_strdup(a, target_state_name(t->state));
 	p->python_version = arena_strdup(a, t->python_version);
 	p->rate_hz = t->params.rate_hz;
+	p->effective_rate_hz = t->state == TARGET_SAMPLING ? t->effective_rate_hz : 0;
+	p->rule = arena_strdup(a, t->rule ? t->rule : "");
+	p->parent = t->parent;
 	p->mode = vocab_mode_to_wire(t->params.mode);
 	p->samples = t->samples;
 	p->errors = t->errors;
@@ -525,7 +539,7 @@ Pyprofd__Target *target_to_proto(const struct target *t, struct arena *a)
 			p->labels[p->n_labels++] = l;
 		}
 	}
-	if (!p->state || !p->python_version || !p->executable || !p->command_line)
+	if (!p->state || !p->python_version || !p->executable || !p->command_line || !p->rule)
 		return NULL;
 	return p;
 }

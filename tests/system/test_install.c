@@ -546,9 +546,9 @@ Test(install, service_keeps_targets_in_sight, .timeout = 300)
 		const char *key, *value;
 	} needed[] = {
 		{"Type", "notify"},
-		{"CapabilityBoundingSet", "CAP_SYS_PTRACE CAP_DAC_READ_SEARCH"},
-		{"AmbientCapabilities", "CAP_SYS_PTRACE CAP_DAC_READ_SEARCH"},
-		{"RestrictAddressFamilies", "AF_UNIX"},
+		{"CapabilityBoundingSet", "CAP_SYS_PTRACE CAP_DAC_READ_SEARCH CAP_NET_ADMIN"},
+		{"AmbientCapabilities", "CAP_SYS_PTRACE CAP_DAC_READ_SEARCH CAP_NET_ADMIN"},
+		{"RestrictAddressFamilies", "AF_UNIX AF_NETLINK"},
 		{"StateDirectory", "pyprofd"},
 		{"RuntimeDirectory", "pyprofd"},
 		/* pyprofd.socket listens inside /run/pyprofd: it must outlive a stop. */

@@ -285,12 +285,13 @@ Test(operation, example_config_is_accepted, .timeout = 120)
 	while (fgets(line, sizeof line, in)) {
 		char key[64];
 		/* Where it lives is the test's to say; every other commented setting is switched on. */
-		bool setting = sscanf(line, "#%63[a-z_] = ", key) == 1 && strstr(line, " = ");
+		bool setting = sscanf(line, "#%63[a-z_.] = ", key) == 1 && strstr(line, " = ");
 		if (setting && strcmp(key, "state_dir") != 0 && strcmp(key, "socket") != 0) {
 			fputs(line + 1, out);
 			settings++;
-		} else if (line[0] == '[') {
-			fputs(line, out);
+		} else if (line[0] == '[' || strncmp(line, "#[", 2) == 0) {
+			/* The example rule's header is commented out with its settings. */
+			fputs(line + (line[0] == '#'), out);
 		}
 	}
 	fclose(in);

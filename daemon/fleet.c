@@ -1,0 +1,727 @@
+/*
+ * The fleet: processes the daemon finds, judges and attaches by itself.
+ *
+ * Process events (procwatch) put pids on a short list of processes to
+ * judge; a timer judges them a moment later, so a fork followed by an exec
+ * is judged once, as the program it became, and a process that is gone by
+ * then costs nothing.  Judging reads the process's facts, tries the rules
+ * (and its parent, for children), and opens the runtime; a process whose
+ * runtime is not up yet (it has just exec'd) is tried again on a growing
+ * delay, and one that finds no room under max_targets waits for room.
+ *
+ * Hand attaches win: rules never touch a target without a rule, and a
+ * process detached by hand is held (never attached by a rule again) until
+ * it exits.  The CPU budget lowers the rates of rule-attached targets alone.
+ */
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pyprofd.h"
+
+/* Waiting processes, at most: past it a burst's later processes are dropped (counted). */
+#define FLEET_WAITING_MAX 4096
+/* Processes held from the rules (detached by hand), at most. */
+#define FLEET_HELD_MAX 4096
+/* A new process is judged this long after its event: long enough for a fork's exec. */
+#define FLEET_SETTLE_S 0.02
+/* A runtime not up yet is looked for again after a delay doubling from the first to the last. */
+#define FLEET_RETRY_FIRST_S 0.02
+#define FLEET_RETRY_LAST_S 0.5
+/* How long a process a rule claims may take to show its runtime. */
+#define FLEET_GIVE_UP_S 20.0
+
+enum fleet_why { FLEET_NEW, FLEET_EXEC };
+
+struct fleet_waiting {
+	pid_t pid;
+	uint64_t start_time; /* 0 until first judged */
+	double due;          /* loop time it is judged next */
+	double since;        /* loop time it was first seen */
+	double delay;        /* of the next retry */
+	bool exec;           /* it ran a new program: a target it had is stale */
+	bool claimed;        /* a rule or its parent claims it: it waits for its runtime or room */
+	bool for_room;       /* claimed, waits for room under max_targets */
+};
+
+struct fleet_held {
+	pid_t pid;
+	uint64_t start_time;
+};
+
+struct fleet_state {
+	struct fleet_waiting *waiting;
+	size_t nwaiting, waiting_cap;
+	struct fleet_held *held;
+	size_t nheld, held_cap;
+	ev_timer judge;
+	bool room_warned; /* max_targets reached: said once until there is room again */
+	uint64_t dropped; /* processes not judged: the waiting list was full */
+	/* The CPU budget. */
+	double cpu_seconds_then, wall_then;
+	double cpu_recent; /* percent of a core, smoothed */
+};
+
+static struct server *fleet_server(struct fleet *f)
+{
+	return f->server;
+}
+
+/* ---- labels ---- */
+
+/* A label set being built: a later put of a key replaces the earlier value. */
+struct fleet_labels {
+	size_t n;
+	char *keys[PROC_FACTS_LABELS_MAX + 16], *values[PROC_FACTS_LABELS_MAX + 16];
+	bool failed;
+};
+
+static void fleet_labels_put(struct fleet_labels *l, const char *key, const char *value)
+{
+	if (!value || !*value || l->failed)
+		return;
+	for (size_t i = 0; i < l->n; i++)
+		if (strcmp(l->keys[i], key) == 0) {
+			char *copy = strdup(value);
+			if (!copy) {
+				l->failed = true;
+				return;
+			}
+			free(l->values[i]);
+			l->values[i] = copy;
+			return;
+		}
+	if (l->n == sizeof l->keys / sizeof l->keys[0])
+		return;
+	l->keys[l->n] = strdup(key);
+	l->values[l->n] = strdup(value);
+	if (!l->keys[l->n] || !l->values[l->n]) {
+		free(l->keys[l->n]);
+		free(l->values[l->n]);
+		l->failed = true;
+		return;
+	}
+	l->n++;
+}
+
+static void fleet_labels_put_all(struct fleet_labels *l, size_t n, char *const *keys,
+                                 char *const *values)
+{
+	for (size_t i = 0; i < n; i++)
+		fleet_labels_put(l, keys[i], values[i]);
+}
+
+/* Into params (which owns them from then on); -1 if out of memory. */
+static int fleet_labels_give(struct fleet_labels *l, struct target_params *p)
+{
+	if (l->failed) {
+		for (size_t i = 0; i < l->n; i++) {
+			free(l->keys[i]);
+			free(l->values[i]);
+		}
+		l->n = 0;
+		return -1;
+	}
+	p->label_keys = calloc(l->n ? l->n : 1, sizeof *p->label_keys);
+	p->label_values = calloc(l->n ? l->n : 1, sizeof *p->label_values);
+	if (!p->label_keys || !p->label_values) {
+		free(p->label_keys);
+		free(p->label_values);
+		p->label_keys = p->label_values = NULL;
+		l->failed = true;
+		return fleet_labels_give(l, p);
+	}
+	memcpy(p->label_keys, l->keys, l->n * sizeof *l->keys);
+	memcpy(p->label_values, l->values, l->n * sizeof *l->values);
+	p->nlabels = l->n;
+	l->n = 0;
+	return 0;
+}
+
+static const char *fleet_base_name(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	return slash ? slash + 1 : path;
+}
+
+/* What the daemon finds of every process: its program, runtime, unit and container. */
+static void fleet_labels_found(struct fleet_labels *l, const struct proc_facts *facts,
+                               const char *python_version)
+{
+	fleet_labels_put(l, "exe", fleet_base_name(facts->exe));
+	fleet_labels_put(l, "python", python_version);
+	fleet_labels_put(l, "unit", facts->unit);
+	fleet_labels_put(l, "container", facts->container);
+}
+
+int fleet_hand_labels(pid_t pid, const char *python_version, const struct target_params *before,
+                      struct target_params *p)
+{
+	struct proc_facts facts;
+	struct fleet_labels l = {0};
+	if (proc_facts_read(pid, PROC_FACTS_ENVIRONMENT, &facts) == 0) {
+		fleet_labels_found(&l, &facts, python_version);
+		fleet_labels_put_all(&l, facts.nlabels, facts.label_keys, facts.label_values);
+	}
+	proc_facts_free(&facts);
+	/* Attached again without labels: it keeps those it had, but no rule's or parent's. */
+	if (!p->nlabels && before)
+		for (size_t i = 0; i < before->nlabels; i++)
+			if (strcmp(before->label_keys[i], "rule") != 0 && strcmp(before->label_keys[i], "parent") != 0)
+				fleet_labels_put(&l, before->label_keys[i], before->label_values[i]);
+	/* What the person attaching said wins over what was found. */
+	fleet_labels_put_all(&l, p->nlabels, p->label_keys, p->label_values);
+	for (size_t i = 0; i < p->nlabels; i++) {
+		free(p->label_keys[i]);
+		free(p->label_values[i]);
+	}
+	free(p->label_keys);
+	free(p->label_values);
+	p->nlabels = 0;
+	p->label_keys = p->label_values = NULL;
+	return fleet_labels_give(&l, p);
+}
+
+/* ---- the waiting list ---- */
+
+static struct fleet_waiting *fleet_waiting_find(struct fleet_state *st, pid_t pid)
+{
+	for (size_t i = 0; i < st->nwaiting; i++)
+		if (st->waiting[i].pid == pid)
+			return &st->waiting[i];
+	return NULL;
+}
+
+static void fleet_waiting_drop(struct fleet_state *st, struct fleet_waiting *w)
+{
+	*w = st->waiting[--st->nwaiting];
+}
+
+static void fleet_arm(struct fleet *f)
+{
+	struct fleet_state *st = f->state;
+	struct ev_loop *loop = fleet_server(f)->loop;
+	double next = INFINITY;
+	for (size_t i = 0; i < st->nwaiting; i++)
+		if (!st->waiting[i].for_room && st->waiting[i].due < next)
+			next = st->waiting[i].due;
+	ev_timer_stop(loop, &st->judge);
+	if (isfinite(next)) {
+		double in = next - ev_now(loop);
+		ev_timer_set(&st->judge, in > 0.001 ? in : 0.001, 0);
+		ev_timer_start(loop, &st->judge);
+	}
+}
+
+/* Judge pid soon (again, if it waits already). */
+static void fleet_enqueue(struct fleet *f, pid_t pid, bool exec)
+{
+	struct fleet_state *st = f->state;
+	double now = ev_now(fleet_server(f)->loop);
+	struct fleet_waiting *w = fleet_waiting_find(st, pid);
+	if (!w) {
+		if (st->nwaiting == FLEET_WAITING_MAX) {
+			if (st->dropped++ % 1000 == 0)
+				log_warn("discovery: %zu processes wait already; not judging pid %d (%llu so far)",
+				         st->nwaiting, (int)pid, (unsigned long long)st->dropped);
+			return;
+		}
+		if (array_reserve((void **)&st->waiting, &st->waiting_cap, st->nwaiting, sizeof *st->waiting,
+		                  NULL) != 0) {
+			st->dropped++;
+			return;
+		}
+		w = &st->waiting[st->nwaiting++];
+		*w = (struct fleet_waiting){.pid = pid, .since = now};
+	} else {
+		/* A new program starts the clock afresh. */
+		w->since = now;
+		w->start_time = 0;
+		w->for_room = w->claimed = false;
+	}
+	w->exec = w->exec || exec;
+	w->due = now + FLEET_SETTLE_S;
+	w->delay = FLEET_RETRY_FIRST_S;
+	fleet_arm(f);
+}
+
+/* ---- holds ---- */
+
+static bool fleet_is_held(const struct fleet_state *st, pid_t pid, uint64_t start_time)
+{
+	for (size_t i = 0; i < st->nheld; i++)
+		if (st->held[i].pid == pid && st->held[i].start_time == start_time)
+			return true;
+	return false;
+}
+
+void fleet_hold(struct fleet *f, pid_t pid, uint64_t start_time)
+{
+	struct fleet_state *st = f->state;
+	if (!st || fleet_is_held(st, pid, start_time))
+		return;
+	if (st->nheld == FLEET_HELD_MAX ||
+	    array_reserve((void **)&st->held, &st->held_cap, st->nheld, sizeof *st->held, NULL) != 0) {
+		log_warn("pid %d: cannot hold it from the rules (%zu held already): a rule may attach it again",
+		         (int)pid, st->nheld);
+		return;
+	}
+	st->held[st->nheld++] = (struct fleet_held){pid, start_time};
+	struct fleet_waiting *w = fleet_waiting_find(st, pid);
+	if (w)
+		fleet_waiting_drop(st, w);
+}
+
+static void fleet_unhold(struct fleet_state *st, pid_t pid)
+{
+	for (size_t i = 0; i < st->nheld;)
+		if (st->held[i].pid == pid)
+			st->held[i] = st->held[--st->nheld];
+		else
+			i++;
+}
+
+/* ---- judging ---- */
+
+static size_t fleet_live_targets(const struct targets *ts)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < ts->n; i++)
+		n += ts->v[i]->state != TARGET_EXITED;
+	return n;
+}
+
+/* The parent's target if it has its children followed. */
+static struct target *fleet_parent_target(struct server *s, pid_t ppid)
+{
+	struct target *parent = ppid > 1 ? targets_find(&s->targets, ppid) : NULL;
+	return parent && parent->children && parent->state == TARGET_SAMPLING ? parent : NULL;
+}
+
+/* Whether the target still shows the program it was opened on (an exec changes both). */
+static bool fleet_same_program(const struct target *t, const struct proc_facts *facts)
+{
+	return strcmp(t->executable, facts->exe) == 0 && strcmp(t->command_line, facts->cmdline) == 0;
+}
+
+enum fleet_verdict { FLEET_DONE, FLEET_RETRY, FLEET_NO_ROOM };
+
+/* Open, and attach under the rule (or as the parent's child); the verdict on w. */
+static enum fleet_verdict fleet_attach(struct fleet *f, struct fleet_waiting *w,
+                                       const struct proc_facts *facts, const struct rule *claim,
+                                       struct target *parent)
+{
+	struct server *s = fleet_server(f);
+	struct fleet_state *st = f->state;
+	targets_trim(&s->targets, s->config.warm_budget_bytes, s->config.max_targets);
+	if (fleet_live_targets(&s->targets) >= s->config.max_targets) {
+		if (!st->room_warned)
+			log_warn("discovery: the daemon profiles its maximum of %u processes; pid %d and any "
+			         "more wait for room",
+			         s->config.max_targets, (int)facts->pid);
+		st->room_warned = true;
+		return FLEET_NO_ROOM;
+	}
+	struct uw_error err = {0};
+	struct target *t = target_open(s->loop, &s->history, facts->pid, &err);
+	if (!t) {
+		double waited = ev_now(s->loop) - w->since;
+		bool early = err.status == UW_ENOTPYTHON || err.status == UW_ECORRUPT || err.status == UW_EIO;
+		if (early && waited < FLEET_GIVE_UP_S)
+			return FLEET_RETRY;
+		if (err.status != UW_ENOPROC && err.status != UW_EGONE)
+			log_info("pid %d: not attached (%s %s): %s", (int)facts->pid,
+			         parent ? "child of" : "rule", parent ? "" : claim->name, err.msg);
+		return FLEET_DONE;
+	}
+	const struct rule *rule = claim;
+	if (!parent) {
+		/* The version is known now: the rule that holds with it decides. */
+		rule = rules_match(&s->config.rules, facts, t->python_version);
+		if (!rule || rule->exclude) {
+			target_free(t);
+			return FLEET_DONE;
+		}
+	}
+	struct target_params params = {.rate_hz = s->config.default_rate_hz};
+	struct fleet_labels l = {0};
+	fleet_labels_found(&l, facts, t->python_version);
+	if (parent) {
+		params.rate_hz = parent->params.rate_hz;
+		params.mode = parent->params.mode;
+		fleet_labels_put_all(&l, parent->params.nlabels, parent->params.label_keys,
+		                     parent->params.label_values);
+		char pid_text[16];
+		snprintf(pid_text, sizeof pid_text, "%d", (int)parent->pid);
+		fleet_labels_put(&l, "parent", pid_text);
+	} else {
+		if (rule->rate_hz)
+			params.rate_hz = rule->rate_hz;
+		if (rule->has_mode)
+			params.mode = rule->mode;
+		fleet_labels_put_all(&l, rule->nlabels, rule->label_keys, rule->label_values);
+		/* A service's own labels say more about it than a rule written for many. */
+		fleet_labels_put_all(&l, facts->nlabels, facts->label_keys, facts->label_values);
+		fleet_labels_put(&l, "rule", rule->name);
+	}
+	if (params.rate_hz > s->config.max_rate_hz)
+		params.rate_hz = s->config.max_rate_hz;
+	const char *rule_name = parent ? parent->rule : rule->name;
+	if (fleet_labels_give(&l, &params) != 0 || !(t->rule = strdup(rule_name ? rule_name : "")) ||
+	    targets_add(&s->targets, t) != 0) {
+		log_warn("pid %d: out of memory attaching it", (int)facts->pid);
+		target_params_free(&params);
+		target_free(t);
+		return FLEET_DONE;
+	}
+	t->children = parent ? true : rule->children;
+	t->parent = parent ? parent->pid : 0;
+	target_start(t, &params);
+	fleet_budget_apply(f, t);
+	f->attached++;
+	log_info("pid %d: attached (Python %s, %u Hz, %s) %s %s%s", (int)t->pid, t->python_version,
+	         t->params.rate_hz, vocab_mode_name(t->params.mode), parent ? "as a child of" : "by rule",
+	         parent ? "" : t->rule, parent ? "" : "");
+	if (parent)
+		log_debug("pid %d: parent %d", (int)t->pid, (int)parent->pid);
+	return FLEET_DONE;
+}
+
+/* One waiting process judged: what becomes of it. */
+static enum fleet_verdict fleet_judge(struct fleet *f, struct fleet_waiting *w)
+{
+	struct server *s = fleet_server(f);
+	struct fleet_state *st = f->state;
+	struct proc_facts facts;
+	if (proc_facts_read(w->pid, PROC_FACTS_ENVIRONMENT, &facts) != 0) {
+		bool gone = errno == ENOENT || errno == ESRCH || (kill(w->pid, 0) != 0 && errno == ESRCH);
+		proc_facts_free(&facts);
+		/* Could not look (out of descriptors...): look again, within the same patience. */
+		return !gone && ev_now(s->loop) - w->since < FLEET_GIVE_UP_S ? FLEET_RETRY : FLEET_DONE;
+	}
+	f->judged += w->start_time == 0;
+	w->start_time = facts.start_time;
+	enum fleet_verdict verdict = FLEET_DONE;
+	struct target *known = targets_find(&s->targets, w->pid);
+	if (known && known->start_time != facts.start_time) {
+		target_check_alive(known); /* a reused pid: the old process is gone */
+		known = NULL;
+	}
+	if (known && known->state != TARGET_EXITED) {
+		bool stale = w->exec && known->uw && !fleet_same_program(known, &facts);
+		if (!stale)
+			goto out; /* already known as it is: a hand attach, or attached already */
+		target_mark_exited(known, "the process ran a new program");
+	}
+	if (known) {
+		targets_remove(&s->targets, known);
+		target_free(known);
+	}
+	if (fleet_is_held(st, w->pid, facts.start_time))
+		goto out;
+	const struct rule *claim = rules_match(&s->config.rules, &facts, NULL);
+	if (claim && claim->exclude && !claim->has_python)
+		goto out;
+	struct target *parent = fleet_parent_target(s, facts.ppid);
+	if (parent && !(claim && claim->exclude))
+		verdict = fleet_attach(f, w, &facts, NULL, parent);
+	else if (claim)
+		verdict = fleet_attach(f, w, &facts, claim, NULL);
+	w->claimed = verdict != FLEET_DONE;
+out:
+	proc_facts_free(&facts);
+	return verdict;
+}
+
+static void fleet_on_judge(struct ev_loop *loop, ev_timer *timer, int revents)
+{
+	(void)revents;
+	struct fleet *f = timer->data;
+	struct fleet_state *st = f->state;
+	double now = ev_now(loop);
+	/* A bounded round: a burst is judged over several wakeups, the loop's timers between. */
+	unsigned budget = 256;
+	for (size_t i = 0; i < st->nwaiting && budget;) {
+		struct fleet_waiting *w = &st->waiting[i];
+		if (w->for_room || w->due > now) {
+			i++;
+			continue;
+		}
+		budget--;
+		switch (fleet_judge(f, w)) {
+		case FLEET_DONE:
+			fleet_waiting_drop(st, w);
+			continue; /* the last one moved into i */
+		case FLEET_RETRY:
+			w->due = now + w->delay;
+			w->delay = fmin(w->delay * 2, FLEET_RETRY_LAST_S);
+			break;
+		case FLEET_NO_ROOM:
+			w->for_room = true;
+			break;
+		}
+		i++;
+	}
+	fleet_arm(f);
+	/* Left over from a bounded round: on at the next wakeup. */
+	if (!budget && !ev_is_active(&st->judge)) {
+		ev_timer_set(&st->judge, 0.001, 0);
+		ev_timer_start(loop, &st->judge);
+	}
+}
+
+/* ---- events ---- */
+
+static void fleet_on_fork(void *ctx, pid_t parent, pid_t child)
+{
+	(void)parent;
+	fleet_enqueue(ctx, child, false);
+}
+
+static void fleet_on_exec(void *ctx, pid_t pid)
+{
+	fleet_enqueue(ctx, pid, true);
+}
+
+static void fleet_on_exit(void *ctx, pid_t pid)
+{
+	struct fleet *f = ctx;
+	struct fleet_state *st = f->state;
+	struct fleet_waiting *w = fleet_waiting_find(st, pid);
+	if (w)
+		fleet_waiting_drop(st, w);
+	fleet_unhold(st, pid);
+	struct target *t = targets_find(&fleet_server(f)->targets, pid);
+	if (t)
+		target_check_alive(t);
+}
+
+static const struct procwatch_callbacks fleet_callbacks = {fleet_on_fork, fleet_on_exec, fleet_on_exit};
+
+/* ---- lifecycle ---- */
+
+int fleet_init(struct fleet *f, struct server *s)
+{
+	memset(f, 0, sizeof *f);
+	f->server = s;
+	f->budget_factor = 1.0;
+	if (!(f->state = calloc(1, sizeof *f->state)))
+		return -1;
+	ev_timer_init(&f->state->judge, fleet_on_judge, 1, 0);
+	f->state->judge.data = f;
+	f->state->cpu_seconds_then = usage_cpu_seconds();
+	f->state->wall_then = ev_time();
+	return 0;
+}
+
+void fleet_configure(struct fleet *f)
+{
+	struct server *s = fleet_server(f);
+	bool want = s->config.rules.n > 0;
+	if (want && !f->watching) {
+		char why[256];
+		if (procwatch_start(&f->watch, s->loop, s->config.discovery_method, s->config.scan_interval_s,
+		                    &fleet_callbacks, f, why, sizeof why) != 0) {
+			log_error("discovery: cannot watch processes: %s", why);
+			return;
+		}
+		f->watching = true;
+		log_info("discovery: watching processes (%s) for %zu rule%s", procwatch_method_name(&f->watch),
+		         s->config.rules.n, s->config.rules.n == 1 ? "" : "s");
+	} else if (!want && f->watching) {
+		procwatch_stop(&f->watch);
+		f->watching = false;
+		f->state->nwaiting = 0;
+		fleet_arm(f);
+		log_info("discovery: no rules, no longer watching processes");
+	}
+}
+
+/*
+ * A rule-attached target under the rules as they are now: kept as it is,
+ * moved to the rule that claims it now (its rate, mode and labels), or
+ * detached when none does.  Children stay with their parents.
+ */
+static void fleet_reconsider(struct fleet *f, struct target *t)
+{
+	struct server *s = fleet_server(f);
+	struct proc_facts facts;
+	if (proc_facts_read(t->pid, PROC_FACTS_ENVIRONMENT, &facts) != 0) {
+		proc_facts_free(&facts);
+		return; /* gone, or not to be looked at now: housekeeping will know */
+	}
+	const struct rule *rule = rules_match(&s->config.rules, &facts, t->python_version);
+	if (!rule || rule->exclude) {
+		log_info("pid %d: no rule claims it any more (it was rule %s's): detached", (int)t->pid, t->rule);
+		target_stop(t);
+	} else {
+		struct target_params params = {.rate_hz = rule->rate_hz ? rule->rate_hz : s->config.default_rate_hz,
+		                               .mode = rule->has_mode ? rule->mode : t->params.mode,
+		                               .flags = t->params.flags};
+		struct fleet_labels l = {0};
+		fleet_labels_found(&l, &facts, t->python_version);
+		fleet_labels_put_all(&l, rule->nlabels, rule->label_keys, rule->label_values);
+		fleet_labels_put_all(&l, facts.nlabels, facts.label_keys, facts.label_values);
+		fleet_labels_put(&l, "rule", rule->name);
+		char *name = strdup(rule->name);
+		if (params.rate_hz > s->config.max_rate_hz)
+			params.rate_hz = s->config.max_rate_hz;
+		if (!name || fleet_labels_give(&l, &params) != 0) {
+			free(name);
+			target_params_free(&params);
+		} else {
+			free(t->rule);
+			t->rule = name;
+			t->children = rule->children;
+			/* A new session only when something it samples by changed. */
+			if (params.rate_hz != t->params.rate_hz || params.mode != t->params.mode ||
+			    params.nlabels != t->params.nlabels)
+				target_start(t, &params);
+			else {
+				target_params_free(&t->params);
+				t->params = params;
+			}
+			fleet_budget_apply(f, t);
+		}
+	}
+	proc_facts_free(&facts);
+}
+
+void fleet_rules_changed(struct fleet *f)
+{
+	struct server *s = fleet_server(f);
+	for (size_t i = 0; i < s->targets.n; i++) {
+		struct target *t = s->targets.v[i];
+		if (t->rule && !t->parent && t->state == TARGET_SAMPLING)
+			fleet_reconsider(f, t);
+	}
+	/* New rules may claim processes that run already: every one is judged again. */
+	if (f->watching) {
+		procwatch_stop(&f->watch);
+		f->watching = false;
+	}
+	fleet_configure(f);
+}
+
+void fleet_free(struct fleet *f)
+{
+	if (!f->state)
+		return;
+	if (f->watching)
+		procwatch_stop(&f->watch);
+	ev_timer_stop(fleet_server(f)->loop, &f->state->judge);
+	free(f->state->waiting);
+	free(f->state->held);
+	free(f->state);
+	f->state = NULL;
+}
+
+/* ---- once a second: room, holds, the budget ---- */
+
+/* The rate a rule-attached target samples at under the current budget factor. */
+static unsigned fleet_budget_rate(const struct fleet *f, const struct target *t)
+{
+	unsigned asked = t->params.rate_hz, floor_hz = fleet_server((struct fleet *)f)->config.min_rate_hz;
+	if (f->budget_factor >= 1.0 || asked <= floor_hz)
+		return asked;
+	double hz = round(asked * f->budget_factor);
+	return hz < floor_hz ? floor_hz : (unsigned)hz;
+}
+
+void fleet_budget_apply(struct fleet *f, struct target *t)
+{
+	if (!t->rule || t->state != TARGET_SAMPLING)
+		return;
+	unsigned hz = fleet_budget_rate(f, t);
+	/* Small moves are not worth a new schedule. */
+	if (hz == t->params.rate_hz || fabs((double)hz - t->effective_rate_hz) >= 0.05 * t->effective_rate_hz)
+		target_set_rate(t, hz);
+}
+
+/*
+ * Measure the daemon's own CPU and steer the factor: down at once, by as
+ * much as the measure says (at most halving per second); up slowly once
+ * well under the budget, so the rate does not swing about it.
+ */
+static void fleet_budget_tick(struct fleet *f)
+{
+	struct server *s = fleet_server(f);
+	struct fleet_state *st = f->state;
+	double cpu = usage_cpu_seconds(), wall = ev_time();
+	double dt = wall - st->wall_then;
+	if (dt < 0.5)
+		return;
+	double percent = 100.0 * (cpu - st->cpu_seconds_then) / dt;
+	st->cpu_seconds_then = cpu;
+	st->wall_then = wall;
+	st->cpu_recent = st->cpu_recent > 0 ? 0.5 * st->cpu_recent + 0.5 * percent : percent;
+	f->cpu_recent_percent = st->cpu_recent;
+	double budget = s->config.cpu_percent;
+	double before = f->budget_factor;
+	if (budget <= 0) {
+		f->budget_factor = 1.0;
+	} else if (st->cpu_recent > budget) {
+		f->budget_factor *= fmax(budget / st->cpu_recent, 0.5);
+	} else if (st->cpu_recent < 0.9 * budget && f->budget_factor < 1.0) {
+		f->budget_factor = fmin(1.0, f->budget_factor * fmin(budget / fmax(st->cpu_recent, 1e-3), 1.2));
+	}
+	f->budget_factor = fmax(f->budget_factor, 1e-3);
+	bool over = f->budget_factor < 1.0;
+	if (over != f->over_budget)
+		log_info(over ? "over the CPU budget (%.1f%% of %.1f%%): lowering the rates of rule-attached targets"
+		              : "within the CPU budget (%.1f%% of %.1f%%): rule-attached targets at their rates",
+		         st->cpu_recent, budget);
+	f->over_budget = over;
+	if (f->budget_factor != before)
+		for (size_t i = 0; i < s->targets.n; i++)
+			fleet_budget_apply(f, s->targets.v[i]);
+}
+
+void fleet_housekeeping(struct fleet *f)
+{
+	struct server *s = fleet_server(f);
+	struct fleet_state *st = f->state;
+	fleet_budget_tick(f);
+	/* Holds of processes gone (an exit missed while not watching). */
+	for (size_t i = 0; i < st->nheld;) {
+		struct uw_process_identity id;
+		struct uw_error err;
+		if (uw_process_identity(st->held[i].pid, &id, &err) != 0 && err.status == UW_ENOPROC)
+			st->held[i] = st->held[--st->nheld];
+		else if (id.start_time != st->held[i].start_time)
+			st->held[i] = st->held[--st->nheld];
+		else
+			i++;
+	}
+	/* Room under max_targets: those that waited for it are judged again. */
+	size_t waiting_room = 0;
+	for (size_t i = 0; i < st->nwaiting; i++)
+		waiting_room += st->waiting[i].for_room;
+	if (waiting_room && fleet_live_targets(&s->targets) < s->config.max_targets) {
+		for (size_t i = 0; i < st->nwaiting; i++)
+			if (st->waiting[i].for_room) {
+				st->waiting[i].for_room = false;
+				st->waiting[i].due = ev_now(s->loop);
+			}
+		st->room_warned = false;
+		fleet_arm(f);
+	}
+}
+
+void fleet_status(const struct fleet *f, Pyprofd__StatusResult *out)
+{
+	const struct server *s = f->server;
+	out->discovery = (char *)(f->watching ? procwatch_method_name(&f->watch) : "off");
+	out->rules = (uint32_t)s->config.rules.n;
+	out->processes_judged = f->judged;
+	out->attached_by_rules = f->attached;
+	for (size_t i = 0; f->state && i < f->state->nwaiting; i++)
+		out->processes_waiting += f->state->waiting[i].claimed;
+	out->cpu_budget_percent = s->config.cpu_percent;
+	out->cpu_recent_percent = f->cpu_recent_percent;
+	out->budget_factor = f->budget_factor;
+	out->over_budget = f->over_budget;
+}

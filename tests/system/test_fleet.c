@@ -1,0 +1,386 @@
+/*
+ * The daemon finds its targets by itself: attach rules against real
+ * processes, started after the daemon, restarted, detached and attached by
+ * hand, with the kernel's process events and with /proc scans; rules from
+ * the config file, SIGHUP and RPC; the budget of processes and of CPU.
+ */
+#include <criterion/criterion.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "daemon.h"
+
+TestSuite(fleet, .init = helpers_init, .fini = helpers_fini, .timeout = 180);
+
+/* A process of the first supported interpreter idling in a function, a marker in its argv. */
+static pid_t fleet_spawn(const struct python *py, const char *marker)
+{
+	char *const argv[] = {(char *)py->path, "-c", (char *)idle_program, (char *)marker, NULL};
+	return spawn_process(argv, NULL);
+}
+
+static const struct python *fleet_python(struct python pys[PYTHONS_MAX])
+{
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	cr_assert_gt(n, 0);
+	return &pys[n - 1];
+}
+
+/* The daemon with this config file (written into its own scratch directory). */
+static void fleet_daemon(struct daemon *d, const char *config_text, char *config_path, size_t len)
+{
+	char dir[PATH_MAX - 32];
+	scratch_dir(dir, sizeof dir);
+	snprintf(config_path, len, "%s/pyprofd.conf", dir);
+	write_text_file(config_path, config_text);
+	const char *extra[] = {"--config", config_path, "--log-level", "debug", NULL};
+	daemon_start(d, extra);
+}
+
+static bool fleet_sampling(json_t *e)
+{
+	return strcmp(json_string_value(json_object_get(e, "state")), "sampling") == 0 &&
+	       json_integer_value(json_object_get(e, "samples")) > 0;
+}
+
+static bool fleet_detached(json_t *e)
+{
+	return strcmp(json_string_value(json_object_get(e, "state")), "detached") == 0;
+}
+
+static const char *fleet_label(json_t *entry, const char *key)
+{
+	json_t *v = json_object_get(json_object_get(entry, "labels"), key);
+	return v ? json_string_value(v) : NULL;
+}
+
+/* Whether the daemon knows pid at all. */
+static bool fleet_knows(const struct daemon *d, pid_t pid)
+{
+	static const char *const list[] = {"list", NULL};
+	json_t *all = ctl_json(d, list);
+	size_t i;
+	json_t *e;
+	bool known = false;
+	json_array_foreach(all, i, e) known = known || jint(e, "pid") == pid;
+	json_decref(all);
+	return known;
+}
+
+static void fleet_kill(pid_t pid)
+{
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+}
+
+/* A rule attaches what it matches, under its labels and the ones found; the rest is left alone. */
+static void fleet_rule_attaches(const char *method)
+{
+	struct python pys[PYTHONS_MAX];
+	const struct python *py = fleet_python(pys);
+	char config[PATH_MAX], text[1024];
+	snprintf(text, sizeof text,
+	         "[discovery]\nmethod = %s\nscan_interval = 200ms\n\n"
+	         "[rule.web]\n"
+	         "match.exe = python3*     # the interpreter, whatever its minor version\n"
+	         "match.cmdline = fleet-(web|api)-[0-9]+\n"
+	         "rate = 200\n"
+	         "labels = service=web, env=test\n",
+	         method);
+	struct daemon d;
+	fleet_daemon(&d, text, config, sizeof config);
+	pid_t web = fleet_spawn(py, "fleet-web-1"), other = fleet_spawn(py, "fleet-other-1");
+	json_t *e = entry_when(&d, web, fleet_sampling, "the matching process attached by its rule");
+	cr_assert_str_eq(jstr(e, "rule"), "web");
+	cr_assert_eq(jint(e, "rate_hz"), 200);
+	cr_assert_str_eq(fleet_label(e, "service"), "web");
+	cr_assert_str_eq(fleet_label(e, "env"), "test");
+	cr_assert_str_eq(fleet_label(e, "rule"), "web");
+	cr_assert_not_null(fleet_label(e, "exe"), "no exe label: %s", json_dumps(e, JSON_COMPACT));
+	char version[16];
+	snprintf(version, sizeof version, "%u.%u", py->major, py->minor);
+	cr_assert(fleet_label(e, "python") && strncmp(fleet_label(e, "python"), version, strlen(version)) == 0,
+	          "python label: %s", json_dumps(e, JSON_COMPACT));
+	json_decref(e);
+	/* Judged in the same round as the other: by now a wrong verdict would show. */
+	pause_ms(1000);
+	cr_assert(!fleet_knows(&d, other), "a process no rule matches was attached");
+	static const char *const status[] = {"status", NULL};
+	json_t *st = ctl_json(&d, status);
+	cr_assert_str_eq(jstr(json_object_get(st, "discovery"), "method"), method);
+	cr_assert_geq(jint(json_object_get(st, "discovery"), "attached"), 1);
+	json_decref(st);
+	fleet_kill(web);
+	fleet_kill(other);
+	daemon_stop(&d);
+}
+
+Test(fleet, rule_attaches_what_it_matches_netlink)
+{
+	fleet_rule_attaches("netlink");
+}
+
+Test(fleet, rule_attaches_what_it_matches_scan)
+{
+	fleet_rule_attaches("scan");
+}
+
+/* A service restarted under a new pid comes back under the same labels: its history spans both. */
+Test(fleet, restarted_service_keeps_its_labels_and_history)
+{
+	struct python pys[PYTHONS_MAX];
+	const struct python *py = fleet_python(pys);
+	char config[PATH_MAX];
+	struct daemon d;
+	fleet_daemon(&d,
+	             "[rule.svc]\nmatch.cmdline = fleet-restart-marker\nrate = 200\n"
+	             "labels = service=restart-test\n",
+	             config, sizeof config);
+	pid_t first = fleet_spawn(py, "fleet-restart-marker");
+	json_decref(entry_when(&d, first, sampled_a_while, "the first run attached"));
+	fleet_kill(first);
+	json_decref(entry_when(&d, first, is_exited, "the first run seen gone"));
+	pid_t second = fleet_spawn(py, "fleet-restart-marker");
+	json_decref(entry_when(&d, second, sampled_a_while, "the restarted run attached"));
+	const char *procs[] = {"query", "--label", "service=restart-test", "--since", "1h",
+	                       "--format", "processes", "--json", NULL};
+	json_t *pl = ctl_json(&d, procs);
+	bool saw_first = false, saw_second = false;
+	size_t i;
+	json_t *proc;
+	json_array_foreach(pl, i, proc) {
+		saw_first = saw_first || jint(proc, "pid") == first;
+		saw_second = saw_second || jint(proc, "pid") == second;
+		cr_assert_str_eq(json_string_value(json_object_get(json_object_get(proc, "labels"), "rule")), "svc");
+		cr_assert_gt(jint(proc, "samples"), 0);
+	}
+	cr_assert(saw_first && saw_second, "one label, both runs: %s", json_dumps(pl, JSON_COMPACT));
+	json_decref(pl);
+	fleet_kill(second);
+	daemon_stop(&d);
+}
+
+/* Detach by hand holds a rule-attached process; attach by hand takes it from the rules. */
+Test(fleet, hand_detach_holds_and_hand_attach_wins)
+{
+	struct python pys[PYTHONS_MAX];
+	const struct python *py = fleet_python(pys);
+	char config[PATH_MAX];
+	struct daemon d;
+	fleet_daemon(&d, "[rule.held]\nmatch.cmdline = fleet-hand-[0-9]\nrate = 200\n", config, sizeof config);
+	pid_t held = fleet_spawn(py, "fleet-hand-1"), taken = fleet_spawn(py, "fleet-hand-2");
+	json_decref(entry_when(&d, held, fleet_sampling, "the first attached by its rule"));
+	json_decref(entry_when(&d, taken, fleet_sampling, "the second attached by its rule"));
+	char p[16];
+	const char *detach[] = {"detach", pid_text(held, p, sizeof p), NULL};
+	ctl_ok(&d, detach);
+	char q[16];
+	const char *attach[] = {"attach", pid_text(taken, q, sizeof q), "--rate", "50", "--label", "owner=me", NULL};
+	ctl_ok(&d, attach);
+	/* Every process judged again (the rules "changed"): still as the person left them. */
+	kill(d.pid, SIGHUP);
+	pause_ms(1500);
+	json_t *e = entry_when(&d, held, fleet_detached, "the detached process stays detached");
+	json_decref(e);
+	e = entry_when(&d, taken, fleet_sampling, "the hand-attached process sampling");
+	cr_assert_str_eq(jstr(e, "rule"), "", "attached by hand: no rule");
+	cr_assert_eq(jint(e, "rate_hz"), 50);
+	cr_assert_str_eq(fleet_label(e, "owner"), "me");
+	cr_assert_null(fleet_label(e, "rule"));
+	json_decref(e);
+	fleet_kill(held);
+	fleet_kill(taken);
+	daemon_stop(&d);
+}
+
+/* Rules added by RPC: checked, listed, kept across a restart, removed. */
+Test(fleet, rules_by_rpc_outlive_a_restart)
+{
+	struct python pys[PYTHONS_MAX];
+	const struct python *py = fleet_python(pys);
+	char config[PATH_MAX];
+	struct daemon d;
+	fleet_daemon(&d, "[rule.file]\nmatch.cmdline = fleet-file-rule\n", config, sizeof config);
+	const char *bad_regex[] = {"rules", "add", "broken", "match.cmdline=(unclosed", NULL};
+	ctl_expect_failure(&d, bad_regex, 1, NULL, "a bad regex");
+	const char *unknown[] = {"rules", "add", "broken", "match.colour=blue", NULL};
+	ctl_expect_failure(&d, unknown, 1, NULL, "an unknown key");
+	const char *over_file[] = {"rules", "add", "file", "match.exe=x", NULL};
+	ctl_expect_failure(&d, over_file, 1, NULL, "a rule of the config file");
+	const char *add[] = {"rules", "add", "added", "match.cmdline=fleet-rpc-[0-9]", "labels=service=rpc", NULL};
+	ctl_ok(&d, add);
+	pid_t pid = fleet_spawn(py, "fleet-rpc-1");
+	json_t *e = entry_when(&d, pid, fleet_sampling, "attached by the rule added by RPC");
+	cr_assert_str_eq(jstr(e, "rule"), "added");
+	cr_assert_str_eq(fleet_label(e, "service"), "rpc");
+	json_decref(e);
+	fleet_kill(pid);
+	daemon_stop(&d);
+
+	/* The same state directory: that is where the added rules are kept. */
+	char state[PATH_MAX];
+	snprintf(state, sizeof state, "%s", d.state);
+	const char *extra[] = {"--config", config, "--state-dir", state, NULL};
+	daemon_start(&d, extra);
+	static const char *const list[] = {"rules", NULL};
+	json_t *rules = json_object_get(ctl_json(&d, list), "rules");
+	cr_assert_eq(json_array_size(rules), 2, "%s", json_dumps(rules, JSON_COMPACT));
+	cr_assert_str_eq(jstr(json_array_get(rules, 0), "name"), "file", "the file's rules come first");
+	json_t *added = json_array_get(rules, 1);
+	cr_assert_str_eq(jstr(added, "name"), "added");
+	cr_assert_str_eq(jstr(added, "source"), "rpc");
+	cr_assert_str_eq(jstr(json_object_get(added, "settings"), "match.cmdline"), "fleet-rpc-[0-9]");
+	const char *remove[] = {"rules", "remove", "added", NULL};
+	ctl_ok(&d, remove);
+	const char *again[] = {"rules", "remove", "added", NULL};
+	ctl_expect_failure(&d, again, 1, NULL, "a rule removed already");
+	daemon_stop(&d);
+	daemon_start(&d, extra);
+	rules = json_object_get(ctl_json(&d, list), "rules");
+	cr_assert_eq(json_array_size(rules), 1, "removed for good: %s", json_dumps(rules, JSON_COMPACT));
+	daemon_stop(&d);
+}
+
+/* Bad rules are refused, naming the file and the line; a reload keeps the rules that run. */
+Test(fleet, bad_rules_name_file_and_line_and_keep_the_running_ones)
+{
+	static const struct {
+		const char *text;
+		unsigned line;
+		const char *says;
+	} bad[] = {
+		{"[rule.a]\nmatch.exe = python*\nmatch.colour = blue\n", 3, "unknown setting"},
+		{"[rule.a]\nmatch.cmdline = (unclosed\n", 2, "regular expression"},
+		{"[rule.a]\n\nmatch.exe = [python\n", 3, "glob"},
+		{"[rule.a]\nmatch.python = >=three\n", 2, "version"},
+		{"[discovery]\nscan_interval = 5 fortnights\n", 2, "scan_interval"},
+		{"[rule.a]\nrate = 100\n", 2, "matches nothing"},
+		{"[rule.a]\nmatch.exe = x\n[rule.a]\nmatch.exe = y\n", 4, "already defined"},
+		{"[limits]\nmax_targets = 3\n[rule.empty]\n\n[rule.b]\nmatch.exe = z\n", 3, "no settings"},
+		{"[rule.a]\nmatch.exe = python   # a comment\nmode = sideways\n", 3, "mode"},
+	};
+	char dir[PATH_MAX - 32], path[PATH_MAX];
+	scratch_dir(dir, sizeof dir);
+	snprintf(path, sizeof path, "%s/bad.conf", dir);
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		write_text_file(path, bad[i].text);
+		char state[PATH_MAX];
+		snprintf(state, sizeof state, "%s/state", dir);
+		const char *argv[] = {pyprofd_bin(), "--state-dir", state, "--config", path, NULL};
+		struct run_result r;
+		/* A daemon that starts instead of refusing is stopped by the timeout, and fails here. */
+		struct run_opts quick = {.timeout_s = 10};
+		run_command(&r, argv, &quick);
+		char where[PATH_MAX + 16];
+		snprintf(where, sizeof where, "%s:%u:", path, bad[i].line);
+		cr_assert(r.exited && r.code == 2, "%s: exit %d", bad[i].text, r.code);
+		cr_assert(strstr(r.err, where) && strstr(r.err, bad[i].says), "%s: wanted %s ... %s, got %s",
+		          bad[i].text, where, bad[i].says, r.err);
+		run_result_free(&r);
+	}
+
+	/* Running with a good file, then a bad one comes: the good rules stay. */
+	char config[PATH_MAX];
+	struct daemon d;
+	fleet_daemon(&d, "[rule.good]\nmatch.cmdline = fleet-good\n", config, sizeof config);
+	write_text_file(config, "[rule.good]\nmatch.cmdline = fleet-good\n[rule.worse]\nmatch.cmdline = (\n");
+	kill(d.pid, SIGHUP);
+	static const char *const list[] = {"rules", NULL};
+	json_t *rules = NULL;
+	for (int i = 0; i < 50; i++) {
+		pause_ms(100);
+		char *log = daemon_log(&d);
+		bool said = strstr(log, "not reloaded") != NULL;
+		free(log);
+		if (said)
+			break;
+	}
+	rules = json_object_get(ctl_json(&d, list), "rules");
+	cr_assert_eq(json_array_size(rules), 1, "%s", json_dumps(rules, JSON_COMPACT));
+	cr_assert_str_eq(jstr(json_array_get(rules, 0), "name"), "good");
+	char *log = daemon_log(&d);
+	cr_assert(strstr(log, "pyprofd.conf:4:"), "the reload's error names file and line:\n%s", log);
+	free(log);
+	daemon_stop(&d);
+}
+
+/* Past max_targets, matching processes wait for room and get it when a target exits. */
+Test(fleet, max_targets_makes_processes_wait_for_room)
+{
+	struct python pys[PYTHONS_MAX];
+	const struct python *py = fleet_python(pys);
+	char config[PATH_MAX];
+	struct daemon d;
+	fleet_daemon(&d, "[limits]\nmax_targets = 2\n[rule.room]\nmatch.cmdline = fleet-room-[0-9]\n", config,
+	             sizeof config);
+	pid_t a = fleet_spawn(py, "fleet-room-1"), b = fleet_spawn(py, "fleet-room-2");
+	json_decref(entry_when(&d, a, fleet_sampling, "the first within the limit"));
+	json_decref(entry_when(&d, b, fleet_sampling, "the second within the limit"));
+	pid_t c = fleet_spawn(py, "fleet-room-3");
+	static const char *const status[] = {"status", NULL};
+	bool waits = false;
+	for (int i = 0; i < 100 && !waits; i++) {
+		pause_ms(100);
+		json_t *st = ctl_json(&d, status);
+		waits = jint(json_object_get(st, "discovery"), "waiting") == 1;
+		json_decref(st);
+	}
+	cr_assert(waits, "the third process does not wait for room");
+	cr_assert(!fleet_knows(&d, c), "attached past max_targets");
+	fleet_kill(a);
+	json_decref(entry_when(&d, c, fleet_sampling, "the third attached once there was room"));
+	fleet_kill(b);
+	fleet_kill(c);
+	daemon_stop(&d);
+}
+
+/* Over its CPU budget the daemon lowers rule-attached targets' rates, never below min_rate_hz. */
+Test(fleet, cpu_budget_lowers_rule_rates)
+{
+	struct python pys[PYTHONS_MAX];
+	const struct python *py = fleet_python(pys);
+	char config[PATH_MAX];
+	struct daemon d;
+	fleet_daemon(&d,
+	             "[limits]\ncpu_percent = 0.5\nmin_rate_hz = 7\n"
+	             "[rule.hot]\nmatch.cmdline = fleet-hot-[0-9]\nrate = 1000\n",
+	             config, sizeof config);
+	enum { N = 4 };
+	pid_t pids[N];
+	for (int i = 0; i < N; i++) {
+		char marker[32];
+		snprintf(marker, sizeof marker, "fleet-hot-%d", i);
+		pids[i] = fleet_spawn(py, marker);
+	}
+	for (int i = 0; i < N; i++)
+		json_decref(entry_when(&d, pids[i], fleet_sampling, "attached by its rule"));
+	static const char *const status[] = {"status", NULL};
+	bool over = false;
+	for (int i = 0; i < 150 && !over; i++) {
+		pause_ms(100);
+		json_t *st = ctl_json(&d, status);
+		json_t *budget = json_object_get(st, "budget");
+		over = json_is_true(json_object_get(budget, "over")) &&
+		       json_real_value(json_object_get(budget, "factor")) < 0.5;
+		json_decref(st);
+	}
+	cr_assert(over, "4 targets at 1000 Hz do not put the daemon over 0.5%% of a core");
+	static const char *const list[] = {"list", NULL};
+	json_t *all = ctl_json(&d, list);
+	size_t i;
+	json_t *e;
+	json_array_foreach(all, i, e) {
+		cr_assert_eq(jint(e, "rate_hz"), 1000, "the asked rate is kept");
+		cr_assert_lt(jint(e, "effective_rate_hz"), 1000);
+		cr_assert_geq(jint(e, "effective_rate_hz"), 7);
+	}
+	json_decref(all);
+	for (int k = 0; k < N; k++)
+		fleet_kill(pids[k]);
+	daemon_stop(&d);
+}
