@@ -277,7 +277,10 @@ static void procwatch_on_events(struct ev_loop *loop, ev_io *w, int revents)
 			const struct cn_msg *cn = NLMSG_DATA(nl);
 			if (cn->id.idx != CN_IDX_PROC || cn->id.val != CN_VAL_PROC || cn->len < sizeof(struct proc_event))
 				continue;
-			procwatch_event(st, (const struct proc_event *)cn->data);
+			/* The event sits 36 bytes into the message: copied to be read aligned. */
+			struct proc_event ev;
+			memcpy(&ev, cn->data, sizeof ev);
+			procwatch_event(st, &ev);
 		}
 	}
 }

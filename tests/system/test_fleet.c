@@ -228,7 +228,7 @@ Test(fleet, rules_by_rpc_outlive_a_restart)
 	const char *extra[] = {"--config", config, "--state-dir", state, NULL};
 	daemon_start(&d, extra);
 	static const char *const list[] = {"rules", NULL};
-	json_t *rules = json_object_get(ctl_json(&d, list), "rules");
+	json_t *doc = ctl_json(&d, list), *rules = json_object_get(doc, "rules");
 	cr_assert_eq(json_array_size(rules), 2, "%s", json_dumps(rules, JSON_COMPACT));
 	cr_assert_str_eq(jstr(json_array_get(rules, 0), "name"), "file", "the file's rules come first");
 	json_t *added = json_array_get(rules, 1);
@@ -239,10 +239,13 @@ Test(fleet, rules_by_rpc_outlive_a_restart)
 	ctl_ok(&d, remove);
 	const char *again[] = {"rules", "remove", "added", NULL};
 	ctl_expect_failure(&d, again, 1, NULL, "a rule removed already");
+	json_decref(doc);
 	daemon_stop(&d);
 	daemon_start(&d, extra);
-	rules = json_object_get(ctl_json(&d, list), "rules");
+	doc = ctl_json(&d, list);
+	rules = json_object_get(doc, "rules");
 	cr_assert_eq(json_array_size(rules), 1, "removed for good: %s", json_dumps(rules, JSON_COMPACT));
+	json_decref(doc);
 	daemon_stop(&d);
 }
 
@@ -300,9 +303,11 @@ Test(fleet, bad_rules_name_file_and_line_and_keep_the_running_ones)
 		if (said)
 			break;
 	}
-	rules = json_object_get(ctl_json(&d, list), "rules");
+	json_t *doc = ctl_json(&d, list);
+	rules = json_object_get(doc, "rules");
 	cr_assert_eq(json_array_size(rules), 1, "%s", json_dumps(rules, JSON_COMPACT));
 	cr_assert_str_eq(jstr(json_array_get(rules, 0), "name"), "good");
+	json_decref(doc);
 	char *log = daemon_log(&d);
 	cr_assert(strstr(log, "pyprofd.conf:4:"), "the reload's error names file and line:\n%s", log);
 	free(log);
