@@ -401,6 +401,7 @@ struct history {
 	struct store_writer *writer; /* opens the file on its thread, and retries while it cannot */
 	unsigned bucket_seconds;     /* as the daemon started: a reload does not change it */
 	bool write_failing;          /* as last logged */
+	uint64_t file_changes;       /* the file found deleted or replaced: as last logged */
 	uint64_t lost_samples, flushes;
 };
 int history_open(struct history *h, const struct config *c);
@@ -545,8 +546,7 @@ struct query_origin {
 	uint64_t client_serial;
 	uint64_t request_id;
 	uid_t uid;
-	const char *db_path;
-	struct store_writer *writer;
+	struct store_writer *writer; /* the history's: its file is read as it reaches it */
 };
 int queries_init(struct queries *qs, struct ev_loop *loop, const struct query_sink *sink,
                  void *sink_ctx);
