@@ -20,7 +20,7 @@ static void history_limits(struct history *h, const struct config *c)
 
 #define HISTORY_FILE "pyprofd.db"
 
-int history_open(struct history *h, const struct config *c)
+int history_open(struct history *h, const struct config *c, int state_fd)
 {
 	memset(h, 0, sizeof *h);
 	h->bucket_seconds = c->bucket_seconds;
@@ -29,9 +29,14 @@ int history_open(struct history *h, const struct config *c)
 	if (!h->path)
 		return -1;
 	snprintf(h->path, len, "%s/" HISTORY_FILE, c->state_dir);
-	/* The writer's thread opens the file, and retries while it cannot: the loop never waits on it. */
+	/*
+	 * The writer's thread opens the file, and retries while it cannot: the
+	 * loop never waits on it.  Through the state directory held open: the
+	 * path is only its name in messages.
+	 */
 	struct store_error err = {{0}};
-	h->writer = store_writer_open(h->path, &err);
+	h->writer = state_fd >= 0 ? store_writer_open_at(state_fd, HISTORY_FILE, h->path, &err)
+	                          : store_writer_open(h->path, &err);
 	if (!h->writer) {
 		log_error("history: %s", err.msg);
 		free(h->path);

@@ -389,6 +389,16 @@ struct timing {
 void timing_add(struct timing *t, double value);
 double timing_percentile(const struct timing *t, double p); /* 0 when empty */
 
+/* statedir.c */
+/*
+ * The state directory, created if missing and checked from / down (every
+ * directory on the way root's or uid's and writable by no one else unless
+ * sticky, every link followed root's or uid's, the directory itself uid's
+ * alone), opened O_PATH for the files in it to be reached through.  The
+ * descriptor, or -1 and why ("state directory PATH: COMPONENT is ...").
+ */
+int statedir_open(const char *path, uid_t uid, char *why, size_t len);
+
 /* history.c */
 struct server;
 struct target;
@@ -404,7 +414,8 @@ struct history {
 	uint64_t file_changes;       /* the file found deleted or replaced: as last logged */
 	uint64_t lost_samples, flushes;
 };
-int history_open(struct history *h, const struct config *c);
+/* The database in the state directory, reached through state_fd (-1: by its path). */
+int history_open(struct history *h, const struct config *c, int state_fd);
 void history_configure(struct history *h, const struct config *c);
 /* Hand a batch to the writer, which takes it. */
 void history_submit(struct history *h, struct store_batch *b);
@@ -606,6 +617,8 @@ struct server {
 	int listen_fd;
 	bool socket_activated;
 	bool socket_created;
+	int state_fd;            /* the state directory, held from the check on (statedir_open) */
+	const char *socket_name; /* the socket's name in it, when it lives there; else NULL */
 	ev_io accept_watcher;
 	ev_signal sigterm, sigint, sighup;
 	ev_timer housekeeping;

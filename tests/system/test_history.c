@@ -919,3 +919,35 @@ Test(history, database_replaced_by_another_history, .timeout = 300)
 	test_target_kill(&target);
 	test_target_kill(&other);
 }
+
+/*
+ * The state directory moved under the daemon, and another put at its
+ * path: the daemon goes on with the files of the directory it checked (it
+ * holds it open), and never touches the one now at the path.
+ */
+Test(history, state_dir_moved_keeps_its_file, .timeout = 300)
+{
+	struct daemon d;
+	struct test_target target;
+	char p[16], moved[PATH_MAX + 16], decoy_db[PATH_MAX + 16];
+	history_episode_start(&d, &target, p, sizeof p);
+	snprintf(moved, sizeof moved, "%s/moved", d.dir);
+	cr_assert(rename(d.state, moved) == 0, "rename: %s", strerror(errno));
+	cr_assert(mkdir(d.state, 0700) == 0);
+	pause_ms(2500);
+
+	const char *detach[] = {"detach", p, NULL};
+	ctl_ok(&d, detach);
+	json_int_t taken = history_samples(&d, target.pid);
+	const char *by_pid[] = {"--pid", p, NULL};
+	cr_assert_eq(query_total(&d, by_pid, NULL), taken, "the daemon lost its file when its directory moved");
+	json_t *h = daemon_history_status(&d);
+	cr_assert(json_is_false(json_object_get(h, "failing")) && jint(h, "file_changes") == 0,
+	          "the daemon took the move for a change of file: %s", json_dumps(h, JSON_COMPACT));
+	json_decref(h);
+	snprintf(decoy_db, sizeof decoy_db, "%s/pyprofd.db", d.state);
+	struct stat st;
+	cr_assert(stat(decoy_db, &st) != 0, "the daemon made a database in the directory now at its path");
+	daemon_stop(&d);
+	test_target_kill(&target);
+}
