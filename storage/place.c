@@ -172,6 +172,12 @@ int place_prepare(const struct store_place *p, const struct store_ids *last, boo
 		 */
 		int fd = openat(p->dirfd, p->name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
 		                0644);
+		struct stat dir;
+		if (fd < 0 && errno == ENOENT && fstat(p->dirfd, &dir) == 0 && dir.st_nlink == 0) {
+			/* Held open, the directory cannot come back: another at its path is not it. */
+			store_error_text(err, "cannot open %s: its directory was deleted", p->path);
+			return -1;
+		}
 		if (fd < 0 && errno != EEXIST) {
 			store_error_text(err, "cannot open %s: cannot create it: %s", p->path, strerror(errno));
 			return -1;
