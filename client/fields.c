@@ -74,6 +74,8 @@ const struct field fields_status[] = {
 	FIELD(Pyprofd__StatusResult, "history.dropped_rows", FIELD_UINT64, history_dropped_rows, 0),
 	FIELD(Pyprofd__StatusResult, "history.bytes", FIELD_UINT64, history_bytes, 0),
 	FIELD(Pyprofd__StatusResult, "history.lost_samples", FIELD_UINT64, history_lost_samples, 0),
+	FIELD(Pyprofd__StatusResult, "history.file_changes", FIELD_UINT64, history_file_changes, 0),
+	FIELD(Pyprofd__StatusResult, "history.file_change", FIELD_STRING, history_file_change, 0),
 };
 const size_t fields_nstatus = sizeof fields_status / sizeof fields_status[0];
 

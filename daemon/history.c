@@ -18,18 +18,25 @@ static void history_limits(struct history *h, const struct config *c)
 	store_writer_set_file_limit(h->writer, c->max_file_bytes);
 }
 
-int history_open(struct history *h, const struct config *c)
+#define HISTORY_FILE "pyprofd.db"
+
+int history_open(struct history *h, const struct config *c, int state_fd)
 {
 	memset(h, 0, sizeof *h);
 	h->bucket_seconds = c->bucket_seconds;
-	size_t len = strlen(c->state_dir) + sizeof "/pyprofd.db";
+	size_t len = strlen(c->state_dir) + sizeof "/" HISTORY_FILE;
 	h->path = malloc(len);
 	if (!h->path)
 		return -1;
-	snprintf(h->path, len, "%s/pyprofd.db", c->state_dir);
-	/* The writer's thread opens the file, and retries while it cannot: the loop never waits on it. */
+	snprintf(h->path, len, "%s/" HISTORY_FILE, c->state_dir);
+	/*
+	 * The writer's thread opens the file, and retries while it cannot: the
+	 * loop never waits on it.  Through the state directory held open: the
+	 * path is only its name in messages.
+	 */
 	struct store_error err = {{0}};
-	h->writer = store_writer_open(h->path, &err);
+	h->writer = state_fd >= 0 ? store_writer_open_at(state_fd, HISTORY_FILE, h->path, &err)
+	                          : store_writer_open(h->path, &err);
 	if (!h->writer) {
 		log_error("history: %s", err.msg);
 		free(h->path);
@@ -81,7 +88,20 @@ static void history_retention(struct history *h, const struct config *c,
 static void history_watch(struct history *h, const struct store_writer_status *st)
 {
 	unsigned long long rows = st->pending_rows;
-	if (st->failing && !h->write_failing && !st->open)
+	if (st->file_changes != h->file_changes) {
+		/*
+		 * The file went from under the writer: one line for the episode,
+		 * saying where it stands (a new file taken, or none it may write).
+		 */
+		if (!st->failing)
+			log_error("history: %s; samples go to the database now at that path", st->file_change);
+		else if (st->open || strcmp(st->file_change, st->last_error) == 0)
+			log_error("history: %s; samples wait in memory (%llu rows)", st->file_change, rows);
+		else
+			log_error("history: %s, and %s; samples wait in memory (%llu rows)", st->file_change,
+			          st->last_error, rows);
+		h->file_changes = st->file_changes;
+	} else if (st->failing && !h->write_failing && !st->open)
 		/* The message of a failed open names the file already. */
 		log_error("history: %s; samples wait in memory (%llu rows)", st->last_error, rows);
 	else if (st->failing && !h->write_failing)
@@ -126,6 +146,10 @@ void history_status(struct history *h, Pyprofd__StatusResult *out, struct arena 
 	out->history_rows_written = st.rows_written;
 	out->history_dropped_rows = st.dropped_rows;
 	out->history_bytes = st.db_bytes;
+	out->history_file_changes = st.file_changes;
+	out->history_file_change = st.file_changes ? arena_strdup(a, st.file_change) : (char *)"";
+	if (!out->history_file_change)
+		out->history_file_change = (char *)"";
 	if (!out->history_error)
 		out->history_error = (char *)"";
 }

@@ -389,6 +389,16 @@ struct timing {
 void timing_add(struct timing *t, double value);
 double timing_percentile(const struct timing *t, double p); /* 0 when empty */
 
+/* statedir.c */
+/*
+ * The state directory, created if missing and checked from / down (every
+ * directory on the way root's or uid's and writable by no one else unless
+ * sticky, every link followed root's or uid's, the directory itself uid's
+ * alone), opened O_PATH for the files in it to be reached through.  The
+ * descriptor, or -1 and why ("state directory PATH: COMPONENT is ...").
+ */
+int statedir_open(const char *path, uid_t uid, char *why, size_t len);
+
 /* history.c */
 struct server;
 struct target;
@@ -401,9 +411,11 @@ struct history {
 	struct store_writer *writer; /* opens the file on its thread, and retries while it cannot */
 	unsigned bucket_seconds;     /* as the daemon started: a reload does not change it */
 	bool write_failing;          /* as last logged */
+	uint64_t file_changes;       /* the file found deleted or replaced: as last logged */
 	uint64_t lost_samples, flushes;
 };
-int history_open(struct history *h, const struct config *c);
+/* The database in the state directory, reached through state_fd (-1: by its path). */
+int history_open(struct history *h, const struct config *c, int state_fd);
 void history_configure(struct history *h, const struct config *c);
 /* Hand a batch to the writer, which takes it. */
 void history_submit(struct history *h, struct store_batch *b);
@@ -545,8 +557,7 @@ struct query_origin {
 	uint64_t client_serial;
 	uint64_t request_id;
 	uid_t uid;
-	const char *db_path;
-	struct store_writer *writer;
+	struct store_writer *writer; /* the history's: its file is read as it reaches it */
 };
 int queries_init(struct queries *qs, struct ev_loop *loop, const struct query_sink *sink,
                  void *sink_ctx);
@@ -606,6 +617,8 @@ struct server {
 	int listen_fd;
 	bool socket_activated;
 	bool socket_created;
+	int state_fd;            /* the state directory, held from the check on (statedir_open) */
+	const char *socket_name; /* the socket's name in it, when it lives there; else NULL */
 	ev_io accept_watcher;
 	ev_signal sigterm, sigint, sighup;
 	ev_timer housekeeping;

@@ -47,7 +47,6 @@ struct query_job {
 	uint32_t limit;
 	double base_from, base_until; /* QUERY_DIFF */
 	char **label_keys, **label_values;
-	char *db_path;
 	uint32_t rate_hz; /* of the selected processes' sessions, when they agree */
 	char mode[8];
 	/* Under the queries' lock: the parts not taken yet, and how the query stands. */
@@ -386,7 +385,7 @@ static void *query_thread(void *arg)
 	struct store_error err = {{0}};
 	/* What the loop handed over before the query started is in the answer. */
 	store_writer_flush(j->writer);
-	struct store_reader *r = store_reader_open(j->db_path, &err);
+	struct store_reader *r = store_reader_open_writer(j->writer, &err);
 	if (!r) {
 		query_answer_error(j, PYPROFD__ERROR_CODE__ERROR_INTERNAL, err.msg);
 	} else {
@@ -436,7 +435,6 @@ static void query_job_free(struct query_job *j)
 	}
 	free(j->label_keys);
 	free(j->label_values);
-	free(j->db_path);
 	query_parts_free(j->parts);
 	free(j);
 }
@@ -625,7 +623,7 @@ Pyprofd__ErrorCode queries_start(struct queries *qs, const struct query_origin *
 		return PYPROFD__ERROR_CODE__ERROR_LIMIT;
 	}
 	struct query_job *j = calloc(1, sizeof *j);
-	if (!j || query_copy_labels(j, r) != 0 || !(j->db_path = strdup(o->db_path))) {
+	if (!j || query_copy_labels(j, r) != 0) {
 		if (j)
 			query_job_free(j);
 		snprintf(why, why_len, "the daemon is out of memory");

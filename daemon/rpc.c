@@ -538,7 +538,6 @@ static void rpc_query(struct server *s, struct client *c, const Pyprofd__Request
 	struct query_origin o = {.client_serial = c->serial,
 	                         .request_id = req->id,
 	                         .uid = c->uid,
-	                         .db_path = s->history.path,
 	                         .writer = s->history.writer};
 	char why[256];
 	Pyprofd__ErrorCode code = queries_start(&s->queries, &o, req->query, why, sizeof why);

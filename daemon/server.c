@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,28 +43,30 @@ static int server_make_dirs(const char *path, mode_t mode)
 	}
 }
 
-/*
- * The state directory: ours, and not writable by anyone else — the
- * database and the socket live there.
- */
-static int server_prepare_state_dir(const char *dir)
+/* The state directory, checked from / down and held open (statedir.c). */
+static int server_prepare_state_dir(struct server *s)
 {
-	if (server_make_dirs(dir, 0700) != 0) {
-		fprintf(stderr, "pyprofd: cannot create state directory %s: %s\n", dir, strerror(errno));
-		return -1;
-	}
-	struct stat st;
-	if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-		fprintf(stderr, "pyprofd: state directory %s is not a directory\n", dir);
-		return -1;
-	}
-	if (st.st_uid != geteuid() || (st.st_mode & 0022)) {
-		fprintf(stderr, "pyprofd: state directory %s must be owned by uid %d and writable "
-		                "by its owner alone\n",
-		        dir, (int)geteuid());
+	char why[PATH_MAX + 256];
+	s->state_fd = statedir_open(s->config.state_dir, geteuid(), why, sizeof why);
+	if (s->state_fd < 0) {
+		fprintf(stderr, "pyprofd: %s\n", why);
 		return -1;
 	}
 	return 0;
+}
+
+/*
+ * When the socket's directory is the state directory, its name there:
+ * the socket is then bound and removed through the directory held open,
+ * as the database is reached.
+ */
+static const char *server_socket_in_state_dir(const struct server *s, const char *dir,
+                                              const char *name)
+{
+	struct stat a, b;
+	if (stat(dir, &a) != 0 || fstat(s->state_fd, &b) != 0)
+		return NULL;
+	return a.st_dev == b.st_dev && a.st_ino == b.st_ino ? name : NULL;
 }
 
 /* Whether a daemon already answers on path (then it is not ours to replace). */
@@ -108,23 +111,41 @@ static int server_listen(struct server *s)
 		fprintf(stderr, "pyprofd: socket path too long: %s\n", path);
 		return -1;
 	}
-	memcpy(addr.sun_path, path, strlen(path) + 1);
 	char dir[sizeof addr.sun_path];
 	snprintf(dir, sizeof dir, "%s", path);
 	char *slash = strrchr(dir, '/');
 	if (slash && slash != dir) {
 		*slash = '\0';
+		s->socket_name = server_socket_in_state_dir(s, dir, path + (slash - dir) + 1);
 		/* Others must reach a system socket; each request is authorized by its peer's uid. */
-		if (server_make_dirs(dir, geteuid() == 0 ? 0755 : 0700) != 0) {
+		if (!s->socket_name && server_make_dirs(dir, geteuid() == 0 ? 0755 : 0700) != 0) {
 			fprintf(stderr, "pyprofd: cannot create %s: %s\n", dir, strerror(errno));
 			return -1;
 		}
 	}
-	if (server_socket_in_use(path)) {
+	/* In the state directory, bound through the descriptor the checks were made on. */
+	int len = s->socket_name ? snprintf(addr.sun_path, sizeof addr.sun_path, "/proc/self/fd/%d/%s",
+	                                    s->state_fd, s->socket_name)
+	                         : -1;
+	if (len < 0 || len >= (int)sizeof addr.sun_path) {
+		s->socket_name = NULL; /* a path shorter than the descriptor's: bound by its path */
+		memcpy(addr.sun_path, path, strlen(path) + 1);
+	}
+	int at = s->socket_name ? s->state_fd : AT_FDCWD;
+	const char *name = s->socket_name ? s->socket_name : path;
+	if (server_socket_in_use(addr.sun_path)) {
 		fprintf(stderr, "pyprofd: another daemon is listening on %s\n", path);
 		return -1;
 	}
-	unlink(path); /* a socket left by a daemon that died */
+	/* A socket left by a daemon that died goes; anything else there is not ours to remove. */
+	struct stat st;
+	if (fstatat(at, name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+		if (!S_ISSOCK(st.st_mode)) {
+			fprintf(stderr, "pyprofd: %s exists and is not a socket\n", path);
+			return -1;
+		}
+		unlinkat(at, name, 0);
+	}
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	/*
 	 * The socket is born with its final mode: a chmod after bind would
@@ -312,8 +333,10 @@ static void server_shutdown(struct server *s)
 		ev_timer_stop(s->loop, &s->accept_pause);
 		close(s->listen_fd);
 		if (s->socket_created)
-			unlink(s->config.socket_path);
+			unlinkat(s->socket_name ? s->state_fd : AT_FDCWD,
+			         s->socket_name ? s->socket_name : s->config.socket_path, 0);
 	}
+	close(s->state_fd);
 	ev_signal_stop(s->loop, &s->sigterm);
 	ev_signal_stop(s->loop, &s->sigint);
 	ev_signal_stop(s->loop, &s->sighup);
@@ -326,7 +349,7 @@ int server_main(int argc, char **argv)
 {
 	static const struct query_sink query_sink = {
 		server_client_answer_room, server_client_answer_part, server_client_answer_done};
-	struct server s = {.listen_fd = -1, .argc = argc, .argv = argv};
+	struct server s = {.listen_fd = -1, .state_fd = -1, .argc = argc, .argv = argv};
 	int rc = config_load(&s.config, argc, argv);
 	if (rc == -1)
 		return EXIT_OK; /* --help */
@@ -352,17 +375,20 @@ int server_main(int argc, char **argv)
 	ev_signal_start(s.loop, &s.sigterm);
 	ev_signal_start(s.loop, &s.sigint);
 	ev_signal_start(s.loop, &s.sighup);
-	if (server_prepare_state_dir(s.config.state_dir) != 0 || server_listen(&s) != 0) {
+	if (server_prepare_state_dir(&s) != 0 || server_listen(&s) != 0) {
+		if (s.state_fd >= 0)
+			close(s.state_fd);
 		ev_loop_destroy(s.loop);
 		config_free(&s.config);
 		return EXIT_FAILURE_OTHER;
 	}
 	s.started = ev_now(s.loop);
 	s.started_at = ev_time();
-	if (history_open(&s.history, &s.config) != 0 ||
+	if (history_open(&s.history, &s.config, s.state_fd) != 0 ||
 	    queries_init(&s.queries, s.loop, &query_sink, &s) != 0 || fleet_init(&s.fleet, &s) != 0) {
 		fprintf(stderr, "pyprofd: out of memory\n");
 		close(s.listen_fd);
+		close(s.state_fd);
 		ev_loop_destroy(s.loop);
 		config_free(&s.config);
 		return EXIT_FAILURE_OTHER;

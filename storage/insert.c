@@ -293,17 +293,17 @@ int insert_file_limit(struct inserter *ins, uint64_t max_file_bytes,
 	return store_query_int(ins->db, sql, &got, err);
 }
 
-int insert_open(struct inserter *ins, const char *path, uint64_t max_file_bytes,
-                struct store_error *err)
+int insert_open(struct inserter *ins, const struct store_place *p, const struct store_ids *last,
+                struct store_ids *ids, uint64_t max_file_bytes, struct store_error *err)
 {
 	memset(ins->stmt, 0, sizeof ins->stmt);
-	ins->db = store_db_open_rw(path, err);
+	ins->db = store_db_open_rw(p, last, ids, err);
 	if (!ins->db)
 		return -1;
 	for (int i = 0; i < ST_COUNT; i++) {
 		if (sqlite3_prepare_v3(ins->db, insert_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &ins->stmt[i],
 		                       NULL) != SQLITE_OK) {
-			store_error_set(err, ins->db, "cannot prepare on %.120s: %.40s", path, insert_sql[i]);
+			store_error_set(err, ins->db, "cannot prepare on %.120s: %.40s", p->path, insert_sql[i]);
 			insert_close(ins);
 			return -1;
 		}

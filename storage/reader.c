@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "storage.h"
 
@@ -86,14 +87,19 @@ const struct reader_tables *reader_tables(const struct store_query *q)
 	return q && q->pending && q->pending->n ? &reader_all_tables : &reader_file_tables;
 }
 
-struct store_reader *store_reader_open(const char *path, struct store_error *err)
+/* A reader of p; dirfd_owned: p's directory descriptor is the reader's, closed with it. */
+static struct store_reader *reader_open(const struct store_place *p, bool dirfd_owned,
+                                        struct store_error *err)
 {
 	struct store_reader *r = calloc(1, sizeof *r);
 	if (!r) {
+		if (dirfd_owned)
+			close(p->dirfd);
 		store_error_text(err, "store_reader_open: out of memory");
 		return NULL;
 	}
-	r->db = store_db_open_ro(path, err);
+	r->dirfd = dirfd_owned ? p->dirfd : -1;
+	r->db = store_db_open_ro(p, err);
 	if (!r->db || store_exec(r->db, reader_temp_schema, err) < 0)
 		goto fail;
 	if (sqlite3_prepare_v2(r->db, "SELECT parent, frame FROM main.stacks WHERE id = ?1", -1, &r->node,
@@ -112,6 +118,23 @@ fail:
 	return NULL;
 }
 
+struct store_reader *store_reader_open(const char *path, struct store_error *err)
+{
+	int dirfd = place_open_dir(path, err);
+	if (dirfd < 0)
+		return NULL;
+	struct store_place p = {dirfd, place_base_name(path), path};
+	return reader_open(&p, true, err);
+}
+
+struct store_reader *store_reader_open_writer(struct store_writer *w, struct store_error *err)
+{
+	struct store_place p;
+	if (writer_place(w, &p))
+		return reader_open(&p, false, err);
+	return store_reader_open(p.path, err);
+}
+
 void store_reader_close(struct store_reader *r)
 {
 	if (!r)
@@ -119,6 +142,8 @@ void store_reader_close(struct store_reader *r)
 	sqlite3_finalize(r->node);
 	sqlite3_finalize(r->frame);
 	sqlite3_close(r->db);
+	if (r->dirfd >= 0)
+		close(r->dirfd);
 	free(r);
 }
 

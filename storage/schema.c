@@ -7,6 +7,7 @@
  * never between.  A database written by a newer pyprofd is refused rather
  * than guessed at.
  */
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -192,13 +193,30 @@ rollback:
 	return -1;
 }
 
-/* Opens path with flags and sets what every connection wants. */
-static sqlite3 *store_db_connect(const char *path, int flags, struct store_error *err)
+/* The name and VFS SQLite opens p with (through p's directory).  The VFS, or NULL and *err. */
+static const char *store_db_name(const struct store_place *p, char *name, size_t len,
+                                 struct store_error *err)
 {
+	const char *vfs = place_vfs_name();
+	if (!vfs || place_proc_path(p, name, len) < 0) {
+		store_error_text(err, "cannot open %s: %s", p->path,
+		                 vfs ? "the name is too long" : "the store's VFS could not be registered");
+		return NULL;
+	}
+	return vfs;
+}
+
+/* Opens p with flags and sets what every connection wants. */
+static sqlite3 *store_db_connect(const struct store_place *p, int flags, struct store_error *err)
+{
+	char name[PATH_MAX];
+	const char *vfs = store_db_name(p, name, sizeof name, err);
+	if (!vfs)
+		return NULL;
 	sqlite3 *db = NULL;
-	int rc = sqlite3_open_v2(path, &db, flags | SQLITE_OPEN_NOMUTEX, NULL);
+	int rc = sqlite3_open_v2(name, &db, flags | SQLITE_OPEN_NOMUTEX, vfs);
 	if (rc != SQLITE_OK) {
-		store_error_text(err, "open %s: %s", path, db ? sqlite3_errmsg(db) : "out of memory");
+		store_error_text(err, "open %s: %s", p->path, db ? sqlite3_errmsg(db) : "out of memory");
 		sqlite3_close(db);
 		return NULL;
 	}
@@ -218,11 +236,11 @@ static sqlite3 *store_db_connect(const char *path, int flags, struct store_error
  * is not a database, a schema from a newer pyprofd or someone else's
  * database is left exactly as it was.
  */
-static sqlite3 *open_rw(const char *path, struct store_error *err)
+static sqlite3 *open_rw(const char *name, const char *vfs, struct store_error *err)
 {
 	sqlite3 *db = NULL;
-	int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
-	                                            SQLITE_OPEN_NOMUTEX, NULL);
+	/* The file exists (place_prepare made it): SQLite is not to create one, which would follow a link. */
+	int rc = sqlite3_open_v2(name, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, vfs);
 	if (rc != SQLITE_OK) {
 		store_error_text(err, "%s", db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
 		sqlite3_close(db);
@@ -311,18 +329,34 @@ fail:
 	return NULL;
 }
 
-sqlite3 *store_db_open_rw(const char *path, struct store_error *err)
+sqlite3 *store_db_open_rw(const struct store_place *p, const struct store_ids *last,
+                          struct store_ids *ids, struct store_error *err)
 {
+	if (place_prepare(p, last, true, err) < 0)
+		return NULL;
+	char name[PATH_MAX];
+	const char *vfs = store_db_name(p, name, sizeof name, err);
+	if (!vfs)
+		return NULL;
 	struct store_error why = {{0}};
-	sqlite3 *db = open_rw(path, &why);
-	if (!db)
-		store_error_text(err, "cannot open %s: %s", path, why.msg);
+	sqlite3 *db = open_rw(name, vfs, &why);
+	if (!db) {
+		store_error_text(err, "cannot open %s: %s", p->path, why.msg);
+		return NULL;
+	}
+	if (place_verify(p, db, ids, err) < 0) {
+		sqlite3_close(db);
+		return NULL;
+	}
 	return db;
 }
 
-sqlite3 *store_db_open_ro(const char *path, struct store_error *err)
+sqlite3 *store_db_open_ro(const struct store_place *p, struct store_error *err)
 {
-	sqlite3 *db = store_db_connect(path, SQLITE_OPEN_READONLY, err);
+	const char *path = p->path;
+	if (place_prepare(p, NULL, false, err) < 0)
+		return NULL;
+	sqlite3 *db = store_db_connect(p, SQLITE_OPEN_READONLY, err);
 	if (!db)
 		return NULL;
 	int64_t version;

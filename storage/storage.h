@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "arena.h"
 #include "array.h"
@@ -44,17 +45,88 @@ int store_exec(sqlite3 *db, const char *sql, struct store_error *err);
 /* One integer from a one-row statement (a PRAGMA); 0, or -1 and *err. */
 int store_query_int(sqlite3 *db, const char *sql, int64_t *out, struct store_error *err);
 
-/*
- * The writer's connection: created if missing, WAL, synchronous=NORMAL,
- * incremental auto-vacuum, migrated to STORE_SCHEMA_VERSION.  NULL and *err
- * ("cannot open PATH: why").  A file that is read-only, not a database, of
- * a newer schema or someone else's database (tables, no version) is refused
- * before anything is written to it.
- */
-sqlite3 *store_db_open_rw(const char *path, struct store_error *err);
+/* ---- place.c: where the file is, and whether it is still there ---- */
 
-/* A read-only connection to an existing store (TEMP tables in memory).  NULL and *err. */
-sqlite3 *store_db_open_ro(const char *path, struct store_error *err);
+/* A database: a name in a directory open at dirfd (O_PATH), and its path for messages. */
+struct store_place {
+	int dirfd;
+	const char *name;
+	const char *path;
+};
+
+/* A file by device and inode; not known when nothing was at its name. */
+struct store_file_id {
+	bool known, regular;
+	dev_t dev;
+	ino_t ino;
+};
+
+/* The database, its -wal and its -shm as a connection uses them. */
+struct store_ids {
+	struct store_file_id db, wal, shm;
+};
+
+/*
+ * The VFS every connection of the store opens with: the unix one, taking
+ * names as given rather than resolving their symbolic links, so a name
+ * through /proc/self/fd/N stays relative to that descriptor.  NULL if it
+ * could not be registered.
+ */
+const char *place_vfs_name(void);
+/* p's file as the VFS is to open it, through p's directory descriptor.  0, or -1 if too long. */
+int place_proc_path(const struct store_place *p, char *buf, size_t len);
+/* The directory of path, opened O_PATH.  The descriptor, or -1 and *err ("cannot open PATH: ..."). */
+int place_open_dir(const char *path, struct store_error *err);
+/* The last component of path, or NULL when it names no file ("", ".", "..", a trailing slash). */
+const char *place_base_name(const char *path);
+
+/*
+ * Before a connection opens p: refuses what is not a regular file; for a
+ * writer (create), refuses a -wal that is not the database's, which SQLite
+ * would apply to it (one beside a missing database, the -wal last used
+ * beside another database, another -wal beside the database last used),
+ * and creates the file when missing.  last:
+ * the ids of the writer's previous connection, or NULL.  0, or -1 and *err.
+ */
+int place_prepare(const struct store_place *p, const struct store_ids *last, bool create,
+                  struct store_error *err);
+/*
+ * After an open: the connection's file is the one at p's name (SQLite's
+ * own record of the inode it opened, against the name's), and the ids of
+ * it and of its -wal and -shm into *ids.  0, or -1 and *err.
+ */
+int place_verify(const struct store_place *p, sqlite3 *db, struct store_ids *ids,
+                 struct store_error *err);
+/*
+ * Whether the files at p's names are still ids' (device and inode): 0 yes,
+ * 1 no (why says which was deleted or replaced), -1 the names could not be
+ * looked at (errno).
+ */
+int place_check(const struct store_place *p, const struct store_ids *ids, char *why, size_t len);
+/* Whether the database at p's name is still ids'. */
+bool place_db_unmoved(const struct store_place *p, const struct store_ids *ids);
+/*
+ * For a connection to a database no longer at p's name, before it is
+ * closed: its -wal and -shm, if still at their names, would be taken for
+ * those of the next file there; removed (only if they are still ids').
+ */
+void place_remove_leftovers(const struct store_place *p, const struct store_ids *ids);
+
+/* ---- schema.c (continued) ---- */
+
+/*
+ * The writer's connection to p: created if missing, WAL, synchronous=NORMAL,
+ * incremental auto-vacuum, migrated to STORE_SCHEMA_VERSION; the ids of
+ * what it opened into *ids.  NULL and *err ("cannot open PATH: why").  A
+ * file that is not a regular file, read-only, not a database, of a newer
+ * schema or someone else's database (tables, no version) is refused before
+ * anything is written to it.  last as for place_prepare.
+ */
+sqlite3 *store_db_open_rw(const struct store_place *p, const struct store_ids *last,
+                          struct store_ids *ids, struct store_error *err);
+
+/* A read-only connection to an existing store at p (TEMP tables in memory).  NULL and *err. */
+sqlite3 *store_db_open_ro(const struct store_place *p, struct store_error *err);
 
 /* Bytes the database's pages hold (page_count * page_size), or 0 on error. */
 uint64_t store_db_bytes(sqlite3 *db);
@@ -155,9 +227,9 @@ struct inserter {
 	size_t frame_cap, stack_cap, target_cap;
 };
 
-/* Opens the file for writing (store_db_open_rw) and prepares.  0, or -1 and *err. */
-int insert_open(struct inserter *ins, const char *path, uint64_t max_file_bytes,
-                struct store_error *err);
+/* Opens the file for writing (store_db_open_rw, last and ids as there) and prepares.  0, or -1 and *err. */
+int insert_open(struct inserter *ins, const struct store_place *p, const struct store_ids *last,
+                struct store_ids *ids, uint64_t max_file_bytes, struct store_error *err);
 /* Closes the connection, keeping the room of the id arrays; insert_free gives it back too. */
 void insert_close(struct inserter *ins);
 void insert_free(struct inserter *ins);
@@ -200,9 +272,16 @@ int writer_pin(struct store_writer *w, int (*begin)(void *ctx), void *ctx,
                struct store_batch ***out, size_t *n);
 void writer_unpin(struct store_writer *w, struct store_batch **batches, size_t n);
 
+/*
+ * Where w's file is, for a reader: true with the directory w holds for its
+ * life (store_writer_open_at); false when w opens its file by path (p->path).
+ */
+bool writer_place(struct store_writer *w, struct store_place *p);
+
 /* ---- reader.c: the reader's connection, the writer's memory copied, the selection ---- */
 
 struct store_reader {
+	int dirfd; /* its own when opened by path, else -1 (the writer's is used) */
 	sqlite3 *db;
 	sqlite3_stmt *node;  /* a stack's parent and frame */
 	sqlite3_stmt *frame; /* a frame's strings */

@@ -92,8 +92,23 @@ struct store_writer;
  * wait as behind a failing write, and opening is retried every second: the
  * caller never retries.  A file the writer refuses is never written to, so
  * a newer schema or a foreign file stays as it was until the operator acts.
+ *
+ * A file deleted or replaced at its name under the writer (or its -wal,
+ * its -shm) is noticed within a second and before a commit counts: the
+ * writer lets go of it and opens the name again at once, and the batches
+ * committed to the old file since are written again to the new one.
  */
 struct store_writer *store_writer_open(const char *path, struct store_error *err);
+
+/*
+ * As store_writer_open, for the file name in the directory open at dirfd
+ * (the writer keeps a duplicate for its life): the database, its -wal and
+ * its -shm are reached through that descriptor, never by the directory's
+ * path, so whoever renames a directory above it cannot point the writer
+ * elsewhere.  path names the file in messages and the status.
+ */
+struct store_writer *store_writer_open_at(int dirfd, const char *name, const char *path,
+                                          struct store_error *err);
 
 /*
  * Hand a batch to the writer (which takes ownership); it is written in one
@@ -115,6 +130,9 @@ struct store_writer_status {
 	bool failing; /* the last open or write failed (with open false: opening fails) */
 	char last_error[256]; /* why, when failing; kept after recovery */
 	uint64_t db_bytes;    /* as of the last open, write or retention */
+	/* Times the file, its -wal or its -shm was found deleted or replaced at its name, and the last. */
+	uint64_t file_changes;
+	char file_change[256];
 };
 void store_writer_status(struct store_writer *w, struct store_writer_status *out);
 
@@ -177,6 +195,8 @@ struct store_reader;
 
 /* A read-only connection for the calling thread.  NULL and *err. */
 struct store_reader *store_reader_open(const char *path, struct store_error *err);
+/* The same, to the file w writes, reached as w reaches it. */
+struct store_reader *store_reader_open_writer(struct store_writer *w, struct store_error *err);
 void store_reader_close(struct store_reader *r);
 
 struct store_query {

@@ -21,23 +21,41 @@
  * open.  A batch SQLite refuses for good (a constraint, a corrupt file) is
  * dropped and counted, so one bad batch cannot stop the history.
  *
+ * The file can be deleted or replaced at its name under the connection,
+ * which would then go on committing into a file no one reads again (and
+ * that a restart loses).  So the writer compares the file, its -wal and its
+ * -shm with their names (place.c) before each piece of work, at least every
+ * STORE_CHECK_S when idle, and after each commit before it counts the batch
+ * written.  When they differ it lets go of the connection (without deleting
+ * anything at the names: they may be someone else's now), removes its own
+ * -wal and -shm if the database is gone from under them, and opens again at
+ * once: a new database where none is, the file found there if it is a
+ * pyprofd history, and none if it is not (then batches wait, within their
+ * bound, as behind any file that cannot be opened).  The batch whose commit
+ * went to the old file waits again at the head of the queue, so the file at
+ * the name gets everything committed after it was put there.
+ *
  * Interning goes through caches of content -> database id (strings, frames,
  * stacks).  A rolled-back transaction takes its new ids with it, and so
  * does retention (it deletes what no sample uses), so every cache is
  * cleared on rollback, after retention and with the connection.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "storage.h"
 
 /* Seconds between retries of a failing write or open. */
 #define STORE_RETRY_S 1.0
+/* Seconds at most between two comparisons of the open file with its name. */
+#define STORE_CHECK_S 1.0
 /* Defaults until store_writer_set_limits: about 64 MiB of sample rows waiting. */
 #define STORE_DEFAULT_MAX_PENDING_ROWS (1u << 20)
 /* Batches without rows count too: at most this many wait. */
@@ -69,10 +87,16 @@ struct store_writer {
 	bool stop;
 	struct store_writer_status st;
 
+	/* Set at open, then read only. */
+	char *path; /* for messages; and the way to the file when no directory was given */
+	char *name; /* the file's name in its directory */
+	int dirfd;  /* the directory given to store_writer_open_at (a duplicate), else -1 */
+
 	/* The writer thread's own. */
 	pthread_t thread;
-	char *path;
-	struct inserter ins; /* its connection: NULL until opened */
+	struct inserter ins;       /* its connection: NULL until opened */
+	struct store_place place;  /* dirfd: the given one, or opened with each connection (-1 between) */
+	struct store_ids ids;      /* what the connection opened */
 };
 
 static double writer_mono_now(void)
@@ -192,6 +216,67 @@ void store_writer_submit(struct store_writer *w, struct store_batch *b)
 	pthread_mutex_unlock(&w->lock);
 }
 
+/* Closes the connection, and the directory opened with it.  Writer thread, either lock or none. */
+static void writer_disconnect(struct store_writer *w)
+{
+	insert_close(&w->ins);
+	if (w->dirfd < 0 && w->place.dirfd >= 0) {
+		close(w->place.dirfd);
+		w->place.dirfd = -1;
+	}
+}
+
+/*
+ * The file, its -wal or its -shm is no longer the connection's: closes it
+ * without a word to the names.  If the database itself is still there,
+ * what the -wal holds is checkpointed into it first; if it is gone, its
+ * -wal and -shm are removed when still at their names, or SQLite would
+ * take them for those of the next file there.  They are compared while the
+ * connection still holds them open, so their inode numbers cannot have
+ * gone to new files meanwhile.
+ */
+static void writer_let_go(struct store_writer *w)
+{
+	bool unmoved = place_db_unmoved(&w->place, &w->ids);
+	if (unmoved)
+		sqlite3_wal_checkpoint_v2(w->ins.db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+	else
+		place_remove_leftovers(&w->place, &w->ids);
+	/* SQLite deletes the -wal and -shm by name at close: they may be another database's now. */
+	int persist = 1;
+	sqlite3_file_control(w->ins.db, "main", SQLITE_FCNTL_PERSIST_WAL, &persist);
+	writer_disconnect(w);
+}
+
+/* Books a file found changed under the connection, which is closed: opened again at once.  Under lock. */
+static void writer_book_change(struct store_writer *w, const char *why)
+{
+	w->st.open = false;
+	w->st.failing = true;
+	w->st.file_changes++;
+	snprintf(w->st.file_change, sizeof w->st.file_change, "%s", why);
+	snprintf(w->st.last_error, sizeof w->st.last_error, "%s", why);
+	w->retry_now = true;
+	pthread_cond_broadcast(&w->done);
+}
+
+/*
+ * Compares the file with its name, and lets go of it if it changed.
+ * Called and returns under lock; true if the connection was closed.
+ */
+static bool writer_check_file(struct store_writer *w)
+{
+	pthread_mutex_unlock(&w->lock);
+	char why[256];
+	bool moved = place_check(&w->place, &w->ids, why, sizeof why) == 1;
+	if (moved)
+		writer_let_go(w);
+	pthread_mutex_lock(&w->lock);
+	if (moved)
+		writer_book_change(w, why);
+	return moved;
+}
+
 /* Writes the batch taken from the queue's head and books the outcome.  Called and returns under lock. */
 static void writer_take_and_write(struct store_writer *w)
 {
@@ -220,20 +305,39 @@ static void writer_take_and_write(struct store_writer *w)
 	if (rc == SQLITE_OK)
 		rc = insert_commit(&w->ins, &err);
 	uint64_t bytes = store_db_bytes(w->ins.db);
+	/* A commit counts once the file it went to is known to be still at the name. */
+	char why[256];
+	bool moved = rc == SQLITE_OK && place_check(&w->place, &w->ids, why, sizeof why) == 1;
 	bool reopen = rc != SQLITE_OK && needs_reopen(rc);
-	if (reopen)
-		insert_close(&w->ins);
+	if (moved)
+		writer_let_go(w);
+	else if (reopen)
+		writer_disconnect(w);
 
 	pthread_mutex_lock(&w->lock);
 	if (reopen)
 		w->st.open = false;
+	if (moved)
+		writer_book_change(w, why);
 	bool doomed = w->inflight_doomed;
 	w->inflight = NULL;
 	pthread_mutex_unlock(&w->commit_lock);
 	w->inflight_doomed = false;
-	if (bytes)
+	if (bytes && !moved)
 		w->st.db_bytes = bytes;
-	if (rc == SQLITE_OK) {
+	if (moved) {
+		/* Written to a file that is gone: it waits again, first, for the file at the name. */
+		if (doomed) {
+			w->st.dropped_rows += b->nsamples;
+			batch_release(b);
+		} else {
+			b->next = w->head;
+			w->head = b;
+			if (!w->tail)
+				w->tail = b;
+			queue_enforce_bounds(w);
+		}
+	} else if (rc == SQLITE_OK) {
 		w->st.batches_written++;
 		w->st.rows_written += b->nsamples;
 		if (!doomed) {
@@ -333,8 +437,14 @@ static void writer_connect(struct store_writer *w)
 
 	struct store_error err = {{0}};
 	uint64_t bytes = 0;
-	if (insert_open(&w->ins, w->path, max_file, &err) == 0)
+	if (w->dirfd < 0)
+		w->place.dirfd = place_open_dir(w->path, &err);
+	/* last: the ids of the connection before, whose -wal a database still there must keep. */
+	struct store_ids last = w->ids;
+	if (w->place.dirfd >= 0 && insert_open(&w->ins, &w->place, &last, &w->ids, max_file, &err) == 0)
 		bytes = store_db_bytes(w->ins.db);
+	else
+		writer_disconnect(w);
 
 	pthread_mutex_lock(&w->lock);
 	if (w->ins.db) {
@@ -356,12 +466,12 @@ static void writer_connect(struct store_writer *w)
 	pthread_cond_broadcast(&w->done);
 }
 
-/* Sleeps until the next retry (at most STORE_RETRY_S) or a wake-up.  Under lock. */
-static void writer_wait_retry(struct store_writer *w, double now)
+/* Sleeps until the monotonic time until (at most STORE_RETRY_S from now) or a wake-up.  Under lock. */
+static void writer_wait(struct store_writer *w, double now, double until)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
-	double wait = w->retry_at - now;
+	double wait = until - now;
 	if (wait > STORE_RETRY_S)
 		wait = STORE_RETRY_S;
 	if (wait < 0)
@@ -398,10 +508,13 @@ static void *writer_main(void *arg)
 						queue_drop_oldest(w);
 				}
 			} else {
-				writer_wait_retry(w, now);
+				writer_wait(w, now, w->retry_at);
 			}
 			continue;
 		}
+		/* Before any work, and at least every STORE_CHECK_S: is the file still at its name? */
+		if (writer_check_file(w))
+			continue;
 		/*
 		 * Retention first: while the disk is full, dropping old buckets is
 		 * what lets the waiting batches in.
@@ -422,10 +535,8 @@ static void *writer_main(void *arg)
 		}
 		if (w->stop && !w->head)
 			break;
-		if (w->head)
-			writer_wait_retry(w, now);
-		else
-			pthread_cond_wait(&w->wake, &w->lock);
+		writer_wait(w, now, w->head && w->retry_at < now + STORE_CHECK_S ? w->retry_at
+		                                                                 : now + STORE_CHECK_S);
 	}
 	pthread_cond_broadcast(&w->done);
 	pthread_mutex_unlock(&w->lock);
@@ -437,8 +548,13 @@ static void *writer_main(void *arg)
 static void writer_free(struct store_writer *w)
 {
 	insert_free(&w->ins);
+	if (w->dirfd >= 0)
+		close(w->dirfd);
+	else if (w->place.dirfd >= 0)
+		close(w->place.dirfd);
 	free(w->steps);
 	free(w->path);
+	free(w->name);
 	while (w->head) {
 		struct store_batch *b = w->head;
 		w->head = b->next;
@@ -451,7 +567,9 @@ static void writer_free(struct store_writer *w)
 	free(w);
 }
 
-struct store_writer *store_writer_open(const char *path, struct store_error *err)
+/* The writer of name in dirfd (a duplicate is taken), or of path alone when dirfd is -1. */
+static struct store_writer *writer_open(int dirfd, const char *name, const char *path,
+                                        struct store_error *err)
 {
 	struct store_writer *w = calloc(1, sizeof *w);
 	if (!w) {
@@ -459,15 +577,26 @@ struct store_writer *store_writer_open(const char *path, struct store_error *err
 		return NULL;
 	}
 	w->max_pending_rows = STORE_DEFAULT_MAX_PENDING_ROWS;
+	w->dirfd = w->place.dirfd = -1;
 	pthread_mutex_init(&w->commit_lock, NULL);
 	pthread_mutex_init(&w->lock, NULL);
 	pthread_cond_init(&w->wake, NULL);
 	pthread_cond_init(&w->done, NULL);
+	if (!name) {
+		store_error_text(err, "cannot open %s: not a file name", path);
+		goto fail;
+	}
 	w->path = strdup(path);
-	if (!w->path) {
+	w->name = strdup(name);
+	if (!w->path || !w->name) {
 		store_error_text(err, "store_writer_open: out of memory");
 		goto fail;
 	}
+	if (dirfd >= 0 && (w->dirfd = fcntl(dirfd, F_DUPFD_CLOEXEC, 0)) < 0) {
+		store_error_text(err, "store_writer_open: %s", strerror(errno));
+		goto fail;
+	}
+	w->place = (struct store_place){w->dirfd, w->name, w->path};
 	/* The thread opens the file: whatever it finds there is told by store_writer_status. */
 	int e = pthread_create(&w->thread, NULL, writer_main, w);
 	if (e) {
@@ -478,6 +607,27 @@ struct store_writer *store_writer_open(const char *path, struct store_error *err
 fail:
 	writer_free(w);
 	return NULL;
+}
+
+struct store_writer *store_writer_open(const char *path, struct store_error *err)
+{
+	return writer_open(-1, place_base_name(path), path, err);
+}
+
+struct store_writer *store_writer_open_at(int dirfd, const char *name, const char *path,
+                                          struct store_error *err)
+{
+	if (dirfd < 0 || strchr(name, '/')) {
+		store_error_text(err, "store_writer_open_at: %s is not a name in a directory", name);
+		return NULL;
+	}
+	return writer_open(dirfd, name, path, err);
+}
+
+bool writer_place(struct store_writer *w, struct store_place *p)
+{
+	*p = (struct store_place){w->dirfd, w->name, w->path};
+	return w->dirfd >= 0;
 }
 
 void store_writer_status(struct store_writer *w, struct store_writer_status *out)

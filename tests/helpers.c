@@ -570,6 +570,30 @@ void write_text_file(const char *path, const char *text)
 	cr_assert(fputs(text, f) >= 0 && fclose(f) == 0, "%s: %s", path, strerror(errno));
 }
 
+/* The whole file, malloc'd, into *len; fails the test if it cannot be read. */
+char *file_bytes(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	cr_assert_not_null(f, "open %s: %s", path, strerror(errno));
+	char *buf = NULL;
+	size_t n = 0, cap = 0;
+	for (;;) {
+		if (n == cap) {
+			cap = cap ? cap * 2 : 65536;
+			buf = realloc(buf, cap);
+			cr_assert_not_null(buf);
+		}
+		size_t got = fread(buf + n, 1, cap - n, f);
+		n += got;
+		if (got == 0)
+			break;
+	}
+	cr_assert(!ferror(f), "read %s", path);
+	fclose(f);
+	*len = n;
+	return buf;
+}
+
 void copy_executable(const char *from, const char *to)
 {
 	int in = open(from, O_RDONLY | O_CLOEXEC);

@@ -153,7 +153,7 @@ Test(targets, a_flush_writes_what_was_counted, .timeout = 120)
 	struct config c;
 	cr_assert_eq(config_load(&c, 3, argv), EXIT_OK);
 	struct history h;
-	cr_assert_eq(history_open(&h, &c), 0);
+	cr_assert_eq(history_open(&h, &c, -1), 0);
 	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
 
 	struct uw_error err;

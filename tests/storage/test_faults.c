@@ -283,6 +283,89 @@ Test(faults, io_error_reopens_and_recovers, .timeout = 60)
 	cr_expect_str_eq(ok, "ok");
 }
 
+/* ---- the file deleted or replaced under the writer ---- */
+
+/* Waits (within 5 s) until the writer has seen n changes of file and written what waits. */
+static void expect_changes_then_written(struct store_writer *w, uint64_t n, const char *what)
+{
+	struct store_writer_status st;
+	for (int i = 0; i < 50; i++) {
+		store_writer_sync(w);
+		store_writer_status(w, &st);
+		if (st.file_changes >= n && st.open && !st.failing && !st.pending_rows)
+			break;
+		usleep(100 * 1000);
+	}
+	cr_assert(st.file_changes == n && st.open && !st.failing && !st.pending_rows,
+	          "%s: %llu changes seen (expected %llu), open %d, failing %d (%s), %llu rows pending",
+	          what, (unsigned long long)st.file_changes, (unsigned long long)n, st.open, st.failing,
+	          st.last_error, (unsigned long long)st.pending_rows);
+	cr_assert_eq(st.dropped_rows, 0, "%s", what);
+}
+
+/*
+ * Deleted (alone: its -wal and -shm stay behind), deleted with them, and
+ * replaced by another store's file: each time the writer writes what comes
+ * next to the file now at the name, that file holds exactly what it had
+ * plus that, and what the old file had is not in it (its -wal was not
+ * taken for the new file's).  Replaced by a file that is not a database,
+ * the writer waits without touching it.
+ */
+Test(faults, file_deleted_or_replaced_goes_on_at_the_name, .timeout = 120)
+{
+	char path[PATH_MAX], side[PATH_MAX + 8], other[PATH_MAX + 8];
+	db_path(path, sizeof path);
+	int64_t base = base_days_ago(1);
+	struct store_writer *w = open_writer(path);
+	submit_buckets(w, base, 0, 10);
+	store_writer_sync(w);
+	expect_written(w, "the first file");
+
+	cr_assert_eq(unlink(path), 0);
+	submit_buckets(w, base, 10, 20);
+	expect_changes_then_written(w, 1, "deleted alone");
+	cr_expect_eq(store_total(path, base, 0, 100), seed_total(10, 20), "deleted alone");
+
+	for (int k = 0; k < 3; k++) {
+		snprintf(side, sizeof side, "%s%s", path, k == 1 ? "-wal" : k == 2 ? "-shm" : "");
+		cr_assert(unlink(side) == 0 || errno == ENOENT, "%s: %s", side, strerror(errno));
+	}
+	submit_buckets(w, base, 20, 30);
+	expect_changes_then_written(w, 2, "deleted with its -wal and -shm");
+	cr_expect_eq(store_total(path, base, 0, 100), seed_total(20, 30), "deleted with -wal and -shm");
+
+	/* Another store's file, written and closed (no -wal of its own). */
+	snprintf(other, sizeof other, "%s.other", path);
+	struct store_writer *o = open_writer(other);
+	submit_buckets(o, base, 50, 60);
+	store_writer_close(o);
+	cr_assert_eq(rename(other, path), 0);
+	submit_buckets(w, base, 30, 40);
+	expect_changes_then_written(w, 3, "replaced by another store");
+	cr_expect_eq(store_total(path, base, 0, 100), seed_total(30, 40) + seed_total(50, 60),
+	             "replaced by another store");
+
+	/* Not a database: left as it is, and the batches wait. */
+	write_text_file(other, "not a database\n");
+	cr_assert_eq(rename(other, path), 0);
+	uint64_t per = submit_buckets(w, base, 40, 50);
+	store_writer_sync(w);
+	store_writer_sync(w);
+	struct store_writer_status st;
+	store_writer_status(w, &st);
+	cr_expect(st.file_changes == 4 && st.failing && !st.open && st.pending_rows == per &&
+	                  strstr(st.file_change, "replaced") && strstr(st.last_error, "not a database"),
+	          "a foreign file: %llu changes, failing %d, open %d, %llu rows pending, \"%s\", \"%s\"",
+	          (unsigned long long)st.file_changes, st.failing, st.open,
+	          (unsigned long long)st.pending_rows, st.file_change, st.last_error);
+	store_writer_close(w);
+	size_t len;
+	char *bytes = file_bytes(path, &len);
+	cr_expect(len == strlen("not a database\n") && memcmp(bytes, "not a database\n", len) == 0,
+	          "the foreign file was written to");
+	free(bytes);
+}
+
 /* ---- crash durability ---- */
 
 #define CRASH_BUCKETS 20 /* per batch: about 700 rows */

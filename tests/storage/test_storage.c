@@ -227,30 +227,6 @@ Test(storage, schema_reopen_keeps_data_and_refuses_newer, .timeout = 60)
 
 /* ---- opening, on the writer's thread ---- */
 
-/* The whole file, malloc'd, into *len; fails the test if it cannot be read. */
-static char *file_bytes(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	cr_assert_not_null(f, "open %s: %s", path, strerror(errno));
-	char *buf = NULL;
-	size_t n = 0, cap = 0;
-	for (;;) {
-		if (n == cap) {
-			cap = cap ? cap * 2 : 65536;
-			buf = realloc(buf, cap);
-			cr_assert_not_null(buf);
-		}
-		size_t got = fread(buf + n, 1, cap - n, f);
-		n += got;
-		if (got == 0)
-			break;
-	}
-	cr_assert(!ferror(f), "read %s", path);
-	fclose(f);
-	*len = n;
-	return buf;
-}
-
 static void expect_not_open(struct store_writer *w, const char *path, const char *why,
                             const char *what)
 {

@@ -696,3 +696,258 @@ Test(history, query_refuses_bad_requests, .timeout = 60)
 	close(fd);
 	daemon_stop(&d);
 }
+
+/* ---- the database deleted or replaced under the daemon ---- */
+
+/* Polls the history's status until pred holds (within 15 s); the status (owned) or the test fails. */
+static json_t *history_when(const struct daemon *d, bool (*pred)(json_t *h), const char *what)
+{
+	json_t *h = NULL;
+	for (int i = 0; i < 150; i++) {
+		json_decref(h);
+		h = daemon_history_status(d);
+		if (pred(h))
+			return h;
+		pause_ms(100);
+	}
+	cr_assert_fail("the history never %s: %s", what, json_dumps(h, JSON_COMPACT));
+	return NULL;
+}
+
+static bool history_has_rows(json_t *h)
+{
+	return jint(h, "rows_written") > 0;
+}
+
+static bool history_noticed(json_t *h)
+{
+	return jint(h, "file_changes") > 0;
+}
+
+static bool history_recovered(json_t *h)
+{
+	return jint(h, "file_changes") > 0 && json_is_false(json_object_get(h, "failing")) &&
+	       json_is_true(json_object_get(h, "open")) && jint(h, "pending_rows") == 0;
+}
+
+/* How many lines of the daemon's log hold text, once at least one does (within 5 s). */
+static int log_lines_with(const struct daemon *d, const char *text)
+{
+	int n = 0;
+	for (int i = 0; i < 50 && n == 0; i++) {
+		char *log = daemon_log(d);
+		for (char *at = log; (at = strstr(at, text)); at += strlen(text))
+			n++;
+		free(log);
+		if (n == 0)
+			pause_ms(100);
+	}
+	return n;
+}
+
+/* A daemon flushing every second, sampling a parked target at 200 Hz, with rows in its file. */
+static void history_episode_start(struct daemon *d, struct test_target *t, char *p, size_t plen)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	test_target_start(t, &pys[n - 1], "nested");
+	json_decref(test_target_wait_report(t, TARGET_READY_TIMEOUT_S));
+	static const char *const fast_flush[] = {"--flush-interval", "1", NULL};
+	daemon_start(d, fast_flush);
+	const char *attach[] = {"attach", pid_text(t->pid, p, plen), "--rate", "200", NULL};
+	ctl_ok(d, attach);
+	json_decref(history_when(d, history_has_rows, "wrote a row"));
+}
+
+/*
+ * The samples of pid stored, against those the target counted: at least
+ * every one counted since `since` (each counted after the file went is
+ * written to the file now at the path), and none twice.
+ */
+static json_int_t expect_stored_since(const struct daemon *d, const char *p, pid_t pid,
+                                      json_int_t since, const char *what)
+{
+	const char *detach[] = {"detach", p, NULL};
+	ctl_ok(d, detach);
+	json_int_t taken = history_samples(d, pid);
+	const char *by_pid[] = {"--pid", p, NULL};
+	json_int_t stored = query_total(d, by_pid, NULL);
+	cr_assert_gt(taken - since, 0, "%s: no samples after the file went", what);
+	cr_assert(stored >= taken - since && stored <= taken,
+	          "%s: %lld samples stored; %lld were counted, %lld of them once the file had gone",
+	          what, (long long)stored, (long long)taken, (long long)(taken - since));
+	return stored;
+}
+
+/*
+ * The database deleted while the daemon samples (alone, leaving its -wal
+ * and -shm behind, or with them): status and the log say so once, a new
+ * database is made at the path at once, and it holds every sample counted
+ * since, so a restart finds them.  The -wal left behind is not taken for
+ * the new file's.
+ */
+Test(history, database_deleted_while_sampling, .timeout = 300)
+{
+	for (int with_wal = 0; with_wal < 2; with_wal++) {
+		const char *what = with_wal ? "deleted with its -wal and -shm" : "deleted alone";
+		struct daemon d;
+		struct test_target target;
+		char p[16], db[PATH_MAX + 16], side[PATH_MAX + 32];
+		history_episode_start(&d, &target, p, sizeof p);
+		snprintf(db, sizeof db, "%s/pyprofd.db", d.state);
+		cr_assert(unlink(db) == 0, "%s: %s", db, strerror(errno));
+		for (int k = 0; with_wal && k < 2; k++) {
+			snprintf(side, sizeof side, "%s%s", db, k ? "-shm" : "-wal");
+			cr_assert(unlink(side) == 0, "%s: %s", side, strerror(errno));
+		}
+		json_int_t since = history_samples(&d, target.pid);
+		pause_ms(1500);
+
+		json_t *h = history_when(&d, history_recovered, "made a new database");
+		cr_assert(strstr(jstr(h, "file_change"), "deleted"), "%s: status says %s", what,
+		          json_dumps(h, JSON_COMPACT));
+		json_decref(h);
+		struct stat st;
+		cr_assert(stat(db, &st) == 0 && S_ISREG(st.st_mode), "%s: no new database at %s", what, db);
+		cr_assert_eq(log_lines_with(&d, "was deleted under the daemon"), 1,
+		             "%s: not one log line for the episode", what);
+		json_int_t stored = expect_stored_since(&d, p, target.pid, since, what);
+
+		/* What the new file holds is on disk: a restart has it all. */
+		daemon_stop(&d);
+		const char *argv[] = {pyprofd_bin(), "--state-dir", d.state, "--socket", d.sock, NULL};
+		d.pid = spawn_process((char *const *)argv, d.log);
+		cr_assert(daemon_wait_listening(&d) && daemon_serves(&d), "the daemon did not come back");
+		const char *by_pid[] = {"--pid", p, NULL};
+		cr_assert_eq(query_total(&d, by_pid, NULL), stored, "%s: samples lost at the restart", what);
+		daemon_stop(&d);
+		test_target_kill(&target);
+	}
+}
+
+/*
+ * The database replaced by a file that is not one: never written (byte for
+ * byte the same), said in status and once in the log, samples kept in
+ * memory; once the operator takes it away a new database gets them all.
+ */
+Test(history, database_replaced_by_a_foreign_file, .timeout = 300)
+{
+	struct daemon d;
+	struct test_target target;
+	char p[16], db[PATH_MAX + 16], tmp[PATH_MAX + 16], side[PATH_MAX + 32];
+	history_episode_start(&d, &target, p, sizeof p);
+	snprintf(db, sizeof db, "%s/pyprofd.db", d.state);
+	snprintf(tmp, sizeof tmp, "%s/notes.txt", d.state);
+	char text[8192] = "";
+	for (int i = 0; i < 100; i++)
+		snprintf(text + strlen(text), sizeof text - strlen(text), "line %d of notes, not a database\n", i);
+	write_text_file(tmp, text);
+	cr_assert(rename(tmp, db) == 0, "rename: %s", strerror(errno));
+	json_int_t since = history_samples(&d, target.pid);
+
+	json_t *h = history_when(&d, history_noticed, "noticed the file was replaced");
+	json_decref(h);
+	/* Several retries of opening it, each refused. */
+	pause_ms(2500);
+	h = daemon_history_status(&d);
+	cr_assert(json_is_true(json_object_get(h, "failing")) && json_is_false(json_object_get(h, "open")),
+	          "the foreign file is taken: %s", json_dumps(h, JSON_COMPACT));
+	cr_assert(strstr(jstr(h, "file_change"), "replaced") && strstr(jstr(h, "error"), "not a database"),
+	          "status does not say what happened: %s", json_dumps(h, JSON_COMPACT));
+	cr_assert_gt(jint(h, "pending_rows"), 0, "no samples wait in memory");
+	cr_assert_eq(jint(h, "dropped_rows"), 0);
+	json_decref(h);
+	cr_assert_eq(log_lines_with(&d, "was replaced by another file"), 1, "not one log line for the episode");
+	size_t len;
+	char *bytes = file_bytes(db, &len);
+	cr_assert(len == strlen(text) && memcmp(bytes, text, len) == 0, "the foreign file was written to");
+	free(bytes);
+	/* The old database's -wal and -shm are gone: they would be taken for the next file's. */
+	for (int k = 0; k < 2; k++) {
+		struct stat st;
+		snprintf(side, sizeof side, "%s%s", db, k ? "-shm" : "-wal");
+		cr_assert(lstat(side, &st) != 0 && errno == ENOENT, "%s is still there", side);
+	}
+
+	/* The operator takes it away: a new database, with everything kept. */
+	cr_assert(rename(db, tmp) == 0);
+	json_decref(history_when(&d, history_recovered, "made a new database"));
+	expect_stored_since(&d, p, target.pid, since, "after a foreign file");
+	bytes = file_bytes(tmp, &len);
+	cr_assert(len == strlen(text) && memcmp(bytes, text, len) == 0, "the foreign file was written to");
+	free(bytes);
+	daemon_stop(&d);
+	test_target_kill(&target);
+}
+
+/*
+ * The database replaced by another pyprofd history: the daemon takes it,
+ * writes there what it counted since, and what that history held stays.
+ */
+Test(history, database_replaced_by_another_history, .timeout = 300)
+{
+	/* Another daemon's history, of another process. */
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	struct test_target other;
+	test_target_start(&other, &pys[n - 1], "nested");
+	json_decref(test_target_wait_report(&other, TARGET_READY_TIMEOUT_S));
+	struct daemon b;
+	daemon_start(&b, NULL);
+	char op[16];
+	json_int_t other_taken = sample_then_detach(&b, other.pid, 600);
+	cr_assert_gt(other_taken, 0);
+	daemon_stop(&b);
+
+	struct daemon d;
+	struct test_target target;
+	char p[16], db[PATH_MAX + 16], theirs[PATH_MAX + 16];
+	history_episode_start(&d, &target, p, sizeof p);
+	snprintf(db, sizeof db, "%s/pyprofd.db", d.state);
+	snprintf(theirs, sizeof theirs, "%s/pyprofd.db", b.state);
+	cr_assert(rename(theirs, db) == 0, "rename: %s", strerror(errno));
+	json_int_t since = history_samples(&d, target.pid);
+
+	json_t *h = history_when(&d, history_recovered, "took the other history");
+	cr_assert(strstr(jstr(h, "file_change"), "replaced"), "status says %s", json_dumps(h, JSON_COMPACT));
+	json_decref(h);
+	cr_assert_eq(log_lines_with(&d, "was replaced by another file"), 1, "not one log line for the episode");
+	expect_stored_since(&d, p, target.pid, since, "after another history");
+	const char *theirs_by_pid[] = {"--pid", pid_text(other.pid, op, sizeof op), NULL};
+	cr_assert_eq(query_total(&d, theirs_by_pid, NULL), other_taken, "the other history lost samples");
+	daemon_stop(&d);
+	test_target_kill(&target);
+	test_target_kill(&other);
+}
+
+/*
+ * The state directory moved under the daemon, and another put at its
+ * path: the daemon goes on with the files of the directory it checked (it
+ * holds it open), and never touches the one now at the path.
+ */
+Test(history, state_dir_moved_keeps_its_file, .timeout = 300)
+{
+	struct daemon d;
+	struct test_target target;
+	char p[16], moved[PATH_MAX + 16], decoy_db[PATH_MAX + 16];
+	history_episode_start(&d, &target, p, sizeof p);
+	snprintf(moved, sizeof moved, "%s/moved", d.dir);
+	cr_assert(rename(d.state, moved) == 0, "rename: %s", strerror(errno));
+	cr_assert(mkdir(d.state, 0700) == 0);
+	pause_ms(2500);
+
+	const char *detach[] = {"detach", p, NULL};
+	ctl_ok(&d, detach);
+	json_int_t taken = history_samples(&d, target.pid);
+	const char *by_pid[] = {"--pid", p, NULL};
+	cr_assert_eq(query_total(&d, by_pid, NULL), taken, "the daemon lost its file when its directory moved");
+	json_t *h = daemon_history_status(&d);
+	cr_assert(json_is_false(json_object_get(h, "failing")) && jint(h, "file_changes") == 0,
+	          "the daemon took the move for a change of file: %s", json_dumps(h, JSON_COMPACT));
+	json_decref(h);
+	snprintf(decoy_db, sizeof decoy_db, "%s/pyprofd.db", d.state);
+	struct stat st;
+	cr_assert(stat(decoy_db, &st) != 0, "the daemon made a database in the directory now at its path");
+	daemon_stop(&d);
+	test_target_kill(&target);
+}

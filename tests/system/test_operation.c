@@ -326,3 +326,69 @@ Test(operation, socket_mode, .timeout = 120)
 	cr_assert_eq(st.st_uid, NOBODY_UID);
 	daemon_stop(&d);
 }
+
+/* pyprofd --state-dir STATE is refused: exit 1, one line naming component and saying why; STATE not made. */
+static void expect_state_dir_refused(const char *state, const char *component, const char *why)
+{
+	const char *argv[] = {pyprofd_bin(), "--state-dir", state, NULL};
+	struct run_result r;
+	run_command(&r, argv, NULL);
+	char desc[512], named[PATH_MAX + 8];
+	cr_assert(r.exited && r.code == 1 && r.err_len > 0 && strchr(r.err, '\n') == r.err + r.err_len - 1,
+	          "%s: expected exit 1 and one line, got %s", state, run_describe(&r, desc, sizeof desc));
+	snprintf(named, sizeof named, ": %s ", component);
+	cr_assert(strstr(r.err, named) && strstr(r.err, why),
+	          "%s: the error does not name %s and say \"%s\": %s", state, component, why, r.err);
+	run_result_free(&r);
+	struct stat st;
+	cr_assert(stat(state, &st) != 0, "%s was made", state);
+}
+
+/* The daemon takes STATE (its socket in it): it serves, and stops cleanly. */
+static void expect_state_dir_taken(const char *dir, const char *state)
+{
+	struct daemon d = {0};
+	snprintf(d.dir, sizeof d.dir, "%s", dir);
+	snprintf(d.state, sizeof d.state, "%s", state);
+	snprintf(d.sock, sizeof d.sock, "%s/pyprofd.sock", state);
+	snprintf(d.log, sizeof d.log, "%s/taken.log", dir);
+	const char *argv[] = {pyprofd_bin(), "--state-dir", state, NULL};
+	d.pid = spawn_process((char *const *)argv, d.log);
+	cr_assert(daemon_wait_listening(&d) && daemon_serves(&d), "%s was not taken", state);
+	daemon_stop(&d);
+}
+
+/*
+ * A state directory another user could point elsewhere is refused, naming
+ * the component: a symbolic link of nobody's on the way, a directory of
+ * nobody's, a directory others may write.  A link of root's is followed,
+ * and a sticky directory others may write (as /tmp) is on the way to one.
+ */
+Test(operation, refuses_state_dirs_others_could_repoint, .timeout = 120)
+{
+	cr_assert_eq(geteuid(), 0, "this test runs as root (it gives files to nobody)");
+	char dir[PATH_MAX - 64], real[PATH_MAX], link[PATH_MAX], other[PATH_MAX], state[PATH_MAX + 16];
+	scratch_dir(dir, sizeof dir);
+	cr_assert(chmod(dir, 0755) == 0);
+
+	snprintf(real, sizeof real, "%s/real", dir);
+	snprintf(link, sizeof link, "%s/link", dir);
+	cr_assert(mkdir(real, 0755) == 0 && symlink(real, link) == 0);
+	cr_assert(lchown(link, NOBODY_UID, NOBODY_GID) == 0, "lchown: %s", strerror(errno));
+	snprintf(state, sizeof state, "%s/state", link);
+	expect_state_dir_refused(state, link, "is a symbolic link owned by uid 65534");
+	cr_assert(lchown(link, 0, 0) == 0);
+	expect_state_dir_taken(dir, state);
+
+	snprintf(other, sizeof other, "%s/nobodys", dir);
+	cr_assert(mkdir(other, 0755) == 0 && chown(other, NOBODY_UID, NOBODY_GID) == 0);
+	snprintf(state, sizeof state, "%s/state", other);
+	expect_state_dir_refused(state, other, "is owned by uid 65534");
+
+	snprintf(other, sizeof other, "%s/open", dir);
+	cr_assert(mkdir(other, 0755) == 0 && chmod(other, 0777) == 0);
+	snprintf(state, sizeof state, "%s/state", other);
+	expect_state_dir_refused(state, other, "is writable by others");
+	cr_assert(chmod(other, 01777) == 0);
+	expect_state_dir_taken(dir, state);
+}
