@@ -486,11 +486,16 @@ void target_stop(struct target *t);
 void target_mark_exited(struct target *t, const char *why);
 /* Hand what was counted and not handed yet to the history. */
 void target_flush(struct target *t);
+/* What a look at a target's process found. */
+enum target_sight { TARGET_SEEN, TARGET_GONE, TARGET_UNSEEN };
 /*
- * Whether the process still lives as the same process; marks it exited if
- * not, and lowers its owner if it gained privileges.
+ * Whether the process still lives as the same process: marks it exited if
+ * gone, and lowers its owner if it gained privileges.  One that could not
+ * be looked at (out of descriptors, ...) stays as it was, why in *err (err
+ * may be NULL), and is looked at again at the next check.
  */
-bool target_check_alive(struct target *t);
+enum target_sight target_check_alive(struct target *t, struct uw_error *err);
+
 void target_free(struct target *t);
 const char *target_state_name(enum target_state state);
 size_t target_cache_bytes(const struct target *t);

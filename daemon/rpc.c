@@ -68,9 +68,14 @@ static int rpc_process(struct server *s, const struct client *c, pid_t pid, stru
 		return -1;
 	}
 	if (uw_process_identity(pid, &id, &err) != 0) {
-		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_NO_PROCESS, "no such process: %d", (int)pid);
+		if (err.status == UW_ENOPROC)
+			rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_NO_PROCESS, "no such process: %d", (int)pid);
+		else /* not "no such process": it may well run, the daemon could not look */
+			rpc_error(resp, a, vocab_status_code(err.status), "cannot look at process %d now: %s",
+			          (int)pid, err.msg);
 		return -1;
 	}
+
 	uid_t owner_uid;
 	gid_t owner_gid;
 	target_owner(&id, &owner_uid, &owner_gid);
@@ -260,7 +265,12 @@ static struct target *rpc_known_target(struct server *s, const struct client *c,
 		return NULL;
 	}
 	/* First: the process may have gained privileges since housekeeping last looked. */
-	target_check_alive(t);
+	struct uw_error err;
+	if (target_check_alive(t, &err) == TARGET_UNSEEN && c->uid != 0) {
+		rpc_error(resp, a, vocab_status_code(err.status),
+		          "cannot look at process %d now, to check who may act on it: %s", (int)pid, err.msg);
+		return NULL;
+	}
 	if (!rpc_may_see(c, t->uid, t->gid)) {
 		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_PERMISSION,
 		          "permission denied: process %d belongs to another user", (int)pid);

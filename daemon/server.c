@@ -277,7 +277,7 @@ static void server_on_housekeeping(struct ev_loop *loop, ev_timer *w, int revent
 	(void)revents;
 	struct server *s = w->data;
 	for (size_t i = 0; i < s->targets.n; i++)
-		target_check_alive(s->targets.v[i]);
+		target_check_alive(s->targets.v[i], NULL);
 	targets_trim(&s->targets, s->config.warm_budget_bytes, s->config.max_targets);
 	fleet_housekeeping(&s->fleet);
 	server_clients_expire(s);

@@ -34,20 +34,38 @@ static char *target_read_executable(pid_t pid)
 	return strdup(buf);
 }
 
-/* The command line with its NULs as spaces, cut at CMDLINE_MAX bytes. */
-static char *target_read_command_line(pid_t pid)
+/*
+ * The command line with its NULs as spaces, cut at CMDLINE_MAX bytes; NULL
+ * with *err if it could not be read (then the process is gone, or could not
+ * be looked at: an empty line would be kept in its history for good).
+ */
+static char *target_read_command_line(pid_t pid, struct uw_error *err)
 {
 	char buf[CMDLINE_MAX];
 	ssize_t len = uw_proc_read(pid, "cmdline", buf, sizeof buf);
-	if (len < 0)
-		len = 0;
+	if (len < 0 && (errno == ENOENT || errno == ESRCH)) {
+		err->status = UW_ENOPROC;
+		snprintf(err->msg, sizeof err->msg, "no process with pid %d", (int)pid);
+		return NULL;
+	}
+	if (len < 0) {
+		err->status = UW_EIO;
+		snprintf(err->msg, sizeof err->msg, "cannot read the command line of process %d: %s", (int)pid,
+		         strerror(errno));
+		return NULL;
+	}
 	while (len > 0 && buf[len - 1] == '\0')
 		len--;
 	for (ssize_t i = 0; i < len; i++)
 		if (buf[i] == '\0')
 			buf[i] = ' ';
 	buf[len] = '\0';
-	return strdup(buf);
+	char *line = strdup(buf);
+	if (!line) {
+		err->status = UW_ENOMEM;
+		snprintf(err->msg, sizeof err->msg, "out of memory");
+	}
+	return line;
 }
 
 static void target_on_tick(struct ev_loop *loop, ev_io *w, int revents);
@@ -246,10 +264,13 @@ struct target *target_open(struct ev_loop *loop, struct history *history, pid_t 
 	t->start_time = id.start_time;
 	target_owner(&id, &t->uid, &t->gid);
 	t->state = TARGET_DETACHED;
-	t->executable = target_read_executable(pid);
-	t->command_line = target_read_command_line(pid);
 	spell_init(&t->spell, &target_batch_sink, NULL);
-	if (!t->executable || !t->command_line) {
+	if (!(t->command_line = target_read_command_line(pid, err))) {
+		target_free(t);
+		return NULL;
+	}
+	t->executable = target_read_executable(pid);
+	if (!t->executable) {
 		err->status = UW_ENOMEM;
 		snprintf(err->msg, sizeof err->msg, "out of memory");
 		target_free(t);
@@ -407,31 +428,47 @@ void target_free(struct target *t)
 	free(t);
 }
 
-/* Whether pid still names the process this target was opened on. */
-static bool target_same_process(const struct target *t)
+/*
+ * Whether pid still names the process this target was opened on: gone
+ * only when /proc says so (no such process, or another one under the
+ * pid); unseen, why in *err, when it could not be looked at.
+ */
+static enum target_sight target_look(const struct target *t, struct uw_process_identity *id,
+                                     struct uw_error *err)
 {
-	struct uw_process_identity id;
-	struct uw_error err;
-	return uw_process_identity(t->pid, &id, &err) == 0 && id.start_time == t->start_time;
+	if (uw_process_identity(t->pid, id, err) != 0)
+		return err->status == UW_ENOPROC ? TARGET_GONE : TARGET_UNSEEN;
+	return id->start_time == t->start_time ? TARGET_SEEN : TARGET_GONE;
 }
 
-bool target_check_alive(struct target *t)
+enum target_sight target_check_alive(struct target *t, struct uw_error *err)
 {
+	struct uw_error local;
+	if (!err)
+		err = &local;
 	if (t->state == TARGET_EXITED)
-		return false;
+		return TARGET_GONE;
 	struct uw_process_identity id;
-	struct uw_error err;
-	if (uw_process_identity(t->pid, &id, &err) != 0 || id.start_time != t->start_time) {
+	switch (target_look(t, &id, err)) {
+	case TARGET_GONE:
 		target_mark_exited(t, "the process exited");
-		return false;
+		return TARGET_GONE;
+	case TARGET_UNSEEN:
+		/* It stays as it was, and is looked at again at the next check. */
+		log_warn("pid %d: cannot tell whether the process still runs (%s); trying again", (int)t->pid,
+		         err->msg);
+		return TARGET_UNSEEN;
+	case TARGET_SEEN:
+		break;
 	}
 	target_lower_owner(t, &id);
-	return true;
+	return TARGET_SEEN;
 }
 
 static void target_sample(struct target *t)
 {
-	struct uw_error err = {0};
+	struct uw_error err = {0}, look_err;
+	struct uw_process_identity id;
 	struct timespec a, b;
 	clock_gettime(CLOCK_MONOTONIC, &a);
 	int rc = uw_sample(t->uw, &t->sample, &err);
@@ -439,7 +476,8 @@ static void target_sample(struct target *t)
 	timing_add(&t->cost_us, (double)(b.tv_sec - a.tv_sec) * 1e6 + (double)(b.tv_nsec - a.tv_nsec) / 1e3);
 	if (rc != 0) {
 		/* A failed read may be a process that is gone, or a pid already reused. */
-		if (err.status == UW_EGONE || err.status == UW_ENOPROC || !target_same_process(t)) {
+		if (err.status == UW_EGONE || err.status == UW_ENOPROC ||
+		    target_look(t, &id, &look_err) == TARGET_GONE) {
 			target_mark_exited(t, "the process exited");
 			return;
 		}
