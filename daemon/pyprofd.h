@@ -336,7 +336,8 @@ struct config {
 	unsigned request_timeout_s; /* a request must arrive whole within this of its first byte */
 	size_t max_message_bytes;
 	unsigned max_pending_requests;
-	unsigned max_targets;
+	unsigned max_targets;       /* lowered to what the descriptors allow (descriptors_fit) */
+	unsigned max_targets_asked; /* as configured */
 	size_t warm_budget_bytes;
 	unsigned default_rate_hz;
 	unsigned max_rate_hz;
@@ -373,6 +374,21 @@ void config_free(struct config *c);
 
 /* `top` looks back this many seconds at most; a target's tally keeps them. */
 #define TOP_SECONDS_KEPT 64
+
+/* descriptors.c */
+/* Descriptors one known process holds: its timer, and room for a thread's state file kept open. */
+#define DESCRIPTORS_PER_TARGET 2
+/* The soft RLIMIT_NOFILE raised to the hard one (at start): the limit now, 0 if unknown. */
+unsigned long long descriptors_raise_limit(void);
+/* Descriptors the daemon needs besides its targets: clients, the socket, the database, ... */
+unsigned descriptors_reserved(const struct config *c);
+/*
+ * max_targets lowered to what RLIMIT_NOFILE leaves room for (the setting
+ * kept in max_targets_asked); -1 with why when not even one target fits.
+ */
+int descriptors_fit(struct config *c, char *why, size_t why_len);
+/* Say in the log why max_targets is lower than configured, if it is. */
+void descriptors_explain(const struct config *c);
 
 /* usage.c */
 /* What the daemon's own process uses: CPU seconds (user and system), resident bytes. */
@@ -426,6 +442,12 @@ struct target_params {
 	char **label_keys, **label_values;
 };
 
+/* Percentiles of a target's timer lateness and sample cost. */
+struct target_percentiles {
+	double jitter_us_p50, jitter_us_p99, sample_us_p50, sample_us_p99;
+};
+struct target_timings;
+
 /* A process the daemon knows: identity, warm unwinder state, its sampling. */
 struct target {
 	struct ev_loop *loop;
@@ -452,7 +474,7 @@ struct target {
 	ev_tstamp session_start; /* loop time of the same */
 	ev_tstamp session_end;   /* loop time the last session stopped */
 	uint64_t samples, errors, sessions, session_samples;
-	int timer_fd;        /* periodic timerfd of the sampling schedule */
+	int timer_fd;        /* periodic timerfd of the sampling schedule; -1 once exited */
 	ev_io timer;
 	double next_due;     /* CLOCK_MONOTONIC seconds of the next tick */
 	uint64_t missed_ticks; /* ticks that passed while the loop was busy */
@@ -460,7 +482,8 @@ struct target {
 	struct tally tally;  /* this epoch's samples: `top` and the history read it */
 	struct spell spell;  /* stack ids into the history's batches */
 	uint64_t history_samples; /* thread samples counted for the history, all sessions */
-	struct timing jitter_us, cost_us;
+	struct target_timings *timings; /* timer lateness and sample cost; NULL once exited */
+	struct target_percentiles final_percentiles; /* theirs when the process exited */
 	struct uw_stats final_stats; /* the engine's counters when the process exited */
 	ev_tstamp last_used; /* loop time; detached targets are evicted oldest first */
 };
@@ -495,10 +518,11 @@ enum target_sight { TARGET_SEEN, TARGET_GONE, TARGET_UNSEEN };
  * may be NULL), and is looked at again at the next check.
  */
 enum target_sight target_check_alive(struct target *t, struct uw_error *err);
-
 void target_free(struct target *t);
 const char *target_state_name(enum target_state state);
 size_t target_cache_bytes(const struct target *t);
+/* Now, or as they were when the process exited. */
+void target_percentiles(const struct target *t, struct target_percentiles *out);
 /* The target as the protocol shows it, allocated in a. */
 Pyprofd__Target *target_to_proto(const struct target *t, struct arena *a);
 void target_params_free(struct target_params *p);
@@ -525,6 +549,8 @@ void targets_free(struct targets *ts);
  * client than a bounded queue of parts.
  */
 struct query_job;
+/* Queries running at once, each on a connection of its own. */
+#define QUERIES_MAX 4
 /* Where the loop hands answers: the server's clients. */
 enum query_room { QUERY_CLIENT_GONE, QUERY_CLIENT_FULL, QUERY_CLIENT_READY };
 struct query_sink {

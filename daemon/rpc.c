@@ -75,7 +75,6 @@ static int rpc_process(struct server *s, const struct client *c, pid_t pid, stru
 			          (int)pid, err.msg);
 		return -1;
 	}
-
 	uid_t owner_uid;
 	gid_t owner_gid;
 	target_owner(&id, &owner_uid, &owner_gid);
@@ -414,10 +413,12 @@ static void rpc_stats(struct server *s, struct client *c, const Pyprofd__Request
 	ev_tstamp end = t->state == TARGET_SAMPLING ? ev_now(s->loop) : t->session_end;
 	ev_tstamp elapsed = end - t->session_start;
 	res->achieved_rate_hz = t->sessions && elapsed > 0 ? (double)t->session_samples / elapsed : 0;
-	res->jitter_us_p50 = timing_percentile(&t->jitter_us, 50);
-	res->jitter_us_p99 = timing_percentile(&t->jitter_us, 99);
-	res->sample_us_p50 = timing_percentile(&t->cost_us, 50);
-	res->sample_us_p99 = timing_percentile(&t->cost_us, 99);
+	struct target_percentiles pc;
+	target_percentiles(t, &pc);
+	res->jitter_us_p50 = pc.jitter_us_p50;
+	res->jitter_us_p99 = pc.jitter_us_p99;
+	res->sample_us_p50 = pc.sample_us_p50;
+	res->sample_us_p99 = pc.sample_us_p99;
 	res->cache_bytes = st.cache_bytes;
 	res->missed_ticks = t->missed_ticks;
 	resp->result_case = PYPROFD__RESPONSE__RESULT_STATS;

@@ -1,13 +1,18 @@
 /*
  * What the daemon holds over a target's life, and what it says about it:
- * out of descriptors a live process is not taken for gone.
+ * out of descriptors a live process is not taken for gone; a process that
+ * exited gives back its descriptors at once; and max_targets fits the
+ * descriptor limit.
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "daemon.h"
@@ -59,6 +64,17 @@ static Pyprofd__Response *ask_list(int fd)
 	Pyprofd__Response *r = ask(fd, &req, "list");
 	cr_assert_eq(r->result_case, PYPROFD__RESPONSE__RESULT_LIST, "list failed: %s",
 	             r->result_case == PYPROFD__RESPONSE__RESULT_ERROR ? r->error->message : "?");
+	return r;
+}
+
+static Pyprofd__Response *ask_status(int fd)
+{
+	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
+	Pyprofd__StatusRequest status = PYPROFD__STATUS_REQUEST__INIT;
+	req.body_case = PYPROFD__REQUEST__BODY_STATUS;
+	req.status = &status;
+	Pyprofd__Response *r = ask(fd, &req, "status");
+	cr_assert_eq(r->result_case, PYPROFD__RESPONSE__RESULT_STATUS);
 	return r;
 }
 
@@ -198,4 +214,180 @@ Test(lifecycle, out_of_descriptors_live_targets_stay, .timeout = 240)
 	close(fd);
 	json_decref(entry_when(&d, other.pid, sampled_a_while, "sampled"));
 	daemon_stop(&d);
+}
+
+/* ---- short-lived targets ---- */
+
+#define SHORT_LIVED 200
+#define SHORT_LIVED_BATCH 10
+
+/* The descriptors a process has open. */
+static int fds_of(pid_t pid)
+{
+	char path[64];
+	snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+	DIR *d = opendir(path);
+	cr_assert_not_null(d, "%s: %s", path, strerror(errno));
+	int n = 0;
+	struct dirent *de;
+	while ((de = readdir(d)) != NULL)
+		n += de->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+/* A Python process that waits to be killed. */
+static pid_t start_short_lived(const struct python *py)
+{
+	char *argv[] = {(char *)py->path, "-I", "-S", "-c", "import time\nwhile True: time.sleep(1)", NULL};
+	return spawn_process(argv, NULL);
+}
+
+/* Attach pid once its interpreter runs. */
+static void attach_when_started(int fd, pid_t pid)
+{
+	for (int i = 0; i < 1000; i++) {
+		Pyprofd__Response *r = ask_attach(fd, pid, 100);
+		bool ok = r->result_case == PYPROFD__RESPONSE__RESULT_ATTACH;
+		bool starting = r->result_case == PYPROFD__RESPONSE__RESULT_ERROR &&
+		                (r->error->code == PYPROFD__ERROR_CODE__ERROR_NOT_PYTHON ||
+		                 r->error->code == PYPROFD__ERROR_CODE__ERROR_CORRUPT);
+		cr_assert(ok || starting, "attach of pid %d: %s", (int)pid, error_of(r));
+		pyprofd__response__free_unpacked(r, NULL);
+		if (ok)
+			return;
+		pause_ms(10); /* its interpreter is not up yet */
+	}
+	cr_assert_fail("pid %d never became attachable", (int)pid);
+}
+
+/*
+ * Processes that come and go: an exited target used to keep its timer's
+ * descriptor (and 64 KiB of timings) until max_targets or ten minutes
+ * dropped it, so a thousand short-lived processes took the daemon from 13
+ * to 900 descriptors.  Now an exit gives them back at once, and the entry
+ * stays listed.
+ */
+Test(lifecycle, exited_targets_give_back_descriptors, .timeout = 600)
+{
+	struct python pys[PYTHONS_MAX];
+	pythons_supported(pys, PYTHONS_MAX);
+	struct daemon d;
+	daemon_start(&d, NULL);
+	int fd = daemon_connect(&d);
+	cr_assert(fd >= 0);
+
+	/* One first, so whatever the daemon opens once (its database, ...) is open before counting. */
+	pid_t first = start_short_lived(&pys[0]);
+	attach_when_started(fd, first);
+	kill(first, SIGKILL);
+	waitpid(first, NULL, 0);
+	json_decref(entry_when(&d, first, is_exited, "exited"));
+	int baseline = fds_of(d.pid);
+
+	for (int done = 0; done < SHORT_LIVED; done += SHORT_LIVED_BATCH) {
+		pid_t batch[SHORT_LIVED_BATCH];
+		for (int i = 0; i < SHORT_LIVED_BATCH; i++)
+			batch[i] = start_short_lived(&pys[0]);
+		for (int i = 0; i < SHORT_LIVED_BATCH; i++)
+			attach_when_started(fd, batch[i]);
+		for (int i = 0; i < SHORT_LIVED_BATCH; i++) {
+			kill(batch[i], SIGKILL);
+			waitpid(batch[i], NULL, 0);
+		}
+	}
+	/* Every exit noticed (the next sample of each fails), every entry kept. */
+	Pyprofd__Response *st = NULL;
+	for (int i = 0; i < 120; i++) {
+		if (st)
+			pyprofd__response__free_unpacked(st, NULL);
+		st = ask_status(fd);
+		if (st->status->targets_sampling == 0)
+			break;
+		pause_ms(250);
+	}
+	cr_assert_eq(st->status->targets_sampling, 0, "%u targets still sampling after their processes died",
+	             st->status->targets_sampling);
+	cr_assert_eq(st->status->targets_exited, SHORT_LIVED + 1, "%u exited targets listed, not %d",
+	             st->status->targets_exited, SHORT_LIVED + 1);
+	pyprofd__response__free_unpacked(st, NULL);
+	int after = fds_of(d.pid);
+	cr_assert_leq(after, baseline + 3, "%d short-lived targets took the daemon from %d to %d descriptors",
+	              SHORT_LIVED, baseline, after);
+	close(fd);
+	daemon_stop(&d);
+}
+
+/* ---- max_targets and RLIMIT_NOFILE ---- */
+
+/* The limits a daemon started from now on inherits (and this process keeps). */
+static void with_nofile(rlim_t soft, rlim_t hard)
+{
+	struct rlimit rl = {soft, hard};
+	cr_assert(setrlimit(RLIMIT_NOFILE, &rl) == 0, "setrlimit: %s", strerror(errno));
+}
+
+/*
+ * A max_targets the descriptor limit cannot hold used to be taken as it
+ * was, to be found out when descriptors ran out.  Now the daemon raises its
+ * soft limit to the hard one, lowers max_targets to what fits next to its
+ * clients, socket and database (and says so), and refuses to start when
+ * not even one target fits.
+ */
+Test(lifecycle, max_targets_fits_the_descriptor_limit, .timeout = 240)
+{
+	struct python pys[PYTHONS_MAX];
+	pythons_supported(pys, PYTHONS_MAX);
+	enum { TARGETS = 4 };
+	struct test_target t[TARGETS];
+	for (int i = 0; i < TARGETS; i++)
+		test_target_start(&t[i], &pys[0], "nested");
+	for (int i = 0; i < TARGETS; i++)
+		json_decref(test_target_wait_report(&t[i], TARGET_READY_TIMEOUT_S));
+
+	/*
+	 * With [limits] max_connections = 8 the daemon keeps 42 descriptors
+	 * for all but its targets, 2 for each: a hard limit of 48 holds 3.  The
+	 * soft limit of 20 would not even hold the rest.
+	 */
+	char dir[PATH_MAX - 64], conf[PATH_MAX];
+	scratch_dir(dir, sizeof dir);
+	snprintf(conf, sizeof conf, "%s/pyprofd.conf", dir);
+	write_text_file(conf, "[limits]\nmax_connections = 8\nmax_targets = 4096\n");
+	const char *extra[] = {"--config", conf, NULL};
+	/* For good: raising a hard limit again takes CAP_SYS_RESOURCE; this process ends with the test. */
+	with_nofile(20, 48);
+	struct daemon d;
+	daemon_start(&d, extra);
+
+	struct rlimit now;
+	cr_assert(prlimit(d.pid, RLIMIT_NOFILE, NULL, &now) == 0);
+	cr_assert_eq(now.rlim_cur, 48, "the daemon's soft limit was left at %llu (hard 48)",
+	             (unsigned long long)now.rlim_cur);
+	char *log = daemon_log(&d);
+	cr_assert(strstr(log, "max_targets lowered from 4096 to 3"), "no word of max_targets:\n%s", log);
+	free(log);
+	char p[16];
+	for (int i = 0; i < TARGETS - 1; i++)
+		ctl_attach_at(&d, t[i].pid, "100");
+	const char *one_more[] = {"attach", pid_text(t[TARGETS - 1].pid, p, sizeof p), NULL};
+	struct run_result r;
+	ctl_run(&d, &r, one_more, NULL);
+	char why[512];
+	cr_assert(r.exited && r.code != 0 && strstr(r.err, "maximum of 3"),
+	          "a target past what the descriptors hold was attached: %s", run_describe(&r, why, sizeof why));
+	run_result_free(&r);
+	daemon_stop(&d);
+
+	/* A hard limit of 40 holds not even one next to 8 connections: the daemon will not start. */
+	char state[PATH_MAX], sock[PATH_MAX];
+	snprintf(state, sizeof state, "%s/state", dir);
+	snprintf(sock, sizeof sock, "%s/pyprofd.sock", dir);
+	const char *argv[] = {pyprofd_bin(), "--state-dir", state, "--socket", sock, "--config", conf, NULL};
+	with_nofile(40, 40);
+	struct run_opts opts = {.timeout_s = 10};
+	run_command(&r, argv, &opts);
+	cr_assert(r.exited && r.code == 2 && strstr(r.err, "RLIMIT_NOFILE") && strstr(r.err, "max_connections"),
+	          "the daemon started where no target fits: %s", run_describe(&r, why, sizeof why));
+	run_result_free(&r);
 }
