@@ -143,7 +143,12 @@ void log_init(enum log_level level);
 void log_set_level(enum log_level level);
 int log_level_parse(const char *name, enum log_level *out);
 const char *log_level_name(enum log_level level);
+/* One line; past a few of one format a minute, the rest are counted and summed up later. */
 void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Now and then (once a second): the counts of repeats whose minute is over. */
+void log_tick(void);
+/* At exit: every count not told yet. */
+void log_finish(void);
 #define log_error(...) log_msg(LOG_LEVEL_ERROR, __VA_ARGS__)
 #define log_warn(...) log_msg(LOG_LEVEL_WARN, __VA_ARGS__)
 #define log_info(...) log_msg(LOG_LEVEL_INFO, __VA_ARGS__)
@@ -651,8 +656,6 @@ struct server {
 	size_t queued_bytes;           /* of every client's responses, not written yet */
 	uint64_t connections_refused;  /* past a limit */
 	uint64_t connections_timed_out;
-	uint64_t refusals_unlogged;    /* refusals since the last one logged: a flood logs rarely */
-	ev_tstamp refusal_logged_at;
 	ev_timer accept_pause; /* out of descriptors: accepting waits for this */
 	bool accept_starved;   /* since the first failed accept, until the queue is empty */
 	double started_at;    /* unix time */

@@ -283,6 +283,7 @@ static void server_on_housekeeping(struct ev_loop *loop, ev_timer *w, int revent
 	fleet_housekeeping(&s->fleet);
 	server_clients_expire(s);
 	server_update_status(s);
+	log_tick();
 }
 
 void server_update_status(struct server *s)
@@ -396,5 +397,6 @@ int server_main(int argc, char **argv)
 
 	server_shutdown(&s);
 	log_info("stopped");
+	log_finish();
 	return EXIT_OK;
 }

@@ -1,8 +1,8 @@
 /*
  * What the daemon holds over a target's life, and what it says about it:
  * out of descriptors a live process is not taken for gone; a process that
- * exited gives back its descriptors at once; and max_targets fits the
- * descriptor limit.
+ * exited gives back its descriptors at once; max_targets fits the
+ * descriptor limit; and floods of events cost a few log lines.
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -43,6 +43,16 @@ static Pyprofd__Response *ask_attach(int fd, pid_t pid, unsigned rate_hz)
 	req.body_case = PYPROFD__REQUEST__BODY_ATTACH;
 	req.attach = &attach;
 	return ask(fd, &req, "attach");
+}
+
+static Pyprofd__Response *ask_detach(int fd, pid_t pid)
+{
+	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
+	Pyprofd__DetachRequest detach = PYPROFD__DETACH_REQUEST__INIT;
+	detach.pid = pid;
+	req.body_case = PYPROFD__REQUEST__BODY_DETACH;
+	req.detach = &detach;
+	return ask(fd, &req, "detach");
 }
 
 static Pyprofd__Response *ask_dump(int fd, pid_t pid)
@@ -390,4 +400,124 @@ Test(lifecycle, max_targets_fits_the_descriptor_limit, .timeout = 240)
 	cr_assert(r.exited && r.code == 2 && strstr(r.err, "RLIMIT_NOFILE") && strstr(r.err, "max_connections"),
 	          "the daemon started where no target fits: %s", run_describe(&r, why, sizeof why));
 	run_result_free(&r);
+}
+
+/* ---- floods in the log ---- */
+
+/* Lines of one format the log writes a minute before it holds the rest back (daemon/log.c). */
+#define LOG_BURST 5
+
+/* How often words occur in text. */
+static size_t count_of(const char *text, const char *words)
+{
+	size_t n = 0;
+	for (const char *at = text; (at = strstr(at, words)) != NULL; at += strlen(words))
+		n++;
+	return n;
+}
+
+/*
+ * The lines saying "N more like this ..., the last: ..." whose last line
+ * holds `words`: the sum of their N.
+ */
+static unsigned long long held_back(const char *log, const char *words)
+{
+	unsigned long long sum = 0;
+	for (const char *line = log; *line;) {
+		const char *eol = strchr(line, '\n');
+		size_t len = eol ? (size_t)(eol - line) : strlen(line);
+		const char *more = memmem(line, len, " more like this in ", 19);
+		const char *last = more ? memmem(more, len - (size_t)(more - line), ", the last: ", 12) : NULL;
+		if (last && memmem(last, len - (size_t)(last - line), words, strlen(words))) {
+			const char *digits = more;
+			while (digits > line && digits[-1] >= '0' && digits[-1] <= '9')
+				digits--;
+			sum += strtoull(digits, NULL, 10);
+		}
+		line += len + (eol != NULL);
+	}
+	return sum;
+}
+
+/*
+ * Every attach, detach and refused connection used to be logged: a user
+ * could fill the journal.  Now past a few lines of one kind a minute the
+ * rest are counted, and said as "N more like this": none is lost from the
+ * count, and the log stays a few lines long.
+ */
+Test(lifecycle, floods_cost_a_few_log_lines, .timeout = 240)
+{
+	struct python pys[PYTHONS_MAX];
+	pythons_supported(pys, PYTHONS_MAX);
+	struct test_target t;
+	test_target_start(&t, &pys[0], "nested");
+	json_decref(test_target_wait_report(&t, TARGET_READY_TIMEOUT_S));
+
+	char dir[PATH_MAX - 64], conf[PATH_MAX];
+	scratch_dir(dir, sizeof dir);
+	snprintf(conf, sizeof conf, "%s/pyprofd.conf", dir);
+	write_text_file(conf, "[limits]\nmax_connections = 4\n");
+	const char *extra[] = {"--config", conf, NULL};
+	struct daemon d;
+	daemon_start(&d, extra);
+
+	enum { CYCLES = 200, REFUSED = 100 };
+	int fd = daemon_connect(&d);
+	cr_assert(fd >= 0);
+	for (int i = 0; i < CYCLES; i++) {
+		Pyprofd__Response *r = ask_attach(fd, t.pid, 100);
+		cr_assert_eq(r->result_case, PYPROFD__RESPONSE__RESULT_ATTACH, "attach %d: %s", i, error_of(r));
+		pyprofd__response__free_unpacked(r, NULL);
+		r = ask_detach(fd, t.pid);
+		cr_assert_eq(r->result_case, PYPROFD__RESPONSE__RESULT_DETACH, "detach %d: %s", i, error_of(r));
+		pyprofd__response__free_unpacked(r, NULL);
+	}
+	/* Every connection the daemon allows taken: each one more is refused. */
+	int held[3];
+	for (int i = 0; i < 3; i++) {
+		held[i] = daemon_connect(&d);
+		cr_assert(held[i] >= 0);
+		pyprofd__response__free_unpacked(ask_status(held[i]), NULL);
+	}
+	for (int i = 0; i < REFUSED; i++) {
+		int extra_fd = daemon_connect(&d);
+		cr_assert(extra_fd >= 0);
+		Pyprofd__Response *r = recv_response(extra_fd, 30.0);
+		cr_assert(r && r->result_case == PYPROFD__RESPONSE__RESULT_ERROR &&
+		          r->error->code == PYPROFD__ERROR_CODE__ERROR_LIMIT,
+		          "connection %d past the limit was not refused", i);
+		pyprofd__response__free_unpacked(r, NULL);
+		close(extra_fd);
+	}
+	for (int i = 0; i < 3; i++)
+		close(held[i]);
+	close(fd);
+	/* What was held back is told at the end of its minute, or when the daemon stops. */
+	daemon_stop(&d);
+
+	char *log = daemon_log(&d);
+	struct {
+		const char *words;
+		unsigned long long events;
+	} kinds[] = {{": attached (Python", CYCLES}, {": detached after", CYCLES}, {"refused a client", REFUSED}};
+	for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+		unsigned long long lines = count_of(log, kinds[k].words);
+		unsigned long long more = held_back(log, kinds[k].words);
+		/* A summary's "the last:" repeats the words: its line counts among them. */
+		size_t summaries = 0;
+		for (const char *at = log; (at = strstr(at, " more like this in ")) != NULL; at++) {
+			const char *eol = strchr(at, '\n');
+			const char *w = strstr(at, kinds[k].words);
+			summaries += w && (!eol || w < eol);
+		}
+		/* A burst a minute, each minute that held some back summed up in one line. */
+		cr_assert(more > 0 && lines - summaries <= LOG_BURST * (summaries + 1),
+		          "%llu lines of \"%s\" (%zu of them summaries) for %llu events:\n%s", lines,
+		          kinds[k].words, summaries, kinds[k].events, log);
+		cr_assert_eq(lines - summaries + more, kinds[k].events,
+		             "\"%s\": %llu lines and %llu more like them, for %llu events:\n%s", kinds[k].words,
+		             lines - summaries, more, kinds[k].events, log);
+	}
+	free(log);
+	test_target_kill(&t);
 }
