@@ -11,6 +11,9 @@ Three campaigns against a daemon in a temporary state directory:
            user's get in, and how long the stalled ones are held
   emfile   the daemon's descriptors are used up (prlimit) with 100 clients
            waiting: its CPU % of one core and log bytes per second
+  churn    --churn short-lived Python processes (1000 by default) attached
+           and killed, 20 at a time, with --max-targets 4096: the daemon's
+           descriptors, RSS and log lines before and after
 
 Run it with --pyprofd of an older build for the figures before.  Prints
 figures; never passes or fails on them.
@@ -57,6 +60,60 @@ def request(rid, body_field, body):
 
 def stacks_query(rid, pid):
     return request(rid, 20, field(1, 0, varint(pid)))
+
+
+def attach_request(rid, pid, rate_hz):
+    return request(rid, 10, field(1, 0, varint(pid)) + field(2, 0, varint(rate_hz)))
+
+
+def read_frame(sock):
+    head = b""
+    while len(head) < 4:
+        chunk = sock.recv(4 - len(head))
+        if not chunk:
+            raise SystemExit("the daemon closed the connection")
+        head += chunk
+    (n,) = struct.unpack(">I", head)
+    body = b""
+    while len(body) < n:
+        chunk = sock.recv(n - len(body))
+        if not chunk:
+            raise SystemExit("the daemon closed the connection")
+        body += chunk
+    return body
+
+
+def answered_with(body, number):
+    """Whether a response carries field `number` (3: an error, 10: an attach result)."""
+    at = 0
+    while at < len(body):
+        key, shift = 0, 0
+        while True:
+            b = body[at]
+            at += 1
+            key |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                break
+        if key >> 3 == number:
+            return True
+        if key & 7 == 0:
+            while body[at] & 0x80:
+                at += 1
+            at += 1
+        elif key & 7 == 2:
+            length, shift = 0, 0
+            while True:
+                b = body[at]
+                at += 1
+                length |= (b & 0x7F) << shift
+                shift += 7
+                if not b & 0x80:
+                    break
+            at += length
+        else:
+            return False
+    return False
 
 
 def rss_bytes(pid):
@@ -220,12 +277,62 @@ def campaign_emfile(args):
     shutil.rmtree(dir, ignore_errors=True)
 
 
+def fd_count(pid):
+    return len(os.listdir("/proc/%d/fd" % pid))
+
+
+def campaign_churn(args, python):
+    dir = tempfile.mkdtemp(prefix="pyprofd-hostile-")
+    d = Daemon(args, dir, ("--max-targets", "4096"))
+    conn = connect(d.sock)
+    rid = 0
+
+    def attach(pid):
+        nonlocal rid
+        for _ in range(1000):
+            rid += 1
+            conn.sendall(attach_request(rid, pid, 100))
+            if answered_with(read_frame(conn), 10):
+                return
+            time.sleep(0.01)  # its interpreter is not up yet
+        raise SystemExit("pid %d never became attachable" % pid)
+
+    fds0, rss0, log0 = fd_count(d.proc.pid), rss_bytes(d.proc.pid), os.path.getsize(d.log_path)
+    done = 0
+    while done < args.churn:
+        batch = [subprocess.Popen([python, "-I", "-S", "-c", "import time\nwhile True: time.sleep(1)"])
+                 for _ in range(min(20, args.churn - done))]
+        for p in batch:
+            attach(p.pid)
+        for p in batch:
+            p.kill()
+            p.wait()
+        done += len(batch)
+    for _ in range(100):  # every exit noticed: the next sample of each fails
+        st = d.status()
+        if st.get("targets_sampling", 0) == 0:
+            break
+        time.sleep(0.1)
+    fds1, rss1 = fd_count(d.proc.pid), rss_bytes(d.proc.pid)
+    conn.close()
+    d.stop()
+    with open(d.log_path, "rb") as f:
+        f.seek(log0)
+        lines = f.read().count(b"\n")
+    print("churn    %d short-lived targets attached and exited (%d listed exited, %d sampling): daemon "
+          "descriptors %d before, %d after; RSS %.1f MiB before, %.1f MiB after; %d log lines"
+          % (done, st.get("targets_exited", 0), st.get("targets_sampling", 0), fds0, fds1, rss0 / 2**20,
+             rss1 / 2**20, lines))
+    shutil.rmtree(dir, ignore_errors=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pyprofd", default="build/pyprofd")
     ap.add_argument("--ctl", default="build/pyprofd-ctl")
     ap.add_argument("--seconds", type=float, default=40)
-    ap.add_argument("--only", choices=["unread", "lockout", "emfile"])
+    ap.add_argument("--only", choices=["unread", "lockout", "emfile", "churn"])
+    ap.add_argument("--churn", type=int, default=1000, help="short-lived targets of the churn campaign")
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("run as root: the campaigns act as other users and limit the daemon")
@@ -239,6 +346,8 @@ def main():
         campaign_lockout(args)
     if args.only in (None, "emfile"):
         campaign_emfile(args)
+    if args.only in (None, "churn"):
+        campaign_churn(args, pythons[0][1])
 
 
 if __name__ == "__main__":

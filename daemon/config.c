@@ -664,6 +664,11 @@ static int config_build(struct config *c, const struct flags *f)
 	/* Other users keep at least one connection, whatever root keeps for itself. */
 	if (c->root_reserved_connections >= c->max_connections)
 		c->root_reserved_connections = c->max_connections - 1;
+	char why[512];
+	if (descriptors_fit(c, why, sizeof why) != 0) {
+		fprintf(stderr, "pyprofd: %s\n", why);
+		return EXIT_USAGE;
+	}
 	return EXIT_OK;
 }
 

@@ -407,7 +407,7 @@ static enum fleet_verdict fleet_judge(struct fleet *f, struct fleet_waiting *w)
 	enum fleet_verdict verdict = FLEET_DONE;
 	struct target *known = targets_find(&s->targets, w->pid);
 	if (known && known->start_time != facts.start_time) {
-		target_check_alive(known); /* a reused pid: the old process is gone */
+		target_check_alive(known, NULL); /* a reused pid: the old process is gone */
 		known = NULL;
 	}
 	if (known && known->state != TARGET_EXITED) {
@@ -496,7 +496,7 @@ static void fleet_on_exit(void *ctx, pid_t pid)
 	fleet_unhold(st, pid);
 	struct target *t = targets_find(&fleet_server(f)->targets, pid);
 	if (t)
-		target_check_alive(t);
+		target_check_alive(t, NULL);
 }
 
 static const struct procwatch_callbacks fleet_callbacks = {fleet_on_fork, fleet_on_exec, fleet_on_exit};
@@ -689,9 +689,10 @@ void fleet_housekeeping(struct fleet *f)
 	for (size_t i = 0; i < st->nheld;) {
 		struct uw_process_identity id;
 		struct uw_error err;
-		if (uw_process_identity(st->held[i].pid, &id, &err) != 0 && err.status == UW_ENOPROC)
+		int looked = uw_process_identity(st->held[i].pid, &id, &err);
+		if (looked != 0 && err.status == UW_ENOPROC)
 			st->held[i] = st->held[--st->nheld];
-		else if (id.start_time != st->held[i].start_time)
+		else if (looked == 0 && id.start_time != st->held[i].start_time) /* else: could not look */
 			st->held[i] = st->held[--st->nheld];
 		else
 			i++;

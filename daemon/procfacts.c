@@ -246,6 +246,16 @@ static int proc_facts_fail(void)
 	return -1;
 }
 
+/*
+ * A file /proc may refuse (another user's environment) is left out; any
+ * other failure (out of descriptors, ...) fails the read, so the process
+ * is looked at again rather than judged on facts that were never read.
+ */
+static bool proc_facts_may_skip(int err)
+{
+	return err == EACCES || err == EPERM;
+}
+
 int proc_facts_read(pid_t pid, unsigned what, struct proc_facts *out)
 {
 	memset(out, 0, sizeof *out);
@@ -306,9 +316,15 @@ int proc_facts_read(pid_t pid, unsigned what, struct proc_facts *out)
 		errno = ENOMEM;
 		return -1;
 	}
-	if (uw_proc_read(pid, "cgroup", cgroup, PROC_FACTS_CGROUP_MAX) >= 0)
+	if (uw_proc_read(pid, "cgroup", cgroup, PROC_FACTS_CGROUP_MAX) >= 0) {
 		proc_facts_parse_cgroup(cgroup, out->unit, sizeof out->unit, out->container,
 		                        sizeof out->container);
+	} else if (!proc_facts_may_skip(errno)) {
+		int saved = errno;
+		free(cgroup);
+		errno = saved;
+		return proc_facts_fail();
+	}
 	free(cgroup);
 
 	if (what & PROC_FACTS_ENVIRONMENT) {
@@ -319,6 +335,12 @@ int proc_facts_read(pid_t pid, unsigned what, struct proc_facts *out)
 			return -1;
 		}
 		ssize_t elen = uw_proc_read(pid, "environ", env, PROC_FACTS_ENVIRON_MAX);
+		if (elen < 0 && !proc_facts_may_skip(errno)) {
+			int saved = errno;
+			free(env);
+			errno = saved;
+			return proc_facts_fail();
+		}
 		static const char name[] = "PYPROFD_LABELS=";
 		for (ssize_t at = 0; at < elen;) {
 			size_t entry = strnlen(env + at, (size_t)(elen - at));

@@ -143,7 +143,12 @@ void log_init(enum log_level level);
 void log_set_level(enum log_level level);
 int log_level_parse(const char *name, enum log_level *out);
 const char *log_level_name(enum log_level level);
+/* One line; past a few of one format a minute, the rest are counted and summed up later. */
 void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Now and then (once a second): the counts of repeats whose minute is over. */
+void log_tick(void);
+/* At exit: every count not told yet. */
+void log_finish(void);
 #define log_error(...) log_msg(LOG_LEVEL_ERROR, __VA_ARGS__)
 #define log_warn(...) log_msg(LOG_LEVEL_WARN, __VA_ARGS__)
 #define log_info(...) log_msg(LOG_LEVEL_INFO, __VA_ARGS__)
@@ -336,7 +341,8 @@ struct config {
 	unsigned request_timeout_s; /* a request must arrive whole within this of its first byte */
 	size_t max_message_bytes;
 	unsigned max_pending_requests;
-	unsigned max_targets;
+	unsigned max_targets;       /* lowered to what the descriptors allow (descriptors_fit) */
+	unsigned max_targets_asked; /* as configured */
 	size_t warm_budget_bytes;
 	unsigned default_rate_hz;
 	unsigned max_rate_hz;
@@ -373,6 +379,21 @@ void config_free(struct config *c);
 
 /* `top` looks back this many seconds at most; a target's tally keeps them. */
 #define TOP_SECONDS_KEPT 64
+
+/* descriptors.c */
+/* Descriptors one known process holds: its timer, and room for a thread's state file kept open. */
+#define DESCRIPTORS_PER_TARGET 2
+/* The soft RLIMIT_NOFILE raised to the hard one (at start): the limit now, 0 if unknown. */
+unsigned long long descriptors_raise_limit(void);
+/* Descriptors the daemon needs besides its targets: clients, the socket, the database, ... */
+unsigned descriptors_reserved(const struct config *c);
+/*
+ * max_targets lowered to what RLIMIT_NOFILE leaves room for (the setting
+ * kept in max_targets_asked); -1 with why when not even one target fits.
+ */
+int descriptors_fit(struct config *c, char *why, size_t why_len);
+/* Say in the log why max_targets is lower than configured, if it is. */
+void descriptors_explain(const struct config *c);
 
 /* usage.c */
 /* What the daemon's own process uses: CPU seconds (user and system), resident bytes. */
@@ -438,6 +459,12 @@ struct target_params {
 	char **label_keys, **label_values;
 };
 
+/* Percentiles of a target's timer lateness and sample cost. */
+struct target_percentiles {
+	double jitter_us_p50, jitter_us_p99, sample_us_p50, sample_us_p99;
+};
+struct target_timings;
+
 /* A process the daemon knows: identity, warm unwinder state, its sampling. */
 struct target {
 	struct ev_loop *loop;
@@ -464,7 +491,7 @@ struct target {
 	ev_tstamp session_start; /* loop time of the same */
 	ev_tstamp session_end;   /* loop time the last session stopped */
 	uint64_t samples, errors, sessions, session_samples;
-	int timer_fd;        /* periodic timerfd of the sampling schedule */
+	int timer_fd;        /* periodic timerfd of the sampling schedule; -1 once exited */
 	ev_io timer;
 	double next_due;     /* CLOCK_MONOTONIC seconds of the next tick */
 	uint64_t missed_ticks; /* ticks that passed while the loop was busy */
@@ -472,7 +499,8 @@ struct target {
 	struct tally tally;  /* this epoch's samples: `top` and the history read it */
 	struct spell spell;  /* stack ids into the history's batches */
 	uint64_t history_samples; /* thread samples counted for the history, all sessions */
-	struct timing jitter_us, cost_us;
+	struct target_timings *timings; /* timer lateness and sample cost; NULL once exited */
+	struct target_percentiles final_percentiles; /* theirs when the process exited */
 	struct uw_stats final_stats; /* the engine's counters when the process exited */
 	ev_tstamp last_used; /* loop time; detached targets are evicted oldest first */
 };
@@ -498,14 +526,20 @@ void target_stop(struct target *t);
 void target_mark_exited(struct target *t, const char *why);
 /* Hand what was counted and not handed yet to the history. */
 void target_flush(struct target *t);
+/* What a look at a target's process found. */
+enum target_sight { TARGET_SEEN, TARGET_GONE, TARGET_UNSEEN };
 /*
- * Whether the process still lives as the same process; marks it exited if
- * not, and lowers its owner if it gained privileges.
+ * Whether the process still lives as the same process: marks it exited if
+ * gone, and lowers its owner if it gained privileges.  One that could not
+ * be looked at (out of descriptors, ...) stays as it was, why in *err (err
+ * may be NULL), and is looked at again at the next check.
  */
-bool target_check_alive(struct target *t);
+enum target_sight target_check_alive(struct target *t, struct uw_error *err);
 void target_free(struct target *t);
 const char *target_state_name(enum target_state state);
 size_t target_cache_bytes(const struct target *t);
+/* Now, or as they were when the process exited. */
+void target_percentiles(const struct target *t, struct target_percentiles *out);
 /* The target as the protocol shows it, allocated in a. */
 Pyprofd__Target *target_to_proto(const struct target *t, struct arena *a);
 void target_params_free(struct target_params *p);
@@ -532,6 +566,8 @@ void targets_free(struct targets *ts);
  * client than a bounded queue of parts.
  */
 struct query_job;
+/* Queries running at once, each on a connection of its own. */
+#define QUERIES_MAX 4
 /* Where the loop hands answers: the server's clients. */
 enum query_room { QUERY_CLIENT_GONE, QUERY_CLIENT_FULL, QUERY_CLIENT_READY };
 struct query_sink {
@@ -633,8 +669,6 @@ struct server {
 	size_t queued_bytes;           /* of every client's responses, not written yet */
 	uint64_t connections_refused;  /* past a limit */
 	uint64_t connections_timed_out;
-	uint64_t refusals_unlogged;    /* refusals since the last one logged: a flood logs rarely */
-	ev_tstamp refusal_logged_at;
 	ev_timer accept_pause; /* out of descriptors: accepting waits for this */
 	bool accept_starved;   /* since the first failed accept, until the queue is empty */
 	double started_at;    /* unix time */

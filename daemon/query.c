@@ -20,8 +20,7 @@
 #include "pyprofd.h"
 #include "store.h"
 
-#define QUERIES_MAX 4
-/* Of those, one uid other than root runs this many at most, and all of them one fewer than the whole. */
+/* Of QUERIES_MAX, one uid other than root runs this many at most, and all of them one fewer than the whole. */
 #define QUERIES_PER_UID 2
 /* A response part stays under this many bytes; the client's limit is far above. */
 #define QUERY_PART_BYTES (1u << 20)

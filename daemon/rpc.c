@@ -68,7 +68,11 @@ static int rpc_process(struct server *s, const struct client *c, pid_t pid, stru
 		return -1;
 	}
 	if (uw_process_identity(pid, &id, &err) != 0) {
-		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_NO_PROCESS, "no such process: %d", (int)pid);
+		if (err.status == UW_ENOPROC)
+			rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_NO_PROCESS, "no such process: %d", (int)pid);
+		else /* not "no such process": it may well run, the daemon could not look */
+			rpc_error(resp, a, vocab_status_code(err.status), "cannot look at process %d now: %s",
+			          (int)pid, err.msg);
 		return -1;
 	}
 	uid_t owner_uid;
@@ -260,7 +264,12 @@ static struct target *rpc_known_target(struct server *s, const struct client *c,
 		return NULL;
 	}
 	/* First: the process may have gained privileges since housekeeping last looked. */
-	target_check_alive(t);
+	struct uw_error err;
+	if (target_check_alive(t, &err) == TARGET_UNSEEN && c->uid != 0) {
+		rpc_error(resp, a, vocab_status_code(err.status),
+		          "cannot look at process %d now, to check who may act on it: %s", (int)pid, err.msg);
+		return NULL;
+	}
 	if (!rpc_may_see(c, t->uid, t->gid)) {
 		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_PERMISSION,
 		          "permission denied: process %d belongs to another user", (int)pid);
@@ -404,10 +413,12 @@ static void rpc_stats(struct server *s, struct client *c, const Pyprofd__Request
 	ev_tstamp end = t->state == TARGET_SAMPLING ? ev_now(s->loop) : t->session_end;
 	ev_tstamp elapsed = end - t->session_start;
 	res->achieved_rate_hz = t->sessions && elapsed > 0 ? (double)t->session_samples / elapsed : 0;
-	res->jitter_us_p50 = timing_percentile(&t->jitter_us, 50);
-	res->jitter_us_p99 = timing_percentile(&t->jitter_us, 99);
-	res->sample_us_p50 = timing_percentile(&t->cost_us, 50);
-	res->sample_us_p99 = timing_percentile(&t->cost_us, 99);
+	struct target_percentiles pc;
+	target_percentiles(t, &pc);
+	res->jitter_us_p50 = pc.jitter_us_p50;
+	res->jitter_us_p99 = pc.jitter_us_p99;
+	res->sample_us_p50 = pc.sample_us_p50;
+	res->sample_us_p99 = pc.sample_us_p99;
 	res->cache_bytes = st.cache_bytes;
 	res->missed_ticks = t->missed_ticks;
 	resp->result_case = PYPROFD__RESPONSE__RESULT_STATS;

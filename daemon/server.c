@@ -282,6 +282,7 @@ static void server_on_reload(struct ev_loop *loop, ev_signal *w, int revents)
 		log_info("configuration reloaded%s%s (%zu rule%s)", s->config.config_path ? " from " : "",
 		         s->config.config_path ? s->config.config_path : "", s->config.rules.n,
 		         s->config.rules.n == 1 ? "" : "s");
+		descriptors_explain(&s->config);
 		fleet_rules_changed(&s->fleet);
 	} else {
 		log_error("configuration not reloaded: the file has errors (kept the last one)");
@@ -298,11 +299,12 @@ static void server_on_housekeeping(struct ev_loop *loop, ev_timer *w, int revent
 	(void)revents;
 	struct server *s = w->data;
 	for (size_t i = 0; i < s->targets.n; i++)
-		target_check_alive(s->targets.v[i]);
+		target_check_alive(s->targets.v[i], NULL);
 	targets_trim(&s->targets, s->config.warm_budget_bytes, s->config.max_targets);
 	fleet_housekeeping(&s->fleet);
 	server_clients_expire(s);
 	server_update_status(s);
+	log_tick();
 }
 
 void server_update_status(struct server *s)
@@ -350,12 +352,15 @@ int server_main(int argc, char **argv)
 	static const struct query_sink query_sink = {
 		server_client_answer_room, server_client_answer_part, server_client_answer_done};
 	struct server s = {.listen_fd = -1, .state_fd = -1, .argc = argc, .argv = argv};
+	/* Before the configuration, which must fit in what it allows. */
+	descriptors_raise_limit();
 	int rc = config_load(&s.config, argc, argv);
 	if (rc == -1)
 		return EXIT_OK; /* --help */
 	if (rc != EXIT_OK)
 		return rc;
 	log_init(s.config.log_level);
+	descriptors_explain(&s.config);
 	signal(SIGPIPE, SIG_IGN);
 
 	s.loop = ev_default_loop(EVFLAG_AUTO);
@@ -418,5 +423,6 @@ int server_main(int argc, char **argv)
 
 	server_shutdown(&s);
 	log_info("stopped");
+	log_finish();
 	return EXIT_OK;
 }

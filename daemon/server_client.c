@@ -26,8 +26,6 @@
  */
 #define CLIENT_OUT_HIGH (4u << 20)
 #define CLIENT_OUT_LOW (CLIENT_OUT_HIGH / 2)
-/* A flood of refused connections is logged once, then at most this often. */
-#define REFUSAL_LOG_INTERVAL_S 60.0
 
 static void server_client_on_read(struct ev_loop *loop, ev_io *w, int revents);
 static void server_client_on_write(struct ev_loop *loop, ev_io *w, int revents);
@@ -79,22 +77,11 @@ static const char *server_client_over_limit(const struct server *s, uid_t uid)
 	return NULL;
 }
 
+/* Counted for status; a flood of them is held back by the log itself. */
 static void server_client_log_refusal(struct server *s, const struct ucred *cred, const char *why)
 {
 	s->connections_refused++;
-	ev_tstamp now = ev_now(s->loop);
-	if (s->refusal_logged_at && now - s->refusal_logged_at < REFUSAL_LOG_INTERVAL_S) {
-		s->refusals_unlogged++;
-		return;
-	}
-	if (s->refusals_unlogged)
-		log_warn("refused a client (uid %d, pid %d): %s; %llu more refused since the last such "
-		         "message",
-		         (int)cred->uid, (int)cred->pid, why, (unsigned long long)s->refusals_unlogged);
-	else
-		log_warn("refused a client (uid %d, pid %d): %s", (int)cred->uid, (int)cred->pid, why);
-	s->refusal_logged_at = now;
-	s->refusals_unlogged = 0;
+	log_warn("refused a client (uid %d, pid %d): %s", (int)cred->uid, (int)cred->pid, why);
 }
 
 void server_client_accept(struct server *s, int fd)

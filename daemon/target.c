@@ -34,21 +34,44 @@ static char *target_read_executable(pid_t pid)
 	return strdup(buf);
 }
 
-/* The command line with its NULs as spaces, cut at CMDLINE_MAX bytes. */
-static char *target_read_command_line(pid_t pid)
+/*
+ * The command line with its NULs as spaces, cut at CMDLINE_MAX bytes; NULL
+ * with *err if it could not be read (then the process is gone, or could not
+ * be looked at: an empty line would be kept in its history for good).
+ */
+static char *target_read_command_line(pid_t pid, struct uw_error *err)
 {
 	char buf[CMDLINE_MAX];
 	ssize_t len = uw_proc_read(pid, "cmdline", buf, sizeof buf);
-	if (len < 0)
-		len = 0;
+	if (len < 0 && (errno == ENOENT || errno == ESRCH)) {
+		err->status = UW_ENOPROC;
+		snprintf(err->msg, sizeof err->msg, "no process with pid %d", (int)pid);
+		return NULL;
+	}
+	if (len < 0) {
+		err->status = UW_EIO;
+		snprintf(err->msg, sizeof err->msg, "cannot read the command line of process %d: %s", (int)pid,
+		         strerror(errno));
+		return NULL;
+	}
 	while (len > 0 && buf[len - 1] == '\0')
 		len--;
 	for (ssize_t i = 0; i < len; i++)
 		if (buf[i] == '\0')
 			buf[i] = ' ';
 	buf[len] = '\0';
-	return strdup(buf);
+	char *line = strdup(buf);
+	if (!line) {
+		err->status = UW_ENOMEM;
+		snprintf(err->msg, sizeof err->msg, "out of memory");
+	}
+	return line;
 }
+
+/* The last samples' timer lateness and cost: 64 KiB, kept while the process lives. */
+struct target_timings {
+	struct timing jitter_us, cost_us;
+};
 
 static void target_on_tick(struct ev_loop *loop, ev_io *w, int revents);
 
@@ -246,10 +269,14 @@ struct target *target_open(struct ev_loop *loop, struct history *history, pid_t 
 	t->start_time = id.start_time;
 	target_owner(&id, &t->uid, &t->gid);
 	t->state = TARGET_DETACHED;
-	t->executable = target_read_executable(pid);
-	t->command_line = target_read_command_line(pid);
 	spell_init(&t->spell, &target_batch_sink, NULL);
-	if (!t->executable || !t->command_line) {
+	if (!(t->command_line = target_read_command_line(pid, err))) {
+		target_free(t);
+		return NULL;
+	}
+	t->executable = target_read_executable(pid);
+	t->timings = calloc(1, sizeof *t->timings);
+	if (!t->executable || !t->timings) {
 		err->status = UW_ENOMEM;
 		snprintf(err->msg, sizeof err->msg, "out of memory");
 		target_free(t);
@@ -301,6 +328,8 @@ static void target_timer_arm(struct target *t, double interval)
 		spec.it_value = spec.it_interval;
 		t->next_due = target_monotonic_now() + interval;
 	}
+	if (t->timer_fd < 0)
+		return; /* exited: nothing to arm */
 	if (timerfd_settime(t->timer_fd, 0, &spec, NULL) != 0)
 		log_error("pid %d: timerfd_settime: %s", (int)t->pid, strerror(errno));
 }
@@ -333,8 +362,7 @@ void target_start(struct target *t, struct target_params *params)
 	t->session_start = ev_now(loop);
 	t->attached_at = ev_time();
 	t->last_used = ev_now(loop);
-	memset(&t->jitter_us, 0, sizeof t->jitter_us);
-	memset(&t->cost_us, 0, sizeof t->cost_us);
+	memset(t->timings, 0, sizeof *t->timings);
 	/* Each timer runs at its own phase: targets attached together do not sample in step. */
 	t->effective_rate_hz = t->params.rate_hz;
 	target_timer_arm(t, 1.0 / t->effective_rate_hz);
@@ -362,12 +390,26 @@ void target_stop(struct target *t)
 	t->last_used = ev_now(t->loop);
 }
 
+/*
+ * The process is gone for good: everything but what `list` and `stats`
+ * show goes now, the timer's descriptor first, rather than when the entry
+ * is dropped (minutes later, or past max_targets): short-lived processes
+ * must not pile up descriptors and memory.
+ */
 void target_mark_exited(struct target *t, const char *why)
 {
 	if (t->state == TARGET_SAMPLING)
 		t->session_end = ev_now(t->loop);
 	ev_io_stop(t->loop, &t->timer);
-	target_timer_arm(t, 0);
+	if (t->timer_fd >= 0) {
+		close(t->timer_fd);
+		t->timer_fd = -1;
+	}
+	if (t->timings) {
+		target_percentiles(t, &t->final_percentiles);
+		free(t->timings);
+		t->timings = NULL;
+	}
 	if (t->state != TARGET_EXITED)
 		log_info("pid %d: %s; stopped after %llu samples", (int)t->pid, why,
 		         (unsigned long long)t->samples);
@@ -400,6 +442,7 @@ void target_free(struct target *t)
 	uw_sample_free(&t->sample);
 	tally_free(&t->tally);
 	spell_free(&t->spell);
+	free(t->timings);
 	target_params_free(&t->params);
 	free(t->rule);
 	free(t->executable);
@@ -407,39 +450,57 @@ void target_free(struct target *t)
 	free(t);
 }
 
-/* Whether pid still names the process this target was opened on. */
-static bool target_same_process(const struct target *t)
+/*
+ * Whether pid still names the process this target was opened on: gone
+ * only when /proc says so (no such process, or another one under the
+ * pid); unseen, why in *err, when it could not be looked at.
+ */
+static enum target_sight target_look(const struct target *t, struct uw_process_identity *id,
+                                     struct uw_error *err)
 {
-	struct uw_process_identity id;
-	struct uw_error err;
-	return uw_process_identity(t->pid, &id, &err) == 0 && id.start_time == t->start_time;
+	if (uw_process_identity(t->pid, id, err) != 0)
+		return err->status == UW_ENOPROC ? TARGET_GONE : TARGET_UNSEEN;
+	return id->start_time == t->start_time ? TARGET_SEEN : TARGET_GONE;
 }
 
-bool target_check_alive(struct target *t)
+enum target_sight target_check_alive(struct target *t, struct uw_error *err)
 {
+	struct uw_error local;
+	if (!err)
+		err = &local;
 	if (t->state == TARGET_EXITED)
-		return false;
+		return TARGET_GONE;
 	struct uw_process_identity id;
-	struct uw_error err;
-	if (uw_process_identity(t->pid, &id, &err) != 0 || id.start_time != t->start_time) {
+	switch (target_look(t, &id, err)) {
+	case TARGET_GONE:
 		target_mark_exited(t, "the process exited");
-		return false;
+		return TARGET_GONE;
+	case TARGET_UNSEEN:
+		/* It stays as it was, and is looked at again at the next check. */
+		log_warn("pid %d: cannot tell whether the process still runs (%s); trying again", (int)t->pid,
+		         err->msg);
+		return TARGET_UNSEEN;
+	case TARGET_SEEN:
+		break;
 	}
 	target_lower_owner(t, &id);
-	return true;
+	return TARGET_SEEN;
 }
 
 static void target_sample(struct target *t)
 {
-	struct uw_error err = {0};
+	struct uw_error err = {0}, look_err;
+	struct uw_process_identity id;
 	struct timespec a, b;
 	clock_gettime(CLOCK_MONOTONIC, &a);
 	int rc = uw_sample(t->uw, &t->sample, &err);
 	clock_gettime(CLOCK_MONOTONIC, &b);
-	timing_add(&t->cost_us, (double)(b.tv_sec - a.tv_sec) * 1e6 + (double)(b.tv_nsec - a.tv_nsec) / 1e3);
+	timing_add(&t->timings->cost_us,
+	           (double)(b.tv_sec - a.tv_sec) * 1e6 + (double)(b.tv_nsec - a.tv_nsec) / 1e3);
 	if (rc != 0) {
 		/* A failed read may be a process that is gone, or a pid already reused. */
-		if (err.status == UW_EGONE || err.status == UW_ENOPROC || !target_same_process(t)) {
+		if (err.status == UW_EGONE || err.status == UW_ENOPROC ||
+		    target_look(t, &id, &look_err) == TARGET_GONE) {
 			target_mark_exited(t, "the process exited");
 			return;
 		}
@@ -473,7 +534,7 @@ static void target_on_tick(struct ev_loop *loop, ev_io *w, int revents)
 	double interval = 1.0 / t->effective_rate_hz;
 	double due = t->next_due + (double)(expirations - 1) * interval;
 	double late = target_monotonic_now() - due;
-	timing_add(&t->jitter_us, late > 0 ? late * 1e6 : 0);
+	timing_add(&t->timings->jitter_us, late > 0 ? late * 1e6 : 0);
 	t->next_due += (double)expirations * interval;
 	t->missed_ticks += expirations - 1;
 	target_sample(t);
@@ -493,6 +554,18 @@ const char *target_state_name(enum target_state state)
 	case TARGET_EXITED: return "exited";
 	}
 	return "unknown";
+}
+
+void target_percentiles(const struct target *t, struct target_percentiles *out)
+{
+	if (!t->timings) {
+		*out = t->final_percentiles;
+		return;
+	}
+	out->jitter_us_p50 = timing_percentile(&t->timings->jitter_us, 50);
+	out->jitter_us_p99 = timing_percentile(&t->timings->jitter_us, 99);
+	out->sample_us_p50 = timing_percentile(&t->timings->cost_us, 50);
+	out->sample_us_p99 = timing_percentile(&t->timings->cost_us, 99);
 }
 
 size_t target_cache_bytes(const struct target *t)

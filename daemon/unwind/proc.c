@@ -15,6 +15,12 @@
 /* vm.max_map_count defaults to 65530; anything far past it is not a real process. */
 #define PROC_MAPS_MAX (1u << 20)
 
+/*
+ * A /proc file that could not be opened or read: the process is gone only
+ * when /proc says so (ENOENT, ESRCH).  Anything else (out of descriptors
+ * or memory, ...) says nothing about the process: it could not be looked
+ * at, and the message names why.
+ */
 static int proc_open_error(pid_t pid, const char *what, struct uw_error *err)
 {
 	switch (errno) {
@@ -90,10 +96,20 @@ int proc_maps_read(pid_t pid, struct proc_maps *out, struct uw_error *err)
 		rc = proc_open_error(pid, "the memory map", err);
 	free(line);
 	fclose(f);
-	if (rc == 0 && out->count == 0)
+	if (rc == 0 && out->count == 0) {
 		/* A zombie or kernel thread has an empty map. */
-		rc = proc_alive(pid) ? uw_fail(err, UW_ENOTPYTHON, "process %d has no memory map", (int)pid)
-		                     : uw_fail(err, UW_ENOPROC, "no process with pid %d", (int)pid);
+		switch (proc_life(pid)) {
+		case PROC_LIVES:
+			rc = uw_fail(err, UW_ENOTPYTHON, "process %d has no memory map", (int)pid);
+			break;
+		case PROC_GONE:
+			rc = uw_fail(err, UW_ENOPROC, "no process with pid %d", (int)pid);
+			break;
+		case PROC_UNSEEN:
+			rc = proc_open_error(pid, "the status", err);
+			break;
+		}
+	}
 	if (rc != 0)
 		proc_maps_free(out);
 	return rc;
@@ -145,8 +161,9 @@ static ssize_t proc_read_file_stat(const char *path, char *buf, size_t cap, stru
 		return -1;
 	}
 	size_t len = 0;
+	ssize_t got = 0;
 	while (len + 1 < cap) {
-		ssize_t got = read(fd, buf + len, cap - 1 - len);
+		got = read(fd, buf + len, cap - 1 - len);
 		if (got < 0 && errno == EINTR)
 			continue;
 		if (got <= 0)
@@ -157,7 +174,8 @@ static ssize_t proc_read_file_stat(const char *path, char *buf, size_t cap, stru
 	close(fd);
 	errno = saved;
 	buf[len] = '\0';
-	return (ssize_t)len;
+	/* A failed read is no short file: ESRCH there is a process that died after the open. */
+	return got < 0 ? -1 : (ssize_t)len;
 }
 
 /* The same without the owner. */
@@ -190,12 +208,19 @@ char proc_thread_state(pid_t pid, pid_t tid)
 	return proc_stat_state(path);
 }
 
-bool proc_alive(pid_t pid)
+enum proc_life proc_life(pid_t pid)
 {
-	char path[64];
+	/* No descriptor needed to learn that a pid is free. */
+	if (kill(pid, 0) != 0 && errno == ESRCH)
+		return PROC_GONE;
+	char path[64], buf[512];
 	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-	char state = proc_stat_state(path);
-	return state != '?' && state != 'Z' && state != 'X';
+	struct proc_stat st;
+	if (proc_read_file(path, buf, sizeof buf) < 0)
+		return errno == ENOENT || errno == ESRCH ? PROC_GONE : PROC_UNSEEN;
+	if (proc_stat_parse(buf, &st) != 0)
+		return PROC_UNSEEN;
+	return st.state == 'Z' || st.state == 'X' ? PROC_GONE : PROC_LIVES;
 }
 
 int proc_tasks(pid_t pid, pid_t *tids, int max)
@@ -236,8 +261,9 @@ int uw_process_identity(pid_t pid, struct uw_process_identity *out, struct uw_er
 	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
 	if (proc_read_file(path, buf, sizeof buf) < 0)
 		return proc_open_error(pid, "the status", err);
+	/* What /proc gave cannot be garbage for a process that lives: say so, never "gone". */
 	if (proc_stat_parse(buf, &st) != 0 || !st.has_start_time)
-		return uw_fail(err, UW_ENOPROC, "process %d has no readable status", (int)pid);
+		return uw_fail(err, UW_EIO, "process %d has no readable status", (int)pid);
 	out->start_time = st.start_time;
 	out->state = st.state;
 	snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
@@ -246,7 +272,7 @@ int uw_process_identity(pid_t pid, struct uw_process_identity *out, struct uw_er
 		return proc_open_error(pid, "the status", err);
 	unsigned uids[4], gids[4];
 	if (proc_status_ids(buf, "\nUid:", uids) != 0 || proc_status_ids(buf, "\nGid:", gids) != 0)
-		return uw_fail(err, UW_ENOPROC, "process %d has no readable owner", (int)pid);
+		return uw_fail(err, UW_EIO, "process %d has no readable owner", (int)pid);
 	for (int i = 0; i < 4; i++) {
 		out->uid[i] = (uid_t)uids[i];
 		out->gid[i] = (gid_t)gids[i];
@@ -254,7 +280,7 @@ int uw_process_identity(pid_t pid, struct uw_process_identity *out, struct uw_er
 	const char *caps = strstr(buf, "\nCapPrm:");
 	unsigned long long cap_permitted;
 	if (!caps || sscanf(caps + strlen("\nCapPrm:"), "%llx", &cap_permitted) != 1)
-		return uw_fail(err, UW_ENOPROC, "process %d has no readable capabilities", (int)pid);
+		return uw_fail(err, UW_EIO, "process %d has no readable capabilities", (int)pid);
 	out->cap_permitted = cap_permitted;
 	/*
 	 * The kernel gives a process's files under /proc/PID to its effective

@@ -13,7 +13,7 @@ static bool remote_plausible(raddr_t addr, size_t len)
 
 bool remote_alive(const struct remote *r)
 {
-	return r->image || proc_alive(r->pid);
+	return r->image || proc_life(r->pid) != PROC_GONE;
 }
 
 /* Bytes of the image from addr on, at most len of them, contiguous in one segment; 0 if none. */

@@ -312,7 +312,8 @@ struct uw_target *uw_open(pid_t pid, struct uw_error *err)
 	proc_maps_free(&maps);
 	if (rc != 0) {
 		/* A process that died while we looked is "gone", whatever failed first. */
-		if (err && err->status != UW_EVERSION && err->status != UW_EPERM && !proc_alive(pid))
+		if (err && err->status != UW_EVERSION && err->status != UW_EPERM &&
+		    proc_life(pid) == PROC_GONE)
 			uw_fail(err, UW_ENOPROC, "no process with pid %d", (int)pid);
 		uw_close(t);
 		return NULL;

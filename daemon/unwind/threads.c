@@ -131,12 +131,15 @@ int64_t threads_native_tid(struct uw_target *t, uint64_t pthread)
 		/* A layout of struct pthread not found after a few looks is not there: stop looking. */
 		if (t->pthread_tid_searches >= THREADS_TID_SEARCHES)
 			return -1;
-		t->pthread_tid_searches++;
 		uint8_t buf[PTHREAD_SCAN_BYTES];
 		pid_t *tasks = malloc(UW_MAX_THREADS * sizeof *tasks);
 		int ntasks = tasks ? proc_tasks(t->pid, tasks, UW_MAX_THREADS) : -1;
-		if (ntasks > 0 && remote_read(&t->mem, pthread, buf, sizeof buf, NULL) == 0)
-			t->pthread_tid_offset = threads_tid_offset_find(buf, sizeof buf, tasks, ntasks);
+		/* Threads that could not be listed (out of descriptors or memory): no look was had. */
+		if (ntasks > 0) {
+			t->pthread_tid_searches++;
+			if (remote_read(&t->mem, pthread, buf, sizeof buf, NULL) == 0)
+				t->pthread_tid_offset = threads_tid_offset_find(buf, sizeof buf, tasks, ntasks);
+		}
 		free(tasks);
 		if (t->pthread_tid_offset < 0)
 			return -1;

@@ -118,7 +118,11 @@ struct uw_process_identity {
 	char state;          /* 'R', 'S', 'Z', ... */
 };
 
-/* 0, or -1 and *err (UW_ENOPROC when there is no such process, UW_EPERM when /proc refuses). */
+/*
+ * 0, or -1 and *err: UW_ENOPROC only when there is no such process,
+ * UW_EPERM when /proc refuses, UW_EIO when it could not be looked at (out
+ * of descriptors or memory: nothing is known of the process then).
+ */
 int uw_process_identity(pid_t pid, struct uw_process_identity *out, struct uw_error *err);
 
 /* A small /proc/PID/NAME file whole into buf (NUL-terminated): its length, or -1 with errno. */

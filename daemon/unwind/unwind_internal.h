@@ -52,7 +52,10 @@ struct remote {
 	uint64_t bytes;
 };
 
-/* Whether the memory is still there: the process lives (an image always is). */
+/*
+ * Whether the memory may still be there: false only when the process is
+ * known to be gone (an image always is there).
+ */
 bool remote_alive(const struct remote *r);
 
 /*
@@ -129,11 +132,15 @@ void proc_root_path(pid_t pid, const char *path, char *buf, size_t len);
 /* The kernel's one-letter state of a thread ('R', 'S', ...); '?' if unknown. */
 char proc_thread_state(pid_t pid, pid_t tid);
 
-/* The thread ids of a process (bounded by max). Count, or -1 if gone. */
+/* The thread ids of a process (bounded by max). Count, or -1 with errno. */
 int proc_tasks(pid_t pid, pid_t *tids, int max);
 
-/* Whether a process still exists and is not a zombie. */
-bool proc_alive(pid_t pid);
+/*
+ * Whether a process still runs (a zombie is gone), or could not be looked
+ * at (out of descriptors, ...): then nothing is known of it.
+ */
+enum proc_life { PROC_LIVES, PROC_GONE, PROC_UNSEEN };
+enum proc_life proc_life(pid_t pid);
 
 /* elf.c */
 /* A symbol to look up; a name ending in '.' matches any suffix (local statics). */

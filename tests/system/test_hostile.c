@@ -163,6 +163,15 @@ static Pyprofd__Response *status_now(const struct daemon *d)
 	return r;
 }
 
+/* How often words occur in text. */
+static size_t count_lines_with(const char *text, const char *words)
+{
+	size_t n = 0;
+	for (const char *at = text; (at = strstr(at, words)) != NULL; at += strlen(words))
+		n++;
+	return n;
+}
+
 /* ---- one user's connections ---- */
 
 #define HOG_CONNECTIONS 64
@@ -287,9 +296,9 @@ Test(hostile, one_user_cannot_lock_out_the_rest, .timeout = 180)
 	cr_assert_geq(st->status->connections_timed_out, (uint64_t)taken + 1);
 	pyprofd__response__free_unpacked(st, NULL);
 	char *log = daemon_log(&d);
-	cr_assert(strstr(log, "refused a client"), "the refusals were not logged:\n%s", log);
-	cr_assert_null(strstr(strstr(log, "refused a client") + 1, "refused a client"),
-	               "every refusal of one flood was logged:\n%s", log);
+	size_t said = count_lines_with(log, "refused a client");
+	/* A burst of the log's, and perhaps the line that sums up the rest (tests/system/test_lifecycle.c). */
+	cr_assert(said >= 1 && said <= 5 + 1, "%zu lines for the refusals of one flood:\n%s", said, log);
 	free(log);
 	daemon_stop(&d);
 }
@@ -518,14 +527,6 @@ static long cpu_ticks(pid_t pid)
 	unsigned long utime, stime;
 	cr_assert_eq(sscanf(after + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime, &stime), 2);
 	return (long)(utime + stime);
-}
-
-static size_t count_lines_with(const char *text, const char *words)
-{
-	size_t n = 0;
-	for (const char *at = text; (at = strstr(at, words)) != NULL; at += strlen(words))
-		n++;
-	return n;
 }
 
 /* The log's warnings alone: the thousands of debug lines would hide them in a failure. */
