@@ -557,6 +557,8 @@ int queries_init(struct queries *qs, struct ev_loop *loop, const struct query_si
  */
 Pyprofd__ErrorCode queries_start(struct queries *qs, const struct query_origin *o,
                                  const Pyprofd__QueryRequest *r, char *why, size_t why_len);
+/* The queries of this user running now. */
+unsigned queries_count_of_uid(const struct queries *qs, uid_t uid);
 /* Hand the parts that wait to their clients while they take them (a client made room, or left). */
 void queries_pump(struct queries *qs);
 /* Cancel every running query, wait for its thread and drop its answer (shutdown). */

@@ -568,6 +568,12 @@ static unsigned queries_of_uid(const struct queries *qs, uid_t uid, unsigned *no
 	return n;
 }
 
+unsigned queries_count_of_uid(const struct queries *qs, uid_t uid)
+{
+	unsigned not_root;
+	return queries_of_uid(qs, uid, &not_root);
+}
+
 /* The label strings of a request, copied into the job. */
 static int query_copy_labels(struct query_job *j, const Pyprofd__QueryRequest *r)
 {

@@ -3,7 +3,8 @@
  * with raw frames: every string a client sends is UTF-8 without a NUL
  * byte, every time bound finite and sane, or the request is refused
  * naming the field, and nothing of it is kept; pyprofd-ctl refuses the
- * same in the same words before it connects.
+ * same in the same words before it connects.  And `status` tells a user
+ * other than root of its own targets, connections and queries alone.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -290,4 +291,128 @@ Test(requests, ctl_refuses_before_sending, .timeout = 60)
 	ctl_run(&nowhere, &r, good, NULL);
 	cr_assert(r.exited && r.code == 10, "a good query should fail only for want of a daemon: %s", r.err);
 	run_result_free(&r);
+}
+
+/* `pyprofd-ctl --json status` as this user (NULL: root). */
+static json_t *status_as(const struct daemon *d, const struct run_opts *who)
+{
+	static const char *const args[] = {"--json", "status", NULL};
+	struct run_result r;
+	ctl_run(d, &r, args, who);
+	char why[512];
+	cr_assert(r.exited && r.code == 0, "status: %s", run_describe(&r, why, sizeof why));
+	json_t *j = json_loads(r.out, 0, NULL);
+	cr_assert_not_null(j, "status printed no JSON: %s", r.out);
+	run_result_free(&r);
+	return j;
+}
+
+static json_int_t jint_in(json_t *obj, const char *group, const char *key)
+{
+	return jint(json_object_get(obj, group), key);
+}
+
+/* The counts of a status: sampling, detached, exited, connections. */
+static void expect_counts(json_t *st, json_int_t sampling, json_int_t detached, json_int_t exited,
+                          const char *who)
+{
+	char *text = json_dumps(st, JSON_COMPACT);
+	cr_assert(jint(st, "targets_sampling") == sampling && jint(st, "targets_detached") == detached &&
+	          jint(st, "targets_exited") == exited,
+	          "%s should see %lld sampling, %lld detached, %lld exited: %s", who, (long long)sampling,
+	          (long long)detached, (long long)exited, text);
+	free(text);
+}
+
+/* What nobody must not see of the daemon as a whole: every such figure 0. */
+static void expect_nothing_of_others(json_t *st)
+{
+	char *text = json_dumps(st, JSON_COMPACT);
+	cr_assert(json_is_true(json_object_get(st, "own_only")), "not marked as nobody's own: %s", text);
+	cr_assert(jint(st, "rss_bytes") == 0 && json_real_value(json_object_get(st, "cpu_percent")) == 0 &&
+	          jint(st, "connections_refused") == 0 && jint(st, "queued_bytes") == 0 &&
+	          jint_in(st, "history", "rows_written") == 0 && jint_in(st, "history", "bytes") == 0 &&
+	          jint_in(st, "history", "pending_rows") == 0 && jint_in(st, "discovery", "judged") == 0,
+	          "figures of the whole daemon shown to nobody: %s", text);
+	free(text);
+}
+
+Test(requests, status_shows_a_user_its_own, .timeout = 300)
+{
+	cr_assert_eq(geteuid(), 0, "this test runs as root (it asks as nobody too)");
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	const struct python *py = python_for_nobody(pys, n);
+	cr_assert_not_null(py, "no interpreter found that the user nobody may run");
+	static const struct run_opts nobody = {.drop_privileges = true, .uid = NOBODY_UID, .gid = NOBODY_GID};
+
+	/* Root's targets: one sampling, one detached, one exited. */
+	struct test_target sampling, detached, exited, own;
+	test_target_start(&sampling, py, "nested");
+	test_target_start(&detached, py, "nested");
+	test_target_start(&exited, py, "nested");
+	json_decref(test_target_wait_report(&sampling, TARGET_READY_TIMEOUT_S));
+	json_decref(test_target_wait_report(&detached, TARGET_READY_TIMEOUT_S));
+	json_decref(test_target_wait_report(&exited, TARGET_READY_TIMEOUT_S));
+	static const char *const fast_flush[] = {"--flush-interval", "1", NULL};
+	struct daemon d;
+	daemon_start(&d, fast_flush);
+	ctl_attach_at(&d, sampling.pid, "100");
+	ctl_attach_at(&d, detached.pid, "100");
+	ctl_attach_at(&d, exited.pid, "100");
+	json_decref(entry_when(&d, detached.pid, sampled_a_while, "sampled"));
+	char p[16];
+	const char *detach[] = {"detach", pid_text(detached.pid, p, sizeof p), NULL};
+	ctl_ok(&d, detach);
+	test_target_kill(&exited);
+	json_decref(entry_when(&d, exited.pid, is_exited, "exited"));
+	pause_ms(1500); /* a flush: root's status counts rows written */
+	/* Root holds a connection of its own while nobody asks. */
+	int roots = daemon_connect(&d);
+	cr_assert(roots >= 0);
+
+	json_t *st = status_as(&d, &nobody);
+	expect_counts(st, 0, 0, 0, "nobody, with root's targets alone");
+	cr_assert_eq(jint(st, "connections"), 1, "nobody sees connections not its own");
+	expect_nothing_of_others(st);
+	json_decref(st);
+
+	/* Its own process it sees, and still nothing of root's. */
+	const char *as_nobody[] = {AS_NOBODY, py->path, "-I", "-c", idle_program, NULL};
+	test_target_start_argv(&own, as_nobody);
+	attach_as_nobody(&d, own.pid, "nobody attaching to its own process");
+	st = status_as(&d, &nobody);
+	expect_counts(st, 1, 0, 0, "nobody, with a target of its own");
+	cr_assert_eq(jint(st, "connections"), 1);
+	expect_nothing_of_others(st);
+	json_decref(st);
+
+	/* Root sees everything. */
+	st = status_as(&d, NULL);
+	char *text = json_dumps(st, JSON_COMPACT);
+	expect_counts(st, 2, 1, 1, "root");
+	cr_assert(json_is_false(json_object_get(st, "own_only")), "%s", text);
+	cr_assert(jint(st, "connections") >= 2 && jint(st, "rss_bytes") > 0 &&
+	          jint_in(st, "history", "rows_written") > 0,
+	          "root must see the whole daemon: %s", text);
+	free(text);
+	json_decref(st);
+	close(roots);
+	daemon_stop(&d);
+	test_target_kill(&sampling);
+	test_target_kill(&detached);
+	test_target_kill(&own);
+
+	/* So does the user a daemon runs as: all of it is that user's. */
+	char dir[PATH_MAX - 64];
+	scratch_dir(dir, sizeof dir);
+	struct daemon mine;
+	nobody_daemon_start(&mine, dir, NULL);
+	st = status_as(&mine, &nobody);
+	text = json_dumps(st, JSON_COMPACT);
+	cr_assert(json_is_false(json_object_get(st, "own_only")) && jint(st, "rss_bytes") > 0,
+	          "nobody's own daemon tells nobody only part of itself: %s", text);
+	free(text);
+	json_decref(st);
+	daemon_stop(&mine);
 }
