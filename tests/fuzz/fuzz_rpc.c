@@ -39,8 +39,17 @@ static struct server *fuzz_server(void)
 			.default_rate_hz = 100,
 			.max_rate_hz = 1000,
 			.top_window_s = 1,
+			/*
+			 * A rule added by RPC is kept in its file before it is taken; there
+			 * is no such file to be had here, so none is taken and every input
+			 * starts with no rules (and no process watching).
+			 */
+			.rules_path = (char *)"/proc/self/no-such-directory/rules",
 		};
 		log_init(LOG_LEVEL_ERROR);
+		/* status and attach ask the fleet (discovery, the budget). */
+		if (fleet_init(&s.fleet, &s) != 0)
+			abort();
 	}
 	return &s;
 }
