@@ -11,8 +11,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "ctl.h"
 #include "export.h"
+#include "wire.h"
 
 /* Where the daemon listens when run by root under systemd. */
 #define CTL_SYSTEM_SOCKET "/run/pyprofd/pyprofd.sock"
@@ -222,9 +224,32 @@ struct client *ctl_connect(const struct ctl *ctl, int *status)
 	return c;
 }
 
+/*
+ * Whether the daemon would take req as it is (check_request): EXIT_OK, or a
+ * usage error in the daemon's words.  Checked on the bytes that would be
+ * sent, before connecting, so a bad argument is told apart from a daemon
+ * that is down.
+ */
+static int ctl_check_request(const struct ctl *ctl, const Pyprofd__Request *req)
+{
+	size_t size = wire_frame_size(&req->base);
+	uint8_t *bytes = size ? malloc(size) : NULL;
+	if (!bytes) {
+		fputs("pyprofd-ctl: out of memory\n", stderr);
+		return EXIT_FAILURE_OTHER;
+	}
+	wire_frame_pack(&req->base, bytes);
+	char why[256];
+	int rc = check_request(req, bytes + WIRE_HEADER_BYTES, size - WIRE_HEADER_BYTES, why, sizeof why);
+	free(bytes);
+	return rc == 0 ? EXIT_OK : ctl_usage_error(ctl, "%s", why);
+}
+
 /* One request, its whole answer; NULL after printing why (*status is the exit status). */
 struct client_reply *ctl_call(const struct ctl *ctl, Pyprofd__Request *req, int *status)
 {
+	if ((*status = ctl_check_request(ctl, req)) != EXIT_OK)
+		return NULL;
 	struct client *c = ctl_connect(ctl, status);
 	if (!c)
 		return NULL;

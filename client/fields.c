@@ -42,6 +42,7 @@ const struct field fields_status[] = {
 	FIELD(Pyprofd__StatusResult, "version", FIELD_STRING, version, 0),
 	FIELD(Pyprofd__StatusResult, "pid", FIELD_INT32, pid, 0),
 	FIELD(Pyprofd__StatusResult, "uptime_s", FIELD_DOUBLE, uptime_s, 1),
+	FIELD(Pyprofd__StatusResult, "own_only", FIELD_BOOL, own_only, 0),
 	FIELD(Pyprofd__StatusResult, "targets_sampling", FIELD_UINT32, targets_sampling, 0),
 	FIELD(Pyprofd__StatusResult, "targets_detached", FIELD_UINT32, targets_detached, 0),
 	FIELD(Pyprofd__StatusResult, "targets_exited", FIELD_UINT32, targets_exited, 0),

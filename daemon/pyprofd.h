@@ -599,10 +599,13 @@ int queries_init(struct queries *qs, struct ev_loop *loop, const struct query_si
                  void *sink_ctx);
 /*
  * Start a query on a thread of its own: ERROR_UNSPECIFIED, and the answer
- * comes later; or the code of an error with why (then none comes).
+ * comes later; or the code of an error with why (then none comes).  r has
+ * passed check_request (its strings and time ranges).
  */
 Pyprofd__ErrorCode queries_start(struct queries *qs, const struct query_origin *o,
                                  const Pyprofd__QueryRequest *r, char *why, size_t why_len);
+/* The queries of this user running now. */
+unsigned queries_count_of_uid(const struct queries *qs, uid_t uid);
 /* Hand the parts that wait to their clients while they take them (a client made room, or left). */
 void queries_pump(struct queries *qs);
 /* Cancel every running query, wait for its thread and drop its answer (shutdown). */

@@ -565,6 +565,12 @@ static unsigned queries_of_uid(const struct queries *qs, uid_t uid, unsigned *no
 	return n;
 }
 
+unsigned queries_count_of_uid(const struct queries *qs, uid_t uid)
+{
+	unsigned not_root;
+	return queries_of_uid(qs, uid, &not_root);
+}
+
 /* The label strings of a request, copied into the job. */
 static int query_copy_labels(struct query_job *j, const Pyprofd__QueryRequest *r)
 {
@@ -589,9 +595,9 @@ static int query_copy_labels(struct query_job *j, const Pyprofd__QueryRequest *r
 Pyprofd__ErrorCode queries_start(struct queries *qs, const struct query_origin *o,
                                  const Pyprofd__QueryRequest *r, char *why, size_t why_len)
 {
-	if (r->n_labels > 64 || r->pid < 0 || !(r->from_unix >= 0) || !(r->until_unix >= 0) ||
-	    (r->until_unix && r->until_unix < r->from_unix)) {
-		snprintf(why, why_len, "a query needs a valid pid, at most 64 labels and from <= until");
+	/* Its time ranges were checked with its strings, as every request's are (check_request). */
+	if (r->n_labels > 64 || r->pid < 0) {
+		snprintf(why, why_len, "a query needs a valid pid and at most 64 labels");
 		return PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST;
 	}
 	bool diff = r->aggregate == PYPROFD__QUERY_AGGREGATE__QUERY_DIFF;
@@ -599,11 +605,6 @@ Pyprofd__ErrorCode queries_start(struct queries *qs, const struct query_origin *
 	    r->aggregate != PYPROFD__QUERY_AGGREGATE__QUERY_FUNCTIONS &&
 	    r->aggregate != PYPROFD__QUERY_AGGREGATE__QUERY_PROCESSES && !diff) {
 		snprintf(why, why_len, "unknown aggregate %d", (int)r->aggregate);
-		return PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST;
-	}
-	if (diff && (!(r->base_from_unix >= 0) || !(r->base_until_unix >= 0) ||
-	             (r->base_until_unix && r->base_until_unix < r->base_from_unix))) {
-		snprintf(why, why_len, "a diff needs a base range with from <= until");
 		return PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST;
 	}
 	if (qs->nrunning >= QUERIES_MAX) {

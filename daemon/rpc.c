@@ -5,7 +5,8 @@
  * Authorization, by the peer's uid and gid from SO_PEERCRED: root may act
  * on any process; any other user only on processes the kernel would let it
  * trace (target_owner: all its uids and gids the user's, dumpable, no
- * capabilities), and it sees only those in `list` and in the history.
+ * capabilities), and it sees only those in `list`, `status` and the
+ * history.
  * A process the daemon knows is judged by its target's uid, which is
  * lowered to root's for good when the process gains privileges.
  */
@@ -425,13 +426,57 @@ static void rpc_stats(struct server *s, struct client *c, const Pyprofd__Request
 	resp->stats = res;
 }
 
+/*
+ * What status shows a user other than root (and other than the user the
+ * daemon runs as, whose it all is): the counts of its own targets
+ * (those it may act on), connections and queries, and the daemon's
+ * settings and health.  Every figure of the whole daemon (other users'
+ * connections and refusals, memory, CPU, history rows, processes the rules
+ * judged) would tell it what other users do, and stays 0: what all holds
+ * is copied field by field, so a figure added later is root's until it is
+ * listed here.
+ */
+static void rpc_status_own(const struct server *s, const struct client *c,
+                           const Pyprofd__StatusResult *all, Pyprofd__StatusResult *own)
+{
+	own->own_only = true;
+	own->version = all->version;
+	own->pid = all->pid;
+	own->uptime_s = all->uptime_s;
+	for (size_t i = 0; i < s->targets.n; i++) {
+		const struct target *t = s->targets.v[i];
+		if (!rpc_may_see(c, t->uid, t->gid))
+			continue;
+		own->targets_sampling += t->state == TARGET_SAMPLING;
+		own->targets_detached += t->state == TARGET_DETACHED;
+		own->targets_exited += t->state == TARGET_EXITED;
+		if (t->state == TARGET_DETACHED)
+			own->warm_bytes += target_cache_bytes(t);
+	}
+	for (const struct client *other = s->clients; other; other = other->next)
+		own->connections += other->uid == c->uid;
+	own->queries_running = queries_count_of_uid(&s->queries, c->uid);
+	own->warm_budget_bytes = all->warm_budget_bytes;
+	own->state_dir = all->state_dir;
+	own->socket = all->socket;
+	own->history_file = all->history_file;
+	own->history_open = all->history_open;
+	own->history_failing = all->history_failing;
+	own->history_error = all->history_error;
+	own->discovery = all->discovery;
+	own->rules = all->rules; /* `rules list` shows them to everyone */
+	own->cpu_budget_percent = all->cpu_budget_percent;
+}
+
 static void rpc_status(struct server *s, struct client *c, const Pyprofd__Request *req,
                        Pyprofd__Response *resp, struct arena *a)
 {
 	(void)req;
-	(void)c;
 	Pyprofd__StatusResult *res = ARENA_MESSAGE(a, Pyprofd__StatusResult, PYPROFD__STATUS_RESULT__INIT);
-	if (!res) {
+	bool whole = c->uid == 0 || c->uid == geteuid();
+	Pyprofd__StatusResult *own =
+	        whole ? res : ARENA_MESSAGE(a, Pyprofd__StatusResult, PYPROFD__STATUS_RESULT__INIT);
+	if (!res || !own) {
 		rpc_out_of_memory(resp, a);
 		return;
 	}
@@ -457,8 +502,10 @@ static void rpc_status(struct server *s, struct client *c, const Pyprofd__Reques
 	res->socket = s->socket_activated ? (char *)"(from systemd)" : s->config.socket_path;
 	history_status(&s->history, res, a);
 	fleet_status(&s->fleet, res);
+	if (own != res)
+		rpc_status_own(s, c, res, own);
 	resp->result_case = PYPROFD__RESPONSE__RESULT_STATUS;
-	resp->status = res;
+	resp->status = own;
 }
 
 /* A target's recent stacks, counted per function. */

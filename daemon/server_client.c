@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "pyprofd.h"
 
 /* Read this much at a time at most. */
@@ -259,6 +260,19 @@ static void server_client_handle_frame(struct client *c, const unsigned char *pa
 		log_debug("client uid %d sent %zu bytes that are not a request", (int)c->uid, len);
 		server_client_send_error(c, 0, PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST,
 		           "the message is not a pyprofd request");
+		return;
+	}
+	/*
+	 * What a request holds is checked on its bytes, for every request
+	 * alike, before any handler sees it (a version the daemon does not
+	 * speak is answered as such first).
+	 */
+	char why[256];
+	if (req->version == PYPROFD__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT &&
+	    check_request(req, payload, len, why, sizeof why) != 0) {
+		log_debug("client uid %d: request refused: %s", (int)c->uid, why);
+		server_client_send_error(c, req->id, PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST, why);
+		pyprofd__request__free_unpacked(req, NULL);
 		return;
 	}
 	Pyprofd__Response resp = PYPROFD__RESPONSE__INIT;

@@ -14,6 +14,7 @@
 
 #include <jansson.h>
 
+#include "check.h"
 #include "pyprofd.pb-c.h"
 #include "unwind.h"
 
@@ -31,11 +32,11 @@ struct export_frame {
  * them, so real stacks stay far below EXPORT_MAX_DEPTH; the bound is there so
  * a corrupt depth cannot make a writer walk off into memory.  Sample totals
  * stay exact as JSON numbers (JavaScript's integers end at 2^53), and times
- * fit pprof's int64 nanoseconds.
+ * are those a request may name, which fit pprof's int64 nanoseconds.
  */
 #define EXPORT_MAX_DEPTH 65536
 #define EXPORT_MAX_SAMPLES (UINT64_C(1) << 53)
-#define EXPORT_MAX_UNIX 9.0e9
+#define EXPORT_MAX_UNIX CHECK_UNIX_MAX
 
 /* One distinct stack and how many samples had it. */
 struct export_stack {

@@ -193,7 +193,7 @@ bool send_all(int fd, const void *buf, size_t len)
 	return true;
 }
 
-bool send_request(int fd, Pyprofd__Request *req)
+unsigned char *request_frame(Pyprofd__Request *req, size_t *frame_len)
 {
 	if (!req->version)
 		req->version = PYPROFD__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT;
@@ -205,7 +205,15 @@ bool send_request(int fd, Pyprofd__Request *req)
 	buf[2] = (unsigned char)(len >> 8);
 	buf[3] = (unsigned char)len;
 	pyprofd__request__pack(req, buf + 4);
-	bool ok = send_all(fd, buf, len + 4);
+	*frame_len = len + 4;
+	return buf;
+}
+
+bool send_request(int fd, Pyprofd__Request *req)
+{
+	size_t len;
+	unsigned char *buf = request_frame(req, &len);
+	bool ok = send_all(fd, buf, len);
 	free(buf);
 	return ok;
 }

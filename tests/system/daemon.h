@@ -53,8 +53,11 @@ int daemon_connect(const struct daemon *d);
 /* Write all of buf; false if the daemon closed the connection. */
 bool send_all(int fd, const void *buf, size_t len);
 
-/* Send one request (version and id filled in when 0) framed. */
+/* Send one request (version filled in when 0) framed. */
 bool send_request(int fd, Pyprofd__Request *req);
+
+/* The frame send_request sends (malloc'd, *len bytes), for a test to alter before sending. */
+unsigned char *request_frame(Pyprofd__Request *req, size_t *len);
 
 /*
  * Read one framed response within timeout_s: NULL if the connection closed

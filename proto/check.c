@@ -1,0 +1,211 @@
+/* The checks a request passes before the daemon acts on it or a client sends it. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+
+/* Protobuf's wire types (encoding.md): groups (3, 4) are not in proto3 and not taken. */
+enum { WIRE_VARINT = 0, WIRE_FIXED64 = 1, WIRE_LENGTH = 2, WIRE_FIXED32 = 5 };
+
+/* Nesting deeper than any request message has, so a hostile one cannot make the walk deep. */
+#define CHECK_DEPTH_MAX 16
+/* Fields of one message whose repetitions are counted for the name ("labels[3]"). */
+#define CHECK_COUNTED_FIELDS 64
+#define CHECK_PATH_MAX 256
+
+size_t check_utf8_prefix(const uint8_t *s, size_t len)
+{
+	size_t i = 0;
+	while (i < len) {
+		uint8_t b = s[i];
+		size_t n;
+		/* The second byte's range depends on the first (Unicode, table 3-7): no overlong forms, surrogates, or past U+10FFFF. */
+		uint8_t lo = 0x80, hi = 0xbf;
+		if (b < 0x80) {
+			i++;
+			continue;
+		} else if (b >= 0xc2 && b <= 0xdf) {
+			n = 2;
+		} else if (b >= 0xe0 && b <= 0xef) {
+			n = 3;
+			if (b == 0xe0)
+				lo = 0xa0;
+			else if (b == 0xed)
+				hi = 0x9f;
+		} else if (b >= 0xf0 && b <= 0xf4) {
+			n = 4;
+			if (b == 0xf0)
+				lo = 0x90;
+			else if (b == 0xf4)
+				hi = 0x8f;
+		} else {
+			return i;
+		}
+		if (len - i < n || s[i + 1] < lo || s[i + 1] > hi)
+			return i;
+		for (size_t k = 2; k < n; k++)
+			if (s[i + k] < 0x80 || s[i + k] > 0xbf)
+				return i;
+		i += n;
+	}
+	return len;
+}
+
+/* A varint at p (at most len bytes): its bytes, or 0 if it is cut or longer than ten bytes. */
+static size_t check_varint(const uint8_t *p, size_t len, uint64_t *v)
+{
+	uint64_t out = 0;
+	for (size_t i = 0; i < len && i < 10; i++) {
+		out |= (uint64_t)(p[i] & 0x7f) << (7 * i);
+		if (!(p[i] & 0x80)) {
+			*v = out;
+			return i + 1;
+		}
+	}
+	return 0;
+}
+
+/* One string field's bytes, named path: UTF-8 without NUL, or -1 with why. */
+static int check_string(const char *path, const uint8_t *s, size_t len, char *why, size_t why_len)
+{
+	const uint8_t *nul = memchr(s, 0, len);
+	size_t valid = check_utf8_prefix(s, len);
+	if (nul && (size_t)(nul - s) <= valid) {
+		snprintf(why, why_len, "%s holds a NUL byte (at byte %zu): strings may not", path,
+		         (size_t)(nul - s));
+		return -1;
+	}
+	if (valid < len) {
+		snprintf(why, why_len, "%s is not UTF-8 (byte 0x%02x at byte %zu)", path, s[valid], valid);
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * The message of type desc in data: its strings, and its nested messages'
+ * in turn.  path holds the name of the message (path_used bytes of it).
+ */
+static int check_message(const ProtobufCMessageDescriptor *desc, const uint8_t *data, size_t len,
+                         char *path, size_t path_used, unsigned depth, char *why, size_t why_len)
+{
+	uint32_t seen[CHECK_COUNTED_FIELDS] = {0};
+	size_t off = 0;
+	while (off < len) {
+		uint64_t key, n = 0;
+		size_t used = check_varint(data + off, len - off, &key);
+		if (!used)
+			goto malformed;
+		off += used;
+		switch (key & 7) {
+		case WIRE_VARINT:
+			if (!(used = check_varint(data + off, len - off, &n)))
+				goto malformed;
+			off += used;
+			continue;
+		case WIRE_FIXED64:
+		case WIRE_FIXED32: {
+			size_t size = (key & 7) == WIRE_FIXED64 ? 8 : 4;
+			if (len - off < size)
+				goto malformed;
+			off += size;
+			continue;
+		}
+		case WIRE_LENGTH:
+			if (!(used = check_varint(data + off, len - off, &n)) || n > len - off - used)
+				goto malformed;
+			off += used;
+			break;
+		default:
+			goto malformed;
+		}
+		uint64_t number = key >> 3;
+		const ProtobufCFieldDescriptor *f =
+		        number <= UINT32_MAX ? protobuf_c_message_descriptor_get_field(desc, (unsigned)number)
+		                             : NULL;
+		if (f && (f->type == PROTOBUF_C_TYPE_STRING || f->type == PROTOBUF_C_TYPE_MESSAGE)) {
+			size_t index = (size_t)(f - desc->fields);
+			int w = f->label == PROTOBUF_C_LABEL_REPEATED && index < CHECK_COUNTED_FIELDS
+			                ? snprintf(path + path_used, CHECK_PATH_MAX - path_used, "%s%s[%u]",
+			                           path_used ? "." : "", f->name, (unsigned)seen[index]++)
+			                : snprintf(path + path_used, CHECK_PATH_MAX - path_used, "%s%s",
+			                           path_used ? "." : "", f->name);
+			size_t end = path_used + (w > 0 ? (size_t)w : 0);
+			if (end >= CHECK_PATH_MAX)
+				end = CHECK_PATH_MAX - 1;
+			if (f->type == PROTOBUF_C_TYPE_STRING) {
+				if (check_string(path, data + off, (size_t)n, why, why_len) != 0)
+					return -1;
+			} else if (depth >= CHECK_DEPTH_MAX) {
+				snprintf(why, why_len, "%s is nested deeper than %d messages", path,
+				         CHECK_DEPTH_MAX);
+				return -1;
+			} else if (check_message(f->descriptor, data + off, (size_t)n, path, end, depth + 1,
+			                         why, why_len) != 0) {
+				return -1;
+			}
+			path[path_used] = '\0';
+		}
+		off += (size_t)n;
+	}
+	return 0;
+malformed:
+	snprintf(why, why_len, "%s is not a well-formed protobuf message", path_used ? path : "the message");
+	return -1;
+}
+
+int check_strings(const ProtobufCMessageDescriptor *desc, const uint8_t *data, size_t len,
+                  char *why, size_t why_len)
+{
+	char path[CHECK_PATH_MAX] = "";
+	return check_message(desc, data, len, path, 0, 0, why, why_len);
+}
+
+/* One bound of a range: finite and within the times a request may name. */
+static int check_time(const char *name, double t, char *why, size_t why_len)
+{
+	if (isnan(t))
+		snprintf(why, why_len, "%s is not a number", name);
+	else if (isinf(t))
+		snprintf(why, why_len, "%s is infinite", name);
+	else if (t < CHECK_UNIX_MIN || t > CHECK_UNIX_MAX)
+		snprintf(why, why_len,
+		         "%s is %.10g: a time is unix seconds from %.0f (1970) to %.0f (2255-03-14)", name, t,
+		         CHECK_UNIX_MIN, CHECK_UNIX_MAX);
+	else
+		return 0;
+	return -1;
+}
+
+int check_time_range(const char *from_name, double from, const char *until_name, double until,
+                     char *why, size_t why_len)
+{
+	if (check_time(from_name, from, why, why_len) != 0 ||
+	    check_time(until_name, until, why, why_len) != 0)
+		return -1;
+	if (until != 0 && until < from) {
+		snprintf(why, why_len, "%s (%.3f) is before %s (%.3f)", until_name, until, from_name, from);
+		return -1;
+	}
+	return 0;
+}
+
+int check_request(const Pyprofd__Request *req, const uint8_t *data, size_t len, char *why,
+                  size_t why_len)
+{
+	if (check_strings(&pyprofd__request__descriptor, data, len, why, why_len) != 0)
+		return -1;
+	if (req->body_case == PYPROFD__REQUEST__BODY_QUERY && req->query) {
+		const Pyprofd__QueryRequest *q = req->query;
+		if (check_time_range("query.from_unix", q->from_unix, "query.until_unix", q->until_unix,
+		                     why, why_len) != 0)
+			return -1;
+		/* The base range is a diff's alone: another aggregate ignores it. */
+		if (q->aggregate == PYPROFD__QUERY_AGGREGATE__QUERY_DIFF &&
+		    check_time_range("query.base_from_unix", q->base_from_unix, "query.base_until_unix",
+		                     q->base_until_unix, why, why_len) != 0)
+			return -1;
+	}
+	return 0;
+}
