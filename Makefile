@@ -3,6 +3,7 @@
 #   make deps       install the Debian packages the build and tests need, fetch
 #                   speedscope's file-format schema (build/deps/) for the tests
 #   make            build build/pyprofd and build/pyprofd-ctl
+#   make pythons    the Debian sid root the tests run CPython 3.13-3.15 from (PYTHONS_ROOT)
 #   make test       deps + build + the criterion suite against every CPython found
 #   make sanitize   the same suite on an ASan + UBSan build (in build-sanitize/)
 #   make fuzz       build every libFuzzer harness (tests/fuzz) and run each a while
@@ -24,7 +25,7 @@ DEB_PACKAGES = build-essential pkg-config libelf-dev libjansson-dev libcriterion
                libev-dev libprotobuf-c-dev protobuf-c-compiler libsqlite3-dev \
                libinih-dev libsystemd-dev zlib1g-dev procps util-linux libcap2-bin \
                systemd man-db protobuf-compiler chromium \
-               curl ca-certificates python3-jsonschema clang libclang-rt-14-dev
+               curl ca-certificates python3-jsonschema clang libclang-rt-14-dev mmdebstrap
 
 # speedscope's file-format schema, which the tests hold the speedscope export
 # to.  It is speedscope's, not ours to commit: make deps fetches the npm package
@@ -37,6 +38,18 @@ SPEEDSCOPE_URL       = https://registry.npmjs.org/speedscope/-/speedscope-$(SPEE
 DEPS_DIR             = build/deps
 SPEEDSCOPE_TGZ       = $(DEPS_DIR)/speedscope-$(SPEEDSCOPE_VERSION).tgz
 SPEEDSCOPE_SCHEMA    = $(DEPS_DIR)/speedscope-file-format-schema.json
+
+# CPython 3.13, 3.14, 3.15 and 3.15's debug build (python3.15d) for the tests:
+# Debian's own packages, which only sid has, in a sid root built by mmdebstrap
+# from the Debian archive apt is configured with (PYTHONS_MIRROR overrides
+# it).  The root lives outside the clone, so every clone and every CI run
+# shares one; the tests run its interpreters chrooted (see tests/pythons.h).
+PYTHONS_ROOT     ?= /var/cache/pyprofd/sid
+PYTHONS_MIRROR   ?=
+PYTHONS_PACKAGES  = python3.13 python3.14 python3.15 python3.15-dbg python3.15-dev
+# Whole and of this package list: what tests/pythons-root.sh writes last.
+PYTHONS_READY     = [ "$$(cat $(PYTHONS_ROOT)/.pyprofd-pythons 2>/dev/null)" = \
+                      "packages: $(PYTHONS_PACKAGES)" ]
 
 PKGS     = libelf jansson libprotobuf-c inih libsystemd sqlite3 zlib
 WARN     = -Wall -Wextra -Werror -Wshadow -Wpointer-arith -Wstrict-prototypes \
@@ -197,7 +210,7 @@ $(BUILD)/fuzz/%: $(BUILD)/tests/fuzz/%.o $(LIBCTL) $(LIBCLIENT) $(LIBS_DAEMON)
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -fsanitize=fuzzer -o $@ $^ $(LINK_DAEMON)
 
-.PHONY: all deps test check sanitize fuzz fuzz-run demo bench bench-daemon bench-history bench-hostile install clean
+.PHONY: all deps pythons test check sanitize fuzz fuzz-run demo bench bench-daemon bench-history bench-hostile install clean
 
 all: $(PYPROFD) $(CTL)
 
@@ -319,15 +332,41 @@ deps:
 # The suites run the real binaries against real interpreters; see README.md, Tests.
 TEST_ENV = PYPROFD_BIN=$(abspath $(PYPROFD)) PYPROFD_CTL=$(abspath $(CTL)) \
 	PYPROFD_TESTS_DIR=$(abspath tests) \
+	PYPROFD_PYTHONS_CACHE=$(abspath $(BUILD))/tests/pythons.cache \
 	PYPROFD_SPEEDSCOPE_SCHEMA=$(abspath $(SPEEDSCOPE_SCHEMA)) \
 	LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp):print_suppressions=0
 
+# Builds the root when it is missing or holds another package list; see
+# tests/pythons-root.sh.  Only root can build it (and run what is in it).
+pythons: deps
+	$(Q)SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	$$SUDO sh tests/pythons-root.sh $(PYTHONS_ROOT) "$(PYTHONS_MIRROR)" $(PYTHONS_PACKAGES)
+
+# Without the root (no network, not root) the suite still runs, on the other
+# interpreters, and says so before and after.
+PYTHONS_SKIPPED = echo; \
+	echo "**********************************************************************"; \
+	echo "* SKIPPED: CPython 3.13, 3.14, 3.15 and 3.15d (its debug build)"; \
+	echo "* from the Debian sid root $(PYTHONS_ROOT): $$why"; \
+	echo "**********************************************************************"; \
+	echo
+
 test: deps
 	$(Q)$(MAKE) --no-print-directory all $(TEST_BINS)
-	$(Q)failed=; for t in $(TEST_BINS); do \
+	$(Q)if [ "$$(id -u)" != 0 ]; then \
+		why="only root can run them (chroot)"; \
+	elif $(PYTHONS_READY) || $(MAKE) --no-print-directory pythons; then \
+		why=; \
+	else \
+		why="it could not be built (see make pythons above)"; \
+	fi; \
+	roots=; \
+	if [ -z "$$why" ]; then roots="PYPROFD_PYTHONS_ROOT=$(PYTHONS_ROOT)"; else $(PYTHONS_SKIPPED); fi; \
+	failed=; for t in $(TEST_BINS); do \
 		echo "== $$t"; \
-		$(TEST_ENV) $$t --jobs 2 $(TEST_ARGS) || failed="$$failed $$(basename $$t)"; \
+		env $(TEST_ENV) $$roots $$t --jobs 2 $(TEST_ARGS) || failed="$$failed $$(basename $$t)"; \
 	done; \
+	[ -z "$$why" ] || { $(PYTHONS_SKIPPED); }; \
 	if [ -n "$$failed" ]; then echo "failed:$$failed" >&2; exit 1; fi
 
 check: test

@@ -7,12 +7,14 @@
 #include <ftw.h>
 #include <grp.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -21,19 +23,19 @@
 #define TARGET_ARGV_MAX 16
 #define LOG_TAIL 3000
 
-/*
- * The scratch area is named after the test's own process, so the fixture and
- * the test body agree on it without sharing any variable.
- */
-static const char *tmp_root(void)
+const char *scratch_root(void)
 {
 	const char *tmp = getenv("TMPDIR");
 	return tmp && *tmp ? tmp : "/tmp";
 }
 
+/*
+ * The scratch area is named after the test's own process, so the fixture and
+ * the test body agree on it without sharing any variable.
+ */
 static void scratch_base(char *out, size_t len)
 {
-	snprintf(out, len, "%s/pyprofd-tests.%d", tmp_root(), (int)getpid());
+	snprintf(out, len, "%s/pyprofd-tests.%d", scratch_root(), (int)getpid());
 }
 
 static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -101,7 +103,7 @@ static int kill_children(void)
  */
 static void sweep_stale_scratch(void)
 {
-	DIR *d = opendir(tmp_root());
+	DIR *d = opendir(scratch_root());
 	if (!d)
 		return;
 	struct dirent *de;
@@ -113,7 +115,7 @@ static void sweep_stale_scratch(void)
 			continue;
 		if (kill(pid, 0) == 0 || errno != ESRCH)
 			continue;
-		snprintf(path, sizeof path, "%s/%s", tmp_root(), de->d_name);
+		snprintf(path, sizeof path, "%s/%s", scratch_root(), de->d_name);
 		if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid())
 			remove_tree(path);
 	}
@@ -215,10 +217,37 @@ static int wait_exec(int fd)
 	return n == (ssize_t)sizeof e ? e : 0;
 }
 
-pid_t spawn_process(char *const argv[], const char *log_path)
+/*
+ * In the child of spawn: put a contained interpreter into a pid namespace of
+ * its own.  The interpreter is a second child made with CLONE_PARENT, so it
+ * is the test's own child (waited for, killed by the fixture) and its pid as
+ * the test sees it is the host's; this first child writes that pid to fd and
+ * leaves.  Returns in the interpreter's process.
+ */
+static void spawn_contain(int sync_fd, int pid_fd)
 {
-	int sync[2];
-	cr_assert(pipe2(sync, O_CLOEXEC) == 0, "pipe: %s", strerror(errno));
+	if (unshare(CLONE_NEWPID) != 0)
+		child_fail(sync_fd);
+	/* Like fork, but a sibling: nothing of glibc's runs in it but system calls before exec. */
+	pid_t inner = (pid_t)syscall(SYS_clone, CLONE_PARENT | SIGCHLD, 0, 0, 0, 0);
+	if (inner < 0)
+		child_fail(sync_fd);
+	if (inner > 0) {
+		ssize_t w = write(pid_fd, &inner, sizeof inner);
+		_exit(w == (ssize_t)sizeof inner ? 0 : 127);
+	}
+	/* Its parent is outside its namespace (getppid() is 0): nothing to compare against. */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0)
+		child_fail(sync_fd);
+}
+
+/* spawn_process, and spawn_python when py is set. */
+static pid_t spawn(char *const argv[], const char *log_path, const struct python *py)
+{
+	int sync[2], pids[2] = {-1, -1};
+	bool contained = py && py->root_len && py->contained;
+	cr_assert(pipe2(sync, O_CLOEXEC) == 0 && (!contained || pipe2(pids, O_CLOEXEC) == 0),
+	          "pipe: %s", strerror(errno));
 	pid_t parent = getpid();
 	pid_t pid = fork();
 	cr_assert(pid >= 0, "fork: %s", strerror(errno));
@@ -230,16 +259,51 @@ pid_t spawn_process(char *const argv[], const char *log_path)
 		                   : open("/dev/null", O_WRONLY);
 		if (in < 0 || out < 0 || dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0)
 			child_fail(sync[1]);
+		if (contained)
+			spawn_contain(sync[1], pids[1]);
+		if (py && python_enter_root(py) != 0)
+			child_fail(sync[1]);
 		execvp(argv[0], argv);
 		child_fail(sync[1]);
 	}
 	close(sync[1]);
+	if (contained) {
+		close(pids[1]);
+		pid_t inner = -1;
+		ssize_t n;
+		do
+			n = read(pids[0], &inner, sizeof inner);
+		while (n < 0 && errno == EINTR);
+		close(pids[0]);
+		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+			;
+		if (n == (ssize_t)sizeof inner)
+			pid = inner;
+	}
 	int e = wait_exec(sync[0]);
 	if (e) {
 		waitpid(pid, NULL, 0);
 		cr_assert_fail("cannot start %s: %s", argv[0], strerror(e));
 	}
 	return pid;
+}
+
+pid_t spawn_process(char *const argv[], const char *log_path)
+{
+	return spawn(argv, log_path, NULL);
+}
+
+pid_t spawn_python(const struct python *py, const char *const args[], const char *log_path)
+{
+	char *argv[TARGET_ARGV_MAX + 2];
+	size_t n = 0;
+	argv[n++] = (char *)python_exec_path(py);
+	for (; args[n - 1]; n++) {
+		cr_assert(n <= TARGET_ARGV_MAX, "too many arguments");
+		argv[n] = (char *)args[n - 1];
+	}
+	argv[n] = NULL;
+	return spawn(argv, log_path, py);
 }
 
 static void target_paths(struct test_target *t)
@@ -250,27 +314,42 @@ static void target_paths(struct test_target *t)
 	snprintf(t->log, sizeof t->log, "%s/target.log", t->dir);
 }
 
+/* argv with "{report}" replaced by the target's report path. */
+static void target_argv(const struct test_target *t, const char *const argv[],
+                        const char *out[TARGET_ARGV_MAX + 1])
+{
+	size_t n = 0;
+	for (; argv[n]; n++) {
+		cr_assert(n < TARGET_ARGV_MAX, "too many target arguments");
+		out[n] = strcmp(argv[n], "{report}") == 0 ? t->report : argv[n];
+	}
+	out[n] = NULL;
+}
+
 void test_target_start(struct test_target *t, const struct python *py, const char *scenario)
 {
 	char script[PATH_MAX];
 	target_script("stacks.py", script, sizeof script);
-	target_paths(t);
 	/* -I: no PYTHON* variables or user site of the developer leak in. */
-	char *argv[] = {(char *)py->path, "-I", script, (char *)scenario, t->report, NULL};
-	t->pid = spawn_process(argv, t->log);
+	const char *args[] = {"-I", script, scenario, "{report}", NULL};
+	test_target_start_python(t, py, args);
+}
+
+void test_target_start_python(struct test_target *t, const struct python *py,
+                              const char *const args[])
+{
+	const char *copy[TARGET_ARGV_MAX + 1];
+	target_paths(t);
+	target_argv(t, args, copy);
+	t->pid = spawn_python(py, copy, t->log);
 }
 
 void test_target_start_argv(struct test_target *t, const char *const argv[])
 {
-	char *copy[TARGET_ARGV_MAX + 1];
-	size_t n = 0;
+	const char *copy[TARGET_ARGV_MAX + 1];
 	target_paths(t);
-	for (; argv[n]; n++) {
-		cr_assert(n < TARGET_ARGV_MAX, "too many target arguments");
-		copy[n] = strcmp(argv[n], "{report}") == 0 ? t->report : (char *)argv[n];
-	}
-	copy[n] = NULL;
-	t->pid = spawn_process(copy, t->log);
+	target_argv(t, argv, copy);
+	t->pid = spawn_process((char *const *)copy, t->log);
 }
 
 /* The end of the target's output: why it never became ready is usually there. */

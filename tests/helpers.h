@@ -30,6 +30,9 @@
 void helpers_init(void);
 void helpers_fini(void);
 
+/* Where scratch areas go: $TMPDIR, else /tmp. */
+const char *scratch_root(void);
+
 /* A fresh private directory (mkdtemp) removed by helpers_fini. */
 void scratch_dir(char *out, size_t len);
 
@@ -46,6 +49,14 @@ const char *pyprofd_bin(void);
  */
 pid_t spawn_process(char *const argv[], const char *log_path);
 
+/*
+ * The same for `py args...` (args NULL-terminated, after argv[0]): an
+ * interpreter with a root runs chrooted into it (contained: in pid and mount
+ * namespaces of its own, see struct python).  The pid is the interpreter's
+ * as this process sees it, and a child of this process, in every case.
+ */
+pid_t spawn_python(const struct python *py, const char *const args[], const char *log_path);
+
 /* A process started by target_start; files live in its own scratch dir. */
 struct test_target {
 	pid_t pid;
@@ -57,6 +68,10 @@ struct test_target {
 
 /* `python -I stacks.py SCENARIO REPORT` in a new scratch dir. */
 void test_target_start(struct test_target *t, const struct python *py, const char *scenario);
+
+/* `py args...`, in py's root when it has one; "{report}" in args is the report path. */
+void test_target_start_python(struct test_target *t, const struct python *py,
+                              const char *const args[]);
 
 /* Any argv; "{report}" in an argument is replaced by the report path. */
 void test_target_start_argv(struct test_target *t, const char *const argv[]);

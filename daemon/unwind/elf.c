@@ -1,10 +1,7 @@
 /* Symbols and load facts of an ELF file of the target, read with libelf. */
-#include <errno.h>
-#include <fcntl.h>
 #include <gelf.h>
 #include <libelf.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "unwind_internal.h"
 
@@ -47,8 +44,8 @@ static void elf_scan_symtab(Elf *elf, Elf_Scn *scn, const GElf_Shdr *shdr,
 	}
 }
 
-int elf_lookup(const char *path, struct elf_symbol *syms, size_t nsyms,
-               struct elf_facts *facts, struct uw_error *err)
+int elf_lookup(int fd, struct elf_symbol *syms, size_t nsyms, struct elf_facts *facts,
+               struct uw_error *err)
 {
 	memset(facts, 0, sizeof *facts);
 	for (size_t k = 0; k < nsyms; k++)
@@ -57,17 +54,10 @@ int elf_lookup(const char *path, struct elf_symbol *syms, size_t nsyms,
 	if (elf_version(EV_CURRENT) == EV_NONE)
 		return uw_fail(err, UW_EIO, "libelf: %s", elf_errmsg(-1));
 
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		if (errno == EACCES || errno == EPERM)
-			return uw_fail(err, UW_EPERM, "not permitted to open %s", path);
-		return uw_fail(err, UW_EIO, "cannot open %s: %s", path, strerror(errno));
-	}
 	Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
 	if (!elf || elf_kind(elf) != ELF_K_ELF) {
 		if (elf)
 			elf_end(elf);
-		close(fd);
 		return 0; /* not ELF: simply nothing found */
 	}
 	facts->is_elf = true;
@@ -100,6 +90,5 @@ int elf_lookup(const char *path, struct elf_symbol *syms, size_t nsyms,
 		}
 	}
 	elf_end(elf);
-	close(fd);
 	return 0;
 }

@@ -1,14 +1,16 @@
 /* What /proc tells about a process: its mappings, threads and their states. */
 #include <dirent.h>
-#include <fcntl.h>
-#include <unistd.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
 
 #include "unwind_internal.h"
 
@@ -58,14 +60,17 @@ int proc_maps_read(pid_t pid, struct proc_maps *out, struct uw_error *err)
 			break;
 		}
 		struct proc_map m = {0};
-		unsigned long long start, end, offset;
+		unsigned long long start, end, offset, inode;
+		unsigned dev_major, dev_minor;
 		int pathpos = 0;
-		if (sscanf(line, "%llx-%llx %4s %llx %*s %*s %n", &start, &end, m.perms, &offset,
-		           &pathpos) < 4)
+		if (sscanf(line, "%llx-%llx %4s %llx %x:%x %llu %n", &start, &end, m.perms, &offset,
+		           &dev_major, &dev_minor, &inode, &pathpos) < 7)
 			continue;
 		m.start = start;
 		m.end = end;
 		m.offset = offset;
+		m.dev = makedev(dev_major, dev_minor);
+		m.inode = inode;
 		char *p = line + pathpos;
 		p[strcspn(p, "\n")] = '\0';
 		size_t plen = strlen(p);
@@ -124,9 +129,51 @@ void proc_maps_free(struct proc_maps *maps)
 	maps->count = 0;
 }
 
-void proc_root_path(pid_t pid, const char *path, char *buf, size_t len)
+/*
+ * The file a mapping maps, opened from this process whatever root or mount
+ * namespace the target runs in.  The path in /proc/PID/maps is the file's
+ * path as seen from the *reader's* root where the reader can see the file
+ * (a chrooted target shows the host's path to it), and from the target's
+ * own root where it cannot (another mount namespace), so neither
+ * /proc/PID/root/PATH nor PATH is right every time.  Tried in order:
+ * map_files (the mapping itself, whatever the namespace, but only for
+ * CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE), then the path under the
+ * target's root, then the path as it is.  A file is taken only when its
+ * device and inode are the ones the map lists: a path can name another
+ * file (the host's own copy of a library at the container's path).
+ */
+int proc_map_open(pid_t pid, const struct proc_map *m, struct uw_error *err)
 {
-	snprintf(buf, len, "/proc/%d/root%s", (int)pid, path);
+	char paths[3][PATH_MAX + 64];
+	snprintf(paths[0], sizeof paths[0], "/proc/%d/map_files/%llx-%llx", (int)pid,
+	         (unsigned long long)m->start, (unsigned long long)m->end);
+	snprintf(paths[1], sizeof paths[1], "/proc/%d/root%s", (int)pid, m->path);
+	snprintf(paths[2], sizeof paths[2], "%s", m->path);
+	int denied = 0, failure = ENOENT;
+	bool mismatch = false;
+	for (int i = 0; i < 3; i++) {
+		int fd = open(paths[i], O_RDONLY | O_CLOEXEC);
+		if (fd < 0) {
+			if (errno == EACCES || errno == EPERM)
+				denied++;
+			else if (errno != ENOENT && errno != ENOTDIR)
+				failure = errno;
+			continue;
+		}
+		struct stat st;
+		if (fstat(fd, &st) == 0 && st.st_dev == m->dev && st.st_ino == m->inode)
+			return fd;
+		mismatch = true;
+		close(fd);
+	}
+	if (proc_life(pid) == PROC_GONE)
+		return uw_fail(err, UW_ENOPROC, "no process with pid %d", (int)pid);
+	/* map_files is refused to all but the privileged: the paths refused too is the caller's rights. */
+	if (denied >= 2)
+		return uw_fail(err, UW_EPERM, "not permitted to open %s of process %d", m->path,
+		               (int)pid);
+	return uw_fail(err, UW_EIO, "cannot open %s of process %d: %s", m->path, (int)pid,
+	               mismatch ? "the file at that path is not the one it maps" : strerror(failure));
 }
 
 int proc_stat_parse(const char *buf, struct proc_stat *out)
@@ -223,7 +270,40 @@ enum proc_life proc_life(pid_t pid)
 	return st.state == 'Z' || st.state == 'X' ? PROC_GONE : PROC_LIVES;
 }
 
-int proc_tasks(pid_t pid, pid_t *tids, int max)
+/*
+ * The ids of "NSpid:" in a status file: the first as this /proc numbers the
+ * task, the last as its own pid namespace does.  The count of ids, 0 if none.
+ */
+static int proc_status_nspids(const char *status, pid_t *first, pid_t *last)
+{
+	const char *line = strstr(status, "\nNSpid:");
+	if (!line)
+		return 0;
+	line += strlen("\nNSpid:");
+	int n = 0;
+	/* One id per nested namespace: the kernel allows 32 levels. */
+	for (int i = 0; i < 33; i++) {
+		char *end;
+		long id = strtol(line, &end, 10);
+		if (end == line || id <= 0)
+			break;
+		if (n++ == 0)
+			*first = (pid_t)id;
+		*last = (pid_t)id;
+		line = end;
+	}
+	return n;
+}
+
+bool proc_pid_namespace_nested(pid_t pid)
+{
+	char buf[4096];
+	pid_t first, last;
+	return uw_proc_read(pid, "status", buf, sizeof buf) >= 0 &&
+	       proc_status_nspids(buf, &first, &last) > 1;
+}
+
+int proc_tasks(pid_t pid, pid_t *tids, pid_t *own_tids, int max)
 {
 	char path[64];
 	snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
@@ -235,8 +315,19 @@ int proc_tasks(pid_t pid, pid_t *tids, int max)
 	while (n < max && (de = readdir(d)) != NULL) {
 		char *end;
 		long tid = strtol(de->d_name, &end, 10);
-		if (*end == '\0' && tid > 0)
-			tids[n++] = (pid_t)tid;
+		if (*end != '\0' || tid <= 0)
+			continue;
+		if (own_tids) {
+			char status[96], buf[4096];
+			pid_t first, last;
+			snprintf(status, sizeof status, "/proc/%d/task/%ld/status", (int)pid, tid);
+			/* A thread that ended meanwhile is simply not listed. */
+			if (proc_read_file(status, buf, sizeof buf) < 0 ||
+			    proc_status_nspids(buf, &first, &last) == 0)
+				continue;
+			own_tids[n] = last;
+		}
+		tids[n++] = (pid_t)tid;
 	}
 	closedir(d);
 	return n;

@@ -53,18 +53,15 @@ static bool path_is_libpython(const char *path)
 	return strncmp(base, "libpython", 9) == 0 && strstr(base, ".so") != NULL;
 }
 
-/* The address the file at path is loaded at, minus its link-time base. */
-static bool maps_load_bias(const struct proc_maps *maps, const char *path,
-                           const struct elf_facts *facts, uint64_t *bias)
+/* The mapping at offset 0 of the file at path: where the file starts in memory. */
+static const struct proc_map *maps_file_start(const struct proc_maps *maps, const char *path)
 {
 	for (size_t i = 0; i < maps->count; i++) {
 		const struct proc_map *m = &maps->maps[i];
-		if (m->path && m->offset == 0 && strcmp(m->path, path) == 0) {
-			*bias = m->start - facts->first_load_vaddr;
-			return true;
-		}
+		if (m->path && m->offset == 0 && strcmp(m->path, path) == 0)
+			return m;
 	}
-	return false;
+	return NULL;
 }
 
 static void version_format(uint64_t hex, char *buf, size_t len)
@@ -172,10 +169,11 @@ static void target_fit_layout(struct py_layout *L)
 static int target_find_runtime(struct uw_target *t, const struct proc_maps *maps,
                                struct uw_error *err)
 {
-	const char *candidates[2] = {NULL, NULL};
+	const struct proc_map *candidates[2] = {NULL, NULL};
 	for (size_t i = 0; i < maps->count && !candidates[0]; i++)
 		if (maps->maps[i].path && path_is_libpython(maps->maps[i].path))
-			candidates[0] = maps->maps[i].path;
+			candidates[0] = maps_file_start(maps, maps->maps[i].path);
+	/* /proc/PID/exe reads as maps does, from the same root. */
 	char exe[4096];
 	char link[64];
 	snprintf(link, sizeof link, "/proc/%d/exe", (int)t->pid);
@@ -185,40 +183,42 @@ static int target_find_runtime(struct uw_target *t, const struct proc_maps *maps
 		char *del = strstr(exe, " (deleted)");
 		if (del)
 			*del = '\0';
-		candidates[1] = exe;
-	} else if (maps->count && maps->maps[0].path) {
-		candidates[1] = maps->maps[0].path;
+		candidates[1] = maps_file_start(maps, exe);
 	}
+	if (!candidates[1] && maps->count && maps->maps[0].path && maps->maps[0].offset == 0)
+		candidates[1] = &maps->maps[0];
 
 	bool saw_python = false;
 	for (int c = 0; c < 2; c++) {
-		if (!candidates[c])
+		const struct proc_map *m = candidates[c];
+		if (!m)
 			continue;
 		struct elf_symbol syms[SYM_COUNT];
 		struct elf_facts facts;
-		char path[4096 + 64];
 		target_symbols(syms);
-		proc_root_path(t->pid, candidates[c], path, sizeof path);
-		if (elf_lookup(path, syms, SYM_COUNT, &facts, err) != 0)
+		int fd = proc_map_open(t->pid, m, err);
+		if (fd < 0)
+			return -1;
+		int rc = elf_lookup(fd, syms, SYM_COUNT, &facts, err);
+		close(fd);
+		if (rc != 0)
 			return -1;
 		saw_python |= syms[SYM_API_ANY].found;
 		uint64_t runtime = syms[SYM_RUNTIME].found ? syms[SYM_RUNTIME].value
 		                                          : facts.pyruntime_section;
 		if (!runtime)
 			continue;
-		uint64_t bias;
-		if (!maps_load_bias(maps, candidates[c], &facts, &bias))
-			continue;
+		uint64_t bias = m->start - facts.first_load_vaddr;
 		if (!syms[SYM_CODE_TYPE].found || !syms[SYM_UNICODE_TYPE].found ||
 		    !syms[SYM_BYTES_TYPE].found)
 			return uw_fail(err, UW_ENOTPYTHON, "%s has _PyRuntime but no type objects",
-			               candidates[c]);
+			               m->path);
 		t->runtime = bias + runtime;
 		t->code_type = bias + syms[SYM_CODE_TYPE].value;
 		t->unicode_type = bias + syms[SYM_UNICODE_TYPE].value;
 		t->bytes_type = bias + syms[SYM_BYTES_TYPE].value;
 		t->frame_type = syms[SYM_FRAME_TYPE].found ? bias + syms[SYM_FRAME_TYPE].value : 0;
-		t->runtime_file = strdup(candidates[c]);
+		t->runtime_file = strdup(m->path);
 		if (!t->runtime_file)
 			return uw_fail(err, UW_ENOMEM, "out of memory");
 		if (target_resolve_version(t, syms, bias, err) != 0)
@@ -232,7 +232,7 @@ static int target_find_runtime(struct uw_target *t, const struct proc_maps *maps
 		               (int)t->pid);
 	return uw_fail(err, UW_ENOTPYTHON,
 	               "process %d is not a Python process (no CPython runtime in %s)", (int)t->pid,
-	               candidates[1] ? candidates[1] : "its executable");
+	               candidates[1] ? candidates[1]->path : "its executable");
 }
 
 /* A target with nothing resolved yet; NULL and *err. */
@@ -310,6 +310,7 @@ struct uw_target *uw_open(pid_t pid, struct uw_error *err)
 	}
 	int rc = target_find_runtime(t, &maps, err);
 	proc_maps_free(&maps);
+	t->pid_namespace_nested = proc_pid_namespace_nested(pid);
 	if (rc != 0) {
 		/* A process that died while we looked is "gone", whatever failed first. */
 		if (err && err->status != UW_EVERSION && err->status != UW_EPERM &&

@@ -17,6 +17,8 @@
 #define PTHREAD_TID_GLIBC_X86_64 720
 /* Looks for the tid in struct pthread before giving up on a target. */
 #define THREADS_TID_SEARCHES 3
+/* stat_fd of a thread whose id /proc does not know (in a pid namespace of its own). */
+#define THREADS_NO_TASK (-2)
 
 static void threads_clear_one(struct thread_cache *tc)
 {
@@ -73,18 +75,64 @@ size_t threads_bytes(const struct uw_target *t)
 	return bytes;
 }
 
+/*
+ * The tids of the process's threads as /proc numbers them, and with own_tids
+ * as the process itself does (they differ in a pid namespace of its own).
+ * Count, or -1; *tids (and *own_tids) malloc'd.
+ */
+static int threads_tasks(struct uw_target *t, pid_t **tids, pid_t **own_tids)
+{
+	*tids = malloc(UW_MAX_THREADS * sizeof **tids);
+	if (own_tids)
+		*own_tids = malloc(UW_MAX_THREADS * sizeof **own_tids);
+	if (!*tids || (own_tids && !*own_tids))
+		return -1;
+	return proc_tasks(t->pid, *tids, own_tids ? *own_tids : NULL, UW_MAX_THREADS);
+}
+
+/*
+ * The id /proc gives the thread the process knows as tid.  In a pid
+ * namespace of its own (a container) that is another number, found once per
+ * thread: its state descriptor is kept open after.
+ */
+static int64_t threads_proc_tid(struct uw_target *t, int64_t tid)
+{
+	if (!t->pid_namespace_nested)
+		return tid;
+	pid_t *tids = NULL, *own = NULL;
+	int n = threads_tasks(t, &tids, &own);
+	int64_t found = -1;
+	for (int i = 0; i < n && found < 0; i++)
+		if (own[i] == tid)
+			found = tids[i];
+	free(tids);
+	free(own);
+	return found;
+}
+
 /* The kernel's state letter of a thread, through a descriptor kept open. */
 char threads_kernel_state(struct uw_target *t, struct thread_cache *tc, int64_t tid)
 {
 	if (tid <= 0)
 		return '?';
-	if (tc->stat_tid != tid && tc->stat_fd >= 0) {
-		close(tc->stat_fd);
+	if (tc->stat_tid != tid) {
+		if (tc->stat_fd >= 0)
+			close(tc->stat_fd);
 		tc->stat_fd = -1;
 	}
+	/* A thread the namespace's ids did not show is not looked for again every sample. */
+	if (tc->stat_fd == THREADS_NO_TASK && tc->stat_tid == tid)
+		return '?';
 	if (tc->stat_fd < 0) {
 		char path[96];
-		snprintf(path, sizeof path, "/proc/%d/task/%lld/stat", (int)t->pid, (long long)tid);
+		int64_t proc_tid = threads_proc_tid(t, tid);
+		if (proc_tid <= 0) {
+			tc->stat_fd = THREADS_NO_TASK;
+			tc->stat_tid = tid;
+			return '?';
+		}
+		snprintf(path, sizeof path, "/proc/%d/task/%lld/stat", (int)t->pid,
+		         (long long)proc_tid);
 		tc->stat_fd = open(path, O_RDONLY | O_CLOEXEC);
 		tc->stat_tid = tid;
 		if (tc->stat_fd < 0)
@@ -132,15 +180,18 @@ int64_t threads_native_tid(struct uw_target *t, uint64_t pthread)
 		if (t->pthread_tid_searches >= THREADS_TID_SEARCHES)
 			return -1;
 		uint8_t buf[PTHREAD_SCAN_BYTES];
-		pid_t *tasks = malloc(UW_MAX_THREADS * sizeof *tasks);
-		int ntasks = tasks ? proc_tasks(t->pid, tasks, UW_MAX_THREADS) : -1;
+		/* struct pthread holds the tid the thread itself was given. */
+		pid_t *tasks = NULL, *own = NULL;
+		int ntasks = threads_tasks(t, &tasks, t->pid_namespace_nested ? &own : NULL);
 		/* Threads that could not be listed (out of descriptors or memory): no look was had. */
 		if (ntasks > 0) {
 			t->pthread_tid_searches++;
 			if (remote_read(&t->mem, pthread, buf, sizeof buf, NULL) == 0)
-				t->pthread_tid_offset = threads_tid_offset_find(buf, sizeof buf, tasks, ntasks);
+				t->pthread_tid_offset = threads_tid_offset_find(
+					buf, sizeof buf, t->pid_namespace_nested ? own : tasks, ntasks);
 		}
 		free(tasks);
+		free(own);
 		if (t->pthread_tid_offset < 0)
 			return -1;
 	}

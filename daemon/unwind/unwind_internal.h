@@ -105,6 +105,8 @@ static inline uint32_t load_u32(const uint8_t *base, uint32_t off)
 /* proc.c */
 struct proc_map {
 	uint64_t start, end, offset;
+	dev_t dev;      /* of the file mapped, as the kernel lists it */
+	uint64_t inode;
 	char perms[5];
 	char *path; /* NULL for anonymous mappings */
 };
@@ -126,14 +128,26 @@ int proc_stat_parse(const char *buf, struct proc_stat *out);
 int proc_maps_read(pid_t pid, struct proc_maps *out, struct uw_error *err);
 void proc_maps_free(struct proc_maps *maps);
 
-/* Path to open a file of the target's mount namespace: /proc/PID/root/PATH. */
-void proc_root_path(pid_t pid, const char *path, char *buf, size_t len);
+/*
+ * Open the file a mapping of process pid maps (whatever root or mount
+ * namespace it runs in), checked to be that file.  A descriptor, or -1 and *err.
+ */
+int proc_map_open(pid_t pid, const struct proc_map *m, struct uw_error *err);
 
 /* The kernel's one-letter state of a thread ('R', 'S', ...); '?' if unknown. */
 char proc_thread_state(pid_t pid, pid_t tid);
 
-/* The thread ids of a process (bounded by max). Count, or -1 with errno. */
-int proc_tasks(pid_t pid, pid_t *tids, int max);
+/*
+ * The thread ids of a process (bounded by max), as this /proc numbers them,
+ * and with own_tids each as its own pid namespace does.  Count, or -1 with errno.
+ */
+int proc_tasks(pid_t pid, pid_t *tids, pid_t *own_tids, int max);
+
+/*
+ * Whether the process lives in a pid namespace below this /proc's (a
+ * container): then the thread ids it keeps in its memory are not /proc's.
+ */
+bool proc_pid_namespace_nested(pid_t pid);
 
 /*
  * Whether a process still runs (a zombie is gone), or could not be looked
@@ -157,9 +171,9 @@ struct elf_facts {
 	bool is_elf;
 };
 
-/* Look the symbols up in .dynsym and .symtab. 0, or -1 and *err. */
-int elf_lookup(const char *path, struct elf_symbol *syms, size_t nsyms,
-               struct elf_facts *facts, struct uw_error *err);
+/* Look the symbols up in .dynsym and .symtab of the file open at fd. 0, or -1 and *err. */
+int elf_lookup(int fd, struct elf_symbol *syms, size_t nsyms, struct elf_facts *facts,
+               struct uw_error *err);
 
 /* pystr.c */
 /*
@@ -258,7 +272,7 @@ struct chain_link {
 struct thread_cache {
 	raddr_t tstate;
 	uint64_t seen;       /* sample number it was last seen in */
-	int stat_fd;         /* /proc/PID/task/TID/stat, kept open; -1 */
+	int stat_fd;         /* /proc/PID/task/TID/stat, kept open; -1 (-2: no such task) */
 	int64_t stat_tid;
 	uint32_t n;
 	size_t cap;
@@ -294,6 +308,7 @@ struct uw_target {
 	raddr_t unicode_type; /* &PyUnicode_Type */
 	raddr_t bytes_type;   /* &PyBytes_Type */
 	raddr_t frame_type;   /* &PyFrame_Type, to check heap frames (3.8-3.10) */
+	bool pid_namespace_nested; /* the thread ids in its memory are its namespace's */
 	int pthread_tid_offset; /* 3.8-3.10: where struct pthread keeps the tid; -1 unknown */
 	int pthread_tid_searches; /* looks for it so far */
 

@@ -377,6 +377,9 @@ void attach_as_nobody(const struct daemon *d, pid_t pid, const char *context)
 const struct python *python_for_nobody(const struct python *pys, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
+		/* Only root may enter a root. */
+		if (pys[i].root_len)
+			continue;
 		struct run_result r;
 		const char *argv[] = {AS_NOBODY, pys[i].path, "-I", "-c", "pass", NULL};
 		run_command(&r, argv, NULL);

@@ -179,9 +179,9 @@ Test(daemon, reattach_is_warm, .timeout = 300)
 	const struct python *py = &pys[n - 1];
 	char script[PATH_MAX];
 	target_script("callgraph.py", script, sizeof script);
-	const char *argv[] = {py->path, "-I", script, "{report}", NULL};
+	const char *args[] = {"-I", script, "{report}", NULL};
 	struct test_target target;
-	test_target_start_argv(&target, argv);
+	test_target_start_python(&target, py, args);
 	json_decref(test_target_wait_report(&target, TARGET_READY_TIMEOUT_S));
 	struct daemon d;
 	daemon_start(&d, NULL);

@@ -56,23 +56,34 @@ static void free_params(struct criterion_test_params *crp)
 	cr_free(crp->params);
 }
 
+/* Which interpreters a parameterized test runs on. */
+enum params_kind {
+	PARAMS_FOUND = 1,     /* every supported one, as found */
+	PARAMS_CONTAINED = 2, /* those with a root, run contained */
+};
+
 /* Parameters must live in criterion's shared arena: tests run in other processes. */
-static struct criterion_test_params make_params(const char *const *scenarios, size_t nscenarios)
+static struct criterion_test_params make_params_of(const char *const *scenarios,
+                                                   size_t nscenarios, unsigned kinds)
 {
 	struct python all[PYTHONS_MAX];
 	size_t n = pythons_find(all, PYTHONS_MAX), k = 0;
 	size_t per = nscenarios ? nscenarios : 1;
-	struct py_param *p = cr_malloc(sizeof *p * (n * per + 1));
+	struct py_param *p = cr_malloc(sizeof *p * (2 * n * per + 1));
 	if (!p)
 		abort();
-	for (size_t i = 0; i < n; i++) {
-		if (!all[i].supported)
-			continue;
-		for (size_t j = 0; j < per; j++, k++) {
-			memset(&p[k], 0, sizeof p[k]);
-			p[k].py = all[i];
-			if (scenarios)
-				snprintf(p[k].scenario, sizeof p[k].scenario, "%s", scenarios[j]);
+	for (unsigned kind = PARAMS_FOUND; kind <= PARAMS_CONTAINED; kind <<= 1) {
+		for (size_t i = 0; i < n; i++) {
+			if (!(kinds & kind) || !all[i].supported ||
+			    (kind == PARAMS_CONTAINED && !all[i].root_len))
+				continue;
+			for (size_t j = 0; j < per; j++, k++) {
+				memset(&p[k], 0, sizeof p[k]);
+				p[k].py = all[i];
+				p[k].py.contained = kind == PARAMS_CONTAINED;
+				if (scenarios)
+					snprintf(p[k].scenario, sizeof p[k].scenario, "%s", scenarios[j]);
+			}
 		}
 	}
 	if (k == 0) {
@@ -83,6 +94,11 @@ static struct criterion_test_params make_params(const char *const *scenarios, si
 	return cr_make_param_array(struct py_param, p, k, free_params);
 }
 
+static struct criterion_test_params make_params(const char *const *scenarios, size_t nscenarios)
+{
+	return make_params_of(scenarios, nscenarios, PARAMS_FOUND);
+}
+
 /* Context for failure messages; fails the test if there was no interpreter at all. */
 static void param_context(const struct py_param *p, char *buf, size_t len)
 {
@@ -90,7 +106,8 @@ static void param_context(const struct py_param *p, char *buf, size_t len)
 		struct python unused[1];
 		pythons_supported(unused, 1); /* fails, explaining what to install */
 	}
-	snprintf(buf, len, "Python %u.%u (%s)%s%s", p->py.major, p->py.minor, p->py.path,
+	char py[PATH_MAX + 64];
+	snprintf(buf, len, "Python %s%s%s", python_describe(&p->py, py, sizeof py),
 	         p->scenario[0] ? ", scenario " : "", p->scenario);
 }
 
@@ -492,9 +509,10 @@ static bool flag(const json_t *th, const char *key)
 	return json_is_true(json_object_get(th, key));
 }
 
+/* In a container too: the flags come from the host's /proc, which names threads otherwise. */
 ParameterizedTestParameters(dump, spin)
 {
-	return make_params(NULL, 0);
+	return make_params_of(NULL, 0, PARAMS_FOUND | PARAMS_CONTAINED);
 }
 
 ParameterizedTest(struct py_param *p, dump, spin)
@@ -557,6 +575,176 @@ ParameterizedTest(struct py_param *p, dump, spin)
 		if (!seen)
 			nanosleep(&(struct timespec){.tv_nsec = SPIN_PAUSE_NS}, NULL);
 	}
+	json_decref(report);
+	test_target_kill(&t);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Interpreters in roots and namespaces of their own.                        */
+
+/*
+ * A dump without the rights /proc/PID/map_files needs (CAP_SYS_ADMIN or
+ * CAP_CHECKPOINT_RESTORE), as the hardened service runs: the mapped files
+ * are then found by their paths.
+ */
+static json_t *dump_json_without_map_files(pid_t pid, const char *context)
+{
+	char pidstr[24], why[1024];
+	snprintf(pidstr, sizeof pidstr, "%d", (int)pid);
+	const char *argv[] = {"setpriv", "--bounding-set=-sys_admin,-checkpoint_restore",
+	                      pyprofd_bin(), "dump", pidstr, "--json", NULL};
+	struct run_result r;
+	run_command(&r, argv, NULL);
+	cr_assert(r.exited && !r.timed_out && r.code == 0, "%s: dump failed: %s", context,
+	          run_describe(&r, why, sizeof why));
+	json_error_t jerr;
+	json_t *doc = json_loadb(r.out, r.out_len, 0, &jerr);
+	cr_assert(json_is_object(doc), "%s: dump stdout is not a JSON object: %.300s", context,
+	          r.out);
+	run_result_free(&r);
+	return doc;
+}
+
+/* The first interpreter with a root (chrooted), or NULL. */
+static const struct python *rooted_python(struct python pys[PYTHONS_MAX])
+{
+	size_t n = pythons_find(pys, PYTHONS_MAX);
+	for (size_t i = 0; i < n; i++)
+		if (pys[i].supported && pys[i].root_len)
+			return &pys[i];
+	return NULL;
+}
+
+/* The last pid of "NSpid:" in /proc/PID/status: the process's pid in its own namespace. */
+static long own_namespace_pid(pid_t pid)
+{
+	char path[64], line[256];
+	snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+	FILE *f = fopen(path, "r");
+	cr_assert_not_null(f, "%s: %s", path, strerror(errno));
+	long last = -1;
+	while (fgets(line, sizeof line, f)) {
+		if (strncmp(line, "NSpid:", 6) != 0)
+			continue;
+		char *tok, *save = NULL;
+		for (tok = strtok_r(line + 6, " \t\n", &save); tok; tok = strtok_r(NULL, " \t\n", &save))
+			last = atol(tok);
+	}
+	fclose(f);
+	return last;
+}
+
+static const char *const contained_scenarios[] = {"nested", "threads20", "coroutines"};
+
+/*
+ * Run as a container runs it: its own pid and mount namespaces, the root
+ * pivoted to.  The test holds the interpreter's pid as the host numbers it,
+ * while the interpreter reports its own; the dump reads it through its root
+ * with map_files and without.
+ */
+ParameterizedTestParameters(dump, contained)
+{
+	return make_params_of(contained_scenarios, COUNT(contained_scenarios), PARAMS_CONTAINED);
+}
+
+ParameterizedTest(struct py_param *p, dump, contained)
+{
+	if (p->none)
+		cr_skip_test("no interpreter with a root of its own: `make pythons` builds one");
+	char ctx[PATH_MAX + 128], sub[PATH_MAX + 256];
+	param_context(p, ctx, sizeof ctx);
+	struct test_target t;
+	test_target_start(&t, &p->py, p->scenario);
+	json_t *report = test_target_wait_report(&t, TARGET_READY_TIMEOUT_S);
+	long inner = own_namespace_pid(t.pid);
+	cr_assert(int_of(report, "pid") == inner && inner != t.pid,
+	          "%s: the interpreter sees itself as %lld, its namespace pid is %ld, the test "
+	          "holds %d: not the host's pid of a process in a namespace of its own",
+	          ctx, (long long)int_of(report, "pid"), inner, (int)t.pid);
+
+	json_t *dump = dump_json(t.pid, (const char *const[]){"--json", NULL}, ctx);
+	check_dump(ctx, &p->py, t.pid, report, dump, MATCH_EXACT);
+	json_decref(dump);
+	snprintf(sub, sizeof sub, "%s, without map_files", ctx);
+	dump = dump_json_without_map_files(t.pid, sub);
+	check_dump(sub, &p->py, t.pid, report, dump, MATCH_EXACT);
+	json_decref(dump);
+	json_decref(report);
+	test_target_kill(&t);
+}
+
+/*
+ * A chrooted interpreter's maps name its files by the host's paths.  With
+ * map_files, without (the path as it is), and with another file put where
+ * the path under /proc/PID/root leads: the dump must take the mapped file
+ * itself, which only its device and inode tell.
+ */
+Test(dump, chrooted_mapped_files)
+{
+	struct python pys[PYTHONS_MAX];
+	const struct python *py = rooted_python(pys);
+	if (!py)
+		cr_skip_test("no interpreter with a root of its own: `make pythons` builds one");
+	char ctx[PATH_MAX + 64], root[PATH_MAX];
+	python_describe(py, ctx, sizeof ctx);
+	python_root(py, root, sizeof root);
+	struct test_target t;
+	test_target_start(&t, py, "nested");
+	json_t *report = test_target_wait_report(&t, TARGET_READY_TIMEOUT_S);
+
+	json_t *dump = dump_json(t.pid, (const char *const[]){"--json", NULL}, ctx);
+	check_dump(ctx, py, t.pid, report, dump, MATCH_EXACT);
+	json_decref(dump);
+	dump = dump_json_without_map_files(t.pid, ctx);
+	check_dump(ctx, py, t.pid, report, dump, MATCH_EXACT);
+	json_decref(dump);
+
+	/*
+	 * The decoy: /proc/PID/root + the host's path is ROOT/ROOT/usr/bin/...,
+	 * made in the target's own mount namespace on a tmpfs over the root's
+	 * first directory of that path, so neither the host nor the cached root
+	 * sees it.
+	 */
+	char first[2 * PATH_MAX], decoy[2 * PATH_MAX], dir[2 * PATH_MAX], pidstr[24];
+	snprintf(first, sizeof first, "%s/%.*s", root, (int)strcspn(root + 1, "/"), root + 1);
+	snprintf(decoy, sizeof decoy, "%s%s", root, py->path);
+	snprintf(dir, sizeof dir, "%.*s", (int)(strrchr(decoy, '/') - decoy), decoy);
+	snprintf(pidstr, sizeof pidstr, "%d", (int)t.pid);
+	struct stat st;
+	cr_assert(stat(first, &st) == 0 && S_ISDIR(st.st_mode),
+	          "%s: the root has no %s to hide a decoy under", ctx, first);
+	const char *plant[] = {"nsenter", "-t", pidstr, "-m", "sh", "-c",
+	                       "set -e; mount -t tmpfs decoy \"$1\"; mkdir -p \"$2\"; "
+	                       "cp /bin/true \"$3\"",
+	                       "sh", first, dir, decoy, NULL};
+	struct run_result r;
+	char why[1024];
+	run_command(&r, plant, NULL);
+	cr_assert(r.exited && r.code == 0, "%s: planting the decoy: %s", ctx,
+	          run_describe(&r, why, sizeof why));
+	run_result_free(&r);
+	char sub[3 * PATH_MAX];
+	snprintf(sub, sizeof sub, "%s, a decoy at /proc/PID/root%s", ctx, py->path);
+	dump = dump_json_without_map_files(t.pid, sub);
+	check_dump(sub, py, t.pid, report, dump, MATCH_EXACT);
+	json_decref(dump);
+	json_decref(report);
+	test_target_kill(&t);
+}
+
+/* The plain case without map_files: the host's interpreter, by its path under /proc/PID/root. */
+Test(dump, plain_without_map_files)
+{
+	struct python py;
+	pythons_supported(&py, 1);
+	char ctx[PATH_MAX + 64];
+	python_describe(&py, ctx, sizeof ctx);
+	struct test_target t;
+	test_target_start(&t, &py, "nested");
+	json_t *report = test_target_wait_report(&t, TARGET_READY_TIMEOUT_S);
+	json_t *dump = dump_json_without_map_files(t.pid, ctx);
+	check_dump(ctx, &py, t.pid, report, dump, MATCH_EXACT);
+	json_decref(dump);
 	json_decref(report);
 	test_target_kill(&t);
 }
@@ -778,8 +966,8 @@ Test(dump, unsupported_version)
 		snprintf(ctx, sizeof ctx, "dump of Python %u.%u (%.*s)", all[i].major, all[i].minor,
 		         PATH_MAX, all[i].path);
 		struct test_target t;
-		test_target_start_argv(&t, (const char *const[]){all[i].path, "-E", "-s", "-c",
-		                                             unsupported_target, "{report}", NULL});
+		test_target_start_python(&t, &all[i], (const char *const[]){"-E", "-s", "-c",
+		                                                unsupported_target, "{report}", NULL});
 		json_decref(test_target_wait_report(&t, TARGET_READY_TIMEOUT_S));
 		struct run_result r;
 		run_dump(&r, t.pid, (const char *const[]){"--json", NULL}, NULL);

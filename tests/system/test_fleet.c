@@ -20,8 +20,8 @@ TestSuite(fleet, .init = helpers_init, .fini = helpers_fini, .timeout = 180);
 /* A process of the first supported interpreter idling in a function, a marker in its argv. */
 static pid_t fleet_spawn(const struct python *py, const char *marker)
 {
-	char *const argv[] = {(char *)py->path, "-c", (char *)idle_program, (char *)marker, NULL};
-	return spawn_process(argv, NULL);
+	const char *const args[] = {"-c", idle_program, marker, NULL};
+	return spawn_python(py, args, NULL);
 }
 
 static const struct python *fleet_python(struct python pys[PYTHONS_MAX])

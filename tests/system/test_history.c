@@ -231,9 +231,9 @@ Test(history, full_disk_then_recovery, .timeout = 300)
 	/* A busy target whose stacks keep changing: its history keeps needing new pages. */
 	char script[PATH_MAX];
 	target_script("callgraph.py", script, sizeof script);
-	const char *argv[] = {pys[n - 1].path, "-I", script, "{report}", NULL};
+	const char *args[] = {"-I", script, "{report}", NULL};
 	struct test_target target;
-	test_target_start_argv(&target, argv);
+	test_target_start_python(&target, &pys[n - 1], args);
 	json_decref(test_target_wait_report(&target, TARGET_READY_TIMEOUT_S));
 	static const char *const fast_flush[] = {"--flush-interval", "1", NULL};
 	struct daemon d;

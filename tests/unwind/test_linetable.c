@@ -255,17 +255,22 @@ static void check_record(const struct python *py, enum line_model model, int fir
 	free(buf);
 }
 
-/* Run the dump script under `py` with extra interpreter options `opts`. */
-static struct dump_stats check_interpreter(const struct python *py, const char *opts)
+/* Run the dump script under `py` with extra interpreter options `opts` (NULL-terminated). */
+static struct dump_stats check_interpreter(const struct python *py, const char *const opts[])
 {
 	struct dump_stats st = { 0 };
 	enum line_model model = model_for_minor(py->minor);
-	char cmd[2 * PATH_MAX + 64];
-	int w = snprintf(cmd, sizeof cmd, "'%s' -I %s '%s/targets/linetable_dump.py'", py->path,
-	                 opts, tests_dir());
-	cr_assert(w > 0 && (size_t)w < sizeof cmd, "command line too long");
-	FILE *p = popen(cmd, "r");
-	cr_assert_not_null(p, "cannot run %s", py->path);
+	char script[PATH_MAX];
+	int w = snprintf(script, sizeof script, "%s/targets/linetable_dump.py", tests_dir());
+	cr_assert(w > 0 && (size_t)w < sizeof script, "path too long");
+	const char *args[8] = {"-I"};
+	size_t n = 1;
+	for (size_t i = 0; opts[i] && n < 6; i++)
+		args[n++] = opts[i];
+	args[n++] = script;
+	args[n] = NULL;
+	pid_t pid;
+	FILE *p = python_popen(py, args, false, &pid);
 
 	char *line = NULL, *record = NULL;
 	size_t cap = 0, record_cap = 0;
@@ -307,7 +312,7 @@ static struct dump_stats check_interpreter(const struct python *py, const char *
 	}
 	free(record);
 	free(line);
-	int status = pclose(p);
+	int status = python_pclose(p, pid);
 	cr_assert(version_seen, "%s printed no version", py->path);
 	cr_assert_eq(status, 0, "%s: dump script failed", py->path);
 	cr_assert_eq((size_t)records, st.codes, "%s: dump cut short", py->path);
@@ -321,19 +326,22 @@ Test(linetable, matches_every_interpreter, .timeout = 300)
 	for (size_t i = 0; i < n; i++) {
 		/* Without column data (PYTHONNODEBUGRANGES, as some deployments run)
 		 * 3.11+ writes almost only the no-columns form, rare otherwise. */
-		const char *passes[] = { "", "-X no_debug_ranges" };
+		static const char *const defaults[] = {NULL};
+		static const char *const no_debug_ranges[] = {"-X", "no_debug_ranges", NULL};
+		const char *const *passes[] = {defaults, no_debug_ranges};
+		const char *const names[] = {"defaults", "-X no_debug_ranges"};
 		size_t npasses = pys[i].minor >= 11 ? 2 : 1;
 		for (size_t k = 0; k < npasses; k++) {
 			struct dump_stats st = check_interpreter(&pys[i], passes[k]);
 			cr_log_info("linetable: python %u.%u [%s] (%s): %zu code objects, %zu offsets, "
 			            "%zu truncated tables, %zu mismatches",
-			            pys[i].major, pys[i].minor, *passes[k] ? passes[k] : "defaults",
+			            pys[i].major, pys[i].minor, names[k],
 			            pys[i].path, st.codes,
 			            st.offsets, st.prefixes, st.mismatches);
 			cr_expect_gt(st.codes, 100u, "python %u.%u: too few code objects dumped",
 			             pys[i].major, pys[i].minor);
 			cr_expect_eq(st.mismatches, 0u, "python %u.%u %s: %zu offsets decoded wrong",
-			             pys[i].major, pys[i].minor, passes[k], st.mismatches);
+			             pys[i].major, pys[i].minor, names[k], st.mismatches);
 		}
 	}
 }
