@@ -11,7 +11,8 @@
  *
  * Hand attaches win: rules never touch a target without a rule, and a
  * process detached by hand is held (never attached by a rule again) until
- * it exits.  The CPU budget lowers the rates of rule-attached targets alone.
+ * it exits.  The daemon's CPU budget (budget.c) lowers the rates of
+ * rule-attached targets alone.
  */
 #include <errno.h>
 #include <math.h>
@@ -60,9 +61,6 @@ struct fleet_state {
 	ev_timer judge;
 	bool room_warned; /* max_targets reached: said once until there is room again */
 	uint64_t dropped; /* processes not judged: the waiting list was full */
-	/* The CPU budget. */
-	double cpu_seconds_then, wall_then;
-	double cpu_recent; /* percent of a core, smoothed */
 };
 
 static struct server *fleet_server(struct fleet *f)
@@ -346,7 +344,8 @@ static enum fleet_verdict fleet_attach(struct fleet *f, struct fleet_waiting *w,
 			return FLEET_DONE;
 		}
 	}
-	struct target_params params = {.rate_hz = s->config.default_rate_hz};
+	struct target_params params = {.rate_hz = s->config.default_rate_hz,
+	                               .max_sample_ns = s->config.max_sample_ns};
 	struct fleet_labels l = {0};
 	fleet_labels_found(&l, facts, t->python_version);
 	if (parent) {
@@ -380,7 +379,7 @@ static enum fleet_verdict fleet_attach(struct fleet *f, struct fleet_waiting *w,
 	t->children = parent ? true : rule->children;
 	t->parent = parent ? parent->pid : 0;
 	target_start(t, &params);
-	fleet_budget_apply(f, t);
+	budget_apply(&s->budget, t);
 	f->attached++;
 	log_info("pid %d: attached (Python %s, %u Hz, %s) %s %s%s", (int)t->pid, t->python_version,
 	         t->params.rate_hz, vocab_mode_name(t->params.mode), parent ? "as a child of" : "by rule",
@@ -507,13 +506,10 @@ int fleet_init(struct fleet *f, struct server *s)
 {
 	memset(f, 0, sizeof *f);
 	f->server = s;
-	f->budget_factor = 1.0;
 	if (!(f->state = calloc(1, sizeof *f->state)))
 		return -1;
 	ev_timer_init(&f->state->judge, fleet_on_judge, 1, 0);
 	f->state->judge.data = f;
-	f->state->cpu_seconds_then = usage_cpu_seconds();
-	f->state->wall_then = ev_time();
 	return 0;
 }
 
@@ -560,7 +556,8 @@ static void fleet_reconsider(struct fleet *f, struct target *t)
 	} else {
 		struct target_params params = {.rate_hz = rule->rate_hz ? rule->rate_hz : s->config.default_rate_hz,
 		                               .mode = rule->has_mode ? rule->mode : t->params.mode,
-		                               .flags = t->params.flags};
+		                               .flags = t->params.flags,
+		                               .max_sample_ns = s->config.max_sample_ns};
 		struct fleet_labels l = {0};
 		fleet_labels_found(&l, &facts, t->python_version);
 		fleet_labels_put_all(&l, rule->nlabels, rule->label_keys, rule->label_values);
@@ -584,7 +581,7 @@ static void fleet_reconsider(struct fleet *f, struct target *t)
 				target_params_free(&t->params);
 				t->params = params;
 			}
-			fleet_budget_apply(f, t);
+			budget_apply(&s->budget, t);
 		}
 	}
 	proc_facts_free(&facts);
@@ -619,72 +616,12 @@ void fleet_free(struct fleet *f)
 	f->state = NULL;
 }
 
-/* ---- once a second: room, holds, the budget ---- */
-
-/* The rate a rule-attached target samples at under the current budget factor. */
-static unsigned fleet_budget_rate(const struct fleet *f, const struct target *t)
-{
-	unsigned asked = t->params.rate_hz, floor_hz = fleet_server((struct fleet *)f)->config.min_rate_hz;
-	if (f->budget_factor >= 1.0 || asked <= floor_hz)
-		return asked;
-	double hz = round(asked * f->budget_factor);
-	return hz < floor_hz ? floor_hz : (unsigned)hz;
-}
-
-void fleet_budget_apply(struct fleet *f, struct target *t)
-{
-	if (!t->rule || t->state != TARGET_SAMPLING)
-		return;
-	unsigned hz = fleet_budget_rate(f, t);
-	/* Small moves are not worth a new schedule. */
-	if (hz == t->params.rate_hz || fabs((double)hz - t->effective_rate_hz) >= 0.05 * t->effective_rate_hz)
-		target_set_rate(t, hz);
-}
-
-/*
- * Measure the daemon's own CPU and steer the factor: down at once, by as
- * much as the measure says (at most halving per second); up slowly once
- * well under the budget, so the rate does not swing about it.
- */
-static void fleet_budget_tick(struct fleet *f)
-{
-	struct server *s = fleet_server(f);
-	struct fleet_state *st = f->state;
-	double cpu = usage_cpu_seconds(), wall = ev_time();
-	double dt = wall - st->wall_then;
-	if (dt < 0.5)
-		return;
-	double percent = 100.0 * (cpu - st->cpu_seconds_then) / dt;
-	st->cpu_seconds_then = cpu;
-	st->wall_then = wall;
-	st->cpu_recent = st->cpu_recent > 0 ? 0.5 * st->cpu_recent + 0.5 * percent : percent;
-	f->cpu_recent_percent = st->cpu_recent;
-	double budget = s->config.cpu_percent;
-	double before = f->budget_factor;
-	if (budget <= 0) {
-		f->budget_factor = 1.0;
-	} else if (st->cpu_recent > budget) {
-		f->budget_factor *= fmax(budget / st->cpu_recent, 0.5);
-	} else if (st->cpu_recent < 0.9 * budget && f->budget_factor < 1.0) {
-		f->budget_factor = fmin(1.0, f->budget_factor * fmin(budget / fmax(st->cpu_recent, 1e-3), 1.2));
-	}
-	f->budget_factor = fmax(f->budget_factor, 1e-3);
-	bool over = f->budget_factor < 1.0;
-	if (over != f->over_budget)
-		log_info(over ? "over the CPU budget (%.1f%% of %.1f%%): lowering the rates of rule-attached targets"
-		              : "within the CPU budget (%.1f%% of %.1f%%): rule-attached targets at their rates",
-		         st->cpu_recent, budget);
-	f->over_budget = over;
-	if (f->budget_factor != before)
-		for (size_t i = 0; i < s->targets.n; i++)
-			fleet_budget_apply(f, s->targets.v[i]);
-}
+/* ---- once a second: room, holds ---- */
 
 void fleet_housekeeping(struct fleet *f)
 {
 	struct server *s = fleet_server(f);
 	struct fleet_state *st = f->state;
-	fleet_budget_tick(f);
 	/* Holds of processes gone (an exit missed while not watching). */
 	for (size_t i = 0; i < st->nheld;) {
 		struct uw_process_identity id;
@@ -720,8 +657,4 @@ void fleet_status(const struct fleet *f, Pyprofd__StatusResult *out)
 	out->attached_by_rules = f->attached;
 	for (size_t i = 0; f->state && i < f->state->nwaiting; i++)
 		out->processes_waiting += f->state->waiting[i].claimed;
-	out->cpu_budget_percent = s->config.cpu_percent;
-	out->cpu_recent_percent = f->cpu_recent_percent;
-	out->budget_factor = f->budget_factor;
-	out->over_budget = f->over_budget;
 }

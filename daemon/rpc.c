@@ -229,7 +229,10 @@ static void rpc_attach(struct server *s, struct client *c, const Pyprofd__Reques
 		rpc_out_of_memory(resp, a);
 		return;
 	}
+	params.max_sample_ns = s->config.max_sample_ns;
 	target_start(t, &params);
+	/* A user over its share samples its new target at the lowered rate too. */
+	budget_apply(&s->budget, t);
 	log_info("pid %d: attached (Python %s, %u Hz, %s%s) for uid %d", (int)t->pid,
 	         t->python_version, t->params.rate_hz, vocab_mode_name(t->params.mode),
 	         warm ? ", warm" : "", (int)c->uid);
@@ -446,6 +449,7 @@ static void rpc_status(struct server *s, struct client *c, const Pyprofd__Reques
 	res->socket = s->socket_activated ? (char *)"(from systemd)" : s->config.socket_path;
 	history_status(&s->history, res, a);
 	fleet_status(&s->fleet, res);
+	budget_status(&s->budget, c->uid, res, a);
 	resp->result_case = PYPROFD__RESPONSE__RESULT_STATUS;
 	resp->status = res;
 }

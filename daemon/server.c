@@ -280,6 +280,7 @@ static void server_on_housekeeping(struct ev_loop *loop, ev_timer *w, int revent
 		target_check_alive(s->targets.v[i]);
 	targets_trim(&s->targets, s->config.warm_budget_bytes, s->config.max_targets);
 	fleet_housekeeping(&s->fleet);
+	budget_tick(&s->budget);
 	server_clients_expire(s);
 	server_update_status(s);
 }
@@ -301,6 +302,7 @@ static void server_shutdown(struct server *s)
 	while (s->clients)
 		server_client_free(s->clients);
 	fleet_free(&s->fleet);
+	budget_free(&s->budget);
 	/* Everything counted reaches the database before the targets go. */
 	queries_finish(&s->queries);
 	ev_timer_stop(s->loop, &s->flush_timer);
@@ -367,6 +369,7 @@ int server_main(int argc, char **argv)
 		config_free(&s.config);
 		return EXIT_FAILURE_OTHER;
 	}
+	budget_init(&s.budget, &s);
 
 	ev_io_init(&s.accept_watcher, server_on_accept, s.listen_fd, EV_READ);
 	s.accept_watcher.data = &s;

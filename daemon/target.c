@@ -324,6 +324,7 @@ void target_start(struct target *t, struct target_params *params)
 	struct uw_options opts = {.flags = t->params.flags,
 	                          .mode = t->params.mode,
 	                          .cache_budget = UW_DEFAULT_CACHE_BUDGET,
+	                          .max_sample_ns = t->params.max_sample_ns,
 	                          .on_epoch_end = target_on_epoch_end,
 	                          .epoch_ctx = t};
 	uw_configure(t->uw, &opts);
@@ -337,6 +338,7 @@ void target_start(struct target *t, struct target_params *params)
 	memset(&t->cost_us, 0, sizeof t->cost_us);
 	/* Each timer runs at its own phase: targets attached together do not sample in step. */
 	t->effective_rate_hz = t->params.rate_hz;
+	t->rate_lowered_by = NULL;
 	target_timer_arm(t, 1.0 / t->effective_rate_hz);
 	ev_io_start(loop, &t->timer);
 }
@@ -436,7 +438,9 @@ static void target_sample(struct target *t)
 	clock_gettime(CLOCK_MONOTONIC, &a);
 	int rc = uw_sample(t->uw, &t->sample, &err);
 	clock_gettime(CLOCK_MONOTONIC, &b);
-	timing_add(&t->cost_us, (double)(b.tv_sec - a.tv_sec) * 1e6 + (double)(b.tv_nsec - a.tv_nsec) / 1e3);
+	double cost_s = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
+	timing_add(&t->cost_us, cost_s * 1e6);
+	t->sample_seconds += cost_s; /* charged to its user's budget */
 	if (rc != 0) {
 		/* A failed read may be a process that is gone, or a pid already reused. */
 		if (err.status == UW_EGONE || err.status == UW_ENOPROC || !target_same_process(t)) {
@@ -516,6 +520,7 @@ Pyprofd__Target *target_to_proto(const struct target *t, struct arena *a)
 	p->python_version = arena_strdup(a, t->python_version);
 	p->rate_hz = t->params.rate_hz;
 	p->effective_rate_hz = t->state == TARGET_SAMPLING ? t->effective_rate_hz : 0;
+	p->rate_lowered_by = (char *)(t->state == TARGET_SAMPLING && t->rate_lowered_by ? t->rate_lowered_by : "");
 	p->rule = arena_strdup(a, t->rule ? t->rule : "");
 	p->parent = t->parent;
 	p->mode = vocab_mode_to_wire(t->params.mode);
