@@ -34,6 +34,12 @@
 #define FLEET_RETRY_LAST_S 0.5
 /* How long a process a rule claims may take to show its runtime. */
 #define FLEET_GIVE_UP_S 20.0
+/*
+ * How long it may take to map one: the loader maps libpython before main
+ * runs, so a program without a runtime by then is not Python (a shell, a
+ * container's init) and is not looked at every half second for 20 s.
+ */
+#define FLEET_GIVE_UP_NOT_PYTHON_S 1.0
 
 enum fleet_why { FLEET_NEW, FLEET_EXEC };
 
@@ -327,12 +333,20 @@ static enum fleet_verdict fleet_attach(struct fleet *f, struct fleet_waiting *w,
 	struct target *t = target_open(s->loop, &s->history, facts->pid, &err);
 	if (!t) {
 		double waited = ev_now(s->loop) - w->since;
-		bool early = err.status == UW_ENOTPYTHON || err.status == UW_ECORRUPT || err.status == UW_EIO;
-		if (early && waited < FLEET_GIVE_UP_S)
+		bool early = (err.status == UW_ENOTPYTHON && waited < FLEET_GIVE_UP_NOT_PYTHON_S) ||
+		             ((err.status == UW_ECORRUPT || err.status == UW_EIO) && waited < FLEET_GIVE_UP_S);
+		if (early)
 			return FLEET_RETRY;
-		if (err.status != UW_ENOPROC && err.status != UW_EGONE)
-			log_info("pid %d: not attached (%s %s): %s", (int)facts->pid,
-			         parent ? "child of" : "rule", parent ? "" : claim->name, err.msg);
+		/* A rule on a unit or a container meets its shells and init too: not worth a line each. */
+		if (err.status != UW_ENOPROC && err.status != UW_EGONE) {
+			char why[96];
+			if (parent)
+				snprintf(why, sizeof why, "a child of pid %d", (int)parent->pid);
+			else
+				snprintf(why, sizeof why, "rule %s", claim->name);
+			log_msg(err.status == UW_ENOTPYTHON ? LOG_LEVEL_DEBUG : LOG_LEVEL_INFO,
+			        "pid %d: not attached (%s): %s", (int)facts->pid, why, err.msg);
+		}
 		return FLEET_DONE;
 	}
 	const struct rule *rule = claim;
