@@ -315,7 +315,7 @@ enum fleet_verdict { FLEET_DONE, FLEET_RETRY, FLEET_NO_ROOM };
 
 /* Open, and attach under the rule (or as the parent's child); the verdict on w. */
 static enum fleet_verdict fleet_attach(struct fleet *f, struct fleet_waiting *w,
-                                       const struct proc_facts *facts, const struct rule *claim,
+                                       struct proc_facts *facts, const struct rule *claim,
                                        struct target *parent)
 {
 	struct server *s = fleet_server(f);
@@ -371,6 +371,9 @@ static enum fleet_verdict fleet_attach(struct fleet *f, struct fleet_waiting *w,
 		snprintf(pid_text, sizeof pid_text, "%d", (int)parent->pid);
 		fleet_labels_put(&l, "parent", pid_text);
 	} else {
+		/* Its environment is read only now: most processes judged are never attached. */
+		if (proc_facts_read_environment(facts->pid, facts) != 0)
+			log_warn("pid %d: out of memory reading its labels", (int)facts->pid);
 		if (rule->rate_hz)
 			params.rate_hz = rule->rate_hz;
 		if (rule->has_mode)
@@ -409,7 +412,7 @@ static enum fleet_verdict fleet_judge(struct fleet *f, struct fleet_waiting *w)
 	struct server *s = fleet_server(f);
 	struct fleet_state *st = f->state;
 	struct proc_facts facts;
-	if (proc_facts_read(w->pid, PROC_FACTS_ENVIRONMENT, &facts) != 0) {
+	if (proc_facts_read(w->pid, 0, &facts) != 0) {
 		bool gone = errno == ENOENT || errno == ESRCH || (kill(w->pid, 0) != 0 && errno == ESRCH);
 		proc_facts_free(&facts);
 		/* Could not look (out of descriptors...): look again, within the same patience. */
@@ -668,6 +671,13 @@ void fleet_status(const struct fleet *f, Pyprofd__StatusResult *out)
 	out->discovery = (char *)(f->watching ? procwatch_method_name(&f->watch) : "off");
 	out->rules = (uint32_t)s->config.rules.n;
 	out->processes_judged = f->judged;
+	struct procwatch_stats ws;
+	procwatch_stats(&f->watch, &ws);
+	out->discovery_events = ws.events;
+	out->discovery_scans = ws.scans;
+	out->discovery_lost = ws.lost;
+	out->discovery_scan_ms_last = ws.scan_us_last / 1e3;
+	out->discovery_scan_ms_max = ws.scan_us_max / 1e3;
 	out->attached_by_rules = f->attached;
 	for (size_t i = 0; f->state && i < f->state->nwaiting; i++)
 		out->processes_waiting += f->state->waiting[i].claimed;
