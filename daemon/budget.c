@@ -172,6 +172,15 @@ void budget_tick(struct budget *b)
 			budget_apply(b, s->targets.v[i]);
 }
 
+void budget_configure(struct budget *b)
+{
+	struct server *s = b->server;
+	for (size_t i = 0; i < s->targets.n; i++) {
+		target_set_max_sample(s->targets.v[i], s->config.max_sample_ns);
+		budget_apply(b, s->targets.v[i]);
+	}
+}
+
 void budget_status(const struct budget *b, uid_t peer, Pyprofd__StatusResult *out, struct arena *a)
 {
 	const struct config *c = &b->server->config;

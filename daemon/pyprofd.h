@@ -487,6 +487,8 @@ void target_lower_owner(struct target *t, const struct uw_process_identity *id);
 void target_start(struct target *t, struct target_params *params);
 /* Sample at this rate from now on (the budgets); the asked rate stays as it was. */
 void target_set_rate(struct target *t, unsigned hz);
+/* Cut its walks short past this from now on (0: never). */
+void target_set_max_sample(struct target *t, uint64_t ns);
 /* Stop sampling and keep the unwinder state warm. */
 void target_stop(struct target *t);
 /* The process is gone: stop and drop its unwinder state. */
@@ -594,6 +596,8 @@ void budget_init(struct budget *b, struct server *s);
 void budget_free(struct budget *b);
 /* Once a second: measure, steer, and apply the rates that moved. */
 void budget_tick(struct budget *b);
+/* The config was reloaded: every target under its budgets and max_sample_time as they are now. */
+void budget_configure(struct budget *b);
 /* A sampling target's rate under the budgets as they are (after it starts, or changes rule). */
 void budget_apply(struct budget *b, struct target *t);
 /* The budgets' state; a peer other than root sees its own user alone. */

@@ -262,6 +262,7 @@ static void server_on_reload(struct ev_loop *loop, ev_signal *w, int revents)
 		         s->config.config_path ? s->config.config_path : "", s->config.rules.n,
 		         s->config.rules.n == 1 ? "" : "s");
 		fleet_rules_changed(&s->fleet);
+		budget_configure(&s->budget);
 	} else {
 		log_error("configuration not reloaded: the file has errors (kept the last one)");
 	}

@@ -305,6 +305,25 @@ static void target_timer_arm(struct target *t, double interval)
 		log_error("pid %d: timerfd_settime: %s", (int)t->pid, strerror(errno));
 }
 
+/* The unwinder's options from the target's parameters. */
+static void target_configure_unwinder(struct target *t)
+{
+	struct uw_options opts = {.flags = t->params.flags,
+	                          .mode = t->params.mode,
+	                          .cache_budget = UW_DEFAULT_CACHE_BUDGET,
+	                          .max_sample_ns = t->params.max_sample_ns,
+	                          .on_epoch_end = target_on_epoch_end,
+	                          .epoch_ctx = t};
+	uw_configure(t->uw, &opts);
+}
+
+void target_set_max_sample(struct target *t, uint64_t ns)
+{
+	t->params.max_sample_ns = ns;
+	if (t->uw)
+		target_configure_unwinder(t);
+}
+
 void target_start(struct target *t, struct target_params *params)
 {
 	struct ev_loop *loop = t->loop;
@@ -320,14 +339,7 @@ void target_start(struct target *t, struct target_params *params)
 	target_params_free(&t->params);
 	t->params = *params;
 	memset(params, 0, sizeof *params);
-
-	struct uw_options opts = {.flags = t->params.flags,
-	                          .mode = t->params.mode,
-	                          .cache_budget = UW_DEFAULT_CACHE_BUDGET,
-	                          .max_sample_ns = t->params.max_sample_ns,
-	                          .on_epoch_end = target_on_epoch_end,
-	                          .epoch_ctx = t};
-	uw_configure(t->uw, &opts);
+	target_configure_unwinder(t);
 	t->state = TARGET_SAMPLING;
 	t->sessions++;
 	t->session_samples = 0;
