@@ -303,6 +303,7 @@ struct uw_target {
 	struct thread_cache *threads;
 	uint32_t nthreads;
 	size_t threads_cap;
+	uint32_t stat_fds; /* threads' stat files kept open (threads.c bounds them) */
 	struct walk *walk; /* walk.c's working arrays, reused */
 
 	/* The batched read of this sample, planned from the reads of the last. */

@@ -5,16 +5,18 @@
  * user at a high rate: its walks are cut short at the per-sample bound, and
  * its user's targets are lowered to that user's share of a core while root's
  * keep their rates; the user's rates come back once the process is gone.
+ * Nor do its thousands of thread states take the daemon's descriptors.
  */
 #include <criterion/criterion.h>
 
+#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "daemon.h"
+#include "fleet.h"
 
 TestSuite(budget, .init = helpers_init, .fini = helpers_fini, .timeout = 300);
 
@@ -134,5 +136,57 @@ Test(budget, a_hostile_user_is_held_to_its_share)
 	e = entry_when(&d, roots.pid, budget_sampling, "sampling");
 	cr_assert(budget_at_asked_rate(e), "root's target was lowered: %s", json_dumps(e, JSON_COMPACT));
 	json_decref(e);
+	daemon_stop(&d);
+}
+
+/* Descriptors of the daemon's process. */
+static unsigned budget_daemon_fds(const struct daemon *d)
+{
+	char path[64];
+	snprintf(path, sizeof path, "/proc/%d/fd", (int)d->pid);
+	DIR *dir = opendir(path);
+	cr_assert_not_null(dir);
+	unsigned n = 0;
+	struct dirent *e;
+	while ((e = readdir(dir)))
+		n += e->d_name[0] != '.';
+	closedir(dir);
+	return n;
+}
+
+/*
+ * A runtime listing thousands of thread states, sampled in cpu mode (each
+ * thread's kernel state is read through a file kept open): the daemon keeps
+ * a bounded number of those files, not one per state.
+ */
+Test(budget, thousands_of_thread_states_take_few_descriptors)
+{
+	struct python pys[PYTHONS_MAX];
+	const struct python *py = fleet_python(pys);
+	char script[PATH_MAX];
+	target_script("hostile.py", script, sizeof script);
+	const char *argv[] = {py->path, "-I", script, "many-threads", "{report}", NULL};
+	struct test_target hostile;
+	test_target_start_argv(&hostile, argv);
+	json_decref(test_target_wait_report(&hostile, TARGET_READY_TIMEOUT_S));
+	struct daemon d;
+	daemon_start(&d, NULL);
+	unsigned before = budget_daemon_fds(&d);
+	char p[16];
+	const char *attach[] = {"attach", pid_text(hostile.pid, p, sizeof p), "--mode", "cpu", "--rate", "200", NULL};
+	ctl_ok(&d, attach);
+	/* Every state met at least once: a few thousand thread samples. */
+	for (int i = 0; i < 300; i++) {
+		json_t *stats = ctl_stats_of(&d, hostile.pid);
+		json_int_t threads = jint(stats, "thread_samples");
+		json_decref(stats);
+		if (threads >= 8000)
+			break;
+		pause_ms(100);
+	}
+	unsigned during = budget_daemon_fds(&d);
+	cr_assert_leq(during, before + 256 + 16, "%u descriptors before, %u while sampling 4000 thread states", before,
+	              during);
+	cr_assert(daemon_alive(&d));
 	daemon_stop(&d);
 }
