@@ -12,6 +12,7 @@
 #   make bench-daemon  measure the daemon: 10 targets x 4 threads at 100 Hz
 #   make bench-history measure the history store over a synthetic day
 #   make bench-hostile what a hostile local user costs the daemon (as root)
+#   make bench-fleet   exec to first sample, discovery's CPU, the CPU budget (as root)
 #   make install    binaries, systemd units and man pages (PREFIX, DESTDIR)
 #   make clean
 #
@@ -210,7 +211,7 @@ $(BUILD)/fuzz/%: $(BUILD)/tests/fuzz/%.o $(LIBCTL) $(LIBCLIENT) $(LIBS_DAEMON)
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -fsanitize=fuzzer -o $@ $^ $(LINK_DAEMON)
 
-.PHONY: all deps pythons test check sanitize fuzz fuzz-run demo bench bench-daemon bench-history bench-hostile install clean
+.PHONY: all deps pythons test check sanitize fuzz fuzz-run demo bench bench-daemon bench-history bench-hostile bench-fleet install clean
 
 all: $(PYPROFD) $(CTL)
 
@@ -451,6 +452,11 @@ bench-history: deps
 bench-daemon: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(PYTHON) bench/daemon.py --pyprofd $(PYPROFD) --ctl $(CTL) $(BENCH_ARGS)
+
+# Exec to first sample, discovery's CPU idle and in a burst, the CPU budget; see bench/fleet.py.
+bench-fleet: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(PYTHON) bench/fleet.py --pyprofd $(PYPROFD) --ctl $(CTL) $(BENCH_ARGS)
 
 # Unread answers, one user's connections, descriptors used up; see bench/hostile.py.
 bench-hostile: deps

@@ -45,7 +45,7 @@ const char ctl_list_usage[] =
 	"  --json            a JSON array of targets: {pid, start_time, uid, state,\n"
 	"                    python_version, rate_hz, mode, samples, errors, labels,\n"
 	"                    executable, command_line, attached_at, duration_s, sessions, effective_rate_hz,\n"
-	"                    rule, parent}\n";
+	"                    rate_lowered_by, rule, parent}\n";
 
 const char ctl_dump_usage[] =
 	"usage: pyprofd-ctl dump PID [--native] [--gc] [--json]\n"
@@ -78,9 +78,13 @@ const char ctl_status_usage[] =
 	"The daemon's own state: version, pid, uptime, targets by state, connections\n"
 	"(open, refused past a limit, closed as idle or stalled), bytes of answers\n"
 	"waiting for clients to read them, queries running, memory kept for detached\n"
-	"targets, resident memory, CPU use, state directory, socket and history.\n"
+	"targets, resident memory, CPU use, state directory, socket and history;\n"
+	"discovery and the budgets: the daemon's CPU against [limits] cpu_percent, and\n"
+	"each user's share of sampling against uid_cpu_percent (root sees every user,\n"
+	"another user itself alone).\n"
 	"\n"
-	"  --json            one JSON object with those fields\n";
+	"  --json            one JSON object with those fields (budget.users: [{uid,\n"
+	"                    recent_cpu_percent, factor, over}])\n";
 
 /* --- attach --- */
 
@@ -458,14 +462,38 @@ int ctl_live_stats(struct ctl *ctl, int argc, char **argv)
 
 /* --- status --- */
 
+/* The users over or near their share: budget.users in JSON, a line each in text. */
+static json_t *ctl_live_user_budgets_json(const Pyprofd__StatusResult *r)
+{
+	json_t *users = json_array();
+	for (size_t i = 0; users && i < r->n_user_budgets; i++) {
+		const Pyprofd__UserBudget *u = r->user_budgets[i];
+		if (json_array_append_new(users, json_pack("{s:I,s:f,s:f,s:b}", "uid", (json_int_t)u->uid,
+		                                           "recent_cpu_percent", u->recent_percent, "factor",
+		                                           u->factor, "over", (int)u->over)) != 0)
+			json_decref(users), users = NULL;
+	}
+	return users;
+}
+
 static int ctl_live_status_show(struct ctl *ctl, const struct client_reply *reply, int32_t pid)
 {
 	(void)pid;
 	const Pyprofd__StatusResult *r = reply->parts[0]->status;
-	if (ctl->json)
-		return ctl_print_json(fields_json(r, fields_status, fields_nstatus));
+	if (ctl->json) {
+		json_t *doc = fields_json(r, fields_status, fields_nstatus);
+		json_t *users = ctl_live_user_budgets_json(r);
+		if (!doc || !users || json_object_set_new(json_object_get(doc, "budget"), "users", users) != 0)
+			json_decref(doc), doc = NULL;
+		return ctl_print_json(doc);
+	}
 	if (fields_text(stdout, r, fields_status, fields_nstatus, 0) != 0)
 		return ctl_finish(EXIT_FAILURE_OTHER);
+	for (size_t i = 0; i < r->n_user_budgets; i++) {
+		const Pyprofd__UserBudget *u = r->user_budgets[i];
+		printf("budget.user: uid %u %.1f%% factor %.3f%s\n", u->uid, u->recent_percent, u->factor,
+		       u->over ? " over" : "");
+	}
 	return ctl_finish(EXIT_OK);
 }
 

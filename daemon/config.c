@@ -64,6 +64,8 @@ static void config_defaults(struct config *c)
 		.discovery_method = PROCWATCH_AUTO,
 		.scan_interval_s = 0.5,
 		.min_rate_hz = 10,
+		.uid_cpu_percent = 10,
+		.max_sample_ns = 5000000,
 		.flush_interval_s = 10,
 		.bucket_seconds = 10,
 		.max_pending_rows = 1u << 20,
@@ -248,6 +250,14 @@ static int config_set(struct config *c, const char *section, const char *name, c
 			return config_parse_percent(value, &c->cpu_percent);
 		if (strcmp(name, "min_rate_hz") == 0 && config_parse_uint(value, 1, 100000, &v) == 0)
 			return c->min_rate_hz = (unsigned)v, 0;
+		if (strcmp(name, "uid_cpu_percent") == 0)
+			return config_parse_percent(value, &c->uid_cpu_percent);
+		if (strcmp(name, "max_sample_time") == 0) {
+			double seconds;
+			if (config_parse_duration(value, 0, 10, &seconds) != 0)
+				return -1;
+			return c->max_sample_ns = (uint64_t)(seconds * 1e9), 0;
+		}
 	} else if (strcmp(section, "sampling") == 0) {
 		if (strcmp(name, "default_rate_hz") == 0 && config_parse_uint(value, 1, 100000, &v) == 0)
 			return c->default_rate_hz = (unsigned)v, 0;

@@ -11,7 +11,8 @@
  *
  * Hand attaches win: rules never touch a target without a rule, and a
  * process detached by hand is held (never attached by a rule again) until
- * it exits.  The CPU budget lowers the rates of rule-attached targets alone.
+ * it exits.  The daemon's CPU budget (budget.c) lowers the rates of
+ * rule-attached targets alone.
  */
 #include <errno.h>
 #include <math.h>
@@ -33,6 +34,12 @@
 #define FLEET_RETRY_LAST_S 0.5
 /* How long a process a rule claims may take to show its runtime. */
 #define FLEET_GIVE_UP_S 20.0
+/*
+ * How long it may take to map one: the loader maps libpython before main
+ * runs, so a program without a runtime by then is not Python (a shell, a
+ * container's init) and is not looked at every half second for 20 s.
+ */
+#define FLEET_GIVE_UP_NOT_PYTHON_S 1.0
 
 enum fleet_why { FLEET_NEW, FLEET_EXEC };
 
@@ -60,9 +67,6 @@ struct fleet_state {
 	ev_timer judge;
 	bool room_warned; /* max_targets reached: said once until there is room again */
 	uint64_t dropped; /* processes not judged: the waiting list was full */
-	/* The CPU budget. */
-	double cpu_seconds_then, wall_then;
-	double cpu_recent; /* percent of a core, smoothed */
 };
 
 static struct server *fleet_server(struct fleet *f)
@@ -311,7 +315,7 @@ enum fleet_verdict { FLEET_DONE, FLEET_RETRY, FLEET_NO_ROOM };
 
 /* Open, and attach under the rule (or as the parent's child); the verdict on w. */
 static enum fleet_verdict fleet_attach(struct fleet *f, struct fleet_waiting *w,
-                                       const struct proc_facts *facts, const struct rule *claim,
+                                       struct proc_facts *facts, const struct rule *claim,
                                        struct target *parent)
 {
 	struct server *s = fleet_server(f);
@@ -329,12 +333,20 @@ static enum fleet_verdict fleet_attach(struct fleet *f, struct fleet_waiting *w,
 	struct target *t = target_open(s->loop, &s->history, facts->pid, &err);
 	if (!t) {
 		double waited = ev_now(s->loop) - w->since;
-		bool early = err.status == UW_ENOTPYTHON || err.status == UW_ECORRUPT || err.status == UW_EIO;
-		if (early && waited < FLEET_GIVE_UP_S)
+		bool early = (err.status == UW_ENOTPYTHON && waited < FLEET_GIVE_UP_NOT_PYTHON_S) ||
+		             ((err.status == UW_ECORRUPT || err.status == UW_EIO) && waited < FLEET_GIVE_UP_S);
+		if (early)
 			return FLEET_RETRY;
-		if (err.status != UW_ENOPROC && err.status != UW_EGONE)
-			log_info("pid %d: not attached (%s %s): %s", (int)facts->pid,
-			         parent ? "child of" : "rule", parent ? "" : claim->name, err.msg);
+		/* A rule on a unit or a container meets its shells and init too: not worth a line each. */
+		if (err.status != UW_ENOPROC && err.status != UW_EGONE) {
+			char why[96];
+			if (parent)
+				snprintf(why, sizeof why, "a child of pid %d", (int)parent->pid);
+			else
+				snprintf(why, sizeof why, "rule %s", claim->name);
+			log_msg(err.status == UW_ENOTPYTHON ? LOG_LEVEL_DEBUG : LOG_LEVEL_INFO,
+			        "pid %d: not attached (%s): %s", (int)facts->pid, why, err.msg);
+		}
 		return FLEET_DONE;
 	}
 	const struct rule *rule = claim;
@@ -346,7 +358,8 @@ static enum fleet_verdict fleet_attach(struct fleet *f, struct fleet_waiting *w,
 			return FLEET_DONE;
 		}
 	}
-	struct target_params params = {.rate_hz = s->config.default_rate_hz};
+	struct target_params params = {.rate_hz = s->config.default_rate_hz,
+	                               .max_sample_ns = s->config.max_sample_ns};
 	struct fleet_labels l = {0};
 	fleet_labels_found(&l, facts, t->python_version);
 	if (parent) {
@@ -358,6 +371,9 @@ static enum fleet_verdict fleet_attach(struct fleet *f, struct fleet_waiting *w,
 		snprintf(pid_text, sizeof pid_text, "%d", (int)parent->pid);
 		fleet_labels_put(&l, "parent", pid_text);
 	} else {
+		/* Its environment is read only now: most processes judged are never attached. */
+		if (proc_facts_read_environment(facts->pid, facts) != 0)
+			log_warn("pid %d: out of memory reading its labels", (int)facts->pid);
 		if (rule->rate_hz)
 			params.rate_hz = rule->rate_hz;
 		if (rule->has_mode)
@@ -380,7 +396,7 @@ static enum fleet_verdict fleet_attach(struct fleet *f, struct fleet_waiting *w,
 	t->children = parent ? true : rule->children;
 	t->parent = parent ? parent->pid : 0;
 	target_start(t, &params);
-	fleet_budget_apply(f, t);
+	budget_apply(&s->budget, t);
 	f->attached++;
 	log_info("pid %d: attached (Python %s, %u Hz, %s) %s %s%s", (int)t->pid, t->python_version,
 	         t->params.rate_hz, vocab_mode_name(t->params.mode), parent ? "as a child of" : "by rule",
@@ -396,7 +412,7 @@ static enum fleet_verdict fleet_judge(struct fleet *f, struct fleet_waiting *w)
 	struct server *s = fleet_server(f);
 	struct fleet_state *st = f->state;
 	struct proc_facts facts;
-	if (proc_facts_read(w->pid, PROC_FACTS_ENVIRONMENT, &facts) != 0) {
+	if (proc_facts_read(w->pid, 0, &facts) != 0) {
 		bool gone = errno == ENOENT || errno == ESRCH || (kill(w->pid, 0) != 0 && errno == ESRCH);
 		proc_facts_free(&facts);
 		/* Could not look (out of descriptors...): look again, within the same patience. */
@@ -507,13 +523,10 @@ int fleet_init(struct fleet *f, struct server *s)
 {
 	memset(f, 0, sizeof *f);
 	f->server = s;
-	f->budget_factor = 1.0;
 	if (!(f->state = calloc(1, sizeof *f->state)))
 		return -1;
 	ev_timer_init(&f->state->judge, fleet_on_judge, 1, 0);
 	f->state->judge.data = f;
-	f->state->cpu_seconds_then = usage_cpu_seconds();
-	f->state->wall_then = ev_time();
 	return 0;
 }
 
@@ -560,7 +573,8 @@ static void fleet_reconsider(struct fleet *f, struct target *t)
 	} else {
 		struct target_params params = {.rate_hz = rule->rate_hz ? rule->rate_hz : s->config.default_rate_hz,
 		                               .mode = rule->has_mode ? rule->mode : t->params.mode,
-		                               .flags = t->params.flags};
+		                               .flags = t->params.flags,
+		                               .max_sample_ns = s->config.max_sample_ns};
 		struct fleet_labels l = {0};
 		fleet_labels_found(&l, &facts, t->python_version);
 		fleet_labels_put_all(&l, rule->nlabels, rule->label_keys, rule->label_values);
@@ -584,7 +598,7 @@ static void fleet_reconsider(struct fleet *f, struct target *t)
 				target_params_free(&t->params);
 				t->params = params;
 			}
-			fleet_budget_apply(f, t);
+			budget_apply(&s->budget, t);
 		}
 	}
 	proc_facts_free(&facts);
@@ -619,72 +633,12 @@ void fleet_free(struct fleet *f)
 	f->state = NULL;
 }
 
-/* ---- once a second: room, holds, the budget ---- */
-
-/* The rate a rule-attached target samples at under the current budget factor. */
-static unsigned fleet_budget_rate(const struct fleet *f, const struct target *t)
-{
-	unsigned asked = t->params.rate_hz, floor_hz = fleet_server((struct fleet *)f)->config.min_rate_hz;
-	if (f->budget_factor >= 1.0 || asked <= floor_hz)
-		return asked;
-	double hz = round(asked * f->budget_factor);
-	return hz < floor_hz ? floor_hz : (unsigned)hz;
-}
-
-void fleet_budget_apply(struct fleet *f, struct target *t)
-{
-	if (!t->rule || t->state != TARGET_SAMPLING)
-		return;
-	unsigned hz = fleet_budget_rate(f, t);
-	/* Small moves are not worth a new schedule. */
-	if (hz == t->params.rate_hz || fabs((double)hz - t->effective_rate_hz) >= 0.05 * t->effective_rate_hz)
-		target_set_rate(t, hz);
-}
-
-/*
- * Measure the daemon's own CPU and steer the factor: down at once, by as
- * much as the measure says (at most halving per second); up slowly once
- * well under the budget, so the rate does not swing about it.
- */
-static void fleet_budget_tick(struct fleet *f)
-{
-	struct server *s = fleet_server(f);
-	struct fleet_state *st = f->state;
-	double cpu = usage_cpu_seconds(), wall = ev_time();
-	double dt = wall - st->wall_then;
-	if (dt < 0.5)
-		return;
-	double percent = 100.0 * (cpu - st->cpu_seconds_then) / dt;
-	st->cpu_seconds_then = cpu;
-	st->wall_then = wall;
-	st->cpu_recent = st->cpu_recent > 0 ? 0.5 * st->cpu_recent + 0.5 * percent : percent;
-	f->cpu_recent_percent = st->cpu_recent;
-	double budget = s->config.cpu_percent;
-	double before = f->budget_factor;
-	if (budget <= 0) {
-		f->budget_factor = 1.0;
-	} else if (st->cpu_recent > budget) {
-		f->budget_factor *= fmax(budget / st->cpu_recent, 0.5);
-	} else if (st->cpu_recent < 0.9 * budget && f->budget_factor < 1.0) {
-		f->budget_factor = fmin(1.0, f->budget_factor * fmin(budget / fmax(st->cpu_recent, 1e-3), 1.2));
-	}
-	f->budget_factor = fmax(f->budget_factor, 1e-3);
-	bool over = f->budget_factor < 1.0;
-	if (over != f->over_budget)
-		log_info(over ? "over the CPU budget (%.1f%% of %.1f%%): lowering the rates of rule-attached targets"
-		              : "within the CPU budget (%.1f%% of %.1f%%): rule-attached targets at their rates",
-		         st->cpu_recent, budget);
-	f->over_budget = over;
-	if (f->budget_factor != before)
-		for (size_t i = 0; i < s->targets.n; i++)
-			fleet_budget_apply(f, s->targets.v[i]);
-}
+/* ---- once a second: room, holds ---- */
 
 void fleet_housekeeping(struct fleet *f)
 {
 	struct server *s = fleet_server(f);
 	struct fleet_state *st = f->state;
-	fleet_budget_tick(f);
 	/* Holds of processes gone (an exit missed while not watching). */
 	for (size_t i = 0; i < st->nheld;) {
 		struct uw_process_identity id;
@@ -718,11 +672,14 @@ void fleet_status(const struct fleet *f, Pyprofd__StatusResult *out)
 	out->discovery = (char *)(f->watching ? procwatch_method_name(&f->watch) : "off");
 	out->rules = (uint32_t)s->config.rules.n;
 	out->processes_judged = f->judged;
+	struct procwatch_stats ws;
+	procwatch_stats(&f->watch, &ws);
+	out->discovery_events = ws.events;
+	out->discovery_scans = ws.scans;
+	out->discovery_lost = ws.lost;
+	out->discovery_scan_ms_last = ws.scan_us_last / 1e3;
+	out->discovery_scan_ms_max = ws.scan_us_max / 1e3;
 	out->attached_by_rules = f->attached;
 	for (size_t i = 0; f->state && i < f->state->nwaiting; i++)
 		out->processes_waiting += f->state->waiting[i].claimed;
-	out->cpu_budget_percent = s->config.cpu_percent;
-	out->cpu_recent_percent = f->cpu_recent_percent;
-	out->budget_factor = f->budget_factor;
-	out->over_budget = f->over_budget;
 }

@@ -327,34 +327,39 @@ int proc_facts_read(pid_t pid, unsigned what, struct proc_facts *out)
 	}
 	free(cgroup);
 
-	if (what & PROC_FACTS_ENVIRONMENT) {
-		/* Another user's environment is root's to read; where it is not, no labels, no failure. */
-		char *env = malloc(PROC_FACTS_ENVIRON_MAX);
-		if (!env) {
-			errno = ENOMEM;
-			return -1;
-		}
-		ssize_t elen = uw_proc_read(pid, "environ", env, PROC_FACTS_ENVIRON_MAX);
-		if (elen < 0 && !proc_facts_may_skip(errno)) {
-			int saved = errno;
-			free(env);
-			errno = saved;
-			return proc_facts_fail();
-		}
-		static const char name[] = "PYPROFD_LABELS=";
-		for (ssize_t at = 0; at < elen;) {
-			size_t entry = strnlen(env + at, (size_t)(elen - at));
-			if (entry >= sizeof name - 1 && strncmp(env + at, name, sizeof name - 1) == 0) {
-				env[at + (ssize_t)entry] = '\0';
-				if (proc_facts_parse_labels(env + at + sizeof name - 1, out) != 0) {
-					free(env);
-					errno = ENOMEM;
-					return -1;
-				}
-			}
-			at += (ssize_t)entry + 1;
-		}
-		free(env);
+	if (what & PROC_FACTS_ENVIRONMENT)
+		return proc_facts_read_environment(pid, out);
+	return 0;
+}
+
+int proc_facts_read_environment(pid_t pid, struct proc_facts *f)
+{
+	/* Another user's environment is root's to read; where it is not, no labels, no failure. */
+	char *env = malloc(PROC_FACTS_ENVIRON_MAX);
+	if (!env) {
+		errno = ENOMEM;
+		return -1;
 	}
+	ssize_t elen = uw_proc_read(pid, "environ", env, PROC_FACTS_ENVIRON_MAX);
+	if (elen < 0 && !proc_facts_may_skip(errno)) {
+		int saved = errno;
+		free(env);
+		errno = saved;
+		return proc_facts_fail();
+	}
+	static const char name[] = "PYPROFD_LABELS=";
+	for (ssize_t at = 0; at < elen;) {
+		size_t entry = strnlen(env + at, (size_t)(elen - at));
+		if (entry >= sizeof name - 1 && strncmp(env + at, name, sizeof name - 1) == 0) {
+			env[at + (ssize_t)entry] = '\0';
+			if (proc_facts_parse_labels(env + at + sizeof name - 1, f) != 0) {
+				free(env);
+				errno = ENOMEM;
+				return -1;
+			}
+		}
+		at += (ssize_t)entry + 1;
+	}
+	free(env);
 	return 0;
 }

@@ -39,7 +39,7 @@ struct stats_counter {
 	size_t offset; /* of a uint64_t in struct uw_stats */
 };
 extern const struct stats_counter counters_table[];
-#define COUNTERS_COUNT 16
+#define COUNTERS_COUNT 17
 uint64_t counters_value(const struct uw_stats *st, size_t i);
 
 /* record.c */
@@ -216,6 +216,8 @@ struct proc_facts {
  */
 int proc_facts_read(pid_t pid, unsigned what, struct proc_facts *out);
 void proc_facts_free(struct proc_facts *f);
+/* Its PYPROFD_LABELS into f (what PROC_FACTS_ENVIRONMENT reads): 0, or -1 out of memory. */
+int proc_facts_read_environment(pid_t pid, struct proc_facts *f);
 /* The unit and container of a /proc/PID/cgroup text (v1, v2 or both), each "" when none. */
 void proc_facts_parse_cgroup(const char *text, char *unit, size_t unit_len, char *container,
                              size_t container_len);
@@ -364,6 +366,8 @@ struct config {
 	double scan_interval_s;      /* of /proc, when the kernel's events are not to be had */
 	double cpu_percent;          /* of one core the daemon may use; 0: no budget */
 	unsigned min_rate_hz;        /* the budget lowers rule-attached targets' rates no further */
+	double uid_cpu_percent;      /* of one core sampling one user's targets may take (not root's); 0: no limit */
+	uint64_t max_sample_ns;      /* a sample's walk is cut short past this; 0: never */
 };
 /* "500ms", "15s", "2m", "1h", "1d", or a bare number of seconds, in [min, max]; 0 or -1. */
 int config_parse_duration(const char *text, double min, double max, double *out);
@@ -455,6 +459,7 @@ struct target_params {
 	enum uw_mode mode;
 	unsigned flags; /* UW_SNAP_* */
 	double duration_s;
+	uint64_t max_sample_ns; /* a walk past this is cut short ([limits] max_sample_time); 0: never */
 	size_t nlabels;
 	char **label_keys, **label_values;
 };
@@ -483,7 +488,9 @@ struct target {
 	struct uw_target *uw; /* NULL once exited */
 	enum target_state state;
 	struct target_params params; /* rate_hz: what was asked */
-	unsigned effective_rate_hz;  /* what it samples at: lower while the CPU budget is exceeded */
+	unsigned effective_rate_hz;  /* what it samples at: lower while a budget is exceeded */
+	const char *rate_lowered_by; /* that budget ("cpu_percent", "uid_cpu_percent"); NULL: none */
+	double sample_seconds;       /* spent sampling it since its user's budget last counted */
 	char *rule;      /* the rule that attached it; NULL: attached by hand (rules leave it alone) */
 	bool children;   /* its Python children are attached too (the rule said so) */
 	pid_t parent;    /* attached as a child of this target; 0: not */
@@ -518,8 +525,10 @@ void target_owner(const struct uw_process_identity *id, uid_t *uid, gid_t *gid);
 void target_lower_owner(struct target *t, const struct uw_process_identity *id);
 /* Start (or restart) sampling with these parameters; the target takes the labels. */
 void target_start(struct target *t, struct target_params *params);
-/* Sample at this rate from now on (the CPU budget); the asked rate stays as it was. */
+/* Sample at this rate from now on (the budgets); the asked rate stays as it was. */
 void target_set_rate(struct target *t, unsigned hz);
+/* Cut its walks short past this from now on (0: never). */
+void target_set_max_sample(struct target *t, uint64_t ns);
 /* Stop sampling and keep the unwinder state warm. */
 void target_stop(struct target *t);
 /* The process is gone: stop and drop its unwinder state. */
@@ -611,8 +620,41 @@ void queries_pump(struct queries *qs);
 /* Cancel every running query, wait for its thread and drop its answer (shutdown). */
 void queries_finish(struct queries *qs);
 
+/* budget.c */
+/* A measured share of one core, and the factor on the asked rates of the targets it covers. */
+struct budget_gauge {
+	double recent; /* percent of a core, smoothed */
+	double factor; /* 1: the asked rates */
+	bool over;
+};
+/* One user other than root whose targets were sampled lately. */
+struct budget_user {
+	uid_t uid;
+	struct budget_gauge gauge;
+	double spent_s; /* sampling its targets, in the last tick */
+};
+/* What sampling may cost: the daemon's CPU and each user's share (see budget.c). */
+struct budget {
+	struct server *server;
+	struct budget_gauge daemon; /* against cpu_percent: covers rule-attached targets */
+	double cpu_seconds_then, wall_then;
+	struct budget_user *users;  /* against uid_cpu_percent: each covers its uid's targets */
+	size_t nusers, users_cap;
+	bool users_warned;
+};
+void budget_init(struct budget *b, struct server *s);
+void budget_free(struct budget *b);
+/* Once a second: measure, steer, and apply the rates that moved. */
+void budget_tick(struct budget *b);
+/* The config was reloaded: every target under its budgets and max_sample_time as they are now. */
+void budget_configure(struct budget *b);
+/* A sampling target's rate under the budgets as they are (after it starts, or changes rule). */
+void budget_apply(struct budget *b, struct target *t);
+/* The budgets' state; a peer other than root sees its own user alone. */
+void budget_status(const struct budget *b, uid_t peer, Pyprofd__StatusResult *out, struct arena *a);
+
 /* fleet.c */
-/* The processes the daemon finds and attaches by itself (rules, children), and its CPU budget. */
+/* The processes the daemon finds and attaches by itself (rules, children). */
 struct fleet_state;
 struct fleet {
 	struct server *server;
@@ -620,9 +662,6 @@ struct fleet {
 	bool watching; /* only while there are rules */
 	struct fleet_state *state;
 	uint64_t judged, attached;
-	double budget_factor; /* rule-attached targets sample at this share of their rates */
-	bool over_budget;
-	double cpu_recent_percent;
 };
 int fleet_init(struct fleet *f, struct server *s);
 /* Watch processes while there are rules, and not otherwise (at start and after a reload). */
@@ -633,12 +672,10 @@ void fleet_configure(struct fleet *f);
  */
 void fleet_rules_changed(struct fleet *f);
 void fleet_free(struct fleet *f);
-/* Once a second: the CPU budget, room under max_targets, holds of processes gone. */
+/* Once a second: room under max_targets, holds of processes gone. */
 void fleet_housekeeping(struct fleet *f);
 /* Detached by hand: no rule attaches this process again until it exits. */
 void fleet_hold(struct fleet *f, pid_t pid, uint64_t start_time);
-/* A rule-attached target's rate under the budget, applied. */
-void fleet_budget_apply(struct fleet *f, struct target *t);
 /*
  * A hand attach's labels: what was found of the process, then those it had
  * before (when none are given), then those given, which win.  -1 out of memory.
@@ -666,6 +703,7 @@ struct server {
 	struct history history;
 	struct queries queries;
 	struct fleet fleet;
+	struct budget budget;
 	struct client *clients;
 	unsigned nclients;
 	uint64_t next_client_serial;

@@ -234,7 +234,10 @@ static void rpc_attach(struct server *s, struct client *c, const Pyprofd__Reques
 		rpc_out_of_memory(resp, a);
 		return;
 	}
+	params.max_sample_ns = s->config.max_sample_ns;
 	target_start(t, &params);
+	/* A user over its share samples its new target at the lowered rate too. */
+	budget_apply(&s->budget, t);
 	log_info("pid %d: attached (Python %s, %u Hz, %s%s) for uid %d", (int)t->pid,
 	         t->python_version, t->params.rate_hz, vocab_mode_name(t->params.mode),
 	         warm ? ", warm" : "", (int)c->uid);
@@ -466,6 +469,10 @@ static void rpc_status_own(const struct server *s, const struct client *c,
 	own->discovery = all->discovery;
 	own->rules = all->rules; /* `rules list` shows them to everyone */
 	own->cpu_budget_percent = all->cpu_budget_percent;
+	/* budget_status listed this user's share alone. */
+	own->uid_cpu_budget_percent = all->uid_cpu_budget_percent;
+	own->n_user_budgets = all->n_user_budgets;
+	own->user_budgets = all->user_budgets;
 }
 
 static void rpc_status(struct server *s, struct client *c, const Pyprofd__Request *req,
@@ -502,6 +509,7 @@ static void rpc_status(struct server *s, struct client *c, const Pyprofd__Reques
 	res->socket = s->socket_activated ? (char *)"(from systemd)" : s->config.socket_path;
 	history_status(&s->history, res, a);
 	fleet_status(&s->fleet, res);
+	budget_status(&s->budget, c->uid, res, a);
 	if (own != res)
 		rpc_status_own(s, c, res, own);
 	resp->result_case = PYPROFD__RESPONSE__RESULT_STATUS;

@@ -284,6 +284,7 @@ static void server_on_reload(struct ev_loop *loop, ev_signal *w, int revents)
 		         s->config.rules.n == 1 ? "" : "s");
 		descriptors_explain(&s->config);
 		fleet_rules_changed(&s->fleet);
+		budget_configure(&s->budget);
 	} else {
 		log_error("configuration not reloaded: the file has errors (kept the last one)");
 	}
@@ -302,6 +303,7 @@ static void server_on_housekeeping(struct ev_loop *loop, ev_timer *w, int revent
 		target_check_alive(s->targets.v[i], NULL);
 	targets_trim(&s->targets, s->config.warm_budget_bytes, s->config.max_targets);
 	fleet_housekeeping(&s->fleet);
+	budget_tick(&s->budget);
 	server_clients_expire(s);
 	server_update_status(s);
 	log_tick();
@@ -324,6 +326,7 @@ static void server_shutdown(struct server *s)
 	while (s->clients)
 		server_client_free(s->clients);
 	fleet_free(&s->fleet);
+	budget_free(&s->budget);
 	/* Everything counted reaches the database before the targets go. */
 	queries_finish(&s->queries);
 	ev_timer_stop(s->loop, &s->flush_timer);
@@ -398,6 +401,7 @@ int server_main(int argc, char **argv)
 		config_free(&s.config);
 		return EXIT_FAILURE_OTHER;
 	}
+	budget_init(&s.budget, &s);
 
 	ev_io_init(&s.accept_watcher, server_on_accept, s.listen_fd, EV_READ);
 	s.accept_watcher.data = &s;

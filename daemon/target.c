@@ -334,6 +334,25 @@ static void target_timer_arm(struct target *t, double interval)
 		log_error("pid %d: timerfd_settime: %s", (int)t->pid, strerror(errno));
 }
 
+/* The unwinder's options from the target's parameters. */
+static void target_configure_unwinder(struct target *t)
+{
+	struct uw_options opts = {.flags = t->params.flags,
+	                          .mode = t->params.mode,
+	                          .cache_budget = UW_DEFAULT_CACHE_BUDGET,
+	                          .max_sample_ns = t->params.max_sample_ns,
+	                          .on_epoch_end = target_on_epoch_end,
+	                          .epoch_ctx = t};
+	uw_configure(t->uw, &opts);
+}
+
+void target_set_max_sample(struct target *t, uint64_t ns)
+{
+	t->params.max_sample_ns = ns;
+	if (t->uw)
+		target_configure_unwinder(t);
+}
+
 void target_start(struct target *t, struct target_params *params)
 {
 	struct ev_loop *loop = t->loop;
@@ -349,13 +368,7 @@ void target_start(struct target *t, struct target_params *params)
 	target_params_free(&t->params);
 	t->params = *params;
 	memset(params, 0, sizeof *params);
-
-	struct uw_options opts = {.flags = t->params.flags,
-	                          .mode = t->params.mode,
-	                          .cache_budget = UW_DEFAULT_CACHE_BUDGET,
-	                          .on_epoch_end = target_on_epoch_end,
-	                          .epoch_ctx = t};
-	uw_configure(t->uw, &opts);
+	target_configure_unwinder(t);
 	t->state = TARGET_SAMPLING;
 	t->sessions++;
 	t->session_samples = 0;
@@ -365,6 +378,7 @@ void target_start(struct target *t, struct target_params *params)
 	memset(t->timings, 0, sizeof *t->timings);
 	/* Each timer runs at its own phase: targets attached together do not sample in step. */
 	t->effective_rate_hz = t->params.rate_hz;
+	t->rate_lowered_by = NULL;
 	target_timer_arm(t, 1.0 / t->effective_rate_hz);
 	ev_io_start(loop, &t->timer);
 }
@@ -495,8 +509,9 @@ static void target_sample(struct target *t)
 	clock_gettime(CLOCK_MONOTONIC, &a);
 	int rc = uw_sample(t->uw, &t->sample, &err);
 	clock_gettime(CLOCK_MONOTONIC, &b);
-	timing_add(&t->timings->cost_us,
-	           (double)(b.tv_sec - a.tv_sec) * 1e6 + (double)(b.tv_nsec - a.tv_nsec) / 1e3);
+	double cost_s = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
+	timing_add(&t->timings->cost_us, cost_s * 1e6);
+	t->sample_seconds += cost_s; /* charged to its user's budget */
 	if (rc != 0) {
 		/* A failed read may be a process that is gone, or a pid already reused. */
 		if (err.status == UW_EGONE || err.status == UW_ENOPROC ||
@@ -589,6 +604,7 @@ Pyprofd__Target *target_to_proto(const struct target *t, struct arena *a)
 	p->python_version = arena_strdup(a, t->python_version);
 	p->rate_hz = t->params.rate_hz;
 	p->effective_rate_hz = t->state == TARGET_SAMPLING ? t->effective_rate_hz : 0;
+	p->rate_lowered_by = (char *)(t->state == TARGET_SAMPLING && t->rate_lowered_by ? t->rate_lowered_by : "");
 	p->rule = arena_strdup(a, t->rule ? t->rule : "");
 	p->parent = t->parent;
 	p->mode = vocab_mode_to_wire(t->params.mode);

@@ -27,6 +27,12 @@ static int frames_push(struct walk *w, uint32_t *n, struct raw_frame f, struct u
 	return 0;
 }
 
+/* The sample's time ran out in the middle of a stack: the thread is left out. */
+static int frames_cut(struct uw_error *err)
+{
+	return uw_fail(err, UW_ECORRUPT, "the walk ran past its time and was cut short");
+}
+
 /* 3.8-3.10: PyFrameObjects linked by f_back.  Innermost first onto w->raw. */
 static int frames_collect_objects(struct walk *w, raddr_t addr, uint32_t *n, bool *truncated,
                                  struct uw_error *err)
@@ -39,6 +45,8 @@ static int frames_collect_objects(struct walk *w, raddr_t addr, uint32_t *n, boo
 			*truncated = true;
 			break;
 		}
+		if (walk_over_time(w, 1))
+			return frames_cut(err);
 		const uint8_t *f = view_read(t, addr, L->frame.size, 0, err);
 		if (!f)
 			return -1;
@@ -91,6 +99,8 @@ static int frames_collect_interp(struct walk *w, raddr_t addr, const struct fram
 			*truncated = true;
 			break;
 		}
+		if (walk_over_time(w, 1))
+			return frames_cut(err);
 		/* New frames are pushed just above the top one: read some room next time. */
 		const uint8_t *f = view_read(t, addr, L->frame.size, links == 1 ? FRAMES_TOP_GROW : 0, err);
 		if (!f)

@@ -47,6 +47,10 @@ int uw_snapshot(struct uw_target *t, unsigned flags, struct uw_snapshot *out,
 			*err = s.drop_reason;
 		rc = -1;
 	}
+	/* A dump shows every thread or none: one cut short would look whole. */
+	if (rc == 0 && s.cut)
+		rc = uw_fail(err, UW_ECORRUPT, "reading every thread took longer than %.1f ms; cut short after %u",
+		             (double)t->opts.max_sample_ns / 1e6, s.nthreads);
 	if (rc != 0) {
 		uw_sample_free(&s);
 		return -1;

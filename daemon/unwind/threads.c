@@ -19,18 +19,32 @@
 #define THREADS_TID_SEARCHES 3
 /* stat_fd of a thread whose id /proc does not know (in a pid namespace of its own). */
 #define THREADS_NO_TASK (-2)
+/*
+ * Stat files a target keeps open at most: past them a thread's is opened
+ * for each read.  A runtime that lists thousands of thread states (a
+ * hostile one copies its own) must not take the daemon's descriptors.
+ */
+#define THREADS_STAT_FDS_MAX 256
 
-static void threads_clear_one(struct thread_cache *tc)
+static void threads_close_stat(struct uw_target *t, struct thread_cache *tc)
 {
-	if (tc->stat_fd >= 0)
-		close(tc->stat_fd);
+	if (tc->stat_fd < 0)
+		return;
+	close(tc->stat_fd);
+	tc->stat_fd = -1;
+	t->stat_fds--;
+}
+
+static void threads_clear_one(struct uw_target *t, struct thread_cache *tc)
+{
+	threads_close_stat(t, tc);
 	free(tc->chain);
 }
 
 void threads_free(struct uw_target *t)
 {
 	for (uint32_t i = 0; i < t->nthreads; i++)
-		threads_clear_one(&t->threads[i]);
+		threads_clear_one(t, &t->threads[i]);
 	free(t->threads);
 	t->threads = NULL;
 	t->nthreads = t->threads_cap = 0;
@@ -62,7 +76,7 @@ void threads_sweep(struct uw_target *t)
 		if (t->threads[i].seen == t->sample_gen)
 			t->threads[k++] = t->threads[i];
 		else
-			threads_clear_one(&t->threads[i]);
+			threads_clear_one(t, &t->threads[i]);
 	}
 	t->nthreads = k;
 }
@@ -115,15 +129,13 @@ char threads_kernel_state(struct uw_target *t, struct thread_cache *tc, int64_t 
 {
 	if (tid <= 0)
 		return '?';
-	if (tc->stat_tid != tid) {
-		if (tc->stat_fd >= 0)
-			close(tc->stat_fd);
-		tc->stat_fd = -1;
-	}
+	if (tc->stat_tid != tid)
+		threads_close_stat(t, tc);
 	/* A thread the namespace's ids did not show is not looked for again every sample. */
 	if (tc->stat_fd == THREADS_NO_TASK && tc->stat_tid == tid)
 		return '?';
-	if (tc->stat_fd < 0) {
+	int fd = tc->stat_fd;
+	if (fd < 0) {
 		char path[96];
 		int64_t proc_tid = threads_proc_tid(t, tid);
 		if (proc_tid <= 0) {
@@ -133,16 +145,21 @@ char threads_kernel_state(struct uw_target *t, struct thread_cache *tc, int64_t 
 		}
 		snprintf(path, sizeof path, "/proc/%d/task/%lld/stat", (int)t->pid,
 		         (long long)proc_tid);
-		tc->stat_fd = open(path, O_RDONLY | O_CLOEXEC);
-		tc->stat_tid = tid;
-		if (tc->stat_fd < 0)
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
 			return '?';
+		if (t->stat_fds < THREADS_STAT_FDS_MAX) {
+			tc->stat_fd = fd;
+			tc->stat_tid = tid;
+			t->stat_fds++;
+		}
 	}
 	char buf[512];
-	ssize_t n = pread(tc->stat_fd, buf, sizeof buf - 1, 0);
+	ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+	if (fd != tc->stat_fd)
+		close(fd);
 	if (n <= 0) {
-		close(tc->stat_fd);
-		tc->stat_fd = -1;
+		threads_close_stat(t, tc);
 		return '?';
 	}
 	buf[n] = '\0';

@@ -98,6 +98,13 @@ struct uw_options {
 	size_t cache_budget;     /* bytes the caches and interned ids never exceed: past
 	                            half of it, they are all reset (a new epoch) */
 	/*
+	 * A sample's walk that takes longer than this is cut short (0: never):
+	 * the threads read whole by then are kept, the rest left out, and the
+	 * sample says so (uw_sample.cut, uw_stats.walks_cut).  What the caches
+	 * learnt is kept, so a cold sample that is cut warms the next.
+	 */
+	uint64_t max_sample_ns;
+	/*
 	 * Called once at the end of an epoch, before every id is forgotten:
 	 * stack and frame ids of the ending epoch are still valid during the
 	 * call, so whoever counted them spells them out there.
@@ -169,6 +176,7 @@ struct uw_sample {
 	/* Threads left out: their stack read as garbage every time (drop_reason says how). */
 	uint32_t dropped_threads;
 	struct uw_error drop_reason;
+	bool cut; /* the walk ran past max_sample_ns: threads after the cut are left out */
 	uint32_t nthreads;
 	struct uw_sample_thread *threads;
 	size_t cap; /* owned by the sample; reused across calls */
@@ -210,6 +218,7 @@ struct uw_stats {
 	uint64_t torn_retries;             /* thread reads redone: the stack moved under them */
 	uint64_t torn_threads;             /* thread samples with no stack: it kept moving */
 	uint64_t cache_resets;             /* budget reached: everything forgotten */
+	uint64_t walks_cut;                /* samples cut short at max_sample_ns */
 	uint64_t cache_bytes;              /* now */
 	uint64_t errors[UW_EIO + 1];       /* failed samples by status */
 };

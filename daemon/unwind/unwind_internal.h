@@ -325,6 +325,7 @@ struct uw_target {
 	struct thread_cache *threads;
 	uint32_t nthreads;
 	size_t threads_cap;
+	uint32_t stat_fds; /* threads' stat files kept open (threads.c bounds them) */
 	struct walk *walk; /* walk.c's working arrays, reused */
 
 	/* The batched read of this sample, planned from the reads of the last. */
@@ -419,6 +420,9 @@ struct walk {
 	uint32_t nchecks;
 	size_t checks_cap;
 	bool torn; /* the walk failed on values read at different moments, not on garbage */
+	uint64_t deadline_ns; /* CLOCK_MONOTONIC; 0: no bound on this sample */
+	bool cut;             /* the deadline passed: the walk stops where it is */
+	uint32_t until_clock; /* frames walked before the clock is looked at again */
 	/* validate.c's working arrays. */
 	raddr_t *base;
 	size_t base_cap;
@@ -434,6 +438,12 @@ struct walk {
 
 /* Memory the caches and ids hold, for the budget. */
 size_t walk_cache_bytes(const struct uw_target *t);
+/*
+ * Whether the sample ran past its deadline (w->cut from then on); frames
+ * say how much was walked since the last call, so the clock is read only
+ * every few hundred frames.
+ */
+bool walk_over_time(struct walk *w, uint32_t frames);
 /* The arrays a sample works in, kept between samples. */
 void walk_free(struct uw_target *t);
 

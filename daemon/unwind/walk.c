@@ -9,11 +9,36 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "unwind_internal.h"
 
 /* Reads of a thread whose stack keeps moving, before it is left out. */
 #define WALK_ATTEMPTS 3
+/* Frames walked between two looks at the clock: a look costs about what a frame does. */
+#define WALK_CLOCK_EVERY 256
+
+static uint64_t walk_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+bool walk_over_time(struct walk *w, uint32_t frames)
+{
+	if (w->cut)
+		return true;
+	if (!w->deadline_ns)
+		return false;
+	if (frames < w->until_clock) {
+		w->until_clock -= frames;
+		return false;
+	}
+	w->until_clock = WALK_CLOCK_EVERY;
+	w->cut = walk_now_ns() > w->deadline_ns;
+	return w->cut;
+}
 
 static struct uw_sample_thread *walk_add_thread(struct walk *w, struct uw_error *err)
 {
@@ -82,7 +107,7 @@ static int walk_thread_stack(struct walk *w, struct thread_cache *tc, raddr_t ts
 			rc = *stack == INTERN_FAILED ? -1 : 0;
 			break;
 		}
-		if (err->status != UW_ECORRUPT || !remote_alive(&t->mem))
+		if (w->cut || err->status != UW_ECORRUPT || !remote_alive(&t->mem))
 			break;
 		*dropped = attempt + 1 == attempts;
 	}
@@ -112,6 +137,10 @@ static int walk_thread(struct walk *w, const struct walk_interp *iv, raddr_t tst
 	struct thread_cache *tc = threads_lookup(t, tstate, ordinal, err);
 	if (!tc)
 		return -1;
+	/* Met before in this walk: the list loops, through however many states. */
+	if (tc->seen == t->sample_gen)
+		return uw_fail(err, UW_ECORRUPT, "thread state 0x%llx comes twice: the thread list loops",
+		               (unsigned long long)tstate);
 	tc->seen = t->sample_gen;
 
 	uint64_t thread_id = load_u64(ts, L->tstate.thread_id);
@@ -225,8 +254,14 @@ static int walk_interpreters(struct walk *w, struct uw_error *err)
 			if (k >= UW_MAX_THREADS)
 				return uw_fail(err, UW_ECORRUPT, "more than %u threads", UW_MAX_THREADS);
 			raddr_t next = 0;
-			if (walk_thread(w, &iv, tstate, ordinal++, &next, err) != 0)
-				return -1;
+			/* Past the deadline the walk stops: the threads read whole so far stand. */
+			if (walk_over_time(w, WALK_CLOCK_EVERY))
+				break;
+			if (walk_thread(w, &iv, tstate, ordinal++, &next, err) != 0) {
+				if (!w->cut)
+					return -1;
+				break;
+			}
 			tstate = next;
 		}
 		/* Thread states are pushed at the head: list them oldest (main) first. */
@@ -235,6 +270,8 @@ static int walk_interpreters(struct walk *w, struct uw_error *err)
 			out->threads[a] = out->threads[b - 1];
 			out->threads[b - 1] = tmp;
 		}
+		if (w->cut)
+			return 0;
 		if (next_interp == interp)
 			return uw_fail(err, UW_ECORRUPT, "interpreter 0x%llx links to itself",
 			               (unsigned long long)interp);
@@ -296,6 +333,7 @@ int uw_sample(struct uw_target *t, struct uw_sample *s, struct uw_error *err)
 		err = &local_err;
 	s->nthreads = 0;
 	s->gc_running = false;
+	s->cut = false;
 	t->sample_gen++;
 	t->stats.samples++;
 
@@ -318,11 +356,18 @@ int uw_sample(struct uw_target *t, struct uw_sample *s, struct uw_error *err)
 	w->out = s;
 	w->nraw = w->nchecks = 0;
 	s->dropped_threads = 0;
+	w->cut = false;
+	w->until_clock = 0;
+	w->deadline_ns = t->opts.max_sample_ns ? walk_now_ns() + t->opts.max_sample_ns : 0;
 	if (view_begin(t, err) == 0)
 		rc = walk_interpreters(w, err);
 	view_end(t, rc == 0);
+	s->cut = w->cut;
 done:
-	if (rc == 0) {
+	if (rc == 0 && s->cut) {
+		/* The threads not reached are not gone: their caches stay for the next walk. */
+		t->stats.walks_cut++;
+	} else if (rc == 0) {
 		threads_sweep(t);
 	} else {
 		s->nthreads = 0;

@@ -13,70 +13,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "daemon.h"
+#include "fleet.h"
 
 TestSuite(fleet, .init = helpers_init, .fini = helpers_fini, .timeout = 180);
-
-/* A process of the first supported interpreter idling in a function, a marker in its argv. */
-static pid_t fleet_spawn(const struct python *py, const char *marker)
-{
-	const char *const args[] = {"-c", idle_program, marker, NULL};
-	return spawn_python(py, args, NULL);
-}
-
-static const struct python *fleet_python(struct python pys[PYTHONS_MAX])
-{
-	size_t n = pythons_supported(pys, PYTHONS_MAX);
-	cr_assert_gt(n, 0);
-	return &pys[n - 1];
-}
-
-/* The daemon with this config file (written into its own scratch directory). */
-static void fleet_daemon(struct daemon *d, const char *config_text, char *config_path, size_t len)
-{
-	char dir[PATH_MAX - 32];
-	scratch_dir(dir, sizeof dir);
-	snprintf(config_path, len, "%s/pyprofd.conf", dir);
-	write_text_file(config_path, config_text);
-	const char *extra[] = {"--config", config_path, "--log-level", "debug", NULL};
-	daemon_start(d, extra);
-}
-
-static bool fleet_sampling(json_t *e)
-{
-	return strcmp(json_string_value(json_object_get(e, "state")), "sampling") == 0 &&
-	       json_integer_value(json_object_get(e, "samples")) > 0;
-}
-
-static bool fleet_detached(json_t *e)
-{
-	return strcmp(json_string_value(json_object_get(e, "state")), "detached") == 0;
-}
-
-static const char *fleet_label(json_t *entry, const char *key)
-{
-	json_t *v = json_object_get(json_object_get(entry, "labels"), key);
-	return v ? json_string_value(v) : NULL;
-}
-
-/* Whether the daemon knows pid at all. */
-static bool fleet_knows(const struct daemon *d, pid_t pid)
-{
-	static const char *const list[] = {"list", NULL};
-	json_t *all = ctl_json(d, list);
-	size_t i;
-	json_t *e;
-	bool known = false;
-	json_array_foreach(all, i, e) known = known || jint(e, "pid") == pid;
-	json_decref(all);
-	return known;
-}
-
-static void fleet_kill(pid_t pid)
-{
-	kill(pid, SIGKILL);
-	waitpid(pid, NULL, 0);
-}
 
 /* A rule attaches what it matches, under its labels and the ones found; the rest is left alone. */
 static void fleet_rule_attaches(const char *method)
@@ -387,5 +326,195 @@ Test(fleet, cpu_budget_lowers_rule_rates)
 	json_decref(all);
 	for (int k = 0; k < N; k++)
 		fleet_kill(pids[k]);
+	daemon_stop(&d);
+}
+
+static bool fleet_first_rule(json_t *e)
+{
+	return fleet_sampling(e) && jint(e, "rate_hz") == 150 && fleet_label(e, "service") &&
+	       strcmp(fleet_label(e, "service"), "first") == 0;
+}
+
+static bool fleet_second_rule(json_t *e)
+{
+	return fleet_sampling(e) && jint(e, "rate_hz") == 75 && fleet_label(e, "service") &&
+	       strcmp(fleet_label(e, "service"), "second") == 0;
+}
+
+static bool fleet_by_rpc_rule(json_t *e)
+{
+	return fleet_sampling(e) && strcmp(jstr(e, "rule"), "live") == 0 && fleet_label(e, "service") &&
+	       strcmp(fleet_label(e, "service"), "rpc") == 0;
+}
+
+/* SIGHUP with this config text, once the daemon has said it reloaded it. */
+static void fleet_reload(const struct daemon *d, const char *config, const char *text)
+{
+	char *before = daemon_log(d);
+	size_t seen = strlen(before);
+	free(before);
+	write_text_file(config, text);
+	kill(d->pid, SIGHUP);
+	for (int i = 0; i < 100; i++) {
+		char *log = daemon_log(d);
+		bool done = strlen(log) > seen && strstr(log + seen, "configuration reloaded");
+		free(log);
+		if (done)
+			return;
+		pause_ms(50);
+	}
+	cr_assert_fail("the daemon did not reload %s", config);
+}
+
+/*
+ * Rules changed while processes run: a new rule (SIGHUP or RPC) claims the
+ * running processes it matches, a changed one re-rates and relabels them,
+ * and one that goes detaches them.
+ */
+Test(fleet, rules_changed_by_sighup_and_rpc_apply_to_running_processes)
+{
+	struct python pys[PYTHONS_MAX];
+	const struct python *py = fleet_python(pys);
+	char config[PATH_MAX];
+	static const char nothing[] = "[rule.other]\nmatch.cmdline = fleet-nothing-runs-this\n";
+	struct daemon d;
+	fleet_daemon(&d, nothing, config, sizeof config);
+	pid_t a = fleet_spawn(py, "fleet-reload-1"), b = fleet_spawn(py, "fleet-reload-2");
+	pause_ms(1000);
+	cr_assert(!fleet_knows(&d, a) && !fleet_knows(&d, b), "attached with no rule for them");
+
+	fleet_reload(&d, config,
+	             "[rule.other]\nmatch.cmdline = fleet-nothing-runs-this\n"
+	             "[rule.reload]\nmatch.cmdline = fleet-reload-1\nrate = 150\nlabels = service=first\n");
+	json_decref(entry_when(&d, a, fleet_first_rule, "attached by the rule SIGHUP brought"));
+	cr_assert(!fleet_knows(&d, b), "a process the new rule does not match was attached");
+	fleet_reload(&d, config,
+	             "[rule.reload]\nmatch.cmdline = fleet-reload-1\nrate = 75\nlabels = service=second\n");
+	json_decref(entry_when(&d, a, fleet_second_rule, "re-rated and relabelled by the changed rule"));
+	fleet_reload(&d, config, nothing);
+	json_decref(entry_when(&d, a, fleet_detached, "detached once its rule went"));
+
+	const char *add[] = {"rules", "add", "live", "match.cmdline=fleet-reload-2", "labels=service=rpc", NULL};
+	ctl_ok(&d, add);
+	json_decref(entry_when(&d, b, fleet_by_rpc_rule, "attached by the rule RPC added"));
+	const char *remove[] = {"rules", "remove", "live", NULL};
+	ctl_ok(&d, remove);
+	json_decref(entry_when(&d, b, fleet_detached, "detached once the rule RPC added went"));
+	json_t *e = entry_when(&d, a, fleet_detached, "still detached");
+	json_decref(e);
+	fleet_kill(a);
+	fleet_kill(b);
+	daemon_stop(&d);
+}
+
+/* A service labels itself (PYPROFD_LABELS); its own labels win over a rule's, a person's over both. */
+Test(fleet, processes_label_themselves_from_their_environment)
+{
+	struct python pys[PYTHONS_MAX];
+	const struct python *py = fleet_python(pys);
+	char config[PATH_MAX];
+	struct daemon d;
+	fleet_daemon(&d, "[rule.env]\nmatch.cmdline = fleet-env-1\nlabels = service=from-rule, team=rule-team\n",
+	             config, sizeof config);
+	char *const labelled[] = {"env", "PYPROFD_LABELS=team=core, tier=1,not-a-label,=nokey", (char *)py->path,
+	                          "-c", (char *)idle_program, "fleet-env-1", NULL};
+	pid_t ruled = spawn_process(labelled, NULL);
+	json_t *e = entry_when(&d, ruled, fleet_sampling, "attached by its rule");
+	cr_assert_str_eq(fleet_label(e, "service"), "from-rule");
+	cr_assert_str_eq(fleet_label(e, "team"), "core", "the process's own label lost to the rule's");
+	cr_assert_str_eq(fleet_label(e, "tier"), "1");
+	cr_assert_null(fleet_label(e, "not-a-label"));
+	cr_assert_null(fleet_label(e, ""));
+	json_decref(e);
+
+	char *const by_hand[] = {"env", "PYPROFD_LABELS=team=core,tier=1", (char *)py->path, "-c",
+	                         (char *)idle_program, "fleet-env-2", NULL};
+	pid_t hand = spawn_process(by_hand, NULL);
+	char p[16];
+	const char *attach[] = {"attach", pid_text(hand, p, sizeof p), "--label", "tier=9", NULL};
+	for (int i = 0; i < 100; i++) {
+		struct run_result r;
+		ctl_run(&d, &r, attach, NULL);
+		bool ok = r.exited && r.code == 0;
+		run_result_free(&r);
+		if (ok)
+			break;
+		pause_ms(100); /* until its interpreter has started */
+	}
+	e = entry_when(&d, hand, fleet_sampling, "attached by hand");
+	cr_assert_str_eq(fleet_label(e, "team"), "core");
+	cr_assert_str_eq(fleet_label(e, "tier"), "9", "the label given at attach lost to the process's own");
+	json_decref(e);
+	fleet_kill(ruled);
+	fleet_kill(hand);
+	daemon_stop(&d);
+}
+
+/* match.exe globs the name a program was started by, a symlink's included, as well as the file it runs. */
+Test(fleet, executables_match_by_their_symlink_name)
+{
+	struct python pys[PYTHONS_MAX];
+	const struct python *py = fleet_python(pys);
+	char dir[PATH_MAX - 64], link[PATH_MAX], real[PATH_MAX];
+	scratch_dir(dir, sizeof dir);
+	snprintf(link, sizeof link, "%s/fleet-svc-python", dir);
+	cr_assert(realpath(py->path, real), "%s", py->path);
+	cr_assert(symlink(real, link) == 0);
+	char config[PATH_MAX];
+	struct daemon d;
+	fleet_daemon(&d, "[rule.link]\nmatch.exe = fleet-svc-*\n", config, sizeof config);
+	char *const by_link[] = {link, "-c", (char *)idle_program, "fleet-link-a", NULL};
+	pid_t linked = spawn_process(by_link, NULL);
+	pid_t plain = fleet_spawn(py, "fleet-link-b");
+	json_t *e = entry_when(&d, linked, fleet_sampling, "attached by the name it was started by");
+	cr_assert_str_eq(jstr(e, "rule"), "link");
+	const char *base = strrchr(real, '/') + 1;
+	cr_assert_str_eq(fleet_label(e, "exe"), base, "the exe label is the file run: %s", json_dumps(e, JSON_COMPACT));
+	json_decref(e);
+	pause_ms(500);
+	cr_assert(!fleet_knows(&d, plain), "the same interpreter by its own name was attached");
+	fleet_kill(linked);
+	fleet_kill(plain);
+	daemon_stop(&d);
+}
+
+/* match.uid by user name: another user's process (runuser) is attached, root's alike is not. */
+Test(fleet, users_match_by_uid)
+{
+	cr_assert_eq(geteuid(), 0, "this test runs as root (it starts a process as another user)");
+	if (access("/usr/sbin/runuser", X_OK) != 0 && access("/sbin/runuser", X_OK) != 0)
+		cr_skip_test("no runuser (util-linux)");
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	/* runuser gives nobody its own groups and session: an interpreter it may reach as itself. */
+	const struct python *py = NULL;
+	for (size_t i = 0; i < n && !py; i++) {
+		if (pys[i].root_len)
+			continue; /* only root may enter a root */
+		const char *argv[] = {"runuser", "-u", "nobody", "--", pys[i].path, "-I", "-c", "pass", NULL};
+		struct run_result r;
+		run_command(&r, argv, NULL);
+		if (r.exited && r.code == 0)
+			py = &pys[i];
+		run_result_free(&r);
+	}
+	cr_assert_not_null(py, "no interpreter found that the user nobody may run");
+	char config[PATH_MAX];
+	struct daemon d;
+	fleet_daemon(&d, "[rule.users]\nmatch.uid = nobody\nmatch.cmdline = fleet-uid-marker\n", config,
+	             sizeof config);
+	char *const as_nobody[] = {"runuser", "-u", "nobody", "--", (char *)py->path, "-I", "-c",
+	                           (char *)idle_program, "fleet-uid-marker-nobody", NULL};
+	pid_t runuser = spawn_process(as_nobody, NULL);
+	char *const as_root[] = {(char *)py->path, "-I", "-c", (char *)idle_program, "fleet-uid-marker-root", NULL};
+	pid_t root = spawn_process(as_root, NULL);
+	json_t *e = fleet_entry_by_marker(&d, "fleet-uid-marker-nobody", "attached by its user");
+	cr_assert_eq(jint(e, "uid"), NOBODY_UID);
+	cr_assert_str_eq(jstr(e, "rule"), "users");
+	json_decref(e);
+	pause_ms(500);
+	cr_assert(!fleet_knows(&d, root), "root's process was attached by a rule for nobody");
+	fleet_kill(root);
+	fleet_kill(runuser);
 	daemon_stop(&d);
 }

@@ -90,6 +90,41 @@ Test(image, frames_calling_in_a_circle_stop_at_the_bound, .timeout = 30)
 	img_free(&m);
 }
 
+/* A walk past its time is cut short and counted; what the caches learnt stays for the next. */
+Test(image, a_walk_past_its_time_is_cut_short, .timeout = 30)
+{
+	struct img m;
+	struct img_runtime r;
+	img_build(&m, &r);
+	/* leaf -> mid -> leaf -> ...: 8192 frames a sample, far longer than a nanosecond. */
+	img_put64(r.frame_b[1], m.L->frame.back, r.frames[2]);
+	struct uw_target *t = img_open(&m, &r);
+	uw_configure(t, &(struct uw_options){.max_sample_ns = 1});
+	struct uw_sample s = {0};
+	struct uw_error err;
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(uw_sample(t, &s, &err), 0, "%s", err.msg);
+		cr_assert(s.cut, "sample %d not cut", i);
+		cr_assert_eq(s.nthreads, 0, "a thread cut in the middle of its stack was kept");
+	}
+	struct uw_stats st;
+	uw_stats(t, &st);
+	cr_assert_eq(st.walks_cut, 3);
+	/* A dump would show a part as the whole: it fails instead. */
+	struct uw_snapshot snap;
+	cr_assert_eq(uw_snapshot(t, 0, &snap, &err), -1);
+	cr_assert(strstr(err.msg, "cut short"), "%s", err.msg);
+	/* Unbounded again, the walk goes to the end. */
+	uw_configure(t, &(struct uw_options){0});
+	cr_assert_eq(uw_sample(t, &s, &err), 0, "%s", err.msg);
+	cr_assert(!s.cut);
+	cr_assert_eq(s.nthreads, 1);
+	cr_assert(s.threads[0].truncated);
+	uw_sample_free(&s);
+	uw_close(t);
+	img_free(&m);
+}
+
 Test(image, a_thread_list_that_loops, .timeout = 30)
 {
 	struct img m;
@@ -109,6 +144,18 @@ Test(image, two_threads_that_point_at_each_other, .timeout = 30)
 	img_put64(other, m.L->tstate.interp, r.interp);
 	img_put64(other, m.L->tstate.next, r.tstate);
 	img_put64(r.tstate_b, m.L->tstate.next, t2);
+	/* Seen at the first state met twice, not after thousands of threads. */
+	struct uw_target *t = img_open(&m, &r);
+	struct uw_sample s = {0};
+	struct uw_error err;
+	cr_assert_eq(uw_sample(t, &s, &err), -1);
+	cr_assert(strstr(err.msg, "loops"), "%s", err.msg);
+	struct uw_stats st;
+	uw_stats(t, &st);
+	cr_assert_leq(st.thread_samples, 2, "walked %llu threads of a list of two",
+	              (unsigned long long)st.thread_samples);
+	uw_sample_free(&s);
+	uw_close(t);
 	expect_corrupt(&m, &r, "two threads in a circle");
 }
 

@@ -1,0 +1,192 @@
+/*
+ * What one user's processes may cost the daemon.  A process that makes
+ * itself costly to read (tests/targets/hostile.py: thousands of sound-looking
+ * thread states, each with a deep stack), attached by its own unprivileged
+ * user at a high rate: its walks are cut short at the per-sample bound, and
+ * its user's targets are lowered to that user's share of a core while root's
+ * keep their rates; the user's rates come back once the process is gone.
+ * Nor do its thousands of thread states take the daemon's descriptors.
+ */
+#include <criterion/criterion.h>
+
+#include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "fleet.h"
+
+TestSuite(budget, .init = helpers_init, .fini = helpers_fini, .timeout = 300);
+
+static const struct run_opts as_nobody = {.drop_privileges = true, .uid = NOBODY_UID, .gid = NOBODY_GID};
+
+static const char *budget_lowered_by(json_t *e)
+{
+	const char *by = json_string_value(json_object_get(e, "rate_lowered_by"));
+	return by ? by : "";
+}
+
+static bool budget_sampling(json_t *e)
+{
+	return strcmp(json_string_value(json_object_get(e, "state")), "sampling") == 0;
+}
+
+static bool budget_held_to_share(json_t *e)
+{
+	return budget_sampling(e) && strcmp(budget_lowered_by(e), "uid_cpu_percent") == 0 &&
+	       jint(e, "effective_rate_hz") < jint(e, "rate_hz");
+}
+
+static bool budget_at_asked_rate(json_t *e)
+{
+	return budget_sampling(e) && !*budget_lowered_by(e) &&
+	       jint(e, "effective_rate_hz") == jint(e, "rate_hz");
+}
+
+/* `pyprofd-ctl status --json` as who sees it: its budget.users. */
+static json_t *budget_users_seen_by(const struct daemon *d, const struct run_opts *who)
+{
+	static const char *const status[] = {"--json", "status", NULL};
+	struct run_result r;
+	char why[512];
+	ctl_run(d, &r, status, who);
+	cr_assert(r.exited && r.code == 0, "status: %s", run_describe(&r, why, sizeof why));
+	json_t *doc = json_loadb(r.out, r.out_len, 0, NULL);
+	cr_assert_not_null(doc, "status printed no JSON: %s", r.out);
+	run_result_free(&r);
+	json_t *users = json_object_get(json_object_get(doc, "budget"), "users");
+	cr_assert(json_is_array(users), "no budget.users in status");
+	json_incref(users);
+	json_decref(doc);
+	return users;
+}
+
+Test(budget, a_hostile_user_is_held_to_its_share)
+{
+	cr_assert_eq(geteuid(), 0, "this test runs as root (it acts as another user)");
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	const struct python *py = python_for_nobody(pys, n);
+	cr_assert_not_null(py, "no interpreter found that the user nobody may run");
+	char script[PATH_MAX], copy[PATH_MAX];
+	target_script("hostile.py", script, sizeof script);
+	const char *hostile_argv[] = {AS_NOBODY, py->path, "-I", bin_for_others(script, copy, sizeof copy),
+	                              "many-threads", NULL};
+	const char *nobody_idle[] = {AS_NOBODY, py->path, "-I", "-c", idle_program, NULL};
+	const char *root_idle[] = {py->path, "-I", "-c", idle_program, NULL};
+	struct test_target hostile, benign, roots;
+	test_target_start_argv(&hostile, hostile_argv);
+	test_target_start_argv(&benign, nobody_idle);
+	test_target_start_argv(&roots, root_idle);
+
+	char dir[PATH_MAX - 32], config[PATH_MAX];
+	scratch_dir(dir, sizeof dir);
+	snprintf(config, sizeof config, "%s/pyprofd.conf", dir);
+	write_text_file(config, "[limits]\nuid_cpu_percent = 5\nmax_sample_time = 2ms\n");
+	const char *extra[] = {"--config", config, NULL};
+	struct daemon d;
+	daemon_start(&d, extra);
+
+	attach_as_nobody(&d, benign.pid, "nobody's own idle process");
+	char p[16];
+	const char *attach_hostile[] = {"attach", pid_text(hostile.pid, p, sizeof p), "--rate", "1000", NULL};
+	bool attached = false;
+	for (int i = 0; i < 100 && !attached; i++) {
+		struct run_result r;
+		ctl_run(&d, &r, attach_hostile, &as_nobody);
+		attached = r.exited && r.code == 0;
+		run_result_free(&r);
+		if (!attached)
+			pause_ms(100); /* until its interpreter has started */
+	}
+	cr_assert(attached, "nobody could not attach its own process");
+	ctl_attach_at(&d, roots.pid, "500");
+
+	/* Over its share: every one of nobody's targets is lowered, root's is not. */
+	json_decref(entry_when(&d, hostile.pid, budget_held_to_share, "lowered to its user's share"));
+	json_decref(entry_when(&d, benign.pid, budget_held_to_share, "lowered with its user's other target"));
+	json_t *e = entry_when(&d, roots.pid, budget_sampling, "sampling");
+	cr_assert(budget_at_asked_rate(e), "root's target was lowered: %s", json_dumps(e, JSON_COMPACT));
+	json_decref(e);
+
+	/* The walks of the hostile process are cut at the bound, and counted. */
+	json_t *stats = ctl_stats_of(&d, hostile.pid);
+	cr_assert_gt(jint(stats, "walks_cut"), 0, "no walk was cut short: %s", json_dumps(stats, JSON_COMPACT));
+	json_decref(stats);
+
+	/* Root sees nobody over its share; nobody sees itself alone. */
+	json_t *users = budget_users_seen_by(&d, NULL);
+	bool over = false;
+	size_t i;
+	json_t *u;
+	json_array_foreach(users, i, u) over = over || (jint(u, "uid") == NOBODY_UID &&
+	                                               json_is_true(json_object_get(u, "over")));
+	cr_assert(over, "status does not show uid %d over its share: %s", NOBODY_UID,
+	          json_dumps(users, JSON_COMPACT));
+	json_decref(users);
+	users = budget_users_seen_by(&d, &as_nobody);
+	json_array_foreach(users, i, u) cr_assert_eq(jint(u, "uid"), NOBODY_UID, "nobody sees another user");
+	json_decref(users);
+
+	/* Gone, it costs nothing: the user's other target comes back to its rate. */
+	test_target_kill(&hostile);
+	json_decref(entry_when(&d, benign.pid, budget_at_asked_rate, "back at its asked rate"));
+	e = entry_when(&d, roots.pid, budget_sampling, "sampling");
+	cr_assert(budget_at_asked_rate(e), "root's target was lowered: %s", json_dumps(e, JSON_COMPACT));
+	json_decref(e);
+	daemon_stop(&d);
+}
+
+/* Descriptors of the daemon's process. */
+static unsigned budget_daemon_fds(const struct daemon *d)
+{
+	char path[64];
+	snprintf(path, sizeof path, "/proc/%d/fd", (int)d->pid);
+	DIR *dir = opendir(path);
+	cr_assert_not_null(dir);
+	unsigned n = 0;
+	struct dirent *e;
+	while ((e = readdir(dir)))
+		n += e->d_name[0] != '.';
+	closedir(dir);
+	return n;
+}
+
+/*
+ * A runtime listing thousands of thread states, sampled in cpu mode (each
+ * thread's kernel state is read through a file kept open): the daemon keeps
+ * a bounded number of those files, not one per state.
+ */
+Test(budget, thousands_of_thread_states_take_few_descriptors)
+{
+	struct python pys[PYTHONS_MAX];
+	const struct python *py = fleet_python(pys);
+	char script[PATH_MAX];
+	target_script("hostile.py", script, sizeof script);
+	const char *argv[] = {py->path, "-I", script, "many-threads", "{report}", NULL};
+	struct test_target hostile;
+	test_target_start_argv(&hostile, argv);
+	json_decref(test_target_wait_report(&hostile, TARGET_READY_TIMEOUT_S));
+	struct daemon d;
+	daemon_start(&d, NULL);
+	unsigned before = budget_daemon_fds(&d);
+	char p[16];
+	const char *attach[] = {"attach", pid_text(hostile.pid, p, sizeof p), "--mode", "cpu", "--rate", "200", NULL};
+	ctl_ok(&d, attach);
+	/* Every state met at least once: a few thousand thread samples. */
+	for (int i = 0; i < 300; i++) {
+		json_t *stats = ctl_stats_of(&d, hostile.pid);
+		json_int_t threads = jint(stats, "thread_samples");
+		json_decref(stats);
+		if (threads >= 8000)
+			break;
+		pause_ms(100);
+	}
+	unsigned during = budget_daemon_fds(&d);
+	cr_assert_leq(during, before + 256 + 16, "%u descriptors before, %u while sampling 4000 thread states", before,
+	              during);
+	cr_assert(daemon_alive(&d));
+	daemon_stop(&d);
+}
