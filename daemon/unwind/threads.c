@@ -102,6 +102,60 @@ char threads_kernel_state(struct uw_target *t, struct thread_cache *tc, int64_t 
 	return proc_stat_parse(buf, &st) == 0 ? st.state : '?';
 }
 
+/* One line of /proc/PID/NAME or /proc/PID/task/TID/comm into out, without its newline; false if unread. */
+static bool threads_read_comm(pid_t pid, int64_t tid, char out[UW_THREAD_NAME_LEN])
+{
+	char path[96], buf[64];
+	if (tid > 0)
+		snprintf(path, sizeof path, "task/%lld/comm", (long long)tid);
+	else
+		snprintf(path, sizeof path, "comm");
+	ssize_t n = uw_proc_read(pid, path, buf, sizeof buf);
+	if (n <= 0)
+		return false;
+	buf[strcspn(buf, "\n")] = '\0';
+	/* The kernel's names fit; a longer line is cut, never overrun. */
+	size_t len = strnlen(buf, UW_THREAD_NAME_LEN - 1);
+	memcpy(out, buf, len);
+	out[len] = '\0';
+	return true;
+}
+
+/*
+ * Names change rarely (a thread names itself once, early): read when a
+ * thread is new or its tid changed, then every THREADS_NAME_REFRESH
+ * samples, never per sample.  A thread's name that is the process's own is
+ * only the program's name, inherited, not one the program gave.
+ */
+void threads_name(struct uw_target *t, struct thread_cache *tc, int64_t tid,
+                  char out[UW_THREAD_NAME_LEN])
+{
+	if (tid > 0 && (tc->name_tid != tid || t->sample_gen - tc->name_gen >= THREADS_NAME_REFRESH)) {
+		char comm[UW_THREAD_NAME_LEN], process[UW_THREAD_NAME_LEN];
+		tc->name_tid = tid;
+		tc->name_gen = t->sample_gen;
+		tc->name[0] = '\0';
+		if (threads_read_comm(t->pid, tid, comm)) {
+			bool inherited = threads_read_comm(t->pid, 0, process) && strcmp(comm, process) == 0;
+			if (!inherited)
+				memcpy(tc->name, comm, sizeof comm);
+			else if (tid == t->pid)
+				snprintf(tc->name, sizeof tc->name, "MainThread");
+		}
+	}
+	memcpy(out, tc->name, UW_THREAD_NAME_LEN);
+}
+
+bool threads_idle(const struct uw_target *t, bool holds_gil, char state, uint32_t stack)
+{
+	if (holds_gil)
+		return false;
+	if (state != '?' && state != 'R')
+		return true;
+	uint32_t frame = stack < t->intern.nstacks ? t->intern.stacks[stack].frame : 0;
+	return frame && frame < t->intern.nframes && t->intern.frame_keys[frame].waits;
+}
+
 /* -------- native thread ids, 3.8-3.10 -------- */
 
 static bool threads_tid_is_task(int32_t tid, const pid_t *tasks, int ntasks)

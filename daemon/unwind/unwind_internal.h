@@ -177,6 +177,8 @@ struct frame_key {
 	uint32_t function, qualname, file; /* string ids; 0 is none */
 	int32_t line;
 	uint32_t kind;                     /* enum uw_frame_kind */
+	int32_t first_line;                /* co_firstlineno; 0 for markers */
+	uint32_t waits;                    /* a known wait of the standard library (code_known_wait) */
 };
 
 struct stack_node {
@@ -223,6 +225,7 @@ struct code_info {
 	uint8_t *header;          /* the layout.code.size bytes it was decoded from */
 	uint32_t name, qualname, file; /* string ids */
 	int firstlineno;
+	bool waits;               /* code_known_wait */
 	raddr_t bytecode;         /* first instruction, 3.11+ */
 	uint64_t bytecode_len;    /* bytes of bytecode from there, 3.11+ */
 	struct line_table lines;
@@ -260,6 +263,9 @@ struct thread_cache {
 	uint64_t seen;       /* sample number it was last seen in */
 	int stat_fd;         /* /proc/PID/task/TID/stat, kept open; -1 */
 	int64_t stat_tid;
+	int64_t name_tid;    /* the tid name is of; 0 before the first read */
+	uint64_t name_gen;   /* sample it was read in */
+	char name[UW_THREAD_NAME_LEN];
 	uint32_t n;
 	size_t cap;
 	struct chain_link *chain;
@@ -345,6 +351,12 @@ struct code_info *code_get(struct uw_target *t, raddr_t addr, struct uw_error *e
 
 /* The frame id of the instruction at pos in ci (pos as struct chain_link). */
 uint32_t code_frame_at(struct uw_target *t, struct code_info *ci, uint64_t pos);
+
+/*
+ * Whether a function (co_name in a file) is one of the standard library's
+ * waits: innermost, without the GIL, it sits in a blocking call.
+ */
+bool code_known_wait(const char *name, const char *file);
 
 /* Read a str object into a string id (bounded length). INTERN_FAILED and *err. */
 uint32_t pyobj_read_str(struct uw_target *t, raddr_t addr, struct uw_error *err);
@@ -459,6 +471,13 @@ void threads_sweep(struct uw_target *t);
 size_t threads_bytes(const struct uw_target *t);
 /* The kernel's state letter of a thread ('R', 'S', ...; '?' unknown). */
 char threads_kernel_state(struct uw_target *t, struct thread_cache *tc, int64_t tid);
+/* Samples between two reads of a thread's name. */
+#define THREADS_NAME_REFRESH 500
+/* The thread's name into out, read again when due (see uw_sample_thread.name). */
+void threads_name(struct uw_target *t, struct thread_cache *tc, int64_t tid,
+                  char out[UW_THREAD_NAME_LEN]);
+/* Whether a thread waits (uw_sample_thread.idle): state is its kernel state, '?' unknown. */
+bool threads_idle(const struct uw_target *t, bool holds_gil, char state, uint32_t stack);
 /* The kernel's id of a thread from its pthread_t (3.8-3.10); -1 unknown. */
 int64_t threads_native_tid(struct uw_target *t, uint64_t pthread);
 
