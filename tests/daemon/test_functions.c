@@ -14,7 +14,7 @@ static void count_stack(struct functions *fs, int side, const uint32_t *frames,
 {
 	functions_next_stack(fs, side, count);
 	for (size_t i = depth; i-- > 0;)
-		cr_assert_eq(functions_count(fs, side, frames[i], names[i], "f.py", i + 1 == depth, count), 0);
+		cr_assert_eq(functions_count(fs, side, frames[i], names[i], "f.py", 0, i + 1 == depth, count), 0);
 }
 
 static const Pyprofd__FunctionRow *row_of(const struct functions *fs, const char *name)
@@ -39,7 +39,7 @@ Test(functions, own_total_and_recursion)
 	const uint32_t shallow[] = {1, 4};
 	const char *const shallow_names[] = {"main", "work"};
 	count_stack(&fs, 0, shallow, shallow_names, 2, 4);
-	functions_sort(&fs, false);
+	functions_sort(&fs, FUNCTIONS_BY_OWN);
 	cr_assert_eq(fs.nrows, 3);
 	cr_assert_eq(fs.samples[0], 10);
 	const Pyprofd__FunctionRow *fib = row_of(&fs, "fib"), *main_row = row_of(&fs, "main");
@@ -68,7 +68,7 @@ Test(functions, diff_orders_by_change_of_share)
 	const uint32_t ga[] = {7}, gb[] = {8};
 	count_stack(&fs, 0, ga, names_a, 1, 5);
 	count_stack(&fs, 0, gb, names_b, 1, 5);
-	functions_sort(&fs, true);
+	functions_sort(&fs, FUNCTIONS_BY_CHANGE);
 	cr_assert_eq(fs.nrows, 2, "the same function across ranges is one row");
 	cr_assert_eq(row_of(&fs, "a")->base_own, 90);
 	cr_assert_eq(row_of(&fs, "a")->own, 5);
@@ -89,10 +89,10 @@ Test(functions, many_functions)
 	for (uint32_t i = 0; i < 20000; i++) {
 		snprintf(name, sizeof name, "fn%u", i % 5000);
 		functions_next_stack(&fs, 0, 1);
-		cr_assert_eq(functions_count(&fs, 0, i, name, "m.py", true, 1), 0);
+		cr_assert_eq(functions_count(&fs, 0, i, name, "m.py", 0, true, 1), 0);
 	}
 	cr_assert_eq(fs.nrows, 5000);
-	functions_sort(&fs, false);
+	functions_sort(&fs, FUNCTIONS_BY_OWN);
 	cr_assert_eq(fs.rows[0]->own, 4);
 	functions_free(&fs);
 	arena_free(&a);

@@ -149,18 +149,18 @@ Test(storage, batch_refuses_dangling_indexes)
 {
 	struct store_batch *b = store_batch_new();
 	cr_assert_not_null(b);
-	cr_expect_eq(store_batch_frame(b, "f", "x.py", 1, 3), -1, "kind 3");
+	cr_expect_eq(store_batch_frame(b, "f", "x.py", 1, 3, 0), -1, "kind 3");
 	cr_expect_eq(store_batch_stack(b, -1, 0), -1, "no frame 0 yet");
-	int32_t f = store_batch_frame(b, "f", "x.py", 1, 0);
+	int32_t f = store_batch_frame(b, "f", "x.py", 1, 0, 0);
 	cr_assert_eq(f, 0);
 	cr_expect_eq(store_batch_stack(b, 0, f), -1, "no stack 0 yet");
 	cr_assert_eq(store_batch_stack(b, -1, f), 0);
-	cr_expect_eq(store_batch_samples(b, 0, 0, 10, 1, 0, 1), -1, "no target 0 yet");
+	cr_expect_eq(store_batch_samples(b, 0, 0, 10, 1, 0, 1, 0), -1, "no target 0 yet");
 	struct store_target_info info = {.pid = 1, .start_time = 1};
 	cr_assert_eq(store_batch_target(b, &info), 0);
-	cr_expect_eq(store_batch_samples(b, 0, 0, 10, 1, 1, 1), -1, "no stack 1");
-	cr_expect_eq(store_batch_samples(b, 0, 0, 0, 1, 0, 1), -1, "zero-width bucket");
-	cr_expect_eq(store_batch_samples(b, 0, 0, 10, 1, 0, 1), 0);
+	cr_expect_eq(store_batch_samples(b, 0, 0, 10, 1, 1, 1, 0), -1, "no stack 1");
+	cr_expect_eq(store_batch_samples(b, 0, 0, 0, 1, 0, 1, 0), -1, "zero-width bucket");
+	cr_expect_eq(store_batch_samples(b, 0, 0, 10, 1, 0, 1, 0), 0);
 	cr_expect_eq(store_batch_session(b, 1, 1, 0, 100, "wall"), -1, "no target 1");
 	cr_expect_eq(store_batch_sample_rows(b), 1);
 	store_batch_free(b);
@@ -177,7 +177,7 @@ Test(storage, schema_reopen_keeps_data_and_refuses_newer, .timeout = 60)
 	submit_buckets(w, base, 0, 10);
 	store_writer_close(w); /* close writes what is pending */
 
-	cr_expect_eq(raw_int(path, "PRAGMA user_version"), 1);
+	cr_expect_eq(raw_int(path, "PRAGMA user_version"), 2);
 	cr_expect_eq(raw_int(path, "PRAGMA auto_vacuum"), 2, "incremental auto-vacuum");
 	char mode[32];
 	{
@@ -354,11 +354,11 @@ Test(storage, refuses_files_it_must_not_write, .timeout = 60)
 	cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
 	cr_assert_eq(sqlite3_exec(db,
 	                          "CREATE TABLE samples(x); INSERT INTO samples VALUES (1); "
-	                          "PRAGMA user_version = 2",
+	                          "PRAGMA user_version = 3",
 	                          NULL, NULL, NULL),
 	             SQLITE_OK);
 	sqlite3_close(db);
-	expect_refused(path, "newer", "schema version 2");
+	expect_refused(path, "newer", "schema version 3");
 
 	/* Someone else's database: tables, no schema version. */
 	snprintf(path, sizeof path, "%s/foreign.db", dir);
@@ -489,13 +489,13 @@ static void submit_newcomer(struct store_writer *w, int64_t base)
 	int t = store_batch_target(b, &info);
 	cr_assert(t >= 0 && store_batch_session(b, t, 1.7e9 + 5, 0, 250, "cpu") >= 0);
 	int32_t main_frame = store_batch_frame(b, frames[0].function, frames[0].file, frames[0].line,
-	                                       frames[0].kind);
-	int32_t fresh = store_batch_frame(b, "fresh", "new.py", 3, 0);
+	                                       frames[0].kind, 0);
+	int32_t fresh = store_batch_frame(b, "fresh", "new.py", 3, 0, 0);
 	int32_t s0 = store_batch_stack(b, -1, main_frame);
 	int32_t s1 = store_batch_stack(b, s0, fresh);
 	cr_assert(s0 >= 0 && s1 >= 0);
-	cr_assert_eq(store_batch_samples(b, t, base, BUCKET_S, 9, s0, 4), 0);
-	cr_assert_eq(store_batch_samples(b, t, base + BUCKET_S, BUCKET_S, 9, s1, 6), 0);
+	cr_assert_eq(store_batch_samples(b, t, base, BUCKET_S, 9, s0, 4, 0), 0);
+	cr_assert_eq(store_batch_samples(b, t, base + BUCKET_S, BUCKET_S, 9, s1, 6, 0), 0);
 	store_writer_submit(w, b);
 }
 

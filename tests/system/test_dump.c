@@ -438,7 +438,9 @@ static void check_text_thread(const char *ctx, const struct lines *l, const json
 		if (!f)
 			break;
 		char expect[PATH_MAX + 512];
-		snprintf(expect, sizeof expect, "    %s (%s:%lld)", str_of(f, "function"),
+		/* The qualified name where the interpreter has one. */
+		const char *name = str_of(f, "qualname") ? str_of(f, "qualname") : str_of(f, "function");
+		snprintf(expect, sizeof expect, "    %s (%s:%lld)", name,
 		         str_of(f, "file"), (long long)int_of(f, "line"));
 		if (strcmp(expect, l->line[first + i]) != 0) {
 			cr_expect(false, "%s: thread %lld frame line %zu\n  want: \"%s\"\n  got:  \"%s\"",

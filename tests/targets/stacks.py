@@ -44,6 +44,7 @@ def frame_list(frame):
             "function": code.co_name,
             "qualname": getattr(code, "co_qualname", None),
             "file": code.co_filename,
+            "first_line": code.co_firstlineno,
             # What traceback prints, i.e. CPython's own idea of the line.
             "line": frame.f_lineno,
         })
@@ -445,7 +446,11 @@ def scenario_oddnames(report_path):
         def caller(callee=callee):
             callee()
 
-        caller.__code__ = caller.__code__.replace(co_name=name)
+        # 3.11+ shows the qualified name: it gets the odd name too.
+        names = {"co_name": name}
+        if hasattr(caller.__code__, "co_qualname"):
+            names["co_qualname"] = name
+        caller.__code__ = caller.__code__.replace(**names)
         calls.append(caller)
     start_reporter(report_path, [threading.get_ident()])
     calls[-1]()
