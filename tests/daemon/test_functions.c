@@ -97,3 +97,51 @@ Test(functions, many_functions)
 	functions_free(&fs);
 	arena_free(&a);
 }
+
+Test(functions, first_line_tells_two_functions_of_one_name_apart)
+{
+	struct arena a = {0};
+	struct functions fs;
+	functions_init(&fs, &a);
+	/* 3.8-3.10 name a method by co_name alone: its first line keeps it apart. */
+	functions_next_stack(&fs, 0, 3);
+	cr_assert_eq(functions_count(&fs, 0, 1, "run", "r.py", 40, true, 3), 0);
+	functions_next_stack(&fs, 0, 2);
+	cr_assert_eq(functions_count(&fs, 0, 2, "run", "r.py", 118, true, 2), 0);
+	functions_next_stack(&fs, 0, 1);
+	cr_assert_eq(functions_count(&fs, 0, 3, "run", "r.py", 40, true, 1), 0);
+	functions_sort(&fs, FUNCTIONS_BY_OWN);
+	cr_assert_eq(fs.nrows, 2);
+	cr_expect_eq(fs.rows[0]->first_line, 40);
+	cr_expect_eq(fs.rows[0]->own, 4);
+	cr_expect_eq(fs.rows[1]->first_line, 118);
+	functions_sort(&fs, FUNCTIONS_BY_NAME);
+	cr_expect_eq(fs.rows[0]->first_line, 40, "one name, then by first line");
+	functions_free(&fs);
+	arena_free(&a);
+}
+
+Test(functions, sorts_by_total_and_by_name)
+{
+	struct arena a = {0};
+	struct functions fs;
+	functions_init(&fs, &a);
+	/* b: own 5, total 5; a: own 0, total 5 + 1; c: own 1, total 1. */
+	functions_next_stack(&fs, 0, 5);
+	cr_assert_eq(functions_count(&fs, 0, 2, "b", "m.py", 1, true, 5), 0);
+	cr_assert_eq(functions_count(&fs, 0, 1, "a", "m.py", 1, false, 5), 0);
+	functions_next_stack(&fs, 0, 1);
+	cr_assert_eq(functions_count(&fs, 0, 3, "c", "m.py", 1, true, 1), 0);
+	cr_assert_eq(functions_count(&fs, 0, 1, "a", "m.py", 1, false, 1), 0);
+	functions_sort(&fs, FUNCTIONS_BY_TOTAL);
+	cr_expect_str_eq(fs.rows[0]->function, "a");
+	cr_expect_str_eq(fs.rows[1]->function, "b");
+	functions_sort(&fs, FUNCTIONS_BY_OWN);
+	cr_expect_str_eq(fs.rows[0]->function, "b");
+	cr_expect_str_eq(fs.rows[2]->function, "a");
+	functions_sort(&fs, FUNCTIONS_BY_NAME);
+	cr_expect_str_eq(fs.rows[0]->function, "a");
+	cr_expect_str_eq(fs.rows[2]->function, "c");
+	functions_free(&fs);
+	arena_free(&a);
+}

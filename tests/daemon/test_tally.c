@@ -107,3 +107,22 @@ Test(tally, prune_forgets_only_what_is_old_and_handed)
 	cr_assert_eq(t.unhanded, 0);
 	tally_free(&t);
 }
+
+Test(tally, counts_idle_gil_and_gc_and_hands_idle_once)
+{
+	struct tally t = {0};
+	tally_add(&t, 1, 1, 1, 2, TALLY_IDLE);
+	tally_add(&t, 1, 1, 1, 3, TALLY_GIL | TALLY_GC);
+	cr_assert_eq(t.len, 1);
+	cr_expect_eq(t.entries[0].count, 5);
+	cr_expect_eq(t.entries[0].idle, 2);
+	cr_expect_eq(t.entries[0].gil, 3);
+	cr_expect_eq(t.entries[0].gc, 3);
+	struct seen s = {0};
+	tally_hand(&t, tally_test_hand, &s);
+	cr_expect_eq(t.entries[0].idle_handed, 2);
+	tally_add(&t, 1, 1, 1, 1, TALLY_IDLE);
+	/* What the next hand sees as idle: the difference. */
+	cr_expect_eq(t.entries[0].idle - t.entries[0].idle_handed, 1);
+	tally_free(&t);
+}

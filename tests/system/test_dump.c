@@ -753,6 +753,10 @@ Test(dump, permission_denied)
 		run_dump(&r, t.pid, variants[i], &opts);
 		expect_clean_failure(&r, 4, i ? "text dump of a root process as nobody"
 		                              : "dump of a root process as nobody");
+		/* The cause, and what would let it through. */
+		cr_expect(r.err && strstr(r.err, "another user's process") && strstr(r.err, "root") &&
+		                  strstr(r.err, "CAP_SYS_PTRACE"),
+		          "the refusal names no remedy: %s", r.err ? r.err : "");
 		run_result_free(&r);
 	}
 	test_target_kill(&t);
