@@ -146,14 +146,37 @@ void threads_name(struct uw_target *t, struct thread_cache *tc, int64_t tid,
 	memcpy(out, tc->name, UW_THREAD_NAME_LEN);
 }
 
-bool threads_idle(const struct uw_target *t, bool holds_gil, char state, uint32_t stack)
+/*
+ * The kernel's state costs a read per thread, which would triple the cost of
+ * sampling many threads: it is read only for a thread whose stack stayed as
+ * it was, and the verdict then holds while the stack does, for
+ * THREADS_IDLE_REFRESH samples.  A thread whose stack changed ran Python
+ * since the last sample, so it counts as busy (a wait that just began shows
+ * from the next sample); one in a known wait of the standard library is idle
+ * at once.
+ */
+bool threads_idle(struct uw_target *t, struct thread_cache *tc, int64_t tid, bool holds_gil,
+                  char state, uint32_t stack)
 {
+	uint32_t prev = tc->prev_stack;
+	tc->prev_stack = stack;
 	if (holds_gil)
 		return false;
-	if (state != '?' && state != 'R')
-		return true;
 	uint32_t frame = stack < t->intern.nstacks ? t->intern.stacks[stack].frame : 0;
-	return frame && frame < t->intern.nframes && t->intern.frame_keys[frame].waits;
+	if (frame && frame < t->intern.nframes && t->intern.frame_keys[frame].waits)
+		return true;
+	if (state != '?')
+		return state != 'R';
+	/* prev 0: a thread met for the first time, which the kernel alone can judge. */
+	if (prev && stack != prev)
+		return false;
+	if (tc->idle_gen && tc->idle_stack == stack && t->sample_gen - tc->idle_gen < THREADS_IDLE_REFRESH)
+		return tc->idle_verdict;
+	state = threads_kernel_state(t, tc, tid);
+	tc->idle_stack = stack;
+	tc->idle_gen = t->sample_gen;
+	tc->idle_verdict = state != '?' && state != 'R';
+	return tc->idle_verdict;
 }
 
 /* -------- native thread ids, 3.8-3.10 -------- */

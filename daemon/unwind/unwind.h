@@ -109,7 +109,7 @@ struct uw_options {
 	enum uw_mode mode;
 	bool no_cache;           /* every cache off: each sample reads and decodes everything */
 	bool want_on_cpu;        /* report on_cpu in wall/gil mode too (one /proc read a thread) */
-	bool want_idle;          /* tell idle threads (one /proc read per thread not holding the GIL) */
+	bool want_idle;          /* tell idle threads (a /proc read now and then per waiting thread) */
 	size_t cache_budget;     /* bytes the caches and interned ids never exceed: past
 	                            half of it, they are all reset (a new epoch) */
 	/*
@@ -200,10 +200,11 @@ struct uw_sample_thread {
 	bool on_cpu;
 	/*
 	 * With want_idle: the thread waits rather than runs Python.  It does
-	 * not hold the GIL, and the kernel has it off CPU (sleeping, blocked
-	 * in I/O) or its innermost frame is one of the standard library's
-	 * known waits (Condition.wait, a selector's select, socket accept and
-	 * reads, a child's wait, ...).
+	 * not hold the GIL, and its innermost frame is one of the standard
+	 * library's known waits (Condition.wait, a selector's select, socket
+	 * accept and reads, a child's wait, ...), or its stack stayed as it was
+	 * and the kernel has it off CPU (sleeping, blocked in I/O).  A stack
+	 * that changed since the last sample ran Python: not idle.
 	 */
 	bool idle;
 	bool truncated;

@@ -263,6 +263,10 @@ struct thread_cache {
 	uint64_t seen;       /* sample number it was last seen in */
 	int stat_fd;         /* /proc/PID/task/TID/stat, kept open; -1 */
 	int64_t stat_tid;
+	uint32_t prev_stack; /* the stack it had last sample (idle: it ran since, when it differs) */
+	uint32_t idle_stack; /* the stack the kernel's state was last read at, and the verdict */
+	uint64_t idle_gen;
+	bool idle_verdict;
 	int64_t name_tid;    /* the tid name is of; 0 before the first read */
 	uint64_t name_gen;   /* sample it was read in */
 	char name[UW_THREAD_NAME_LEN];
@@ -476,8 +480,14 @@ char threads_kernel_state(struct uw_target *t, struct thread_cache *tc, int64_t 
 /* The thread's name into out, read again when due (see uw_sample_thread.name). */
 void threads_name(struct uw_target *t, struct thread_cache *tc, int64_t tid,
                   char out[UW_THREAD_NAME_LEN]);
-/* Whether a thread waits (uw_sample_thread.idle): state is its kernel state, '?' unknown. */
-bool threads_idle(const struct uw_target *t, bool holds_gil, char state, uint32_t stack);
+/* Samples an idle verdict holds for a thread whose stack stays as it was. */
+#define THREADS_IDLE_REFRESH 16
+/*
+ * Whether a thread waits (uw_sample_thread.idle), its stack known: state is
+ * its kernel state when the sample read it already, else '?'.
+ */
+bool threads_idle(struct uw_target *t, struct thread_cache *tc, int64_t tid, bool holds_gil,
+                  char state, uint32_t stack);
 /* The kernel's id of a thread from its pthread_t (3.8-3.10); -1 unknown. */
 int64_t threads_native_tid(struct uw_target *t, uint64_t pthread);
 
