@@ -26,7 +26,8 @@ DEB_PACKAGES = build-essential pkg-config libelf-dev libjansson-dev libcriterion
                libev-dev libprotobuf-c-dev protobuf-c-compiler libsqlite3-dev \
                libinih-dev libsystemd-dev zlib1g-dev procps util-linux libcap2-bin \
                systemd man-db protobuf-compiler chromium \
-               curl ca-certificates python3-jsonschema clang libclang-rt-14-dev mmdebstrap
+               curl ca-certificates python3-jsonschema clang libclang-rt-14-dev mmdebstrap \
+               golang-go
 
 # speedscope's file-format schema, which the tests hold the speedscope export
 # to.  It is speedscope's, not ours to commit: make deps fetches the npm package

@@ -49,10 +49,10 @@ static struct store_batch *batch_for(int64_t bucket)
 			for (int d = 0; d < DEPTH; d++) {
 				/* Stacks share their first half: a prefix tree, as real ones do. */
 				snprintf(name, sizeof name, "f%d_%d", d < DEPTH / 2 ? 0 : s, d);
-				parent = store_batch_stack(b, parent, store_batch_frame(b, name, file, 10 + d, 0));
+				parent = store_batch_stack(b, parent, store_batch_frame(b, name, file, 10 + d, 0, 0));
 			}
 			for (int th = 0; th < THREADS; th++)
-				store_batch_samples(b, ti, bucket, BUCKET, 7000 + (uint64_t)th, parent, 1 + (uint64_t)(s % 5));
+				store_batch_samples(b, ti, bucket, BUCKET, 7000 + (uint64_t)th, parent, 1 + (uint64_t)(s % 5), 0);
 		}
 	}
 	return b;

@@ -112,6 +112,7 @@ enum field_type {
 	FIELD_TIME,   /* unix seconds: a JSON number, UTC in text */
 	FIELD_BOOL, FIELD_MODE,
 	FIELD_LABELS, /* at the offset of n_labels, the array after it: a JSON object, k=v,... in text */
+	FIELD_THREADS, /* at the offset of n_threads (ThreadInfo): a JSON array, names,... in text */
 };
 /* One field of a protocol message, as both forms show it. */
 struct field {
@@ -138,6 +139,9 @@ struct top_options {
 	int32_t pid;
 	uint32_t window_s; /* 0: the daemon's default */
 	uint32_t limit;    /* 0: as many as fit, or all when not live */
+	Pyprofd__TopSort sort;
+	bool threads;      /* the per-thread view */
+	bool no_idle;
 	bool once;
 	bool json;
 };

@@ -118,6 +118,7 @@ double ctl_history_parse_time(const char *arg)
 
 /* The options ctl_history_option reads, after each command's own; last, as they end the table. */
 #define CTL_HISTORY_OPTIONS                                                                        \
+	{"no-idle", no_argument, NULL, 'I'},                                                       \
 	{"pid", required_argument, NULL, 'p'}, {"label", required_argument, NULL, 'l'},              \
 		{"thread", required_argument, NULL, 't'}, {"target", required_argument, NULL, 'T'},  \
 		{"output", required_argument, NULL, 'o'}, {"limit", required_argument, NULL, 'n'},   \
@@ -202,6 +203,9 @@ static int ctl_history_option(struct ctl *ctl, int opt, char **argv, struct ctl_
 	}
 	case 'n':
 		return ctl_parse_u32(ctl, "--limit", optarg, 0, &q->limit);
+	case 'I':
+		q->no_idle = true;
+		return EXIT_OK;
 	case 'o':
 		h->output = optarg;
 		return EXIT_OK;
@@ -344,62 +348,172 @@ static int ctl_history_table(const struct client_reply *reply, const char *name,
 	return rc;
 }
 
+/*
+ * The range a profile covers: the buckets its samples are in, within the
+ * range asked for, so an open range ("everything stored") does not start
+ * at 1970.  An empty answer covers no time at all.
+ */
+static void ctl_history_covered(const Pyprofd__QueryResult *head, double *from, double *until)
+{
+	*from = head->from_unix;
+	*until = head->until_unix;
+	if (head->total && head->first_unix > 0) {
+		if (head->first_unix > *from)
+			*from = head->first_unix;
+		if (head->last_unix < *until)
+			*until = head->last_unix;
+		if (*until < *from)
+			*until = *from;
+	} else if (!head->total) {
+		*from = *until;
+	}
+}
+
+/* What export writers need of a reply's threads and stacks, owned together. */
+struct ctl_history_profile {
+	struct export_frame *frames;
+	struct export_stack *stacks;
+	struct export_thread *threads;
+	struct export_label *labels;
+};
+
+static void ctl_history_profile_free(struct ctl_history_profile *h)
+{
+	free(h->frames);
+	free(h->stacks);
+	free(h->threads);
+	free(h->labels);
+}
+
 /* The query's answer, all parts, as the export writers take it. */
 static int ctl_history_export(const struct client_reply *reply, const char *name,
-                        enum export_format format, FILE *out)
+                              enum export_format format, bool per_thread, FILE *out)
 {
-	size_t nframes = 0, nstacks = 0;
+	size_t nframes = 0, nstacks = 0, nthreads = 0, nlabels = 0;
 	for (size_t i = 0; i < reply->nparts; i++) {
-		nframes += reply->parts[i]->query->n_frames;
-		nstacks += reply->parts[i]->query->n_stacks;
+		const Pyprofd__QueryResult *r = reply->parts[i]->query;
+		nframes += r->n_frames;
+		nstacks += r->n_stacks;
+		nthreads += r->n_threads;
+		for (size_t k = 0; k < r->n_threads; k++)
+			nlabels += r->threads[k]->n_labels;
 	}
-	if (nframes > UINT32_MAX || nstacks > UINT32_MAX)
+	if (nframes > UINT32_MAX || nstacks > UINT32_MAX || nthreads > UINT32_MAX)
 		return -1;
-	struct export_frame *frames = calloc(nframes ? nframes : 1, sizeof *frames);
-	struct export_stack *stacks = calloc(nstacks ? nstacks : 1, sizeof *stacks);
+	struct ctl_history_profile h = {
+		.frames = calloc(nframes ? nframes : 1, sizeof *h.frames),
+		.stacks = calloc(nstacks ? nstacks : 1, sizeof *h.stacks),
+		.threads = calloc(nthreads ? nthreads : 1, sizeof *h.threads),
+		.labels = calloc(nlabels ? nlabels : 1, sizeof *h.labels),
+	};
 	int rc = -1;
-	if (!frames || !stacks)
+	if (!h.frames || !h.stacks || !h.threads || !h.labels)
 		goto out;
-	size_t f = 0, s = 0;
+	size_t f = 0, s = 0, t = 0, l = 0;
 	for (size_t i = 0; i < reply->nparts; i++) {
 		const Pyprofd__QueryResult *r = reply->parts[i]->query;
 		for (size_t k = 0; k < r->n_frames; k++, f++) {
 			const Pyprofd__QueryFrame *qf = r->frames[k];
-			frames[f] = (struct export_frame){
+			h.frames[f] = (struct export_frame){
 				.function = export_str(qf->function),
 				.file = export_str(qf->file),
 				.line = qf->line,
 				.kind = vocab_kind_parse(qf->kind),
+				.first_line = qf->first_line,
 			};
 		}
-		for (size_t k = 0; k < r->n_stacks; k++, s++)
-			stacks[s] = (struct export_stack){.frames = r->stacks[k]->frames,
-			                                  .depth = (uint32_t)r->stacks[k]->n_frames,
-			                                  .count = r->stacks[k]->count};
+		for (size_t k = 0; k < r->n_threads; k++, t++) {
+			const Pyprofd__ThreadInfo *ti = r->threads[k];
+			h.threads[t] = (struct export_thread){.thread_id = ti->thread_id,
+			                                      .native_id = ti->native_thread_id,
+			                                      .name = export_str(ti->name),
+			                                      .pid = ti->pid,
+			                                      .labels = &h.labels[l],
+			                                      .nlabels = (uint32_t)ti->n_labels};
+			for (size_t m = 0; m < ti->n_labels; m++, l++)
+				h.labels[l] = (struct export_label){export_str(ti->labels[m]->key),
+				                                    export_str(ti->labels[m]->value)};
+		}
+		for (size_t k = 0; k < r->n_stacks; k++, s++) {
+			const Pyprofd__QueryStack *qs = r->stacks[k];
+			/* A thread the daemon has not sent (a broken answer) is no thread. */
+			uint32_t thread = qs->thread <= t ? qs->thread : 0;
+			h.stacks[s] = (struct export_stack){.frames = qs->frames,
+			                                    .depth = (uint32_t)qs->n_frames,
+			                                    .count = qs->count,
+			                                    .idle = qs->idle <= qs->count ? qs->idle : qs->count,
+			                                    .thread = thread,
+			                                    .thread_id = thread ? h.threads[thread - 1].thread_id : 0};
+		}
 	}
 	const Pyprofd__QueryResult *head = reply->parts[0]->query;
 	struct export_profile p = {
-		.frames = frames,
+		.frames = h.frames,
 		.nframes = (uint32_t)nframes,
-		.stacks = stacks,
+		.stacks = h.stacks,
 		.nstacks = (uint32_t)nstacks,
+		.threads = h.threads,
+		.nthreads = (uint32_t)nthreads,
+		.per_thread = per_thread,
 		.name = name,
 		.mode = head->mode && *head->mode ? head->mode : "wall",
 		.rate_hz = head->rate_hz ? head->rate_hz : 100,
-		.from_unix = head->from_unix,
-		.until_unix = head->until_unix,
 	};
+	ctl_history_covered(head, &p.from_unix, &p.until_unix);
 	rc = export_write(&p, format, out);
 out:
-	free(frames);
-	free(stacks);
+	ctl_history_profile_free(&h);
 	return rc;
+}
+
+/*
+ * An empty answer to a selection by pid, target or labels: when no process
+ * the history ever had matches it (a typo in a label is the usual cause),
+ * say so on stderr.  The answer itself stands: an empty range is no error.
+ */
+static void ctl_history_warn_unmatched(const struct ctl *ctl, const Pyprofd__QueryRequest *q)
+{
+	if (!q->pid && !q->target_id && !q->n_labels)
+		return;
+	Pyprofd__QueryRequest any = *q;
+	any.aggregate = PYPROFD__QUERY_AGGREGATE__QUERY_PROCESSES;
+	any.from_unix = any.until_unix = any.base_from_unix = any.base_until_unix = 0;
+	any.by_thread = false;
+	any.thread_id = 0;
+	any.split_threads = any.no_idle = false;
+	any.limit = 0;
+	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
+	req.body_case = PYPROFD__REQUEST__BODY_QUERY;
+	req.query = &any;
+	int status;
+	struct client_reply *reply = ctl_call(ctl, &req, &status);
+	if (!reply)
+		return;
+	size_t n = 0;
+	for (size_t i = 0; i < reply->nparts; i++)
+		n += reply->parts[i]->query->n_processes;
+	client_reply_free(reply);
+	if (n)
+		return;
+	char what[512] = "";
+	size_t o = 0;
+	if (q->pid)
+		o += (size_t)snprintf(what + o, sizeof what - o, " --pid %d", (int)q->pid);
+	if (q->target_id && o < sizeof what)
+		o += (size_t)snprintf(what + o, sizeof what - o, " --target %lld", (long long)q->target_id);
+	for (size_t i = 0; i < q->n_labels && o < sizeof what; i++)
+		o += (size_t)snprintf(what + o, sizeof what - o, " --label %s=%s", q->labels[i]->key,
+		                      q->labels[i]->value);
+	fprintf(stderr,
+	        "pyprofd-ctl: warning: no process in the history ever matched%s "
+	        "(`pyprofd-ctl query --format processes` lists those it has)\n",
+	        what);
 }
 
 /* The options only query takes. */
 struct ctl_history_query_opts {
 	Pyprofd__QueryRequest *q;
-	bool table, processes;
+	bool table, processes, per_thread;
 	enum export_format format;
 	double since;
 };
@@ -428,6 +542,9 @@ static int ctl_history_query_option(struct ctl *ctl, int opt, void *ctx)
 		if (!o->table && !o->processes && export_format_parse(optarg, &o->format) != 0)
 			return ctl_usage_error(ctl, "unknown format '%s'", optarg);
 		return EXIT_OK;
+	case 'P':
+		o->per_thread = true;
+		return EXIT_OK;
 	}
 	return EXIT_OK;
 }
@@ -437,6 +554,7 @@ int ctl_history_query(struct ctl *ctl, int argc, char **argv)
 	static const struct option options[] = {
 		{"since", required_argument, NULL, 's'}, {"from", required_argument, NULL, 'f'},
 		{"until", required_argument, NULL, 'u'}, {"format", required_argument, NULL, 'F'},
+		{"per-thread", no_argument, NULL, 'P'},
 		CTL_HISTORY_OPTIONS,
 	};
 	struct ctl_history_args h;
@@ -454,6 +572,8 @@ int ctl_history_query(struct ctl *ctl, int argc, char **argv)
 		q->aggregate = PYPROFD__QUERY_AGGREGATE__QUERY_FUNCTIONS;
 	if (o.processes)
 		q->aggregate = PYPROFD__QUERY_AGGREGATE__QUERY_PROCESSES;
+	/* Stacks come per thread, with the threads' names and their processes' labels. */
+	q->split_threads = !o.table && !o.processes;
 	if (q->target_id)
 		snprintf(name, sizeof name, "target %lld", (long long)q->target_id);
 	else if (q->pid)
@@ -491,8 +611,10 @@ int ctl_history_query(struct ctl *ctl, int argc, char **argv)
 			      stderr);
 		int rc = o.table       ? ctl_history_table(reply, name, false, ctl->json, out)
 		         : o.processes ? ctl_history_processes(reply, ctl->json, out)
-		                     : ctl_history_export(reply, name, o.format, out);
+		                     : ctl_history_export(reply, name, o.format, o.per_thread, out);
 		status = ctl_history_output_close(out, h.output, rc);
+		if (status == EXIT_OK && !head->total && !head->n_processes)
+			ctl_history_warn_unmatched(ctl, q);
 	}
 	client_reply_free(reply);
 out:
@@ -587,6 +709,9 @@ int ctl_history_diff(struct ctl *ctl, int argc, char **argv)
 	status = out ? ctl_history_output_close(out, h.output,
 	                                        ctl_history_table(reply, NULL, true, ctl->json, out))
 	             : EXIT_FAILURE_OTHER;
+	const Pyprofd__QueryResult *head = reply->parts[0]->query;
+	if (status == EXIT_OK && !head->total && !head->base_total)
+		ctl_history_warn_unmatched(ctl, q);
 out:
 	client_reply_free(reply);
 	ctl_history_args_free(&h);

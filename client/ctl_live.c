@@ -42,10 +42,14 @@ const char ctl_list_usage[] =
 	"\n"
 	"The processes the daemon knows: sampling, detached (state kept warm) or exited.\n"
 	"\n"
+	"SAMPLES counts thread samples with a Python stack, as top and the history do\n"
+	"(a tick samples every thread); THREADS names the threads sampled lately.\n"
+	"\n"
 	"  --json            a JSON array of targets: {pid, start_time, uid, state,\n"
-	"                    python_version, rate_hz, mode, samples, errors, labels,\n"
-	"                    executable, command_line, attached_at, duration_s, sessions, effective_rate_hz,\n"
-	"                    rate_lowered_by, rule, parent}\n";
+	"                    python_version, rate_hz, mode, samples (ticks), thread_samples,\n"
+	"                    errors, labels, executable, command_line, attached_at,\n"
+	"                    duration_s, sessions, effective_rate_hz, rate_lowered_by, rule,\n"
+	"                    parent, threads: [{thread_id, native_thread_id, name}]}\n";
 
 const char ctl_dump_usage[] =
 	"usage: pyprofd-ctl dump PID [--native] [--gc] [--json]\n"
@@ -216,9 +220,11 @@ static const struct {
 	bool right;
 } ctl_live_list_columns[] = {
 	{"PID", "pid", true},         {"STATE", "state", false},    {"PYTHON", "python_version", false},
-	{"RATE", "effective_rate_hz", true}, {"MODE", "mode", false}, {"SAMPLES", "samples", true},
+	{"RATE", "effective_rate_hz", true}, {"MODE", "mode", false},
+	/* Thread samples with a stack: what top and the history count of it. */
+	{"SAMPLES", "thread_samples", true},
 	{"ERRORS", "errors", true},   {"RULE", "rule", false},      {"LABELS", "labels", false},
-	{"COMMAND", "command_line", false},
+	{"THREADS", "threads", false}, {"COMMAND", "command_line", false},
 };
 #define LIST_NCOLS (sizeof ctl_live_list_columns / sizeof ctl_live_list_columns[0])
 #define LIST_COMMAND (LIST_NCOLS - 1)

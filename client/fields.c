@@ -29,6 +29,7 @@ const struct field fields_target[] = {
 	FIELD(Pyprofd__Target, "parent", FIELD_INT32, parent, 0),
 	FIELD(Pyprofd__Target, "mode", FIELD_MODE, mode, 0),
 	FIELD(Pyprofd__Target, "samples", FIELD_UINT64, samples, 0),
+	FIELD(Pyprofd__Target, "thread_samples", FIELD_UINT64, thread_samples, 0),
 	FIELD(Pyprofd__Target, "errors", FIELD_UINT64, errors, 0),
 	FIELD(Pyprofd__Target, "labels", FIELD_LABELS, n_labels, 0),
 	FIELD(Pyprofd__Target, "executable", FIELD_STRING, executable, 0),
@@ -36,6 +37,7 @@ const struct field fields_target[] = {
 	FIELD(Pyprofd__Target, "attached_at", FIELD_DOUBLE, attached_at, 3),
 	FIELD(Pyprofd__Target, "duration_s", FIELD_DOUBLE, duration_s, 1),
 	FIELD(Pyprofd__Target, "sessions", FIELD_UINT64, sessions, 0),
+	FIELD(Pyprofd__Target, "threads", FIELD_THREADS, n_threads, 0),
 };
 const size_t fields_ntarget = sizeof fields_target / sizeof fields_target[0];
 
@@ -128,6 +130,25 @@ static void fields_labels(const void *msg, const struct field *f, size_t *n,
 	*labels = *(Pyprofd__Label *const *const *)(count + 1);
 }
 
+/* A thread list: its count at the field's offset, the array right after. */
+static void fields_threads(const void *msg, const struct field *f, size_t *n,
+                           Pyprofd__ThreadInfo *const **threads)
+{
+	const size_t *count = fields_at(msg, f);
+	*n = *count;
+	*threads = *(Pyprofd__ThreadInfo *const *const *)(count + 1);
+}
+
+/* A thread as text: its name, or "thread N" without one (N the kernel's id where known). */
+static void fields_thread_name(const Pyprofd__ThreadInfo *t, char *buf, size_t len)
+{
+	if (*export_str(t->name))
+		snprintf(buf, len, "%s", t->name);
+	else
+		snprintf(buf, len, "thread %lld",
+		         t->native_thread_id > 0 ? (long long)t->native_thread_id : (long long)t->thread_id);
+}
+
 const struct field *fields_find(const struct field *fields, size_t n, const char *key)
 {
 	for (size_t i = 0; i < n; i++)
@@ -166,6 +187,26 @@ static json_t *fields_value_json(const void *msg, const struct field *f)
 			json_decref(key);
 		}
 		return obj;
+	}
+	case FIELD_THREADS: {
+		size_t n;
+		Pyprofd__ThreadInfo *const *threads;
+		fields_threads(msg, f, &n, &threads);
+		json_t *arr = json_array();
+		for (size_t i = 0; arr && i < n; i++) {
+			const Pyprofd__ThreadInfo *t = threads[i];
+			json_t *o = json_pack("{s:I, s:o, s:o}", "thread_id", (json_int_t)t->thread_id,
+			                      "native_thread_id",
+			                      t->native_thread_id > 0 ? json_integer(t->native_thread_id)
+			                                              : json_null(),
+			                      "name", *export_str(t->name) ? export_json_string(t->name)
+			                                                   : json_null());
+			if (json_array_append_new(arr, o) != 0) {
+				json_decref(arr);
+				arr = NULL;
+			}
+		}
+		return arr;
 	}
 	}
 	return NULL;
@@ -229,6 +270,25 @@ char *fields_cell(const void *msg, const struct field *f)
 		for (size_t i = 0; i < n; i++)
 			o += (size_t)snprintf(out + o, len - o, "%s%s=%s", i ? "," : "",
 			                      export_str(labels[i]->key), export_str(labels[i]->value));
+		return out;
+	}
+	case FIELD_THREADS: {
+		size_t n, len = 1;
+		Pyprofd__ThreadInfo *const *threads;
+		fields_threads(msg, f, &n, &threads);
+		char name[64];
+		for (size_t i = 0; i < n; i++) {
+			fields_thread_name(threads[i], name, sizeof name);
+			len += strlen(name) + 1;
+		}
+		if (!(out = malloc(len)))
+			return NULL;
+		size_t o = 0;
+		out[0] = '\0';
+		for (size_t i = 0; i < n; i++) {
+			fields_thread_name(threads[i], name, sizeof name);
+			o += (size_t)snprintf(out + o, len - o, "%s%s", i ? "," : "", name);
+		}
 		return out;
 	}
 	}

@@ -16,14 +16,20 @@ static const struct ctl_command main_commands[] = {
 
 int main(int argc, char **argv)
 {
-	static const struct option options[] = {CTL_COMMON_OPTIONS};
+	static const struct option options[] = {{"version", no_argument, NULL, 'V'}, CTL_COMMON_OPTIONS};
 	struct ctl ctl = {0};
 	int opt, status;
 	opterr = 0; /* one line of our own instead of getopt's */
 	/* "+": stop at the command; its own options are parsed by it. */
-	while ((opt = getopt_long(argc, argv, "+:h", options, NULL)) != -1)
+	while ((opt = getopt_long(argc, argv, "+:hV", options, NULL)) != -1) {
+		if (opt == 'V') {
+			printf("pyprofd-ctl %s (protocol %d)\n", PYPROFD_VERSION,
+			       PYPROFD__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT);
+			return ctl_finish(EXIT_OK);
+		}
 		if ((status = ctl_common_option(&ctl, opt, argv)) >= 0)
 			return status;
+	}
 	if (optind >= argc)
 		return ctl_usage_error(&ctl, "no command given");
 

@@ -64,6 +64,8 @@ static struct client_reply *top_fetch(struct client *c, const struct top_options
 	t.pid = o->pid;
 	t.window_s = o->window_s;
 	t.limit = limit;
+	t.sort = o->sort;
+	t.no_idle = o->no_idle;
 	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
 	req.body_case = PYPROFD__REQUEST__BODY_TOP;
 	req.top = &t;
@@ -84,13 +86,80 @@ static void put_seconds(char *buf, size_t size, double s)
 		snprintf(buf, size, "%.1f", s);
 }
 
-/*
- * The table: a header line, the column titles, at most maxrows rows, every
- * line cut to cols columns.  The rows of all parts, in the daemon's order.
- */
-static void top_print(FILE *out, int32_t pid, struct client_reply *reply, size_t cols,
-                      size_t maxrows, bool live)
+static const char *const top_sort_names[] = {
+	[PYPROFD__TOP_SORT__TOP_SORT_OWN] = "own",
+	[PYPROFD__TOP_SORT__TOP_SORT_TOTAL] = "total",
+	[PYPROFD__TOP_SORT__TOP_SORT_NAME] = "name",
+};
+#define TOP_NSORTS (sizeof top_sort_names / sizeof top_sort_names[0])
+
+/* " (file:first line)" after a function, within cols; w the columns already written. */
+static size_t top_put_where(FILE *out, const Pyprofd__FunctionRow *row, size_t cols, size_t w)
 {
+	if (!*export_str(row->file) || w + 2 >= cols)
+		return w;
+	fputs(" (", out);
+	w += 2;
+	w += export_put(out, row->file, cols - w, 0);
+	char num[24];
+	snprintf(num, sizeof num, ":%d", (int)row->first_line);
+	if (row->first_line > 0 && w < cols)
+		w += export_put(out, num, cols - w, 0);
+	if (w < cols) {
+		fputc(')', out);
+		w++;
+	}
+	return w;
+}
+
+/* A thread as top shows it: "NAME (tid N)", or "thread N". */
+static void top_thread_title(const Pyprofd__ThreadInfo *t, char *buf, size_t len)
+{
+	long long id = t && t->native_thread_id > 0 ? (long long)t->native_thread_id
+	               : t                          ? (long long)t->thread_id
+	                                            : 0;
+	if (t && *export_str(t->name))
+		snprintf(buf, len, "%.60s (tid %lld)", t->name, id);
+	else
+		snprintf(buf, len, "thread %lld", id);
+}
+
+/* The per-thread view: a thread a row, its share, GIL and idle shares, its hottest function. */
+static void top_print_threads(FILE *out, struct client_reply *reply, size_t cols, size_t maxrows)
+{
+	const Pyprofd__TopResult *head = reply->parts[0]->top;
+	char line[256];
+	snprintf(line, sizeof line, "%-32s %8s %6s %6s %6s  %s", "Thread", "Samples", "%All", "%GIL",
+	         "%Idle", "Hottest (own)");
+	export_put(out, line, cols, 0);
+	fputc('\n', out);
+	for (size_t i = 0; i < head->n_threads && i < maxrows; i++) {
+		const Pyprofd__TopThread *th = head->threads[i];
+		char title[96];
+		top_thread_title(th->thread, title, sizeof title);
+		size_t w = export_put(out, title, cols, 32);
+		snprintf(line, sizeof line, " %8llu %6.1f %6.1f %6.1f  ", (unsigned long long)th->samples,
+		         percent(th->samples, head->samples), percent(th->gil, th->samples),
+		         percent(th->idle, th->samples));
+		if (w < cols)
+			w += export_put(out, line, cols - w, 0);
+		if (th->hottest && w < cols) {
+			w += export_put(out, th->hottest->function, cols - w, 0);
+			top_put_where(out, th->hottest, cols, w);
+		}
+		fputc('\n', out);
+	}
+}
+
+/*
+ * The table: a header line, the shares line, the column titles, at most
+ * maxrows rows, every line cut to cols columns.  The rows of all parts, in
+ * the daemon's order; or the threads, in the per-thread view.
+ */
+static void top_print(FILE *out, const struct top_options *o, struct client_reply *reply,
+                      size_t cols, size_t maxrows, bool live)
+{
+	int32_t pid = o->pid;
 	const Pyprofd__TopResult *head = reply->parts[0]->top;
 	const Pyprofd__Target *t = head->target;
 	char window[64], line[256];
@@ -100,8 +169,19 @@ static void top_print(FILE *out, int32_t pid, struct client_reply *reply, size_t
 	         t && *export_str(t->state) ? t->state : "?", (unsigned long long)head->samples, window,
 	         live ? "  (q quits)" : "");
 	export_put(out, line, cols, 0);
+	fputc('\n', out);
+	/* Where the samples went besides functions: holding the GIL, collecting, waiting. */
+	snprintf(line, sizeof line, "GIL %.1f%%  GC %.1f%%  idle %.1f%%%s  sort: %s%s",
+	         percent(head->gil_samples, head->samples), percent(head->gc_samples, head->samples),
+	         percent(head->idle_samples, head->samples), o->no_idle ? " (left out)" : "",
+	         top_sort_names[o->sort], live ? "  (s sort, t threads, i idle)" : "");
+	export_put(out, line, cols, 0);
 	fputs("\n\n", out);
-	snprintf(line, sizeof line, "%6s %7s  %s", "%Own", "%Total", "Function (file)");
+	if (o->threads) {
+		top_print_threads(out, reply, cols, maxrows);
+		return;
+	}
+	snprintf(line, sizeof line, "%6s %7s  %s", "%Own", "%Total", "Function (file:first line)");
 	export_put(out, line, cols, 0);
 	fputc('\n', out);
 
@@ -115,42 +195,58 @@ static void top_print(FILE *out, int32_t pid, struct client_reply *reply, size_t
 			size_t w = export_put(out, line, cols, 0);
 			if (w < cols)
 				w += export_put(out, row->function, cols - w, 0);
-			if (*export_str(row->file) && w + 2 < cols) {
-				fputs(" (", out);
-				w += 2;
-				w += export_put(out, row->file, cols - w, 0);
-				if (w < cols)
-					fputc(')', out);
-			}
+			top_put_where(out, row, cols, w);
 			fputc('\n', out);
 		}
 	}
 }
 
-static json_t *top_json(int32_t pid, struct client_reply *reply)
+/* A row of the table as JSON; NULL if out of memory. */
+static json_t *top_row_json(const Pyprofd__FunctionRow *row, uint64_t samples)
+{
+	return json_pack("{s:o, s:o, s:o, s:o, s:o, s:f, s:f}", "function",
+	                 export_json_string(row->function), "file", export_json_string(row->file),
+	                 "first_line", row->first_line > 0 ? json_integer(row->first_line) : json_null(),
+	                 "own", export_json_u64(row->own), "total", export_json_u64(row->total),
+	                 "own_percent", percent(row->own, samples), "total_percent",
+	                 percent(row->total, samples));
+}
+
+static json_t *top_json(int32_t pid, Pyprofd__TopSort sort, struct client_reply *reply)
 {
 	const Pyprofd__TopResult *head = reply->parts[0]->top;
-	json_t *rows = json_array();
+	json_t *rows = json_array(), *threads = json_array();
 	for (size_t p = 0; rows && p < reply->nparts; p++) {
 		const Pyprofd__TopResult *r = reply->parts[p]->top;
-		for (size_t i = 0; rows && i < r->n_rows; i++) {
-			const Pyprofd__FunctionRow *row = r->rows[i];
-			json_t *obj = json_pack("{s:o, s:o, s:o, s:o, s:f, s:f}", "function",
-			                        export_json_string(row->function), "file",
-			                        export_json_string(row->file), "own",
-			                        export_json_u64(row->own), "total",
-			                        export_json_u64(row->total), "own_percent",
-			                        percent(row->own, head->samples), "total_percent",
-			                        percent(row->total, head->samples));
-			if (json_array_append_new(rows, obj) != 0) {
+		for (size_t i = 0; rows && i < r->n_rows; i++)
+			if (json_array_append_new(rows, top_row_json(r->rows[i], head->samples)) != 0) {
 				json_decref(rows);
 				rows = NULL;
 			}
+	}
+	for (size_t i = 0; threads && i < head->n_threads; i++) {
+		const Pyprofd__TopThread *th = head->threads[i];
+		const Pyprofd__ThreadInfo *t = th->thread;
+		json_t *o = json_pack(
+			"{s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "thread_id",
+			(json_int_t)(t ? t->thread_id : 0), "native_thread_id",
+			t && t->native_thread_id > 0 ? json_integer(t->native_thread_id) : json_null(), "name",
+			t && *export_str(t->name) ? export_json_string(t->name) : json_null(), "samples",
+			export_json_u64(th->samples), "gil", export_json_u64(th->gil), "gc",
+			export_json_u64(th->gc), "idle", export_json_u64(th->idle), "hottest",
+			th->hottest ? top_row_json(th->hottest, th->samples) : json_null());
+		if (json_array_append_new(threads, o) != 0) {
+			json_decref(threads);
+			threads = NULL;
 		}
 	}
-	return json_pack("{s:i, s:o, s:o, s:o}", "pid", (int)(head->target ? head->target->pid : pid),
-	                 "window_s", export_json_double(head->window_s), "samples",
-	                 export_json_u64(head->samples), "rows", rows);
+	return json_pack("{s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "pid",
+	                 (int)(head->target ? head->target->pid : pid), "window_s",
+	                 export_json_double(head->window_s), "samples", export_json_u64(head->samples),
+	                 "gil_samples", export_json_u64(head->gil_samples), "gc_samples",
+	                 export_json_u64(head->gc_samples), "idle_samples",
+	                 export_json_u64(head->idle_samples), "rows", rows, "threads", threads,
+	                 "sort", json_string(top_sort_names[sort]));
 }
 
 /* One table or JSON object, no escapes. */
@@ -162,9 +258,9 @@ static int top_once(struct client *c, const struct top_options *o)
 		return ctl_report(&err);
 	int status;
 	if (o->json) {
-		status = ctl_print_json(top_json(o->pid, reply));
+		status = ctl_print_json(top_json(o->pid, o->sort, reply));
 	} else {
-		top_print(stdout, o->pid, reply, SIZE_MAX, SIZE_MAX, false);
+		top_print(stdout, o, reply, SIZE_MAX, SIZE_MAX, false);
 		status = ctl_finish(EXIT_OK);
 	}
 	client_reply_free(reply);
@@ -204,22 +300,26 @@ static void top_screen_leave(struct top_screen *s)
 		sigaction(top_signals[i], &s->old[i], NULL);
 }
 
+/* What a key asked of the live view. */
+enum top_key { TOP_KEY_NONE, TOP_KEY_QUIT, TOP_KEY_REDRAW };
+
 /*
- * Wait until `deadline` for a key.  True when the view should end: q, Ctrl-C,
- * or a signal.
+ * Wait until `deadline` for a key: q, Ctrl-C or a signal end the view; s
+ * (the next sort), t (threads or functions) and i (idle samples in or out)
+ * change o and redraw at once.
  */
-static bool top_wait(struct top_screen *s, int64_t deadline)
+static enum top_key top_wait(struct top_screen *s, struct top_options *o, int64_t deadline)
 {
 	for (;;) {
 		if (top_signal)
-			return true;
+			return TOP_KEY_QUIT;
 		int64_t left = deadline - top_now_ms();
 		if (left <= 0)
-			return false;
+			return TOP_KEY_NONE;
 		struct pollfd pfd = {.fd = STDIN_FILENO, .events = POLLIN};
 		int n = poll(&pfd, s->keys ? 1 : 0, (int)left);
 		if (n < 0 && errno != EINTR)
-			return false;
+			return TOP_KEY_NONE;
 		if (n <= 0)
 			continue;
 		char buf[64];
@@ -228,13 +328,26 @@ static bool top_wait(struct top_screen *s, int64_t deadline)
 			s->keys = false; /* the terminal went away: only signals are left */
 			continue;
 		}
-		for (ssize_t i = 0; i < got; i++)
+		enum top_key key = TOP_KEY_NONE;
+		for (ssize_t i = 0; i < got; i++) {
 			if (buf[i] == 'q' || buf[i] == 'Q' || buf[i] == 0x03)
-				return true;
+				return TOP_KEY_QUIT;
+			if (buf[i] == 's')
+				o->sort = (o->sort + 1) % TOP_NSORTS;
+			else if (buf[i] == 't')
+				o->threads = !o->threads;
+			else if (buf[i] == 'i')
+				o->no_idle = !o->no_idle;
+			else
+				continue;
+			key = TOP_KEY_REDRAW;
+		}
+		if (key == TOP_KEY_REDRAW)
+			return key;
 	}
 }
 
-static int top_live(struct client *c, const struct top_options *o)
+static int top_live(struct client *c, struct top_options *o)
 {
 	struct top_screen s = {0};
 	struct client_error err = {.status = CLIENT_OK};
@@ -257,7 +370,7 @@ static int top_live(struct client *c, const struct top_options *o)
 		if (!reply)
 			break;
 		fputs("\033[H\033[2J", stdout);
-		top_print(stdout, o->pid, reply, cols, fit, true);
+		top_print(stdout, o, reply, cols, fit, true);
 		client_reply_free(reply);
 		if (fflush(stdout) != 0)
 			break;
@@ -265,8 +378,11 @@ static int top_live(struct client *c, const struct top_options *o)
 		next += TOP_INTERVAL_MS;
 		if (next < top_now_ms()) /* the answer took longer than a tick: start afresh */
 			next = top_now_ms() + TOP_INTERVAL_MS;
-		if (top_wait(&s, next))
+		enum top_key key = top_wait(&s, o, next);
+		if (key == TOP_KEY_QUIT)
 			break;
+		if (key == TOP_KEY_REDRAW)
+			next = top_now_ms();
 	}
 
 	top_screen_leave(&s);
@@ -284,7 +400,7 @@ static int top_live(struct client *c, const struct top_options *o)
 }
 
 /* Live on a terminal, else once. */
-static int top_run(struct client *c, const struct top_options *o)
+static int top_run(struct client *c, struct top_options *o)
 {
 	if (o->once || o->json || !isatty(STDOUT_FILENO))
 		return top_once(c, o);
@@ -292,20 +408,42 @@ static int top_run(struct client *c, const struct top_options *o)
 }
 
 const char ctl_top_usage[] =
-	"usage: pyprofd-ctl top PID [--window S] [--limit N] [--once] [--json]\n"
+	"usage: pyprofd-ctl top PID [--window S] [--limit N] [--sort own|total|name] [--threads]\n"
+	"                           [--no-idle] [--once] [--json]\n"
 	"\n"
 	"The functions seen most in process PID's recent samples: %Own is the share of\n"
 	"thread samples with the function innermost, %Total with it anywhere on the\n"
-	"stack.  On a terminal the view refreshes every second; q or Ctrl-C quits.\n"
+	"stack; a function is its qualified name in its file from its first line.  A\n"
+	"line above says which share of the samples held the GIL, ran the garbage\n"
+	"collector and waited (idle: off CPU without the GIL, or in a known wait).\n"
+	"On a terminal the view refreshes every second; s changes the sort, t switches\n"
+	"to threads and back, i leaves idle samples out or in, q or Ctrl-C quits.\n"
 	"When the output is not a terminal, one table is printed.  Ended by SIGTERM,\n"
 	"SIGHUP or SIGQUIT, the live view exits with 128 + the signal's number.\n"
 	"\n"
 	"  --window S        the last S seconds of samples (default: the daemon's)\n"
 	"  --limit N         at most N rows; 0 (the default): as many as fit the terminal,\n"
 	"                    or all when printing once\n"
+	"  --sort KEY        own (the default), total or name\n"
+	"  --threads         a row per thread: its samples, GIL and idle shares, its\n"
+	"                    hottest function\n"
+	"  --no-idle         leave out the samples of waiting threads\n"
 	"  --once            print one table and exit\n"
-	"  --json            once, as one JSON object: {pid, window_s, samples, rows:\n"
-	"                    [{function, file, own, total, own_percent, total_percent}]}\n";
+	"  --json            once, as one JSON object: {pid, window_s, samples, gil_samples,\n"
+	"                    gc_samples, idle_samples, rows: [{function, file, first_line,\n"
+	"                    own, total, own_percent, total_percent}], threads:\n"
+	"                    [{thread_id, native_thread_id, name, samples, gil, gc, idle,\n"
+	"                    hottest}]}\n";
+
+static int top_parse_sort(const struct ctl *ctl, const char *arg, Pyprofd__TopSort *out)
+{
+	for (size_t i = 0; i < TOP_NSORTS; i++)
+		if (strcmp(arg, top_sort_names[i]) == 0) {
+			*out = (Pyprofd__TopSort)i;
+			return EXIT_OK;
+		}
+	return ctl_usage_error(ctl, "--sort takes own, total or name, not '%s'", arg);
+}
 
 /* `pyprofd-ctl top PID`: its options, then the view. */
 int top_main(struct ctl *ctl, int argc, char **argv)
@@ -314,6 +452,9 @@ int top_main(struct ctl *ctl, int argc, char **argv)
 		{"window", required_argument, NULL, 'w'},
 		{"limit", required_argument, NULL, 'n'},
 		{"once", no_argument, NULL, '1'},
+		{"sort", required_argument, NULL, 's'},
+		{"threads", no_argument, NULL, 't'},
+		{"no-idle", no_argument, NULL, 'I'},
 		CTL_COMMON_OPTIONS,
 	};
 	struct top_options o = {0};
@@ -325,6 +466,12 @@ int top_main(struct ctl *ctl, int argc, char **argv)
 			status = ctl_parse_u32(ctl, "--limit", optarg, 0, &o.limit);
 		else if (opt == '1')
 			o.once = true;
+		else if (opt == 't')
+			o.threads = true;
+		else if (opt == 'I')
+			o.no_idle = true;
+		else if (opt == 's')
+			status = top_parse_sort(ctl, optarg, &o.sort);
 		else if ((status = ctl_common_option(ctl, opt, argv)) < 0)
 			status = EXIT_OK;
 		else

@@ -56,6 +56,9 @@ Pyprofd__DumpResult *dump_to_proto(pid_t pid, const struct uw_target *uw,
 		pt->on_cpu = th->on_cpu;
 		pt->truncated = th->truncated;
 		pt->unreadable = th->unreadable;
+		pt->idle = th->idle;
+		if (!(pt->name = arena_strdup(a, th->name)))
+			return NULL;
 		pt->frames = arena_alloc(a, (th->nframes ? th->nframes : 1) * sizeof *pt->frames);
 		if (!pt->frames)
 			return NULL;
@@ -68,6 +71,7 @@ Pyprofd__DumpResult *dump_to_proto(pid_t pid, const struct uw_target *uw,
 			pf->qualname = arena_strdup(a, f->qualname ? f->qualname : "");
 			pf->file = arena_strdup(a, f->file ? f->file : "");
 			pf->line = f->line >= 0 ? f->line : -1;
+			pf->first_line = f->first_line;
 			pf->kind = arena_strdup(a, vocab_kind_name(f->kind));
 			if (!pf->function || !pf->qualname || !pf->file || !pf->kind)
 				return NULL;
@@ -109,6 +113,7 @@ int dump_main(int argc, char **argv)
 	struct uw_error err = {0};
 	struct uw_target *t = uw_open(pid, &err);
 	if (!t) {
+		uw_error_add_remedy(&err, pid);
 		fprintf(stderr, "pyprofd: %s\n", err.msg);
 		return vocab_status_exit(err.status);
 	}
@@ -123,6 +128,7 @@ int dump_main(int argc, char **argv)
 		rc = uw_snapshot(t, flags, &snap, &err);
 	}
 	if (rc != 0) {
+		uw_error_add_remedy(&err, pid);
 		fprintf(stderr, "pyprofd: process %d (Python %s): %s\n", (int)pid, uw_version(t), err.msg);
 		uw_close(t);
 		return vocab_status_exit(err.status);

@@ -16,7 +16,8 @@ static const char usage[] =
 	"  record PID [--rate HZ|max] [--duration S] [-o FILE] ...\n"
 	"                                        sample a process and write its profile\n"
 	"\n"
-	"Run `pyprofd COMMAND --help` for a command's options and exit statuses.\n";
+	"Run `pyprofd COMMAND --help` for a command's options and exit statuses;\n"
+	"`pyprofd --version` prints the version.\n";
 
 /* Subcommands by name; an unknown one is a usage error. */
 static const struct {
@@ -30,6 +31,11 @@ static const struct {
 
 int main(int argc, char **argv)
 {
+	if (argc >= 2 && (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0)) {
+		printf("pyprofd %s (protocol %d)\n", PYPROFD_VERSION,
+		       PYPROFD__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT);
+		return fflush(stdout) == 0 ? EXIT_OK : EXIT_FAILURE_OTHER;
+	}
 	/* No command, or options first: the daemon. */
 	if (argc < 2 || (argv[1][0] == '-' && strcmp(argv[1], "-h") != 0 &&
 	                 strcmp(argv[1], "--help") != 0))

@@ -14,21 +14,22 @@ struct profile_frame_key {
 	const char *function, *file;
 	int32_t line;
 	enum uw_frame_kind kind;
+	int32_t first_line;
 };
 
 static uint32_t profile_frame_hash(const struct profile_frame_key *k)
 {
 	return hash_bytes(k->function, strlen(k->function)) ^
 	       hash_u64((uint64_t)hash_bytes(k->file, strlen(k->file)) << 32 |
-	                (uint32_t)k->line) ^ (uint32_t)k->kind;
+	                (uint32_t)k->line) ^ ((uint32_t)k->kind | (uint32_t)k->first_line << 2);
 }
 
 static bool profile_frame_equal(const void *ctx, uint32_t id, const void *key)
 {
 	const struct export_frame *f = &((const struct profile *)ctx)->frames[id];
 	const struct profile_frame_key *k = key;
-	return f->line == k->line && f->kind == k->kind && strcmp(f->function, k->function) == 0 &&
-	       strcmp(f->file, k->file) == 0;
+	return f->line == k->line && f->kind == k->kind && f->first_line == k->first_line &&
+	       strcmp(f->function, k->function) == 0 && strcmp(f->file, k->file) == 0;
 }
 
 struct profile_stack_key {
@@ -46,10 +47,11 @@ static bool profile_stack_equal(const void *ctx, uint32_t id, const void *key)
 static int32_t profile_sink_frame(void *ctx, const struct uw_frame *f)
 {
 	struct profile *p = ctx;
-	struct profile_frame_key key = {.function = f->function,
+	struct profile_frame_key key = {.function = uw_frame_name(f),
 	                                .file = f->file ? f->file : "",
 	                                .line = f->line,
-	                                .kind = f->kind};
+	                                .kind = f->kind,
+	                                .first_line = f->first_line};
 	uint32_t hash = profile_frame_hash(&key);
 	if (p->nframes >= INT32_MAX - 1 || hash_reserve(&p->frame_index, 1) != 0)
 		return -1;
@@ -63,7 +65,7 @@ static int32_t profile_sink_frame(void *ctx, const struct uw_frame *f)
 		free(file);
 		return -1;
 	}
-	p->frames[p->nframes] = (struct export_frame){function, file, key.line, key.kind};
+	p->frames[p->nframes] = (struct export_frame){function, file, key.line, key.kind, key.first_line};
 	hash_fill(&p->frame_index, slot, hash, (uint32_t)p->nframes);
 	return (int32_t)p->nframes++;
 }
@@ -98,6 +100,7 @@ void profile_free(struct profile *p)
 {
 	tally_free(&p->tally);
 	tally_free(&p->totals);
+	thread_table_free(&p->threads);
 	spell_free(&p->spell);
 	for (size_t i = 0; i < p->nframes; i++) {
 		free((char *)p->frames[i].function);
@@ -115,20 +118,27 @@ int profile_count(struct profile *p, const struct uw_sample *s)
 	for (uint32_t i = 0; i < s->nthreads; i++) {
 		const struct uw_sample_thread *th = &s->threads[i];
 		/* No Python frames, or a stack that would not hold still: nothing to count. */
-		if (th->stack && tally_add(&p->tally, 0, th->thread_id, th->stack, 1) != 0)
+		if (!th->stack)
+			continue;
+		if (tally_add(&p->tally, 0, th->thread_id, th->stack, 1, th->idle ? TALLY_IDLE : 0) != 0)
 			return -1;
+		thread_table_note(&p->threads, i, th, 0);
 	}
 	return 0;
 }
 
-/* One tally entry into the profile's samples. */
+/* One tally entry into the profile's samples, its idle ones apart. */
 static int profile_settle_entry(void *ctx, const struct tally_entry *e, uint64_t count)
 {
 	struct profile *p = ctx;
 	int32_t stack = spell_stack(&p->spell, p->settling, e->stack);
 	if (stack < 0)
 		return -1;
-	return tally_add(&p->totals, 0, e->thread_id, (uint32_t)stack, count);
+	uint64_t idle = e->idle - e->idle_handed;
+	return tally_add(&p->totals, 0, e->thread_id, (uint32_t)stack, count - idle, 0) ||
+	               (idle && tally_add(&p->totals, 0, e->thread_id, (uint32_t)stack, idle, TALLY_IDLE))
+	           ? -1
+	           : 0;
 }
 
 int profile_settle(struct profile *p, const struct uw_target *uw)
@@ -146,21 +156,43 @@ void profile_free_export(struct export_profile *out)
 	for (uint32_t i = 0; i < out->nstacks; i++)
 		free((uint32_t *)out->stacks[i].frames);
 	free((struct export_stack *)out->stacks);
+	free((struct export_thread *)out->threads);
 	memset(out, 0, sizeof *out);
 }
 
-int profile_export(const struct profile *p, struct export_profile *out)
+/* 1 + the index of a thread in the export's threads, 0 if it has none. */
+static uint32_t profile_thread_index(const struct profile *p, uint64_t thread_id)
+{
+	const struct target_thread *t = thread_table_find(&p->threads, thread_id);
+	return t ? (uint32_t)(t - p->threads.v) + 1 : 0;
+}
+
+int profile_export(const struct profile *p, pid_t pid, bool no_idle, struct export_profile *out)
 {
 	memset(out, 0, sizeof *out);
 	size_t n = p->totals.len;
 	struct export_stack *stacks = calloc(n ? n : 1, sizeof *stacks);
-	if (!stacks)
+	struct export_thread *threads = calloc(p->threads.n ? p->threads.n : 1, sizeof *threads);
+	if (!stacks || !threads) {
+		free(stacks);
+		free(threads);
 		return -1;
+	}
+	for (size_t i = 0; i < p->threads.n; i++) {
+		const struct target_thread *t = &p->threads.v[i];
+		threads[i] = (struct export_thread){.thread_id = t->thread_id, .native_id = t->native_id,
+		                                    .name = t->name, .pid = pid};
+	}
 	out->frames = p->frames;
 	out->nframes = (uint32_t)p->nframes;
 	out->stacks = stacks;
+	out->threads = threads;
+	out->nthreads = (uint32_t)p->threads.n;
 	for (size_t i = 0; i < n; i++) {
 		const struct tally_entry *s = &p->totals.entries[i];
+		uint64_t count = no_idle ? s->count - s->idle : s->count;
+		if (!count)
+			continue;
 		uint32_t depth = p->nodes[s->stack].depth;
 		uint32_t *frames = malloc(depth * sizeof *frames);
 		if (!frames) {
@@ -171,8 +203,12 @@ int profile_export(const struct profile *p, struct export_profile *out)
 		uint32_t d = depth;
 		for (int32_t at = (int32_t)s->stack; at >= 0 && d > 0; at = p->nodes[at].parent)
 			frames[--d] = (uint32_t)p->nodes[at].frame;
-		stacks[out->nstacks++] = (struct export_stack){
-			.frames = frames, .depth = depth, .count = s->count, .thread_id = s->thread_id};
+		stacks[out->nstacks++] = (struct export_stack){.frames = frames,
+		                                               .depth = depth,
+		                                               .count = count,
+		                                               .idle = no_idle ? 0 : s->idle,
+		                                               .thread_id = s->thread_id,
+		                                               .thread = profile_thread_index(p, s->thread_id)};
 	}
 	return 0;
 }

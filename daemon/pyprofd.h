@@ -18,8 +18,6 @@
 #include "vocab.h"
 #include "wire.h"
 
-#define PYPROFD_VERSION "0.4.0"
-
 /* cli.c */
 /* One stderr line for an option getopt rejected; returns EXIT_USAGE. */
 int cli_bad_option(const char *command, const char *option);
@@ -57,7 +55,13 @@ struct tally_entry {
 	uint32_t stack;
 	uint64_t count;  /* samples */
 	uint64_t handed; /* of which handed on already */
+	/* Of count, the samples with each TALLY_* flag; idle_handed of idle handed on already. */
+	uint64_t idle, gil, gc, idle_handed;
 };
+/* What else a sample was: its thread waited, held the GIL, or the collector ran in it. */
+#define TALLY_IDLE 0x1u
+#define TALLY_GIL 0x2u
+#define TALLY_GC 0x4u
 struct tally {
 	struct tally_entry *entries;
 	size_t len, cap;
@@ -66,15 +70,17 @@ struct tally {
 };
 /* Entries a tally holds at most: past them, counting fails (a bound, not a target). */
 #define TALLY_MAX_ENTRIES (1u << 24)
-/* Count samples; -1 if out of memory or entries. */
-int tally_add(struct tally *t, int64_t second, uint64_t thread_id, uint32_t stack, uint64_t count);
+/* Count samples, each with flags (TALLY_*); -1 if out of memory or entries. */
+int tally_add(struct tally *t, int64_t second, uint64_t thread_id, uint32_t stack, uint64_t count,
+              unsigned flags);
 /* Calls fn for every entry of a second from `since` on. */
 void tally_visit(const struct tally *t, int64_t since,
                  void (*fn)(void *ctx, const struct tally_entry *e), void *ctx);
 /*
  * Hand on what was counted since the last time: fn gets each entry with
- * the count not handed yet, until it returns non-zero (that value is
- * returned).  Everything counts as handed afterwards, failed or not.
+ * the count not handed yet (of which e->idle - e->idle_handed idle), until
+ * it returns non-zero (that value is returned).  Everything counts as
+ * handed afterwards, failed or not.
  */
 int tally_hand(struct tally *t, int (*fn)(void *ctx, const struct tally_entry *e, uint64_t count),
                void *ctx);
@@ -108,6 +114,32 @@ int32_t spell_stack(struct spell *sp, const struct uw_target *uw, uint32_t stack
 /* The ids mean something else now (another epoch) or the sink starts over (a new batch). */
 void spell_forget(struct spell *sp);
 
+/* target.c: the threads of a target or a recording */
+/* A thread a target sampled lately: what its samples in top and the history are called. */
+struct target_thread {
+	uint64_t thread_id;
+	int64_t native_id;
+	char name[UW_THREAD_NAME_LEN];
+	int64_t last_second; /* loop time it was last sampled with a stack */
+	bool declared;       /* the history has it as it is now */
+};
+/* Threads a table keeps names of: the unwinder's bound. */
+#define TARGET_THREADS_MAX UW_MAX_THREADS
+/* The threads of a target (or a recording) by thread id, with their names. */
+struct thread_table {
+	struct target_thread *v;
+	size_t n, cap;
+};
+/*
+ * A thread sampled now (at `hint` in its sample): its name kept up to date,
+ * declared false when it changed.  Allocates only for a new thread; past
+ * TARGET_THREADS_MAX or out of memory the thread stays unnamed.
+ */
+void thread_table_note(struct thread_table *tt, uint32_t hint, const struct uw_sample_thread *th,
+                       int64_t second);
+const struct target_thread *thread_table_find(const struct thread_table *tt, uint64_t thread_id);
+void thread_table_free(struct thread_table *tt);
+
 /* profile.c */
 /* A recorded profile: frames and stacks by content across epochs, counts per (thread, stack). */
 struct profile_node {
@@ -125,6 +157,7 @@ struct profile {
 	size_t nnodes, nodes_cap;
 	struct hash node_index;
 	struct tally totals; /* the whole run's samples, by thread and node (second 0) */
+	struct thread_table threads;
 	bool failed; /* out of memory spelling out an epoch */
 };
 void profile_init(struct profile *p);
@@ -133,8 +166,12 @@ void profile_free(struct profile *p);
 int profile_count(struct profile *p, const struct uw_sample *s);
 /* Spell out what this epoch counted (its ids still valid); -1 if out of memory. */
 int profile_settle(struct profile *p, const struct uw_target *uw);
-/* The profile as the export library takes it: stacks allocated, frames borrowed.  0 or -1. */
-int profile_export(const struct profile *p, struct export_profile *out);
+/*
+ * The profile as the export library takes it, its threads pid's: stacks
+ * and threads allocated, frames and names borrowed; without the samples of
+ * waiting threads if no_idle.  0 or -1.
+ */
+int profile_export(const struct profile *p, pid_t pid, bool no_idle, struct export_profile *out);
 void profile_free_export(struct export_profile *out);
 
 /* log.c */
@@ -156,7 +193,7 @@ void log_finish(void);
 
 /* functions.c */
 /*
- * Own and total samples per function (name and file) over stacks fed frame
+ * Own and total samples per function (qualified name, file and first line) over stacks fed frame
  * by frame: functions_next_stack, then functions_count for each of its
  * frames.  Side 0 counts into a row's own/total, side 1 into base_own/
  * base_total.  Rows and their strings live in the arena.
@@ -180,12 +217,15 @@ void functions_forget_frames(struct functions *fs);
 void functions_next_stack(struct functions *fs, int side, uint64_t count);
 /* One frame of the current stack; -1 if out of memory. */
 int functions_count(struct functions *fs, int side, uint32_t frame, const char *function,
-                    const char *file, bool innermost, uint64_t count);
-/*
- * Order the rows: by own, then total, then name; or, for a diff, by how far
- * the own share moved between the sides.  Counting ends here.
- */
-void functions_sort(struct functions *fs, bool by_share_change);
+                    const char *file, int32_t first_line, bool innermost, uint64_t count);
+enum functions_order {
+	FUNCTIONS_BY_OWN,    /* own, then total, then name */
+	FUNCTIONS_BY_TOTAL,  /* total, then own, then name */
+	FUNCTIONS_BY_NAME,   /* name, file, first line */
+	FUNCTIONS_BY_CHANGE, /* a diff: how far the own share moved between the sides */
+};
+/* Order the rows.  Counting ends here. */
+void functions_sort(struct functions *fs, enum functions_order order);
 
 /* procfacts.c */
 /*
@@ -470,6 +510,7 @@ struct target_percentiles {
 };
 struct target_timings;
 
+
 /* A process the daemon knows: identity, warm unwinder state, its sampling. */
 struct target {
 	struct ev_loop *loop;
@@ -506,6 +547,7 @@ struct target {
 	struct tally tally;  /* this epoch's samples: `top` and the history read it */
 	struct spell spell;  /* stack ids into the history's batches */
 	uint64_t history_samples; /* thread samples counted for the history, all sessions */
+	struct thread_table threads; /* seen within TOP_SECONDS_KEPT */
 	struct target_timings *timings; /* timer lateness and sample cost; NULL once exited */
 	struct target_percentiles final_percentiles; /* theirs when the process exited */
 	struct uw_stats final_stats; /* the engine's counters when the process exited */
@@ -551,6 +593,8 @@ size_t target_cache_bytes(const struct target *t);
 void target_percentiles(const struct target *t, struct target_percentiles *out);
 /* The target as the protocol shows it, allocated in a. */
 Pyprofd__Target *target_to_proto(const struct target *t, struct arena *a);
+/* A thread as the protocol shows it, allocated in a; NULL if out of memory. */
+Pyprofd__ThreadInfo *target_thread_to_proto(const struct target_thread *th, struct arena *a);
 void target_params_free(struct target_params *p);
 
 /* targets.c */

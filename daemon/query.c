@@ -110,6 +110,11 @@ struct builder {
 	uint32_t *sent;
 	size_t nsent_cap;
 	uint32_t nframes_sent;
+	/* Split by threads: the same for a store thread id. */
+	uint32_t *sent_threads;
+	size_t nsent_threads_cap;
+	uint32_t nthreads_sent;
+	double first_unix, last_unix; /* of the samples, from the first row */
 	/* Functions or processes, and the arena they live in until the last part. */
 	struct functions fs;
 	struct arena rows_arena;
@@ -121,6 +126,8 @@ struct builder {
 	size_t nframes, frames_cap;
 	Pyprofd__QueryStack **stacks;
 	size_t nstacks, stacks_cap;
+	Pyprofd__ThreadInfo **threads;
+	size_t nthreads, threads_cap;
 	Pyprofd__FunctionRow **rows;
 	size_t nrows;
 	Pyprofd__StoredProcess **processes;
@@ -150,6 +157,7 @@ static uint32_t query_frame_id(struct builder *b, const struct store_frame *f)
 	qf->function = arena_strdup(&b->arena, f->function ? f->function : "");
 	qf->file = arena_strdup(&b->arena, f->file ? f->file : "");
 	qf->line = f->line;
+	qf->first_line = f->first_line;
 	qf->kind = (char *)vocab_kind_name((enum uw_frame_kind)f->kind);
 	if (!qf->function || !qf->file)
 		return UINT32_MAX;
@@ -157,6 +165,45 @@ static uint32_t query_frame_id(struct builder *b, const struct store_frame *f)
 	b->part_bytes += strlen(qf->function) + strlen(qf->file) + 16;
 	b->sent[f->id] = ++b->nframes_sent;
 	return b->nframes_sent - 1;
+}
+
+/* The index of a thread in the answer, sent with the current part when new; UINT32_MAX if out of memory. */
+static uint32_t query_thread_id(struct builder *b, const struct store_thread *t)
+{
+	if (t->id >= b->nsent_threads_cap) {
+		size_t old = b->nsent_threads_cap;
+		if (array_reserve((void **)&b->sent_threads, &b->nsent_threads_cap, t->id,
+		                  sizeof *b->sent_threads, NULL) != 0)
+			return UINT32_MAX;
+		memset(b->sent_threads + old, 0, (b->nsent_threads_cap - old) * sizeof *b->sent_threads);
+	}
+	if (b->sent_threads[t->id])
+		return b->sent_threads[t->id] - 1;
+	struct arena *a = &b->arena;
+	Pyprofd__ThreadInfo *ti = ARENA_MESSAGE(a, Pyprofd__ThreadInfo, PYPROFD__THREAD_INFO__INIT);
+	if (!ti || b->nthreads_sent >= UINT32_MAX - 1 ||
+	    array_reserve((void **)&b->threads, &b->threads_cap, b->nthreads, sizeof *b->threads, NULL))
+		return UINT32_MAX;
+	ti->thread_id = t->thread_id;
+	ti->native_thread_id = t->native_id;
+	ti->target_id = t->target_id;
+	ti->pid = t->pid;
+	if (!(ti->name = arena_strdup(a, t->name ? t->name : "")))
+		return UINT32_MAX;
+	if (t->nlabels && !(ti->labels = arena_alloc(a, t->nlabels * sizeof *ti->labels)))
+		return UINT32_MAX;
+	for (size_t i = 0; i < t->nlabels; i++) {
+		Pyprofd__Label *l = ARENA_MESSAGE(a, Pyprofd__Label, PYPROFD__LABEL__INIT);
+		if (!l || !(l->key = arena_strdup(a, t->label_keys[i])) ||
+		    !(l->value = arena_strdup(a, t->label_values[i])))
+			return UINT32_MAX;
+		ti->labels[ti->n_labels++] = l;
+		b->part_bytes += strlen(l->key) + strlen(l->value) + 8;
+	}
+	b->threads[b->nthreads++] = ti;
+	b->part_bytes += strlen(ti->name) + 48;
+	b->sent_threads[t->id] = ++b->nthreads_sent;
+	return b->nthreads_sent - 1;
 }
 
 /* Send the part under way (more: parts follow). */
@@ -173,8 +220,12 @@ static int query_flush_part(struct builder *b, bool more)
 	res.n_functions = b->nrows;
 	res.processes = b->processes;
 	res.n_processes = b->nprocesses;
+	res.threads = b->threads;
+	res.n_threads = b->nthreads;
 	if (!b->first_sent) {
 		res.total = b->total;
+		res.first_unix = b->first_unix;
+		res.last_unix = b->last_unix;
 		res.from_unix = j->q.from_unix;
 		res.until_unix = j->q.until_unix;
 		res.rate_hz = j->rate_hz;
@@ -192,7 +243,7 @@ static int query_flush_part(struct builder *b, bool more)
 	resp.query = &res;
 	int rc = query_emit(j, &resp);
 	b->first_sent = true;
-	b->nframes = b->nstacks = b->nprocesses = 0;
+	b->nframes = b->nstacks = b->nprocesses = b->nthreads = 0;
 	/* Rows and processes go out of their whole table in order. */
 	if (b->nrows)
 		b->rows += b->nrows;
@@ -208,6 +259,8 @@ static int query_on_stack(void *ctx, const struct store_row *row)
 {
 	struct builder *b = ctx;
 	b->total = row->query_total;
+	b->first_unix = row->first_unix;
+	b->last_unix = row->last_unix;
 	Pyprofd__QueryStack *qs = arena_alloc(&b->arena, sizeof *qs);
 	uint32_t *ids = arena_alloc(&b->arena, (row->depth ? row->depth : 1) * sizeof *ids);
 	if (!qs || !ids || array_reserve((void **)&b->stacks, &b->stacks_cap, b->nstacks, sizeof *b->stacks, NULL)) {
@@ -223,6 +276,15 @@ static int query_on_stack(void *ctx, const struct store_row *row)
 	qs->frames = ids;
 	qs->n_frames = row->depth;
 	qs->count = row->count;
+	qs->idle = row->idle;
+	if (row->thread) {
+		uint32_t thread = query_thread_id(b, row->thread);
+		if (thread == UINT32_MAX) {
+			b->oom = true;
+			return -1;
+		}
+		qs->thread = thread + 1;
+	}
 	b->stacks[b->nstacks++] = qs;
 	b->part_bytes += 4 * (size_t)row->depth + 16;
 	/* The arena holds this part's frames and stacks: send it before it grows large. */
@@ -241,8 +303,8 @@ static int query_count_stack(struct builder *b, int side, const struct store_row
 		const struct store_frame *f = &row->frames[i];
 		if (!f->function)
 			continue;
-		if (functions_count(&b->fs, side, f->id, f->function, f->file, i + 1 == row->depth,
-		                    row->count) < 0) {
+		if (functions_count(&b->fs, side, f->id, f->function, f->file, f->first_line,
+		                    i + 1 == row->depth, row->count) < 0) {
 			b->oom = true;
 			return -1;
 		}
@@ -308,7 +370,8 @@ nomem:
 static int query_send_functions(struct builder *b)
 {
 	struct query_job *j = b->job;
-	functions_sort(&b->fs, j->aggregate == PYPROFD__QUERY_AGGREGATE__QUERY_DIFF);
+	functions_sort(&b->fs, j->aggregate == PYPROFD__QUERY_AGGREGATE__QUERY_DIFF ? FUNCTIONS_BY_CHANGE
+	                                                                            : FUNCTIONS_BY_OWN);
 	b->total = b->fs.samples[0];
 	size_t n = j->limit && j->limit < b->fs.nrows ? j->limit : b->fs.nrows;
 	b->rows = b->fs.rows;
@@ -339,6 +402,8 @@ static int query_send_processes(struct builder *b)
 static void query_builder_free(struct builder *b)
 {
 	free(b->sent);
+	free(b->sent_threads);
+	free(b->threads);
 	free(b->frames);
 	free(b->stacks);
 	free(b->all_processes);
@@ -648,6 +713,8 @@ Pyprofd__ErrorCode queries_start(struct queries *qs, const struct query_origin *
 	}
 	j->q.by_thread = r->by_thread;
 	j->q.thread_id = r->thread_id;
+	j->q.split_threads = r->split_threads && r->aggregate == PYPROFD__QUERY_AGGREGATE__QUERY_STACKS;
+	j->q.no_idle = r->no_idle;
 	/* Another user sees the history of its own processes alone. */
 	j->q.by_uid = o->uid != 0;
 	j->q.uid = o->uid;

@@ -35,9 +35,13 @@ static const char record_usage[] =
 	"  --no-cache          turn every cache off (for comparison)\n"
 	"  -o, --output FILE   write the profile to FILE (default: standard output)\n"
 	"  --format F          collapsed (default), flamegraph (one HTML file),\n"
-	"                      speedscope, pprof (gzip'd protobuf), json or table (the\n"
-	"                      functions seen most, own and total), as pyprofd-ctl\n"
-	"                      query writes them\n"
+	"                      speedscope (a profile per thread), pprof (gzip'd\n"
+	"                      protobuf), gecko (the Firefox Profiler's, a track per\n"
+	"                      thread), json or table (the functions seen most, own\n"
+	"                      and total), as pyprofd-ctl query writes them\n"
+	"  --per-thread        collapsed: each stack under a first frame naming its thread\n"
+	"  --no-idle           leave out the samples of waiting threads (off CPU without\n"
+	"                      the GIL, or in a known wait: sleep, locks, select, recv)\n"
 	"  --stats             print sampling statistics on standard error\n"
 	"  --stats-json        print them as one JSON object, the last line of standard error\n"
 	"\n"
@@ -53,6 +57,7 @@ struct record_opts {
 	enum export_format format;
 	bool table; /* --format table: counted here, written as pyprofd-ctl writes one */
 	bool stats, stats_json;
+	bool no_idle, per_thread;
 };
 
 static int record_parse(int argc, char **argv, struct record_opts *o)
@@ -68,10 +73,13 @@ static int record_parse(int argc, char **argv, struct record_opts *o)
 		{"format", required_argument, NULL, 'f'},
 		{"stats", no_argument, NULL, 's'},
 		{"stats-json", no_argument, NULL, 'j'},
+		{"no-idle", no_argument, NULL, 'I'},
+		{"per-thread", no_argument, NULL, 'P'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
-	*o = (struct record_opts){.rate = 100, .uw = {.cache_budget = UW_DEFAULT_CACHE_BUDGET}};
+	*o = (struct record_opts){.rate = 100,
+	                          .uw = {.cache_budget = UW_DEFAULT_CACHE_BUDGET, .want_idle = true}};
 	int opt;
 	char *end;
 	optind = 1;
@@ -110,12 +118,14 @@ static int record_parse(int argc, char **argv, struct record_opts *o)
 			o->table = strcmp(optarg, "table") == 0;
 			if (!o->table && export_format_parse(optarg, &o->format) != 0) {
 				fprintf(stderr, "pyprofd: --format is collapsed, flamegraph, speedscope, pprof, "
-				                "json or table, not '%s'\n", optarg);
+				                "gecko, json or table, not '%s'\n", optarg);
 				return EXIT_USAGE;
 			}
 			break;
 		case 's': o->stats = true; break;
 		case 'j': o->stats_json = true; break;
+		case 'I': o->no_idle = true; break;
+		case 'P': o->per_thread = true; break;
 		case 'h': fputs(record_usage, stdout); return -1;
 		default: return cli_bad_option("record", argv[optind - 1]);
 		}
@@ -284,6 +294,7 @@ static int record_loop(struct uw_target *t, const struct record_opts *o, struct 
 				break;
 			}
 			if (err.status == UW_EPERM || err.status == UW_ENOMEM) {
+				uw_error_add_remedy(&err, o->pid);
 				fprintf(stderr, "pyprofd: %s\n", err.msg);
 				status = vocab_status_exit(err.status);
 				break;
@@ -328,14 +339,14 @@ static int record_table(const struct export_profile *p, pid_t pid, FILE *out)
 		functions_next_stack(&fs, 0, st->count);
 		for (uint32_t d = st->depth; rc == 0 && d-- > 0;) {
 			const struct export_frame *f = &p->frames[st->frames[d]];
-			rc = functions_count(&fs, 0, st->frames[d], f->function, f->file, d + 1 == st->depth,
-			                     st->count);
+			rc = functions_count(&fs, 0, st->frames[d], f->function, f->file, f->first_line,
+			                     d + 1 == st->depth, st->count);
 		}
 	}
 	if (rc != 0) {
 		errno = ENOMEM;
 	} else {
-		functions_sort(&fs, false);
+		functions_sort(&fs, FUNCTIONS_BY_OWN);
 		char name[32];
 		snprintf(name, sizeof name, "pid %d", (int)pid);
 		struct export_table t = {.rows = fs.rows,
@@ -363,7 +374,7 @@ static int record_write(struct profile *prof, const struct uw_target *t,
 		return -1;
 	}
 	struct export_profile p;
-	if (profile_export(prof, &p) != 0) {
+	if (profile_export(prof, o->pid, o->no_idle, &p) != 0) {
 		errno = ENOMEM;
 		return -1;
 	}
@@ -374,6 +385,7 @@ static int record_write(struct profile *prof, const struct uw_target *t,
 	/* At max rate a sample stands for the time between samples, as they came. */
 	double rate = o->rate > 0 ? o->rate : run->elapsed > 0 ? (double)run->ok / run->elapsed : 1;
 	p.rate_hz = rate < 1 ? 1 : rate > UINT32_MAX ? UINT32_MAX : (uint32_t)(rate + 0.5);
+	p.per_thread = o->per_thread;
 	p.from_unix = run->started_unix;
 	p.until_unix = run->ended_unix > run->started_unix ? run->ended_unix : run->started_unix;
 	int rc = o->table ? record_table(&p, o->pid, out) : export_write(&p, o->format, out);
@@ -398,6 +410,7 @@ int record_main(int argc, char **argv)
 	struct uw_error err = {0};
 	struct uw_target *t = uw_open(o.pid, &err);
 	if (!t) {
+		uw_error_add_remedy(&err, o.pid);
 		fprintf(stderr, "pyprofd: %s\n", err.msg);
 		if (out != stdout)
 			fclose(out);

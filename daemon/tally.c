@@ -31,7 +31,8 @@ static bool tally_equal(const void *ctx, uint32_t id, const void *key)
 	return e->stack == k->stack && e->thread_id == k->thread_id && e->second == k->second;
 }
 
-int tally_add(struct tally *t, int64_t second, uint64_t thread_id, uint32_t stack, uint64_t count)
+int tally_add(struct tally *t, int64_t second, uint64_t thread_id, uint32_t stack, uint64_t count,
+              unsigned flags)
 {
 	struct tally_key key = {second, thread_id, stack};
 	uint32_t hash = tally_hash(&key);
@@ -45,7 +46,11 @@ int tally_add(struct tally *t, int64_t second, uint64_t thread_id, uint32_t stac
 		                                          .stack = stack};
 		hash_fill(&t->index, slot, hash, (uint32_t)t->len++);
 	}
-	t->entries[slot->id - 1].count += count;
+	struct tally_entry *e = &t->entries[slot->id - 1];
+	e->count += count;
+	e->idle += flags & TALLY_IDLE ? count : 0;
+	e->gil += flags & TALLY_GIL ? count : 0;
+	e->gc += flags & TALLY_GC ? count : 0;
 	t->unhanded += count;
 	return 0;
 }
@@ -74,8 +79,10 @@ int tally_hand(struct tally *t, int (*fn)(void *ctx, const struct tally_entry *e
 
 void tally_mark_handed(struct tally *t)
 {
-	for (size_t i = 0; i < t->len; i++)
+	for (size_t i = 0; i < t->len; i++) {
 		t->entries[i].handed = t->entries[i].count;
+		t->entries[i].idle_handed = t->entries[i].idle;
+	}
 	t->unhanded = 0;
 }
 

@@ -86,7 +86,7 @@ struct target_batch {
 		int64_t bucket;
 		uint64_t thread_id;
 		int32_t stack;
-		uint64_t count;
+		uint64_t count, idle;
 	} *rows;
 	size_t nrows, rows_cap;
 	struct hash index;
@@ -95,8 +95,9 @@ struct target_batch {
 static int32_t target_batch_frame(void *ctx, const struct uw_frame *f)
 {
 	struct target_batch *tb = ctx;
-	return store_batch_frame(tb->b, f->function ? f->function : "", f->file ? f->file : "",
-	                         f->line, (int)f->kind);
+	const char *name = uw_frame_name(f);
+	return store_batch_frame(tb->b, name ? name : "", f->file ? f->file : "", f->line, (int)f->kind,
+	                         f->first_line);
 }
 
 static int32_t target_batch_stack(void *ctx, int32_t parent, int32_t frame)
@@ -135,6 +136,7 @@ static int target_batch_add(void *ctx, const struct tally_entry *e, uint64_t cou
 		hash_fill(&tb->index, slot, hash, (uint32_t)tb->nrows++);
 	}
 	tb->rows[slot->id - 1].count += count;
+	tb->rows[slot->id - 1].idle += e->idle - e->idle_handed;
 	return 0;
 }
 
@@ -169,7 +171,15 @@ static struct store_batch *target_batch(struct target *t)
 	spell_forget(&t->spell);
 	for (size_t i = 0; ok && i < tb.nrows; i++)
 		ok = store_batch_samples(tb.b, tb.target, tb.rows[i].bucket, tb.width, tb.rows[i].thread_id,
-		                         tb.rows[i].stack, tb.rows[i].count) >= 0;
+		                         tb.rows[i].stack, tb.rows[i].count, tb.rows[i].idle) >= 0;
+	/* The threads named since the last batch: a name is kept once per change, not per row. */
+	for (size_t i = 0; ok && i < t->threads.n; i++) {
+		struct target_thread *th = &t->threads.v[i];
+		if (th->declared)
+			continue;
+		ok = store_batch_thread(tb.b, tb.target, th->thread_id, th->native_id, th->name) == 0;
+		th->declared = ok;
+	}
 	free(tb.rows);
 	hash_free(&tb.index);
 	if (!ok) {
@@ -187,6 +197,8 @@ void target_flush(struct target *t)
 	if (!t->history || !t->history->path) {
 		/* No history to keep them for. */
 		tally_mark_handed(&t->tally);
+		for (size_t i = 0; i < t->threads.n; i++)
+			t->threads.v[i].declared = true;
 	} else {
 		struct store_batch *b = target_batch(t);
 		if (b) {
@@ -198,8 +210,14 @@ void target_flush(struct target *t)
 			tally_mark_handed(&t->tally);
 		}
 	}
-	/* What is handed on and older than `top` looks is forgotten. */
-	tally_prune(&t->tally, (int64_t)floor(ev_now(t->loop)) - TOP_SECONDS_KEPT);
+	/* What is handed on and older than `top` looks is forgotten, threads gone as long too. */
+	int64_t before = (int64_t)floor(ev_now(t->loop)) - TOP_SECONDS_KEPT;
+	tally_prune(&t->tally, before);
+	size_t kept = 0;
+	for (size_t i = 0; i < t->threads.n; i++)
+		if (t->threads.v[i].last_second >= before || !t->threads.v[i].declared)
+			t->threads.v[kept++] = t->threads.v[i];
+	t->threads.n = kept;
 }
 
 /* The unwinder is about to forget every stack id: what was counted by them goes out first. */
@@ -339,6 +357,7 @@ static void target_configure_unwinder(struct target *t)
 {
 	struct uw_options opts = {.flags = t->params.flags,
 	                          .mode = t->params.mode,
+	                          .want_idle = true,
 	                          .cache_budget = UW_DEFAULT_CACHE_BUDGET,
 	                          .max_sample_ns = t->params.max_sample_ns,
 	                          .on_epoch_end = target_on_epoch_end,
@@ -456,6 +475,7 @@ void target_free(struct target *t)
 	uw_sample_free(&t->sample);
 	tally_free(&t->tally);
 	spell_free(&t->spell);
+	thread_table_free(&t->threads);
 	free(t->timings);
 	target_params_free(&t->params);
 	free(t->rule);
@@ -501,6 +521,55 @@ enum target_sight target_check_alive(struct target *t, struct uw_error *err)
 	return TARGET_SEEN;
 }
 
+/* Threads come in the same order every sample, so the entry at `hint` nearly always is the one. */
+void thread_table_note(struct thread_table *tt, uint32_t hint, const struct uw_sample_thread *th,
+                       int64_t second)
+{
+	struct target_thread *at = NULL;
+	if (hint < tt->n && tt->v[hint].thread_id == th->thread_id)
+		at = &tt->v[hint];
+	for (size_t i = 0; !at && i < tt->n; i++)
+		if (tt->v[i].thread_id == th->thread_id)
+			at = &tt->v[i];
+	if (!at) {
+		if (tt->n >= TARGET_THREADS_MAX ||
+		    array_reserve((void **)&tt->v, &tt->cap, tt->n, sizeof *tt->v, NULL) != 0)
+			return; /* unnamed, counted all the same */
+		at = &tt->v[tt->n++];
+		*at = (struct target_thread){.thread_id = th->thread_id};
+	}
+	at->last_second = second;
+	if (at->native_id != th->native_id || memcmp(at->name, th->name, sizeof at->name) != 0) {
+		at->native_id = th->native_id;
+		memcpy(at->name, th->name, sizeof at->name);
+		at->declared = false;
+	}
+}
+
+const struct target_thread *thread_table_find(const struct thread_table *tt, uint64_t thread_id)
+{
+	for (size_t i = 0; i < tt->n; i++)
+		if (tt->v[i].thread_id == thread_id)
+			return &tt->v[i];
+	return NULL;
+}
+
+void thread_table_free(struct thread_table *tt)
+{
+	free(tt->v);
+	memset(tt, 0, sizeof *tt);
+}
+
+Pyprofd__ThreadInfo *target_thread_to_proto(const struct target_thread *th, struct arena *a)
+{
+	Pyprofd__ThreadInfo *p = ARENA_MESSAGE(a, Pyprofd__ThreadInfo, PYPROFD__THREAD_INFO__INIT);
+	if (!p || !(p->name = arena_strdup(a, th->name)))
+		return NULL;
+	p->thread_id = th->thread_id;
+	p->native_thread_id = th->native_id;
+	return p;
+}
+
 static void target_sample(struct target *t)
 {
 	struct uw_error err = {0}, look_err;
@@ -530,10 +599,14 @@ static void target_sample(struct target *t)
 		const struct uw_sample_thread *th = &t->sample.threads[i];
 		if (!th->stack)
 			continue; /* no Python frames, or a stack that would not hold still */
-		if (tally_add(&t->tally, second, th->thread_id, th->stack, 1) != 0)
+		unsigned flags = (th->idle ? TALLY_IDLE : 0) | (th->holds_gil ? TALLY_GIL : 0) |
+		                 (th->holds_gil && t->sample.gc_running ? TALLY_GC : 0);
+		if (tally_add(&t->tally, second, th->thread_id, th->stack, 1, flags) != 0) {
 			log_warn("pid %d: out of memory counting samples", (int)t->pid);
-		else
-			t->history_samples++;
+			continue;
+		}
+		t->history_samples++;
+		thread_table_note(&t->threads, i, th, second);
 	}
 }
 
@@ -609,6 +682,7 @@ Pyprofd__Target *target_to_proto(const struct target *t, struct arena *a)
 	p->parent = t->parent;
 	p->mode = vocab_mode_to_wire(t->params.mode);
 	p->samples = t->samples;
+	p->thread_samples = t->history_samples;
 	p->errors = t->errors;
 	p->executable = arena_strdup(a, t->executable);
 	p->command_line = arena_strdup(a, t->command_line);
@@ -627,6 +701,14 @@ Pyprofd__Target *target_to_proto(const struct target *t, struct arena *a)
 			l->value = arena_strdup(a, t->params.label_values[i]);
 			p->labels[p->n_labels++] = l;
 		}
+	}
+	if (t->threads.n) {
+		p->threads = arena_alloc(a, t->threads.n * sizeof *p->threads);
+		if (!p->threads)
+			return NULL;
+		for (size_t i = 0; i < t->threads.n; i++)
+			if (!(p->threads[p->n_threads++] = target_thread_to_proto(&t->threads.v[i], a)))
+				return NULL;
 	}
 	if (!p->state || !p->python_version || !p->executable || !p->command_line || !p->rule)
 		return NULL;

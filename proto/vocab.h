@@ -10,6 +10,9 @@
 #include "pyprofd.pb-c.h"
 #include "unwind.h"
 
+/* The release of both programs: what --version and the status RPC say. */
+#define PYPROFD_VERSION "0.4.0"
+
 /* Exit statuses of `pyprofd dump|record` and of pyprofd-ctl, as their --help documents. */
 enum exit_status {
 	EXIT_OK = 0,

@@ -44,6 +44,9 @@ void store_batch_free(struct store_batch *b)
 		free(b->frames[i].file);
 	}
 	free(b->frames);
+	for (size_t i = 0; i < b->nthreads; i++)
+		free(b->threads[i].name);
+	free(b->threads);
 	free(b->stacks);
 	free(b->samples);
 	free(b);
@@ -134,7 +137,7 @@ int store_batch_session(struct store_batch *b, int target, double attached_at, d
 }
 
 int32_t store_batch_frame(struct store_batch *b, const char *function, const char *file,
-                          int32_t line, int kind)
+                          int32_t line, int kind, int32_t first_line)
 {
 	if (!b || kind < 0 || kind > 2)
 		return -1;
@@ -146,6 +149,7 @@ int32_t store_batch_frame(struct store_batch *b, const char *function, const cha
 	f->file = batch_strdup(file, &ok);
 	f->line = line;
 	f->kind = kind;
+	f->first_line = first_line;
 	if (!ok) {
 		free(f->function);
 		free(f->file);
@@ -166,11 +170,12 @@ int32_t store_batch_stack(struct store_batch *b, int32_t parent, int32_t frame)
 }
 
 int store_batch_samples(struct store_batch *b, int target, int64_t bucket_start,
-                        uint32_t bucket_seconds, uint64_t thread_id, int32_t stack, uint64_t count)
+                        uint32_t bucket_seconds, uint64_t thread_id, int32_t stack, uint64_t count,
+                        uint64_t idle)
 {
 	/* Counts are stored as SQLite's signed 64-bit integers. */
 	if (!b || target < 0 || (size_t)target >= b->ntargets || stack < 0 ||
-	    (size_t)stack >= b->nstacks || bucket_seconds == 0 || count > INT64_MAX)
+	    (size_t)stack >= b->nstacks || bucket_seconds == 0 || count > INT64_MAX || idle > count)
 		return -1;
 	if (batch_reserve((void **)&b->samples, &b->samples_cap, b->nsamples, sizeof *b->samples) < 0)
 		return -1;
@@ -181,7 +186,26 @@ int store_batch_samples(struct store_batch *b, int target, int64_t bucket_start,
 		.bucket_start = bucket_start,
 		.thread_id = thread_id,
 		.count = count,
+		.idle = idle,
 	};
+	return 0;
+}
+
+int store_batch_thread(struct store_batch *b, int target, uint64_t thread_id, int64_t native_id,
+                       const char *name)
+{
+	if (!b || target < 0 || (size_t)target >= b->ntargets || !name)
+		return -1;
+	if (batch_reserve((void **)&b->threads, &b->threads_cap, b->nthreads, sizeof *b->threads) < 0)
+		return -1;
+	bool ok = true;
+	struct batch_thread *t = &b->threads[b->nthreads];
+	*t = (struct batch_thread){.target = target, .thread_id = thread_id,
+	                           .native_id = native_id > 0 ? native_id : -1,
+	                           .name = batch_strdup(name, &ok)};
+	if (!ok)
+		return -1;
+	b->nthreads++;
 	return 0;
 }
 

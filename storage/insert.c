@@ -30,6 +30,7 @@ enum insert_stmt {
 	ST_LABEL_ADD,
 	ST_SESSION_UPSERT,
 	ST_SAMPLE_ADD,
+	ST_THREAD_UPSERT,
 	ST_COUNT
 };
 _Static_assert(ST_COUNT == INSERT_STATEMENTS, "struct inserter has a slot for each statement");
@@ -38,8 +39,9 @@ static const char *const insert_sql[ST_COUNT] = {
 	[ST_STR_GET] = "SELECT id FROM strings WHERE s = ?1",
 	[ST_STR_ADD] = "INSERT INTO strings(s) VALUES (?1)",
 	[ST_FRAME_GET] = "SELECT id FROM frames WHERE function = ?1 AND file = ?2 AND line = ?3 "
-	                 "AND kind = ?4",
-	[ST_FRAME_ADD] = "INSERT INTO frames(function, file, line, kind) VALUES (?1, ?2, ?3, ?4)",
+	                 "AND kind = ?4 AND first_line = ?5",
+	[ST_FRAME_ADD] = "INSERT INTO frames(function, file, line, kind, first_line) "
+	                 "VALUES (?1, ?2, ?3, ?4, ?5)",
 	[ST_STACK_GET] = "SELECT id FROM stacks WHERE parent = ?1 AND frame = ?2",
 	[ST_STACK_ADD] = "INSERT INTO stacks(parent, frame) VALUES (?1, ?2)",
 	[ST_TARGET_UPSERT] = STORE_SQL_TARGET_UPSERT("targets"),
@@ -47,6 +49,7 @@ static const char *const insert_sql[ST_COUNT] = {
 	[ST_LABEL_ADD] = STORE_SQL_LABEL_ADD("target_labels"),
 	[ST_SESSION_UPSERT] = STORE_SQL_SESSION_UPSERT("sessions"),
 	[ST_SAMPLE_ADD] = STORE_SQL_SAMPLE_ADD("samples"),
+	[ST_THREAD_UPSERT] = STORE_SQL_THREAD_UPSERT("threads"),
 };
 
 /* Steps a statement to its end (or its one row into *id), then resets it.  An SQLite code. */
@@ -102,7 +105,7 @@ static int insert_frame(struct inserter *ins, const struct batch_frame *f, int64
 {
 	struct {
 		int64_t function, file;
-		int32_t line, kind;
+		int32_t line, kind, first_line, pad;
 	} key;
 	memset(&key, 0, sizeof key);
 	int rc = insert_string(ins, f->function, &key.function);
@@ -112,12 +115,14 @@ static int insert_frame(struct inserter *ins, const struct batch_frame *f, int64
 		return rc;
 	key.line = f->line;
 	key.kind = f->kind;
+	key.first_line = f->first_line;
 	for (int i = ST_FRAME_GET; i <= ST_FRAME_ADD; i++) {
 		sqlite3_stmt *s = ins->stmt[i];
 		if (sqlite3_bind_int64(s, 1, key.function) != SQLITE_OK ||
 		    sqlite3_bind_int64(s, 2, key.file) != SQLITE_OK ||
 		    sqlite3_bind_int(s, 3, key.line) != SQLITE_OK ||
-		    sqlite3_bind_int(s, 4, key.kind) != SQLITE_OK)
+		    sqlite3_bind_int(s, 4, key.kind) != SQLITE_OK ||
+		    sqlite3_bind_int(s, 5, key.first_line) != SQLITE_OK)
 			return sqlite3_errcode(ins->db);
 	}
 	return insert_interned(ins, &ins->frames, &key, sizeof key, ins->stmt[ST_FRAME_GET], ins->stmt[ST_FRAME_ADD],
@@ -186,6 +191,20 @@ int insert_bind_sample(sqlite3_stmt *s, int64_t target, int64_t stack, const str
 		rc = sqlite3_bind_int64(s, 5, stack);
 	if (rc == SQLITE_OK)
 		rc = sqlite3_bind_int64(s, 6, (int64_t)x->count);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_bind_int64(s, 7, (int64_t)x->idle);
+	return rc;
+}
+
+int insert_bind_thread(sqlite3_stmt *s, int64_t target, const struct batch_thread *x)
+{
+	int rc = sqlite3_bind_int64(s, 1, target);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_bind_int64(s, 2, (int64_t)x->thread_id);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_bind_int64(s, 3, x->native_id);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_bind_text(s, 4, x->name, -1, SQLITE_STATIC);
 	return rc;
 }
 
@@ -263,6 +282,11 @@ static int insert_contents(struct inserter *ins, const struct store_batch *b)
 		const struct batch_sample *x = &b->samples[i];
 		rc = insert_row(sample, insert_bind_sample(sample, ins->target_ids[x->target],
 		                                           ins->stack_ids[x->stack], x));
+	}
+	sqlite3_stmt *thread = ins->stmt[ST_THREAD_UPSERT];
+	for (size_t i = 0; rc == SQLITE_OK && i < b->nthreads; i++) {
+		const struct batch_thread *x = &b->threads[i];
+		rc = insert_row(thread, insert_bind_thread(thread, ins->target_ids[x->target], x));
 	}
 	return rc;
 }

@@ -47,7 +47,11 @@ static const char reader_temp_schema[] =
 	"CREATE TEMP TABLE IF NOT EXISTS pending_samples("
 	"  target INTEGER NOT NULL, bucket_start INTEGER NOT NULL, bucket_seconds INTEGER NOT NULL,"
 	"  thread_id INTEGER NOT NULL, stack INTEGER NOT NULL, count INTEGER NOT NULL,"
+	"  idle INTEGER NOT NULL DEFAULT 0,"
 	"  PRIMARY KEY(target, bucket_start, bucket_seconds, thread_id, stack)) WITHOUT ROWID;"
+	"CREATE TEMP TABLE IF NOT EXISTS pending_threads("
+	"  target INTEGER NOT NULL, thread_id INTEGER NOT NULL, native_id INTEGER NOT NULL,"
+	"  name TEXT NOT NULL, PRIMARY KEY(target, thread_id)) WITHOUT ROWID;"
 	"CREATE TEMP VIEW IF NOT EXISTS all_targets(id, pid, uid, executable, command_line, python_version) AS"
 	"  SELECT t.id, t.pid, coalesce(p.uid, t.uid), coalesce(p.executable, t.executable),"
 	"    coalesce(p.command_line, t.command_line), coalesce(p.python_version, t.python_version)"
@@ -68,18 +72,26 @@ static const char reader_temp_schema[] =
 	"  FROM pending_sessions p JOIN pending_targets t ON t.id = p.target"
 	"  LEFT JOIN main.sessions f ON f.target = t.file_id AND f.attached_at = p.attached_at;"
 	"CREATE TEMP VIEW IF NOT EXISTS all_samples(target, bucket_start, bucket_seconds, thread_id, stack,"
-	"  count) AS"
-	"  SELECT target, bucket_start, bucket_seconds, thread_id, stack, count FROM main.samples"
+	"  count, idle) AS"
+	"  SELECT target, bucket_start, bucket_seconds, thread_id, stack, count, idle FROM main.samples"
 	"  UNION ALL SELECT coalesce(t.file_id, -t.id), s.bucket_start, s.bucket_seconds, s.thread_id,"
-	"    s.stack, s.count FROM pending_samples s JOIN pending_targets t ON t.id = s.target;";
+	"    s.stack, s.count, s.idle FROM pending_samples s JOIN pending_targets t ON t.id = s.target;"
+	"CREATE TEMP VIEW IF NOT EXISTS all_threads(target, thread_id, native_id, name) AS"
+	"  SELECT h.target, h.thread_id, h.native_id, h.name FROM main.threads h"
+	"  WHERE NOT EXISTS (SELECT 1 FROM pending_threads p JOIN pending_targets t ON t.id = p.target"
+	"    WHERE t.file_id = h.target AND p.thread_id = h.thread_id)"
+	"  UNION ALL SELECT coalesce(t.file_id, -t.id), p.thread_id, p.native_id,"
+	"    CASE WHEN p.name = '' THEN coalesce(f.name, '') ELSE p.name END"
+	"  FROM pending_threads p JOIN pending_targets t ON t.id = p.target"
+	"  LEFT JOIN main.threads f ON f.target = t.file_id AND f.thread_id = p.thread_id;";
 
 static const struct reader_tables reader_file_tables = {
 	.samples = "main.samples", .targets = "main.targets",
-	.labels = "main.target_labels", .sessions = "main.sessions",
+	.labels = "main.target_labels", .sessions = "main.sessions", .threads = "main.threads",
 };
 static const struct reader_tables reader_all_tables = {
 	.samples = "temp.all_samples", .targets = "temp.all_targets",
-	.labels = "temp.all_labels", .sessions = "temp.all_sessions",
+	.labels = "temp.all_labels", .sessions = "temp.all_sessions", .threads = "temp.all_threads",
 };
 
 const struct reader_tables *reader_tables(const struct store_query *q)
@@ -105,7 +117,7 @@ static struct store_reader *reader_open(const struct store_place *p, bool dirfd_
 	if (sqlite3_prepare_v2(r->db, "SELECT parent, frame FROM main.stacks WHERE id = ?1", -1, &r->node,
 	                       NULL) != SQLITE_OK ||
 	    sqlite3_prepare_v2(r->db,
-	                       "SELECT f.line, f.kind, fn.s, fl.s FROM main.frames f "
+	                       "SELECT f.line, f.kind, fn.s, fl.s, f.first_line FROM main.frames f "
 	                       "LEFT JOIN main.strings fn ON fn.id = f.function "
 	                       "LEFT JOIN main.strings fl ON fl.id = f.file WHERE f.id = ?1",
 	                       -1, &r->frame, NULL) != SQLITE_OK) {
@@ -176,6 +188,7 @@ enum reader_copy_stmt {
 	COPY_LABELLED,
 	COPY_SESSION,
 	COPY_SAMPLE,
+	COPY_THREAD,
 	COPY_COUNT
 };
 
@@ -186,6 +199,7 @@ static const char *const reader_copy_sql[COPY_COUNT] = {
 	[COPY_LABELLED] = "UPDATE temp.pending_targets SET labelled = 1 WHERE id = ?1",
 	[COPY_SESSION] = STORE_SQL_SESSION_UPSERT("temp.pending_sessions"),
 	[COPY_SAMPLE] = STORE_SQL_SAMPLE_ADD("temp.pending_samples"),
+	[COPY_THREAD] = STORE_SQL_THREAD_UPSERT("temp.pending_threads"),
 };
 
 /* One batch into the TEMP tables; an SQLite code. */
@@ -211,6 +225,11 @@ static int reader_copy_batch(sqlite3_stmt *const *st, const struct store_batch *
 		if ((rc = insert_bind_sample(st[COPY_SAMPLE], ids[x->target],
 		                             reader_pending_stack(index, x->stack), x)) == SQLITE_OK)
 			rc = insert_step(st[COPY_SAMPLE], NULL);
+	}
+	for (size_t i = 0; rc == SQLITE_OK && i < b->nthreads; i++) {
+		const struct batch_thread *x = &b->threads[i];
+		if ((rc = insert_bind_thread(st[COPY_THREAD], ids[x->target], x)) == SQLITE_OK)
+			rc = insert_step(st[COPY_THREAD], NULL);
 	}
 	return rc;
 }
@@ -552,5 +571,69 @@ out:
 	sqlite3_finalize(labels);
 	if (own)
 		store_exec(r->db, "COMMIT", NULL);
+	return ret;
+}
+
+/* ---- a thread's name and its process's labels ---- */
+
+int reader_thread_info(struct store_reader *r, const struct store_query *q, int64_t target,
+                       uint64_t thread_id, struct store_thread *out, struct arena *a,
+                       struct store_error *err)
+{
+	const struct reader_tables *tables = reader_tables(q);
+	char sql[512];
+	snprintf(sql, sizeof sql,
+	         "SELECT t.pid, h.native_id, h.name FROM %s t LEFT JOIN %s h "
+	         "ON h.target = t.id AND h.thread_id = ?2 WHERE t.id = ?1",
+	         tables->targets, tables->threads);
+	sqlite3_stmt *st = NULL, *labels = NULL;
+	*out = (struct store_thread){.target_id = target > 0 ? target : 0, .thread_id = thread_id,
+	                             .native_id = -1, .name = ""};
+	int ret = -1, rc;
+	if (sqlite3_prepare_v2(r->db, sql, -1, &st, NULL) != SQLITE_OK ||
+	    sqlite3_bind_int64(st, 1, target) != SQLITE_OK ||
+	    sqlite3_bind_int64(st, 2, (int64_t)thread_id) != SQLITE_OK)
+		goto fail;
+	if ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		out->pid = (pid_t)sqlite3_column_int64(st, 0);
+		if (sqlite3_column_type(st, 1) != SQLITE_NULL)
+			out->native_id = sqlite3_column_int64(st, 1);
+		const unsigned char *name = sqlite3_column_text(st, 2);
+		if (name && !(out->name = arena_strdup(a, (const char *)name)))
+			goto nomem;
+	} else if (rc != SQLITE_DONE) {
+		goto fail;
+	}
+	snprintf(sql, sizeof sql, "SELECT key, value FROM %s WHERE target = ?1 ORDER BY key",
+	         tables->labels);
+	if (sqlite3_prepare_v2(r->db, sql, -1, &labels, NULL) != SQLITE_OK ||
+	    sqlite3_bind_int64(labels, 1, target) != SQLITE_OK)
+		goto fail;
+	const char **keys = arena_alloc(a, STORE_MAX_LABELS * sizeof *keys);
+	const char **values = arena_alloc(a, STORE_MAX_LABELS * sizeof *values);
+	if (!keys || !values)
+		goto nomem;
+	while (out->nlabels < STORE_MAX_LABELS && (rc = sqlite3_step(labels)) == SQLITE_ROW) {
+		const unsigned char *k = sqlite3_column_text(labels, 0), *v = sqlite3_column_text(labels, 1);
+		keys[out->nlabels] = arena_strdup(a, k ? (const char *)k : "");
+		values[out->nlabels] = arena_strdup(a, v ? (const char *)v : "");
+		if (!keys[out->nlabels] || !values[out->nlabels])
+			goto nomem;
+		out->nlabels++;
+	}
+	if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+		goto fail;
+	out->label_keys = keys;
+	out->label_values = values;
+	ret = 0;
+	goto out;
+nomem:
+	store_error_text(err, "query: out of memory");
+	goto out;
+fail:
+	store_error_set(err, r->db, "query: a thread's name and labels");
+out:
+	sqlite3_finalize(st);
+	sqlite3_finalize(labels);
 	return ret;
 }

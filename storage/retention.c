@@ -38,12 +38,12 @@
 #define STORE_MERGE_SLICE_S 3600
 
 static const char merge_sql[] =
-	"INSERT INTO samples(target, bucket_start, bucket_seconds, thread_id, stack, count) "
-	"SELECT target, (bucket_start / ?2) * ?2, ?2, thread_id, stack, sum(count) FROM samples "
-	"WHERE bucket_start >= ?3 AND bucket_start < ?1 AND bucket_seconds < ?2 "
+	"INSERT INTO samples(target, bucket_start, bucket_seconds, thread_id, stack, count, idle) "
+	"SELECT target, (bucket_start / ?2) * ?2, ?2, thread_id, stack, sum(count), sum(idle) "
+	"FROM samples WHERE bucket_start >= ?3 AND bucket_start < ?1 AND bucket_seconds < ?2 "
 	"GROUP BY target, (bucket_start / ?2) * ?2, thread_id, stack "
 	"ON CONFLICT(target, bucket_start, bucket_seconds, thread_id, stack) "
-	"DO UPDATE SET count = count + excluded.count";
+	"DO UPDATE SET count = count + excluded.count, idle = idle + excluded.idle";
 static const char merged_sql[] =
 	"DELETE FROM samples WHERE bucket_start >= ?3 AND bucket_start < ?1 AND bucket_seconds < ?2";
 /* The oldest bucket still to merge at or past ?3. */
@@ -168,6 +168,7 @@ static int collect_orphans(sqlite3 *db, struct store_error *err)
 		"CREATE TEMP TABLE gone AS SELECT id FROM targets "
 		"WHERE last_seen < unixepoch() - 86400 AND id NOT IN (SELECT DISTINCT target FROM samples)",
 		"DELETE FROM target_labels WHERE target IN (SELECT id FROM gone)",
+		"DELETE FROM threads WHERE target IN (SELECT id FROM gone)",
 		"DELETE FROM sessions WHERE target IN (SELECT id FROM gone)",
 		"DELETE FROM targets WHERE id IN (SELECT id FROM gone)",
 		"DROP TABLE gone",

@@ -147,9 +147,42 @@ static const char schema_v1[] =
 	"  PRIMARY KEY(target, bucket_start, bucket_seconds, thread_id, stack)) WITHOUT ROWID;\n"
 	"CREATE INDEX samples_bucket ON samples(bucket_start);\n";
 
+/*
+ * Version 2.  A function is its qualified name, file and first line:
+ * frames.function holds co_qualname (3.11+; co_name before) and the new
+ * first_line co_firstlineno, so a method and a function of one short name
+ * are two functions.  Rows of version 1 keep the name they had and
+ * first_line 0 (unknown).  SQLite cannot change a UNIQUE constraint in
+ * place: frames is copied under its ids (stacks name them), and is small
+ * next to samples.  samples.idle counts the samples of a row whose thread
+ * waited (off CPU, or in a known wait): added in place, 0 for old rows.
+ * threads names each (target, thread) as the kernel last did.
+ */
+static const char schema_v2[] =
+	"CREATE TABLE frames_v2(\n"
+	"  id INTEGER PRIMARY KEY,\n"
+	"  function INTEGER NOT NULL,\n"
+	"  file INTEGER NOT NULL,\n"
+	"  line INTEGER NOT NULL,\n"
+	"  kind INTEGER NOT NULL,\n"
+	"  first_line INTEGER NOT NULL DEFAULT 0,\n"
+	"  UNIQUE(function, file, line, kind, first_line));\n"
+	"INSERT INTO frames_v2(id, function, file, line, kind) "
+	"SELECT id, function, file, line, kind FROM frames;\n"
+	"DROP TABLE frames;\n"
+	"ALTER TABLE frames_v2 RENAME TO frames;\n"
+	"ALTER TABLE samples ADD COLUMN idle INTEGER NOT NULL DEFAULT 0;\n"
+	"CREATE TABLE threads(\n"
+	"  target INTEGER NOT NULL,\n"
+	"  thread_id INTEGER NOT NULL,\n"
+	"  native_id INTEGER NOT NULL,\n" /* -1: unknown */
+	"  name TEXT NOT NULL,\n"         /* "": unknown */
+	"  PRIMARY KEY(target, thread_id)) WITHOUT ROWID;\n";
+
 /* Step i brings the schema from version i to i + 1. */
 static const char *const migrations[STORE_SCHEMA_VERSION] = {
 	schema_v1,
+	schema_v2,
 };
 
 /* Applies every step past the database's version, one transaction each. */

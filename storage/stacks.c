@@ -21,8 +21,9 @@
 
 struct stacks_row {
 	int64_t stack; /* a database id, or a pending stack (reader_pending_stack) */
-	uint64_t count;
-	bool merged; /* its count is in an earlier row with the same frames */
+	uint64_t count, idle;
+	uint32_t thread; /* index into threads, with split_threads */
+	bool merged; /* its count is in an earlier row with the same frames (and thread) */
 };
 
 struct stacks_node {
@@ -42,7 +43,11 @@ struct stacks_query {
 	size_t nnodes, nodes_cap;
 	struct store_frame *frames;
 	size_t nframes, frames_cap;
-	struct arena strings; /* the frames' */
+	struct store_thread *threads; /* with split_threads */
+	size_t nthreads, threads_cap;
+	struct hash_map thread_ids;   /* (target, thread id) -> index in threads */
+	double first_unix, last_unix; /* the buckets with samples */
+	struct arena strings; /* the frames' and threads' */
 	size_t *path;            /* frame indexes of one stack, leaf first */
 	struct store_frame *out; /* the same, root first, for the callback */
 };
@@ -55,6 +60,8 @@ static void stacks_free(struct stacks_query *qs)
 	free(qs->nodes);
 	hash_map_clear(&qs->node_ids);
 	free(qs->frames);
+	free(qs->threads);
+	hash_map_clear(&qs->thread_ids);
 	arena_free(&qs->strings);
 	hash_map_clear(&qs->frame_ids);
 	hash_map_clear(&qs->pending_frames);
@@ -65,12 +72,12 @@ static void stacks_free(struct stacks_query *qs)
  * The index in qs->frames of the frame with this content, added on first
  * sight (strings copied).  0, or -1 when out of memory.
  */
-static int stacks_frame_index(struct stacks_query *qs, int32_t line, int kind, const char *function,
-                              const char *file, size_t *index)
+static int stacks_frame_index(struct stacks_query *qs, int32_t line, int kind, int32_t first_line,
+                              const char *function, const char *file, size_t *index)
 {
 	const char *fn = function ? function : "", *fl = file ? file : "";
 	size_t lf = strlen(fn), ll = strlen(fl);
-	int32_t head[2] = {kind, line};
+	int32_t head[3] = {kind, line, first_line};
 	size_t len = sizeof head + lf + ll + 2;
 	/* NULL and "" are one name: no frame of either source tells them apart. */
 	char *text = malloc(len);
@@ -95,6 +102,7 @@ static int stacks_frame_index(struct stacks_query *qs, int32_t line, int kind, c
 	f->file = arena_strdup(&qs->strings, file);
 	f->line = line;
 	f->kind = kind;
+	f->first_line = first_line;
 	f->id = (uint32_t)qs->nframes;
 	int rc = (function && !f->function) || (file && !f->file) ? -1 : 0;
 	*index = qs->nframes++;
@@ -138,7 +146,7 @@ static int stacks_file_frame(struct stacks_query *qs, int64_t id, size_t *index,
 		return found < 0 ? -1 : 0;
 	}
 	int rc = stacks_frame_index(qs, sqlite3_column_int(st, 0), sqlite3_column_int(st, 1),
-	                        (const char *)sqlite3_column_text(st, 2),
+	                        sqlite3_column_int(st, 4), (const char *)sqlite3_column_text(st, 2),
 	                        (const char *)sqlite3_column_text(st, 3), index);
 	sqlite3_reset(st);
 	if (rc < 0 || hash_map_put(&qs->frame_ids, &id, sizeof id, (int64_t)*index) < 0) {
@@ -210,7 +218,7 @@ static int stacks_pending_frame(struct stacks_query *qs, const struct store_batc
 		return 0;
 	}
 	const struct batch_frame *f = &b->frames[frame];
-	if (stacks_frame_index(qs, f->line, f->kind, f->function, f->file, index) < 0)
+	if (stacks_frame_index(qs, f->line, f->kind, f->first_line, f->function, f->file, index) < 0)
 		return -1;
 	return hash_map_put(&qs->pending_frames, &key, sizeof key, (int64_t)*index);
 }
@@ -245,14 +253,42 @@ static int64_t stacks_path(struct stacks_query *qs, int64_t stack, struct store_
 	return stack < 0 ? stacks_pending_path(qs, stack, err) : stacks_file_path(qs, stack, err);
 }
 
-/* Sums per stack into qs->rows and *total.  0, or -1 and *err. */
+/* The index in qs->threads of a (target, thread), its name and labels read on first sight.  0, or -1 and *err. */
+static int stacks_thread(struct stacks_query *qs, const struct store_query *q, int64_t target,
+                         uint64_t thread_id, uint32_t *index, struct store_error *err)
+{
+	int64_t key[2] = {target, (int64_t)thread_id}, v;
+	if (hash_map_get(&qs->thread_ids, key, sizeof key, &v)) {
+		*index = (uint32_t)v;
+		return 0;
+	}
+	if (qs->nthreads >= UINT32_MAX ||
+	    array_reserve((void **)&qs->threads, &qs->threads_cap, qs->nthreads, sizeof *qs->threads,
+	                  NULL) < 0) {
+		store_error_text(err, "query: out of memory");
+		return -1;
+	}
+	struct store_thread *t = &qs->threads[qs->nthreads];
+	if (reader_thread_info(qs->r, q, target, thread_id, t, &qs->strings, err) < 0)
+		return -1;
+	t->id = (uint32_t)qs->nthreads;
+	*index = (uint32_t)qs->nthreads++;
+	if (hash_map_put(&qs->thread_ids, key, sizeof key, (int64_t)*index) < 0) {
+		store_error_text(err, "query: out of memory");
+		return -1;
+	}
+	return 0;
+}
+
+/* Sums per stack (per thread and stack when split) into qs->rows and *total.  0, or -1 and *err. */
 static int stacks_collect(struct stacks_query *qs, const struct store_query *q, uint64_t *total,
                           struct store_error *err)
 {
 	sqlite3 *db = qs->r->db;
 	char head[256];
 	snprintf(head, sizeof head,
-	         "SELECT stack, count FROM %s WHERE bucket_start >= ?1 AND bucket_start < ?2",
+	         "SELECT stack, count, idle, target, thread_id, bucket_start, bucket_seconds FROM %s "
+	         "WHERE bucket_start >= ?1 AND bucket_start < ?2",
 	         reader_tables(q)->samples);
 	sqlite3_stmt *st;
 	if (reader_prepare(qs->r, q, head, "thread_id", "", "query", &st, err) < 0)
@@ -265,24 +301,43 @@ static int stacks_collect(struct stacks_query *qs, const struct store_query *q, 
 	 * The sample rows are bounded by the table, the distinct stacks by the
 	 * stacks table.
 	 */
-	struct hash_map index = {0}; /* stack -> row */
+	struct hash_map index = {0}; /* (thread, stack) -> row */
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		int64_t stack = sqlite3_column_int64(st, 0), count = sqlite3_column_int64(st, 1);
-		uint64_t c = count > 0 ? (uint64_t)count : 0;
-		int64_t at;
+		int64_t idle = sqlite3_column_int64(st, 2);
+		uint64_t c = count > 0 ? (uint64_t)count : 0, w = idle > 0 ? (uint64_t)idle : 0;
+		if (w > c)
+			w = c;
+		if (q->no_idle) {
+			c -= w;
+			w = 0;
+		}
+		if (!c)
+			continue;
+		int64_t start = sqlite3_column_int64(st, 5), width = sqlite3_column_int64(st, 6);
+		if (sum == 0 || (double)start < qs->first_unix)
+			qs->first_unix = (double)start;
+		if (sum == 0 || (double)(start + width) > qs->last_unix)
+			qs->last_unix = (double)(start + width);
 		sum += c;
-		if (hash_map_get(&index, &stack, sizeof stack, &at)) {
+		uint32_t thread = 0;
+		if (q->split_threads &&
+		    stacks_thread(qs, q, sqlite3_column_int64(st, 3), (uint64_t)sqlite3_column_int64(st, 4),
+		                  &thread, err) < 0)
+			goto fail;
+		int64_t key[2] = {stack, thread}, at;
+		if (hash_map_get(&index, key, sizeof key, &at)) {
 			qs->rows[at].count += c;
+			qs->rows[at].idle += w;
 			continue;
 		}
 		if (array_reserve((void **)&qs->rows, &qs->rows_cap, qs->nrows, sizeof *qs->rows, NULL) < 0 ||
-		    hash_map_put(&index, &stack, sizeof stack, (int64_t)qs->nrows) < 0) {
+		    hash_map_put(&index, key, sizeof key, (int64_t)qs->nrows) < 0) {
 			store_error_text(err, "query: out of memory");
-			hash_map_clear(&index);
-			sqlite3_finalize(st);
-			return -1;
+			goto fail;
 		}
-		qs->rows[qs->nrows++] = (struct stacks_row){.stack = stack, .count = c};
+		qs->rows[qs->nrows++] = (struct stacks_row){.stack = stack, .count = c, .idle = w,
+		                                            .thread = thread};
 	}
 	hash_map_clear(&index);
 	if (rc != SQLITE_DONE) {
@@ -293,6 +348,10 @@ static int stacks_collect(struct stacks_query *qs, const struct store_query *q, 
 	sqlite3_finalize(st);
 	*total = sum;
 	return 0;
+fail:
+	hash_map_clear(&index);
+	sqlite3_finalize(st);
+	return -1;
 }
 
 /*
@@ -310,12 +369,14 @@ static int stacks_merge_equal(struct stacks_query *qs, struct store_error *err)
 			ret = -1;
 			continue;
 		}
-		/* The empty stack is a key too: one byte, which no path of whole indexes equals. */
-		const void *key = depth ? (const void *)qs->path : "";
-		size_t len = depth ? (size_t)depth * sizeof *qs->path : 1;
+		/* The thread, then the frames: the empty stack is a key too, the thread's alone. */
+		qs->path[depth] = qs->rows[i].thread;
+		const void *key = qs->path;
+		size_t len = ((size_t)depth + 1) * sizeof *qs->path;
 		int64_t first;
 		if (hash_map_get(&seen, key, len, &first)) {
 			qs->rows[first].count += qs->rows[i].count;
+			qs->rows[first].idle += qs->rows[i].idle;
 			qs->rows[i].merged = true;
 		} else if (hash_map_put(&seen, key, len, (int64_t)i) < 0) {
 			store_error_text(err, "query: out of memory");
@@ -337,7 +398,7 @@ int store_query_stacks(struct store_reader *r, const struct store_query *q,
 	struct stacks_query qs = {.r = r, .pending = q->pending};
 	uint64_t sum = 0;
 	int ret = -1;
-	qs.path = calloc(STORE_MAX_DEPTH, sizeof *qs.path);
+	qs.path = calloc(STORE_MAX_DEPTH + 1, sizeof *qs.path);
 	qs.out = calloc(STORE_MAX_DEPTH, sizeof *qs.out);
 	if (!qs.path || !qs.out) {
 		store_error_text(err, "query: out of memory");
@@ -365,7 +426,10 @@ int store_query_stacks(struct store_reader *r, const struct store_query *q,
 		for (int64_t k = 0; k < depth; k++)
 			qs.out[k] = qs.frames[qs.path[depth - 1 - k]];
 		struct store_row row = {.frames = qs.out, .depth = (uint32_t)depth,
-		                        .count = qs.rows[i].count, .query_total = sum};
+		                        .count = qs.rows[i].count, .idle = qs.rows[i].idle,
+		                        .thread = q->split_threads ? &qs.threads[qs.rows[i].thread] : NULL,
+		                        .query_total = sum, .first_unix = qs.first_unix,
+		                        .last_unix = qs.last_unix};
 		if (fn && fn(ctx, &row) != 0) {
 			store_error_text(err, "query: stopped by its callback");
 			goto end;

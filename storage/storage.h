@@ -18,7 +18,7 @@
 #include "store.h"
 
 /* The schema version this code writes; user_version past it is refused. */
-#define STORE_SCHEMA_VERSION 1
+#define STORE_SCHEMA_VERSION 2
 
 /* Stacks deeper than this are corrupt (the unwinder stops at 8192 frames). */
 #define STORE_MAX_DEPTH 8192
@@ -154,6 +154,14 @@ struct batch_frame {
 	char *function, *file; /* may be NULL */
 	int32_t line;
 	int kind;
+	int32_t first_line;
+};
+
+struct batch_thread {
+	int target;
+	uint64_t thread_id;
+	int64_t native_id;
+	char *name;
 };
 
 struct batch_stack {
@@ -167,6 +175,7 @@ struct batch_sample {
 	int64_t bucket_start;
 	uint64_t thread_id;
 	uint64_t count;
+	uint64_t idle; /* of count */
 };
 
 struct store_batch {
@@ -180,6 +189,8 @@ struct store_batch {
 	size_t nstacks, stacks_cap;
 	struct batch_sample *samples;
 	size_t nsamples, samples_cap;
+	struct batch_thread *threads;
+	size_t nthreads, threads_cap;
 	struct store_batch *next; /* the writer's queue */
 	/* Under the writer's lock: pins held by queries, and whether the writer let go of it. */
 	unsigned pins;
@@ -210,14 +221,18 @@ struct store_batch {
 	"detached_at = coalesce(excluded.detached_at, detached_at), "                       \
 	"rate_hz = excluded.rate_hz, mode = coalesce(excluded.mode, mode)"
 #define STORE_SQL_SAMPLE_ADD(table)                                                 \
-	"INSERT INTO " table "(target, bucket_start, bucket_seconds, thread_id, stack, count) " \
-	"VALUES (?1, ?2, ?3, ?4, ?5, ?6) "                                                \
+	"INSERT INTO " table "(target, bucket_start, bucket_seconds, thread_id, stack, count, idle) " \
+	"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) "                                            \
 	"ON CONFLICT(target, bucket_start, bucket_seconds, thread_id, stack) "           \
-	"DO UPDATE SET count = count + excluded.count"
+	"DO UPDATE SET count = count + excluded.count, idle = idle + excluded.idle"
+#define STORE_SQL_THREAD_UPSERT(table)                                                  \
+	"INSERT INTO " table "(target, thread_id, native_id, name) VALUES (?1, ?2, ?3, ?4) " \
+	"ON CONFLICT(target, thread_id) DO UPDATE SET native_id = excluded.native_id, "   \
+	"name = CASE WHEN excluded.name = '' THEN name ELSE excluded.name END"
 
 /* ---- insert.c: one batch's rows, on the writer's connection (writer thread) ---- */
 
-#define INSERT_STATEMENTS 11
+#define INSERT_STATEMENTS 12
 
 struct inserter {
 	sqlite3 *db; /* NULL until opened, and after an error that a new open may cure */
@@ -250,6 +265,7 @@ int insert_step(sqlite3_stmt *s, int64_t *id);
 int insert_bind_target(sqlite3_stmt *s, const struct batch_target *t);
 int insert_bind_session(sqlite3_stmt *s, int64_t target, const struct batch_session *ss);
 int insert_bind_sample(sqlite3_stmt *s, int64_t target, int64_t stack, const struct batch_sample *x);
+int insert_bind_thread(sqlite3_stmt *s, int64_t target, const struct batch_thread *x);
 /* A declaration's labels, replacing the target's, through the LABELS_DEL and LABEL_ADD statements. */
 int insert_labels(sqlite3_stmt *del, sqlite3_stmt *add, int64_t target, const struct batch_target *t);
 
@@ -287,9 +303,18 @@ struct store_reader {
 	sqlite3_stmt *frame; /* a frame's strings */
 };
 
+/*
+ * A thread's process and name for a query's rows, read once per (target,
+ * thread) of the query (stacks.c): the threads and labels tables of the
+ * file and the writer's memory.  0, or -1 and *err.
+ */
+int reader_thread_info(struct store_reader *r, const struct store_query *q, int64_t target,
+                       uint64_t thread_id, struct store_thread *out, struct arena *a,
+                       struct store_error *err);
+
 /* The tables a query reads: the file's, or views over the file and the memory q pinned. */
 struct reader_tables {
-	const char *samples, *targets, *labels, *sessions;
+	const char *samples, *targets, *labels, *sessions, *threads;
 };
 /* q NULL: the file's alone. */
 const struct reader_tables *reader_tables(const struct store_query *q);

@@ -62,16 +62,31 @@ int store_batch_target(struct store_batch *b, const struct store_target_info *t)
 int store_batch_session(struct store_batch *b, int target, double attached_at, double detached_at,
                         uint32_t rate_hz, const char *mode);
 
-/* A frame; kind 0 python, 1 native, 2 gc.  Its batch-local index, or -1. */
+/*
+ * A frame; kind 0 python, 1 native, 2 gc.  function is the qualified name
+ * where the interpreter has one; with file and first_line (co_firstlineno,
+ * 0 unknown) it names the function.  Its batch-local index, or -1.
+ */
 int32_t store_batch_frame(struct store_batch *b, const char *function, const char *file,
-                          int32_t line, int kind);
+                          int32_t line, int kind, int32_t first_line);
 
 /* A stack: parent (-1 for the root's child) plus frame.  Its batch-local index, or -1. */
 int32_t store_batch_stack(struct store_batch *b, int32_t parent, int32_t frame);
 
-/* count samples of stack in a thread of a target, in the bucket starting at bucket_start. */
+/*
+ * count samples of stack in a thread of a target, in the bucket starting at
+ * bucket_start, idle of them taken while the thread waited (idle <= count).
+ */
 int store_batch_samples(struct store_batch *b, int target, int64_t bucket_start,
-                        uint32_t bucket_seconds, uint64_t thread_id, int32_t stack, uint64_t count);
+                        uint32_t bucket_seconds, uint64_t thread_id, int32_t stack, uint64_t count,
+                        uint64_t idle);
+
+/*
+ * A thread of a target of this batch: its kernel id (-1 unknown) and name
+ * ("" unknown: an earlier name is kept).  0, or -1.
+ */
+int store_batch_thread(struct store_batch *b, int target, uint64_t thread_id, int64_t native_id,
+                       const char *name);
 
 /* Samples in the batch (for bounds on what waits in memory). */
 uint64_t store_batch_sample_rows(const struct store_batch *b);
@@ -208,6 +223,8 @@ struct store_query {
 	double from_unix, until_unix; /* [from, until) by bucket start; until 0: now */
 	bool by_thread;
 	uint64_t thread_id;       /* with by_thread */
+	bool split_threads;       /* a row per (process, thread, stack), not per stack */
+	bool no_idle;             /* leave out the samples of threads that waited */
 	bool by_uid;              /* only processes this uid owned */
 	uid_t uid;
 	/* Also the samples that wait in the writer's memory, pinned with store_reader_pin. */
@@ -231,14 +248,31 @@ struct store_frame {
 	const char *function, *file;
 	int32_t line;
 	int kind;
+	int32_t first_line; /* 0: unknown */
 	/* Within one store_query_stacks call: 0, 1, 2... in order of first appearance, equal for equal frames. */
+	uint32_t id;
+};
+/* A thread of a query split by threads, with its process's labels. */
+struct store_thread {
+	int64_t target_id; /* 0: a process only the writer's memory has seen yet */
+	pid_t pid;
+	uint64_t thread_id;
+	int64_t native_id; /* -1: unknown */
+	const char *name;  /* "": unknown */
+	size_t nlabels;
+	const char *const *label_keys, *const *label_values;
+	/* Within one store_query_stacks call: 0, 1, 2... in order of first appearance. */
 	uint32_t id;
 };
 struct store_row {
 	const struct store_frame *frames;
 	uint32_t depth;
 	uint64_t count;
+	uint64_t idle;        /* of count, samples of a waiting thread (0 with no_idle) */
+	const struct store_thread *thread; /* with split_threads; else NULL */
 	uint64_t query_total; /* the sum over every row of the query, known from the first */
+	/* The start of the first bucket and the end of the last with samples, known from the first. */
+	double first_unix, last_unix;
 };
 
 /*

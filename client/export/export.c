@@ -20,6 +20,7 @@ static const struct {
 	{"speedscope", EXPORT_SPEEDSCOPE, export_write_speedscope},
 	{"pprof", EXPORT_PPROF, export_write_pprof},
 	{"json", EXPORT_JSON, export_write_json},
+	{"gecko", EXPORT_GECKO, export_write_gecko},
 };
 
 #define NFORMATS (sizeof formats / sizeof formats[0])
@@ -114,6 +115,30 @@ static const char *export_view_utf8(struct export_view *v, const char *s)
 	return fixed;
 }
 
+/*
+ * What a thread is called in every format: "NAME (tid N)", or "thread N"
+ * without a name; N the kernel's id, else threading's.  Owned by the view.
+ */
+static const char *export_view_thread_title(struct export_view *v, const struct export_thread *t)
+{
+	char buf[512];
+	unsigned long long id = t->native_id > 0 ? (unsigned long long)t->native_id
+	                                         : (unsigned long long)t->thread_id;
+	if (t->name[0])
+		snprintf(buf, sizeof buf, "%.400s (tid %llu)", t->name, id);
+	else
+		snprintf(buf, sizeof buf, "thread %llu", id);
+	char *copy = export_utf8_copy(buf);
+	if (copy)
+		v->owned[v->nowned++] = copy;
+	return copy;
+}
+
+const char *export_stack_thread_title(const struct export_view *v, const struct export_stack *s)
+{
+	return s->thread ? v->thread_title[s->thread - 1] : NULL;
+}
+
 /* Checks everything a writer relies on; 0, or -1 with errno EINVAL. */
 static int export_profile_check(const struct export_profile *p, uint64_t *total)
 {
@@ -126,11 +151,21 @@ static int export_profile_check(const struct export_profile *p, uint64_t *total)
 		if (!f->function || !f->file || f->kind < UW_FRAME_PYTHON || f->kind > UW_FRAME_GC)
 			goto bad;
 	}
+	if (p->nthreads && !p->threads)
+		goto bad;
+	for (uint32_t i = 0; i < p->nthreads; i++) {
+		const struct export_thread *t = &p->threads[i];
+		if (!t->name || (t->nlabels && !t->labels))
+			goto bad;
+		for (uint32_t k = 0; k < t->nlabels; k++)
+			if (!t->labels[k].key || !t->labels[k].value)
+				goto bad;
+	}
 	uint64_t sum = 0;
 	for (uint32_t i = 0; i < p->nstacks; i++) {
 		const struct export_stack *s = &p->stacks[i];
 		if (s->depth == 0 || s->depth > EXPORT_MAX_DEPTH || !s->frames ||
-		    s->count > EXPORT_MAX_SAMPLES - sum)
+		    s->count > EXPORT_MAX_SAMPLES - sum || s->idle > s->count || s->thread > p->nthreads)
 			goto bad;
 		for (uint32_t d = 0; d < s->depth; d++)
 			if (s->frames[d] >= p->nframes)
@@ -144,20 +179,22 @@ bad:
 	return -1;
 }
 
-/* Orders frame indices by what a frame shows: (function, file[, line, kind]). */
+/* Orders frame indices by what a frame shows: (function, file, first line[, line, kind]). */
 struct frame_order {
 	const struct export_view *v;
-	bool whole; /* false: by function, (function, file), only */
+	bool whole; /* false: by function, (function, file, first line), only */
 };
 
 /* <0, 0, >0 as frames i and j show before, the same as, after each other. */
 static int export_frame_shown_cmp(const struct frame_order *o, uint32_t i, uint32_t j)
 {
+	const struct export_frame *fi = &o->v->p->frames[i], *fj = &o->v->p->frames[j];
 	int c = strcmp(o->v->function[i], o->v->function[j]);
 	if (!c)
 		c = strcmp(o->v->file[i], o->v->file[j]);
+	if (!c)
+		c = (fi->first_line > fj->first_line) - (fi->first_line < fj->first_line);
 	if (!c && o->whole) {
-		const struct export_frame *fi = &o->v->p->frames[i], *fj = &o->v->p->frames[j];
 		c = (fi->line > fj->line) - (fi->line < fj->line);
 		if (!c)
 			c = (fi->kind > fj->kind) - (fi->kind < fj->kind);
@@ -209,6 +246,7 @@ static void export_view_free(struct export_view *v)
 	free(v->frame_rep);
 	free(v->func_id);
 	free(v->func_rep);
+	free(v->thread_title);
 }
 
 static int export_view_build(struct export_view *v, const struct export_profile *p, uint64_t total)
@@ -218,7 +256,8 @@ static int export_view_build(struct export_view *v, const struct export_profile 
 	v->total = total;
 	size_t n = p->nframes;
 	uint32_t *order = NULL;
-	v->owned = calloc(2 * n + 2, sizeof *v->owned);
+	v->owned = calloc(2 * n + 2 + p->nthreads, sizeof *v->owned);
+	v->thread_title = calloc(p->nthreads ? p->nthreads : 1, sizeof *v->thread_title);
 	v->function = calloc(n ? n : 1, sizeof *v->function);
 	v->file = calloc(n ? n : 1, sizeof *v->file);
 	v->frame_id = calloc(n ? n : 1, sizeof *v->frame_id);
@@ -227,8 +266,11 @@ static int export_view_build(struct export_view *v, const struct export_profile 
 	v->func_rep = malloc((n ? n : 1) * sizeof *v->func_rep);
 	order = calloc(n ? n : 1, sizeof *order);
 	if (!v->owned || !v->function || !v->file || !v->frame_id || !v->frame_rep || !v->func_id ||
-	    !v->func_rep || !order)
+	    !v->func_rep || !order || !v->thread_title)
 		goto fail;
+	for (uint32_t i = 0; i < p->nthreads; i++)
+		if (!(v->thread_title[i] = export_view_thread_title(v, &p->threads[i])))
+			goto fail;
 	v->name = export_view_utf8(v, p->name ? p->name : "");
 	v->mode = export_view_utf8(v, p->mode ? p->mode : "");
 	if (!v->name || !v->mode)

@@ -19,11 +19,31 @@
 #include "unwind.h"
 
 
+/*
+ * A frame.  function is the qualified name where the interpreter has one
+ * (co_qualname, 3.11+; co_name before); with file and first_line it names
+ * the function: a method and a function of one short name are two.
+ */
 struct export_frame {
 	const char *function;
 	const char *file; /* "" for markers */
 	int32_t line;     /* -1: unknown */
 	enum uw_frame_kind kind;
+	int32_t first_line; /* co_firstlineno; 0: unknown, and for markers */
+};
+
+struct export_label {
+	const char *key, *value;
+};
+
+/* A thread of a profile: whose it is and what it is called. */
+struct export_thread {
+	uint64_t thread_id;  /* threading.get_ident() */
+	int64_t native_id;   /* the kernel's; -1 unknown */
+	const char *name;    /* "" unknown */
+	int32_t pid;         /* 0 unknown */
+	const struct export_label *labels; /* its process's */
+	uint32_t nlabels;
 };
 
 /*
@@ -44,6 +64,8 @@ struct export_stack {
 	uint32_t depth;
 	uint64_t count;
 	uint64_t thread_id; /* 0 when threads were merged */
+	uint32_t thread;    /* 1 + its index into export_profile.threads; 0: none */
+	uint64_t idle;      /* of count, samples of a waiting thread */
 };
 
 struct export_profile {
@@ -56,6 +78,9 @@ struct export_profile {
 	uint32_t rate_hz;        /* samples per second per thread: one sample is 1/rate_hz s */
 	double from_unix;        /* the time range the samples cover */
 	double until_unix;
+	const struct export_thread *threads; /* the stacks' threads, when known */
+	uint32_t nthreads;
+	bool per_thread;         /* collapsed: each stack under a first frame naming its thread */
 };
 
 enum export_format {
@@ -78,11 +103,23 @@ enum export_format {
 	EXPORT_PPROF,
 	/*
 	 * The profile itself, one line: {name, mode, rate_hz, from, until, samples,
-	 * frames: [{function, file, line (null: unknown), kind: python|native|gc}],
-	 * stacks: [{frames: [index...], count, thread_id}]}.
+	 * frames: [{function, file, line (null: unknown), first_line (null:
+	 * unknown), kind: python|native|gc}], stacks: [{frames: [index...], count,
+	 * idle, thread_id, thread (index into threads, or null)}], threads:
+	 * [{thread_id, native_thread_id, name, pid, labels}]}.
 	 */
 	EXPORT_JSON,
+	/*
+	 * The Firefox Profiler's Gecko profile format (JSON, version 29): a thread
+	 * track per thread, each sample one entry 1/rate_hz after the last in
+	 * the order of the stacks (a profile is aggregated: times within a
+	 * thread are not when the samples were taken).  At most
+	 * EXPORT_GECKO_MAX_SAMPLES samples (EFBIG past them).
+	 */
+	EXPORT_GECKO,
 };
+
+#define EXPORT_GECKO_MAX_SAMPLES (UINT64_C(1) << 24)
 
 /* The format named "collapsed", "flamegraph", ...; -1 if none is. */
 int export_format_parse(const char *name, enum export_format *out);

@@ -17,19 +17,22 @@ static void export_dump_thread_text(const Pyprofd__Thread *th, FILE *out)
 	fprintf(out, "\nThread %llu", (unsigned long long)th->thread_id);
 	if (th->native_thread_id > 0)
 		fprintf(out, " (native %lld)", (long long)th->native_thread_id);
+	if (*export_str(th->name))
+		fprintf(out, " \"%s\"", th->name);
 	if (th->interpreter_id != 0)
 		fprintf(out, " interpreter %lld", (long long)th->interpreter_id);
 	fprintf(out, "%s%s%s\n", th->gil ? " [gil]" : "", th->on_cpu ? " [on-cpu]" : "",
-	        !th->gil && !th->on_cpu ? " [idle]" : "");
+	        th->idle ? " [idle]" : "");
 	for (size_t k = 0; k < th->n_frames; k++) {
 		const Pyprofd__Frame *f = th->frames[k];
+		/* The qualified name where there is one: Runner.run, not run. */
+		const char *name = *export_str(f->qualname) ? f->qualname : export_str(f->function);
 		if (vocab_kind_parse(f->kind) != UW_FRAME_PYTHON)
-			fprintf(out, "    %s\n", export_str(f->function));
+			fprintf(out, "    %s\n", name);
 		else if (f->line >= 0)
-			fprintf(out, "    %s (%s:%d)\n", export_str(f->function), export_str(f->file),
-			        (int)f->line);
+			fprintf(out, "    %s (%s:%d)\n", name, export_str(f->file), (int)f->line);
 		else
-			fprintf(out, "    %s (%s)\n", export_str(f->function), export_str(f->file));
+			fprintf(out, "    %s (%s)\n", name, export_str(f->file));
 	}
 	if (th->unreadable)
 		fputs("    (stack not shown: it kept changing while it was read)\n", out);
@@ -50,20 +53,23 @@ static json_t *export_dump_thread_json(const Pyprofd__Thread *th)
 		const Pyprofd__Frame *f = th->frames[k];
 		/* json_pack takes every "o" argument, even when it fails. */
 		json_t *frame = json_pack(
-			"{s:o, s:o, s:o, s:o, s:s}", "function", export_json_string(f->function), "qualname",
-			export_dump_string_or_null(f->qualname), "file", export_dump_string_or_null(f->file),
-			"line", f->line >= 0 ? json_integer(f->line) : json_null(), "kind",
+			"{s:o, s:o, s:o, s:o, s:o, s:s}", "function", export_json_string(f->function),
+			"qualname", export_dump_string_or_null(f->qualname), "file",
+			export_dump_string_or_null(f->file), "line",
+			f->line >= 0 ? json_integer(f->line) : json_null(), "first_line",
+			f->first_line > 0 ? json_integer(f->first_line) : json_null(), "kind",
 			vocab_kind_name(vocab_kind_parse(f->kind)));
 		if (json_array_append_new(frames, frame) != 0) {
 			json_decref(frames);
 			frames = NULL;
 		}
 	}
-	return json_pack("{s:I, s:o, s:I, s:b, s:b, s:b, s:b, s:o}", "thread_id",
+	return json_pack("{s:I, s:o, s:o, s:I, s:b, s:b, s:b, s:b, s:b, s:o}", "thread_id",
 	                 (json_int_t)th->thread_id, "native_thread_id",
 	                 th->native_thread_id > 0 ? json_integer(th->native_thread_id) : json_null(),
-	                 "interpreter_id", (json_int_t)th->interpreter_id, "gil", th->gil, "on_cpu",
-	                 th->on_cpu, "truncated", th->truncated, "unreadable", th->unreadable, "frames",
+	                 "name", export_dump_string_or_null(th->name), "interpreter_id",
+	                 (json_int_t)th->interpreter_id, "gil", th->gil, "on_cpu", th->on_cpu, "idle",
+	                 th->idle, "truncated", th->truncated, "unreadable", th->unreadable, "frames",
 	                 frames);
 }
 

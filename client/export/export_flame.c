@@ -246,23 +246,32 @@ static int emit_escaped(const char *buf, size_t len, void *data)
 }
 
 /*
- * The page's data: {name, mode, rate_hz, from, until, total, frames: [[function,
- * file, line, kind]], stacks: [[count, frame...]]}, frames the view's distinct
+ * The page's data: {name, mode, rate_hz, from, until, total, frames: [[function
+ * (the qualified name), file, line, kind, first_line]], stacks: [[count,
+ * frame...]], threads: [title], stack_threads: [thread index or -1, per
+ * stack], stack_idle: [idle samples, per stack]}, frames the view's distinct
  * ones, stacks root first.
  */
 static json_t *page_data(const struct export_view *v)
 {
 	const struct export_profile *p = v->p;
 	json_t *frames, *stacks, *doc = export_json_doc(v, "total", &frames, &stacks);
-	if (!doc)
-		return NULL;
+	json_t *threads = json_array(), *stack_threads = json_array(), *stack_idle = json_array();
+	if (!doc || export_json_set(doc, "threads", threads) ||
+	    export_json_set(doc, "stack_threads", stack_threads) ||
+	    export_json_set(doc, "stack_idle", stack_idle))
+		goto fail;
+	for (uint32_t i = 0; i < p->nthreads; i++)
+		if (export_json_add(threads, json_string(v->thread_title[i])))
+			goto fail;
 	for (uint32_t u = 0; u < v->nuniq; u++) {
 		uint32_t i = v->frame_rep[u];
 		json_t *f = json_array();
 		if (export_json_add(frames, f) || export_json_add(f, json_string(v->function[i])) ||
 		    export_json_add(f, json_string(v->file[i])) ||
 		    export_json_add(f, json_integer(p->frames[i].line)) ||
-		    export_json_add(f, json_integer(p->frames[i].kind)))
+		    export_json_add(f, json_integer(p->frames[i].kind)) ||
+		    export_json_add(f, json_integer(p->frames[i].first_line)))
 			goto fail;
 	}
 	for (uint32_t s = 0; s < p->nstacks; s++) {
@@ -271,7 +280,9 @@ static json_t *page_data(const struct export_view *v)
 			continue;
 		json_t *a = json_array();
 		if (export_json_add(stacks, a) ||
-		    export_json_add(a, json_integer((json_int_t)st->count)))
+		    export_json_add(a, json_integer((json_int_t)st->count)) ||
+		    export_json_add(stack_threads, json_integer((json_int_t)st->thread - 1)) ||
+		    export_json_add(stack_idle, json_integer((json_int_t)st->idle)))
 			goto fail;
 		for (uint32_t d = 0; d < st->depth; d++)
 			if (export_json_add(a, json_integer(v->frame_id[st->frames[d]])))

@@ -29,13 +29,14 @@ struct export_view {
 	uint32_t *frame_id;
 	uint32_t *frame_rep;
 	uint32_t nuniq;
-	/* Per frame of p: the dense id of its function, (function, file). */
+	/* Per frame of p: the dense id of its function, (function, file, first line). */
 	uint32_t *func_id;
 	uint32_t *func_rep;
 	uint32_t nfuncs;
 	uint64_t total;   /* samples of all stacks */
 	const char *name; /* never NULL, valid UTF-8 */
 	const char *mode; /* never NULL, valid UTF-8 */
+	const char **thread_title; /* per thread of p: what it is called, valid UTF-8 */
 	char **owned;     /* the UTF-8 copies above, freed with the view */
 	size_t nowned;
 };
@@ -43,6 +44,8 @@ struct export_view {
 /* export.c */
 /* fputs that reports failure as -1 (errno set by the write). */
 int export_puts(FILE *out, const char *s);
+/* A stack's thread as every format calls it, or NULL when the stack has no thread. */
+const char *export_stack_thread_title(const struct export_view *v, const struct export_stack *s);
 
 /* export_text.c */
 int export_write_collapsed(const struct export_view *v, FILE *out);
@@ -66,5 +69,8 @@ int export_write_flamegraph(const struct export_view *v, FILE *out);
 
 /* export_pprof.c */
 int export_write_pprof(const struct export_view *v, FILE *out);
+
+/* export_gecko.c */
+int export_write_gecko(const struct export_view *v, FILE *out);
 
 #endif

@@ -2,9 +2,9 @@
  * pprof: a perftools.profiles.Profile (proto/profile.proto), encoded with
  * protobuf-c and gzip'd, as pprof readers expect a file to be.
  *
- * Each distinct frame is one Location with one Line; each (function, file)
- * one Function, so pprof's function view merges the lines of a function as
- * the table does.  Ids are the dense ids of the view plus one (0 means none).
+ * Each distinct frame is one Location with one Line; each (function, file,
+ * first line) one Function, so pprof's function view merges the lines of a
+ * function as the table does.  Ids are the dense ids of the view plus one (0 means none).
  */
 #include <errno.h>
 #include <math.h>
@@ -80,34 +80,62 @@ out:
 	return r;
 }
 
+/*
+ * What pprof shows of a function.  pprof's reports simplify a name whose
+ * Function.name equals its system_name as a C++ one, dropping every <...>:
+ * "<module>" would be shown as "<unknown>".  A name that differs from its
+ * system_name counts as already simplified and is shown as it is, so the
+ * system name carries the file too ("app.py:<module>"), which keeps it
+ * unique per function as well.
+ */
+static char *pprof_system_name(const char *function, const char *file, int32_t first_line)
+{
+	size_t n = strlen(function) + strlen(file) + 32;
+	char *s = malloc(n);
+	if (s) {
+		if (first_line > 0)
+			snprintf(s, n, "%s:%d:%s", file, (int)first_line, function);
+		else
+			snprintf(s, n, "%s:%s", file, function);
+	}
+	return s;
+}
+
+/* A sample's labels: the thread's id and name, its process, its process's labels. */
+#define PPROF_THREAD_LABELS 3
+
 int export_write_pprof(const struct export_view *v, FILE *out)
 {
 	const struct export_profile *p = v->p;
-	/* gil samples are the GIL holder on wall-clock ticks, whether it runs or waits. */
-	const char *kind = strcmp(v->mode, "cpu") == 0 ? "cpu" : "wall";
+	/* The mode is the sample type: wall, cpu or gil time. */
+	const char *kind = v->mode[0] ? v->mode : "wall";
 	int64_t period = llround(1e9 / p->rate_hz);
 	if (period < 1) /* past 1 GHz: nonsense, but no division by zero */
 		period = 1;
 	int r = -1;
 
-	size_t nsamples = 0, nids = 0;
+	size_t nsamples = 0, nids = 0, nlabels = 0, nthread_labels = 0;
 	for (uint32_t s = 0; s < p->nstacks; s++) {
-		if (!p->stacks[s].count)
+		const struct export_stack *st = &p->stacks[s];
+		if (!st->count)
 			continue;
 		/* The time value must fit pprof's int64. */
-		if (p->stacks[s].count > (uint64_t)(INT64_MAX / period))
+		if (st->count > (uint64_t)(INT64_MAX / period))
 			return errno = EINVAL, -1;
 		nsamples++;
-		nids += p->stacks[s].depth;
-	}
-	size_t nlabels = 0;
-	for (uint32_t s = 0; s < p->nstacks; s++)
-		if (p->stacks[s].count && p->stacks[s].thread_id)
+		nids += st->depth;
+		if (st->thread)
+			nlabels += PPROF_THREAD_LABELS + p->threads[st->thread - 1].nlabels;
+		else if (st->thread_id)
 			nlabels++;
+	}
+	for (uint32_t i = 0; i < p->nthreads; i++)
+		nthread_labels += 2 * p->threads[i].nlabels;
 
 	struct strings t = {0};
 	Perftools__Profiles__Function *funcs = calloc(v->nfuncs + 1, sizeof *funcs);
 	Perftools__Profiles__Function **funcp = calloc(v->nfuncs + 1, sizeof *funcp);
+	char **system_names = calloc(v->nfuncs + 1, sizeof *system_names);
 	Perftools__Profiles__Location *locs = calloc(v->nuniq + 1, sizeof *locs);
 	Perftools__Profiles__Location **locp = calloc(v->nuniq + 1, sizeof *locp);
 	Perftools__Profiles__Line *lines = calloc(v->nuniq + 1, sizeof *lines);
@@ -118,10 +146,10 @@ int export_write_pprof(const struct export_view *v, FILE *out)
 	Perftools__Profiles__Label **labelp = calloc(nlabels + 1, sizeof *labelp);
 	uint64_t *ids = calloc(nids + 1, sizeof *ids);
 	int64_t *values = calloc(2 * nsamples + 1, sizeof *values);
-	t.s = calloc(8 + 2 * (size_t)v->nfuncs, sizeof *t.s);
+	t.s = calloc(12 + 3 * (size_t)v->nfuncs + p->nthreads + nthread_labels, sizeof *t.s);
 	uint8_t *packed = NULL;
-	if (!funcs || !funcp || !locs || !locp || !lines || !linep || !samples || !samplep ||
-	    !labels || !labelp || !ids || !values || !t.s)
+	if (!funcs || !funcp || !system_names || !locs || !locp || !lines || !linep || !samples ||
+	    !samplep || !labels || !labelp || !ids || !values || !t.s)
 		goto out;
 
 	const char *comment = v->name[0] ? v->name : NULL;
@@ -130,12 +158,25 @@ int export_write_pprof(const struct export_view *v, FILE *out)
 	t.s[t.n++] = "count";
 	t.s[t.n++] = kind;
 	t.s[t.n++] = "nanoseconds";
-	t.s[t.n++] = "thread_id";
+	t.s[t.n++] = "thread.id";
+	t.s[t.n++] = "thread.name";
+	t.s[t.n++] = "pid";
 	if (comment)
 		t.s[t.n++] = comment;
 	for (uint32_t f = 0; f < v->nfuncs; f++) {
-		t.s[t.n++] = v->function[v->func_rep[f]];
-		t.s[t.n++] = v->file[v->func_rep[f]];
+		uint32_t i = v->func_rep[f];
+		if (!(system_names[f] = pprof_system_name(v->function[i], v->file[i], p->frames[i].first_line)))
+			goto out;
+		t.s[t.n++] = v->function[i];
+		t.s[t.n++] = v->file[i];
+		t.s[t.n++] = system_names[f];
+	}
+	for (uint32_t i = 0; i < p->nthreads; i++) {
+		t.s[t.n++] = v->thread_title[i];
+		for (uint32_t k = 0; k < p->threads[i].nlabels; k++) {
+			t.s[t.n++] = p->threads[i].labels[k].key;
+			t.s[t.n++] = p->threads[i].labels[k].value;
+		}
 	}
 	strings_sort(&t);
 
@@ -143,8 +184,10 @@ int export_write_pprof(const struct export_view *v, FILE *out)
 		uint32_t i = v->func_rep[f];
 		perftools__profiles__function__init(&funcs[f]);
 		funcs[f].id = f + 1;
-		funcs[f].name = funcs[f].system_name = strings_index(&t, v->function[i]);
+		funcs[f].name = strings_index(&t, v->function[i]);
+		funcs[f].system_name = strings_index(&t, system_names[f]);
 		funcs[f].filename = strings_index(&t, v->file[i]);
+		funcs[f].start_line = p->frames[i].first_line > 0 ? p->frames[i].first_line : 0;
 		funcp[f] = &funcs[f];
 	}
 	for (uint32_t u = 0; u < v->nuniq; u++) {
@@ -160,7 +203,9 @@ int export_write_pprof(const struct export_view *v, FILE *out)
 		locp[u] = &locs[u];
 	}
 	size_t k = 0, id = 0, l = 0;
-	int64_t thread_key = strings_index(&t, "thread_id");
+	int64_t thread_id_key = strings_index(&t, "thread.id");
+	int64_t thread_name_key = strings_index(&t, "thread.name");
+	int64_t pid_key = strings_index(&t, "pid");
 	for (uint32_t s = 0; s < p->nstacks; s++) {
 		const struct export_stack *st = &p->stacks[s];
 		if (!st->count)
@@ -176,14 +221,41 @@ int export_write_pprof(const struct export_view *v, FILE *out)
 		sm->n_value = 2;
 		sm->value[0] = (int64_t)st->count;
 		sm->value[1] = (int64_t)st->count * period;
-		if (st->thread_id) {
+		sm->label = &labelp[l];
+		const struct export_thread *th = st->thread ? &p->threads[st->thread - 1] : NULL;
+		/* The kernel's id where known: what top, ps and the thread's name go by. */
+		uint64_t tid = th && th->native_id > 0 ? (uint64_t)th->native_id
+		               : th                    ? th->thread_id
+		                                       : st->thread_id;
+		if (tid) {
 			perftools__profiles__label__init(&labels[l]);
-			labels[l].key = thread_key;
-			labels[l].num = (int64_t)st->thread_id;
+			labels[l].key = thread_id_key;
+			labels[l].num = (int64_t)tid;
 			labelp[l] = &labels[l];
-			sm->label = &labelp[l++];
-			sm->n_label = 1;
+			l++;
 		}
+		if (th) {
+			perftools__profiles__label__init(&labels[l]);
+			labels[l].key = thread_name_key;
+			labels[l].str = strings_index(&t, v->thread_title[st->thread - 1]);
+			labelp[l] = &labels[l];
+			l++;
+			if (th->pid) {
+				perftools__profiles__label__init(&labels[l]);
+				labels[l].key = pid_key;
+				labels[l].num = th->pid;
+				labelp[l] = &labels[l];
+				l++;
+			}
+			for (uint32_t i = 0; i < th->nlabels; i++) {
+				perftools__profiles__label__init(&labels[l]);
+				labels[l].key = strings_index(&t, th->labels[i].key);
+				labels[l].str = strings_index(&t, th->labels[i].value);
+				labelp[l] = &labels[l];
+				l++;
+			}
+		}
+		sm->n_label = (size_t)(&labelp[l] - sm->label);
 		samplep[k++] = sm;
 	}
 
@@ -225,6 +297,9 @@ int export_write_pprof(const struct export_view *v, FILE *out)
 	perftools__profiles__profile__pack(&prof, packed);
 	r = write_gzip(packed, len, out);
 out:
+	for (uint32_t f = 0; system_names && f < v->nfuncs; f++)
+		free(system_names[f]);
+	free(system_names);
 	free(packed);
 	free(t.s);
 	free(funcs);

@@ -36,15 +36,26 @@ static unsigned export_table_digits(uint64_t n)
 	return d;
 }
 
-/* "function (file)", or "function" for a marker; control characters shown as '?'. */
+/*
+ * "function (file:first line)", "function (file)" when the first line is
+ * not known, or "function" for a marker; control characters shown as '?'.
+ */
 static void export_table_put_function(FILE *out, const Pyprofd__FunctionRow *row)
 {
 	export_put(out, row->function, 200, 0);
 	if (*export_str(row->file)) {
 		fputs(" (", out);
 		export_put(out, row->file, 400, 0);
+		if (row->first_line > 0)
+			fprintf(out, ":%d", (int)row->first_line);
 		fputc(')', out);
 	}
+}
+
+/* A function's first line, or null when not known. */
+static json_t *export_table_first_line(const Pyprofd__FunctionRow *row)
+{
+	return row->first_line > 0 ? json_integer(row->first_line) : json_null();
 }
 
 static void export_table_row(FILE *out, const Pyprofd__FunctionRow *row, int width, uint64_t total)
@@ -73,15 +84,15 @@ static json_t *export_table_json_row(const Pyprofd__FunctionRow *row, const stru
 	double total_change = export_table_share(row->total, t->total) -
 	                      export_table_share(row->base_total, t->base_total);
 	if (t->diff)
-		return json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:f, s:f}", "function",
+		return json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:f, s:f}", "function",
 		                 export_json_string(row->function), "file", export_json_string(row->file),
-		                 "base_own", export_json_u64(row->base_own), "base_total",
+		                 "first_line", export_table_first_line(row), "base_own", export_json_u64(row->base_own), "base_total",
 		                 export_json_u64(row->base_total), "compare_own", export_json_u64(row->own),
 		                 "compare_total", export_json_u64(row->total), "own_percent_change",
 		                 own_change, "total_percent_change", total_change);
-	return json_pack("{s:o, s:o, s:o, s:o, s:f, s:f}", "function",
+	return json_pack("{s:o, s:o, s:o, s:o, s:o, s:f, s:f}", "function",
 	                 export_json_string(row->function), "file", export_json_string(row->file),
-	                 "own", export_json_u64(row->own), "total", export_json_u64(row->total),
+	                 "first_line", export_table_first_line(row), "own", export_json_u64(row->own), "total", export_json_u64(row->total),
 	                 "own_percent", export_table_share(row->own, t->total), "total_percent",
 	                 export_table_share(row->total, t->total));
 }

@@ -110,13 +110,30 @@ int export_write_collapsed(const struct export_view *v, FILE *out)
 		const struct export_stack *st = &p->stacks[s];
 		if (!st->count)
 			continue;
-		size_t len = st->depth; /* separators and the NUL */
+		/* --per-thread: the thread as the first frame, so each thread is a tree of its own. */
+		struct buf root = {0};
+		char unnamed[48];
+		const char *title = export_stack_thread_title(v, st);
+		if (!title && st->thread_id) {
+			snprintf(unnamed, sizeof unnamed, "thread %llu", (unsigned long long)st->thread_id);
+			title = unnamed;
+		}
+		if (p->per_thread && title && (buf_escaped(&root, title) < 0 || buf_add(&root, ";", 1) < 0)) {
+			free(root.data);
+			goto out;
+		}
+		size_t len = st->depth + root.len; /* separators and the NUL */
 		for (uint32_t d = 0; d < st->depth; d++)
 			len += lens[v->frame_id[st->frames[d]]];
 		char *text = malloc(len);
-		if (!text)
+		if (!text) {
+			free(root.data);
 			goto out;
-		size_t o = 0;
+		}
+		size_t o = root.len;
+		if (root.len)
+			memcpy(text, root.data, root.len);
+		free(root.data);
 		for (uint32_t d = 0; d < st->depth; d++) {
 			uint32_t u = v->frame_id[st->frames[d]];
 			if (d)

@@ -151,6 +151,41 @@ static uint8_t *pyobj_read_bytes(struct uw_target *t, raddr_t addr, size_t *len,
 	return buf;
 }
 
+/*
+ * The standard library's functions that, innermost in a thread without the
+ * GIL, are blocked in the C call they make: a lock or condition, a
+ * selector, a socket, a child process, a pipe.  By co_name and the end of
+ * the file's path, so 3.8 to 3.10 (no qualified names) match too.  A wait
+ * in the program's own code (time.sleep) shows in the kernel's state.
+ */
+static const struct {
+	const char *file, *name;
+} code_waits[] = {
+	{"/threading.py", "wait"},          /* Condition.wait, under Event, Semaphore, Barrier, Queue */
+	{"/threading.py", "_wait_for_tstate_lock"}, /* Thread.join, 3.8-3.12 */
+	{"/threading.py", "join"},          /* Thread.join, 3.13+: the handle's join is C */
+	{"/selectors.py", "select"},        /* every selector, asyncio's loop, socketserver */
+	{"/socket.py", "accept"},
+	{"/socket.py", "readinto"},         /* SocketIO: a file made of a socket */
+	{"/subprocess.py", "_try_wait"},    /* Popen.wait */
+	{"/multiprocessing/connection.py", "_recv"},
+	{"/concurrent/futures/thread.py", "_worker"}, /* a pool's idle worker, in its queue's get */
+};
+
+static bool code_ends_with(const char *s, const char *tail)
+{
+	size_t n = strlen(s), m = strlen(tail);
+	return n >= m && memcmp(s + n - m, tail, m) == 0;
+}
+
+bool code_known_wait(const char *name, const char *file)
+{
+	for (size_t i = 0; i < sizeof code_waits / sizeof code_waits[0]; i++)
+		if (strcmp(name, code_waits[i].name) == 0 && code_ends_with(file, code_waits[i].file))
+			return true;
+	return false;
+}
+
 /* Whether a freshly read header describes the same code object as ci. */
 static bool code_header_same(const struct py_layout *L, const uint8_t *a, const uint8_t *b)
 {
@@ -194,6 +229,7 @@ static struct code_info *code_decode(struct uw_target *t, raddr_t addr, uint8_t 
 	if (L->code.qualname != LAYOUT_ABSENT &&
 	    (ci->qualname = pyobj_read_str(t, load_u64(hdr, L->code.qualname), err)) == INTERN_FAILED)
 		goto fail;
+	ci->waits = code_known_wait(t->intern.strs[ci->name], t->intern.strs[ci->file]);
 	size_t table_len = 0;
 	uint8_t *table = pyobj_read_bytes(t, load_u64(hdr, L->code.linetable), &table_len, err);
 	if (!table)
@@ -325,7 +361,9 @@ uint32_t code_frame_at(struct uw_target *t, struct code_info *ci, uint64_t pos)
 	                        .qualname = ci->qualname,
 	                        .file = ci->file,
 	                        .line = code_line_of_pos(t, ci, pos),
-	                        .kind = UW_FRAME_PYTHON};
+	                        .kind = UW_FRAME_PYTHON,
+	                        .first_line = ci->firstlineno,
+	                        .waits = ci->waits};
 	uint32_t id = intern_frame(&t->intern, &key);
 	if (id != INTERN_FAILED) {
 		ci->slot_pos[slot] = pos;

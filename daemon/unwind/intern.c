@@ -33,7 +33,8 @@ static bool intern_frame_equal(const void *ctx, uint32_t id, const void *key)
 static uint32_t intern_frame_hash(const struct frame_key *k)
 {
 	return hash_u64(((uint64_t)k->function << 32 | k->file) ^
-	                hash_u64((uint64_t)k->qualname << 32 | (uint32_t)k->line) ^ k->kind);
+	                hash_u64((uint64_t)k->qualname << 32 | (uint32_t)k->line) ^
+	                ((uint64_t)(uint32_t)k->first_line << 8 | k->kind));
 }
 
 static bool intern_stack_equal(const void *ctx, uint32_t id, const void *key)
@@ -149,6 +150,7 @@ uint32_t intern_frame(struct intern *in, const struct frame_key *key)
 		.file = key->file ? in->strs[key->file] : NULL,
 		.line = key->line,
 		.kind = (enum uw_frame_kind)key->kind,
+		.first_line = key->first_line,
 	};
 	hash_fill(&in->frame_index, slot, hash, id);
 	return id;

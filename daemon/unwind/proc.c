@@ -385,3 +385,88 @@ int uw_process_identity(pid_t pid, struct uw_process_identity *out, struct uw_er
 	out->dumpable = owner.st_uid == out->uid[1] && owner.st_gid == out->gid[1];
 	return 0;
 }
+
+/* ---- why a process may not be read, and what would let it ---- */
+
+/* The effective capability set of this process, from /proc/self/status; 0 if unread. */
+static unsigned long long proc_self_cap_effective(void)
+{
+	char buf[4096];
+	unsigned long long caps = 0;
+	if (proc_read_file("/proc/self/status", buf, sizeof buf) < 0)
+		return 0;
+	const char *line = strstr(buf, "\nCapEff:");
+	if (!line || sscanf(line + strlen("\nCapEff:"), "%llx", &caps) != 1)
+		return 0;
+	return caps;
+}
+
+void uw_access_facts(pid_t pid, struct uw_access_facts *out)
+{
+	/* CAP_SYS_PTRACE is capability 19. */
+	*out = (struct uw_access_facts){.root = geteuid() == 0,
+	                                .cap_sys_ptrace = (proc_self_cap_effective() >> 19) & 1,
+	                                .ptrace_scope = -1,
+	                                .target_dumpable = true};
+	char buf[64];
+	if (proc_read_file("/proc/sys/kernel/yama/ptrace_scope", buf, sizeof buf) > 0)
+		out->ptrace_scope = atoi(buf);
+	struct uw_process_identity id;
+	if (uw_process_identity(pid, &id, NULL) == 0) {
+		uid_t me = geteuid();
+		gid_t group = getegid();
+		out->same_user = id.uid[0] == me && id.uid[1] == me && id.uid[2] == me &&
+		                 id.gid[0] == group && id.gid[1] == group && id.gid[2] == group;
+		out->target_dumpable = id.dumpable && id.cap_permitted == 0;
+	}
+}
+
+void uw_access_remedy(const struct uw_access_facts *f, char *buf, size_t len)
+{
+	bool privileged = f->root || f->cap_sys_ptrace;
+	if (f->ptrace_scope >= 3)
+		snprintf(buf, len, "Yama's ptrace_scope is %d: no process may read another's memory, "
+		                   "root included, until the machine restarts with a lower kernel.yama.ptrace_scope",
+		         f->ptrace_scope);
+	else if (privileged && f->cap_sys_ptrace)
+		snprintf(buf, len, "the kernel refused even with CAP_SYS_PTRACE: a security module (AppArmor, "
+		                   "SELinux) or another user namespace keeps the process apart");
+	else if (privileged)
+		snprintf(buf, len, "running as root without CAP_SYS_PTRACE (a container or a bounding set "
+		                   "that drops it): grant CAP_SYS_PTRACE");
+	else if (!f->same_user || !f->target_dumpable)
+		snprintf(buf, len, "it is %s: run as root, or give the program CAP_SYS_PTRACE "
+		                   "(setcap cap_sys_ptrace+ep)",
+		         !f->same_user ? "another user's process" : "a privileged process (setuid, "
+		                                                     "capabilities or not dumpable)");
+	else if (f->ptrace_scope == 2)
+		snprintf(buf, len, "Yama's ptrace_scope is 2: only CAP_SYS_PTRACE may read other processes: "
+		                   "run as root or with CAP_SYS_PTRACE (setcap cap_sys_ptrace+ep)");
+	else if (f->ptrace_scope == 1)
+		snprintf(buf, len, "Yama's ptrace_scope is 1: only a process's ancestors may read it: run as "
+		                   "root or with CAP_SYS_PTRACE, start the process from this one, or set "
+		                   "kernel.yama.ptrace_scope=0");
+	else
+		snprintf(buf, len, "run as root or with CAP_SYS_PTRACE");
+}
+
+void uw_error_add_remedy(struct uw_error *err, pid_t pid)
+{
+	if (!err || err->status != UW_EPERM)
+		return;
+	struct uw_access_facts f;
+	uw_access_facts(pid, &f);
+	char remedy[sizeof err->msg];
+	uw_access_remedy(&f, remedy, sizeof remedy);
+	/* Cut to the room left: the cause stays whole, the remedy may lose its end. */
+	size_t n = strlen(err->msg);
+	if (n + 4 >= sizeof err->msg)
+		return;
+	size_t room = sizeof err->msg - n - 4;
+	size_t len = strnlen(remedy, room);
+	err->msg[n] = ' ';
+	err->msg[n + 1] = '(';
+	memcpy(err->msg + n + 2, remedy, len);
+	err->msg[n + 2 + len] = ')';
+	err->msg[n + 3 + len] = '\0';
+}

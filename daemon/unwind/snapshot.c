@@ -35,6 +35,7 @@ int uw_snapshot(struct uw_target *t, unsigned flags, struct uw_snapshot *out,
 	t->opts.flags |= flags;
 	t->opts.mode = UW_MODE_WALL;
 	t->opts.want_on_cpu = true;
+	t->opts.want_idle = true;
 	/* A dump wants every thread: give a moving one more chances. */
 	t->thread_attempts = SNAPSHOT_THREAD_ATTEMPTS;
 	struct uw_sample s = {0};
@@ -69,8 +70,10 @@ int uw_snapshot(struct uw_target *t, unsigned flags, struct uw_snapshot *out,
 		                         .interp_id = st->interp_id,
 		                         .holds_gil = st->holds_gil,
 		                         .on_cpu = st->on_cpu,
+		                         .idle = st->idle,
 		                         .truncated = st->truncated,
 		                         .unreadable = st->moving};
+		memcpy(th->name, st->name, sizeof th->name);
 		uint32_t depth = uw_stack_depth(t, st->stack);
 		th->frames = calloc(depth ? depth : 1, sizeof *th->frames);
 		if (!th->frames) {

@@ -167,6 +167,83 @@ char threads_kernel_state(struct uw_target *t, struct thread_cache *tc, int64_t 
 	return proc_stat_parse(buf, &st) == 0 ? st.state : '?';
 }
 
+/* One line of /proc/PID/NAME or /proc/PID/task/TID/comm into out, without its newline; false if unread. */
+static bool threads_read_comm(pid_t pid, int64_t tid, char out[UW_THREAD_NAME_LEN])
+{
+	char path[96], buf[64];
+	if (tid > 0)
+		snprintf(path, sizeof path, "task/%lld/comm", (long long)tid);
+	else
+		snprintf(path, sizeof path, "comm");
+	ssize_t n = uw_proc_read(pid, path, buf, sizeof buf);
+	if (n <= 0)
+		return false;
+	buf[strcspn(buf, "\n")] = '\0';
+	/* The kernel's names fit; a longer line is cut, never overrun. */
+	size_t len = strnlen(buf, UW_THREAD_NAME_LEN - 1);
+	memcpy(out, buf, len);
+	out[len] = '\0';
+	return true;
+}
+
+/*
+ * Names change rarely (a thread names itself once, early): read when a
+ * thread is new or its tid changed, then every THREADS_NAME_REFRESH
+ * samples, never per sample.  A thread's name that is the process's own is
+ * only the program's name, inherited, not one the program gave.
+ */
+void threads_name(struct uw_target *t, struct thread_cache *tc, int64_t tid,
+                  char out[UW_THREAD_NAME_LEN])
+{
+	if (tid > 0 && (tc->name_tid != tid || t->sample_gen - tc->name_gen >= THREADS_NAME_REFRESH)) {
+		char comm[UW_THREAD_NAME_LEN], process[UW_THREAD_NAME_LEN];
+		tc->name_tid = tid;
+		tc->name_gen = t->sample_gen;
+		tc->name[0] = '\0';
+		if (threads_read_comm(t->pid, tid, comm)) {
+			bool inherited = threads_read_comm(t->pid, 0, process) && strcmp(comm, process) == 0;
+			if (!inherited)
+				memcpy(tc->name, comm, sizeof comm);
+			else if (tid == t->pid)
+				snprintf(tc->name, sizeof tc->name, "MainThread");
+		}
+	}
+	memcpy(out, tc->name, UW_THREAD_NAME_LEN);
+}
+
+/*
+ * The kernel's state costs a read per thread, which would triple the cost of
+ * sampling many threads: it is read only for a thread whose stack stayed as
+ * it was, and the verdict then holds while the stack does, for
+ * THREADS_IDLE_REFRESH samples.  A thread whose stack changed ran Python
+ * since the last sample, so it counts as busy (a wait that just began shows
+ * from the next sample); one in a known wait of the standard library is idle
+ * at once.
+ */
+bool threads_idle(struct uw_target *t, struct thread_cache *tc, int64_t tid, bool holds_gil,
+                  char state, uint32_t stack)
+{
+	uint32_t prev = tc->prev_stack;
+	tc->prev_stack = stack;
+	if (holds_gil)
+		return false;
+	uint32_t frame = stack < t->intern.nstacks ? t->intern.stacks[stack].frame : 0;
+	if (frame && frame < t->intern.nframes && t->intern.frame_keys[frame].waits)
+		return true;
+	if (state != '?')
+		return state != 'R';
+	/* prev 0: a thread met for the first time, which the kernel alone can judge. */
+	if (prev && stack != prev)
+		return false;
+	if (tc->idle_gen && tc->idle_stack == stack && t->sample_gen - tc->idle_gen < THREADS_IDLE_REFRESH)
+		return tc->idle_verdict;
+	state = threads_kernel_state(t, tc, tid);
+	tc->idle_stack = stack;
+	tc->idle_gen = t->sample_gen;
+	tc->idle_verdict = state != '?' && state != 'R';
+	return tc->idle_verdict;
+}
+
 /* -------- native thread ids, 3.8-3.10 -------- */
 
 static bool threads_tid_is_task(int32_t tid, const pid_t *tasks, int ntasks)

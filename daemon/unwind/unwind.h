@@ -44,6 +44,8 @@ enum uw_frame_kind {
  * while the epoch that produced them lasts (until the caches are reset, see
  * uw_sample) and at most until uw_close.  qualname is NULL before 3.11, file
  * NULL and line -1 for markers, line -1 also where CPython has no line.
+ * first_line is the code object's co_firstlineno (0 for markers): with the
+ * qualified name and the file it tells one function from another.
  */
 struct uw_frame {
 	const char *function;
@@ -51,14 +53,26 @@ struct uw_frame {
 	const char *file;
 	int line;
 	enum uw_frame_kind kind;
+	int first_line;
 };
+
+/* What a frame is called wherever it is shown: its qualified name, or co_name before 3.11. */
+static inline const char *uw_frame_name(const struct uw_frame *f)
+{
+	return f->qualname ? f->qualname : f->function;
+}
+
+/* Bytes of a thread's name, its NUL included: the kernel's TASK_COMM_LEN. */
+#define UW_THREAD_NAME_LEN 16
 
 struct uw_thread {
 	uint64_t thread_id;   /* threading.get_ident() */
 	int64_t native_id;    /* OS thread id, -1 when it cannot be known */
 	int64_t interp_id;    /* interpreter the thread belongs to */
+	char name[UW_THREAD_NAME_LEN]; /* see uw_sample_thread */
 	bool holds_gil;
 	bool on_cpu;          /* running or runnable, per the kernel */
+	bool idle;            /* see uw_sample_thread */
 	bool truncated;       /* more frames than UW_MAX_FRAMES */
 	bool unreadable;      /* its stack moved under every read: no frames shown */
 	uint32_t nframes;
@@ -95,6 +109,7 @@ struct uw_options {
 	enum uw_mode mode;
 	bool no_cache;           /* every cache off: each sample reads and decodes everything */
 	bool want_on_cpu;        /* report on_cpu in wall/gil mode too (one /proc read a thread) */
+	bool want_idle;          /* tell idle threads (a /proc read now and then per waiting thread) */
 	size_t cache_budget;     /* bytes the caches and interned ids never exceed: past
 	                            half of it, they are all reset (a new epoch) */
 	/*
@@ -132,6 +147,24 @@ struct uw_process_identity {
  */
 int uw_process_identity(pid_t pid, struct uw_process_identity *out, struct uw_error *err);
 
+/*
+ * What stands between this process and reading another's memory, and what
+ * would let it, for a person: root, CAP_SYS_PTRACE, or Yama's ptrace_scope.
+ */
+struct uw_access_facts {
+	bool root;            /* this process's effective uid is 0 */
+	bool cap_sys_ptrace;  /* it has CAP_SYS_PTRACE in its effective set */
+	int ptrace_scope;     /* Yama's, -1 without Yama */
+	bool same_user;       /* the target's uids are all this process's, its gids its groups */
+	bool target_dumpable; /* not setuid, file capabilities or prctl-undumpable */
+};
+/* The facts of pid as this process sees them now. */
+void uw_access_facts(pid_t pid, struct uw_access_facts *out);
+/* The remedy for the facts, one clause without a newline. */
+void uw_access_remedy(const struct uw_access_facts *f, char *buf, size_t len);
+/* A permission error (UW_EPERM) about pid gets its remedy appended; others are left alone. */
+void uw_error_add_remedy(struct uw_error *err, pid_t pid);
+
 /* A small /proc/PID/NAME file whole into buf (NUL-terminated): its length, or -1 with errno. */
 ssize_t uw_proc_read(pid_t pid, const char *name, char *buf, size_t cap);
 
@@ -163,8 +196,24 @@ struct uw_sample_thread {
 	uint64_t thread_id;
 	int64_t native_id;
 	int64_t interp_id;
+	/*
+	 * The kernel's name of the thread (/proc/PID/task/TID/comm, which 3.14+
+	 * sets from Thread.name), read when the thread is first seen and again
+	 * every few hundred samples; "MainThread" for the process's first
+	 * thread and "" for another when the name is only the program's.
+	 */
+	char name[UW_THREAD_NAME_LEN];
 	bool holds_gil;
 	bool on_cpu;
+	/*
+	 * With want_idle: the thread waits rather than runs Python.  It does
+	 * not hold the GIL, and its innermost frame is one of the standard
+	 * library's known waits (Condition.wait, a selector's select, socket
+	 * accept and reads, a child's wait, ...), or its stack stayed as it was
+	 * and the kernel has it off CPU (sleeping, blocked in I/O).  A stack
+	 * that changed since the last sample ran Python: not idle.
+	 */
+	bool idle;
 	bool truncated;
 	bool moving;    /* its stack moved under every read: stack is 0, not a real stack */
 	uint32_t stack; /* 0 is the empty stack */

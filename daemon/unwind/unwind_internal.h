@@ -191,6 +191,8 @@ struct frame_key {
 	uint32_t function, qualname, file; /* string ids; 0 is none */
 	int32_t line;
 	uint32_t kind;                     /* enum uw_frame_kind */
+	int32_t first_line;                /* co_firstlineno; 0 for markers */
+	uint32_t waits;                    /* a known wait of the standard library (code_known_wait) */
 };
 
 struct stack_node {
@@ -237,6 +239,7 @@ struct code_info {
 	uint8_t *header;          /* the layout.code.size bytes it was decoded from */
 	uint32_t name, qualname, file; /* string ids */
 	int firstlineno;
+	bool waits;               /* code_known_wait */
 	raddr_t bytecode;         /* first instruction, 3.11+ */
 	uint64_t bytecode_len;    /* bytes of bytecode from there, 3.11+ */
 	struct line_table lines;
@@ -274,6 +277,13 @@ struct thread_cache {
 	uint64_t seen;       /* sample number it was last seen in */
 	int stat_fd;         /* /proc/PID/task/TID/stat, kept open; -1 (-2: no such task) */
 	int64_t stat_tid;
+	uint32_t prev_stack; /* the stack it had last sample (idle: it ran since, when it differs) */
+	uint32_t idle_stack; /* the stack the kernel's state was last read at, and the verdict */
+	uint64_t idle_gen;
+	bool idle_verdict;
+	int64_t name_tid;    /* the tid name is of; 0 before the first read */
+	uint64_t name_gen;   /* sample it was read in */
+	char name[UW_THREAD_NAME_LEN];
 	uint32_t n;
 	size_t cap;
 	struct chain_link *chain;
@@ -361,6 +371,12 @@ struct code_info *code_get(struct uw_target *t, raddr_t addr, struct uw_error *e
 
 /* The frame id of the instruction at pos in ci (pos as struct chain_link). */
 uint32_t code_frame_at(struct uw_target *t, struct code_info *ci, uint64_t pos);
+
+/*
+ * Whether a function (co_name in a file) is one of the standard library's
+ * waits: innermost, without the GIL, it sits in a blocking call.
+ */
+bool code_known_wait(const char *name, const char *file);
 
 /* Read a str object into a string id (bounded length). INTERN_FAILED and *err. */
 uint32_t pyobj_read_str(struct uw_target *t, raddr_t addr, struct uw_error *err);
@@ -484,6 +500,19 @@ void threads_sweep(struct uw_target *t);
 size_t threads_bytes(const struct uw_target *t);
 /* The kernel's state letter of a thread ('R', 'S', ...; '?' unknown). */
 char threads_kernel_state(struct uw_target *t, struct thread_cache *tc, int64_t tid);
+/* Samples between two reads of a thread's name. */
+#define THREADS_NAME_REFRESH 500
+/* The thread's name into out, read again when due (see uw_sample_thread.name). */
+void threads_name(struct uw_target *t, struct thread_cache *tc, int64_t tid,
+                  char out[UW_THREAD_NAME_LEN]);
+/* Samples an idle verdict holds for a thread whose stack stays as it was. */
+#define THREADS_IDLE_REFRESH 16
+/*
+ * Whether a thread waits (uw_sample_thread.idle), its stack known: state is
+ * its kernel state when the sample read it already, else '?'.
+ */
+bool threads_idle(struct uw_target *t, struct thread_cache *tc, int64_t tid, bool holds_gil,
+                  char state, uint32_t stack);
 /* The kernel's id of a thread from its pthread_t (3.8-3.10); -1 unknown. */
 int64_t threads_native_tid(struct uw_target *t, uint64_t pthread);
 

@@ -151,7 +151,8 @@ static int walk_thread(struct walk *w, const struct walk_interp *iv, raddr_t tst
 		native_id = -1;
 	bool holds_gil = iv->gil_holder && iv->gil_holder == tstate;
 	bool need_cpu = t->opts.mode == UW_MODE_CPU || t->opts.want_on_cpu;
-	bool on_cpu = need_cpu && threads_kernel_state(t, tc, native_id) == 'R';
+	char state = need_cpu ? threads_kernel_state(t, tc, native_id) : '?';
+	bool on_cpu = state == 'R';
 	if ((t->opts.mode == UW_MODE_CPU && !on_cpu) || (t->opts.mode == UW_MODE_GIL && !holds_gil))
 		return 0;
 
@@ -193,6 +194,8 @@ static int walk_thread(struct walk *w, const struct walk_interp *iv, raddr_t tst
 	                                .truncated = truncated,
 	                                .moving = moving && dropped,
 	                                .stack = stack};
+	th->idle = t->opts.want_idle && threads_idle(t, tc, native_id, holds_gil, state, stack);
+	threads_name(t, tc, native_id, th->name);
 	t->stats.thread_samples++;
 	return 0;
 }

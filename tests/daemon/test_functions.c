@@ -14,7 +14,7 @@ static void count_stack(struct functions *fs, int side, const uint32_t *frames,
 {
 	functions_next_stack(fs, side, count);
 	for (size_t i = depth; i-- > 0;)
-		cr_assert_eq(functions_count(fs, side, frames[i], names[i], "f.py", i + 1 == depth, count), 0);
+		cr_assert_eq(functions_count(fs, side, frames[i], names[i], "f.py", 0, i + 1 == depth, count), 0);
 }
 
 static const Pyprofd__FunctionRow *row_of(const struct functions *fs, const char *name)
@@ -39,7 +39,7 @@ Test(functions, own_total_and_recursion)
 	const uint32_t shallow[] = {1, 4};
 	const char *const shallow_names[] = {"main", "work"};
 	count_stack(&fs, 0, shallow, shallow_names, 2, 4);
-	functions_sort(&fs, false);
+	functions_sort(&fs, FUNCTIONS_BY_OWN);
 	cr_assert_eq(fs.nrows, 3);
 	cr_assert_eq(fs.samples[0], 10);
 	const Pyprofd__FunctionRow *fib = row_of(&fs, "fib"), *main_row = row_of(&fs, "main");
@@ -68,7 +68,7 @@ Test(functions, diff_orders_by_change_of_share)
 	const uint32_t ga[] = {7}, gb[] = {8};
 	count_stack(&fs, 0, ga, names_a, 1, 5);
 	count_stack(&fs, 0, gb, names_b, 1, 5);
-	functions_sort(&fs, true);
+	functions_sort(&fs, FUNCTIONS_BY_CHANGE);
 	cr_assert_eq(fs.nrows, 2, "the same function across ranges is one row");
 	cr_assert_eq(row_of(&fs, "a")->base_own, 90);
 	cr_assert_eq(row_of(&fs, "a")->own, 5);
@@ -89,11 +89,59 @@ Test(functions, many_functions)
 	for (uint32_t i = 0; i < 20000; i++) {
 		snprintf(name, sizeof name, "fn%u", i % 5000);
 		functions_next_stack(&fs, 0, 1);
-		cr_assert_eq(functions_count(&fs, 0, i, name, "m.py", true, 1), 0);
+		cr_assert_eq(functions_count(&fs, 0, i, name, "m.py", 0, true, 1), 0);
 	}
 	cr_assert_eq(fs.nrows, 5000);
-	functions_sort(&fs, false);
+	functions_sort(&fs, FUNCTIONS_BY_OWN);
 	cr_assert_eq(fs.rows[0]->own, 4);
+	functions_free(&fs);
+	arena_free(&a);
+}
+
+Test(functions, first_line_tells_two_functions_of_one_name_apart)
+{
+	struct arena a = {0};
+	struct functions fs;
+	functions_init(&fs, &a);
+	/* 3.8-3.10 name a method by co_name alone: its first line keeps it apart. */
+	functions_next_stack(&fs, 0, 3);
+	cr_assert_eq(functions_count(&fs, 0, 1, "run", "r.py", 40, true, 3), 0);
+	functions_next_stack(&fs, 0, 2);
+	cr_assert_eq(functions_count(&fs, 0, 2, "run", "r.py", 118, true, 2), 0);
+	functions_next_stack(&fs, 0, 1);
+	cr_assert_eq(functions_count(&fs, 0, 3, "run", "r.py", 40, true, 1), 0);
+	functions_sort(&fs, FUNCTIONS_BY_OWN);
+	cr_assert_eq(fs.nrows, 2);
+	cr_expect_eq(fs.rows[0]->first_line, 40);
+	cr_expect_eq(fs.rows[0]->own, 4);
+	cr_expect_eq(fs.rows[1]->first_line, 118);
+	functions_sort(&fs, FUNCTIONS_BY_NAME);
+	cr_expect_eq(fs.rows[0]->first_line, 40, "one name, then by first line");
+	functions_free(&fs);
+	arena_free(&a);
+}
+
+Test(functions, sorts_by_total_and_by_name)
+{
+	struct arena a = {0};
+	struct functions fs;
+	functions_init(&fs, &a);
+	/* b: own 5, total 5; a: own 0, total 5 + 1; c: own 1, total 1. */
+	functions_next_stack(&fs, 0, 5);
+	cr_assert_eq(functions_count(&fs, 0, 2, "b", "m.py", 1, true, 5), 0);
+	cr_assert_eq(functions_count(&fs, 0, 1, "a", "m.py", 1, false, 5), 0);
+	functions_next_stack(&fs, 0, 1);
+	cr_assert_eq(functions_count(&fs, 0, 3, "c", "m.py", 1, true, 1), 0);
+	cr_assert_eq(functions_count(&fs, 0, 1, "a", "m.py", 1, false, 1), 0);
+	functions_sort(&fs, FUNCTIONS_BY_TOTAL);
+	cr_expect_str_eq(fs.rows[0]->function, "a");
+	cr_expect_str_eq(fs.rows[1]->function, "b");
+	functions_sort(&fs, FUNCTIONS_BY_OWN);
+	cr_expect_str_eq(fs.rows[0]->function, "b");
+	cr_expect_str_eq(fs.rows[2]->function, "a");
+	functions_sort(&fs, FUNCTIONS_BY_NAME);
+	cr_expect_str_eq(fs.rows[0]->function, "a");
+	cr_expect_str_eq(fs.rows[2]->function, "c");
 	functions_free(&fs);
 	arena_free(&a);
 }

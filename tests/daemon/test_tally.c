@@ -32,7 +32,7 @@ Test(tally, counts_per_second_thread_and_stack)
 {
 	struct tally t = {0};
 	for (int i = 0; i < 1000; i++)
-		cr_assert_eq(tally_add(&t, 100 + i % 10, 7 + i % 2, 1 + i % 5, 1), 0);
+		cr_assert_eq(tally_add(&t, 100 + i % 10, 7 + i % 2, 1 + i % 5, 1, 0), 0);
 	/* 10 seconds x 2 threads, stacks follow i % 5: every (second, thread) pair sees 5 or fewer stacks. */
 	cr_assert_leq(t.len, 10 * 5);
 	struct seen all = {0}, late = {0};
@@ -47,8 +47,8 @@ Test(tally, counts_per_second_thread_and_stack)
 Test(tally, hands_each_sample_on_once)
 {
 	struct tally t = {0};
-	tally_add(&t, 1, 1, 1, 3);
-	tally_add(&t, 1, 1, 2, 4);
+	tally_add(&t, 1, 1, 1, 3, 0);
+	tally_add(&t, 1, 1, 2, 4, 0);
 	struct seen first = {0}, second = {0}, third = {0};
 	cr_assert_eq(tally_hand(&t, tally_test_hand, &first), 0);
 	cr_assert_eq(first.total, 7);
@@ -56,7 +56,7 @@ Test(tally, hands_each_sample_on_once)
 	cr_assert_eq(tally_hand(&t, tally_test_hand, &second), 0);
 	cr_assert_eq(second.calls, 0, "nothing new, nothing handed");
 	/* More of a stack already handed: only the difference goes. */
-	tally_add(&t, 1, 1, 1, 2);
+	tally_add(&t, 1, 1, 1, 2, 0);
 	tally_hand(&t, tally_test_hand, &third);
 	cr_assert_eq(third.total, 2);
 	cr_assert_eq(third.calls, 1);
@@ -78,7 +78,7 @@ static int tally_test_fail(void *ctx, const struct tally_entry *e, uint64_t coun
 Test(tally, a_failed_hand_counts_as_handed)
 {
 	struct tally t = {0};
-	tally_add(&t, 1, 1, 1, 1);
+	tally_add(&t, 1, 1, 1, 1, 0);
 	cr_assert_eq(tally_hand(&t, tally_test_fail, NULL), -1);
 	cr_assert_eq(t.unhanded, 0, "what failed is not handed again (it was counted as lost)");
 	tally_free(&t);
@@ -87,17 +87,17 @@ Test(tally, a_failed_hand_counts_as_handed)
 Test(tally, prune_forgets_only_what_is_old_and_handed)
 {
 	struct tally t = {0};
-	tally_add(&t, 10, 1, 1, 1); /* old, handed below */
-	tally_add(&t, 50, 1, 1, 1); /* recent */
+	tally_add(&t, 10, 1, 1, 1, 0); /* old, handed below */
+	tally_add(&t, 50, 1, 1, 1, 0); /* recent */
 	struct seen s = {0};
 	tally_hand(&t, tally_test_hand, &s);
-	tally_add(&t, 11, 1, 2, 1); /* old, not handed yet */
+	tally_add(&t, 11, 1, 2, 1, 0); /* old, not handed yet */
 	tally_prune(&t, 40);
 	cr_assert_eq(t.len, 2);
 	/* The index was rebuilt: counting the survivors finds them, the pruned one is new again. */
-	tally_add(&t, 50, 1, 1, 5);
-	tally_add(&t, 11, 1, 2, 1);
-	tally_add(&t, 10, 1, 1, 1);
+	tally_add(&t, 50, 1, 1, 5, 0);
+	tally_add(&t, 11, 1, 2, 1, 0);
+	tally_add(&t, 10, 1, 1, 1, 0);
 	cr_assert_eq(t.len, 3);
 	struct seen all = {0};
 	tally_visit(&t, 0, tally_test_visit, &all);
@@ -105,5 +105,24 @@ Test(tally, prune_forgets_only_what_is_old_and_handed)
 	tally_clear(&t);
 	cr_assert_eq(t.len, 0);
 	cr_assert_eq(t.unhanded, 0);
+	tally_free(&t);
+}
+
+Test(tally, counts_idle_gil_and_gc_and_hands_idle_once)
+{
+	struct tally t = {0};
+	tally_add(&t, 1, 1, 1, 2, TALLY_IDLE);
+	tally_add(&t, 1, 1, 1, 3, TALLY_GIL | TALLY_GC);
+	cr_assert_eq(t.len, 1);
+	cr_expect_eq(t.entries[0].count, 5);
+	cr_expect_eq(t.entries[0].idle, 2);
+	cr_expect_eq(t.entries[0].gil, 3);
+	cr_expect_eq(t.entries[0].gc, 3);
+	struct seen s = {0};
+	tally_hand(&t, tally_test_hand, &s);
+	cr_expect_eq(t.entries[0].idle_handed, 2);
+	tally_add(&t, 1, 1, 1, 1, TALLY_IDLE);
+	/* What the next hand sees as idle: the difference. */
+	cr_expect_eq(t.entries[0].idle - t.entries[0].idle_handed, 1);
 	tally_free(&t);
 }

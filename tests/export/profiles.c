@@ -12,28 +12,28 @@
 #include "profiles.h"
 
 const struct export_frame frames[PROFILE_NFRAMES] = {
-	/* 0 */ {"main", "app.py", 10, UW_FRAME_PYTHON},
-	/* 1 */ {"serve", "server.py", 40, UW_FRAME_PYTHON},
-	/* 2 */ {"handle", "server.py", 88, UW_FRAME_PYTHON},
-	/* 3 */ {"parse", "json.py", -1, UW_FRAME_PYTHON},
-	/* 4 */ {"<native>", "", -1, UW_FRAME_NATIVE},
-	/* 5 */ {"fib", "fib.py", 3, UW_FRAME_PYTHON},
-	/* 6 */ {"größe_λ", "ünï.py", 7, UW_FRAME_PYTHON},
-	/* 7 */ {EVIL_SCRIPT, "evil.py", 1, UW_FRAME_PYTHON},
-	/* 8 */ {"a;b\nc", "semi.py", 2, UW_FRAME_PYTHON},
-	/* 9 */ {"<GC>", "", -1, UW_FRAME_GC},
-	/* 10 */ {"handle", "server.py", 88, UW_FRAME_PYTHON}, /* frame 2 again */
-	/* 11 */ {EVIL_COMMENT, "evil.py", 5, UW_FRAME_PYTHON},
+	/* 0 */ {"main", "app.py", 10, UW_FRAME_PYTHON, 0},
+	/* 1 */ {"serve", "server.py", 40, UW_FRAME_PYTHON, 0},
+	/* 2 */ {"handle", "server.py", 88, UW_FRAME_PYTHON, 0},
+	/* 3 */ {"parse", "json.py", -1, UW_FRAME_PYTHON, 0},
+	/* 4 */ {"<native>", "", -1, UW_FRAME_NATIVE, 0},
+	/* 5 */ {"fib", "fib.py", 3, UW_FRAME_PYTHON, 0},
+	/* 6 */ {"größe_λ", "ünï.py", 7, UW_FRAME_PYTHON, 0},
+	/* 7 */ {EVIL_SCRIPT, "evil.py", 1, UW_FRAME_PYTHON, 0},
+	/* 8 */ {"a;b\nc", "semi.py", 2, UW_FRAME_PYTHON, 0},
+	/* 9 */ {"<GC>", "", -1, UW_FRAME_GC, 0},
+	/* 10 */ {"handle", "server.py", 88, UW_FRAME_PYTHON, 0}, /* frame 2 again */
+	/* 11 */ {EVIL_COMMENT, "evil.py", 5, UW_FRAME_PYTHON, 0},
 };
 
 const uint32_t st0[3] = {0, 1, 2};
-static const uint32_t st1[] = {0, 1, 2, 3}, st2[] = {0, 5, 5, 5},
+static const uint32_t st1[] = {0, 1, 2, 3, 0, 0}, st2[] = {0, 5, 5, 5, 0, 0},
 		      st3[] = {0, 1, 10}, st4[] = {0, 4, 6}, st5[] = {0, 7}, st6[] = {0, 8, 9},
 		      st7[] = {0, 1}, st8[] = {0, 11};
 
 const struct export_stack stacks[PROFILE_NSTACKS] = {
-	{st0, 3, 5, 1},  {st1, 4, 3, 1}, {st2, 4, 4, 2}, {st3, 3, 2, 2}, {st4, 3, 1, 1},
-	{st5, 2, 1, 0},  {st6, 3, 2, 1}, {st7, 2, 0, 1}, {st8, 2, 1, 0},
+	{st0, 3, 5, 1, 0, 0},  {st1, 4, 3, 1, 0, 0}, {st2, 4, 4, 2, 0, 0}, {st3, 3, 2, 2, 0, 0}, {st4, 3, 1, 1, 0, 0},
+	{st5, 2, 1, 0, 0, 0},  {st6, 3, 2, 1, 0, 0}, {st7, 2, 0, 1, 0, 0}, {st8, 2, 1, 0, 0, 0},
 };
 
 const struct export_profile profile = {
@@ -97,8 +97,9 @@ static bool is_index(json_t *v, size_t n)
 
 /*
  * What we promise of a speedscope file beyond its schema (which the tests
- * below hold it to): one sampled profile, our exporter, indices in range, one
- * weight per sample, weights summing to the range.  Returns the frames.
+ * below hold it to): sampled profiles (one per thread), our exporter, indices
+ * in range, one weight per sample, each profile's weights summing to its
+ * range (*weight_sum: all of them).  Returns the frames.
  */
 json_t *check_speedscope(json_t *doc, double *weight_sum)
 {
@@ -121,34 +122,38 @@ json_t *check_speedscope(json_t *doc, double *weight_sum)
 		cr_expect(!line || json_is_number(line), "frame %zu: line not a number", i);
 	}
 	json_t *profiles = json_object_get(doc, "profiles");
-	cr_assert(json_is_array(profiles) && json_array_size(profiles) == 1);
-	json_t *p = json_array_get(profiles, 0);
-	cr_expect_str_eq(json_string_value(json_object_get(p, "type")), "sampled");
-	cr_expect(json_is_string(json_object_get(p, "name")));
-	static const char *const units[] = {"bytes", "microseconds", "milliseconds",
-	                                    "nanoseconds", "none", "seconds"};
-	const char *unit = json_string_value(json_object_get(p, "unit"));
-	bool known = false;
-	for (size_t i = 0; unit && i < COUNT(units); i++)
-		known |= strcmp(unit, units[i]) == 0;
-	cr_expect(known, "unit %s", unit ? unit : "(none)");
-	cr_expect(json_is_number(json_object_get(p, "startValue")));
-	cr_expect(json_is_number(json_object_get(p, "endValue")));
-	json_t *samples = json_object_get(p, "samples"), *weights = json_object_get(p, "weights");
-	cr_assert(json_is_array(samples) && json_is_array(weights));
-	cr_assert_eq(json_array_size(samples), json_array_size(weights));
+	cr_assert(json_is_array(profiles) && json_array_size(profiles) >= 1);
 	*weight_sum = 0;
-	for (size_t i = 0; i < json_array_size(samples); i++) {
-		json_t *s = json_array_get(samples, i), *w = json_array_get(weights, i);
-		cr_assert(json_is_array(s) && json_array_size(s) > 0);
-		for (size_t d = 0; d < json_array_size(s); d++)
-			cr_expect(is_index(json_array_get(s, d), json_array_size(fr)),
-			          "sample %zu: frame %zu out of range", i, d);
-		cr_assert(json_is_number(w));
-		*weight_sum += json_number_value(w);
+	for (size_t k = 0; k < json_array_size(profiles); k++) {
+		json_t *p = json_array_get(profiles, k);
+		cr_expect_str_eq(json_string_value(json_object_get(p, "type")), "sampled");
+		cr_expect(json_is_string(json_object_get(p, "name")));
+		static const char *const units[] = {"bytes", "microseconds", "milliseconds",
+		                                    "nanoseconds", "none", "seconds"};
+		const char *unit = json_string_value(json_object_get(p, "unit"));
+		bool known = false;
+		for (size_t i = 0; unit && i < COUNT(units); i++)
+			known |= strcmp(unit, units[i]) == 0;
+		cr_expect(known, "unit %s", unit ? unit : "(none)");
+		cr_expect(json_is_number(json_object_get(p, "startValue")));
+		cr_expect(json_is_number(json_object_get(p, "endValue")));
+		json_t *samples = json_object_get(p, "samples"), *weights = json_object_get(p, "weights");
+		cr_assert(json_is_array(samples) && json_is_array(weights));
+		cr_assert_eq(json_array_size(samples), json_array_size(weights));
+		double sum = 0;
+		for (size_t i = 0; i < json_array_size(samples); i++) {
+			json_t *s = json_array_get(samples, i), *w = json_array_get(weights, i);
+			cr_assert(json_is_array(s) && json_array_size(s) > 0);
+			for (size_t d = 0; d < json_array_size(s); d++)
+				cr_expect(is_index(json_array_get(s, d), json_array_size(fr)),
+				          "sample %zu: frame %zu out of range", i, d);
+			cr_assert(json_is_number(w));
+			sum += json_number_value(w);
+		}
+		cr_expect(fabs(json_number_value(json_object_get(p, "endValue")) -
+		               json_number_value(json_object_get(p, "startValue")) - sum) < 1e-9);
+		*weight_sum += sum;
 	}
-	cr_expect(fabs(json_number_value(json_object_get(p, "endValue")) -
-	               json_number_value(json_object_get(p, "startValue")) - *weight_sum) < 1e-9);
 	return fr;
 }
 
@@ -191,3 +196,42 @@ json_t *parse_json(const struct out *o)
 	cr_assert_not_null(doc, "not JSON: %s at %d:%d", err.text, err.line, err.column);
 	return doc;
 }
+
+static const struct export_frame threaded_frames[] = {
+	/* 0 */ {"<module>", "app.py", 12, UW_FRAME_PYTHON, 1},
+	/* 1 */ {"run", "runners.py", 44, UW_FRAME_PYTHON, 40},     /* a function run */
+	/* 2 */ {"run", "runners.py", 120, UW_FRAME_PYTHON, 118},   /* a method run, co_name only */
+	/* 3 */ {"Runner.run", "runners.py", 121, UW_FRAME_PYTHON, 118},
+	/* 4 */ {"<lambda>", "app.py", 7, UW_FRAME_PYTHON, 7},
+	/* 5 */ {"<GC>", "", -1, UW_FRAME_GC, 0},
+	/* 6 */ {"Condition.wait", "threading.py", 320, UW_FRAME_PYTHON, 288},
+};
+static const uint32_t th0[] = {0, 1}, th1[] = {0, 2}, th2[] = {0, 3, 4}, th3[] = {0, 4, 5},
+		      th4[] = {0, 6};
+static const struct export_label api_labels[] = {{"service", "api"}, {"env", "prod"}};
+static const struct export_label batch_labels[] = {{"service", "batch"}};
+static const struct export_thread threaded_threads[] = {
+	{.thread_id = 140001, .native_id = 42, .name = "MainThread", .pid = 42,
+	 .labels = api_labels, .nlabels = 2},
+	{.thread_id = 140002, .native_id = 43, .name = "worker-1", .pid = 42,
+	 .labels = api_labels, .nlabels = 2},
+	{.thread_id = 140003, .native_id = -1, .name = "", .pid = 77,
+	 .labels = batch_labels, .nlabels = 1},
+};
+static const struct export_stack threaded_stacks[] = {
+	{th0, 2, 3, 140001, 1, 0}, {th1, 2, 2, 140001, 1, 2}, {th2, 3, 2, 140001, 1, 0},
+	{th4, 2, 5, 140002, 2, 5}, {th3, 3, 1, 140003, 3, 0}, {th2, 3, 2, 140003, 3, 0},
+};
+const struct export_profile threaded = {
+	.frames = threaded_frames,
+	.nframes = COUNT(threaded_frames),
+	.stacks = threaded_stacks,
+	.nstacks = COUNT(threaded_stacks),
+	.threads = threaded_threads,
+	.nthreads = COUNT(threaded_threads),
+	.name = "service=api",
+	.mode = "gil",
+	.rate_hz = RATE,
+	.from_unix = 1700000000.0,
+	.until_unix = 1700000060.5,
+};

@@ -36,6 +36,17 @@ extern const struct export_stack stacks[PROFILE_NSTACKS];
 extern const struct export_profile profile, empty;
 extern const enum export_format all_formats[NFORMATS]; /* every format but the table */
 
+/*
+ * A profile of two processes' threads, as a query split by threads answers:
+ * qualified names, names pprof would simplify away (<module>, <lambda>, <GC>),
+ * two functions of one short name in one file told apart by their first
+ * lines (a method and a function, as 3.8-3.10 name them), idle samples and
+ * attach labels.  THREADED_TOTAL samples: MainThread 7 (2 idle), "worker-1" 5
+ * (all idle), an unnamed thread 3.
+ */
+#define THREADED_TOTAL 15
+extern const struct export_profile threaded;
+
 /* What a writer wrote, in memory. */
 struct out {
 	char *buf;

@@ -119,7 +119,7 @@ Test(pprof_flame, pprof_decodes_with_protobuf_c)
 		}
 		saw_evil |= strcmp(leaf, EVIL_SCRIPT) == 0;
 		for (size_t l = 0; l < s->n_label; l++)
-			if (strcmp(str_at(p, s->label[l]->key), "thread_id") == 0)
+			if (strcmp(str_at(p, s->label[l]->key), "thread.id") == 0)
 				saw_thread |= s->label[l]->num == 2;
 	}
 	cr_expect_eq(count, TOTAL);

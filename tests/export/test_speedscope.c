@@ -124,12 +124,12 @@ static void expect_speedscope_schema(const struct export_profile *p, const char 
 Test(speedscope, speedscope_schema_plain)
 {
 	static const struct export_frame f[] = {
-		{"main", "app.py", 1, UW_FRAME_PYTHON},
-		{"work", "app.py", 7, UW_FRAME_PYTHON},
-		{"sleep", "time.py", 30, UW_FRAME_PYTHON},
+		{"main", "app.py", 1, UW_FRAME_PYTHON, 0},
+		{"work", "app.py", 7, UW_FRAME_PYTHON, 0},
+		{"sleep", "time.py", 30, UW_FRAME_PYTHON, 0},
 	};
 	static const uint32_t a[] = {0, 1}, b[] = {0, 1, 2}, c[] = {0};
-	static const struct export_stack st[] = {{a, 2, 40, 0}, {b, 3, 9, 0}, {c, 1, 1, 0}};
+	static const struct export_stack st[] = {{a, 2, 40, 0, 0, 0}, {b, 3, 9, 0, 0, 0}, {c, 1, 1, 0, 0, 0}};
 	struct export_profile p = empty;
 	p.frames = f;
 	p.nframes = COUNT(f);
@@ -153,15 +153,15 @@ Test(speedscope, speedscope_schema_mixed)
 Test(speedscope, speedscope_schema_unicode_and_bad_utf8)
 {
 	static const struct export_frame f[] = {
-		{"bad\xff\xfe", "x\xc3.py", 1, UW_FRAME_PYTHON},
-		{"over\xc0\xaflong", "sur\xed\xa0\x80rogate.py", 2, UW_FRAME_PYTHON},
-		{"past\xf4\x90\x80\x80max", "\x80\x80.py", 3, UW_FRAME_PYTHON},
-		{"größe_λ_\xf0\x9f\x90\x8d", "ünï/\xe6\x97\xa5\xe6\x9c\xac.py", 4, UW_FRAME_PYTHON},
-		{"ctl\t\n\r\x01\x1f\x7f", "q\"u\\o'te.py", 5, UW_FRAME_PYTHON},
-		{"", "", -1, UW_FRAME_PYTHON},
+		{"bad\xff\xfe", "x\xc3.py", 1, UW_FRAME_PYTHON, 0},
+		{"over\xc0\xaflong", "sur\xed\xa0\x80rogate.py", 2, UW_FRAME_PYTHON, 0},
+		{"past\xf4\x90\x80\x80max", "\x80\x80.py", 3, UW_FRAME_PYTHON, 0},
+		{"größe_λ_\xf0\x9f\x90\x8d", "ünï/\xe6\x97\xa5\xe6\x9c\xac.py", 4, UW_FRAME_PYTHON, 0},
+		{"ctl\t\n\r\x01\x1f\x7f", "q\"u\\o'te.py", 5, UW_FRAME_PYTHON, 0},
+		{"", "", -1, UW_FRAME_PYTHON, 0},
 	};
 	static const uint32_t a[] = {0, 1, 2}, b[] = {3, 4}, c[] = {3, 5};
-	static const struct export_stack st[] = {{a, 3, 2, 7}, {b, 2, 1, 7}, {c, 2, 4, 8}};
+	static const struct export_stack st[] = {{a, 3, 2, 7, 0, 0}, {b, 2, 1, 7, 0, 0}, {c, 2, 4, 8, 0, 0}};
 	struct export_profile p = empty;
 	p.frames = f;
 	p.nframes = COUNT(f);
@@ -182,20 +182,20 @@ Test(speedscope, speedscope_schema_unicode_and_bad_utf8)
 Test(speedscope, speedscope_schema_markers_and_threads)
 {
 	static const struct export_frame f[] = {
-		{"<native>", "", -1, UW_FRAME_NATIVE},
-		{"<GC>", "", -1, UW_FRAME_GC},
-		{"callback", "lib.py", 12, UW_FRAME_PYTHON},
-		{"<module>", "main.py", 0, UW_FRAME_PYTHON},
+		{"<native>", "", -1, UW_FRAME_NATIVE, 0},
+		{"<GC>", "", -1, UW_FRAME_GC, 0},
+		{"callback", "lib.py", 12, UW_FRAME_PYTHON, 0},
+		{"<module>", "main.py", 0, UW_FRAME_PYTHON, 0},
 	};
-	static const uint32_t gc_only[] = {1}, native_root[] = {0, 2}, sandwich[] = {3, 0, 2, 1},
+	static const uint32_t gc_only[] = {1}, native_root[] = {0, 2}, sandwich[] = {3, 0, 2, 1, 0, 0},
 			      native_top[] = {3, 2, 0};
 	static const struct export_stack st[] = {
-		{gc_only, 1, 3, 0},
-		{native_root, 2, 1, 1},
-		{sandwich, 4, 2, UINT64_C(140079881370496)},
-		{sandwich, 4, 5, UINT64_C(140079872977664)},
-		{native_top, 3, 1, UINT64_MAX},
-		{native_top, 3, 6, (uint64_t)INT64_MAX},
+		{gc_only, 1, 3, 0, 0, 0},
+		{native_root, 2, 1, 1, 0, 0},
+		{sandwich, 4, 2, UINT64_C(140079881370496), 0, 0},
+		{sandwich, 4, 5, UINT64_C(140079872977664), 0, 0},
+		{native_top, 3, 1, UINT64_MAX, 0, 0},
+		{native_top, 3, 6, (uint64_t)INT64_MAX, 0, 0},
 	};
 	struct export_profile p = empty;
 	p.frames = f;
@@ -211,7 +211,7 @@ Test(speedscope, speedscope_schema_markers_and_threads)
 Test(speedscope, speedscope_schema_zero_counts)
 {
 	static const uint32_t a[] = {0, 1}, b[] = {0, 5, 5};
-	static const struct export_stack st[] = {{a, 2, 0, 1}, {b, 3, 0, 2}, {a, 2, 0, 0}};
+	static const struct export_stack st[] = {{a, 2, 0, 1, 0, 0}, {b, 3, 0, 2, 0, 0}, {a, 2, 0, 0, 0, 0}};
 	struct export_profile p = profile;
 	p.stacks = st;
 	p.nstacks = COUNT(st);
@@ -244,10 +244,10 @@ Test(speedscope, speedscope_schema_large)
 		snprintf(names[i][0], sizeof names[i][0], i % 7 ? "fn_%u" : "fünc_λ_%u", i);
 		snprintf(names[i][1], sizeof names[i][1], "pkg/mod_%u.py", i % 97);
 		f[i] = (struct export_frame){names[i][0], names[i][1], (int32_t)(lcg(&seed) % 5000),
-		                             UW_FRAME_PYTHON};
+		                             UW_FRAME_PYTHON, 0};
 	}
-	f[1] = (struct export_frame){"<native>", "", -1, UW_FRAME_NATIVE};
-	f[2] = (struct export_frame){"<GC>", "", -1, UW_FRAME_GC};
+	f[1] = (struct export_frame){"<native>", "", -1, UW_FRAME_NATIVE, 0};
+	f[2] = (struct export_frame){"<GC>", "", -1, UW_FRAME_GC, 0};
 	f[3].line = INT32_MAX;
 	f[4].line = -1;
 	uint32_t *next = ids;
@@ -257,13 +257,13 @@ Test(speedscope, speedscope_schema_large)
 		for (uint32_t d = 1; d < depth; d++)
 			next[d] = (uint32_t)(lcg(&seed) % NFRAMES);
 		uint64_t count = lcg(&seed) % 10 ? lcg(&seed) % 1000 : 0;
-		st[s] = (struct export_stack){next, depth, count, lcg(&seed) << 20};
+		st[s] = (struct export_stack){next, depth, count, lcg(&seed) << 20, 0, 0};
 		next += depth;
 	}
 	st[7].count = UINT64_C(1) << 52;
 	for (uint32_t d = 0; d < EXPORT_MAX_DEPTH; d++)
 		next[d] = d ? 5 : 0;
-	st[NSTACKS - 1] = (struct export_stack){next, EXPORT_MAX_DEPTH, 3, 0};
+	st[NSTACKS - 1] = (struct export_stack){next, EXPORT_MAX_DEPTH, 3, 0, 0, 0};
 	struct export_profile p = profile;
 	p.frames = f;
 	p.nframes = NFRAMES;
@@ -358,6 +358,30 @@ Test(speedscope, speedscope_schema_rejects_broken)
 		run_result_free(&r);
 		free(text);
 		json_decref(broken);
+	}
+	json_decref(doc);
+	free(o.buf);
+}
+
+Test(speedscope, speedscope_one_profile_per_thread)
+{
+	expect_speedscope_schema(&threaded, "threads");
+	struct out o;
+	export_ok(&threaded, EXPORT_SPEEDSCOPE, &o);
+	json_t *doc = parse_json(&o);
+	double sum;
+	check_speedscope(doc, &sum);
+	cr_expect(fabs(sum - (double)THREADED_TOTAL / RATE) < 1e-9);
+	json_t *profiles = json_object_get(doc, "profiles");
+	cr_assert_eq(json_array_size(profiles), 3);
+	/* Named after their threads, the busiest first: speedscope opens profile 0. */
+	static const char *const names[] = {"MainThread (tid 42)", "worker-1 (tid 43)", "thread 140003"};
+	static const double seconds[] = {0.07, 0.05, 0.03};
+	for (size_t i = 0; i < 3; i++) {
+		json_t *p = json_array_get(profiles, i);
+		cr_expect_str_eq(json_string_value(json_object_get(p, "name")), names[i]);
+		cr_expect(fabs(json_number_value(json_object_get(p, "endValue")) - seconds[i]) < 1e-9,
+		          "%s", names[i]);
 	}
 	json_decref(doc);
 	free(o.buf);

@@ -62,7 +62,7 @@ void batch_add_bucket(struct store_batch *b, const int tix[NTARGETS], int64_t ba
 				if (!c)
 					continue;
 				cr_assert_eq(store_batch_samples(b, tix[t], base + k * BUCKET_S, BUCKET_S,
-				                                 tid_of(t, th), s, c),
+				                                 tid_of(t, th), s, c, 0),
 				             0);
 				if (rows_out)
 					(*rows_out)++;
@@ -94,7 +94,7 @@ struct store_batch *batch_begin(int tix[NTARGETS])
 	}
 	for (int s = 0; s < NSTACKS; s++)
 		cr_assert_eq(store_batch_frame(b, frames[s].function, frames[s].file, frames[s].line,
-		                               frames[s].kind),
+		                               frames[s].kind, 0),
 		             s);
 	for (int s = 0; s < NSTACKS; s++)
 		cr_assert_eq(store_batch_stack(b, parent[s], s), s);

@@ -149,18 +149,18 @@ Test(storage, batch_refuses_dangling_indexes)
 {
 	struct store_batch *b = store_batch_new();
 	cr_assert_not_null(b);
-	cr_expect_eq(store_batch_frame(b, "f", "x.py", 1, 3), -1, "kind 3");
+	cr_expect_eq(store_batch_frame(b, "f", "x.py", 1, 3, 0), -1, "kind 3");
 	cr_expect_eq(store_batch_stack(b, -1, 0), -1, "no frame 0 yet");
-	int32_t f = store_batch_frame(b, "f", "x.py", 1, 0);
+	int32_t f = store_batch_frame(b, "f", "x.py", 1, 0, 0);
 	cr_assert_eq(f, 0);
 	cr_expect_eq(store_batch_stack(b, 0, f), -1, "no stack 0 yet");
 	cr_assert_eq(store_batch_stack(b, -1, f), 0);
-	cr_expect_eq(store_batch_samples(b, 0, 0, 10, 1, 0, 1), -1, "no target 0 yet");
+	cr_expect_eq(store_batch_samples(b, 0, 0, 10, 1, 0, 1, 0), -1, "no target 0 yet");
 	struct store_target_info info = {.pid = 1, .start_time = 1};
 	cr_assert_eq(store_batch_target(b, &info), 0);
-	cr_expect_eq(store_batch_samples(b, 0, 0, 10, 1, 1, 1), -1, "no stack 1");
-	cr_expect_eq(store_batch_samples(b, 0, 0, 0, 1, 0, 1), -1, "zero-width bucket");
-	cr_expect_eq(store_batch_samples(b, 0, 0, 10, 1, 0, 1), 0);
+	cr_expect_eq(store_batch_samples(b, 0, 0, 10, 1, 1, 1, 0), -1, "no stack 1");
+	cr_expect_eq(store_batch_samples(b, 0, 0, 0, 1, 0, 1, 0), -1, "zero-width bucket");
+	cr_expect_eq(store_batch_samples(b, 0, 0, 10, 1, 0, 1, 0), 0);
 	cr_expect_eq(store_batch_session(b, 1, 1, 0, 100, "wall"), -1, "no target 1");
 	cr_expect_eq(store_batch_sample_rows(b), 1);
 	store_batch_free(b);
@@ -177,7 +177,7 @@ Test(storage, schema_reopen_keeps_data_and_refuses_newer, .timeout = 60)
 	submit_buckets(w, base, 0, 10);
 	store_writer_close(w); /* close writes what is pending */
 
-	cr_expect_eq(raw_int(path, "PRAGMA user_version"), 1);
+	cr_expect_eq(raw_int(path, "PRAGMA user_version"), 2);
 	cr_expect_eq(raw_int(path, "PRAGMA auto_vacuum"), 2, "incremental auto-vacuum");
 	char mode[32];
 	{
@@ -354,11 +354,11 @@ Test(storage, refuses_files_it_must_not_write, .timeout = 60)
 	cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
 	cr_assert_eq(sqlite3_exec(db,
 	                          "CREATE TABLE samples(x); INSERT INTO samples VALUES (1); "
-	                          "PRAGMA user_version = 2",
+	                          "PRAGMA user_version = 3",
 	                          NULL, NULL, NULL),
 	             SQLITE_OK);
 	sqlite3_close(db);
-	expect_refused(path, "newer", "schema version 2");
+	expect_refused(path, "newer", "schema version 3");
 
 	/* Someone else's database: tables, no schema version. */
 	snprintf(path, sizeof path, "%s/foreign.db", dir);
@@ -489,13 +489,13 @@ static void submit_newcomer(struct store_writer *w, int64_t base)
 	int t = store_batch_target(b, &info);
 	cr_assert(t >= 0 && store_batch_session(b, t, 1.7e9 + 5, 0, 250, "cpu") >= 0);
 	int32_t main_frame = store_batch_frame(b, frames[0].function, frames[0].file, frames[0].line,
-	                                       frames[0].kind);
-	int32_t fresh = store_batch_frame(b, "fresh", "new.py", 3, 0);
+	                                       frames[0].kind, 0);
+	int32_t fresh = store_batch_frame(b, "fresh", "new.py", 3, 0, 0);
 	int32_t s0 = store_batch_stack(b, -1, main_frame);
 	int32_t s1 = store_batch_stack(b, s0, fresh);
 	cr_assert(s0 >= 0 && s1 >= 0);
-	cr_assert_eq(store_batch_samples(b, t, base, BUCKET_S, 9, s0, 4), 0);
-	cr_assert_eq(store_batch_samples(b, t, base + BUCKET_S, BUCKET_S, 9, s1, 6), 0);
+	cr_assert_eq(store_batch_samples(b, t, base, BUCKET_S, 9, s0, 4, 0), 0);
+	cr_assert_eq(store_batch_samples(b, t, base + BUCKET_S, BUCKET_S, 9, s1, 6, 0), 0);
 	store_writer_submit(w, b);
 }
 
@@ -601,4 +601,128 @@ Test(storage, memory_and_file_answer_alike, .timeout = 180)
 	}
 	store_reader_close(r);
 	store_writer_close(w);
+}
+
+/* ---- schema 2: functions by qualified name and first line, idle samples, thread names ---- */
+
+/* What a query split by threads returned, per (thread name, leaf function, first line). */
+struct split_seen {
+	uint64_t total, idle;
+	uint64_t main_run, worker_run, old_row;
+	char labels[128];
+	int64_t main_native;
+};
+
+static int split_row(void *ctx, const struct store_row *row)
+{
+	struct split_seen *s = ctx;
+	s->total += row->count;
+	s->idle += row->idle;
+	const struct store_frame *leaf = &row->frames[row->depth - 1];
+	if (strcmp(leaf->function, "old") == 0 && leaf->first_line == 0)
+		s->old_row += row->count;
+	if (!row->thread)
+		return 0;
+	if (strcmp(row->thread->name, "MainThread") == 0 && strcmp(leaf->function, "Runner.run") == 0 &&
+	    leaf->first_line == 118) {
+		s->main_run += row->count;
+		s->main_native = row->thread->native_id;
+		snprintf(s->labels, sizeof s->labels, "%s=%s", row->thread->nlabels ? row->thread->label_keys[0] : "",
+		         row->thread->nlabels ? row->thread->label_values[0] : "");
+	}
+	if (strcmp(row->thread->name, "worker") == 0 && strcmp(leaf->function, "run") == 0 &&
+	    leaf->first_line == 40)
+		s->worker_run += row->count;
+	return 0;
+}
+
+Test(storage, schema_1_migrates_keeping_its_rows)
+{
+	char path[PATH_MAX];
+	db_path(path, sizeof path);
+	/* A history as schema 1 wrote it: a frame by co_name, no first line, no idle counts. */
+	sqlite3 *made = NULL;
+	cr_assert_eq(sqlite3_open(path, &made), SQLITE_OK);
+	sqlite3_close(made);
+	raw_exec(path,
+	         "CREATE TABLE strings(id INTEGER PRIMARY KEY, s TEXT NOT NULL UNIQUE);"
+	         "CREATE TABLE frames(id INTEGER PRIMARY KEY, function INTEGER NOT NULL, file INTEGER NOT NULL,"
+	         "  line INTEGER NOT NULL, kind INTEGER NOT NULL, UNIQUE(function, file, line, kind));"
+	         "CREATE TABLE stacks(id INTEGER PRIMARY KEY, parent INTEGER NOT NULL, frame INTEGER NOT NULL,"
+	         "  UNIQUE(parent, frame));"
+	         "CREATE TABLE targets(id INTEGER PRIMARY KEY, pid INTEGER NOT NULL, start_time INTEGER NOT NULL,"
+	         "  uid INTEGER NOT NULL, executable TEXT, command_line TEXT, python_version TEXT,"
+	         "  first_seen REAL NOT NULL, last_seen REAL NOT NULL, UNIQUE(pid, start_time));"
+	         "CREATE TABLE target_labels(target INTEGER NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,"
+	         "  PRIMARY KEY(target, key)) WITHOUT ROWID;"
+	         "CREATE INDEX target_labels_kv ON target_labels(key, value, target);"
+	         "CREATE TABLE sessions(id INTEGER PRIMARY KEY, target INTEGER NOT NULL, attached_at REAL NOT NULL,"
+	         "  detached_at REAL, rate_hz INTEGER NOT NULL, mode TEXT, UNIQUE(target, attached_at));"
+	         "CREATE TABLE samples(target INTEGER NOT NULL, bucket_start INTEGER NOT NULL,"
+	         "  bucket_seconds INTEGER NOT NULL, thread_id INTEGER NOT NULL, stack INTEGER NOT NULL,"
+	         "  count INTEGER NOT NULL,"
+	         "  PRIMARY KEY(target, bucket_start, bucket_seconds, thread_id, stack)) WITHOUT ROWID;"
+	         "CREATE INDEX samples_bucket ON samples(bucket_start);"
+	         "INSERT INTO strings VALUES (1, 'old'), (2, 'app.py');"
+	         "INSERT INTO frames VALUES (7, 1, 2, 3, 0);"
+	         "INSERT INTO stacks VALUES (9, 0, 7);"
+	         "INSERT INTO targets VALUES (1, 4242, 1, 0, NULL, NULL, '3.10.0', 1000, 1000);"
+	         "INSERT INTO target_labels VALUES (1, 'service', 'api');"
+	         "INSERT INTO samples VALUES (1, 1000, 10, 5, 9, 6);"
+	         "PRAGMA user_version = 1;");
+	struct store_writer *w = open_writer(path);
+
+	/* New rows beside the old: one process, two threads, a method and a function both run. */
+	struct store_batch *b = store_batch_new();
+	const char *keys[] = {"service"}, *values[] = {"api"};
+	struct store_target_info info = {.pid = 4242, .start_time = 1, .nlabels = 1,
+	                                 .label_keys = keys, .label_values = values};
+	int t = store_batch_target(b, &info);
+	int32_t mod = store_batch_frame(b, "<module>", "app.py", 9, 0, 1);
+	int32_t method = store_batch_frame(b, "Runner.run", "runners.py", 120, 0, 118);
+	int32_t function = store_batch_frame(b, "run", "runners.py", 44, 0, 40);
+	int32_t root = store_batch_stack(b, -1, mod);
+	int32_t s_method = store_batch_stack(b, root, method), s_function = store_batch_stack(b, root, function);
+	cr_assert(t >= 0 && s_method >= 0 && s_function >= 0);
+	cr_assert_eq(store_batch_samples(b, t, 2000, 10, 1, s_method, 4, 0), 0);
+	cr_assert_eq(store_batch_samples(b, t, 2000, 10, 2, s_function, 5, 3), 0);
+	cr_assert_eq(store_batch_samples(b, t, 2000, 10, 2, s_function, 5, 6), -1, "more idle than samples");
+	cr_assert_eq(store_batch_thread(b, t, 1, 4242, "MainThread"), 0);
+	cr_assert_eq(store_batch_thread(b, t, 2, 4243, "worker"), 0);
+	store_writer_submit(w, b);
+	store_writer_sync(w);
+	expect_written(w, "schema 2 rows");
+	/* A later batch without a name keeps the one the thread had. */
+	b = store_batch_new();
+	t = store_batch_target(b, &info);
+	cr_assert_eq(store_batch_thread(b, t, 2, 4243, ""), 0);
+	store_writer_submit(w, b);
+	store_writer_sync(w);
+	store_writer_close(w);
+	cr_expect_eq(raw_int(path, "PRAGMA user_version"), 2);
+	cr_expect_eq(raw_int(path, "SELECT first_line FROM frames WHERE id = 7"), 0, "the old frame kept its id");
+	cr_expect_eq(raw_int(path, "SELECT count(*) FROM threads WHERE name = 'worker'"), 1);
+
+	struct store_reader *r = open_reader(path);
+	struct store_query q = {.until_unix = 3000, .split_threads = true};
+	struct split_seen seen = {0};
+	struct store_error err = {{0}};
+	uint64_t total = 0;
+	cr_assert_eq(store_query_stacks(r, &q, split_row, &seen, &total, &err), 0, "%s", err.msg);
+	cr_expect_eq(total, 15);
+	cr_expect_eq(seen.old_row, 6, "the row schema 1 wrote is still found, by its name");
+	cr_expect_eq(seen.main_run, 4);
+	cr_expect_eq(seen.worker_run, 5);
+	cr_expect_eq(seen.idle, 3);
+	cr_expect_eq(seen.main_native, 4242);
+	cr_expect_str_eq(seen.labels, "service=api");
+
+	/* Without the waiting samples. */
+	q.no_idle = true;
+	memset(&seen, 0, sizeof seen);
+	cr_assert_eq(store_query_stacks(r, &q, split_row, &seen, &total, &err), 0, "%s", err.msg);
+	cr_expect_eq(total, 12);
+	cr_expect_eq(seen.worker_run, 2);
+	cr_expect_eq(seen.idle, 0);
+	store_reader_close(r);
 }

@@ -455,7 +455,9 @@ static void check_text_thread(const char *ctx, const struct lines *l, const json
 		if (!f)
 			break;
 		char expect[PATH_MAX + 512];
-		snprintf(expect, sizeof expect, "    %s (%s:%lld)", str_of(f, "function"),
+		/* The qualified name where the interpreter has one. */
+		const char *name = str_of(f, "qualname") ? str_of(f, "qualname") : str_of(f, "function");
+		snprintf(expect, sizeof expect, "    %s (%s:%lld)", name,
 		         str_of(f, "file"), (long long)int_of(f, "line"));
 		if (strcmp(expect, l->line[first + i]) != 0) {
 			cr_expect(false, "%s: thread %lld frame line %zu\n  want: \"%s\"\n  got:  \"%s\"",
@@ -939,6 +941,10 @@ Test(dump, permission_denied)
 		run_dump(&r, t.pid, variants[i], &opts);
 		expect_clean_failure(&r, 4, i ? "text dump of a root process as nobody"
 		                              : "dump of a root process as nobody");
+		/* The cause, and what would let it through. */
+		cr_expect(r.err && strstr(r.err, "another user's process") && strstr(r.err, "root") &&
+		                  strstr(r.err, "CAP_SYS_PTRACE"),
+		          "the refusal names no remedy: %s", r.err ? r.err : "");
 		run_result_free(&r);
 	}
 	test_target_kill(&t);

@@ -41,7 +41,8 @@ static void expected_line(const json_t *report, char *out, size_t len)
 	out[0] = '\0';
 	for (size_t i = json_array_size(frames); i-- > 0;) {
 		const json_t *f = json_array_get(frames, i);
-		escaped(out, len, json_string_value(json_object_get(f, "function")));
+		const json_t *q = json_object_get(f, "qualname");
+		escaped(out, len, json_string_value(json_is_string(q) ? q : json_object_get(f, "function")));
 		strncat(out, " (", len - strlen(out) - 1);
 		escaped(out, len, json_string_value(json_object_get(f, "file")));
 		char line[32];

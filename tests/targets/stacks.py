@@ -44,6 +44,7 @@ def frame_list(frame):
             "function": code.co_name,
             "qualname": getattr(code, "co_qualname", None),
             "file": code.co_filename,
+            "first_line": code.co_firstlineno,
             # What traceback prints, i.e. CPython's own idea of the line.
             "line": frame.f_lineno,
         })
@@ -445,7 +446,11 @@ def scenario_oddnames(report_path):
         def caller(callee=callee):
             callee()
 
-        caller.__code__ = caller.__code__.replace(co_name=name)
+        # 3.11+ shows the qualified name: it gets the odd name too.
+        names = {"co_name": name}
+        if hasattr(caller.__code__, "co_qualname"):
+            names["co_qualname"] = name
+        caller.__code__ = caller.__code__.replace(**names)
         calls.append(caller)
     start_reporter(report_path, [threading.get_ident()])
     calls[-1]()
@@ -453,7 +458,51 @@ def scenario_oddnames(report_path):
 
 # --- main ----------------------------------------------------------------------------
 
+# --- views: two functions of one short name, threads that wait ------------
+
+
+def run():
+    total = 0
+    for i in range(3000):
+        total += i
+    return total
+
+
+class Runner(object):
+    def run(self):
+        total = 0
+        for i in range(3000):
+            total += i
+        return total
+
+
+def nap():
+    while True:
+        time.sleep(3600)
+
+
+def scenario_views(report_path):
+    # The main thread runs a function and a method both called run; napper
+    # sleeps (off CPU), waiter waits on an Event (a known wait).  3.14+
+    # names the OS threads after Thread.name.
+    event = threading.Event()
+    threads = {"napper": start_worker(nap, "napper"),
+               "waiter": start_worker(event.wait, "waiter")}
+    time.sleep(0.2)
+    natives = {t.name: t.native_id for t in threading.enumerate()
+               if hasattr(t, "native_id")}
+    write_json_atomically(report_path, {"pid": os.getpid(), "version": version_string(),
+                                        "threads": threads, "native_ids": natives,
+                                        "run_line": run.__code__.co_firstlineno,
+                                        "method_line": Runner.run.__code__.co_firstlineno})
+    runner = Runner()
+    while True:
+        run()
+        runner.run()
+
+
 SCENARIOS = {
+    "views": scenario_views,
     "nested": scenario_nested,
     "methods": scenario_methods,
     "generators": scenario_generators,

@@ -81,6 +81,8 @@ Test(steady, known_stacks_allocate_nothing, .timeout = 300)
 		{.flags = UW_SNAP_NATIVE | UW_SNAP_GC, .mode = UW_MODE_WALL},
 		{.flags = UW_SNAP_NATIVE, .mode = UW_MODE_CPU},
 		{.flags = UW_SNAP_NATIVE, .mode = UW_MODE_GIL},
+		/* The daemon's: idle threads told apart, thread names read now and then. */
+		{.flags = UW_SNAP_NATIVE, .mode = UW_MODE_WALL, .want_idle = true},
 	};
 	for (size_t i = 0; i < n; i++) {
 		struct test_target target;
@@ -94,11 +96,17 @@ Test(steady, known_stacks_allocate_nothing, .timeout = 300)
 			for (int warm = 0; warm < 5; warm++)
 				cr_assert_eq(uw_sample(t, &s, &err), 0, "%s: %s", pys[i].path, err.msg);
 			unsigned long before = steady_allocations;
-			uint32_t threads_seen = 0;
+			uint32_t threads_seen = 0, idle_seen = 0;
 			for (int k = 0; k < 1000; k++) {
 				cr_assert_eq(uw_sample(t, &s, &err), 0, "%s: %s", pys[i].path, err.msg);
 				threads_seen += s.nthreads;
+				for (uint32_t h = 0; h < s.nthreads; h++)
+					idle_seen += s.threads[h].idle;
 			}
+			/* Twenty blocked threads: with idle told, most samples are idle ones. */
+			if (modes[m].want_idle)
+				cr_assert_geq(idle_seen, 1000u * 20, "%s: %u idle thread samples of %u",
+				              pys[i].path, idle_seen, threads_seen);
 			cr_assert_eq(steady_allocations - before, 0,
 			             "%s, mode %zu: %lu allocations in 1000 samples of known stacks",
 			             pys[i].path, m, steady_allocations - before);
