@@ -14,6 +14,8 @@
 
 /* fmt into err's message, in at most room bytes of it. */
 static void store_error_vtext(struct store_error *err, size_t room, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
+static void store_error_vtext(struct store_error *err, size_t room, const char *fmt, va_list ap)
 {
 	if (err)
 		vsnprintf(err->msg, room < sizeof err->msg ? room : sizeof err->msg, fmt, ap);
