@@ -187,6 +187,12 @@ FUZZ_SRC     = $(wildcard tests/fuzz/*.c)
 FUZZ_OBJ     = $(call obj,$(FUZZ_SRC))
 FUZZ_BINS    = $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 FUZZ_SECONDS ?= 20
+# FUZZ_RUNS=N runs each harness for N executions instead of FUZZ_SECONDS;
+# FUZZ_HARNESSES="fuzz_rpc ..." runs only those.
+FUZZ_RUNS    ?=
+FUZZ_HARNESSES ?= $(notdir $(FUZZ_BINS))
+FUZZ_LIMIT   = $(if $(FUZZ_RUNS),-runs=$(FUZZ_RUNS),-max_total_time=$(FUZZ_SECONDS))
+FUZZ_HOW     = $(if $(FUZZ_RUNS),$(FUZZ_RUNS) executions,$(FUZZ_SECONDS) s)
 
 # The remote-memory harness works on the hand-built runtime of the unwinder's tests.
 $(BUILD)/fuzz/fuzz_remote: $(BUILD)/tests/unwind/image.o
@@ -335,17 +341,17 @@ check: test
 sanitize:
 	$(Q)$(MAKE) --no-print-directory BUILD=build-sanitize SANITIZE=1 OPT="-O1 -g" test
 
-# Builds every harness and runs each for FUZZ_SECONDS, keeping what it learnt
+# Builds every harness and runs each for FUZZ_SECONDS (or FUZZ_RUNS), keeping what it learnt
 # in build-fuzz/corpus/NAME (seeded from tests/fuzz/seeds/NAME when there).
 fuzz: deps
 	$(Q)$(MAKE) --no-print-directory BUILD=build-fuzz CC=clang FUZZ=1 OPT="-O1 -g" fuzz-run
 
-fuzz-run: $(FUZZ_BINS)
-	$(Q)failed=; for f in $(FUZZ_BINS); do \
+fuzz-run: $(FUZZ_HARNESSES:%=$(BUILD)/fuzz/%)
+	$(Q)failed=; for f in $^; do \
 		name=$$(basename $$f); corpus=$(BUILD)/corpus/$$name; mkdir -p $$corpus; \
 		seeds=; [ -d tests/fuzz/seeds/$$name ] && seeds=tests/fuzz/seeds/$$name; \
-		echo "== $$name for $(FUZZ_SECONDS) s"; \
-		$(TEST_ENV) $$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 $$corpus $$seeds \
+		echo "== $$name for $(FUZZ_HOW)"; \
+		$(TEST_ENV) $$f $(FUZZ_LIMIT) -print_final_stats=1 $$corpus $$seeds \
 			> $(BUILD)/fuzz/$$name.log 2>&1 || { failed="$$failed $$name"; tail -40 $(BUILD)/fuzz/$$name.log; }; \
 		grep -E '^stat::number_of_executed_units|^Done' $(BUILD)/fuzz/$$name.log | tail -1; \
 	done; \
