@@ -21,6 +21,7 @@ const struct stats_counter counters_table[COUNTERS_COUNT] = {
 	{"torn_threads", offsetof(struct uw_stats, torn_threads)},
 	{"cache_resets", offsetof(struct uw_stats, cache_resets)},
 	{"cache_bytes", offsetof(struct uw_stats, cache_bytes)},
+	{"scratch_bytes", offsetof(struct uw_stats, scratch_bytes)},
 };
 
 uint64_t counters_value(const struct uw_stats *st, size_t i)
