@@ -11,6 +11,8 @@
 #   make bench-daemon  measure the daemon: 10 targets x 4 threads at 100 Hz
 #   make bench-history measure the history store over a synthetic day
 #   make bench-hostile what a hostile local user costs the daemon (as root)
+#   make soak       the daemon for SOAK_MINUTES (30) under targets, queries, churn and
+#                   hostile clients: RSS, descriptors, rates and errors every minute
 #   make install    binaries, systemd units and man pages (PREFIX, DESTDIR)
 #   make clean
 #
@@ -203,7 +205,7 @@ $(BUILD)/fuzz/%: $(BUILD)/tests/fuzz/%.o $(LIBCTL) $(LIBCLIENT) $(LIBS_DAEMON)
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -fsanitize=fuzzer -o $@ $^ $(LINK_DAEMON)
 
-.PHONY: all deps test check sanitize fuzz fuzz-run demo bench bench-daemon bench-history bench-hostile install clean
+.PHONY: all deps test check sanitize fuzz fuzz-run demo bench bench-daemon bench-history bench-hostile soak install clean
 
 all: $(PYPROFD) $(CTL)
 
@@ -423,6 +425,12 @@ bench-daemon: deps
 bench-hostile: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(PYTHON) bench/hostile.py --pyprofd $(PYPROFD) --ctl $(CTL) $(BENCH_ARGS)
+
+# The daemon for SOAK_MINUTES under targets, queries, churn and hostile clients; see bench/soak.py.
+SOAK_MINUTES ?= 30
+soak: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(PYTHON) bench/soak.py --pyprofd $(PYPROFD) --ctl $(CTL) --minutes $(SOAK_MINUTES) $(BENCH_ARGS)
 
 clean:
 	rm -rf build build-sanitize build-fuzz
