@@ -232,7 +232,10 @@ def main():
                 entries = soak.sample_counts()
                 status = soak.ctl("status") or {}
                 missed = soak.missed_ticks()
-                t_errors = sum(e.get("errors", 0) for e in entries.values())
+                # Per process: an exited target leaving the list takes its errors with it.
+                errors = {pid: e.get("errors", 0) for pid, e in entries.items()}
+                before = last.get("errors")
+                new_errors = sum(n - before.get(pid, 0) for pid, n in errors.items()) if before else 0
                 samples = {p.pid: entries.get(p.pid, {}).get("samples", 0) for p, _ in soak.targets}
                 if last_report is None:
                     rates = "-"
@@ -245,10 +248,10 @@ def main():
                 rss_at.append((minute, rss))
                 print("%6.1f %9d %5d %4d %13s %7d %7d %7d %6d %8d %7d" % (
                     minute, rss // 1024, descriptors(d.proc.pid), threads(d.proc.pid), rates,
-                    missed - last.get("missed", missed), t_errors - last.get("t_errors", t_errors),
+                    missed - last.get("missed", missed), new_errors,
                     soak.failed, soak.warnings(), status.get("queued_bytes", 0),
                     status.get("connections_timed_out", 0)), flush=True)
-                last = {"samples": samples, "missed": missed, "t_errors": t_errors}
+                last = {"samples": samples, "missed": missed, "errors": errors}
                 last_report = now
                 if minute >= args.minutes - 0.01:
                     break
