@@ -13,6 +13,8 @@
 #   make bench-history measure the history store over a synthetic day
 #   make bench-hostile what a hostile local user costs the daemon (as root)
 #   make bench-fleet   exec to first sample, discovery's CPU, the CPU budget (as root)
+#   make soak       the daemon for SOAK_MINUTES (30) under targets, queries, churn and
+#                   hostile clients: RSS, descriptors, rates and errors every minute
 #   make install    binaries, systemd units and man pages (PREFIX, DESTDIR)
 #   make clean
 #
@@ -202,6 +204,12 @@ FUZZ_SRC     = $(wildcard tests/fuzz/*.c)
 FUZZ_OBJ     = $(call obj,$(FUZZ_SRC))
 FUZZ_BINS    = $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 FUZZ_SECONDS ?= 20
+# FUZZ_RUNS=N runs each harness for N executions instead of FUZZ_SECONDS;
+# FUZZ_HARNESSES="fuzz_rpc ..." runs only those.
+FUZZ_RUNS    ?=
+FUZZ_HARNESSES ?= $(notdir $(FUZZ_BINS))
+FUZZ_LIMIT   = $(if $(FUZZ_RUNS),-runs=$(FUZZ_RUNS),-max_total_time=$(FUZZ_SECONDS))
+FUZZ_HOW     = $(if $(FUZZ_RUNS),$(FUZZ_RUNS) executions,$(FUZZ_SECONDS) s)
 
 # The remote-memory harness works on the hand-built runtime of the unwinder's tests.
 $(BUILD)/fuzz/fuzz_remote: $(BUILD)/tests/unwind/image.o
@@ -212,7 +220,7 @@ $(BUILD)/fuzz/%: $(BUILD)/tests/fuzz/%.o $(LIBCTL) $(LIBCLIENT) $(LIBS_DAEMON)
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -fsanitize=fuzzer -o $@ $^ $(LINK_DAEMON)
 
-.PHONY: all deps pythons test check sanitize fuzz fuzz-run demo bench bench-daemon bench-history bench-hostile bench-fleet install clean
+.PHONY: all deps pythons test check sanitize fuzz fuzz-run demo bench bench-daemon bench-history bench-hostile bench-fleet soak install clean
 
 all: $(PYPROFD) $(CTL)
 
@@ -376,17 +384,17 @@ check: test
 sanitize:
 	$(Q)$(MAKE) --no-print-directory BUILD=build-sanitize SANITIZE=1 OPT="-O1 -g" test
 
-# Builds every harness and runs each for FUZZ_SECONDS, keeping what it learnt
+# Builds every harness and runs each for FUZZ_SECONDS (or FUZZ_RUNS), keeping what it learnt
 # in build-fuzz/corpus/NAME (seeded from tests/fuzz/seeds/NAME when there).
 fuzz: deps
 	$(Q)$(MAKE) --no-print-directory BUILD=build-fuzz CC=clang FUZZ=1 OPT="-O1 -g" fuzz-run
 
-fuzz-run: $(FUZZ_BINS)
-	$(Q)failed=; for f in $(FUZZ_BINS); do \
+fuzz-run: $(FUZZ_HARNESSES:%=$(BUILD)/fuzz/%)
+	$(Q)failed=; for f in $^; do \
 		name=$$(basename $$f); corpus=$(BUILD)/corpus/$$name; mkdir -p $$corpus; \
 		seeds=; [ -d tests/fuzz/seeds/$$name ] && seeds=tests/fuzz/seeds/$$name; \
-		echo "== $$name for $(FUZZ_SECONDS) s"; \
-		$(TEST_ENV) $$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 $$corpus $$seeds \
+		echo "== $$name for $(FUZZ_HOW)"; \
+		$(TEST_ENV) $$f $(FUZZ_LIMIT) -print_final_stats=1 $$corpus $$seeds \
 			> $(BUILD)/fuzz/$$name.log 2>&1 || { failed="$$failed $$name"; tail -40 $(BUILD)/fuzz/$$name.log; }; \
 		grep -E '^stat::number_of_executed_units|^Done' $(BUILD)/fuzz/$$name.log | tail -1; \
 	done; \
@@ -463,6 +471,12 @@ bench-fleet: deps
 bench-hostile: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(PYTHON) bench/hostile.py --pyprofd $(PYPROFD) --ctl $(CTL) $(BENCH_ARGS)
+
+# The daemon for SOAK_MINUTES under targets, queries, churn and hostile clients; see bench/soak.py.
+SOAK_MINUTES ?= 30
+soak: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(PYTHON) bench/soak.py --pyprofd $(PYPROFD) --ctl $(CTL) --minutes $(SOAK_MINUTES) $(BENCH_ARGS)
 
 clean:
 	rm -rf build build-sanitize build-fuzz

@@ -352,6 +352,8 @@ static char *config_next_line(char *str, int num, void *stream)
 }
 
 static void config_file_verror(struct file_ctx *ctx, unsigned line, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
+static void config_file_verror(struct file_ctx *ctx, unsigned line, const char *fmt, va_list ap)
 {
 	if (ctx->bad_line && ctx->bad_line <= line)
 		return;

@@ -22,6 +22,7 @@ const struct stats_counter counters_table[COUNTERS_COUNT] = {
 	{"cache_resets", offsetof(struct uw_stats, cache_resets)},
 	{"cache_bytes", offsetof(struct uw_stats, cache_bytes)},
 	{"walks_cut", offsetof(struct uw_stats, walks_cut)},
+	{"scratch_bytes", offsetof(struct uw_stats, scratch_bytes)},
 };
 
 uint64_t counters_value(const struct uw_stats *st, size_t i)

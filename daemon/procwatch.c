@@ -204,20 +204,20 @@ static void procwatch_on_walk(struct ev_loop *loop, ev_timer *w, int revents)
 /* Subscribe (listen) or not; 0 or -1 with errno. */
 static int procwatch_subscribe(int fd, enum proc_cn_mcast_op op)
 {
-	struct {
-		struct nlmsghdr nl;
-		struct cn_msg cn;
-		enum proc_cn_mcast_op op;
-	} __attribute__((packed)) msg;
-	memset(&msg, 0, sizeof msg);
-	msg.nl.nlmsg_len = sizeof msg;
-	msg.nl.nlmsg_type = NLMSG_DONE;
-	msg.nl.nlmsg_pid = (uint32_t)getpid();
-	msg.cn.id.idx = CN_IDX_PROC;
-	msg.cn.id.val = CN_VAL_PROC;
-	msg.cn.len = sizeof msg.op;
-	msg.op = op;
-	return send(fd, &msg, sizeof msg, 0) == (ssize_t)sizeof msg ? 0 : -1;
+	/* Laid out by hand: struct cn_msg ends in a flexible array member, which
+	 * ISO C does not allow inside another struct (clang refuses it). */
+	_Alignas(struct nlmsghdr) unsigned char msg[sizeof(struct nlmsghdr) + sizeof(struct cn_msg) +
+	                                            sizeof op];
+	struct nlmsghdr nl = {
+		.nlmsg_len = sizeof msg,
+		.nlmsg_type = NLMSG_DONE,
+		.nlmsg_pid = (uint32_t)getpid(),
+	};
+	struct cn_msg cn = {.id = {.idx = CN_IDX_PROC, .val = CN_VAL_PROC}, .len = sizeof op};
+	memcpy(msg, &nl, sizeof nl);
+	memcpy(msg + sizeof nl, &cn, sizeof cn);
+	memcpy(msg + sizeof nl + sizeof cn, &op, sizeof op);
+	return send(fd, msg, sizeof msg, 0) == (ssize_t)sizeof msg ? 0 : -1;
 }
 
 static void procwatch_event(struct procwatch_state *st, const struct proc_event *ev)

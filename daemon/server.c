@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,8 @@
 #define LISTEN_BACKLOG 128
 /* How long accepting rests after it failed for want of descriptors or memory. */
 #define ACCEPT_REST_S 1.0
+/* Blocks from this size up are mapped on their own (server_main says why). */
+#define SERVER_MMAP_THRESHOLD (128 * 1024)
 
 /* mkdir -p with `mode` for the directories it creates. */
 static int server_make_dirs(const char *path, mode_t mode)
@@ -365,6 +368,17 @@ int server_main(int argc, char **argv)
 	log_init(s.config.log_level);
 	descriptors_explain(&s.config);
 	signal(SIGPIPE, SIG_IGN);
+#ifdef __GLIBC__
+	/*
+	 * glibc raises its mmap threshold to the largest block freed (up to
+	 * 32 MiB): the room one outlier sample took and gave back was carved
+	 * from the heap the next time, and stayed resident as holes once given
+	 * back again, so the RSS crept by what the targets' largest samples had
+	 * needed.  A fixed threshold keeps every large block mapped on its own,
+	 * the system's again once freed.
+	 */
+	mallopt(M_MMAP_THRESHOLD, SERVER_MMAP_THRESHOLD);
+#endif
 
 	s.loop = ev_default_loop(EVFLAG_AUTO);
 	if (!s.loop) {

@@ -28,6 +28,8 @@
 
 /* How long a connection waits on another's lock before SQLITE_BUSY. */
 #define STORE_BUSY_TIMEOUT_MS 5000
+/* The writer connection's page cache, in KiB (a string for its PRAGMA): schema.c says why. */
+#define STORE_WRITER_CACHE_KIB "512"
 
 /* ---- schema.c: connections, pragmas, migrations, errors ---- */
 

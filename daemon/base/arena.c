@@ -60,6 +60,14 @@ void arena_free(struct arena *a)
 	}
 }
 
+size_t arena_bytes(const struct arena *a)
+{
+	size_t total = 0;
+	for (const struct arena_block *b = a->blocks; b; b = b->next)
+		total += sizeof *b + b->size;
+	return total;
+}
+
 void arena_clear(struct arena *a)
 {
 	struct arena_block *keep = NULL;

@@ -18,6 +18,8 @@ void *arena_dup(struct arena *a, const void *src, size_t size); /* NULL if out o
 /* A protobuf-c message, initialised: ARENA_MESSAGE(a, Pyprofd__Frame, PYPROFD__FRAME__INIT). */
 #define ARENA_MESSAGE(a, type, init) ((type *)arena_dup((a), &(type)init, sizeof(type)))
 void arena_free(struct arena *a);
+/* Bytes its blocks hold, used or not. */
+size_t arena_bytes(const struct arena *a);
 /* Free everything allocated, keeping the largest block: an arena reused this way stops allocating. */
 void arena_clear(struct arena *a);
 

@@ -89,6 +89,15 @@ struct uw_snapshot {
 #define UW_MAX_FRAMES 8192
 #define UW_MAX_THREADS 4096
 #define UW_MAX_INTERPRETERS 256
+/*
+ * A sample's working arrays keep their room, so a steady sample allocates
+ * nothing.  Room past UW_SCRATCH_KEEP_BYTES (one stack thousands of frames
+ * deep, or a read that walked a torn chain to the frame bound) is given back
+ * every UW_SCRATCH_TRIM_SAMPLES samples: a target whose samples need it
+ * takes it again at once, any other does not hold it for good.
+ */
+#define UW_SCRATCH_KEEP_BYTES (256u << 10)
+#define UW_SCRATCH_TRIM_SAMPLES 256u
 
 /* Flags of uw_snapshot(). */
 #define UW_SNAP_NATIVE 0x1u /* insert <native> markers where the version allows */
@@ -269,6 +278,7 @@ struct uw_stats {
 	uint64_t cache_resets;             /* budget reached: everything forgotten */
 	uint64_t walks_cut;                /* samples cut short at max_sample_ns */
 	uint64_t cache_bytes;              /* now */
+	uint64_t scratch_bytes;            /* now: the room the working arrays keep between samples */
 	uint64_t errors[UW_EIO + 1];       /* failed samples by status */
 };
 

@@ -403,6 +403,9 @@ void view_retry_end(struct uw_target *t);
 /* End a sample: plan the next batch from what this one read; free scratch. */
 void view_end(struct uw_target *t, bool plan_next);
 void view_free(struct uw_target *t);
+/* Bytes the view's working arrays hold between samples; and giving them back, plan kept. */
+size_t view_room(const struct uw_target *t);
+void view_trim(struct uw_target *t);
 
 /* walk.c */
 /* A few bytes the walk relied on, read again to prove they did not move. */
@@ -462,6 +465,8 @@ size_t walk_cache_bytes(const struct uw_target *t);
 bool walk_over_time(struct walk *w, uint32_t frames);
 /* The arrays a sample works in, kept between samples. */
 void walk_free(struct uw_target *t);
+/* Bytes they hold. */
+size_t walk_room(const struct uw_target *t);
 
 /* frames.c */
 /* Read one thread's innermost-frame pointer and its frames onto w->raw (*n of them), with checks. */

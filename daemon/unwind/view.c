@@ -178,6 +178,36 @@ void view_end(struct uw_target *t, bool plan_next)
 	t->nused = 0;
 }
 
+size_t view_room(const struct uw_target *t)
+{
+	return t->used_cap * sizeof *t->used + t->retry_used_cap * sizeof *t->retry_used +
+	       t->batch.cap * sizeof *t->batch.ranges + t->batch.buf_cap +
+	       t->retry.cap * sizeof *t->retry.ranges + t->retry.buf_cap + arena_bytes(&t->scratch);
+}
+
+void view_trim(struct uw_target *t)
+{
+	/* Between samples only the plan of the next batch is live: its ranges, shrunk to fit. */
+	if (t->batch.n == 0) {
+		batch_free(&t->batch);
+	} else if (t->batch.n < t->batch.cap) {
+		struct remote_range *r = realloc(t->batch.ranges, t->batch.n * sizeof *r);
+		if (r) {
+			t->batch.ranges = r;
+			t->batch.cap = t->batch.n;
+		}
+	}
+	free(t->batch.buf);
+	t->batch.buf = NULL;
+	t->batch.buf_cap = 0;
+	batch_free(&t->retry);
+	arena_free(&t->scratch);
+	free(t->used);
+	free(t->retry_used);
+	t->used = t->retry_used = NULL;
+	t->used_cap = t->retry_used_cap = 0;
+}
+
 void view_free(struct uw_target *t)
 {
 	view_end(t, false);

@@ -329,6 +329,34 @@ static bool walk_reset_due(const struct uw_target *t)
 	return walk_cache_bytes(t) > t->opts.cache_budget / 2;
 }
 
+size_t walk_room(const struct uw_target *t)
+{
+	const struct walk *w = t->walk;
+	if (!w)
+		return 0;
+	return sizeof *w + w->raw_cap * sizeof *w->raw + w->checks_cap * sizeof *w->checks +
+	       w->base_cap * sizeof *w->base + w->moved_cap * sizeof *w->moved +
+	       w->ranges_cap * sizeof *w->ranges + w->range_of_cap * sizeof *w->range_of + w->buf_cap;
+}
+
+/*
+ * The working arrays keep the room of the largest sample, so a steady one
+ * allocates nothing.  But one sample that needed far more (a recursion
+ * thousands deep, or a read of a stack that moved under it and walked a
+ * chain of freed frames to UW_MAX_FRAMES) grew them by megabytes, which a
+ * daemon kept for the target's life: its RSS crept as, one by one, its
+ * targets met such a sample.  Now and then room past the bound is given
+ * back; a target whose samples need it takes it again at the next sample.
+ */
+static void walk_trim(struct uw_target *t)
+{
+	if (t->stats.samples % UW_SCRATCH_TRIM_SAMPLES != 0 ||
+	    walk_room(t) + view_room(t) <= UW_SCRATCH_KEEP_BYTES)
+		return;
+	walk_free(t);
+	view_trim(t);
+}
+
 int uw_sample(struct uw_target *t, struct uw_sample *s, struct uw_error *err)
 {
 	struct uw_error local_err;
@@ -380,9 +408,11 @@ done:
 		if (err->status <= UW_EIO)
 			t->stats.errors[err->status]++;
 	}
+	walk_trim(t);
 	t->stats.readv_calls = t->mem.calls;
 	t->stats.bytes_read = t->mem.bytes;
 	t->stats.cache_bytes = walk_cache_bytes(t);
+	t->stats.scratch_bytes = walk_room(t) + view_room(t);
 	return rc;
 }
 

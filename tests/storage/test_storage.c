@@ -726,3 +726,31 @@ Test(storage, schema_1_migrates_keeping_its_rows)
 	cr_expect_eq(seen.idle, 0);
 	store_reader_close(r);
 }
+
+/*
+ * The writer's memory stops growing with the file.  SQLite's default page
+ * cache (2000 KiB) filled at the pace the file grew, so a daemon's RSS crept
+ * for hours before it levelled.  Writing a file many times the writer's
+ * cache must leave SQLite's memory in this process (the writer's
+ * connection alone) under 1 MiB.
+ */
+Test(storage, writer_memory_is_bounded_as_the_file_grows, .timeout = 120)
+{
+	char path[PATH_MAX];
+	db_path(path, sizeof path);
+	struct store_writer *w = open_writer(path);
+	int64_t base = base_days_ago(2);
+	for (int64_t k = 0; k < 6000; k += 500) {
+		submit_buckets(w, base, k, k + 500);
+		store_writer_sync(w);
+	}
+	expect_written(w, "12 batches");
+	struct store_writer_status st;
+	store_writer_status(w, &st);
+	cr_assert_gt(st.db_bytes, 4u << 20, "the file is only %llu bytes: nothing to bound",
+	             (unsigned long long)st.db_bytes);
+	long long used = (long long)sqlite3_memory_used();
+	cr_assert_lt(used, 1 << 20, "SQLite holds %lld bytes for a %llu-byte file", used,
+	             (unsigned long long)st.db_bytes);
+	store_writer_close(w);
+}

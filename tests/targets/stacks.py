@@ -15,6 +15,7 @@ import functools
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import threading
@@ -292,6 +293,34 @@ def scenario_recursion(report_path):
     recurse(RECURSION_DEPTH)
 
 
+# --- a stack that goes deep, then comes back up -------------------------------
+
+DIVE_DEPTH = 3000
+
+
+def dive(n, surface):
+    if n == 0:
+        while not surface.is_set():
+            time.sleep(0.01)  # BLOCK
+        return
+    dive(n - 1, surface)
+
+
+def dive_and_surface(surface):
+    dive(DIVE_DEPTH, surface)
+    hold()
+
+
+def scenario_dive(report_path):
+    """One thread parks 3000 frames deep; SIGUSR1 brings it back up, to park shallow."""
+    surface = threading.Event()
+    signal.signal(signal.SIGUSR1, lambda signum, frame: surface.set())
+    sys.setrecursionlimit(DIVE_DEPTH + 1000)
+    threading.stack_size(64 << 20)  # up to 3.10 each Python call takes C stack too
+    start_reporter(report_path, [start_worker(dive_and_surface, "diver", surface)])
+    hold()
+
+
 # --- callbacks from C ----------------------------------------------------------
 
 
@@ -509,6 +538,7 @@ SCENARIOS = {
     "coroutines": scenario_coroutines,
     "lambdas": scenario_lambdas,
     "recursion": scenario_recursion,
+    "dive": scenario_dive,
     "callbacks": scenario_callbacks,
     "nonascii": scenario_nonascii,
     "threads20": scenario_threads20,

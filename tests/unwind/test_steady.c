@@ -120,6 +120,70 @@ Test(steady, known_stacks_allocate_nothing, .timeout = 300)
 	}
 }
 
+/* Frames of every thread of one snapshot. */
+static uint32_t steady_frames(struct uw_target *t, const char *python)
+{
+	struct uw_snapshot snap;
+	struct uw_error err = {0};
+	cr_assert_eq(uw_snapshot(t, 0, &snap, &err), 0, "%s: %s", python, err.msg);
+	uint32_t frames = 0;
+	for (uint32_t i = 0; i < snap.nthreads; i++)
+		frames += snap.threads[i].nframes;
+	uw_snapshot_release(&snap);
+	return frames;
+}
+
+/*
+ * A stack thousands of frames deep grows the working arrays past the room a
+ * sample keeps; once the stacks are shallow again that room is given back
+ * within UW_SCRATCH_TRIM_SAMPLES samples, and sampling is steady again (a
+ * daemon kept the room of every target's largest sample for good, and its
+ * RSS crept as its targets met one).
+ */
+Test(steady, room_a_deep_stack_took_is_given_back, .timeout = 300)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	cr_assert_gt(n, 0);
+	for (size_t i = 0; i < n; i++) {
+		struct test_target target;
+		test_target_start(&target, &pys[i], "dive");
+		json_decref(test_target_wait_report(&target, TARGET_READY_TIMEOUT_S));
+		struct uw_target *t = steady_open(target.pid);
+		struct uw_sample s = {0};
+		struct uw_error err = {0};
+		struct uw_stats st;
+		for (int k = 0; k < 5; k++)
+			cr_assert_eq(uw_sample(t, &s, &err), 0, "%s: %s", pys[i].path, err.msg);
+		uw_stats(t, &st);
+		cr_assert_gt(st.scratch_bytes, UW_SCRATCH_KEEP_BYTES,
+		             "%s: a stack 3000 deep took only %llu bytes of room", pys[i].path,
+		             (unsigned long long)st.scratch_bytes);
+
+		cr_assert_eq(kill(target.pid, SIGUSR1), 0);
+		for (int k = 0; k < 1000 && steady_frames(t, pys[i].path) > 100; k++)
+			usleep(10 * 1000);
+		cr_assert_leq(steady_frames(t, pys[i].path), 100, "%s: the stack did not come back up",
+		              pys[i].path);
+		for (unsigned k = 0; k < 2 * UW_SCRATCH_TRIM_SAMPLES; k++)
+			cr_assert_eq(uw_sample(t, &s, &err), 0, "%s: %s", pys[i].path, err.msg);
+		uw_stats(t, &st);
+		cr_assert_leq(st.scratch_bytes, UW_SCRATCH_KEEP_BYTES,
+		              "%s: shallow stacks still hold %llu bytes of room", pys[i].path,
+		              (unsigned long long)st.scratch_bytes);
+
+		/* Given back once: the shallow stacks sample without allocating again. */
+		unsigned long before = steady_allocations;
+		for (unsigned k = 0; k < 2 * UW_SCRATCH_TRIM_SAMPLES; k++)
+			cr_assert_eq(uw_sample(t, &s, &err), 0, "%s: %s", pys[i].path, err.msg);
+		cr_assert_eq(steady_allocations - before, 0, "%s: %lu allocations in %u shallow samples",
+		             pys[i].path, steady_allocations - before, 2 * UW_SCRATCH_TRIM_SAMPLES);
+		uw_sample_free(&s);
+		uw_close(t);
+		test_target_kill(&target);
+	}
+}
+
 /* What the epoch callback saw, against what the sample before it gave. */
 struct epoch_watch {
 	uint32_t stack;           /* an id of the previous sample */
