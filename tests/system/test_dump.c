@@ -857,8 +857,14 @@ ParameterizedTest(struct py_param *p, dump, exit_during_dump)
 			cr_assert(r.exited && !r.timed_out, "%s: dump #%u %s", ctx, dumps,
 			          run_describe(&r, why, sizeof why));
 			if (gone) {
-				/* Reaped: the pid names nobody now. */
-				if (expect_clean_failure(&r, 3, ctx))
+				/*
+				 * Reaped: the pid names nobody now, or, where pids wrap
+				 * at 32768 on a busy host, already a new process that is
+				 * not Python (once it was this very dump).
+				 */
+				static const int after_reap[] = {3, 5};
+				int k = expect_clean_failure_among(&r, after_reap, COUNT(after_reap), ctx);
+				if (k == 0)
 					counts[1]++;
 			} else if (r.code == 0) {
 				json_error_t jerr;
