@@ -13,6 +13,7 @@
 #   make bench-history measure the history store over a synthetic day
 #   make bench-hostile what a hostile local user costs the daemon (as root)
 #   make bench-fleet   exec to first sample, discovery's CPU, the CPU budget (as root)
+#   make bench-page    the profile page in headless Chromium on 50,000 stacks
 #   make soak       the daemon for SOAK_MINUTES (30) under targets, queries, churn and
 #                   hostile clients: RSS, descriptors, rates and errors every minute
 #   make install    binaries, systemd units and man pages (PREFIX, DESTDIR)
@@ -122,7 +123,9 @@ BASE_OBJ   = $(call obj,$(BASE_SRC))
 UNWIND_OBJ = $(call obj,$(UNWIND_SRC))
 WIRE_OBJ   = $(call obj,$(WIRE_SRC)) $(BUILD)/proto/pyprofd.pb-c.o
 STORE_OBJ  = $(call obj,$(STORE_SRC))
-EXPORT_OBJ = $(call obj,$(EXPORT_SRC)) $(BUILD)/proto/profile.pb-c.o
+# The profile page is written as a page (client/export/page.html) and built in as bytes.
+PAGE_C     = $(BUILD)/client/export/page.c
+EXPORT_OBJ = $(call obj,$(EXPORT_SRC)) $(BUILD)/proto/profile.pb-c.o $(PAGE_C:.c=.o)
 CLIENT_OBJ = $(call obj,$(CLIENT_SRC))
 DAEMON_OBJ = $(call obj,$(DAEMON_SRC))
 CTL_OBJ    = $(call obj,$(CTL_SRC))
@@ -220,7 +223,7 @@ $(BUILD)/fuzz/%: $(BUILD)/tests/fuzz/%.o $(LIBCTL) $(LIBCLIENT) $(LIBS_DAEMON)
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -fsanitize=fuzzer -o $@ $^ $(LINK_DAEMON)
 
-.PHONY: all deps pythons test check sanitize fuzz fuzz-run demo bench bench-daemon bench-history bench-hostile bench-fleet soak install clean
+.PHONY: all deps pythons test check sanitize fuzz fuzz-run demo bench bench-daemon bench-history bench-hostile bench-fleet bench-page soak install clean
 
 all: $(PYPROFD) $(CTL)
 
@@ -235,6 +238,20 @@ $(BUILD)/proto/%.pb-c.c $(BUILD)/proto/%.pb-c.h: proto/%.proto
 $(POISON)/%.h:
 	@mkdir -p $(@D)
 	$(Q)printf '#error "%s is not for this part of pyprofd: see the layers in the Makefile"\n' $(notdir $@) > $@
+
+# The page as a NUL-ended array, export_page (client/export/export_int.h).
+$(PAGE_C): client/export/page.html
+	@mkdir -p $(@D)
+	$(E) "  GEN     $@"
+	$(Q){ echo '/* Made by make from $<: edit that. */'; \
+	  echo 'extern const char export_page[];'; \
+	  echo 'const char export_page[] = {'; \
+	  od -An -v -tx1 < $< | sed 's/\([0-9a-f][0-9a-f]\)/0x\1,/g'; \
+	  echo '0};'; } > $@.tmp && mv $@.tmp $@
+
+$(PAGE_C:.c=.o): $(PAGE_C)
+	$(E) "  CC      $<"
+	$(Q)$(CC) $(CFLAGS) -c -o $@ $<
 
 # Generated protobuf code is not ours to hold to our warnings.
 $(BUILD)/proto/%.pb-c.o: $(BUILD)/proto/%.pb-c.c | $(POISON_H)
@@ -466,6 +483,16 @@ bench-daemon: deps
 bench-fleet: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(PYTHON) bench/fleet.py --pyprofd $(PYPROFD) --ctl $(CTL) $(BENCH_ARGS)
+
+# The profile page on 50,000 stacks, timed in headless Chromium; see bench/page_bench.c.
+$(BUILD)/bench/page_bench.o: LIBINC = $(NO_SQLITE) $(NO_EV) $(INC_EXPORT)
+$(BUILD)/bench/page_bench: $(BUILD)/bench/page_bench.o $(LIBEXPORT) $(LIBWIRE) $(LIBBASE)
+	$(E) "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lprotobuf-c -ljansson -lz -lm
+
+bench-page: deps
+	$(Q)$(MAKE) --no-print-directory $(BUILD)/bench/page_bench
+	$(BUILD)/bench/page_bench $(BENCH_ARGS)
 
 # Unread answers, one user's connections, descriptors used up; see bench/hostile.py.
 bench-hostile: deps

@@ -28,8 +28,10 @@ const char ctl_query_usage[] =
 	"  --from T, --until T\n"
 	"                    a range: unix seconds, or local time YYYY-MM-DDTHH:MM[:SS]\n"
 	"  --thread TID      one thread (threading.get_ident())\n"
-	"  --format F        collapsed (default), flamegraph (one HTML file), speedscope,\n"
-	"                    pprof (gzip'd protobuf), table (top functions, counted by\n"
+	"  --format F        collapsed (default), flamegraph (one HTML file), heatmap (the\n"
+	"                    same page with the sources, read now, line by line),\n"
+	"                    speedscope, pprof (gzip'd protobuf), gecko, table (top\n"
+	"                    functions, counted by\n"
 	"                    the daemon; with --json one object: {name, mode, from, until,\n"
 	"                    samples, functions_found, functions: [{function, file, own,\n"
 	"                    total, own_percent, total_percent}]}), json, or processes\n"
@@ -42,7 +44,8 @@ const char ctl_query_usage[] =
 
 const char ctl_diff_usage[] =
 	"usage: pyprofd-ctl diff [--pid P | --target ID] [--label K=V]... [--thread TID] [--limit N]\n"
-	"                        --base FROM..UNTIL --compare FROM..UNTIL [--json] [-o FILE]\n"
+	"                        --base FROM..UNTIL --compare FROM..UNTIL [--format F] [--json]\n"
+	"                        [-o FILE]\n"
 	"\n"
 	"Two ranges of the history side by side: each function's share of the samples\n"
 	"(own and total) in the base range and in the compared one, the functions whose\n"
@@ -51,6 +54,9 @@ const char ctl_diff_usage[] =
 	"now, or -D for D ago (-90s, -15m, -2h, -1d): --base -2h..-1h --compare -1h..now.\n"
 	"The daemon counts and orders; one request answers both ranges.\n"
 	"\n"
+	"  --format F        table (default), or flamegraph: the compared range's graph,\n"
+	"                    each frame coloured by how its share of the samples moved\n"
+	"                    (red: up, blue: down), or heatmap: the same with sources\n"
 	"  --limit N         the first N functions (default: all)\n"
 	"  --json            one JSON object: {base_samples, compare_samples,\n"
 	"                    functions_found, functions:\n"
@@ -369,12 +375,13 @@ static void ctl_history_covered(const Pyprofd__QueryResult *head, double *from, 
 	}
 }
 
-/* What export writers need of a reply's threads and stacks, owned together. */
+/* What export writers need of replies' threads and stacks, owned together. */
 struct ctl_history_profile {
 	struct export_frame *frames;
 	struct export_stack *stacks;
 	struct export_thread *threads;
 	struct export_label *labels;
+	struct export_sources sources;
 };
 
 static void ctl_history_profile_free(struct ctl_history_profile *h)
@@ -383,21 +390,33 @@ static void ctl_history_profile_free(struct ctl_history_profile *h)
 	free(h->stacks);
 	free(h->threads);
 	free(h->labels);
+	export_sources_free(&h->sources);
 }
 
-/* The query's answer, all parts, as the export writers take it. */
-static int ctl_history_export(const struct client_reply *reply, const char *name,
-                              enum export_format format, bool per_thread, FILE *out)
+/* A page's time slots: about one per 5 pixels of a wide screen. */
+#define CTL_HISTORY_PAGE_SLOTS 240
+
+/*
+ * Answers to stack queries (all parts of each; a diff's base range last,
+ * marked base) as the export writers take them.  The first answer heads
+ * the profile; a heatmap gets the sources of its files, read here (see
+ * export_sources_read).
+ */
+static int ctl_history_export(const struct client_reply *const *replies, size_t nreplies, bool diff,
+                              const char *name, enum export_format format, bool per_thread, FILE *out)
 {
-	size_t nframes = 0, nstacks = 0, nthreads = 0, nlabels = 0;
-	for (size_t i = 0; i < reply->nparts; i++) {
-		const Pyprofd__QueryResult *r = reply->parts[i]->query;
-		nframes += r->n_frames;
-		nstacks += r->n_stacks;
-		nthreads += r->n_threads;
-		for (size_t k = 0; k < r->n_threads; k++)
-			nlabels += r->threads[k]->n_labels;
-	}
+	size_t nframes = 0, nstacks = 0, nthreads = 0, nlabels = 0, nrefs = 0;
+	for (size_t k = 0; k < nreplies; k++)
+		for (size_t i = 0; i < replies[k]->nparts; i++) {
+			const Pyprofd__QueryResult *r = replies[k]->parts[i]->query;
+			nframes += r->n_frames;
+			nstacks += r->n_stacks;
+			nthreads += r->n_threads;
+			for (size_t m = 0; m < r->n_threads; m++)
+				nlabels += r->threads[m]->n_labels;
+			for (size_t m = 0; m < r->n_stacks; m++)
+				nrefs += r->stacks[m]->n_frames;
+		}
 	if (nframes > UINT32_MAX || nstacks > UINT32_MAX || nthreads > UINT32_MAX)
 		return -1;
 	struct ctl_history_profile h = {
@@ -406,47 +425,61 @@ static int ctl_history_export(const struct client_reply *reply, const char *name
 		.threads = calloc(nthreads ? nthreads : 1, sizeof *h.threads),
 		.labels = calloc(nlabels ? nlabels : 1, sizeof *h.labels),
 	};
+	/* Stacks name their reply's frames: the frames of the replies before it come first. */
+	uint32_t *ids = calloc(nrefs ? nrefs : 1, sizeof *ids), *next = ids;
 	int rc = -1;
-	if (!h.frames || !h.stacks || !h.threads || !h.labels)
+	if (!h.frames || !h.stacks || !h.threads || !h.labels || !ids)
 		goto out;
 	size_t f = 0, s = 0, t = 0, l = 0;
-	for (size_t i = 0; i < reply->nparts; i++) {
-		const Pyprofd__QueryResult *r = reply->parts[i]->query;
-		for (size_t k = 0; k < r->n_frames; k++, f++) {
-			const Pyprofd__QueryFrame *qf = r->frames[k];
-			h.frames[f] = (struct export_frame){
-				.function = export_str(qf->function),
-				.file = export_str(qf->file),
-				.line = qf->line,
-				.kind = vocab_kind_parse(qf->kind),
-				.first_line = qf->first_line,
-			};
-		}
-		for (size_t k = 0; k < r->n_threads; k++, t++) {
-			const Pyprofd__ThreadInfo *ti = r->threads[k];
-			h.threads[t] = (struct export_thread){.thread_id = ti->thread_id,
-			                                      .native_id = ti->native_thread_id,
-			                                      .name = export_str(ti->name),
-			                                      .pid = ti->pid,
-			                                      .labels = &h.labels[l],
-			                                      .nlabels = (uint32_t)ti->n_labels};
-			for (size_t m = 0; m < ti->n_labels; m++, l++)
-				h.labels[l] = (struct export_label){export_str(ti->labels[m]->key),
-				                                    export_str(ti->labels[m]->value)};
-		}
-		for (size_t k = 0; k < r->n_stacks; k++, s++) {
-			const Pyprofd__QueryStack *qs = r->stacks[k];
-			/* A thread the daemon has not sent (a broken answer) is no thread. */
-			uint32_t thread = qs->thread <= t ? qs->thread : 0;
-			h.stacks[s] = (struct export_stack){.frames = qs->frames,
-			                                    .depth = (uint32_t)qs->n_frames,
-			                                    .count = qs->count,
-			                                    .idle = qs->idle <= qs->count ? qs->idle : qs->count,
-			                                    .thread = thread,
-			                                    .thread_id = thread ? h.threads[thread - 1].thread_id : 0};
+	for (size_t k = 0; k < nreplies; k++) {
+		size_t f0 = f, t0 = t;
+		for (size_t i = 0; i < replies[k]->nparts; i++) {
+			const Pyprofd__QueryResult *r = replies[k]->parts[i]->query;
+			for (size_t m = 0; m < r->n_frames; m++, f++) {
+				const Pyprofd__QueryFrame *qf = r->frames[m];
+				h.frames[f] = (struct export_frame){
+					.function = export_str(qf->function),
+					.file = export_str(qf->file),
+					.line = qf->line,
+					.kind = vocab_kind_parse(qf->kind),
+					.first_line = qf->first_line,
+				};
+			}
+			for (size_t m = 0; m < r->n_threads; m++, t++) {
+				const Pyprofd__ThreadInfo *ti = r->threads[m];
+				h.threads[t] = (struct export_thread){.thread_id = ti->thread_id,
+				                                      .native_id = ti->native_thread_id,
+				                                      .name = export_str(ti->name),
+				                                      .pid = ti->pid,
+				                                      .start_time = ti->process_start_time,
+				                                      .labels = &h.labels[l],
+				                                      .nlabels = (uint32_t)ti->n_labels};
+				for (size_t n = 0; n < ti->n_labels; n++, l++)
+					h.labels[l] = (struct export_label){export_str(ti->labels[n]->key),
+					                                    export_str(ti->labels[n]->value)};
+			}
+			for (size_t m = 0; m < r->n_stacks; m++, s++) {
+				const Pyprofd__QueryStack *qs = r->stacks[m];
+				/* A frame the daemon has not sent (a broken answer) fails the export. */
+				for (size_t d = 0; d < qs->n_frames; d++)
+					next[d] = qs->frames[d] < f - f0 ? (uint32_t)(f0 + qs->frames[d]) : UINT32_MAX;
+				/* A thread the daemon has not sent (a broken answer) is no thread. */
+				uint32_t thread = qs->thread && qs->thread <= t - t0 ? (uint32_t)(t0 + qs->thread) : 0;
+				h.stacks[s] = (struct export_stack){
+					.frames = next,
+					.depth = (uint32_t)qs->n_frames,
+					.count = qs->count,
+					.idle = qs->idle <= qs->count ? qs->idle : qs->count,
+					.thread = thread,
+					.thread_id = thread ? h.threads[thread - 1].thread_id : 0,
+					.slot_start = qs->slot_start,
+					.base = diff && k == nreplies - 1,
+				};
+				next += qs->n_frames;
+			}
 		}
 	}
-	const Pyprofd__QueryResult *head = reply->parts[0]->query;
+	const Pyprofd__QueryResult *head = replies[0]->parts[0]->query;
 	struct export_profile p = {
 		.frames = h.frames,
 		.nframes = (uint32_t)nframes,
@@ -458,10 +491,22 @@ static int ctl_history_export(const struct client_reply *reply, const char *name
 		.name = name,
 		.mode = head->mode && *head->mode ? head->mode : "wall",
 		.rate_hz = head->rate_hz ? head->rate_hz : 100,
+		.slot_seconds = diff ? 0 : head->slot_seconds,
+		.diff = diff,
 	};
 	ctl_history_covered(head, &p.from_unix, &p.until_unix);
+	if (diff)
+		ctl_history_covered(replies[nreplies - 1]->parts[0]->query, &p.base_from_unix,
+		                    &p.base_until_unix);
+	if (format == EXPORT_HEATMAP) {
+		if (export_sources_read(&p, EXPORT_SOURCE_MAX_TOTAL, &h.sources) < 0)
+			goto out;
+		p.sources = h.sources.v;
+		p.nsources = h.sources.n;
+	}
 	rc = export_write(&p, format, out);
 out:
+	free(ids);
 	ctl_history_profile_free(&h);
 	return rc;
 }
@@ -508,6 +553,17 @@ static void ctl_history_warn_unmatched(const struct ctl *ctl, const Pyprofd__Que
 	        "pyprofd-ctl: warning: no process in the history ever matched%s "
 	        "(`pyprofd-ctl query --format processes` lists those it has)\n",
 	        what);
+}
+
+/* What a selection is called in a title: its target, pid or first label. */
+static void ctl_history_name(const Pyprofd__QueryRequest *q, char *name, size_t len)
+{
+	if (q->target_id)
+		snprintf(name, len, "target %lld", (long long)q->target_id);
+	else if (q->pid)
+		snprintf(name, len, "pid %d", (int)q->pid);
+	else if (q->n_labels)
+		snprintf(name, len, "%s=%s", q->labels[0]->key, q->labels[0]->value);
 }
 
 /* The options only query takes. */
@@ -574,12 +630,10 @@ int ctl_history_query(struct ctl *ctl, int argc, char **argv)
 		q->aggregate = PYPROFD__QUERY_AGGREGATE__QUERY_PROCESSES;
 	/* Stacks come per thread, with the threads' names and their processes' labels. */
 	q->split_threads = !o.table && !o.processes;
-	if (q->target_id)
-		snprintf(name, sizeof name, "target %lld", (long long)q->target_id);
-	else if (q->pid)
-		snprintf(name, sizeof name, "pid %d", (int)q->pid);
-	else if (q->n_labels)
-		snprintf(name, sizeof name, "%s=%s", q->labels[0]->key, q->labels[0]->value);
+	/* A page draws the samples over time: they come in slots. */
+	if (!o.table && !o.processes && (o.format == EXPORT_FLAMEGRAPH || o.format == EXPORT_HEATMAP))
+		q->time_slots = CTL_HISTORY_PAGE_SLOTS;
+	ctl_history_name(q, name, sizeof name);
 	if (o.since >= 0) {
 		if (q->from_unix || q->until_unix) {
 			status = ctl_usage_error(ctl, "--since and --from/--until do not go together");
@@ -611,7 +665,8 @@ int ctl_history_query(struct ctl *ctl, int argc, char **argv)
 			      stderr);
 		int rc = o.table       ? ctl_history_table(reply, name, false, ctl->json, out)
 		         : o.processes ? ctl_history_processes(reply, ctl->json, out)
-		                     : ctl_history_export(reply, name, o.format, o.per_thread, out);
+		                     : ctl_history_export((const struct client_reply *const[]){reply}, 1,
+		                                          false, name, o.format, o.per_thread, out);
 		status = ctl_history_output_close(out, h.output, rc);
 		if (status == EXIT_OK && !head->total && !head->n_processes)
 			ctl_history_warn_unmatched(ctl, q);
@@ -654,11 +709,13 @@ int ctl_history_parse_range(const struct ctl *ctl, const char *option, const cha
 	return EXIT_OK;
 }
 
-/* The ranges only diff takes. */
+/* The ranges and format only diff takes. */
 struct ctl_history_diff_opts {
 	Pyprofd__QueryRequest *compare, *base;
 	double now;
 	bool have_base, have_compare;
+	bool page; /* a flamegraph or heatmap, not the table */
+	enum export_format format;
 };
 
 static int ctl_history_diff_option(struct ctl *ctl, int opt, void *ctx)
@@ -671,7 +728,48 @@ static int ctl_history_diff_option(struct ctl *ctl, int opt, void *ctx)
 	} else if (opt == 'c') {
 		status = ctl_history_parse_range(ctl, "--compare", optarg, o->now, o->compare);
 		o->have_compare = status == EXIT_OK;
+	} else if (opt == 'F') {
+		o->page = strcmp(optarg, "table") != 0;
+		if (o->page && (export_format_parse(optarg, &o->format) != 0 ||
+		                (o->format != EXPORT_FLAMEGRAPH && o->format != EXPORT_HEATMAP)))
+			status = ctl_usage_error(ctl, "diff writes table, flamegraph or heatmap, not '%s'", optarg);
 	}
+	return status;
+}
+
+/*
+ * diff as a page: the stacks of the compared range and of the base range,
+ * one query each with the same selection, drawn as the compared range's
+ * graph coloured by the change.  The exit status.
+ */
+static int ctl_history_diff_page(struct ctl *ctl, struct ctl_history_args *h,
+                                 const Pyprofd__QueryRequest *base_range, enum export_format format)
+{
+	Pyprofd__QueryRequest *q = &h->q, base = *q;
+	q->aggregate = base.aggregate = PYPROFD__QUERY_AGGREGATE__QUERY_STACKS;
+	q->split_threads = base.split_threads = true;
+	base.from_unix = base_range->from_unix;
+	base.until_unix = base_range->until_unix;
+	Pyprofd__Request req = PYPROFD__REQUEST__INIT, base_req = PYPROFD__REQUEST__INIT;
+	req.body_case = base_req.body_case = PYPROFD__REQUEST__BODY_QUERY;
+	req.query = q;
+	base_req.query = &base;
+	int status;
+	struct client_reply *compared = ctl_call(ctl, &req, &status), *based = NULL;
+	if (compared && (based = ctl_call(ctl, &base_req, &status))) {
+		char name[256] = "all processes";
+		ctl_history_name(q, name, sizeof name);
+		FILE *out = ctl_history_output_open(h->output);
+		status = out ? ctl_history_output_close(
+		                       out, h->output,
+		                       ctl_history_export((const struct client_reply *const[]){compared, based},
+		                                          2, true, name, format, false, out))
+		             : EXIT_FAILURE_OTHER;
+		if (status == EXIT_OK && !compared->parts[0]->query->total && !based->parts[0]->query->total)
+			ctl_history_warn_unmatched(ctl, q);
+	}
+	client_reply_free(compared);
+	client_reply_free(based);
 	return status;
 }
 
@@ -680,6 +778,7 @@ int ctl_history_diff(struct ctl *ctl, int argc, char **argv)
 	static const struct option options[] = {
 		{"base", required_argument, NULL, 'b'},
 		{"compare", required_argument, NULL, 'c'},
+		{"format", required_argument, NULL, 'F'},
 		CTL_HISTORY_OPTIONS,
 	};
 	/* The compared range is the query's own; the base range rides along in base_*. */
@@ -695,6 +794,12 @@ int ctl_history_diff(struct ctl *ctl, int argc, char **argv)
 		goto out;
 	if (!o.have_base || !o.have_compare) {
 		status = ctl_usage_error(ctl, "diff needs --base and --compare");
+		goto out;
+	}
+	if (o.page) {
+		status = q->limit ? ctl_usage_error(ctl, "--limit goes with the table")
+		         : ctl->json ? ctl_usage_error(ctl, "--json goes with the table")
+		                     : ctl_history_diff_page(ctl, &h, &base, o.format);
 		goto out;
 	}
 	q->aggregate = PYPROFD__QUERY_AGGREGATE__QUERY_DIFF;

@@ -167,7 +167,8 @@ static uint32_t profile_thread_index(const struct profile *p, uint64_t thread_id
 	return t ? (uint32_t)(t - p->threads.v) + 1 : 0;
 }
 
-int profile_export(const struct profile *p, pid_t pid, bool no_idle, struct export_profile *out)
+int profile_export(const struct profile *p, pid_t pid, uint64_t start_time, bool no_idle,
+                   struct export_profile *out)
 {
 	memset(out, 0, sizeof *out);
 	size_t n = p->totals.len;
@@ -181,7 +182,7 @@ int profile_export(const struct profile *p, pid_t pid, bool no_idle, struct expo
 	for (size_t i = 0; i < p->threads.n; i++) {
 		const struct target_thread *t = &p->threads.v[i];
 		threads[i] = (struct export_thread){.thread_id = t->thread_id, .native_id = t->native_id,
-		                                    .name = t->name, .pid = pid};
+		                                    .name = t->name, .pid = pid, .start_time = start_time};
 	}
 	out->frames = p->frames;
 	out->nframes = (uint32_t)p->nframes;

@@ -167,11 +167,13 @@ int profile_count(struct profile *p, const struct uw_sample *s);
 /* Spell out what this epoch counted (its ids still valid); -1 if out of memory. */
 int profile_settle(struct profile *p, const struct uw_target *uw);
 /*
- * The profile as the export library takes it, its threads pid's: stacks
- * and threads allocated, frames and names borrowed; without the samples of
- * waiting threads if no_idle.  0 or -1.
+ * The profile as the export library takes it, its threads the process's
+ * (pid, and start_time: 0 unknown): stacks and threads allocated, frames
+ * and names borrowed; without the samples of waiting threads if no_idle.
+ * 0 or -1.
  */
-int profile_export(const struct profile *p, pid_t pid, bool no_idle, struct export_profile *out);
+int profile_export(const struct profile *p, pid_t pid, uint64_t start_time, bool no_idle,
+                   struct export_profile *out);
 void profile_free_export(struct export_profile *out);
 
 /* log.c */

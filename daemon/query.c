@@ -115,6 +115,7 @@ struct builder {
 	size_t nsent_threads_cap;
 	uint32_t nthreads_sent;
 	double first_unix, last_unix; /* of the samples, from the first row */
+	uint32_t slot_seconds;        /* time_slots: from the first row */
 	/* Functions or processes, and the arena they live in until the last part. */
 	struct functions fs;
 	struct arena rows_arena;
@@ -188,6 +189,7 @@ static uint32_t query_thread_id(struct builder *b, const struct store_thread *t)
 	ti->native_thread_id = t->native_id;
 	ti->target_id = t->target_id;
 	ti->pid = t->pid;
+	ti->process_start_time = t->start_time;
 	if (!(ti->name = arena_strdup(a, t->name ? t->name : "")))
 		return UINT32_MAX;
 	if (t->nlabels && !(ti->labels = arena_alloc(a, t->nlabels * sizeof *ti->labels)))
@@ -226,6 +228,7 @@ static int query_flush_part(struct builder *b, bool more)
 		res.total = b->total;
 		res.first_unix = b->first_unix;
 		res.last_unix = b->last_unix;
+		res.slot_seconds = b->slot_seconds;
 		res.from_unix = j->q.from_unix;
 		res.until_unix = j->q.until_unix;
 		res.rate_hz = j->rate_hz;
@@ -261,6 +264,7 @@ static int query_on_stack(void *ctx, const struct store_row *row)
 	b->total = row->query_total;
 	b->first_unix = row->first_unix;
 	b->last_unix = row->last_unix;
+	b->slot_seconds = row->slot_seconds;
 	Pyprofd__QueryStack *qs = arena_alloc(&b->arena, sizeof *qs);
 	uint32_t *ids = arena_alloc(&b->arena, (row->depth ? row->depth : 1) * sizeof *ids);
 	if (!qs || !ids || array_reserve((void **)&b->stacks, &b->stacks_cap, b->nstacks, sizeof *b->stacks, NULL)) {
@@ -277,6 +281,7 @@ static int query_on_stack(void *ctx, const struct store_row *row)
 	qs->n_frames = row->depth;
 	qs->count = row->count;
 	qs->idle = row->idle;
+	qs->slot_start = row->slot_start;
 	if (row->thread) {
 		uint32_t thread = query_thread_id(b, row->thread);
 		if (thread == UINT32_MAX) {
@@ -286,7 +291,7 @@ static int query_on_stack(void *ctx, const struct store_row *row)
 		qs->thread = thread + 1;
 	}
 	b->stacks[b->nstacks++] = qs;
-	b->part_bytes += 4 * (size_t)row->depth + 16;
+	b->part_bytes += 4 * (size_t)row->depth + 28;
 	/* The arena holds this part's frames and stacks: send it before it grows large. */
 	if (b->part_bytes > QUERY_PART_BYTES && query_flush_part(b, true) != 0) {
 		b->oom = true;
@@ -715,6 +720,7 @@ Pyprofd__ErrorCode queries_start(struct queries *qs, const struct query_origin *
 	j->q.thread_id = r->thread_id;
 	j->q.split_threads = r->split_threads && r->aggregate == PYPROFD__QUERY_AGGREGATE__QUERY_STACKS;
 	j->q.no_idle = r->no_idle;
+	j->q.time_slots = r->aggregate == PYPROFD__QUERY_AGGREGATE__QUERY_STACKS ? r->time_slots : 0;
 	/* Another user sees the history of its own processes alone. */
 	j->q.by_uid = o->uid != 0;
 	j->q.uid = o->uid;

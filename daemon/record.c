@@ -34,7 +34,8 @@ static const char record_usage[] =
 	"  --gc                mark the thread running the garbage collector\n"
 	"  --no-cache          turn every cache off (for comparison)\n"
 	"  -o, --output FILE   write the profile to FILE (default: standard output)\n"
-	"  --format F          collapsed (default), flamegraph (one HTML file),\n"
+	"  --format F          collapsed (default), flamegraph (one HTML file), heatmap\n"
+	"                      (the same page with the process's sources, line by line),\n"
 	"                      speedscope (a profile per thread), pprof (gzip'd\n"
 	"                      protobuf), gecko (the Firefox Profiler's, a track per\n"
 	"                      thread), json or table (the functions seen most, own\n"
@@ -117,8 +118,8 @@ static int record_parse(int argc, char **argv, struct record_opts *o)
 		case 'f':
 			o->table = strcmp(optarg, "table") == 0;
 			if (!o->table && export_format_parse(optarg, &o->format) != 0) {
-				fprintf(stderr, "pyprofd: --format is collapsed, flamegraph, speedscope, pprof, "
-				                "gecko, json or table, not '%s'\n", optarg);
+				fprintf(stderr, "pyprofd: --format is collapsed, flamegraph, heatmap, speedscope, "
+				                "pprof, gecko, json or table, not '%s'\n", optarg);
 				return EXIT_USAGE;
 			}
 			break;
@@ -373,8 +374,13 @@ static int record_write(struct profile *prof, const struct uw_target *t,
 		errno = ENOMEM;
 		return -1;
 	}
+	/* The process's start names it to a heatmap, which reads its sources in its root. */
+	struct uw_process_identity id = {0};
+	struct uw_error err = {0};
+	if (o->format == EXPORT_HEATMAP && uw_process_identity(o->pid, &id, &err) != 0)
+		id.start_time = 0;
 	struct export_profile p;
-	if (profile_export(prof, o->pid, o->no_idle, &p) != 0) {
+	if (profile_export(prof, o->pid, id.start_time, o->no_idle, &p) != 0) {
 		errno = ENOMEM;
 		return -1;
 	}
@@ -388,8 +394,17 @@ static int record_write(struct profile *prof, const struct uw_target *t,
 	p.per_thread = o->per_thread;
 	p.from_unix = run->started_unix;
 	p.until_unix = run->ended_unix > run->started_unix ? run->ended_unix : run->started_unix;
-	int rc = o->table ? record_table(&p, o->pid, out) : export_write(&p, o->format, out);
+	struct export_sources sources = {0};
+	int rc = 0;
+	if (o->format == EXPORT_HEATMAP && !o->table) {
+		rc = export_sources_read(&p, EXPORT_SOURCE_MAX_TOTAL, &sources);
+		p.sources = sources.v;
+		p.nsources = sources.n;
+	}
+	if (rc == 0)
+		rc = o->table ? record_table(&p, o->pid, out) : export_write(&p, o->format, out);
 	int saved = errno;
+	export_sources_free(&sources);
 	profile_free_export(&p);
 	errno = saved;
 	return rc;

@@ -201,6 +201,11 @@ int check_request(const Pyprofd__Request *req, const uint8_t *data, size_t len, 
 		if (check_time_range("query.from_unix", q->from_unix, "query.until_unix", q->until_unix,
 		                     why, why_len) != 0)
 			return -1;
+		if (q->time_slots > CHECK_MAX_TIME_SLOTS) {
+			snprintf(why, why_len, "query.time_slots (%u) is more than %d", (unsigned)q->time_slots,
+			         CHECK_MAX_TIME_SLOTS);
+			return -1;
+		}
 		/* The base range is a diff's alone: another aggregate ignores it. */
 		if (q->aggregate == PYPROFD__QUERY_AGGREGATE__QUERY_DIFF &&
 		    check_time_range("query.base_from_unix", q->base_from_unix, "query.base_until_unix",

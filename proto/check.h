@@ -5,7 +5,7 @@
  * proto3 says and strict clients hold the answers to) without a NUL byte
  * (the daemon keeps C strings: "a\0b" would become "a"); every time bound
  * is unix seconds within CHECK_UNIX_MIN..CHECK_UNIX_MAX, and a range is in
- * order.
+ * order; a query asks for at most CHECK_MAX_TIME_SLOTS time slots.
  */
 #ifndef PYPROFD_CHECK_H
 #define PYPROFD_CHECK_H
@@ -21,6 +21,9 @@
  */
 #define CHECK_UNIX_MIN 0.0
 #define CHECK_UNIX_MAX 9.0e9
+
+/* A query's time slots: a page draws a few hundred; more only multiplies an answer's rows. */
+#define CHECK_MAX_TIME_SLOTS 10000
 
 /* The bytes of s that are whole UTF-8 characters from its start: len when it all is. */
 size_t check_utf8_prefix(const uint8_t *s, size_t len);

@@ -52,11 +52,13 @@ static const char reader_temp_schema[] =
 	"CREATE TEMP TABLE IF NOT EXISTS pending_threads("
 	"  target INTEGER NOT NULL, thread_id INTEGER NOT NULL, native_id INTEGER NOT NULL,"
 	"  name TEXT NOT NULL, PRIMARY KEY(target, thread_id)) WITHOUT ROWID;"
-	"CREATE TEMP VIEW IF NOT EXISTS all_targets(id, pid, uid, executable, command_line, python_version) AS"
+	"CREATE TEMP VIEW IF NOT EXISTS all_targets(id, pid, uid, executable, command_line, python_version,"
+	"  start_time) AS"
 	"  SELECT t.id, t.pid, coalesce(p.uid, t.uid), coalesce(p.executable, t.executable),"
-	"    coalesce(p.command_line, t.command_line), coalesce(p.python_version, t.python_version)"
+	"    coalesce(p.command_line, t.command_line), coalesce(p.python_version, t.python_version),"
+	"    t.start_time"
 	"  FROM main.targets t LEFT JOIN pending_targets p ON p.file_id = t.id"
-	"  UNION ALL SELECT -id, pid, uid, executable, command_line, python_version"
+	"  UNION ALL SELECT -id, pid, uid, executable, command_line, python_version, start_time"
 	"  FROM pending_targets WHERE file_id IS NULL;"
 	"CREATE TEMP VIEW IF NOT EXISTS all_labels(target, key, value) AS"
 	"  SELECT target, key, value FROM main.target_labels WHERE target NOT IN"
@@ -583,7 +585,7 @@ int reader_thread_info(struct store_reader *r, const struct store_query *q, int6
 	const struct reader_tables *tables = reader_tables(q);
 	char sql[512];
 	snprintf(sql, sizeof sql,
-	         "SELECT t.pid, h.native_id, h.name FROM %s t LEFT JOIN %s h "
+	         "SELECT t.pid, h.native_id, h.name, t.start_time FROM %s t LEFT JOIN %s h "
 	         "ON h.target = t.id AND h.thread_id = ?2 WHERE t.id = ?1",
 	         tables->targets, tables->threads);
 	sqlite3_stmt *st = NULL, *labels = NULL;
@@ -601,6 +603,8 @@ int reader_thread_info(struct store_reader *r, const struct store_query *q, int6
 		const unsigned char *name = sqlite3_column_text(st, 2);
 		if (name && !(out->name = arena_strdup(a, (const char *)name)))
 			goto nomem;
+		int64_t start = sqlite3_column_int64(st, 3);
+		out->start_time = start > 0 ? (uint64_t)start : 0;
 	} else if (rc != SQLITE_DONE) {
 		goto fail;
 	}

@@ -12,6 +12,11 @@
  * answer by its content wherever it comes from, and with samples from
  * memory, stacks are merged by their frames: a stack counted both in the
  * file and in memory is one row.
+ *
+ * Split by time, a row is a (thread, stack, slot): slots start as narrow
+ * as the buckets allow and widen, merging whole, while the samples span
+ * more of them than the query allows; each width is a multiple of the one
+ * before, so a slot of the narrower width lies in one slot of the wider.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +28,7 @@ struct stacks_row {
 	int64_t stack; /* a database id, or a pending stack (reader_pending_stack) */
 	uint64_t count, idle;
 	uint32_t thread; /* index into threads, with split_threads */
+	int64_t slot;    /* with time_slots: its start / the slot width */
 	bool merged; /* its count is in an earlier row with the same frames (and thread) */
 };
 
@@ -47,6 +53,9 @@ struct stacks_query {
 	size_t nthreads, threads_cap;
 	struct hash_map thread_ids;   /* (target, thread id) -> index in threads */
 	double first_unix, last_unix; /* the buckets with samples */
+	/* With time_slots: the slots' width, and the earliest and latest bucket start seen. */
+	uint64_t slot_seconds;
+	int64_t min_start, max_start;
 	struct arena strings; /* the frames' and threads' */
 	size_t *path;            /* frame indexes of one stack, leaf first */
 	struct store_frame *out; /* the same, root first, for the callback */
@@ -280,7 +289,66 @@ static int stacks_thread(struct stacks_query *qs, const struct store_query *q, i
 	return 0;
 }
 
-/* Sums per stack (per thread and stack when split) into qs->rows and *total.  0, or -1 and *err. */
+/* The slot widths a query may take: each a multiple of the one before. */
+static const uint64_t stacks_slot_widths[] = {
+	1, 2, 10, 20, 60, 120, 600, 1200, 3600, 7200, 21600, 43200, 86400,
+};
+/* Past a day, widths double up to this (about 88 years: no range a request may name needs more). */
+#define STACKS_SLOT_WIDEST (UINT64_C(86400) << 15)
+
+static uint64_t stacks_slot_width_next(uint64_t w)
+{
+	for (size_t i = 0; i < sizeof stacks_slot_widths / sizeof stacks_slot_widths[0]; i++)
+		if (stacks_slot_widths[i] > w)
+			return stacks_slot_widths[i];
+	return w < STACKS_SLOT_WIDEST ? w * 2 : w;
+}
+
+/* The slot of a bucket start (floor, for starts before 1970 too). */
+static int64_t stacks_slot_of(int64_t start, uint64_t width)
+{
+	int64_t w = (int64_t)width, s = start / w;
+	return s * w > start ? s - 1 : s;
+}
+
+/*
+ * Widen the slots until one is at least bucket_seconds wide and the
+ * buckets seen span at most q->time_slots of them, merging the rows that
+ * come to share a slot.  0, or -1 when out of memory.
+ */
+static int stacks_widen(struct stacks_query *qs, const struct store_query *q, uint64_t bucket_seconds,
+                        struct hash_map *index)
+{
+	uint64_t w = qs->slot_seconds;
+	while (w < STACKS_SLOT_WIDEST &&
+	       (w < bucket_seconds ||
+	        (uint64_t)(stacks_slot_of(qs->max_start, w) - stacks_slot_of(qs->min_start, w)) >=
+	                q->time_slots))
+		w = stacks_slot_width_next(w);
+	if (w == qs->slot_seconds)
+		return 0;
+	uint64_t old = qs->slot_seconds;
+	qs->slot_seconds = w;
+	hash_map_clear(index);
+	size_t kept = 0;
+	for (size_t i = 0; i < qs->nrows; i++) {
+		struct stacks_row r = qs->rows[i];
+		r.slot = stacks_slot_of(r.slot * (int64_t)old, w);
+		int64_t key[3] = {r.stack, r.thread, r.slot}, at;
+		if (hash_map_get(index, key, sizeof key, &at)) {
+			qs->rows[at].count += r.count;
+			qs->rows[at].idle += r.idle;
+			continue;
+		}
+		if (hash_map_put(index, key, sizeof key, (int64_t)kept) < 0)
+			return -1;
+		qs->rows[kept++] = r;
+	}
+	qs->nrows = kept;
+	return 0;
+}
+
+/* Sums per stack (per thread and stack when split, and per slot) into qs->rows and *total.  0, or -1 and *err. */
 static int stacks_collect(struct stacks_query *qs, const struct store_query *q, uint64_t *total,
                           struct store_error *err)
 {
@@ -301,7 +369,7 @@ static int stacks_collect(struct stacks_query *qs, const struct store_query *q, 
 	 * The sample rows are bounded by the table, the distinct stacks by the
 	 * stacks table.
 	 */
-	struct hash_map index = {0}; /* (thread, stack) -> row */
+	struct hash_map index = {0}; /* (stack, thread, slot) -> row */
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		int64_t stack = sqlite3_column_int64(st, 0), count = sqlite3_column_int64(st, 1);
 		int64_t idle = sqlite3_column_int64(st, 2);
@@ -315,6 +383,7 @@ static int stacks_collect(struct stacks_query *qs, const struct store_query *q, 
 		if (!c)
 			continue;
 		int64_t start = sqlite3_column_int64(st, 5), width = sqlite3_column_int64(st, 6);
+		bool first = sum == 0;
 		if (sum == 0 || (double)start < qs->first_unix)
 			qs->first_unix = (double)start;
 		if (sum == 0 || (double)(start + width) > qs->last_unix)
@@ -325,7 +394,21 @@ static int stacks_collect(struct stacks_query *qs, const struct store_query *q, 
 		    stacks_thread(qs, q, sqlite3_column_int64(st, 3), (uint64_t)sqlite3_column_int64(st, 4),
 		                  &thread, err) < 0)
 			goto fail;
-		int64_t key[2] = {stack, thread}, at;
+		int64_t slot = 0;
+		if (q->time_slots) {
+			if (first) {
+				qs->min_start = qs->max_start = start;
+				qs->slot_seconds = 1;
+			}
+			qs->min_start = start < qs->min_start ? start : qs->min_start;
+			qs->max_start = start > qs->max_start ? start : qs->max_start;
+			if (stacks_widen(qs, q, width > 0 ? (uint64_t)width : 1, &index) < 0) {
+				store_error_text(err, "query: out of memory");
+				goto fail;
+			}
+			slot = stacks_slot_of(start, qs->slot_seconds);
+		}
+		int64_t key[3] = {stack, thread, slot}, at;
 		if (hash_map_get(&index, key, sizeof key, &at)) {
 			qs->rows[at].count += c;
 			qs->rows[at].idle += w;
@@ -337,7 +420,7 @@ static int stacks_collect(struct stacks_query *qs, const struct store_query *q, 
 			goto fail;
 		}
 		qs->rows[qs->nrows++] = (struct stacks_row){.stack = stack, .count = c, .idle = w,
-		                                            .thread = thread};
+		                                            .thread = thread, .slot = slot};
 	}
 	hash_map_clear(&index);
 	if (rc != SQLITE_DONE) {
@@ -369,10 +452,11 @@ static int stacks_merge_equal(struct stacks_query *qs, struct store_error *err)
 			ret = -1;
 			continue;
 		}
-		/* The thread, then the frames: the empty stack is a key too, the thread's alone. */
+		/* The frames, then the thread and the slot: the empty stack is a key too. */
 		qs->path[depth] = qs->rows[i].thread;
+		qs->path[depth + 1] = (size_t)qs->rows[i].slot;
 		const void *key = qs->path;
-		size_t len = ((size_t)depth + 1) * sizeof *qs->path;
+		size_t len = ((size_t)depth + 2) * sizeof *qs->path;
 		int64_t first;
 		if (hash_map_get(&seen, key, len, &first)) {
 			qs->rows[first].count += qs->rows[i].count;
@@ -398,7 +482,7 @@ int store_query_stacks(struct store_reader *r, const struct store_query *q,
 	struct stacks_query qs = {.r = r, .pending = q->pending};
 	uint64_t sum = 0;
 	int ret = -1;
-	qs.path = calloc(STORE_MAX_DEPTH + 1, sizeof *qs.path);
+	qs.path = calloc(STORE_MAX_DEPTH + 2, sizeof *qs.path);
 	qs.out = calloc(STORE_MAX_DEPTH, sizeof *qs.out);
 	if (!qs.path || !qs.out) {
 		store_error_text(err, "query: out of memory");
@@ -428,6 +512,8 @@ int store_query_stacks(struct store_reader *r, const struct store_query *q,
 		struct store_row row = {.frames = qs.out, .depth = (uint32_t)depth,
 		                        .count = qs.rows[i].count, .idle = qs.rows[i].idle,
 		                        .thread = q->split_threads ? &qs.threads[qs.rows[i].thread] : NULL,
+		                        .slot_start = qs.rows[i].slot * (int64_t)qs.slot_seconds,
+		                        .slot_seconds = (uint32_t)qs.slot_seconds,
 		                        .query_total = sum, .first_unix = qs.first_unix,
 		                        .last_unix = qs.last_unix};
 		if (fn && fn(ctx, &row) != 0) {

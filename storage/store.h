@@ -224,6 +224,14 @@ struct store_query {
 	bool by_thread;
 	uint64_t thread_id;       /* with by_thread */
 	bool split_threads;       /* a row per (process, thread, stack), not per stack */
+	/*
+	 * 0, or a row per time slot too: at most this many slots over the
+	 * samples, all of one width, the narrowest of 1, 2, 10, 20, 60, 120,
+	 * 600, 1200 s, 1, 2, 6, 12 h, a day and its doublings that is as wide
+	 * as the widest bucket among them.  Slots start at multiples of their
+	 * width; a bucket counts in the slot its start is in.
+	 */
+	uint32_t time_slots;
 	bool no_idle;             /* leave out the samples of threads that waited */
 	bool by_uid;              /* only processes this uid owned */
 	uid_t uid;
@@ -259,6 +267,7 @@ struct store_thread {
 	uint64_t thread_id;
 	int64_t native_id; /* -1: unknown */
 	const char *name;  /* "": unknown */
+	uint64_t start_time; /* its process's, clock ticks after boot (/proc/PID/stat); 0: unknown */
 	size_t nlabels;
 	const char *const *label_keys, *const *label_values;
 	/* Within one store_query_stacks call: 0, 1, 2... in order of first appearance. */
@@ -270,6 +279,8 @@ struct store_row {
 	uint64_t count;
 	uint64_t idle;        /* of count, samples of a waiting thread (0 with no_idle) */
 	const struct store_thread *thread; /* with split_threads; else NULL */
+	int64_t slot_start;    /* with time_slots: the start of its slot, unix seconds */
+	uint32_t slot_seconds; /* with time_slots: the width of every slot of the answer; else 0 */
 	uint64_t query_total; /* the sum over every row of the query, known from the first */
 	/* The start of the first bucket and the end of the last with samples, known from the first. */
 	double first_unix, last_unix;

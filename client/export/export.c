@@ -21,6 +21,7 @@ static const struct {
 	{"pprof", EXPORT_PPROF, export_write_pprof},
 	{"json", EXPORT_JSON, export_write_json},
 	{"gecko", EXPORT_GECKO, export_write_gecko},
+	{"heatmap", EXPORT_HEATMAP, export_write_heatmap},
 };
 
 #define NFORMATS (sizeof formats / sizeof formats[0])
@@ -153,6 +154,15 @@ static int export_profile_check(const struct export_profile *p, uint64_t *total)
 	}
 	if (p->nthreads && !p->threads)
 		goto bad;
+	if (p->diff && (!isfinite(p->base_from_unix) || !isfinite(p->base_until_unix) ||
+	                p->base_from_unix < 0 || p->base_until_unix < p->base_from_unix ||
+	                p->base_until_unix > EXPORT_MAX_UNIX))
+		goto bad;
+	if (p->nsources && !p->sources)
+		goto bad;
+	for (uint32_t i = 0; i < p->nsources; i++)
+		if (!p->sources[i].file || (p->sources[i].len && !p->sources[i].text))
+			goto bad;
 	for (uint32_t i = 0; i < p->nthreads; i++) {
 		const struct export_thread *t = &p->threads[i];
 		if (!t->name || (t->nlabels && !t->labels))
@@ -162,11 +172,24 @@ static int export_profile_check(const struct export_profile *p, uint64_t *total)
 				goto bad;
 	}
 	uint64_t sum = 0;
+	int64_t first_slot = 0, last_slot = 0;
 	for (uint32_t i = 0; i < p->nstacks; i++) {
 		const struct export_stack *s = &p->stacks[i];
 		if (s->depth == 0 || s->depth > EXPORT_MAX_DEPTH || !s->frames ||
-		    s->count > EXPORT_MAX_SAMPLES - sum || s->idle > s->count || s->thread > p->nthreads)
+		    s->count > EXPORT_MAX_SAMPLES - sum || s->idle > s->count || s->thread > p->nthreads ||
+		    (s->base && !p->diff))
 			goto bad;
+		if (p->slot_seconds) {
+			/* Whole slots within the times a request may name, few enough for a page to draw. */
+			if (s->slot_start < 0 || s->slot_start > (int64_t)EXPORT_MAX_UNIX ||
+			    s->slot_start % p->slot_seconds)
+				goto bad;
+			int64_t slot = s->slot_start / p->slot_seconds;
+			first_slot = i == 0 || slot < first_slot ? slot : first_slot;
+			last_slot = i == 0 || slot > last_slot ? slot : last_slot;
+			if (last_slot - first_slot >= EXPORT_MAX_SLOTS)
+				goto bad;
+		}
 		for (uint32_t d = 0; d < s->depth; d++)
 			if (s->frames[d] >= p->nframes)
 				goto bad;
@@ -301,6 +324,9 @@ int export_write(const struct export_profile *p, enum export_format format, FILE
 	while (f < NFORMATS && formats[f].format != format)
 		f++;
 	if (f == NFORMATS)
+		return errno = EINVAL, -1;
+	/* Only the page draws two ranges; any other format would merge them into one. */
+	if (p->diff && format != EXPORT_FLAMEGRAPH && format != EXPORT_HEATMAP)
 		return errno = EINVAL, -1;
 	struct export_view v;
 	if (export_view_build(&v, p, total) < 0)

@@ -1,6 +1,7 @@
 /*
  * Writing an aggregated profile out: collapsed stacks, a self-contained
- * flamegraph page, speedscope JSON, pprof (gzip'd protobuf), JSON.  (The
+ * flamegraph page (and a heatmap: the page with sources), speedscope JSON,
+ * pprof (gzip'd protobuf), gecko, JSON.  (The
  * table of top functions is counted by the daemon: see functions.c.)  Pure functions of the profile below: no socket, no
  * daemon, so the tests drive them directly.
  */
@@ -44,6 +45,7 @@ struct export_thread {
 	int32_t pid;         /* 0 unknown */
 	const struct export_label *labels; /* its process's */
 	uint32_t nlabels;
+	uint64_t start_time; /* its process's start, clock ticks after boot (/proc/PID/stat); 0 unknown */
 };
 
 /*
@@ -66,6 +68,20 @@ struct export_stack {
 	uint64_t thread_id; /* 0 when threads were merged */
 	uint32_t thread;    /* 1 + its index into export_profile.threads; 0: none */
 	uint64_t idle;      /* of count, samples of a waiting thread */
+	int64_t slot_start; /* with the profile's slot_seconds: the start of its time slot, unix seconds */
+	bool base;          /* a diff: of the base range (else of the compared one) */
+};
+
+/*
+ * A source file as a heatmap shows it: its text, or why there is none.
+ * text need not be UTF-8 nor end in a NUL; bytes that are not UTF-8 become
+ * U+FFFD.
+ */
+struct export_source {
+	const char *file; /* as the frames name it */
+	const char *text; /* NULL: not read */
+	size_t len;
+	const char *note; /* how it was read, or why not; NULL as "" */
 };
 
 struct export_profile {
@@ -81,7 +97,23 @@ struct export_profile {
 	const struct export_thread *threads; /* the stacks' threads, when known */
 	uint32_t nthreads;
 	bool per_thread;         /* collapsed: each stack under a first frame naming its thread */
+	/*
+	 * > 0: the stacks are split by time, each in the slot of this many
+	 * seconds starting at its slot_start (a multiple of it); at most
+	 * EXPORT_MAX_SLOTS slots from the first to the last.
+	 */
+	uint32_t slot_seconds;
+	/*
+	 * A diff (flamegraph and heatmap only): the stacks marked base are of
+	 * [base_from_unix, base_until_unix), the others of [from_unix, until_unix).
+	 */
+	bool diff;
+	double base_from_unix, base_until_unix;
+	const struct export_source *sources; /* heatmap: the files' text (export_sources_read) */
+	uint32_t nsources;
 };
+
+#define EXPORT_MAX_SLOTS 65536
 
 enum export_format {
 	/*
@@ -91,7 +123,12 @@ enum export_format {
 	 * characters are written \xNN, so a line is one line with ';' between frames.
 	 */
 	EXPORT_COLLAPSED,
-	/* One HTML file, no network needed: an icicle graph with search, zoom, tooltips. */
+	/*
+	 * One HTML file, no network needed, its script the page's own: flame,
+	 * icicle and sandwich views, hotspots, search, zoom, thread, label,
+	 * idle and time selections, a per-line view of the files, a diff's
+	 * colours; the view kept in the URL.  No source text: see heatmap.
+	 */
 	EXPORT_FLAMEGRAPH,
 	/* speedscope's file format (JSON): one "sampled" profile in seconds, 1/rate_hz a sample. */
 	EXPORT_SPEEDSCOPE,
@@ -105,8 +142,9 @@ enum export_format {
 	 * The profile itself, one line: {name, mode, rate_hz, from, until, samples,
 	 * frames: [{function, file, line (null: unknown), first_line (null:
 	 * unknown), kind: python|native|gc}], stacks: [{frames: [index...], count,
-	 * idle, thread_id, thread (index into threads, or null)}], threads:
-	 * [{thread_id, native_thread_id, name, pid, labels}]}.
+	 * idle, thread_id, thread (index into threads, or null), slot_start (a
+	 * profile split by time)}], threads: [{thread_id, native_thread_id,
+	 * name, pid, labels}], slot_seconds (a profile split by time)}.
 	 */
 	EXPORT_JSON,
 	/*
@@ -117,6 +155,8 @@ enum export_format {
 	 * EXPORT_GECKO_MAX_SAMPLES samples (EFBIG past them).
 	 */
 	EXPORT_GECKO,
+	/* The flamegraph page with the profile's sources, opened on its per-line view of them. */
+	EXPORT_HEATMAP,
 };
 
 #define EXPORT_GECKO_MAX_SAMPLES (UINT64_C(1) << 24)
@@ -130,11 +170,45 @@ int export_format_parse(const char *name, enum export_format *out);
  * and a file (both non-NULL) and a known kind; every stack at least one frame
  * and at most EXPORT_MAX_DEPTH, each index below nframes; counts summing to at
  * most EXPORT_MAX_SAMPLES; rate_hz > 0; 0 <= from_unix <= until_unix <=
- * EXPORT_MAX_UNIX.  Strings need not be UTF-8: bytes that are not become
- * U+FFFD in every format.  Stacks with a count of 0 appear only in json.
+ * EXPORT_MAX_UNIX; split by time, every slot_start a multiple of
+ * slot_seconds and at most EXPORT_MAX_SLOTS slots from the first to the
+ * last; stacks marked base only in a diff, whose base range is as valid,
+ * and a diff only as a flamegraph or heatmap.  Strings need not be UTF-8:
+ * bytes that are not become U+FFFD in every format.  Stacks with a count
+ * of 0 appear only in json.
  * Writes are checked (the stream is flushed at the end).
  */
 int export_write(const struct export_profile *p, enum export_format format, FILE *out);
+
+/* ---- export_source.c: the files a heatmap shows ---- */
+
+/* Of the bytes of sources a heatmap embeds: a file past this is left out; all of them, by default. */
+#define EXPORT_SOURCE_MAX_FILE (1u << 20)
+#define EXPORT_SOURCE_MAX_TOTAL (8u << 20)
+
+/* What export_sources_read found, owned together. */
+struct export_sources {
+	struct export_source *v;
+	uint32_t n;
+	char **owned;
+	size_t nowned;
+};
+
+/*
+ * The source files of p's Python frames, the most sampled first, read for
+ * a heatmap: a file of a process that still runs (its pid and start time
+ * those of p's threads) through /proc/PID/root, so a container's or a
+ * chroot's own files are read; else, the process gone, at its path on
+ * this host, said as such.  A file is read only when the process's user
+ * could read it (after it exits: only when anyone may), it is a regular
+ * file with no NUL byte, at most EXPORT_SOURCE_MAX_FILE bytes, and the
+ * files read so far leave room under max_total bytes; every other file
+ * gets a note saying why it is not shown.  Reads with the caller's own
+ * rights.  0, or -1 with errno (ENOMEM): what cannot be read is a note,
+ * never an error.
+ */
+int export_sources_read(const struct export_profile *p, size_t max_total, struct export_sources *out);
+void export_sources_free(struct export_sources *s);
 
 /* Length of the valid UTF-8 sequence at s (1-4), or 0 if it is not one. */
 size_t export_utf8_seq(const unsigned char *s);

@@ -1,229 +1,29 @@
 /*
- * The flamegraph: one HTML page with its CSS and script inline, so it opens
- * from a file with no network.  The profile goes in as JSON (distinct frames
- * and the stacks over them); the script merges the stacks into a call tree
- * and draws it as an icicle (root on top) of absolutely positioned divs, each
- * holding its function's name as text, with search, zoom and tooltips.
+ * The flamegraph and the heatmap: one HTML page with its CSS and script
+ * inline, so it opens from a file with no network.  The page is
+ * page.html, built in as export_page; the profile goes into it as JSON, as
+ * a call tree (each distinct path from the root once) and the samples at
+ * its nodes, by thread, time slot and range, so the script can count any
+ * selection of them by walking up from each sample's node.
  *
  * Nothing from the profile is written into the HTML except inside that JSON,
- * and there every '<', '>' and '&' is a \uXXXX escape: no name can close the
- * script element or open a comment inside it.  The script puts names into the
- * page as text nodes only, never as markup.
+ * and there every '<', '>' and '&' is a \uXXXX escape: no name and no line
+ * of a source can close the script element or open a comment inside it.
+ * The script puts names and sources into the page as text nodes only, never
+ * as markup.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
 
 #include "export_int.h"
+#include "array.h"
+#include "hash.h"
 
-static const char page_head[] =
-	"<!DOCTYPE html>\n"
-	"<html lang=\"en\">\n"
-	"<head>\n"
-	"<meta charset=\"utf-8\">\n"
-	"<meta name=\"generator\" content=\"pyprofd\">\n"
-	"<title>pyprofd flamegraph</title>\n"
-	"<style>\n"
-	"body { margin: 0; font: 13px system-ui, sans-serif; color: #222; background: #fff; }\n"
-	"header { padding: 8px 12px; border-bottom: 1px solid #ddd; }\n"
-	"h1 { font-size: 16px; margin: 0 0 4px; word-break: break-all; }\n"
-	"#meta, #status { color: #555; }\n"
-	"#controls { margin-top: 6px; display: flex; gap: 8px; align-items: center; }\n"
-	"#search { width: 24em; }\n"
-	"#matched { color: #a0008a; font-weight: bold; }\n"
-	"#graph { position: relative; margin: 8px 12px; }\n"
-	".fr { position: absolute; height: 17px; line-height: 17px; box-sizing: border-box;\n"
-	"      padding: 0 3px; border: 1px solid #fff; border-width: 0 1px 1px 0;\n"
-	"      overflow: hidden; white-space: nowrap; text-overflow: ellipsis;\n"
-	"      font: 12px ui-monospace, monospace; cursor: pointer; }\n"
-	".fr:hover { filter: brightness(0.85); }\n"
-	".fr.up { opacity: 0.55; }\n"
-	".fr.hit { background: #e055d0 !important; color: #fff; }\n"
-	"#tip { position: absolute; pointer-events: none; background: #fffff0; border: 1px solid #999;\n"
-	"       padding: 4px 6px; font: 12px ui-monospace, monospace; max-width: 60em;\n"
-	"       word-break: break-all; box-shadow: 2px 2px 4px rgba(0,0,0,.2); }\n"
-	"</style>\n"
-	"</head>\n"
-	"<body>\n"
-	"<header>\n"
-	"<h1 id=\"title\">pyprofd flamegraph</h1>\n"
-	"<div id=\"meta\"></div>\n"
-	"<div id=\"controls\">\n"
-	"<input id=\"search\" type=\"search\" placeholder=\"Search functions and files\">\n"
-	"<button id=\"reset\" type=\"button\">Reset zoom</button>\n"
-	"<span id=\"matched\"></span>\n"
-	"</div>\n"
-	"<div id=\"status\">This page needs JavaScript to draw the graph.</div>\n"
-	"</header>\n"
-	"<div id=\"graph\"></div>\n"
-	"<div id=\"tip\" hidden></div>\n"
-	"<script type=\"application/json\" id=\"profile\">";
-
-static const char page_tail[] =
-	"</script>\n"
-	"<script>\n"
-	"'use strict';\n"
-	"(function () {\n"
-	"  var D = JSON.parse(document.getElementById('profile').textContent);\n"
-	"  var F = D.frames, ROW = 18;\n"
-	"  var $ = function (id) { return document.getElementById(id); };\n"
-	"  var graph = $('graph'), tip = $('tip'), search = $('search');\n"
-	"\n"
-	"  // The call tree: stacks merged from the root down.  v: samples of the\n"
-	"  // node and everything under it; self: samples that stopped in it.\n"
-	"  function mk(f, up) {\n"
-	"    return { f: f, up: up, v: 0, self: 0, kids: new Map(), list: [],\n"
-	"             depth: up ? up.depth + 1 : 0 };\n"
-	"  }\n"
-	"  var root = mk(-1, null);\n"
-	"  D.stacks.forEach(function (s) {\n"
-	"    var n = root;\n"
-	"    n.v += s[0];\n"
-	"    for (var i = 1; i < s.length; i++) {\n"
-	"      var k = n.kids.get(s[i]);\n"
-	"      if (!k) { k = mk(s[i], n); n.kids.set(s[i], k); n.list.push(k); }\n"
-	"      k.v += s[0];\n"
-	"      n = k;\n"
-	"    }\n"
-	"    n.self += s[0];\n"
-	"  });\n"
-	"  function name(n) { return n.f < 0 ? 'all' : F[n.f][0]; }\n"
-	"  function where(n) {\n"
-	"    if (n.f < 0 || !F[n.f][1]) return '';\n"
-	"    return F[n.f][2] >= 0 ? F[n.f][1] + ':' + F[n.f][2] : F[n.f][1];\n"
-	"  }\n"
-	"  // Children in name order, as flamegraph.pl draws them; no recursion, so\n"
-	"  // a deep stack cannot overflow the script's own stack.\n"
-	"  var all = [root];\n"
-	"  for (var i = 0; i < all.length; i++) {\n"
-	"    all[i].list.sort(function (a, b) {\n"
-	"      var x = name(a), y = name(b);\n"
-	"      return x < y ? -1 : x > y ? 1 : a.f - b.f;\n"
-	"    });\n"
-	"    for (var j = 0; j < all[i].list.length; j++) all.push(all[i].list[j]);\n"
-	"  }\n"
-	"\n"
-	"  function color(n) {\n"
-	"    if (n.f < 0) return 'hsl(0,0%,82%)';\n"
-	"    if (F[n.f][3] !== 0) return 'hsl(210,12%,78%)'; // <native> and <GC> markers\n"
-	"    var h = 0, s = name(n);\n"
-	"    for (var i = 0; i < s.length; i++) h = (h * 31 + s.charCodeAt(i)) >>> 0;\n"
-	"    return 'hsl(' + (h % 50) + ',' + (65 + h % 20) + '%,' + (58 + (h >>> 8) % 14) + '%)';\n"
-	"  }\n"
-	"  function pct(v) { return root.v ? (100 * v / root.v).toFixed(2) + '%' : '0%'; }\n"
-	"\n"
-	"  // Search: a case-insensitive substring of the function or the file.\n"
-	"  var term = '';\n"
-	"  function hit(n) {\n"
-	"    if (!term || n.f < 0) return false;\n"
-	"    return F[n.f][0].toLowerCase().indexOf(term) >= 0 ||\n"
-	"      F[n.f][1].toLowerCase().indexOf(term) >= 0;\n"
-	"  }\n"
-	"  // Samples under a match, each counted once: a match inside a match adds nothing.\n"
-	"  function matched() {\n"
-	"    var sum = 0, todo = [root];\n"
-	"    while (todo.length) {\n"
-	"      var n = todo.pop();\n"
-	"      if (hit(n)) sum += n.v;\n"
-	"      else for (var i = 0; i < n.list.length; i++) todo.push(n.list[i]);\n"
-	"    }\n"
-	"    return sum;\n"
-	"  }\n"
-	"\n"
-	"  var zoom = root, drawn = [];\n"
-	"  function bar(frag, n, x, w) {\n"
-	"    var el = document.createElement('div');\n"
-	"    el.className = 'fr' + (n.depth < zoom.depth ? ' up' : '') + (hit(n) ? ' hit' : '');\n"
-	"    el.style.left = (100 * x) + '%';\n"
-	"    el.style.width = (100 * w) + '%';\n"
-	"    el.style.top = (n.depth * ROW) + 'px';\n"
-	"    el.style.background = color(n);\n"
-	"    el.textContent = name(n);\n"
-	"    el.dataset.i = drawn.length;\n"
-	"    drawn.push(n);\n"
-	"    frag.appendChild(el);\n"
-	"  }\n"
-	"  // The zoomed node spans the width, its callers above it too; frames\n"
-	"  // narrower than half a pixel are left out with everything they call.\n"
-	"  function render() {\n"
-	"    var frag = document.createDocumentFragment(), deepest = zoom.depth;\n"
-	"    var minw = 0.5 / Math.max(graph.clientWidth || 0, 200);\n"
-	"    drawn = [];\n"
-	"    var callers = [];\n"
-	"    for (var a = zoom.up; a; a = a.up) callers.unshift(a);\n"
-	"    callers.forEach(function (c) { bar(frag, c, 0, 1); });\n"
-	"    var todo = [[zoom, 0]];\n"
-	"    while (todo.length) {\n"
-	"      var t = todo.pop(), n = t[0], x = t[1];\n"
-	"      var w = zoom.v ? n.v / zoom.v : 1;\n"
-	"      if (w < minw) continue;\n"
-	"      bar(frag, n, x, w);\n"
-	"      deepest = Math.max(deepest, n.depth);\n"
-	"      for (var i = 0; i < n.list.length; i++) {\n"
-	"        todo.push([n.list[i], x]);\n"
-	"        x += zoom.v ? n.list[i].v / zoom.v : 0;\n"
-	"      }\n"
-	"    }\n"
-	"    graph.textContent = '';\n"
-	"    graph.appendChild(frag);\n"
-	"    graph.style.height = ((deepest + 1) * ROW) + 'px';\n"
-	"    $('status').textContent = root.v ? drawn.length + ' frames drawn' +\n"
-	"      (zoom !== root ? ', zoomed into ' + name(zoom) + ' (' + pct(zoom.v) + ')' : '') +\n"
-	"      '. Click a frame to zoom into it.' : 'No samples in this profile.';\n"
-	"    $('matched').textContent = term ?\n"
-	"      'Matched: ' + pct(matched()) + ' of samples' : '';\n"
-	"  }\n"
-	"\n"
-	"  function iso(s) {\n"
-	"    return new Date(s * 1000).toISOString().replace('T', ' ').replace(/\\.\\d+Z$/, ' UTC');\n"
-	"  }\n"
-	"  var title = (D.name || 'pyprofd profile') + ' \\u2014 ' + (D.mode || '?') + ' samples';\n"
-	"  if (D.until > 0) title += ', ' + iso(D.from) + ' to ' + iso(D.until);\n"
-	"  document.title = title;\n"
-	"  $('title').textContent = title;\n"
-	"  $('meta').textContent = D.total + ' samples at ' + D.rate_hz + ' Hz, ' +\n"
-	"    (all.length - 1) + ' distinct call paths';\n"
-	"\n"
-	"  function target(e) {\n"
-	"    var el = e.target.closest ? e.target.closest('.fr') : null;\n"
-	"    return el ? drawn[+el.dataset.i] : null;\n"
-	"  }\n"
-	"  graph.addEventListener('click', function (e) {\n"
-	"    var n = target(e);\n"
-	"    if (n) { zoom = n; tip.hidden = true; render(); }\n"
-	"  });\n"
-	"  graph.addEventListener('mousemove', function (e) {\n"
-	"    var n = target(e);\n"
-	"    if (!n) { tip.hidden = true; return; }\n"
-	"    tip.textContent = '';\n"
-	"    var counts = n.v + ' samples, ' + pct(n.v) + ' (own ' + n.self + ', ' + pct(n.self) + ')';\n"
-	"    [name(n), where(n), counts]\n"
-	"      .forEach(function (line) {\n"
-	"        if (!line) return;\n"
-	"        var d = document.createElement('div');\n"
-	"        d.textContent = line;\n"
-	"        tip.appendChild(d);\n"
-	"      });\n"
-	"    tip.hidden = false;\n"
-	"    var left = e.pageX + 12, room = document.documentElement.clientWidth - tip.offsetWidth - 4;\n"
-	"    tip.style.left = Math.max(0, Math.min(left, room)) + 'px';\n"
-	"    tip.style.top = (e.pageY + 14) + 'px';\n"
-	"  });\n"
-	"  graph.addEventListener('mouseleave', function () { tip.hidden = true; });\n"
-	"  $('reset').addEventListener('click', function () { zoom = root; render(); });\n"
-	"  search.addEventListener('input', function () {\n"
-	"    term = search.value.trim().toLowerCase();\n"
-	"    render();\n"
-	"  });\n"
-	"  document.addEventListener('keydown', function (e) {\n"
-	"    if (e.key === 'Escape') { zoom = root; render(); }\n"
-	"  });\n"
-	"  render();\n"
-	"})();\n"
-	"</script>\n"
-	"</body>\n"
-	"</html>\n";
+/* Where the page takes its data: the profile replaces this. */
+#define PAGE_MARKER "<!--PROFILE-->"
 
 /* json_dump_callback's sink: writes the JSON with '<', '>' and '&' escaped. */
 static int emit_escaped(const char *buf, size_t len, void *data)
@@ -245,25 +45,152 @@ static int emit_escaped(const char *buf, size_t len, void *data)
 	return fwrite(buf + start, 1, len - start, out) == len - start ? 0 : -1;
 }
 
+/* A source's text as a JSON string: cut at a NUL, bytes that are not UTF-8 as U+FFFD; NULL if out of memory. */
+static json_t *page_text(const struct export_source *src)
+{
+	if (!src->text)
+		return json_null();
+	const char *nul = memchr(src->text, '\0', src->len);
+	size_t len = nul ? (size_t)(nul - src->text) : src->len;
+	char *copy = malloc(len + 1);
+	if (!copy)
+		return NULL;
+	memcpy(copy, src->text, len);
+	copy[len] = '\0';
+	json_t *j = export_json_string(copy);
+	free(copy);
+	return j;
+}
+
+/* threads: [{title, pid, labels: ["key=value"]}]; 0 or -1. */
+static int page_threads(const struct export_view *v, json_t *doc)
+{
+	const struct export_profile *p = v->p;
+	json_t *threads = json_array();
+	if (export_json_set(doc, "threads", threads))
+		return -1;
+	for (uint32_t i = 0; i < p->nthreads; i++) {
+		const struct export_thread *t = &p->threads[i];
+		json_t *o = json_object(), *labels = json_array();
+		if (export_json_add(threads, o) || export_json_set(o, "labels", labels) ||
+		    export_json_set(o, "title", json_string(v->thread_title[i])) ||
+		    export_json_set(o, "pid", json_integer(t->pid)))
+			return -1;
+		for (uint32_t k = 0; k < t->nlabels; k++) {
+			char *kv = NULL;
+			if (asprintf(&kv, "%s=%s", t->labels[k].key, t->labels[k].value) < 0)
+				return -1;
+			int rc = export_json_add(labels, export_json_string(kv));
+			free(kv);
+			if (rc)
+				return -1;
+		}
+	}
+	return 0;
+}
+
+/* The page's columns of numbers, written as they are rather than as a JSON value each. */
+enum page_column { COL_NODES, COL_NODE, COL_COUNT, COL_IDLE, COL_THREAD, COL_SLOT, COL_BASE, NCOLS };
+static const char *const page_column_name[NCOLS] = {
+	"nodes", "sample_node", "sample_count", "sample_idle", "sample_thread", "sample_slot", "sample_base",
+};
+struct page_columns {
+	int64_t *v[NCOLS];
+	size_t n[NCOLS], cap[NCOLS];
+	bool on[NCOLS];
+};
+
+static int page_put(struct page_columns *c, enum page_column col, int64_t x)
+{
+	if (array_reserve((void **)&c->v[col], &c->cap[col], c->n[col], sizeof *c->v[col], NULL) < 0)
+		return -1;
+	c->v[col][c->n[col]++] = x;
+	return 0;
+}
+
+static void page_columns_free(struct page_columns *c)
+{
+	for (int i = 0; i < NCOLS; i++)
+		free(c->v[i]);
+}
+
 /*
- * The page's data: {name, mode, rate_hz, from, until, total, frames: [[function
- * (the qualified name), file, line, kind, first_line]], stacks: [[count,
- * frame...]], threads: [title], stack_threads: [thread index or -1, per
- * stack], stack_idle: [idle samples, per stack]}, frames the view's distinct
- * ones, stacks root first.
+ * nodes: [parent, frame, ...], a node of the call tree per pair (parent
+ * -1: under the root; a parent before its children), and per sample (a
+ * stack of the profile) its node, count, idle samples, thread (-1: none),
+ * time slot (from the first, when split) and range (1: a diff's base).
+ * 0 or -1.
  */
-static json_t *page_data(const struct export_view *v)
+static int page_tree(const struct export_view *v, struct page_columns *c, int64_t slot_first,
+                     uint64_t *compared)
+{
+	const struct export_profile *p = v->p;
+	for (int i = 0; i < NCOLS; i++)
+		c->on[i] = (i != COL_SLOT || p->slot_seconds) && (i != COL_BASE || p->diff);
+	struct hash_map tree = {0}; /* (parent, frame id) -> node */
+	int64_t nnodes = 0;
+	int rc = -1;
+	*compared = 0;
+	for (uint32_t s = 0; s < p->nstacks; s++) {
+		const struct export_stack *st = &p->stacks[s];
+		if (!st->count)
+			continue;
+		int64_t at = -1;
+		for (uint32_t d = 0; d < st->depth; d++) {
+			int64_t key[2] = {at, v->frame_id[st->frames[d]]}, found;
+			if (hash_map_get(&tree, key, sizeof key, &found)) {
+				at = found;
+				continue;
+			}
+			if (hash_map_put(&tree, key, sizeof key, nnodes) < 0 || page_put(c, COL_NODES, at) ||
+			    page_put(c, COL_NODES, key[1]))
+				goto out;
+			at = nnodes++;
+		}
+		if (page_put(c, COL_NODE, at) || page_put(c, COL_COUNT, (int64_t)st->count) ||
+		    page_put(c, COL_IDLE, (int64_t)st->idle) || page_put(c, COL_THREAD, (int64_t)st->thread - 1) ||
+		    (p->slot_seconds && page_put(c, COL_SLOT, st->slot_start / p->slot_seconds - slot_first)) ||
+		    (p->diff && page_put(c, COL_BASE, st->base)))
+			goto out;
+		if (!st->base)
+			*compared += st->count;
+	}
+	rc = 0;
+out:
+	hash_map_clear(&tree);
+	return rc;
+}
+
+/* ,"name":[n,n,...] */
+static int page_write_column(FILE *out, const char *name, const int64_t *v, size_t n)
+{
+	if (fprintf(out, ",\"%s\":[", name) < 0)
+		return -1;
+	char buf[32];
+	for (size_t i = 0; i < n; i++) {
+		int len = snprintf(buf, sizeof buf, i ? ",%lld" : "%lld", (long long)v[i]);
+		if (fwrite(buf, 1, (size_t)len, out) != (size_t)len)
+			return -1;
+	}
+	return export_puts(out, "]");
+}
+
+/*
+ * The page's data: {name, mode, rate_hz, from, until, total (the compared
+ * range's in a diff), frames: [[function (the qualified name), file, line,
+ * kind, first_line]], the tree and samples of page_tree, threads (see
+ * page_threads), slot_seconds, slot_first and nslots (0 when not split by
+ * time: the first slot's start / slot_seconds, and how many slots from it
+ * to the last), base: {from, until, total} or null, sources: [[file, text
+ * or null, note]] (a heatmap's; none in a flamegraph), view: the one to
+ * open}.  frames are the view's distinct ones.
+ */
+static json_t *page_data(const struct export_view *v, bool heatmap, struct page_columns *c)
 {
 	const struct export_profile *p = v->p;
 	json_t *frames, *stacks, *doc = export_json_doc(v, "total", &frames, &stacks);
-	json_t *threads = json_array(), *stack_threads = json_array(), *stack_idle = json_array();
-	if (!doc || export_json_set(doc, "threads", threads) ||
-	    export_json_set(doc, "stack_threads", stack_threads) ||
-	    export_json_set(doc, "stack_idle", stack_idle))
+	if (!doc || json_object_del(doc, "stacks") || page_threads(v, doc))
 		goto fail;
-	for (uint32_t i = 0; i < p->nthreads; i++)
-		if (export_json_add(threads, json_string(v->thread_title[i])))
-			goto fail;
 	for (uint32_t u = 0; u < v->nuniq; u++) {
 		uint32_t i = v->frame_rep[u];
 		json_t *f = json_array();
@@ -274,19 +201,46 @@ static json_t *page_data(const struct export_view *v)
 		    export_json_add(f, json_integer(p->frames[i].first_line)))
 			goto fail;
 	}
-	for (uint32_t s = 0; s < p->nstacks; s++) {
-		const struct export_stack *st = &p->stacks[s];
-		if (!st->count)
-			continue;
-		json_t *a = json_array();
-		if (export_json_add(stacks, a) ||
-		    export_json_add(a, json_integer((json_int_t)st->count)) ||
-		    export_json_add(stack_threads, json_integer((json_int_t)st->thread - 1)) ||
-		    export_json_add(stack_idle, json_integer((json_int_t)st->idle)))
+	int64_t first = 0, last = 0;
+	bool any = false;
+	for (uint32_t s = 0; p->slot_seconds && s < p->nstacks; s++) {
+		int64_t k = p->stacks[s].slot_start / p->slot_seconds;
+		if (!any || k < first)
+			first = k;
+		if (!any || k > last)
+			last = k;
+		any = true;
+	}
+	uint64_t compared;
+	if (page_tree(v, c, first, &compared) ||
+	    export_json_set(doc, "slot_seconds", json_integer(p->slot_seconds)) ||
+	    export_json_set(doc, "slot_first", json_integer(first)) ||
+	    export_json_set(doc, "nslots", json_integer(any ? last - first + 1 : 0)) ||
+	    export_json_set(doc, "view", json_string(heatmap ? "source" : "icicle")))
+		goto fail;
+	if (p->diff) {
+		json_t *base = json_object();
+		if (export_json_set(doc, "base", base) ||
+		    export_json_set(base, "from", export_json_double(p->base_from_unix)) ||
+		    export_json_set(base, "until", export_json_double(p->base_until_unix)) ||
+		    export_json_set(base, "total", export_json_u64(v->total - compared)) ||
+		    export_json_set(doc, "total", export_json_u64(compared)))
 			goto fail;
-		for (uint32_t d = 0; d < st->depth; d++)
-			if (export_json_add(a, json_integer(v->frame_id[st->frames[d]])))
+	} else if (export_json_set(doc, "base", json_null())) {
+		goto fail;
+	}
+	if (heatmap) {
+		json_t *sources = json_array();
+		if (export_json_set(doc, "sources", sources))
+			goto fail;
+		for (uint32_t i = 0; i < p->nsources; i++) {
+			const struct export_source *src = &p->sources[i];
+			json_t *a = json_array();
+			if (export_json_add(sources, a) || export_json_add(a, export_json_string(src->file)) ||
+			    export_json_add(a, page_text(src)) ||
+			    export_json_add(a, export_json_string(src->note ? src->note : "")))
 				goto fail;
+		}
 	}
 	return doc;
 fail:
@@ -294,19 +248,44 @@ fail:
 	return NULL;
 }
 
-int export_write_flamegraph(const struct export_view *v, FILE *out)
+/*
+ * The page: its head, the data (the JSON object of page_data with the
+ * columns of numbers added before its closing brace), its tail.
+ */
+static int page_write(const struct export_view *v, bool heatmap, FILE *out)
 {
-	json_t *data = page_data(v);
-	if (!data)
+	const char *marker = strstr(export_page, PAGE_MARKER);
+	struct page_columns c = {0};
+	json_t *data = marker ? page_data(v, heatmap, &c) : NULL;
+	char *text = data ? json_dumps(data, JSON_COMPACT) : NULL;
+	json_decref(data);
+	if (!text) {
+		page_columns_free(&c);
 		return errno = ENOMEM, -1;
+	}
+	size_t head = (size_t)(marker - export_page), len = strlen(text);
 	errno = 0;
-	int r = export_puts(out, page_head) == 0 &&
-	                json_dump_callback(data, emit_escaped, out, JSON_COMPACT) == 0 &&
-	                export_puts(out, page_tail) == 0
-	            ? 0
-	            : -1;
+	int r = fwrite(export_page, 1, head, out) == head && len > 1 && emit_escaped(text, len - 1, out) == 0
+	                ? 0
+	                : -1;
+	for (int i = 0; r == 0 && i < NCOLS; i++)
+		if (c.on[i])
+			r = page_write_column(out, page_column_name[i], c.v[i], c.n[i]);
+	if (r == 0)
+		r = export_puts(out, "}") == 0 && export_puts(out, marker + strlen(PAGE_MARKER)) == 0 ? 0 : -1;
 	if (r < 0 && !errno)
 		errno = ENOMEM;
-	json_decref(data);
+	free(text);
+	page_columns_free(&c);
 	return r;
+}
+
+int export_write_flamegraph(const struct export_view *v, FILE *out)
+{
+	return page_write(v, false, out);
+}
+
+int export_write_heatmap(const struct export_view *v, FILE *out)
+{
+	return page_write(v, true, out);
 }

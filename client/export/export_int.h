@@ -64,8 +64,10 @@ json_t *export_json_doc(const struct export_view *v, const char *total_key, json
 int export_write_json(const struct export_view *v, FILE *out);
 int export_write_speedscope(const struct export_view *v, FILE *out);
 
-/* export_flame.c */
+/* export_flame.c; page.html, built in (see the Makefile) */
+extern const char export_page[];
 int export_write_flamegraph(const struct export_view *v, FILE *out);
+int export_write_heatmap(const struct export_view *v, FILE *out);
 
 /* export_pprof.c */
 int export_write_pprof(const struct export_view *v, FILE *out);

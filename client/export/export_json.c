@@ -104,9 +104,12 @@ int export_write_json(const struct export_view *v, FILE *out)
 		if (export_json_set(o, "count", json_integer((json_int_t)st->count)) ||
 		    export_json_set(o, "idle", json_integer((json_int_t)st->idle)) ||
 		    export_json_set(o, "thread_id", json_integer((json_int_t)thread_id)) ||
-		    export_json_set(o, "thread", st->thread ? json_integer(st->thread - 1) : json_null()))
+		    export_json_set(o, "thread", st->thread ? json_integer(st->thread - 1) : json_null()) ||
+		    (p->slot_seconds && export_json_set(o, "slot_start", json_integer(st->slot_start))))
 			goto fail;
 	}
+	if (p->slot_seconds && export_json_set(doc, "slot_seconds", json_integer(p->slot_seconds)))
+		goto fail;
 	return export_json_write(doc, out);
 fail:
 	json_decref(doc);

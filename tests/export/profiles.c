@@ -2,6 +2,8 @@
 #include <criterion/criterion.h>
 
 #include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <jansson.h>
 #include <math.h>
@@ -10,6 +12,7 @@
 #include <zlib.h>
 
 #include "profiles.h"
+#include "helpers.h"
 
 const struct export_frame frames[PROFILE_NFRAMES] = {
 	/* 0 */ {"main", "app.py", 10, UW_FRAME_PYTHON, 0},
@@ -32,8 +35,8 @@ static const uint32_t st1[] = {0, 1, 2, 3, 0, 0}, st2[] = {0, 5, 5, 5, 0, 0},
 		      st7[] = {0, 1}, st8[] = {0, 11};
 
 const struct export_stack stacks[PROFILE_NSTACKS] = {
-	{st0, 3, 5, 1, 0, 0},  {st1, 4, 3, 1, 0, 0}, {st2, 4, 4, 2, 0, 0}, {st3, 3, 2, 2, 0, 0}, {st4, 3, 1, 1, 0, 0},
-	{st5, 2, 1, 0, 0, 0},  {st6, 3, 2, 1, 0, 0}, {st7, 2, 0, 1, 0, 0}, {st8, 2, 1, 0, 0, 0},
+	{st0, 3, 5, 1, 0, 0, 0, false},  {st1, 4, 3, 1, 0, 0, 0, false}, {st2, 4, 4, 2, 0, 0, 0, false}, {st3, 3, 2, 2, 0, 0, 0, false}, {st4, 3, 1, 1, 0, 0, 0, false},
+	{st5, 2, 1, 0, 0, 0, 0, false},  {st6, 3, 2, 1, 0, 0, 0, false}, {st7, 2, 0, 1, 0, 0, 0, false}, {st8, 2, 1, 0, 0, 0, 0, false},
 };
 
 const struct export_profile profile = {
@@ -189,6 +192,70 @@ uint8_t *gunzip(const struct out *o, size_t *len)
 	return buf;
 }
 
+/* Chromium on a page written into a fresh scratch dir; the run's result, which must be a success. */
+static void page_chromium(const struct out *page, const char *script, const char *hash,
+                          const char *action, int width, int height, struct run_result *r)
+{
+	char dir[PATH_MAX], path[PATH_MAX + 16], url[PATH_MAX * 2], profile_dir[PATH_MAX + 32],
+		size[64];
+	scratch_dir(dir, sizeof dir);
+	snprintf(path, sizeof path, "%s/page.html", dir);
+	/* Its own profile directory: HOME may not be writable, and runs must not share state. */
+	snprintf(profile_dir, sizeof profile_dir, "--user-data-dir=%s/chromium", dir);
+	snprintf(size, sizeof size, "--window-size=%d,%d", width, height);
+	FILE *fp = fopen(path, "wb");
+	cr_assert_not_null(fp, "%s: %s", path, strerror(errno));
+	const char *body = script ? strstr(page->buf, "</body>") : NULL;
+	size_t head = body ? (size_t)(body - page->buf) : page->len;
+	cr_assert(!script || body, "the page has no </body>");
+	cr_assert_eq(fwrite(page->buf, 1, head, fp), head);
+	if (script)
+		fprintf(fp, "<pre id=\"log\"></pre><script>\n%s\n</script>\n", script);
+	cr_assert_eq(fwrite(page->buf + head, 1, page->len - head, fp), page->len - head);
+	cr_assert_eq(fclose(fp), 0);
+	snprintf(url, sizeof url, "file://%s%s%s", path, hash && *hash ? "#" : "", hash ? hash : "");
+	/* Root needs --no-sandbox; a container's small /dev/shm must not matter. */
+	const char *argv[] = {"chromium", "--headless", "--no-sandbox", "--disable-gpu",
+	                      "--no-first-run", "--disable-dev-shm-usage", "--hide-scrollbars",
+	                      profile_dir, size, action, url, NULL};
+	struct run_opts opts = {.timeout_s = CHROMIUM_TIMEOUT_S};
+	run_command(r, argv, &opts);
+	char why[2048];
+	cr_assert(r->exited && r->code == 0, "chromium %s: %s", action, run_describe(r, why, sizeof why));
+}
+
+char *page_dom(const struct out *page, const char *script, const char *hash)
+{
+	struct run_result r;
+	page_chromium(page, script, hash, "--dump-dom", 1400, 900, &r);
+	cr_assert(r.out_len > 0, "chromium --dump-dom printed nothing");
+	char *dom = strdup(r.out);
+	cr_assert_not_null(dom);
+	run_result_free(&r);
+	return dom;
+}
+
+void page_screenshot(const struct out *page, const char *hash, const char *name, int width, int height)
+{
+	char dir[PATH_MAX], png[PATH_MAX + 64], action[PATH_MAX + 96];
+	scratch_dir(dir, sizeof dir);
+	snprintf(png, sizeof png, "%s/%s.png", dir, name);
+	snprintf(action, sizeof action, "--screenshot=%s", png);
+	struct run_result r;
+	page_chromium(page, NULL, hash, action, width, height, &r);
+	run_result_free(&r);
+	size_t len;
+	char *bytes = file_bytes(png, &len);
+	cr_assert(len > 8 && memcmp(bytes, "\x89PNG", 4) == 0, "%s is not a PNG", png);
+	const char *keep = getenv("PYPROFD_SCREENSHOTS");
+	if (keep && *keep) {
+		char copy[PATH_MAX * 2];
+		snprintf(copy, sizeof copy, "%s/%s.png", keep, name);
+		scratch_write(copy, bytes, len);
+	}
+	free(bytes);
+}
+
 json_t *parse_json(const struct out *o)
 {
 	json_error_t err;
@@ -219,8 +286,8 @@ static const struct export_thread threaded_threads[] = {
 	 .labels = batch_labels, .nlabels = 1},
 };
 static const struct export_stack threaded_stacks[] = {
-	{th0, 2, 3, 140001, 1, 0}, {th1, 2, 2, 140001, 1, 2}, {th2, 3, 2, 140001, 1, 0},
-	{th4, 2, 5, 140002, 2, 5}, {th3, 3, 1, 140003, 3, 0}, {th2, 3, 2, 140003, 3, 0},
+	{th0, 2, 3, 140001, 1, 0, 0, false}, {th1, 2, 2, 140001, 1, 2, 0, false}, {th2, 3, 2, 140001, 1, 0, 0, false},
+	{th4, 2, 5, 140002, 2, 5, 0, false}, {th3, 3, 1, 140003, 3, 0, 0, false}, {th2, 3, 2, 140003, 3, 0, 0, false},
 };
 const struct export_profile threaded = {
 	.frames = threaded_frames,

@@ -62,6 +62,21 @@ void scratch_write(const char *path, const void *data, size_t len);
 json_t *parse_json(const struct out *o);
 /* What we promise of a speedscope file beyond its schema (see profiles.c); its frames. */
 json_t *check_speedscope(json_t *doc, double *weight_sum);
+/*
+ * The DOM of a page after its scripts ran, as headless Chromium dumps it
+ * (window 1400x900): script (NULL: none) is put in a <script> before
+ * </body>, so it runs after the page's own; the page's URL ends in hash
+ * (NULL: none).  Fails the test when Chromium does.
+ */
+char *page_dom(const struct out *page, const char *script, const char *hash);
+/*
+ * Headless Chromium's screenshot of the page at hash, width x height, as
+ * NAME.png in a scratch directory, and also in $PYPROFD_SCREENSHOTS when
+ * that names a directory: a person looks at them there.  Fails the test
+ * when Chromium does or the PNG is empty.
+ */
+void page_screenshot(const struct out *page, const char *hash, const char *name, int width, int height);
+
 /* The gunzipped bytes of a gzip stream (pprof). */
 uint8_t *gunzip(const struct out *o, size_t *len);
 

@@ -56,7 +56,7 @@ Test(export, collapsed_deterministic)
 		rev[i] = stacks[COUNT(stacks) - 1 - i];
 	/* 5 of the 7 samples of serve;handle moved to a stack of their own. */
 	rev[COUNT(stacks) - 1].count = 0;
-	rev[COUNT(stacks)] = (struct export_stack){st0, 3, 5, 9, 0, 0};
+	rev[COUNT(stacks)] = (struct export_stack){st0, 3, 5, 9, 0, 0, 0, false};
 	struct export_profile p = profile;
 	p.stacks = rev;
 	p.nstacks = COUNT(rev);
@@ -73,7 +73,7 @@ Test(export, collapsed_escapes_backslash_and_controls)
 		{"tab\there", "p;q\r.py", -1, UW_FRAME_PYTHON, 0},
 	};
 	static const uint32_t s[] = {0, 1};
-	static const struct export_stack st[] = {{s, 2, 3, 0, 0, 0}};
+	static const struct export_stack st[] = {{s, 2, 3, 0, 0, 0, 0, false}};
 	struct export_profile p = empty;
 	p.frames = f;
 	p.nframes = 2;
@@ -135,7 +135,7 @@ Test(export, json_replaces_bad_utf8)
 {
 	static const struct export_frame f[] = {{"bad\xff\xfe", "x\xc3.py", 1, UW_FRAME_PYTHON, 0}};
 	static const uint32_t s[] = {0};
-	static const struct export_stack st[] = {{s, 1, 2, 0, 0, 0}};
+	static const struct export_stack st[] = {{s, 1, 2, 0, 0, 0, 0, false}};
 	struct export_profile p = empty;
 	p.frames = f;
 	p.nframes = 1;
@@ -244,7 +244,7 @@ Test(export, invalid_profiles)
 {
 	static const uint32_t out_of_range[] = {0, 12};
 	static const uint32_t ok[] = {0};
-	struct export_stack st = {ok, 1, 1, 0, 0, 0};
+	struct export_stack st = {ok, 1, 1, 0, 0, 0, 0, false};
 	struct export_profile p = profile;
 
 	p.stacks = &st;
@@ -268,7 +268,7 @@ Test(export, invalid_profiles)
 	st.count = EXPORT_MAX_SAMPLES + 1;
 	expect_einval(&p, "too many samples");
 
-	struct export_stack two[2] = {{ok, 1, EXPORT_MAX_SAMPLES, 0, 0, 0}, {ok, 1, UINT64_MAX, 0, 0, 0}};
+	struct export_stack two[2] = {{ok, 1, EXPORT_MAX_SAMPLES, 0, 0, 0, 0, false}, {ok, 1, UINT64_MAX, 0, 0, 0, 0, false}};
 	p.stacks = two;
 	p.nstacks = 2;
 	expect_einval(&p, "counts that overflow");
@@ -332,7 +332,7 @@ Test(export, deepest_stack)
 	cr_assert_not_null(ids);
 	for (size_t d = 1; d < EXPORT_MAX_DEPTH; d++)
 		ids[d] = 5;
-	struct export_stack st = {ids, EXPORT_MAX_DEPTH, 3, 0, 0, 0};
+	struct export_stack st = {ids, EXPORT_MAX_DEPTH, 3, 0, 0, 0, 0, false};
 	struct export_profile p = profile;
 	p.stacks = &st;
 	p.nstacks = 1;

@@ -129,7 +129,7 @@ Test(speedscope, speedscope_schema_plain)
 		{"sleep", "time.py", 30, UW_FRAME_PYTHON, 0},
 	};
 	static const uint32_t a[] = {0, 1}, b[] = {0, 1, 2}, c[] = {0};
-	static const struct export_stack st[] = {{a, 2, 40, 0, 0, 0}, {b, 3, 9, 0, 0, 0}, {c, 1, 1, 0, 0, 0}};
+	static const struct export_stack st[] = {{a, 2, 40, 0, 0, 0, 0, false}, {b, 3, 9, 0, 0, 0, 0, false}, {c, 1, 1, 0, 0, 0, 0, false}};
 	struct export_profile p = empty;
 	p.frames = f;
 	p.nframes = COUNT(f);
@@ -161,7 +161,7 @@ Test(speedscope, speedscope_schema_unicode_and_bad_utf8)
 		{"", "", -1, UW_FRAME_PYTHON, 0},
 	};
 	static const uint32_t a[] = {0, 1, 2}, b[] = {3, 4}, c[] = {3, 5};
-	static const struct export_stack st[] = {{a, 3, 2, 7, 0, 0}, {b, 2, 1, 7, 0, 0}, {c, 2, 4, 8, 0, 0}};
+	static const struct export_stack st[] = {{a, 3, 2, 7, 0, 0, 0, false}, {b, 2, 1, 7, 0, 0, 0, false}, {c, 2, 4, 8, 0, 0, 0, false}};
 	struct export_profile p = empty;
 	p.frames = f;
 	p.nframes = COUNT(f);
@@ -190,12 +190,12 @@ Test(speedscope, speedscope_schema_markers_and_threads)
 	static const uint32_t gc_only[] = {1}, native_root[] = {0, 2}, sandwich[] = {3, 0, 2, 1, 0, 0},
 			      native_top[] = {3, 2, 0};
 	static const struct export_stack st[] = {
-		{gc_only, 1, 3, 0, 0, 0},
-		{native_root, 2, 1, 1, 0, 0},
-		{sandwich, 4, 2, UINT64_C(140079881370496), 0, 0},
-		{sandwich, 4, 5, UINT64_C(140079872977664), 0, 0},
-		{native_top, 3, 1, UINT64_MAX, 0, 0},
-		{native_top, 3, 6, (uint64_t)INT64_MAX, 0, 0},
+		{gc_only, 1, 3, 0, 0, 0, 0, false},
+		{native_root, 2, 1, 1, 0, 0, 0, false},
+		{sandwich, 4, 2, UINT64_C(140079881370496), 0, 0, 0, false},
+		{sandwich, 4, 5, UINT64_C(140079872977664), 0, 0, 0, false},
+		{native_top, 3, 1, UINT64_MAX, 0, 0, 0, false},
+		{native_top, 3, 6, (uint64_t)INT64_MAX, 0, 0, 0, false},
 	};
 	struct export_profile p = empty;
 	p.frames = f;
@@ -211,7 +211,7 @@ Test(speedscope, speedscope_schema_markers_and_threads)
 Test(speedscope, speedscope_schema_zero_counts)
 {
 	static const uint32_t a[] = {0, 1}, b[] = {0, 5, 5};
-	static const struct export_stack st[] = {{a, 2, 0, 1, 0, 0}, {b, 3, 0, 2, 0, 0}, {a, 2, 0, 0, 0, 0}};
+	static const struct export_stack st[] = {{a, 2, 0, 1, 0, 0, 0, false}, {b, 3, 0, 2, 0, 0, 0, false}, {a, 2, 0, 0, 0, 0, 0, false}};
 	struct export_profile p = profile;
 	p.stacks = st;
 	p.nstacks = COUNT(st);
@@ -257,13 +257,13 @@ Test(speedscope, speedscope_schema_large)
 		for (uint32_t d = 1; d < depth; d++)
 			next[d] = (uint32_t)(lcg(&seed) % NFRAMES);
 		uint64_t count = lcg(&seed) % 10 ? lcg(&seed) % 1000 : 0;
-		st[s] = (struct export_stack){next, depth, count, lcg(&seed) << 20, 0, 0};
+		st[s] = (struct export_stack){next, depth, count, lcg(&seed) << 20, 0, 0, 0, false};
 		next += depth;
 	}
 	st[7].count = UINT64_C(1) << 52;
 	for (uint32_t d = 0; d < EXPORT_MAX_DEPTH; d++)
 		next[d] = d ? 5 : 0;
-	st[NSTACKS - 1] = (struct export_stack){next, EXPORT_MAX_DEPTH, 3, 0, 0, 0};
+	st[NSTACKS - 1] = (struct export_stack){next, EXPORT_MAX_DEPTH, 3, 0, 0, 0, 0, false};
 	struct export_profile p = profile;
 	p.frames = f;
 	p.nframes = NFRAMES;

@@ -372,7 +372,7 @@ Test(threads, gecko_has_a_track_per_thread)
 Test(threads, gecko_refuses_more_samples_than_it_can_list)
 {
 	static const uint32_t st[] = {0};
-	struct export_stack big = {st, 1, EXPORT_GECKO_MAX_SAMPLES + 1, 0, 0, 0};
+	struct export_stack big = {st, 1, EXPORT_GECKO_MAX_SAMPLES + 1, 0, 0, 0, 0, false};
 	struct export_profile p = profile;
 	p.stacks = &big;
 	p.nstacks = 1;

@@ -754,3 +754,98 @@ Test(storage, writer_memory_is_bounded_as_the_file_grows, .timeout = 120)
 	             (unsigned long long)st.db_bytes);
 	store_writer_close(w);
 }
+
+/* Counts per (stack, slot from the base's), and what every row said of its slot. */
+struct slot_tally {
+	int64_t base;
+	uint32_t width; /* every row's slot_seconds: they must agree */
+	uint64_t count[NSTACKS][16];
+	unsigned rows, bad;
+};
+
+static int slot_row(void *ctx, const struct store_row *row)
+{
+	struct slot_tally *t = ctx;
+	int s = stack_of(row);
+	if (t->rows++ == 0)
+		t->width = row->slot_seconds;
+	int64_t k = row->slot_seconds ? row->slot_start / row->slot_seconds - t->base / row->slot_seconds : -1;
+	if (s < 0 || row->slot_seconds != t->width || !row->slot_seconds ||
+	    row->slot_start % row->slot_seconds || k < 0 || k >= 16)
+		t->bad++;
+	else
+		t->count[s][k] += row->count;
+	return 0;
+}
+
+/*
+ * A query split by time: the narrowest width that fits the samples in the
+ * slots asked for, every sample in the slot its bucket starts in, and no
+ * slot narrower than a bucket.
+ */
+Test(storage, query_by_time_slots, .timeout = 60)
+{
+	char path[PATH_MAX];
+	db_path(path, sizeof path);
+	struct store_writer *w = open_writer(path);
+	int64_t base = base_days_ago(1);
+	/* 12 buckets of 10 s: 2 minutes. */
+	submit_buckets(w, base, 0, 12);
+	store_writer_sync(w);
+	expect_written(w, "two minutes");
+	struct store_reader *r = open_reader(path);
+	struct store_query q = range_query(base, 0, 12);
+	struct store_error err = {{0}};
+	uint64_t total;
+	static const struct {
+		uint32_t slots, width;
+	} cases[] = {
+		{12, 10}, /* a slot per bucket */
+		{11, 20}, /* 6 slots of 20 s */
+		{4, 60},  /* 2 minutes: 2 slots of a minute, not 3 of 40 s */
+		{1, 120}, /* one */
+	};
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+		q.time_slots = cases[c].slots;
+		struct slot_tally t = {.base = base};
+		cr_assert_eq(store_query_stacks(r, &q, slot_row, &t, &total, &err), 0, "%s", err.msg);
+		cr_expect_eq(t.bad, 0, "%u slots: %u rows out of their slots", cases[c].slots, t.bad);
+		cr_expect_eq(t.width, cases[c].width, "%u slots", cases[c].slots);
+		for (int s = 0; s < NSTACKS; s++)
+			for (int64_t k = 0; k < 12; k++) {
+				uint64_t want = 0;
+				for (int64_t b = 0; b < 12; b++)
+					if (b * BUCKET_S / cases[c].width == k)
+						for (int tg = 0; tg < NTARGETS; tg++)
+							for (int th = 0; th < NTHREADS; th++)
+								want += count_of(tg, b, th, s);
+				cr_expect_eq(t.count[s][k], want, "%u slots: stack %d, slot %lld",
+				             cases[c].slots, s, (long long)k);
+			}
+	}
+	/* Without slots, a row per stack as before, and no slot said. */
+	q.time_slots = 0;
+	struct slot_tally t = {.base = base};
+	cr_assert_eq(store_query_stacks(r, &q, slot_row, &t, &total, &err), 0, "%s", err.msg);
+	cr_expect_eq(t.rows, NSTACKS);
+	cr_expect_eq(t.width, 0);
+	store_reader_close(r);
+
+	/* An hour merged into one bucket (as retention does): no slot is narrower than it. */
+	struct store_batch *b = store_batch_new();
+	struct store_target_info info = {.pid = 77, .start_time = 1};
+	int tg = store_batch_target(b, &info);
+	int32_t f = store_batch_frame(b, "old", "old.py", 1, 0, 1);
+	int32_t st = store_batch_stack(b, -1, f);
+	cr_assert_eq(store_batch_samples(b, tg, base - 3600, 3600, 1, st, 5, 0), 0);
+	store_writer_submit(w, b);
+	store_writer_sync(w);
+	store_writer_close(w);
+	r = open_reader(path);
+	q = range_query(base, -360, 12);
+	q.time_slots = 240;
+	struct slot_tally wide = {.base = base - 3600};
+	cr_assert_eq(store_query_stacks(r, &q, slot_row, &wide, &total, &err), 0, "%s", err.msg);
+	cr_expect_eq(wide.width, 3600);
+	store_reader_close(r);
+}

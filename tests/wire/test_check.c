@@ -202,3 +202,17 @@ Test(check, a_diff_base_range_is_checked_for_a_diff_alone)
 	cr_assert_eq(check_with(&req, '~', why, sizeof why), -1);
 	cr_assert_str_eq(why, "query.until_unix is 1e+19: a time is unix seconds from 0 (1970) to 9000000000 (2255-03-14)");
 }
+
+Test(check, time_slots_are_bounded)
+{
+	Pyprofd__QueryRequest q = PYPROFD__QUERY_REQUEST__INIT;
+	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
+	req.body_case = PYPROFD__REQUEST__BODY_QUERY;
+	req.query = &q;
+	char why[256] = "";
+	q.time_slots = CHECK_MAX_TIME_SLOTS;
+	cr_assert_eq(check_with(&req, '~', why, sizeof why), 0, "%s", why);
+	q.time_slots = UINT32_MAX;
+	cr_assert_eq(check_with(&req, '~', why, sizeof why), -1);
+	cr_assert_str_eq(why, "query.time_slots (4294967295) is more than 10000");
+}
