@@ -39,6 +39,8 @@ const char ctl_usage[] =
 	"                    the functions seen most, refreshed every second\n"
 	"  rules [add NAME KEY=VALUE... | remove NAME]\n"
 	"                    the rules by which the daemon attaches processes by itself\n"
+	"  export --otlp URL [--pid P | --label K=V]... --since D\n"
+	"                    send a range of the history to an OpenTelemetry Collector\n"
 	"\n"
 	"options (before or after the command):\n"
 	"  --socket PATH     the daemon's socket (see below)\n"

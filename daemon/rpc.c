@@ -502,6 +502,7 @@ static void rpc_status(struct server *s, struct client *c, const Pyprofd__Reques
 	res->socket = s->socket_activated ? (char *)"(from systemd)" : s->config.socket_path;
 	history_status(&s->history, res, a);
 	fleet_status(&s->fleet, res);
+	exporter_status(&s->exporter, res, a);
 	if (own != res)
 		rpc_status_own(s, c, res, own);
 	resp->result_case = PYPROFD__RESPONSE__RESULT_STATUS;
@@ -599,6 +600,26 @@ static void rpc_query(struct server *s, struct client *c, const Pyprofd__Request
 	                         .writer = s->history.writer};
 	char why[256];
 	Pyprofd__ErrorCode code = queries_start(&s->queries, &o, req->query, why, sizeof why);
+	if (code != PYPROFD__ERROR_CODE__ERROR_UNSPECIFIED)
+		rpc_error(resp, a, code, "%s", why);
+	else
+		resp->result_case = PYPROFD__RESPONSE__RESULT__NOT_SET; /* answered later */
+}
+
+/* A backfill to a collector: root's and the daemon's user's; answered from its thread later. */
+static void rpc_otlp_export(struct server *s, struct client *c, const Pyprofd__Request *req,
+                            Pyprofd__Response *resp, struct arena *a)
+{
+	/* The daemon would connect where the caller says, with its own network's reach. */
+	if (c->uid != 0 && c->uid != geteuid()) {
+		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_PERMISSION,
+		          "only root may send the history to a collector");
+		return;
+	}
+	/* What was sampled up to now goes to the writer first; the backfill waits for it. */
+	targets_flush(&s->targets);
+	char why[256];
+	Pyprofd__ErrorCode code = exporter_backfill(&s->exporter, c->serial, req, why, sizeof why);
 	if (code != PYPROFD__ERROR_CODE__ERROR_UNSPECIFIED)
 		rpc_error(resp, a, code, "%s", why);
 	else
@@ -733,6 +754,7 @@ static const struct {
 	{PYPROFD__REQUEST__BODY_TOP, "top", rpc_top},
 	{PYPROFD__REQUEST__BODY_RULES, "rules", rpc_rules},
 	{PYPROFD__REQUEST__BODY_QUERY, "query", rpc_query},
+	{PYPROFD__REQUEST__BODY_OTLP_EXPORT, "otlp_export", rpc_otlp_export},
 };
 
 bool rpc_dispatch(struct server *s, struct client *c, const Pyprofd__Request *req,
