@@ -58,13 +58,17 @@ static double wall_now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* A config exporting to endpoint every second, with 1 s buckets and flushes; extra appended. */
+/*
+ * A config exporting to endpoint every second, with 1 s buckets flushed
+ * every 2 s: an interval is sent before its last samples reach the file
+ * unless the exporter waits for them.  extra appended.
+ */
 static void otlp_write_config(struct otlp_test *t, const char *endpoint, const char *extra)
 {
 	char text[2048];
 	snprintf(text, sizeof text,
 	         "[storage]\n"
-	         "flush_interval_s = 1\n"
+	         "flush_interval_s = 2\n"
 	         "bucket_seconds = 1\n"
 	         "\n"
 	         "[export.otlp]\n"
