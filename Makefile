@@ -55,8 +55,9 @@ PYTHONS_READY     = [ "$$(cat $(PYTHONS_ROOT)/.pyprofd-pythons 2>/dev/null)" = \
 
 # The OpenTelemetry Collector of the OTLP tests: built from Debian's packaged
 # Go sources (sid alone has them) in a sid root of its own, made as the one
-# above, by a small main of ours (tests/collector/main.go); the static binary
-# is kept beside the root and runs on the host.
+# above but of files alone (nothing in it runs: its Go toolchain is static
+# and runs on the host), by a small main of ours (tests/collector/main.go);
+# the static binary is kept beside the root and runs on the host.
 COLLECTOR_ROOT     ?= /var/cache/pyprofd/collector
 COLLECTOR_PACKAGES  = golang-go golang-opentelemetry-collector-dev
 COLLECTOR_BIN      ?= $(COLLECTOR_ROOT)-bin/pyprofd-test-collector
@@ -356,7 +357,8 @@ pythons: deps
 # The root, then the binary; each step keeps what is there when it is current.
 collector: deps
 	$(Q)SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
-	$$SUDO sh tests/pythons-root.sh $(COLLECTOR_ROOT) "$(PYTHONS_MIRROR)" $(COLLECTOR_PACKAGES) && \
+	$$SUDO env PYPROFD_ROOT_VARIANT=extract PYPROFD_ROOT_NAME=collector \
+		sh tests/pythons-root.sh $(COLLECTOR_ROOT) "$(PYTHONS_MIRROR)" $(COLLECTOR_PACKAGES) && \
 	$$SUDO sh tests/collector-build.sh $(COLLECTOR_ROOT) $(COLLECTOR_BIN) tests/collector/main.go
 
 COLLECTOR_SKIPPED = echo; \

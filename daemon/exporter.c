@@ -142,6 +142,11 @@ static int exporter_round(struct exporter *x, const struct otlp_config *oc, int6
 	store_writer_flush(x->writer);
 	struct store_writer_status ws;
 	store_writer_status(x->writer, &ws);
+	/* The file was replaced under the writer: this thread's connections still read the old one. */
+	if (ws.file_changes != x->file_changes) {
+		exporter_disconnect(x);
+		x->file_changes = ws.file_changes;
+	}
 	if (!ws.open || ws.failing || ws.pending_batches) {
 		snprintf(why, why_len, "the history is not written yet%s%.200s", ws.failing ? ": " : "",
 		         ws.failing ? ws.last_error : "");

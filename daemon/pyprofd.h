@@ -699,6 +699,7 @@ struct exporter {
 	/* The thread's own. */
 	struct store_export *store;
 	struct store_reader *reader;
+	uint64_t file_changes; /* the writer's count when they were opened */
 	void *http;
 	/* On the loop: backfills running, and the async their threads end with. */
 	struct exporter_job *jobs;

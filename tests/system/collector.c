@@ -251,6 +251,9 @@ static bool fake_read_request(int fd, volatile bool *stop)
 static void *fake_main(void *arg)
 {
 	struct fake_collector *f = arg;
+	/* Connections of a server that never answers, held open until it stops. */
+	int held[64];
+	size_t nheld = 0;
 	while (!f->stop) {
 		struct pollfd p = {.fd = f->fd, .events = POLLIN};
 		if (poll(&p, 1, 100) <= 0)
@@ -262,8 +265,10 @@ static void *fake_main(void *arg)
 		while (!f->stop && fake_read_request(conn, &f->stop)) {
 			__atomic_add_fetch(&f->requests, 1, __ATOMIC_SEQ_CST);
 			if (!f->status) {
-				while (!f->stop)
-					pause_ms(50);
+				if (nheld < sizeof held / sizeof *held) {
+					held[nheld++] = conn;
+					conn = -1;
+				}
 				break;
 			}
 			char reply[256];
@@ -274,8 +279,11 @@ static void *fake_main(void *arg)
 			if (write(conn, reply, (size_t)n) != n)
 				break;
 		}
-		close(conn);
+		if (conn >= 0)
+			close(conn);
 	}
+	for (size_t i = 0; i < nheld; i++)
+		close(held[i]);
 	return NULL;
 }
 

@@ -431,7 +431,13 @@ Test(otlp, collector_never_answering_costs_the_loop_nothing, .timeout = 120)
 	          "last error: %s", jstr(e, "last_error"));
 	json_decref(root);
 	cr_expect_gt(slow.requests, 0, "the silent server heard nothing");
-	/* Stopping with a request hanging: daemon_stop wants an exit within seconds. */
+	/* A request that would hang a minute, and the daemon stopped meanwhile: it exits within seconds. */
+	int before_reload = slow.requests;
+	otlp_write_config(&t, url, "timeout = 60s\n");
+	kill(t.d.pid, SIGHUP);
+	for (int i = 0; i < 200 && slow.requests == before_reload; i++)
+		pause_ms(50);
+	cr_expect_gt(slow.requests, before_reload, "no request after the reload");
 	otlp_teardown(&t);
 	fake_collector_stop(&slow);
 	for (int i = 0; i < OTLP_TARGETS; i++) {
