@@ -70,11 +70,11 @@ static int exporter_connect(struct exporter *x, char *why, size_t why_len)
 {
 	struct store_error err = {{0}};
 	if (!x->store && !(x->store = store_export_open(x->writer, &err))) {
-		snprintf(why, why_len, "opening the history: %s", err.msg);
+		snprintf(why, why_len, "opening the history: %.200s", err.msg);
 		return -1;
 	}
 	if (!x->reader && !(x->reader = store_reader_open_writer(x->writer, &err))) {
-		snprintf(why, why_len, "opening the history: %s", err.msg);
+		snprintf(why, why_len, "opening the history: %.200s", err.msg);
 		return -1;
 	}
 	return 0;
@@ -213,7 +213,7 @@ static int exporter_round(struct exporter *x, const struct otlp_config *oc, int6
 	pthread_mutex_unlock(&x->lock);
 	return until < complete ? 1 : 0;
 store_failed:
-	snprintf(why, why_len, "the history: %s", err.msg);
+	snprintf(why, why_len, "the history: %.200s", err.msg);
 	exporter_disconnect(x);
 	return -1;
 }
@@ -246,6 +246,7 @@ static void *exporter_main(void *arg)
 		}
 		if (x->round_serial != x->config_serial) {
 			/* A new configuration starts afresh: now, not after the old one's backoff. */
+			otlp_config_free(&oc);
 			if (otlp_config_copy(&oc, &x->config) < 0) {
 				exporter_set_error(x, "out of memory");
 				exporter_wait(x, now + EXPORTER_BACKOFF_MAX_S);
@@ -344,7 +345,7 @@ static void *exporter_job_main(void *arg)
 	struct store_reader *r = store_reader_open_writer(x->writer, &err);
 	store_writer_flush(x->writer);
 	if (!r || store_query_processes(r, &j->q, exporter_job_target, &ts, &err) < 0) {
-		snprintf(j->error, sizeof j->error, "reading the history: %s",
+		snprintf(j->error, sizeof j->error, "reading the history: %.200s",
 		         err.msg[0] ? err.msg : "out of memory");
 		goto done;
 	}
@@ -357,7 +358,7 @@ static void *exporter_job_main(void *arg)
 		uint8_t *body = NULL;
 		size_t len = 0;
 		if (!q || otlp_request_pack(q, &body, &len) < 0) {
-			snprintf(j->error, sizeof j->error, "%s", q ? "out of memory" : why);
+			snprintf(j->error, sizeof j->error, "%.200s", q ? "out of memory" : why);
 			otlp_request_free(q);
 			break;
 		}
@@ -370,7 +371,7 @@ static void *exporter_job_main(void *arg)
 			               &j->bytes, why, sizeof why);
 		}
 		if (rc < 0)
-			snprintf(j->error, sizeof j->error, "%s (after %u processes)", why, j->processes);
+			snprintf(j->error, sizeof j->error, "%.200s (after %u processes)", why, j->processes);
 		else {
 			j->processes++;
 			j->samples += otlp_request_samples(q);

@@ -720,7 +720,7 @@ struct otlp_request *otlp_request_from_history(struct store_reader *r, const str
 	if (store_query_processes(r, &sel, otlp_keep_process, &pc, &err) < 0 ||
 	    store_query_sampling(r, &sel, &rate, mode, sizeof mode, &err) < 0 ||
 	    store_query_threads(r, target_id, from, until, &threads, &nthreads, &err) < 0) {
-		snprintf(why, why_len, "reading the history: %s", err.msg[0] ? err.msg : "out of memory");
+		snprintf(why, why_len, "reading the history: %.200s", err.msg[0] ? err.msg : "out of memory");
 		goto done;
 	}
 	if (!pc.found) {
@@ -737,7 +737,7 @@ struct otlp_request *otlp_request_from_history(struct store_reader *r, const str
 		tq.by_thread = true;
 		tq.thread_id = threads[i];
 		if (store_query_stacks(r, &tq, otlp_collect_row, &c, NULL, &err) < 0) {
-			snprintf(why, why_len, "reading the history: %s",
+			snprintf(why, why_len, "reading the history: %.200s",
 			         q->failed ? "out of memory" : err.msg);
 			otlp_request_free(q);
 			q = NULL;

@@ -345,6 +345,7 @@ void otlp_config_init(struct otlp_config *oc);
 void otlp_config_free(struct otlp_config *oc); /* and back to the defaults */
 /* One setting of [export.otlp] by name; 0, or -1 when the name or value is bad. */
 int otlp_config_set(struct otlp_config *oc, const char *name, const char *value);
+/* A copy into to, which holds nothing (initialised or freed); 0, or -1 with to empty. */
 int otlp_config_copy(struct otlp_config *to, const struct otlp_config *from);
 bool otlp_config_equal(const struct otlp_config *a, const struct otlp_config *b);
 /* Once, before any thread sends (libcurl's global state). */
