@@ -198,6 +198,10 @@ json_t *fields_json(const void *msg, const struct field *fields, size_t n)
 /* "YYYY-MM-DD HH:MM:SS" in UTC, or the seconds when they are not a time. */
 static void fields_utc(double unix_s, char *buf, size_t len)
 {
+	if (unix_s == 0) {
+		snprintf(buf, len, "never");
+		return;
+	}
 	time_t t = (time_t)unix_s;
 	struct tm tm;
 	if (!gmtime_r(&t, &tm) || !strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm))
