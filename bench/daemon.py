@@ -63,6 +63,22 @@ def port_open(port):
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+def thread_cpu_seconds(pid, name):
+    """CPU seconds of the daemon's threads called name."""
+    total = 0.0
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:
+                if f.read().strip() != name:
+                    continue
+            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except OSError:
+            pass
+    return total
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--pyprofd", default="build/pyprofd")
@@ -121,10 +137,12 @@ def main():
             ctl("attach", str(t.pid), "--rate", str(args.rate))
         time.sleep(1.0)  # the first samples decode everything: measure steady state
         cpu0, wall0 = cpu_seconds(daemon.pid), time.monotonic()
+        export_cpu0 = thread_cpu_seconds(daemon.pid, "otlp-export")
         samples0 = {e["pid"]: e["samples"] for e in ctl("list")}
         export0 = ctl("status").get("export", {})
         time.sleep(args.seconds)
         cpu1, wall1 = cpu_seconds(daemon.pid), time.monotonic()
+        export_cpu1 = thread_cpu_seconds(daemon.pid, "otlp-export")
         entries = {e["pid"]: e for e in ctl("list")}
         stats = [ctl("stats", str(t.pid)) for t in targets]
         status = ctl("status")
@@ -165,6 +183,8 @@ def main():
         samples = e["samples_sent"] - export0.get("samples_sent", 0)
         print("  OTLP export to %s every %s: %d samples, %d bytes sent, %d failed requests"
               % (e["endpoint"], args.interval, samples, sent, e["requests_failed"]))
+        print("  exporter thread CPU       %6.3f %% of one core (of the daemon's above)"
+              % (100 * (export_cpu1 - export_cpu0) / elapsed))
         print("  bytes per target-minute   %6.0f (gzip'd request bodies)"
               % (sent / args.targets / (elapsed / 60)))
 
