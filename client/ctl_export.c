@@ -97,7 +97,7 @@ int ctl_export(struct ctl *ctl, int argc, char **argv)
 	if (status != EXIT_OK || (status = ctl_no_operand(ctl, argc, argv)) != EXIT_OK)
 		goto out;
 	if (!r.endpoint) {
-		status = ctl_usage_error(ctl, "export needs --otlp URL");
+		status = ctl_usage_error(ctl, "--otlp URL is needed: where to send");
 		goto out;
 	}
 	if (strncmp(r.endpoint, "http://", 7) != 0 && strncmp(r.endpoint, "https://", 8) != 0) {
@@ -113,7 +113,7 @@ int ctl_export(struct ctl *ctl, int argc, char **argv)
 		clock_gettime(CLOCK_REALTIME, &now);
 		r.from_unix = (double)now.tv_sec - since;
 	} else if (!r.from_unix) {
-		status = ctl_usage_error(ctl, "export needs --since D or --from T: how far back to send");
+		status = ctl_usage_error(ctl, "--since D or --from T is needed: how far back to send");
 		goto out;
 	}
 	if (r.until_unix && r.until_unix < r.from_unix) {

@@ -503,3 +503,55 @@ Test(otlp, bad_settings_are_refused_with_file_and_line)
 		run_result_free(&r);
 	}
 }
+
+/*
+ * pyprofd-ctl export: bad use is refused before it connects, another user
+ * than root is refused by the daemon, and a collector that is not there
+ * fails the backfill with why.
+ */
+Test(otlp, backfill_refuses_bad_use_and_reports_failure, .timeout = 120)
+{
+	struct daemon d;
+	daemon_start(&d, NULL);
+	const char *no_url[] = {"export", "--since", "1h", NULL};
+	ctl_expect_failure(&d, no_url, 2, NULL, "without --otlp");
+	const char *no_range[] = {"export", "--otlp", "http://127.0.0.1:9", NULL};
+	ctl_expect_failure(&d, no_range, 2, NULL, "without a range");
+	const char *ftp[] = {"export", "--otlp", "ftp://127.0.0.1:9", "--since", "1h", NULL};
+	ctl_expect_failure(&d, ftp, 2, NULL, "not http");
+	char url[64];
+	snprintf(url, sizeof url, "http://127.0.0.1:%d", free_port());
+	const char *nowhere[] = {"export", "--otlp", url, "--since", "1h", NULL};
+	struct run_opts nobody = {.drop_privileges = true, .uid = NOBODY_UID, .gid = NOBODY_GID};
+	ctl_expect_failure(&d, nowhere, 4, &nobody, "another user");
+
+	/* Something to send, and nothing listening. */
+	struct python pys[PYTHONS_MAX];
+	pythons_supported(pys, PYTHONS_MAX);
+	char dir[PATH_MAX - 64], script[PATH_MAX];
+	scratch_dir(dir, sizeof dir);
+	snprintf(script, sizeof script, "%s/idle.py", dir);
+	write_text_file(script, idle_program);
+	const char *args[] = {script, NULL};
+	pid_t pid = spawn_python(&pys[0], args, NULL);
+	char p[16];
+	const char *attach[] = {"attach", pid_text(pid, p, sizeof p), "--rate", "200", NULL};
+	struct run_result r;
+	for (int k = 0;; k++) {
+		ctl_run(&d, &r, attach, NULL);
+		bool ok = r.exited && r.code == 0;
+		run_result_free(&r);
+		if (ok)
+			break;
+		cr_assert(k < 200, "attach failed");
+		pause_ms(50);
+	}
+	pause_ms(1500);
+	ctl_run(&d, &r, nowhere, NULL);
+	cr_expect(r.exited && r.code == 1, "a backfill to nowhere: exit %d", r.code);
+	cr_expect(strstr(r.err, "onnect") && strstr(r.err, url), "stderr: %s", r.err);
+	run_result_free(&r);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	daemon_stop(&d);
+}
