@@ -386,7 +386,6 @@ static int32_t otlp_location(struct otlp_request *q, const struct store_frame *f
 		                                           PYPROFD__OTLP__FUNCTION__INIT);
 		if (!m || OTLP_TABLE_ROOM(q->functions) < 0)
 			return -1;
-		*m = (Pyprofd__Otlp__Function)PYPROFD__OTLP__FUNCTION__INIT;
 		m->name_strindex = name;
 		m->system_name_strindex = sys;
 		m->filename_strindex = file;
