@@ -4,6 +4,7 @@
 #                   speedscope's file-format schema (build/deps/) for the tests
 #   make            build build/pyprofd and build/pyprofd-ctl
 #   make pythons    the Debian sid root the tests run CPython 3.13-3.15 from (PYTHONS_ROOT)
+#   make collector  the OpenTelemetry Collector the OTLP tests send to (COLLECTOR_BIN)
 #   make test       deps + build + the criterion suite against every CPython found
 #   make sanitize   the same suite on an ASan + UBSan build (in build-sanitize/)
 #   make fuzz       build every libFuzzer harness (tests/fuzz) and run each a while
@@ -30,7 +31,7 @@ DEB_PACKAGES = build-essential pkg-config libelf-dev libjansson-dev libcriterion
                libinih-dev libsystemd-dev zlib1g-dev procps util-linux libcap2-bin \
                systemd man-db protobuf-compiler chromium \
                curl ca-certificates python3-jsonschema clang libclang-rt-14-dev mmdebstrap \
-               golang-go
+               golang-go libcurl4-openssl-dev
 
 # speedscope's file-format schema, which the tests hold the speedscope export
 # to.  It is speedscope's, not ours to commit: make deps fetches the npm package
@@ -56,7 +57,16 @@ PYTHONS_PACKAGES  = python3.13 python3.14 python3.15 python3.15-dbg python3.15-d
 PYTHONS_READY     = [ "$$(cat $(PYTHONS_ROOT)/.pyprofd-pythons 2>/dev/null)" = \
                       "packages: $(PYTHONS_PACKAGES)" ]
 
-PKGS     = libelf jansson libprotobuf-c inih libsystemd sqlite3 zlib
+# The OpenTelemetry Collector of the OTLP tests: built from Debian's packaged
+# Go sources (sid alone has them) in a sid root of its own, made as the one
+# above but of files alone (nothing in it runs: its Go toolchain is static
+# and runs on the host), by a small main of ours (tests/collector/main.go);
+# the static binary is kept beside the root and runs on the host.
+COLLECTOR_ROOT     ?= /var/cache/pyprofd/collector
+COLLECTOR_PACKAGES  = golang-go golang-opentelemetry-collector-dev
+COLLECTOR_BIN      ?= $(COLLECTOR_ROOT)-bin/pyprofd-test-collector
+
+PKGS     = libelf jansson libprotobuf-c inih libsystemd sqlite3 zlib libcurl
 WARN     = -Wall -Wextra -Werror -Wshadow -Wpointer-arith -Wstrict-prototypes \
            -Wmissing-prototypes -Wvla -Wformat=2
 OPT      ?= -O2 -g
@@ -127,7 +137,8 @@ STORE_OBJ  = $(call obj,$(STORE_SRC))
 PAGE_C     = $(BUILD)/client/export/page.c
 EXPORT_OBJ = $(call obj,$(EXPORT_SRC)) $(BUILD)/proto/profile.pb-c.o $(PAGE_C:.c=.o)
 CLIENT_OBJ = $(call obj,$(CLIENT_SRC))
-DAEMON_OBJ = $(call obj,$(DAEMON_SRC))
+# The daemon alone speaks OTLP (daemon/otlp.c).
+DAEMON_OBJ = $(call obj,$(DAEMON_SRC)) $(BUILD)/proto/otlp_profiles.pb-c.o
 CTL_OBJ    = $(call obj,$(CTL_SRC))
 MAIN_OBJ   = $(call obj,$(MAIN_SRC))
 
@@ -223,7 +234,7 @@ $(BUILD)/fuzz/%: $(BUILD)/tests/fuzz/%.o $(LIBCTL) $(LIBCLIENT) $(LIBS_DAEMON)
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -fsanitize=fuzzer -o $@ $^ $(LINK_DAEMON)
 
-.PHONY: all deps pythons test check sanitize fuzz fuzz-run demo bench bench-daemon bench-history bench-hostile bench-fleet bench-page soak install clean
+.PHONY: all deps pythons collector test check sanitize fuzz fuzz-run demo bench bench-daemon bench-history bench-hostile bench-fleet bench-page soak install clean
 
 all: $(PYPROFD) $(CTL)
 
@@ -369,6 +380,20 @@ pythons: deps
 	$(Q)SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 	$$SUDO sh tests/pythons-root.sh $(PYTHONS_ROOT) "$(PYTHONS_MIRROR)" $(PYTHONS_PACKAGES)
 
+# The root, then the binary; each step keeps what is there when it is current.
+collector: deps
+	$(Q)SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	$$SUDO env PYPROFD_ROOT_VARIANT=extract PYPROFD_ROOT_NAME=collector \
+		sh tests/pythons-root.sh $(COLLECTOR_ROOT) "$(PYTHONS_MIRROR)" $(COLLECTOR_PACKAGES) && \
+	$$SUDO sh tests/collector-build.sh $(COLLECTOR_ROOT) $(COLLECTOR_BIN) tests/collector/main.go
+
+COLLECTOR_SKIPPED = echo; \
+	echo "**********************************************************************"; \
+	echo "* SKIPPED: the OTLP export tests against a real OpenTelemetry Collector"; \
+	echo "* ($(COLLECTOR_BIN)): $$cwhy"; \
+	echo "**********************************************************************"; \
+	echo
+
 # Without the root (no network, not root) the suite still runs, on the other
 # interpreters, and says so before and after.
 PYTHONS_SKIPPED = echo; \
@@ -389,11 +414,20 @@ test: deps
 	fi; \
 	roots=; \
 	if [ -z "$$why" ]; then roots="PYPROFD_PYTHONS_ROOT=$(PYTHONS_ROOT)"; else $(PYTHONS_SKIPPED); fi; \
+	if [ "$$(id -u)" != 0 ]; then \
+		cwhy="only root builds it (mmdebstrap)"; \
+	elif $(MAKE) --no-print-directory collector; then \
+		cwhy=; roots="$$roots PYPROFD_COLLECTOR=$(COLLECTOR_BIN)"; \
+	else \
+		cwhy="it could not be built (see make collector above)"; \
+	fi; \
+	[ -z "$$cwhy" ] || { $(COLLECTOR_SKIPPED); }; \
 	failed=; for t in $(TEST_BINS); do \
 		echo "== $$t"; \
 		env $(TEST_ENV) $$roots $$t --jobs 2 $(TEST_ARGS) || failed="$$failed $$(basename $$t)"; \
 	done; \
 	[ -z "$$why" ] || { $(PYTHONS_SKIPPED); }; \
+	[ -z "$$cwhy" ] || { $(COLLECTOR_SKIPPED); }; \
 	if [ -n "$$failed" ]; then echo "failed:$$failed" >&2; exit 1; fi
 
 check: test

@@ -47,6 +47,8 @@ const char ctl_usage[] =
 	"                    two ranges of the history side by side, per function\n"
 	"  rules [add NAME KEY=VALUE... | remove NAME]\n"
 	"                    the rules by which the daemon attaches processes by itself\n"
+	"  export --otlp URL [--pid P | --label K=V]... --since D\n"
+	"                    send a range of the history to an OpenTelemetry Collector\n"
 	"\n"
 	"options (before or after the command):\n"
 	"  --socket PATH     the daemon's socket (see below)\n"

@@ -91,6 +91,10 @@ int ctl_live_status(struct ctl *ctl, int argc, char **argv);
 extern const char ctl_rules_usage[];
 int ctl_rules(struct ctl *ctl, int argc, char **argv);
 
+/* ctl_export.c */
+extern const char ctl_export_usage[];
+int ctl_export(struct ctl *ctl, int argc, char **argv);
+
 /* ctl_history.c */
 extern const char ctl_query_usage[], ctl_diff_usage[];
 int ctl_history_query(struct ctl *ctl, int argc, char **argv);

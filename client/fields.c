@@ -86,6 +86,15 @@ const struct field fields_status[] = {
 	FIELD(Pyprofd__StatusResult, "history.lost_samples", FIELD_UINT64, history_lost_samples, 0),
 	FIELD(Pyprofd__StatusResult, "history.file_changes", FIELD_UINT64, history_file_changes, 0),
 	FIELD(Pyprofd__StatusResult, "history.file_change", FIELD_STRING, history_file_change, 0),
+	FIELD(Pyprofd__StatusResult, "export.endpoint", FIELD_STRING, export_endpoint, 0),
+	FIELD(Pyprofd__StatusResult, "export.failing", FIELD_BOOL, export_failing, 0),
+	FIELD(Pyprofd__StatusResult, "export.last_error", FIELD_STRING, export_last_error, 0),
+	FIELD(Pyprofd__StatusResult, "export.last_success", FIELD_TIME, export_last_success_unix, 0),
+	FIELD(Pyprofd__StatusResult, "export.sent_until", FIELD_TIME, export_sent_until_unix, 0),
+	FIELD(Pyprofd__StatusResult, "export.backlog_samples", FIELD_UINT64, export_backlog_samples, 0),
+	FIELD(Pyprofd__StatusResult, "export.samples_sent", FIELD_UINT64, export_samples_sent, 0),
+	FIELD(Pyprofd__StatusResult, "export.requests_failed", FIELD_UINT64, export_requests_failed, 0),
+	FIELD(Pyprofd__StatusResult, "export.bytes_sent", FIELD_UINT64, export_bytes_sent, 0),
 };
 const size_t fields_nstatus = sizeof fields_status / sizeof fields_status[0];
 
@@ -237,6 +246,10 @@ json_t *fields_json(const void *msg, const struct field *fields, size_t n)
 /* "YYYY-MM-DD HH:MM:SS" in UTC, or the seconds when they are not a time. */
 static void fields_utc(double unix_s, char *buf, size_t len)
 {
+	if (unix_s == 0) {
+		snprintf(buf, len, "never");
+		return;
+	}
 	time_t t = (time_t)unix_s;
 	struct tm tm;
 	if (!gmtime_r(&t, &tm) || !strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm))

@@ -12,6 +12,7 @@ static const struct ctl_command main_commands[] = {
 	{"stats", ctl_live_stats, ctl_stats_usage},    {"status", ctl_live_status, ctl_status_usage},
 	{"top", top_main, ctl_top_usage},             {"query", ctl_history_query, ctl_query_usage},
 	{"diff", ctl_history_diff, ctl_diff_usage},   {"rules", ctl_rules, ctl_rules_usage},
+	{"export", ctl_export, ctl_export_usage},
 };
 
 int main(int argc, char **argv)

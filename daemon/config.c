@@ -75,6 +75,7 @@ static void config_defaults(struct config *c)
 		.retention_age_s = {3600, 86400},
 		.retention_bucket_s = {60, 3600},
 	};
+	otlp_config_init(&c->otlp);
 }
 
 void config_free(struct config *c)
@@ -85,6 +86,7 @@ void config_free(struct config *c)
 	free(c->rules_path);
 	c->state_dir = c->socket_path = c->config_path = c->rules_path = NULL;
 	rules_free(&c->rules);
+	otlp_config_free(&c->otlp);
 }
 
 static int config_set_string(char **field, const char *value)
@@ -283,7 +285,8 @@ static int config_set(struct config *c, const char *section, const char *name, c
 			return c->max_file_bytes = (uint64_t)v * 1024, 0;
 		if (strcmp(name, "retention") == 0)
 			return config_parse_retention(c, value);
-	}
+	} else if (strcmp(section, "export.otlp") == 0)
+		return otlp_config_set(&c->otlp, name, value);
 	return -1;
 }
 

@@ -372,6 +372,62 @@ int rules_save_without(const struct rules *rs, size_t at, const char *path, char
                        size_t why_len);
 void rules_free(struct rules *rs);
 
+/* otlp.c */
+/* [export.otlp]: where and how the exporter sends profiles. */
+#define OTLP_DEFAULT_INTERVAL_S 15
+#define OTLP_DEFAULT_TIMEOUT_S 10
+struct otlp_config {
+	char *endpoint; /* http(s)://host:port[/path]; NULL: no export */
+	double interval_s, timeout_s;
+	bool gzip;
+	size_t nheaders; /* sent with every request (auth, tenant) */
+	char **header_names, **header_values;
+	size_t nresource; /* extra resource attributes (resource.KEY = VALUE) */
+	char **resource_keys, **resource_values;
+};
+void otlp_config_init(struct otlp_config *oc);
+void otlp_config_free(struct otlp_config *oc); /* and back to the defaults */
+/* One setting of [export.otlp] by name; 0, or -1 when the name or value is bad. */
+int otlp_config_set(struct otlp_config *oc, const char *name, const char *value);
+/* A copy into to, which holds nothing (initialised or freed); 0, or -1 with to empty. */
+int otlp_config_copy(struct otlp_config *to, const struct otlp_config *from);
+bool otlp_config_equal(const struct otlp_config *a, const struct otlp_config *b);
+/* Once, before any thread sends (libcurl's global state). */
+void otlp_global_init(void);
+/*
+ * One ExportProfilesServiceRequest: one process (its resource) over
+ * [from, until), its samples added one (thread, stack) at a time.
+ */
+struct otlp_request;
+struct store_process;
+struct store_frame;
+struct store_reader;
+struct otlp_request *otlp_request_new(const struct otlp_config *oc, const char *host,
+                                      const struct store_process *p, const char *mode,
+                                      unsigned rate_hz, int64_t from, int64_t until);
+/* frames root first, as the history gives them; -1 out of memory (the request is then spoilt). */
+int otlp_request_sample(struct otlp_request *q, uint64_t thread_id, const struct store_frame *frames,
+                        uint32_t depth, uint64_t count);
+uint64_t otlp_request_samples(const struct otlp_request *q);
+/* The request's bytes (malloc'd).  0, or -1 out of memory. */
+int otlp_request_pack(struct otlp_request *q, uint8_t **out, size_t *len);
+void otlp_request_free(struct otlp_request *q);
+/* A target's samples in buckets starting in [from, until) as a request; NULL and why. */
+struct otlp_request *otlp_request_from_history(struct store_reader *r, const struct otlp_config *oc,
+                                               const char *host, int64_t target_id, int64_t from,
+                                               int64_t until, char *why, size_t why_len);
+/*
+ * POST a packed request to endpoint's /v1development/profiles, as oc says
+ * (compression, headers, timeout), on the HTTP client *handle (made on
+ * first use, reused).  0 when the collector took it all; -1 and why on a
+ * failure to connect, a timeout, a status other than 2xx, a partial
+ * success, or cancelled() turning true.  *wire_bytes grows by the body sent.
+ */
+int otlp_post(void **handle, const struct otlp_config *oc, const char *endpoint, const uint8_t *body,
+              size_t len, bool (*cancelled)(void *ctx), void *cancel_ctx, uint64_t *wire_bytes,
+              char *why, size_t why_len);
+void otlp_post_free(void **handle);
+
 /* config.c */
 struct config {
 	char *state_dir;
@@ -410,6 +466,7 @@ struct config {
 	unsigned min_rate_hz;        /* the budget lowers rule-attached targets' rates no further */
 	double uid_cpu_percent;      /* of one core sampling one user's targets may take (not root's); 0: no limit */
 	uint64_t max_sample_ns;      /* a sample's walk is cut short past this; 0: never */
+	struct otlp_config otlp;     /* [export.otlp] */
 };
 /* "500ms", "15s", "2m", "1h", "1d", or a bare number of seconds, in [min, max]; 0 or -1. */
 int config_parse_duration(const char *text, double min, double max, double *out);
@@ -699,6 +756,62 @@ void budget_apply(struct budget *b, struct target *t);
 /* The budgets' state; a peer other than root sees its own user alone. */
 void budget_status(const struct budget *b, uid_t peer, Pyprofd__StatusResult *out, struct arena *a);
 
+/* exporter.c */
+/*
+ * The OTLP exporter of [export.otlp], on a thread of its own, and the
+ * backfills of `pyprofd-ctl export`, each on one of their own.
+ */
+struct exporter_job;
+struct store_export;
+/* Backfills running at once. */
+#define EXPORTER_JOBS_MAX 2
+struct exporter {
+	struct ev_loop *loop;
+	void *server;                /* whose clients backfills answer */
+	struct store_writer *writer; /* NULL: no history, nothing to send */
+	unsigned bucket_seconds;
+	char host[256];              /* host.name */
+	pthread_t thread;
+	bool running;
+	pthread_mutex_t lock;
+	pthread_cond_t wake;
+	/* Under the lock. */
+	struct otlp_config config;
+	uint64_t config_serial, round_serial; /* the configuration's, and the one the thread sends by */
+	bool stop;
+	int64_t flushed_through; /* every sample of a second before this is handed to the writer */
+	double last_success;     /* unix time */
+	char last_error[256];
+	bool failing;
+	uint64_t backlog_samples, samples_sent, requests_failed, bytes_sent;
+	int64_t sent_until;
+	/* The thread's own. */
+	struct store_export *store;
+	struct store_reader *reader;
+	uint64_t file_changes; /* the writer's count when they were opened */
+	void *http;
+	/* On the loop: backfills running, and the async their threads end with. */
+	struct exporter_job *jobs;
+	unsigned njobs;
+	ev_async async;
+};
+/* Start the thread (idle while no endpoint is configured).  0, or -1. */
+int exporter_start(struct exporter *x, struct ev_loop *loop, void *server,
+                   struct store_writer *writer, const struct config *c);
+/* [export.otlp] as reloaded: a change starts the exporter afresh, cancelling what it was sending. */
+void exporter_configure(struct exporter *x, const struct config *c);
+/* After a flush round at loop time now: the history is complete up to its second. */
+void exporter_flushed(struct exporter *x, double now);
+/* Stop the thread and the backfills (cancelling what they send) and wait for them. */
+void exporter_stop(struct exporter *x);
+void exporter_status(struct exporter *x, Pyprofd__StatusResult *out, struct arena *a);
+/*
+ * Start a backfill (req->otlp_export) on a thread of its own: ERROR_UNSPECIFIED,
+ * and the answer goes to the client later; or the code of an error with why.
+ */
+Pyprofd__ErrorCode exporter_backfill(struct exporter *x, uint64_t client_serial,
+                                     const Pyprofd__Request *req, char *why, size_t why_len);
+
 /* fleet.c */
 /* The processes the daemon finds and attaches by itself (rules, children). */
 struct fleet_state;
@@ -750,6 +863,7 @@ struct server {
 	struct queries queries;
 	struct fleet fleet;
 	struct budget budget;
+	struct exporter exporter;
 	struct client *clients;
 	unsigned nclients;
 	uint64_t next_client_serial;

@@ -512,6 +512,7 @@ static void rpc_status(struct server *s, struct client *c, const Pyprofd__Reques
 	history_status(&s->history, res, a);
 	fleet_status(&s->fleet, res);
 	budget_status(&s->budget, c->uid, res, a);
+	exporter_status(&s->exporter, res, a);
 	if (own != res)
 		rpc_status_own(s, c, res, own);
 	resp->result_case = PYPROFD__RESPONSE__RESULT_STATUS;
@@ -721,6 +722,26 @@ static void rpc_query(struct server *s, struct client *c, const Pyprofd__Request
 		resp->result_case = PYPROFD__RESPONSE__RESULT__NOT_SET; /* answered later */
 }
 
+/* A backfill to a collector: root's and the daemon's user's; answered from its thread later. */
+static void rpc_otlp_export(struct server *s, struct client *c, const Pyprofd__Request *req,
+                            Pyprofd__Response *resp, struct arena *a)
+{
+	/* The daemon would connect where the caller says, with its own network's reach. */
+	if (c->uid != 0 && c->uid != geteuid()) {
+		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_PERMISSION,
+		          "only root may send the history to a collector");
+		return;
+	}
+	/* What was sampled up to now goes to the writer first; the backfill waits for it. */
+	targets_flush(&s->targets);
+	char why[256];
+	Pyprofd__ErrorCode code = exporter_backfill(&s->exporter, c->serial, req, why, sizeof why);
+	if (code != PYPROFD__ERROR_CODE__ERROR_UNSPECIFIED)
+		rpc_error(resp, a, code, "%s", why);
+	else
+		resp->result_case = PYPROFD__RESPONSE__RESULT__NOT_SET; /* answered later */
+}
+
 /* Every rule, in the order they are tried. */
 static Pyprofd__RulesResult *rpc_rules_list(const struct rules *rs, struct arena *a)
 {
@@ -849,6 +870,7 @@ static const struct {
 	{PYPROFD__REQUEST__BODY_TOP, "top", rpc_top},
 	{PYPROFD__REQUEST__BODY_RULES, "rules", rpc_rules},
 	{PYPROFD__REQUEST__BODY_QUERY, "query", rpc_query},
+	{PYPROFD__REQUEST__BODY_OTLP_EXPORT, "otlp_export", rpc_otlp_export},
 };
 
 bool rpc_dispatch(struct server *s, struct client *c, const Pyprofd__Request *req,

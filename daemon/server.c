@@ -268,6 +268,7 @@ static void server_on_flush_timer(struct ev_loop *loop, ev_timer *w, int revents
 	struct server *s = w->data;
 	targets_flush(&s->targets);
 	history_flushed(&s->history, &s->config);
+	exporter_flushed(&s->exporter, ev_now(s->loop));
 }
 
 static void server_on_reload(struct ev_loop *loop, ev_signal *w, int revents)
@@ -279,6 +280,7 @@ static void server_on_reload(struct ev_loop *loop, ev_signal *w, int revents)
 	if (config_reload(&s->config, s->argc, s->argv) == 0) {
 		log_set_level(s->config.log_level);
 		history_configure(&s->history, &s->config);
+		exporter_configure(&s->exporter, &s->config);
 		/* An active watcher's repeat may change; ev_timer_again restarts it with the new one. */
 		s->flush_timer.repeat = s->config.flush_interval_s;
 		ev_timer_again(s->loop, &s->flush_timer);
@@ -334,6 +336,8 @@ static void server_shutdown(struct server *s)
 	queries_finish(&s->queries);
 	ev_timer_stop(s->loop, &s->flush_timer);
 	targets_flush(&s->targets);
+	/* What was not sent waits in the history for the next start. */
+	exporter_stop(&s->exporter);
 	history_close(&s->history);
 	targets_free(&s->targets);
 	if (s->listen_fd >= 0) {
@@ -407,7 +411,8 @@ int server_main(int argc, char **argv)
 	s.started = ev_now(s.loop);
 	s.started_at = ev_time();
 	if (history_open(&s.history, &s.config, s.state_fd) != 0 ||
-	    queries_init(&s.queries, s.loop, &query_sink, &s) != 0 || fleet_init(&s.fleet, &s) != 0) {
+	    queries_init(&s.queries, s.loop, &query_sink, &s) != 0 || fleet_init(&s.fleet, &s) != 0 ||
+	    exporter_start(&s.exporter, s.loop, &s, s.history.writer, &s.config) != 0) {
 		fprintf(stderr, "pyprofd: out of memory\n");
 		close(s.listen_fd);
 		close(s.state_fd);

@@ -212,5 +212,9 @@ int check_request(const Pyprofd__Request *req, const uint8_t *data, size_t len, 
 		                     q->base_until_unix, why, why_len) != 0)
 			return -1;
 	}
+	if (req->body_case == PYPROFD__REQUEST__BODY_OTLP_EXPORT && req->otlp_export &&
+	    check_time_range("otlp_export.from_unix", req->otlp_export->from_unix,
+	                     "otlp_export.until_unix", req->otlp_export->until_unix, why, why_len) != 0)
+		return -1;
 	return 0;
 }

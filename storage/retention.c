@@ -93,7 +93,8 @@ static int merge_slice(sqlite3 *db, int64_t start, int64_t end, int64_t width,
  * between slices, or -1 and *err.
  */
 static int retention_merge(sqlite3 *db, const struct store_retention_step *s, double now,
-                           bool (*yield)(void *ctx), void *yield_ctx, struct store_error *err)
+                           int64_t horizon, bool (*yield)(void *ctx), void *yield_ctx,
+                           struct store_error *err)
 {
 	if (s->bucket_seconds == 0 || !(s->older_than_s >= 0)) {
 		store_error_text(err, "retention step: width %u, age %g: invalid", s->bucket_seconds,
@@ -105,6 +106,9 @@ static int retention_merge(sqlite3 *db, const struct store_retention_step *s, do
 	if (!(edge > -9e15 && edge < 9e15 / (double)width))
 		return 0; /* nothing that old or new can exist */
 	int64_t cut = (int64_t)edge * width;
+	/* What an export sink has still to send stays as it was sent from: whole fine buckets. */
+	if (horizon >= 0 && cut > horizon / width * width)
+		cut = horizon / width * width;
 	/* Rounding down by division: bucket starts are seconds after 1970, never negative. */
 	if (cut <= 0)
 		return 0;
@@ -284,8 +288,11 @@ int store_retention_run(sqlite3 *db, const struct store_retention_step *steps, s
                         double now, uint64_t max_db_bytes, bool (*yield)(void *ctx),
                         void *yield_ctx, struct store_error *err)
 {
+	int64_t horizon;
+	if (nsteps && export_horizon(db, now, &horizon, err) < 0)
+		return -1;
 	for (size_t i = 0; i < nsteps; i++) {
-		int rc = retention_merge(db, &steps[i], now, yield, yield_ctx, err);
+		int rc = retention_merge(db, &steps[i], now, horizon, yield, yield_ctx, err);
 		if (rc != 0)
 			return rc;
 	}

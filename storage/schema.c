@@ -181,10 +181,31 @@ static const char schema_v2[] =
 	"  name TEXT NOT NULL,\n"         /* "": unknown */
 	"  PRIMARY KEY(target, thread_id)) WITHOUT ROWID;\n";
 
+/*
+ * Version 3: what each export sink (an OTLP endpoint) was sent.  A sink's
+ * sent_until is the start of the first bucket not yet sent for every
+ * target; a target whose part of the next interval went out before the
+ * rest (a request of its own succeeded) is ahead of it in export_sent.
+ * active_at (unix seconds) is when the sink was last exported to: retention
+ * keeps what active sinks still have to send unmerged (retention.c).
+ */
+static const char schema_v3[] =
+	"CREATE TABLE export_sinks(\n"
+	"  id INTEGER PRIMARY KEY,\n"
+	"  name TEXT NOT NULL UNIQUE,\n"
+	"  sent_until INTEGER NOT NULL,\n"
+	"  active_at REAL NOT NULL);\n"
+	"CREATE TABLE export_sent(\n"
+	"  sink INTEGER NOT NULL,\n"
+	"  target INTEGER NOT NULL,\n"
+	"  sent_until INTEGER NOT NULL,\n"
+	"  PRIMARY KEY(sink, target)) WITHOUT ROWID;\n";
+
 /* Step i brings the schema from version i to i + 1. */
 static const char *const migrations[STORE_SCHEMA_VERSION] = {
 	schema_v1,
 	schema_v2,
+	schema_v3,
 };
 
 /* Applies every step past the database's version, one transaction each. */
@@ -242,7 +263,7 @@ static const char *store_db_name(const struct store_place *p, char *name, size_t
 }
 
 /* Opens p with flags and sets what every connection wants. */
-static sqlite3 *store_db_connect(const struct store_place *p, int flags, struct store_error *err)
+sqlite3 *store_db_connect(const struct store_place *p, int flags, struct store_error *err)
 {
 	char name[PATH_MAX];
 	const char *vfs = store_db_name(p, name, sizeof name, err);

@@ -18,7 +18,7 @@
 #include "store.h"
 
 /* The schema version this code writes; user_version past it is refused. */
-#define STORE_SCHEMA_VERSION 2
+#define STORE_SCHEMA_VERSION 3
 
 /* Stacks deeper than this are corrupt (the unwinder stops at 8192 frames). */
 #define STORE_MAX_DEPTH 8192
@@ -126,6 +126,9 @@ void place_remove_leftovers(const struct store_place *p, const struct store_ids 
  */
 sqlite3 *store_db_open_rw(const struct store_place *p, const struct store_ids *last,
                           struct store_ids *ids, struct store_error *err);
+
+/* A connection to p opened with flags (SQLITE_OPEN_*), busy timeout set.  NULL and *err. */
+sqlite3 *store_db_connect(const struct store_place *p, int flags, struct store_error *err);
 
 /* A read-only connection to an existing store at p (TEMP tables in memory).  NULL and *err. */
 sqlite3 *store_db_open_ro(const struct store_place *p, struct store_error *err);
@@ -361,5 +364,16 @@ int reader_pending_stack_find(const struct store_pending *p, int64_t value,
 int store_retention_run(sqlite3 *db, const struct store_retention_step *steps, size_t nsteps,
                         double now, uint64_t max_db_bytes, bool (*yield)(void *ctx),
                         void *yield_ctx, struct store_error *err);
+
+/* ---- export.c: what export sinks were sent ---- */
+
+/* Sinks not exported to for this long hold retention back no more. */
+#define STORE_EXPORT_IDLE_S 86400
+
+/*
+ * The first bucket start some active sink has yet to send (retention merges
+ * nothing from there on), or -1 when no sink holds it back.  0, or -1 and *err.
+ */
+int export_horizon(sqlite3 *db, double now, int64_t *horizon, struct store_error *err);
 
 #endif

@@ -9,6 +9,11 @@
 # records the packages it holds and a ROOT holding the same list is kept.
 # MIRROR empty: the Debian archive this machine's apt is configured with.
 # Runs under a lock, so two builds of one ROOT never race.
+#
+# PYPROFD_ROOT_VARIANT=extract makes a root of files alone (the packages and
+# their dependencies unpacked, nothing configured, no essential set), which
+# is all a toolchain run from the host needs and a fraction of the time;
+# PYPROFD_ROOT_NAME names the root in messages.
 set -eu
 
 root=$1
@@ -16,6 +21,8 @@ mirror=$2
 shift 2
 stamp_name=.pyprofd-pythons
 want="packages: $*"
+variant=${PYPROFD_ROOT_VARIANT:-apt}
+name=${PYPROFD_ROOT_NAME:-pythons}
 
 # The first Debian archive of apt's sources (one-line sources.list files and
 # deb822 .sources files alike, in the order apt reads them): a `deb` source
@@ -84,7 +91,7 @@ exec 9>"$root.lock"
 flock 9
 
 if [ -f "$root/$stamp_name" ] && [ "$(cat "$root/$stamp_name")" = "$want" ]; then
-	echo "pythons: $root is ready ($*)"
+	echo "$name: $root is ready ($*)"
 	exit 0
 fi
 
@@ -93,11 +100,11 @@ rm -rf "$root".new.* "$root".old.*
 
 [ -n "$mirror" ] || mirror=$(apt_mirror)
 if [ -z "$mirror" ]; then
-	echo "pythons: no Debian archive in apt's sources; name one with PYTHONS_MIRROR=URI" >&2
+	echo "$name: no Debian archive in apt's sources; name one with PYTHONS_MIRROR=URI" >&2
 	exit 1
 fi
 command -v mmdebstrap >/dev/null || {
-	echo "pythons: mmdebstrap is missing (make deps installs it)" >&2
+	echo "$name: mmdebstrap is missing (make deps installs it)" >&2
 	exit 1
 }
 
@@ -106,9 +113,9 @@ new=$(mktemp -d "$root.new.XXXXXX")
 chmod 755 "$new"
 old=
 trap 'rm -rf "$new" ${old:+"$old"}' EXIT
-echo "pythons: building $root from $mirror (sid: $*)"
+echo "$name: building $root from $mirror (sid, $variant: $*)"
 # The mirror may serve a snapshot whose Release file has expired.
-mmdebstrap --variant=apt --aptopt='Acquire::Check-Valid-Until "false"' \
+mmdebstrap --variant="$variant" --aptopt='Acquire::Check-Valid-Until "false"' \
 	--include="$(echo "$*" | tr ' ' ,)" sid "$new" "deb $mirror sid main"
 printf '%s\n' "$want" >"$new/$stamp_name"
 if [ -e "$root" ]; then
@@ -116,4 +123,4 @@ if [ -e "$root" ]; then
 	mv -T "$root" "$old/root"
 fi
 mv -T "$new" "$root"
-echo "pythons: $root is ready ($*)"
+echo "$name: $root is ready ($*)"

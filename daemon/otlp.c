@@ -1,0 +1,934 @@
+/*
+ * OTLP profiles: the [export.otlp] settings, a history range as an
+ * ExportProfilesServiceRequest (proto/otlp_profiles.proto), and its POST
+ * to a collector with libcurl.  Used by the exporter's thread and by
+ * backfills (exporter.c); nothing here runs on the loop.
+ *
+ * One request carries one process over one range: a ResourceProfiles with
+ * the process's resource attributes (OpenTelemetry's semantic conventions,
+ * then the configured extras, then its labels), one profile of its samples
+ * (the sampling mode as the period type, one sample per thread and stack
+ * with thread.id), and the dictionary they index into.  A request per
+ * process keeps a collector's partial success unambiguous: when it
+ * rejects the profile, nothing of the request was taken, and it is sent
+ * again whole.
+ */
+#include <curl/curl.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "otlp_profiles.pb-c.h"
+#include "pyprofd.h"
+#include "store.h"
+
+#define OTLP_PATH "/v1development/profiles"
+/* Settings of [export.otlp] past which a file is refused. */
+#define OTLP_MAX_PAIRS 64
+/* Bytes of an answer kept: a partial success, or the start of an error page. */
+#define OTLP_MAX_ANSWER 65536
+
+/* ---- [export.otlp] ---- */
+
+void otlp_config_free(struct otlp_config *oc)
+{
+	free(oc->endpoint);
+	for (size_t i = 0; i < oc->nheaders; i++) {
+		free(oc->header_names[i]);
+		free(oc->header_values[i]);
+	}
+	for (size_t i = 0; i < oc->nresource; i++) {
+		free(oc->resource_keys[i]);
+		free(oc->resource_values[i]);
+	}
+	free(oc->header_names);
+	free(oc->header_values);
+	free(oc->resource_keys);
+	free(oc->resource_values);
+	*oc = (struct otlp_config){.interval_s = OTLP_DEFAULT_INTERVAL_S,
+	                           .timeout_s = OTLP_DEFAULT_TIMEOUT_S, .gzip = true};
+}
+
+void otlp_config_init(struct otlp_config *oc)
+{
+	*oc = (struct otlp_config){0};
+	otlp_config_free(oc);
+}
+
+/* Appends (key, value) to the pair arrays, replacing a value of the same key.  0 or -1. */
+static int otlp_pairs_set(char ***keys, char ***values, size_t *n, const char *key, size_t key_len,
+                          const char *value)
+{
+	for (size_t i = 0; i < *n; i++)
+		if (strlen((*keys)[i]) == key_len && memcmp((*keys)[i], key, key_len) == 0) {
+			char *v = strdup(value);
+			if (!v)
+				return -1;
+			free((*values)[i]);
+			(*values)[i] = v;
+			return 0;
+		}
+	if (*n >= OTLP_MAX_PAIRS)
+		return -1;
+	char **k = realloc(*keys, (*n + 1) * sizeof **keys);
+	if (k)
+		*keys = k;
+	char **v = realloc(*values, (*n + 1) * sizeof **values);
+	if (v)
+		*values = v;
+	if (!k || !v)
+		return -1;
+	(*keys)[*n] = strndup(key, key_len);
+	(*values)[*n] = strdup(value);
+	if (!(*keys)[*n] || !(*values)[*n]) {
+		free((*keys)[*n]);
+		free((*values)[*n]);
+		return -1;
+	}
+	(*n)++;
+	return 0;
+}
+
+/* An HTTP header name: a token (RFC 9110), not one curl or the protocol sets. */
+static bool otlp_header_name_ok(const char *name, size_t len)
+{
+	static const char *const ours[] = {"content-type", "content-encoding", "content-length", "host"};
+	if (len == 0 || len > 128)
+		return false;
+	for (size_t i = 0; i < len; i++)
+		if (!(name[i] > ' ' && name[i] < 127 && !strchr("\"(),/:;<=>?@[\\]{}", name[i])))
+			return false;
+	for (size_t i = 0; i < sizeof ours / sizeof *ours; i++)
+		if (strlen(ours[i]) == len && strncasecmp(ours[i], name, len) == 0)
+			return false;
+	return true;
+}
+
+/* "k=v,k=v" into the headers; -1 when an entry is not a header that may be sent. */
+static int otlp_config_headers(struct otlp_config *oc, const char *text)
+{
+	for (const char *p = text; *p;) {
+		size_t len = strcspn(p, ",");
+		const char *eq = memchr(p, '=', len);
+		const char *name = p, *name_end = eq;
+		while (name < name_end && (*name == ' ' || *name == '\t'))
+			name++;
+		while (name_end && name_end > name && (name_end[-1] == ' ' || name_end[-1] == '\t'))
+			name_end--;
+		if (!eq || !otlp_header_name_ok(name, (size_t)(name_end - name)))
+			return -1;
+		const char *v = eq + 1, *v_end = p + len;
+		while (v < v_end && (*v == ' ' || *v == '\t'))
+			v++;
+		while (v_end > v && (v_end[-1] == ' ' || v_end[-1] == '\t'))
+			v_end--;
+		char value[1024];
+		if ((size_t)(v_end - v) >= sizeof value)
+			return -1;
+		for (const char *c = v; c < v_end; c++)
+			if ((unsigned char)*c < ' ' || *c == 127)
+				return -1;
+		memcpy(value, v, (size_t)(v_end - v));
+		value[v_end - v] = '\0';
+		if (otlp_pairs_set(&oc->header_names, &oc->header_values, &oc->nheaders, name,
+		                   (size_t)(name_end - name), value) < 0)
+			return -1;
+		p += len;
+		if (*p == ',')
+			p++;
+	}
+	return 0;
+}
+
+/* http:// or https://, a host, no whitespace, quote or fragment. */
+static bool otlp_endpoint_ok(const char *url)
+{
+	size_t scheme = strncmp(url, "http://", 7) == 0 ? 7 : strncmp(url, "https://", 8) == 0 ? 8 : 0;
+	if (!scheme || !url[scheme] || url[scheme] == '/' || strlen(url) > 2048)
+		return false;
+	for (const char *c = url; *c; c++)
+		if ((unsigned char)*c <= ' ' || *c == 127 || *c == '"' || *c == '#')
+			return false;
+	return true;
+}
+
+int otlp_config_set(struct otlp_config *oc, const char *name, const char *value)
+{
+	if (strcmp(name, "endpoint") == 0) {
+		if (!otlp_endpoint_ok(value))
+			return -1;
+		char *copy = strdup(value);
+		if (!copy)
+			return -1;
+		free(oc->endpoint);
+		oc->endpoint = copy;
+		return 0;
+	}
+	if (strcmp(name, "interval") == 0)
+		return config_parse_duration(value, 1, 3600, &oc->interval_s);
+	if (strcmp(name, "timeout") == 0)
+		return config_parse_duration(value, 0.1, 600, &oc->timeout_s);
+	if (strcmp(name, "compression") == 0) {
+		if (strcmp(value, "gzip") != 0 && strcmp(value, "none") != 0)
+			return -1;
+		oc->gzip = strcmp(value, "gzip") == 0;
+		return 0;
+	}
+	if (strcmp(name, "headers") == 0)
+		return otlp_config_headers(oc, value);
+	if (strncmp(name, "resource.", 9) == 0 && name[9]) {
+		const char *key = name + 9;
+		if (strlen(key) > 255 || strlen(value) > 4096)
+			return -1;
+		return otlp_pairs_set(&oc->resource_keys, &oc->resource_values, &oc->nresource, key,
+		                      strlen(key), value);
+	}
+	return -1;
+}
+
+/* Two configurations send alike (the exporter starts over when they do not). */
+bool otlp_config_equal(const struct otlp_config *a, const struct otlp_config *b)
+{
+	if ((a->endpoint == NULL) != (b->endpoint == NULL) ||
+	    (a->endpoint && strcmp(a->endpoint, b->endpoint) != 0) || a->interval_s != b->interval_s ||
+	    a->timeout_s != b->timeout_s || a->gzip != b->gzip || a->nheaders != b->nheaders ||
+	    a->nresource != b->nresource)
+		return false;
+	for (size_t i = 0; i < a->nheaders; i++)
+		if (strcmp(a->header_names[i], b->header_names[i]) ||
+		    strcmp(a->header_values[i], b->header_values[i]))
+			return false;
+	for (size_t i = 0; i < a->nresource; i++)
+		if (strcmp(a->resource_keys[i], b->resource_keys[i]) ||
+		    strcmp(a->resource_values[i], b->resource_values[i]))
+			return false;
+	return true;
+}
+
+int otlp_config_copy(struct otlp_config *to, const struct otlp_config *from)
+{
+	otlp_config_init(to);
+	to->interval_s = from->interval_s;
+	to->timeout_s = from->timeout_s;
+	to->gzip = from->gzip;
+	if (from->endpoint && !(to->endpoint = strdup(from->endpoint)))
+		goto fail;
+	for (size_t i = 0; i < from->nheaders; i++)
+		if (otlp_pairs_set(&to->header_names, &to->header_values, &to->nheaders,
+		                   from->header_names[i], strlen(from->header_names[i]),
+		                   from->header_values[i]) < 0)
+			goto fail;
+	for (size_t i = 0; i < from->nresource; i++)
+		if (otlp_pairs_set(&to->resource_keys, &to->resource_values, &to->nresource,
+		                   from->resource_keys[i], strlen(from->resource_keys[i]),
+		                   from->resource_values[i]) < 0)
+			goto fail;
+	return 0;
+fail:
+	otlp_config_free(to);
+	return -1;
+}
+
+/* ---- a request ---- */
+
+/* Growing arrays of message pointers, handed to the messages when packed. */
+#define OTLP_TABLE(type) \
+	struct {             \
+		type **v;        \
+		size_t n, cap;   \
+	}
+
+struct otlp_request {
+	struct arena arena; /* every message and string of the request */
+	struct hash_map index; /* a table entry's identity (tagged bytes) -> its index */
+	OTLP_TABLE(char) strings;
+	OTLP_TABLE(Pyprofd__Otlp__Function) functions;
+	OTLP_TABLE(Pyprofd__Otlp__Location) locations;
+	OTLP_TABLE(Pyprofd__Otlp__Stack) stacks;
+	OTLP_TABLE(Pyprofd__Otlp__KeyValueAndUnit) attributes;
+	OTLP_TABLE(Pyprofd__Otlp__KeyValue) resource;
+	OTLP_TABLE(Pyprofd__Otlp__Sample) samples;
+	int32_t *locs; /* one stack's location indexes, leaf first */
+	size_t locs_cap;
+	Pyprofd__Otlp__Profile *profile;
+	Pyprofd__Otlp__ResourceProfiles *rp;
+	uint64_t nsamples; /* the sum of the sample values */
+	bool failed;       /* out of memory: the request cannot be sent */
+};
+
+/* Makes room for one more entry of a table; -1 when out of memory. */
+#define OTLP_TABLE_ROOM(t) array_reserve((void **)&(t).v, &(t).cap, (t).n, sizeof *(t).v, NULL)
+
+/* The index of an entry by its identity, or -1: *fresh says it is new (its index: the table's n). */
+static int32_t otlp_intern(struct otlp_request *q, char tag, const void *key, size_t len,
+                           size_t table_n, bool *fresh)
+{
+	char buf[512];
+	char *k = len + 1 <= sizeof buf ? buf : malloc(len + 1);
+	if (!k)
+		return -1;
+	k[0] = tag;
+	memcpy(k + 1, key, len);
+	int64_t v;
+	*fresh = false;
+	int32_t index = -1;
+	if (hash_map_get(&q->index, k, len + 1, &v))
+		index = (int32_t)v;
+	else if (table_n < INT32_MAX && hash_map_put(&q->index, k, len + 1, (int64_t)table_n) == 0) {
+		*fresh = true;
+		index = (int32_t)table_n;
+	}
+	if (k != buf)
+		free(k);
+	return index;
+}
+
+/* A string's index in the string table, added on first use; -1 out of memory. */
+static int32_t otlp_string(struct otlp_request *q, const char *s)
+{
+	if (!s)
+		s = "";
+	bool fresh;
+	int32_t i = otlp_intern(q, 's', s, strlen(s), q->strings.n, &fresh);
+	if (i < 0 || !fresh)
+		return i;
+	char *copy = arena_strdup(&q->arena, s);
+	if (!copy || OTLP_TABLE_ROOM(q->strings) < 0)
+		return -1;
+	q->strings.v[q->strings.n++] = copy;
+	return i;
+}
+
+static Pyprofd__Otlp__AnyValue *otlp_value_string(struct otlp_request *q, const char *s)
+{
+	Pyprofd__Otlp__AnyValue *v = ARENA_MESSAGE(&q->arena, Pyprofd__Otlp__AnyValue,
+	                                           PYPROFD__OTLP__ANY_VALUE__INIT);
+	if (v) {
+		v->value_case = PYPROFD__OTLP__ANY_VALUE__VALUE_STRING_VALUE;
+		if (!(v->string_value = arena_strdup(&q->arena, s ? s : "")))
+			return NULL;
+	}
+	return v;
+}
+
+static Pyprofd__Otlp__AnyValue *otlp_value_int(struct otlp_request *q, int64_t i)
+{
+	Pyprofd__Otlp__AnyValue *v = ARENA_MESSAGE(&q->arena, Pyprofd__Otlp__AnyValue,
+	                                           PYPROFD__OTLP__ANY_VALUE__INIT);
+	if (v) {
+		v->value_case = PYPROFD__OTLP__ANY_VALUE__VALUE_INT_VALUE;
+		v->int_value = i;
+	}
+	return v;
+}
+
+/* An integer attribute of the dictionary's table (a sample's thread.id); -1 out of memory. */
+static int32_t otlp_attribute_int(struct otlp_request *q, const char *key, int64_t value)
+{
+	int32_t k = otlp_string(q, key);
+	if (k < 0)
+		return -1;
+	int64_t ident[2] = {k, value};
+	bool fresh;
+	int32_t i = otlp_intern(q, 'a', ident, sizeof ident, q->attributes.n, &fresh);
+	if (i < 0 || !fresh)
+		return i;
+	Pyprofd__Otlp__KeyValueAndUnit *a = ARENA_MESSAGE(&q->arena, Pyprofd__Otlp__KeyValueAndUnit,
+	                                                  PYPROFD__OTLP__KEY_VALUE_AND_UNIT__INIT);
+	if (!a || !(a->value = otlp_value_int(q, value)) || OTLP_TABLE_ROOM(q->attributes) < 0)
+		return -1;
+	a->key_strindex = k;
+	q->attributes.v[q->attributes.n++] = a;
+	return i;
+}
+
+/*
+ * What the history knows of a frame, as OTLP's function and line: the one
+ * place that says which stored fields make a function's identity (its
+ * name, file and first line) and which the line a sample was on.
+ */
+struct otlp_frame_identity {
+	const char *name, *system_name, *file;
+	int64_t start_line, line;
+};
+static void otlp_frame_identity(const struct store_frame *f, struct otlp_frame_identity *out)
+{
+	const char *name = f->function && *f->function ? f->function : NULL;
+	if (!name)
+		name = f->kind == 1 ? "<native>" : f->kind == 2 ? "<GC>" : "<unknown>";
+	*out = (struct otlp_frame_identity){
+		.name = name,
+		.system_name = name,
+		.file = f->file ? f->file : "",
+		.start_line = 0,
+		.line = f->line > 0 ? f->line : 0,
+	};
+}
+
+/* The location of a frame (its function and line), added on first use; -1 out of memory. */
+static int32_t otlp_location(struct otlp_request *q, const struct store_frame *f)
+{
+	struct otlp_frame_identity id;
+	otlp_frame_identity(f, &id);
+	int32_t name = otlp_string(q, id.name), sys = otlp_string(q, id.system_name),
+	        file = otlp_string(q, id.file);
+	if (name < 0 || sys < 0 || file < 0)
+		return -1;
+	int64_t fkey[4] = {name, sys, file, id.start_line};
+	bool fresh;
+	int32_t fn = otlp_intern(q, 'f', fkey, sizeof fkey, q->functions.n, &fresh);
+	if (fn < 0)
+		return -1;
+	if (fresh) {
+		Pyprofd__Otlp__Function *m = ARENA_MESSAGE(&q->arena, Pyprofd__Otlp__Function,
+		                                           PYPROFD__OTLP__FUNCTION__INIT);
+		if (!m || OTLP_TABLE_ROOM(q->functions) < 0)
+			return -1;
+		m->name_strindex = name;
+		m->system_name_strindex = sys;
+		m->filename_strindex = file;
+		m->start_line = id.start_line;
+		q->functions.v[q->functions.n++] = m;
+	}
+	int64_t lkey[2] = {fn, id.line};
+	int32_t loc = otlp_intern(q, 'l', lkey, sizeof lkey, q->locations.n, &fresh);
+	if (loc < 0 || !fresh)
+		return loc;
+	Pyprofd__Otlp__Location *l = ARENA_MESSAGE(&q->arena, Pyprofd__Otlp__Location,
+	                                           PYPROFD__OTLP__LOCATION__INIT);
+	Pyprofd__Otlp__Line *line = ARENA_MESSAGE(&q->arena, Pyprofd__Otlp__Line,
+	                                          PYPROFD__OTLP__LINE__INIT);
+	if (!l || !line || !(l->lines = arena_alloc(&q->arena, sizeof *l->lines)) ||
+	    OTLP_TABLE_ROOM(q->locations) < 0)
+		return -1;
+	line->function_index = fn;
+	line->line = id.line;
+	l->lines[0] = line;
+	l->n_lines = 1;
+	q->locations.v[q->locations.n++] = l;
+	return loc;
+}
+
+/* Entry 0 of every table: the zero value the specification asks for. */
+static int otlp_request_zeros(struct otlp_request *q)
+{
+	if (otlp_string(q, "") != 0 || OTLP_TABLE_ROOM(q->functions) < 0 ||
+	    OTLP_TABLE_ROOM(q->locations) < 0 || OTLP_TABLE_ROOM(q->stacks) < 0 ||
+	    OTLP_TABLE_ROOM(q->attributes) < 0)
+		return -1;
+	if (!(q->functions.v[0] = ARENA_MESSAGE(&q->arena, Pyprofd__Otlp__Function,
+	                                        PYPROFD__OTLP__FUNCTION__INIT)) ||
+	    !(q->locations.v[0] = ARENA_MESSAGE(&q->arena, Pyprofd__Otlp__Location,
+	                                        PYPROFD__OTLP__LOCATION__INIT)) ||
+	    !(q->stacks.v[0] = ARENA_MESSAGE(&q->arena, Pyprofd__Otlp__Stack,
+	                                     PYPROFD__OTLP__STACK__INIT)) ||
+	    !(q->attributes.v[0] = ARENA_MESSAGE(&q->arena, Pyprofd__Otlp__KeyValueAndUnit,
+	                                         PYPROFD__OTLP__KEY_VALUE_AND_UNIT__INIT)))
+		return -1;
+	q->functions.n = q->locations.n = q->stacks.n = q->attributes.n = 1;
+	/* The zero values are their tables' entry 0 by identity too. */
+	int64_t zf[4] = {0, 0, 0, 0}, zl[2] = {0, 0};
+	bool fresh;
+	return otlp_intern(q, 'f', zf, sizeof zf, 0, &fresh) == 0 &&
+	               otlp_intern(q, 'l', zl, sizeof zl, 0, &fresh) == 0
+	           ? 0
+	           : -1;
+}
+
+/* One resource attribute, unless an earlier one has the key; -1 out of memory. */
+static int otlp_resource_add(struct otlp_request *q, const char *key, Pyprofd__Otlp__AnyValue *v)
+{
+	if (!v)
+		return -1;
+	for (size_t i = 0; i < q->resource.n; i++)
+		if (strcmp(q->resource.v[i]->key, key) == 0)
+			return 0;
+	Pyprofd__Otlp__KeyValue *kv = ARENA_MESSAGE(&q->arena, Pyprofd__Otlp__KeyValue,
+	                                            PYPROFD__OTLP__KEY_VALUE__INIT);
+	if (!kv || !(kv->key = arena_strdup(&q->arena, key)) || OTLP_TABLE_ROOM(q->resource) < 0)
+		return -1;
+	kv->value = v;
+	q->resource.v[q->resource.n++] = kv;
+	return 0;
+}
+
+static const char *otlp_label(const struct store_process *p, const char *key)
+{
+	for (size_t i = 0; i < p->nlabels; i++)
+		if (strcmp(p->label_keys[i], key) == 0)
+			return p->label_values[i];
+	return NULL;
+}
+
+/* The process's resource: facts first, then the configured extras, then its labels. */
+static int otlp_request_resource(struct otlp_request *q, const struct otlp_config *oc,
+                                 const char *host, const struct store_process *p)
+{
+	const char *exe = p->executable, *slash = exe ? strrchr(exe, '/') : NULL;
+	const char *service = otlp_label(p, "service"), *container = otlp_label(p, "container");
+	int rc = 0;
+	if (host && *host)
+		rc |= otlp_resource_add(q, "host.name", otlp_value_string(q, host));
+	rc |= otlp_resource_add(q, "process.pid", otlp_value_int(q, p->pid));
+	if (exe && *exe) {
+		rc |= otlp_resource_add(q, "process.executable.name", otlp_value_string(q, slash ? slash + 1 : exe));
+		rc |= otlp_resource_add(q, "process.executable.path", otlp_value_string(q, exe));
+	}
+	if (p->command_line && *p->command_line)
+		rc |= otlp_resource_add(q, "process.command_line", otlp_value_string(q, p->command_line));
+	rc |= otlp_resource_add(q, "process.runtime.name", otlp_value_string(q, "cpython"));
+	if (p->python_version && *p->python_version)
+		rc |= otlp_resource_add(q, "process.runtime.version", otlp_value_string(q, p->python_version));
+	rc |= otlp_resource_add(q, "process.owner.uid", otlp_value_int(q, p->uid));
+	if (container && *container && strcmp(container, "*") != 0)
+		rc |= otlp_resource_add(q, "container.id", otlp_value_string(q, container));
+	for (size_t i = 0; oc && i < oc->nresource; i++)
+		rc |= otlp_resource_add(q, oc->resource_keys[i], otlp_value_string(q, oc->resource_values[i]));
+	if (service && *service)
+		rc |= otlp_resource_add(q, "service.name", otlp_value_string(q, service));
+	for (size_t i = 0; i < p->nlabels; i++)
+		rc |= otlp_resource_add(q, p->label_keys[i], otlp_value_string(q, p->label_values[i]));
+	return rc ? -1 : 0;
+}
+
+static Pyprofd__Otlp__ValueType *otlp_value_type(struct otlp_request *q, const char *type,
+                                                 const char *unit)
+{
+	Pyprofd__Otlp__ValueType *v = ARENA_MESSAGE(&q->arena, Pyprofd__Otlp__ValueType,
+	                                            PYPROFD__OTLP__VALUE_TYPE__INIT);
+	if (!v || (v->type_strindex = otlp_string(q, type)) < 0 ||
+	    (v->unit_strindex = otlp_string(q, unit)) < 0)
+		return NULL;
+	return v;
+}
+
+struct otlp_request *otlp_request_new(const struct otlp_config *oc, const char *host,
+                                      const struct store_process *p, const char *mode,
+                                      unsigned rate_hz, int64_t from, int64_t until)
+{
+	struct otlp_request *q = calloc(1, sizeof *q);
+	if (!q)
+		return NULL;
+	if (otlp_request_zeros(q) < 0 || otlp_request_resource(q, oc, host, p) < 0)
+		goto fail;
+	q->profile = ARENA_MESSAGE(&q->arena, Pyprofd__Otlp__Profile, PYPROFD__OTLP__PROFILE__INIT);
+	q->rp = ARENA_MESSAGE(&q->arena, Pyprofd__Otlp__ResourceProfiles,
+	                      PYPROFD__OTLP__RESOURCE_PROFILES__INIT);
+	Pyprofd__Otlp__ScopeProfiles *sp = ARENA_MESSAGE(&q->arena, Pyprofd__Otlp__ScopeProfiles,
+	                                                 PYPROFD__OTLP__SCOPE_PROFILES__INIT);
+	Pyprofd__Otlp__InstrumentationScope *scope = ARENA_MESSAGE(
+		&q->arena, Pyprofd__Otlp__InstrumentationScope, PYPROFD__OTLP__INSTRUMENTATION_SCOPE__INIT);
+	Pyprofd__Otlp__Resource *res = ARENA_MESSAGE(&q->arena, Pyprofd__Otlp__Resource,
+	                                             PYPROFD__OTLP__RESOURCE__INIT);
+	if (!q->profile || !q->rp || !sp || !scope || !res ||
+	    !(sp->profiles = arena_alloc(&q->arena, sizeof *sp->profiles)) ||
+	    !(q->rp->scope_profiles = arena_alloc(&q->arena, sizeof *q->rp->scope_profiles)))
+		goto fail;
+	scope->name = (char *)"pyprofd";
+	scope->version = (char *)PYPROFD_VERSION;
+	sp->scope = scope;
+	sp->profiles[0] = q->profile;
+	sp->n_profiles = 1;
+	q->rp->resource = res;
+	q->rp->scope_profiles[0] = sp;
+	q->rp->n_scope_profiles = 1;
+	/* Samples counted, taken every period of the mode's kind: wall, cpu or gil time. */
+	const char *kind = mode && *mode ? mode : "wall";
+	if (!(q->profile->sample_type = otlp_value_type(q, "samples", "count")) ||
+	    !(q->profile->period_type = otlp_value_type(q, kind, "nanoseconds")))
+		goto fail;
+	q->profile->period = rate_hz ? (int64_t)(1000000000ull / rate_hz) : 0;
+	q->profile->time_unix_nano = (uint64_t)from * 1000000000ull;
+	q->profile->duration_nano = (uint64_t)(until - from) * 1000000000ull;
+	return q;
+fail:
+	otlp_request_free(q);
+	return NULL;
+}
+
+int otlp_request_sample(struct otlp_request *q, uint64_t thread_id, const struct store_frame *frames,
+                        uint32_t depth, uint64_t count)
+{
+	if (q->failed)
+		return -1;
+	if (depth && array_reserve((void **)&q->locs, &q->locs_cap, depth - 1, sizeof *q->locs, NULL) < 0)
+		goto fail;
+	/* The history holds stacks root first; OTLP's stacks are leaf first. */
+	for (uint32_t i = 0; i < depth; i++) {
+		int32_t loc = otlp_location(q, &frames[depth - 1 - i]);
+		if (loc < 0)
+			goto fail;
+		q->locs[i] = loc;
+	}
+	bool fresh;
+	int32_t stack = otlp_intern(q, 'k', q->locs, depth * sizeof *q->locs, q->stacks.n, &fresh);
+	if (stack < 0)
+		goto fail;
+	if (fresh) {
+		Pyprofd__Otlp__Stack *st = ARENA_MESSAGE(&q->arena, Pyprofd__Otlp__Stack,
+		                                         PYPROFD__OTLP__STACK__INIT);
+		if (!st || OTLP_TABLE_ROOM(q->stacks) < 0 ||
+		    (depth && !(st->location_indices = arena_dup(&q->arena, q->locs, depth * sizeof *q->locs))))
+			goto fail;
+		st->n_location_indices = depth;
+		q->stacks.v[q->stacks.n++] = st;
+	}
+	int32_t thread = otlp_attribute_int(q, "thread.id", (int64_t)thread_id);
+	Pyprofd__Otlp__Sample *s = ARENA_MESSAGE(&q->arena, Pyprofd__Otlp__Sample,
+	                                         PYPROFD__OTLP__SAMPLE__INIT);
+	if (thread < 0 || !s || !(s->attribute_indices = arena_alloc(&q->arena, sizeof(int32_t))) ||
+	    !(s->values = arena_alloc(&q->arena, sizeof(int64_t))) || OTLP_TABLE_ROOM(q->samples) < 0)
+		goto fail;
+	s->stack_index = stack;
+	s->attribute_indices[0] = thread;
+	s->n_attribute_indices = 1;
+	s->values[0] = (int64_t)count;
+	s->n_values = 1;
+	q->samples.v[q->samples.n++] = s;
+	q->nsamples += count;
+	return 0;
+fail:
+	q->failed = true;
+	return -1;
+}
+
+uint64_t otlp_request_samples(const struct otlp_request *q)
+{
+	return q->nsamples;
+}
+
+int otlp_request_pack(struct otlp_request *q, uint8_t **out, size_t *len)
+{
+	*out = NULL;
+	*len = 0;
+	if (q->failed)
+		return -1;
+	Pyprofd__Otlp__ProfilesDictionary dict = PYPROFD__OTLP__PROFILES_DICTIONARY__INIT;
+	Pyprofd__Otlp__Mapping zero_mapping = PYPROFD__OTLP__MAPPING__INIT;
+	Pyprofd__Otlp__Link zero_link = PYPROFD__OTLP__LINK__INIT;
+	Pyprofd__Otlp__Mapping *mappings[1] = {&zero_mapping};
+	Pyprofd__Otlp__Link *links[1] = {&zero_link};
+	dict.mapping_table = mappings;
+	dict.n_mapping_table = 1;
+	dict.link_table = links;
+	dict.n_link_table = 1;
+	dict.string_table = q->strings.v;
+	dict.n_string_table = q->strings.n;
+	dict.function_table = q->functions.v;
+	dict.n_function_table = q->functions.n;
+	dict.location_table = q->locations.v;
+	dict.n_location_table = q->locations.n;
+	dict.stack_table = q->stacks.v;
+	dict.n_stack_table = q->stacks.n;
+	dict.attribute_table = q->attributes.v;
+	dict.n_attribute_table = q->attributes.n;
+	q->rp->resource->attributes = q->resource.v;
+	q->rp->resource->n_attributes = q->resource.n;
+	q->profile->samples = q->samples.v;
+	q->profile->n_samples = q->samples.n;
+	Pyprofd__Otlp__ResourceProfiles *rps[1] = {q->rp};
+	Pyprofd__Otlp__ExportProfilesServiceRequest req =
+		PYPROFD__OTLP__EXPORT_PROFILES_SERVICE_REQUEST__INIT;
+	req.resource_profiles = rps;
+	req.n_resource_profiles = 1;
+	req.dictionary = &dict;
+	size_t n = pyprofd__otlp__export_profiles_service_request__get_packed_size(&req);
+	uint8_t *buf = malloc(n ? n : 1);
+	if (!buf)
+		return -1;
+	pyprofd__otlp__export_profiles_service_request__pack(&req, buf);
+	*out = buf;
+	*len = n;
+	return 0;
+}
+
+void otlp_request_free(struct otlp_request *q)
+{
+	if (!q)
+		return;
+	arena_free(&q->arena);
+	hash_map_clear(&q->index);
+	free(q->strings.v);
+	free(q->functions.v);
+	free(q->locations.v);
+	free(q->stacks.v);
+	free(q->attributes.v);
+	free(q->resource.v);
+	free(q->samples.v);
+	free(q->locs);
+	free(q);
+}
+
+/* ---- one process's range, from the history ---- */
+
+struct otlp_collect {
+	struct otlp_request *q;
+	uint64_t thread_id;
+};
+
+static int otlp_collect_row(void *ctx, const struct store_row *row)
+{
+	struct otlp_collect *c = ctx;
+	return otlp_request_sample(c->q, c->thread_id, row->frames, row->depth, row->count) < 0;
+}
+
+struct otlp_process_copy {
+	struct store_process p;
+	bool found;
+	struct arena *a;
+};
+
+/* Keeps the one process a target query finds (its strings into the arena). */
+static int otlp_keep_process(void *ctx, const struct store_process *p)
+{
+	struct otlp_process_copy *c = ctx;
+	c->p = *p;
+	c->p.executable = arena_strdup(c->a, p->executable);
+	c->p.command_line = arena_strdup(c->a, p->command_line);
+	c->p.python_version = arena_strdup(c->a, p->python_version);
+	char **k = arena_alloc(c->a, (p->nlabels + 1) * sizeof *k);
+	char **v = arena_alloc(c->a, (p->nlabels + 1) * sizeof *v);
+	if (!k || !v)
+		return 1;
+	for (size_t i = 0; i < p->nlabels; i++)
+		if (!(k[i] = arena_strdup(c->a, p->label_keys[i])) ||
+		    !(v[i] = arena_strdup(c->a, p->label_values[i])))
+			return 1;
+	c->p.label_keys = (const char *const *)k;
+	c->p.label_values = (const char *const *)v;
+	c->found = true;
+	return 0;
+}
+
+struct otlp_request *otlp_request_from_history(struct store_reader *r, const struct otlp_config *oc,
+                                               const char *host, int64_t target_id, int64_t from,
+                                               int64_t until, char *why, size_t why_len)
+{
+	struct store_error err = {{0}};
+	struct arena a = {0};
+	struct otlp_process_copy pc = {.a = &a};
+	struct store_query sel = {.target_id = target_id, .from_unix = (double)from,
+	                          .until_unix = (double)until};
+	uint32_t rate = 0;
+	char mode[16] = "";
+	uint64_t *threads = NULL;
+	size_t nthreads = 0;
+	struct otlp_request *q = NULL;
+	if (store_query_processes(r, &sel, otlp_keep_process, &pc, &err) < 0 ||
+	    store_query_sampling(r, &sel, &rate, mode, sizeof mode, &err) < 0 ||
+	    store_query_threads(r, target_id, from, until, &threads, &nthreads, &err) < 0) {
+		snprintf(why, why_len, "reading the history: %.200s", err.msg[0] ? err.msg : "out of memory");
+		goto done;
+	}
+	if (!pc.found) {
+		/* Nothing in the range: an empty profile of an unknown process says so as well as none. */
+		pc.p = (struct store_process){.target_id = target_id};
+	}
+	if (!(q = otlp_request_new(oc, host, &pc.p, mode, rate, from, until))) {
+		snprintf(why, why_len, "out of memory");
+		goto done;
+	}
+	for (size_t i = 0; i < nthreads; i++) {
+		struct otlp_collect c = {.q = q, .thread_id = threads[i]};
+		struct store_query tq = sel;
+		tq.by_thread = true;
+		tq.thread_id = threads[i];
+		if (store_query_stacks(r, &tq, otlp_collect_row, &c, NULL, &err) < 0) {
+			snprintf(why, why_len, "reading the history: %.200s",
+			         q->failed ? "out of memory" : err.msg);
+			otlp_request_free(q);
+			q = NULL;
+			goto done;
+		}
+	}
+done:
+	free(threads);
+	arena_free(&a);
+	return q;
+}
+
+/* ---- sending ---- */
+
+struct otlp_answer {
+	char *data;
+	size_t len;
+};
+
+static size_t otlp_on_answer(char *ptr, size_t size, size_t nmemb, void *ctx)
+{
+	struct otlp_answer *a = ctx;
+	size_t n = size * nmemb, keep = n;
+	if (a->len + keep > OTLP_MAX_ANSWER)
+		keep = OTLP_MAX_ANSWER - a->len;
+	if (keep) {
+		char *grown = realloc(a->data, a->len + keep + 1);
+		if (!grown)
+			return 0;
+		a->data = grown;
+		memcpy(a->data + a->len, ptr, keep);
+		a->len += keep;
+		a->data[a->len] = '\0';
+	}
+	return n;
+}
+
+struct otlp_progress {
+	bool (*cancelled)(void *ctx);
+	void *ctx;
+};
+
+static int otlp_on_progress(void *ctx, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                            curl_off_t ulnow)
+{
+	(void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+	const struct otlp_progress *p = ctx;
+	return p->cancelled && p->cancelled(p->ctx) ? 1 : 0;
+}
+
+/* body gzip'ed into *out (malloc'd).  0, or -1. */
+static int otlp_gzip(const uint8_t *body, size_t len, uint8_t **out, size_t *out_len)
+{
+	z_stream z = {0};
+	if (deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+		return -1;
+	uLong bound = deflateBound(&z, (uLong)len);
+	uint8_t *buf = malloc(bound);
+	if (!buf) {
+		deflateEnd(&z);
+		return -1;
+	}
+	z.next_in = (Bytef *)body;
+	z.avail_in = (uInt)len;
+	z.next_out = buf;
+	z.avail_out = (uInt)bound;
+	int rc = deflate(&z, Z_FINISH);
+	*out_len = z.total_out;
+	deflateEnd(&z);
+	if (rc != Z_STREAM_END) {
+		free(buf);
+		return -1;
+	}
+	*out = buf;
+	return 0;
+}
+
+/* The collector's URL for profiles: the endpoint, unless it names the path already. */
+static char *otlp_url(const char *endpoint)
+{
+	size_t n = strlen(endpoint), p = strlen(OTLP_PATH);
+	if (n >= p && strcmp(endpoint + n - p, OTLP_PATH) == 0)
+		return strdup(endpoint);
+	while (n && endpoint[n - 1] == '/')
+		n--;
+	char *url = malloc(n + p + 1);
+	if (url) {
+		memcpy(url, endpoint, n);
+		memcpy(url + n, OTLP_PATH, p + 1);
+	}
+	return url;
+}
+
+void otlp_global_init(void)
+{
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+int otlp_post(void **handle, const struct otlp_config *oc, const char *endpoint, const uint8_t *body,
+              size_t len, bool (*cancelled)(void *ctx), void *cancel_ctx, uint64_t *wire_bytes,
+              char *why, size_t why_len)
+{
+	CURL *curl = *handle;
+	if (!curl && !(curl = *handle = curl_easy_init())) {
+		snprintf(why, why_len, "cannot start an HTTP client");
+		return -1;
+	}
+	curl_easy_reset(curl);
+	char *url = otlp_url(endpoint);
+	uint8_t *zipped = NULL;
+	size_t zipped_len = 0;
+	struct curl_slist *headers = NULL;
+	struct otlp_answer answer = {0};
+	struct otlp_progress progress = {cancelled, cancel_ctx};
+	int result = -1;
+	if (!url || (oc->gzip && otlp_gzip(body, len, &zipped, &zipped_len) < 0)) {
+		snprintf(why, why_len, "out of memory");
+		goto done;
+	}
+	const uint8_t *send = zipped ? zipped : body;
+	size_t send_len = zipped ? zipped_len : len;
+	headers = curl_slist_append(headers, "Content-Type: application/x-protobuf");
+	if (zipped)
+		headers = curl_slist_append(headers, "Content-Encoding: gzip");
+	/* No "Expect: 100-continue": a collector answers the whole request in one go. */
+	headers = curl_slist_append(headers, "Expect:");
+	for (size_t i = 0; headers && i < oc->nheaders; i++) {
+		char line[1200];
+		snprintf(line, sizeof line, "%s: %s", oc->header_names[i], oc->header_values[i]);
+		headers = curl_slist_append(headers, line);
+	}
+	if (!headers) {
+		snprintf(why, why_len, "out of memory");
+		goto done;
+	}
+	long timeout_ms = (long)(oc->timeout_s * 1000);
+	curl_easy_setopt(curl, CURLOPT_URL, url);
+	curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(curl, CURLOPT_POST, 1L);
+	curl_easy_setopt(curl, CURLOPT_POSTFIELDS, (const char *)send);
+	curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)send_len);
+	curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+	curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, timeout_ms);
+	curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms);
+	curl_easy_setopt(curl, CURLOPT_USERAGENT, "pyprofd/" PYPROFD_VERSION);
+	curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, otlp_on_answer);
+	curl_easy_setopt(curl, CURLOPT_WRITEDATA, &answer);
+	curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
+	curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, otlp_on_progress);
+	curl_easy_setopt(curl, CURLOPT_XFERINFODATA, &progress);
+	CURLcode rc = curl_easy_perform(curl);
+	if (rc != CURLE_OK) {
+		snprintf(why, why_len, "POST %s: %s", url,
+		         rc == CURLE_ABORTED_BY_CALLBACK ? "cancelled" : curl_easy_strerror(rc));
+		goto done;
+	}
+	*wire_bytes += send_len;
+	long status = 0;
+	curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+	if (status < 200 || status > 299) {
+		/* The first line of what it said, for the operator. */
+		size_t n = answer.data ? strcspn(answer.data, "\r\n") : 0;
+		snprintf(why, why_len, "POST %s: HTTP %ld%s%.*s", url, status, n ? ": " : "",
+		         (int)(n > 160 ? 160 : n), answer.data ? answer.data : "");
+		goto done;
+	}
+	Pyprofd__Otlp__ExportProfilesServiceResponse *r =
+		answer.len ? pyprofd__otlp__export_profiles_service_response__unpack(
+				     NULL, answer.len, (const uint8_t *)answer.data)
+			   : NULL;
+	if (r && r->partial_success && r->partial_success->rejected_profiles > 0) {
+		snprintf(why, why_len, "POST %s: the collector rejected %lld profiles: %.160s", url,
+		         (long long)r->partial_success->rejected_profiles,
+		         r->partial_success->error_message);
+		pyprofd__otlp__export_profiles_service_response__free_unpacked(r, NULL);
+		goto done;
+	}
+	if (r)
+		pyprofd__otlp__export_profiles_service_response__free_unpacked(r, NULL);
+	result = 0;
+done:
+	curl_slist_free_all(headers);
+	free(answer.data);
+	free(zipped);
+	free(url);
+	return result;
+}
+
+void otlp_post_free(void **handle)
+{
+	if (*handle)
+		curl_easy_cleanup(*handle);
+	*handle = NULL;
+}

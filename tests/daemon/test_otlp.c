@@ -1,0 +1,191 @@
+/*
+ * OTLP profiles as the daemon writes them (daemon/otlp.c): [export.otlp]
+ * settings read and refused, and a request packed, read back with the same
+ * .proto and held to what the specification asks of it: every table
+ * starting with its zero value, stacks leaf first, one value and one
+ * thread.id per sample, the resource by the semantic conventions.
+ */
+#include <criterion/criterion.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "helpers.h"
+#include "otlp_profiles.pb-c.h"
+#include "pyprofd.h"
+#include "store.h"
+
+TestSuite(otlp, .init = helpers_init, .fini = helpers_fini);
+
+Test(otlp, settings_read_and_refused)
+{
+	struct otlp_config oc;
+	otlp_config_init(&oc);
+	cr_expect_null(oc.endpoint, "export is off by default");
+	cr_expect(oc.gzip);
+	cr_expect_eq(oc.interval_s, OTLP_DEFAULT_INTERVAL_S);
+	cr_expect_eq(otlp_config_set(&oc, "endpoint", "http://collector:4318"), 0);
+	cr_expect_eq(otlp_config_set(&oc, "interval", "30s"), 0);
+	cr_expect_eq(oc.interval_s, 30);
+	cr_expect_eq(otlp_config_set(&oc, "compression", "none"), 0);
+	cr_expect(!oc.gzip);
+	cr_expect_eq(otlp_config_set(&oc, "headers", "X-Scope-OrgID=team-a, Authorization = Bearer x y"), 0);
+	cr_assert_eq(oc.nheaders, 2);
+	cr_expect_str_eq(oc.header_names[1], "Authorization");
+	cr_expect_str_eq(oc.header_values[1], "Bearer x y");
+	cr_expect_eq(otlp_config_set(&oc, "resource.deployment.environment", "prod"), 0);
+	cr_assert_eq(oc.nresource, 1);
+	cr_expect_str_eq(oc.resource_keys[0], "deployment.environment");
+
+	static const char *const bad[][2] = {
+		{"endpoint", "collector:4318"},      {"endpoint", "ftp://collector"},
+		{"endpoint", "http://"},             {"endpoint", "http://a b"},
+		{"interval", "0"},                   {"interval", "2h"},
+		{"timeout", "fast"},                 {"compression", "zstd"},
+		{"headers", "novalue"},              {"headers", "Content-Type=x"},
+		{"headers", "X-A=line\nbreak"},      {"headers", "bad name=x"},
+		{"resource.", "x"},                  {"colour", "blue"},
+	};
+	struct otlp_config copy;
+	cr_assert_eq(otlp_config_copy(&copy, &oc), 0);
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+		cr_expect_eq(otlp_config_set(&oc, bad[i][0], bad[i][1]), -1, "%s = %s was taken", bad[i][0],
+		             bad[i][1]);
+	cr_expect(otlp_config_equal(&oc, &copy), "a refused setting changed the configuration");
+	otlp_config_free(&copy);
+	otlp_config_free(&oc);
+}
+
+/* The string at index i of the dictionary. */
+static const char *str_at(const Pyprofd__Otlp__ProfilesDictionary *d, int32_t i)
+{
+	cr_assert(i >= 0 && (size_t)i < d->n_string_table, "string index %d out of the table", i);
+	return d->string_table[i];
+}
+
+static const Pyprofd__Otlp__KeyValue *resource_attr(const Pyprofd__Otlp__Resource *r, const char *key)
+{
+	for (size_t i = 0; i < r->n_attributes; i++)
+		if (strcmp(r->attributes[i]->key, key) == 0)
+			return r->attributes[i];
+	return NULL;
+}
+
+Test(otlp, request_as_the_specification_reads_it)
+{
+	struct otlp_config oc;
+	otlp_config_init(&oc);
+	cr_assert_eq(otlp_config_set(&oc, "resource.deployment.environment", "prod"), 0);
+	cr_assert_eq(otlp_config_set(&oc, "resource.service.name", "from-config"), 0);
+	const char *keys[] = {"service", "container", "team"};
+	const char *values[] = {"api", "0123abcd", "core"};
+	struct store_process p = {.target_id = 7, .pid = 4242, .uid = 1000,
+	                          .executable = "/usr/bin/python3.12",
+	                          .command_line = "python3 app.py", .python_version = "3.12.1",
+	                          .nlabels = 3, .label_keys = keys, .label_values = values};
+	struct otlp_request *q = otlp_request_new(&oc, "host-a", &p, "cpu", 200, 1000, 1015);
+	cr_assert_not_null(q);
+	/* Root first, as the history gives them; the second shares the first's root. */
+	struct store_frame s1[] = {{"main", "app.py", 10, 0, 0}, {"handle", "app.py", 20, 0, 1}};
+	struct store_frame s2[] = {{"main", "app.py", 10, 0, 0}, {"", NULL, 0, 1, 2}};
+	cr_assert_eq(otlp_request_sample(q, 11, s1, 2, 5), 0);
+	cr_assert_eq(otlp_request_sample(q, 12, s1, 2, 3), 0);
+	cr_assert_eq(otlp_request_sample(q, 11, s2, 2, 1), 0);
+	cr_expect_eq(otlp_request_samples(q), 9);
+	uint8_t *bytes;
+	size_t len;
+	cr_assert_eq(otlp_request_pack(q, &bytes, &len), 0);
+	otlp_request_free(q);
+	otlp_config_free(&oc);
+
+	Pyprofd__Otlp__ExportProfilesServiceRequest *r =
+		pyprofd__otlp__export_profiles_service_request__unpack(NULL, len, bytes);
+	free(bytes);
+	cr_assert_not_null(r, "the request does not decode");
+	const Pyprofd__Otlp__ProfilesDictionary *d = r->dictionary;
+	cr_assert_not_null(d);
+	/* Every table starts with its zero value. */
+	cr_assert(d->n_string_table > 0 && d->n_mapping_table > 0 && d->n_location_table > 0 &&
+	          d->n_function_table > 0 && d->n_link_table > 0 && d->n_attribute_table > 0 &&
+	          d->n_stack_table > 0);
+	cr_expect_str_eq(d->string_table[0], "");
+	cr_expect_eq(d->stack_table[0]->n_location_indices, 0);
+	cr_expect_eq(d->location_table[0]->n_lines, 0);
+	cr_expect_eq(d->function_table[0]->name_strindex, 0);
+	cr_expect_eq(d->attribute_table[0]->key_strindex, 0);
+	/* No string twice. */
+	for (size_t i = 0; i < d->n_string_table; i++)
+		for (size_t j = i + 1; j < d->n_string_table; j++)
+			cr_expect_str_neq(d->string_table[i], d->string_table[j], "string %zu is %zu's", j, i);
+
+	cr_assert_eq(r->n_resource_profiles, 1);
+	const Pyprofd__Otlp__ResourceProfiles *rp = r->resource_profiles[0];
+	const Pyprofd__Otlp__Resource *res = rp->resource;
+	static const char *const want[][2] = {
+		{"host.name", "host-a"},           {"process.executable.name", "python3.12"},
+		{"process.command_line", "python3 app.py"}, {"process.runtime.name", "cpython"},
+		{"process.runtime.version", "3.12.1"}, {"container.id", "0123abcd"},
+		{"deployment.environment", "prod"},  {"service.name", "from-config"},
+		{"team", "core"},                    {"service", "api"},
+	};
+	for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+		const Pyprofd__Otlp__KeyValue *kv = resource_attr(res, want[i][0]);
+		cr_assert_not_null(kv, "no %s", want[i][0]);
+		cr_expect_str_eq(kv->value->string_value, want[i][1], "%s", want[i][0]);
+	}
+	const Pyprofd__Otlp__KeyValue *pid = resource_attr(res, "process.pid");
+	cr_assert_not_null(pid);
+	cr_expect_eq(pid->value->value_case, PYPROFD__OTLP__ANY_VALUE__VALUE_INT_VALUE);
+	cr_expect_eq(pid->value->int_value, 4242);
+	for (size_t i = 0; i < res->n_attributes; i++)
+		for (size_t j = i + 1; j < res->n_attributes; j++)
+			cr_expect_str_neq(res->attributes[i]->key, res->attributes[j]->key, "a key twice");
+
+	cr_assert_eq(rp->n_scope_profiles, 1);
+	cr_expect_str_eq(rp->scope_profiles[0]->scope->name, "pyprofd");
+	cr_assert_eq(rp->scope_profiles[0]->n_profiles, 1);
+	const Pyprofd__Otlp__Profile *pr = rp->scope_profiles[0]->profiles[0];
+	cr_expect_str_eq(str_at(d, pr->sample_type->type_strindex), "samples");
+	cr_expect_str_eq(str_at(d, pr->sample_type->unit_strindex), "count");
+	cr_expect_str_eq(str_at(d, pr->period_type->type_strindex), "cpu");
+	cr_expect_str_eq(str_at(d, pr->period_type->unit_strindex), "nanoseconds");
+	cr_expect_eq(pr->period, 5000000);
+	cr_expect_eq(pr->time_unix_nano, 1000000000000ull);
+	cr_expect_eq(pr->duration_nano, 15000000000ull);
+	cr_assert_eq(pr->n_samples, 3);
+	/* Leaf first: handle, then main; the same stack is one entry for both threads. */
+	const Pyprofd__Otlp__Sample *a = pr->samples[0], *b = pr->samples[1], *c = pr->samples[2];
+	cr_expect_eq(a->stack_index, b->stack_index);
+	cr_expect_neq(a->stack_index, c->stack_index);
+	const Pyprofd__Otlp__Stack *st = d->stack_table[a->stack_index];
+	cr_assert_eq(st->n_location_indices, 2);
+	const Pyprofd__Otlp__Location *leaf = d->location_table[st->location_indices[0]];
+	cr_assert_eq(leaf->n_lines, 1);
+	const Pyprofd__Otlp__Function *fn = d->function_table[leaf->lines[0]->function_index];
+	cr_expect_str_eq(str_at(d, fn->name_strindex), "handle");
+	cr_expect_str_eq(str_at(d, fn->filename_strindex), "app.py");
+	cr_expect_eq(leaf->lines[0]->line, 20);
+	const Pyprofd__Otlp__Location *root = d->location_table[st->location_indices[1]];
+	cr_expect_str_eq(str_at(d, d->function_table[root->lines[0]->function_index]->name_strindex), "main");
+	const Pyprofd__Otlp__Stack *st2 = d->stack_table[c->stack_index];
+	cr_assert_eq(st2->n_location_indices, 2);
+	cr_expect_eq(st2->location_indices[1], st->location_indices[1], "main is one location");
+	const Pyprofd__Otlp__Location *native = d->location_table[st2->location_indices[0]];
+	cr_expect_str_eq(str_at(d, d->function_table[native->lines[0]->function_index]->name_strindex),
+	                 "<native>");
+	/* One value and one thread.id each. */
+	const uint64_t threads[] = {11, 12, 11};
+	const int64_t counts[] = {5, 3, 1};
+	for (size_t i = 0; i < 3; i++) {
+		const Pyprofd__Otlp__Sample *s = pr->samples[i];
+		cr_assert_eq(s->n_values, 1);
+		cr_expect_eq(s->values[0], counts[i]);
+		cr_assert_eq(s->n_attribute_indices, 1);
+		const Pyprofd__Otlp__KeyValueAndUnit *attr = d->attribute_table[s->attribute_indices[0]];
+		cr_expect_str_eq(str_at(d, attr->key_strindex), "thread.id");
+		cr_expect_eq(attr->value->int_value, (int64_t)threads[i]);
+	}
+	cr_expect_eq(a->attribute_indices[0], c->attribute_indices[0], "thread 11 is one attribute");
+	pyprofd__otlp__export_profiles_service_request__free_unpacked(r, NULL);
+}
