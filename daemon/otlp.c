@@ -362,7 +362,7 @@ static void otlp_frame_identity(const struct store_frame *f, struct otlp_frame_i
 		.name = name,
 		.system_name = name,
 		.file = f->file ? f->file : "",
-		.start_line = 0,
+		.start_line = f->first_line > 0 ? f->first_line : 0,
 		.line = f->line > 0 ? f->line : 0,
 	};
 }

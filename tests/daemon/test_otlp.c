@@ -87,8 +87,8 @@ Test(otlp, request_as_the_specification_reads_it)
 	struct otlp_request *q = otlp_request_new(&oc, "host-a", &p, "cpu", 200, 1000, 1015);
 	cr_assert_not_null(q);
 	/* Root first, as the history gives them; the second shares the first's root. */
-	struct store_frame s1[] = {{"main", "app.py", 10, 0, 0}, {"handle", "app.py", 20, 0, 1}};
-	struct store_frame s2[] = {{"main", "app.py", 10, 0, 0}, {"", NULL, 0, 1, 2}};
+	struct store_frame s1[] = {{"main", "app.py", 10, 0, 8, 0}, {"Server.handle", "app.py", 20, 0, 18, 1}};
+	struct store_frame s2[] = {{"main", "app.py", 10, 0, 8, 0}, {"", NULL, 0, 1, 0, 2}};
 	cr_assert_eq(otlp_request_sample(q, 11, s1, 2, 5), 0);
 	cr_assert_eq(otlp_request_sample(q, 12, s1, 2, 3), 0);
 	cr_assert_eq(otlp_request_sample(q, 11, s2, 2, 1), 0);
@@ -141,6 +141,15 @@ Test(otlp, request_as_the_specification_reads_it)
 	for (size_t i = 0; i < res->n_attributes; i++)
 		for (size_t j = i + 1; j < res->n_attributes; j++)
 			cr_expect_str_neq(res->attributes[i]->key, res->attributes[j]->key, "a key twice");
+
+	/* A function is its qualified name, file and first line. */
+	bool handle_seen = false;
+	for (size_t i = 1; i < d->n_function_table; i++)
+		if (strcmp(str_at(d, d->function_table[i]->name_strindex), "Server.handle") == 0) {
+			handle_seen = true;
+			cr_expect_eq(d->function_table[i]->start_line, 18);
+		}
+	cr_expect(handle_seen, "no function Server.handle");
 
 	cr_assert_eq(rp->n_scope_profiles, 1);
 	cr_expect_str_eq(rp->scope_profiles[0]->scope->name, "pyprofd");
