@@ -172,7 +172,7 @@ Test(otlp, request_as_the_specification_reads_it)
 	const Pyprofd__Otlp__Location *leaf = d->location_table[st->location_indices[0]];
 	cr_assert_eq(leaf->n_lines, 1);
 	const Pyprofd__Otlp__Function *fn = d->function_table[leaf->lines[0]->function_index];
-	cr_expect_str_eq(str_at(d, fn->name_strindex), "handle");
+	cr_expect_str_eq(str_at(d, fn->name_strindex), "Server.handle");
 	cr_expect_str_eq(str_at(d, fn->filename_strindex), "app.py");
 	cr_expect_eq(leaf->lines[0]->line, 20);
 	const Pyprofd__Otlp__Location *root = d->location_table[st->location_indices[1]];
