@@ -36,8 +36,9 @@ static const char *const parked_scenarios[] = {
 /* How often the spin test looks before deciding the flags are never set. */
 #define SPIN_ATTEMPTS 10
 #define SPIN_PAUSE_NS (50 * 1000 * 1000L)
-/* Targets started by the exit race test, per interpreter. */
+/* Targets started by the exit race test, per interpreter; more, to the bound, while no dump has won. */
 #define EXIT_ROUNDS 6
+#define EXIT_ROUNDS_MAX 40
 /* Offsets of the code-object bytes the corruption test overwrites. */
 #define GARBAGE_OFFSET 8
 #define GARBAGE_LEN 48
@@ -841,7 +842,12 @@ ParameterizedTest(struct py_param *p, dump, exit_during_dump)
 	unsigned counts[COUNT(allowed)] = {0};
 	unsigned dumps = 0;
 
-	for (int round = 0; round < EXIT_ROUNDS; round++) {
+	/*
+	 * A loaded host (a sanitized build, other suites) can make every dump of
+	 * a round lose the race: rounds go on, to a bound, until one has won.
+	 */
+	int rounds = 0;
+	for (; rounds < EXIT_ROUNDS || (counts[0] == 0 && rounds < EXIT_ROUNDS_MAX); rounds++) {
 		struct test_target t;
 		test_target_start(&t, &p->py, "exiting");
 		json_decref(test_target_wait_report(&t, TARGET_READY_TIMEOUT_S));
@@ -885,7 +891,7 @@ ParameterizedTest(struct py_param *p, dump, exit_during_dump)
 	cr_log_info("%s: %u dumps: %u ok, %u no such process, %u exited during the dump", ctx,
 	            dumps, counts[0], counts[1], counts[2]);
 	cr_expect(counts[0] > 0, "%s: no dump of %d live targets succeeded (%u dumps)", ctx,
-	          EXIT_ROUNDS, dumps);
+	          rounds, dumps);
 }
 
 /* ------------------------------------------------------------------------ */
