@@ -269,12 +269,14 @@ struct uw_stats {
 	uint64_t bytes_read;
 	uint64_t prefetch_hits;            /* reads served by the sample's batched read */
 	uint64_t prefetch_misses;          /* reads that needed a call of their own */
+	uint64_t plans_kept;               /* samples that read as the last did: its batch plan stands */
 	uint64_t code_cache_hits;
 	uint64_t code_cache_misses;
 	uint64_t stale_invalidations;      /* cached code objects found replaced */
 	uint64_t stack_rereads;            /* changed stacks the batch could not prove whole: read again to check */
 	uint64_t torn_retries;             /* thread reads redone: the stack moved under them */
 	uint64_t torn_threads;             /* thread samples with no stack: it kept moving */
+	uint64_t torn_bases;               /* thread samples that kept moving, counted at the base that held */
 	uint64_t cache_resets;             /* budget reached: everything forgotten */
 	uint64_t walks_cut;                /* samples cut short at max_sample_ns */
 	uint64_t cache_bytes;              /* now */

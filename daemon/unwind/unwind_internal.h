@@ -348,6 +348,10 @@ struct uw_target {
 	size_t used_cap;
 	struct used_range *retry_used; /* a retry's plan, reused */
 	size_t retry_used_cap;
+	/* The reads the batch was planned from, in the order made: the same again keep the plan. */
+	struct used_range *planned;
+	uint32_t nplanned;
+	size_t planned_cap;
 	/* Reads the prefetch missed, for the sample's length. */
 	struct arena scratch;
 };
@@ -453,6 +457,12 @@ struct walk {
 	size_t range_of_cap;
 	uint8_t *buf;
 	size_t buf_cap;
+	/* validate_stack's verdict on a stack that moved: how many frames, from the bottom, held. */
+	uint32_t held;
+	/* The base of a thread's stack that held in its last torn read, innermost first. */
+	struct raw_frame *base_held;
+	uint32_t nbase_held;
+	size_t base_held_cap;
 };
 
 /* Memory the caches and ids hold, for the budget. */
@@ -482,7 +492,8 @@ int validate_watch_links(struct walk *w, raddr_t addr, const uint8_t *f, bool wi
                          bool caller, struct uw_error *err);
 /*
  * Read the windows of one thread's walk again and compare: 0 if all held,
- * 1 if the stack moved under the walk, -1 if it could not be read again.
+ * 1 if the stack moved under the walk (w->held then counts the frames, from
+ * the bottom, whose windows all held), -1 if it could not be read again.
  */
 int validate_stack(struct walk *w, uint32_t first, uint32_t nraw, uint32_t common,
                    struct uw_error *err);

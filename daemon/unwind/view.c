@@ -166,6 +166,27 @@ void view_retry_end(struct uw_target *t)
 	t->retrying = false;
 }
 
+/*
+ * A steady sample makes the very reads the last one did, in the same order:
+ * then the plan stands, and the sort and merge are not done again (on a deep
+ * stack they cost as much as the rest of the sample).
+ */
+static void view_replan(struct uw_target *t)
+{
+	if (t->nused == t->nplanned && t->batch.n &&
+	    memcmp(t->used, t->planned, t->nused * sizeof *t->used) == 0) {
+		t->stats.plans_kept++;
+		return;
+	}
+	t->nplanned = 0;
+	if (t->nused && !array_reserve((void **)&t->planned, &t->planned_cap, t->nused - 1,
+	                               sizeof *t->planned, NULL)) {
+		memcpy(t->planned, t->used, t->nused * sizeof *t->used);
+		t->nplanned = t->nused;
+	}
+	batch_plan(&t->batch, t->used, t->nused);
+}
+
 void view_end(struct uw_target *t, bool plan_next)
 {
 	arena_clear(&t->scratch);
@@ -174,13 +195,14 @@ void view_end(struct uw_target *t, bool plan_next)
 	if (t->opts.no_cache)
 		t->batch.n = 0;
 	else if (plan_next)
-		batch_plan(&t->batch, t->used, t->nused);
+		view_replan(t);
 	t->nused = 0;
 }
 
 size_t view_room(const struct uw_target *t)
 {
 	return t->used_cap * sizeof *t->used + t->retry_used_cap * sizeof *t->retry_used +
+	       t->planned_cap * sizeof *t->planned +
 	       t->batch.cap * sizeof *t->batch.ranges + t->batch.buf_cap +
 	       t->retry.cap * sizeof *t->retry.ranges + t->retry.buf_cap + arena_bytes(&t->scratch);
 }
@@ -206,6 +228,11 @@ void view_trim(struct uw_target *t)
 	free(t->retry_used);
 	t->used = t->retry_used = NULL;
 	t->used_cap = t->retry_used_cap = 0;
+	/* The plan kept is rebuilt, sorted, by the next sample. */
+	free(t->planned);
+	t->planned = NULL;
+	t->nplanned = 0;
+	t->planned_cap = 0;
 }
 
 void view_free(struct uw_target *t)
@@ -216,6 +243,10 @@ void view_free(struct uw_target *t)
 	free(t->retry_used);
 	batch_free(&t->batch);
 	batch_free(&t->retry);
+	free(t->planned);
+	t->planned = NULL;
+	t->nplanned = 0;
+	t->planned_cap = 0;
 	t->used = t->retry_used = NULL;
 	t->used_cap = t->retry_used_cap = 0;
 }
