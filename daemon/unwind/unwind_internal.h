@@ -50,6 +50,8 @@ struct remote {
 	const struct remote_image *image; /* when set, read instead of the process */
 	uint64_t calls;
 	uint64_t bytes;
+	uint64_t pages;  /* pages the reads touched (the kernel pins each) */
+	uint64_t writes;
 };
 
 /*
@@ -63,6 +65,12 @@ bool remote_alive(const struct remote *r);
  * (a stale or garbage pointer), ESRCH UW_EGONE, EPERM UW_EPERM.
  */
 int remote_read(struct remote *r, raddr_t addr, void *buf, size_t len, struct uw_error *err);
+
+/*
+ * Write len bytes at addr (process_vm_writev).  The one caller writes the
+ * frame-cache marker of a validated 3.15 layout; an image is never written.
+ */
+int remote_write(struct remote *r, raddr_t addr, const void *buf, size_t len, struct uw_error *err);
 
 /* One range of a batched read; `got` is how many bytes from addr arrived. */
 struct remote_range {
@@ -287,6 +295,18 @@ struct thread_cache {
 	uint32_t n;
 	size_t cap;
 	struct chain_link *chain;
+	bool truncated;      /* the chain stopped at UW_MAX_FRAMES */
+	/*
+	 * 3.15's marker.  anchor: the innermost frame of the last full walk
+	 * when the marker pointed at it, with the marker's sequence then;
+	 * while both stay so, that frame was never popped and everything
+	 * below it is as the walk read it.  0: no anchor.
+	 */
+	raddr_t anchor;
+	uint64_t anchor_seq;
+	raddr_t wrote;       /* the marker this unwinder wrote last (0: none), and the sequence then */
+	uint64_t wrote_seq;
+	bool marker_seen;    /* its marker was looked at once (a stale one is counted, then replaced) */
 };
 
 /* Ranges read together in one batch, sorted by address, and their bytes. */
@@ -324,6 +344,7 @@ struct uw_target {
 
 	struct uw_options opts;
 	int thread_attempts; /* reads of a moving thread before it is left out */
+	uint64_t marker_quiet_until; /* sample before which the marker is not written: another profiler writes it */
 	struct uw_stats stats;
 	uint64_t sample_gen;  /* number of the sample under way */
 	uint64_t epoch;
@@ -443,6 +464,14 @@ struct walk {
 	uint32_t nchecks;
 	size_t checks_cap;
 	bool torn; /* the walk failed on values read at different moments, not on garbage */
+	/*
+	 * The last read of a thread that keeps moving: signs of a torn read do
+	 * not stop the walk, validate_stack proves what held (its base counts).
+	 */
+	bool last_try;
+	/* 3.15: what frames_collect read of the thread state, in the copy the walk used. */
+	raddr_t ts_current, ts_marker;
+	uint64_t ts_marker_seq;
 	uint64_t deadline_ns; /* CLOCK_MONOTONIC; 0: no bound on this sample */
 	bool cut;             /* the deadline passed: the walk stops where it is */
 	uint32_t until_clock; /* frames walked before the clock is looked at again */

@@ -83,6 +83,35 @@ static int validate_addr_cmp(const void *a, const void *b)
 }
 
 /*
+ * How much of a stack that moved still stands: the frames from the bottom
+ * up to the first whose windows changed (moved: their addresses).  Each of
+ * them was read, with its caller, as it is after the move; the innermost may
+ * have returned since, but then it ran as read a moment ago, with that
+ * caller: a stack that existed.
+ */
+static void validate_held_base(struct walk *w, uint32_t first, uint32_t nraw, raddr_t *moved,
+                               uint32_t nmoved, raddr_t *ran, uint32_t nran)
+{
+	qsort(moved, nmoved, sizeof *moved, validate_addr_cmp);
+	qsort(ran, nran, sizeof *ran, validate_addr_cmp);
+	uint32_t held = 0;
+	while (held < nraw) {
+		raddr_t f = w->raw[first + nraw - 1 - held].addr;
+		if (f && nmoved && bsearch(&f, moved, nmoved, sizeof *moved, validate_addr_cmp))
+			break;
+		held++;
+		/*
+		 * A caller whose links held but whose instruction moved returned
+		 * from the callee the walk saw: it is still there (where it was
+		 * read, a moment ago), its callees are not known to be.
+		 */
+		if (f && nran && bsearch(&f, ran, nran, sizeof *ran, validate_addr_cmp))
+			break;
+	}
+	w->held = held;
+}
+
+/*
  * Read the windows of one thread's walk again and compare.  Frames at the
  * base that are exactly as in the thread's last (validated) sample need no
  * second look: their pairs existed; the frame where that base meets the new
@@ -95,7 +124,9 @@ int validate_stack(struct walk *w, uint32_t first, uint32_t nraw, uint32_t commo
 {
 	struct uw_target *t = w->t;
 	/* The walk's arrays, grown to this stack once and reused by every later sample. */
-	if (array_reserve((void **)&w->base, &w->base_cap, common, sizeof *w->base, NULL) ||
+	if (array_reserve((void **)&w->base, &w->base_cap,
+	                  common > 2 * (size_t)w->nchecks ? common : 2 * (size_t)w->nchecks,
+	                  sizeof *w->base, NULL) ||
 	    array_reserve((void **)&w->moved, &w->moved_cap, w->nchecks, sizeof *w->moved, NULL) ||
 	    array_reserve((void **)&w->ranges, &w->ranges_cap, 2 * (size_t)w->nchecks, sizeof *w->ranges,
 	                  NULL) ||
@@ -113,6 +144,7 @@ int validate_stack(struct walk *w, uint32_t first, uint32_t nraw, uint32_t commo
 	uint32_t *range_of = w->range_of;
 	int rc = 0;
 	uint32_t nframes = 0;
+	w->held = 0;
 	for (uint32_t i = 0; i < w->nchecks; i++) {
 		const struct check *c = &w->checks[i];
 		bool in_base = !c->top && nbase &&
@@ -167,8 +199,26 @@ int validate_stack(struct walk *w, uint32_t first, uint32_t nraw, uint32_t commo
 			       validate_holds(&w->checks[i], &ranges[last_top + k]);
 			k++;
 		}
-	for (uint32_t i = 0; i < nframes && held; i++)
-		held = validate_holds(frames[i], &ranges[range_of[i]]);
+	/*
+	 * Every window is compared, not only up to the first that moved: a
+	 * stack that moved at its top still has a base that held, which
+	 * validate_held_base measures.
+	 */
+	uint32_t nmoved = 0, nran = 0;
+	raddr_t *ran = base + w->nchecks; /* frames whose instruction alone moved */
+	uint32_t instr = w->t->layout.frame.instr_ptr;
+	for (uint32_t i = 0; i < nframes; i++) {
+		const struct check *c = frames[i];
+		if (validate_holds(c, &ranges[range_of[i]]))
+			continue;
+		if (instr != LAYOUT_ABSENT && c->addr == c->frame + instr && c->len == 8)
+			ran[nran++] = c->frame;
+		else
+			base[nmoved++] = c->frame;
+	}
+	held = held && nmoved == 0 && nran == 0;
+	if (!held)
+		validate_held_base(w, first, nraw, base, nmoved, ran, nran);
 	if (!held) {
 		uw_fail(err, UW_ECORRUPT, "the stack moved while it was read");
 		rc = 1;
