@@ -61,11 +61,14 @@ def report_write(path, spent, total):
     os.rename(tmp, path)
 
 
-def below(depth, fn, until):
-    """Every phase runs some way down a stack: a deeper stack takes longer to read."""
+def below(depth, fn, length):
+    """Every phase runs some way down a stack (a deeper stack takes longer to
+    read); its time is measured inside, where a sample finds it."""
     if depth:
-        return below(depth - 1, fn, until)
-    return fn(until)
+        return below(depth - 1, fn, length)
+    t0 = time.thread_time()
+    fn(t0 + length)
+    return time.thread_time() - t0
 
 
 def main(path):
@@ -74,10 +77,8 @@ def main(path):
     cycles = 0
     while True:
         for name, fn, mean in PHASES:
-            t0 = time.thread_time()
             # Random lengths: no period for a sampler's own to lock onto.
-            below(40, fn, t0 + rng.uniform(0.5, 1.5) * mean)
-            spent[name] += time.thread_time() - t0
+            spent[name] += below(40, fn, rng.uniform(0.5, 1.5) * mean)
         cycles += 1
         if cycles % 50 == 0:
             report_write(path, spent, time.thread_time())
