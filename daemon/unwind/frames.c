@@ -223,7 +223,17 @@ int frames_collect(struct walk *w, raddr_t tstate, uint32_t *n, bool *truncated,
 	if (L->frame_model == FRAME_MODEL_OBJECT)
 		return frames_collect_objects(w, frame, n, truncated, err);
 	struct frames_live live = {0};
+	w->live_chunk = w->live_top_at = 0;
 	if (frame && frames_live_stack(w, ts, &live, err) != 0)
 		return -1;
+	if (live.end) {
+		/* The data stack's top, read again with the rest: below it a frame is alive. */
+		uint32_t off = L->tstate.datastack_chunk + 8;
+		if (validate_watch(w, tstate + off, ts + off, 8, true, 0, err) != 0)
+			return -1;
+		w->live_chunk = load_u64(ts, L->tstate.datastack_chunk);
+		w->live_top_at = tstate + off;
+		w->live_end = live.end;
+	}
 	return frames_collect_interp(w, frame, &live, n, truncated, err);
 }

@@ -307,6 +307,16 @@ struct thread_cache {
 	raddr_t wrote;       /* the marker this unwinder wrote last (0: none), and the sequence then */
 	uint64_t wrote_seq;
 	bool marker_seen;    /* its marker was looked at once (a stale one is counted, then replaced) */
+	/*
+	 * Every read its last whole walk made, and the bytes it found: the
+	 * same bytes again make the same walk, so the stack is as it was.
+	 */
+	struct used_range *reads;
+	uint32_t nreads;
+	unsigned flags;      /* the options' flags the chain was read with (native markers change it) */
+	size_t reads_cap;
+	uint8_t *read_bytes;
+	size_t read_bytes_len, read_bytes_cap;
 };
 
 /* Ranges read together in one batch, sorted by address, and their bytes. */
@@ -423,6 +433,12 @@ int view_begin(struct uw_target *t, struct uw_error *err);
  * first, until view_retry_end().  Pointers from earlier retries are invalid.
  */
 uint32_t view_mark(const struct uw_target *t);
+/* The bytes at addr in this sample's batch, or NULL (nothing read, nothing remembered). */
+const uint8_t *view_batch_bytes(const struct uw_target *t, raddr_t addr, uint32_t len);
+/* The reads made since mark (*n of them), valid until the next read. */
+const struct used_range *view_reads(const struct uw_target *t, uint32_t mark, uint32_t *n);
+/* Count reads as made again (their bytes were found in the batch), for the next plan. */
+void view_reads_again(struct uw_target *t, const struct used_range *reads, uint32_t n);
 int view_retry(struct uw_target *t, uint32_t mark, struct uw_error *err);
 void view_retry_end(struct uw_target *t);
 /* End a sample: plan the next batch from what this one read; free scratch. */
@@ -488,6 +504,8 @@ struct walk {
 	size_t buf_cap;
 	/* validate_stack's verdict on a stack that moved: how many frames, from the bottom, held. */
 	uint32_t held;
+	/* 3.11+: the current data-stack chunk, its end, and where its top is kept. */
+	raddr_t live_chunk, live_end, live_top_at;
 	/* The base of a thread's stack that held in its last torn read, innermost first. */
 	struct raw_frame *base_held;
 	uint32_t nbase_held;

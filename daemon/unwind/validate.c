@@ -84,13 +84,11 @@ static int validate_addr_cmp(const void *a, const void *b)
 
 /*
  * How much of a stack that moved still stands: the frames from the bottom
- * up to the first whose windows changed (moved: their addresses).  Each of
- * them was read, with its caller, as it is after the move; the innermost may
- * have returned since, but then it ran as read a moment ago, with that
- * caller: a stack that existed.
+ * up to the first whose windows changed (moved: their addresses); a caller
+ * whose instruction alone moved is the last of them.
  */
 static void validate_held_base(struct walk *w, uint32_t first, uint32_t nraw, raddr_t *moved,
-                               uint32_t nmoved, raddr_t *ran, uint32_t nran)
+                               uint32_t nmoved, raddr_t *ran, uint32_t nran, raddr_t live_top)
 {
 	qsort(moved, nmoved, sizeof *moved, validate_addr_cmp);
 	qsort(ran, nran, sizeof *ran, validate_addr_cmp);
@@ -107,6 +105,24 @@ static void validate_held_base(struct walk *w, uint32_t first, uint32_t nraw, ra
 		 */
 		if (f && nran && bsearch(&f, ran, nran, sizeof *ran, validate_addr_cmp))
 			break;
+	}
+	/*
+	 * Bytes that held prove nothing of a frame that returned: its bytes
+	 * stay, and a frame pushed at its caller's place may be another.  A
+	 * frame below the data stack's top, read again after the frames, was
+	 * alive when read, so its caller link was its caller; each caller below
+	 * it, alive then too.  The base ends at the innermost frame so proven
+	 * (3.11+); 3.8-3.10 heap frames have no such top: walk_keep_base bounds
+	 * their base by the last proven stack instead.
+	 */
+	if (w->t->layout.frame_model == FRAME_MODEL_INTERP) {
+		uint32_t live = 0;
+		for (uint32_t d = 0; d < held; d++) {
+			raddr_t f = w->raw[first + nraw - 1 - d].addr;
+			if (f && live_top && f >= w->live_chunk && f < live_top)
+				live = d + 1;
+		}
+		held = live;
 	}
 	w->held = held;
 }
@@ -217,8 +233,20 @@ int validate_stack(struct walk *w, uint32_t first, uint32_t nraw, uint32_t commo
 			base[nmoved++] = c->frame;
 	}
 	held = held && nmoved == 0 && nran == 0;
-	if (!held)
-		validate_held_base(w, first, nraw, base, nmoved, ran, nran);
+	if (!held) {
+		/* The data stack's top as the last copy read it, after every frame. */
+		raddr_t live_top = 0;
+		for (uint32_t i = 0, k = 0; i < w->nchecks; i++)
+			if (w->checks[i].top) {
+				const struct remote_range *r = &ranges[last_top + k++];
+				if (w->live_top_at && w->checks[i].addr == w->live_top_at && r->got >= 8) {
+					live_top = load_u64(r->buf, 0);
+					if (live_top > w->live_end)
+						live_top = 0;
+				}
+			}
+		validate_held_base(w, first, nraw, base, nmoved, ran, nran, live_top);
+	}
 	if (!held) {
 		uw_fail(err, UW_ECORRUPT, "the stack moved while it was read");
 		rc = 1;

@@ -141,6 +141,29 @@ const uint8_t *view_read(struct uw_target *t, raddr_t addr, uint32_t len, uint32
 	return remote_read(&t->mem, addr, buf, len, err) == 0 ? buf : NULL;
 }
 
+const uint8_t *view_batch_bytes(const struct uw_target *t, raddr_t addr, uint32_t len)
+{
+	if (t->opts.no_cache || t->retrying)
+		return NULL;
+	const struct remote_range *r = batch_find(&t->batch, addr, len);
+	return r ? r->buf + (addr - r->addr) : NULL;
+}
+
+const struct used_range *view_reads(const struct uw_target *t, uint32_t mark, uint32_t *n)
+{
+	*n = mark <= t->nused ? t->nused - mark : 0;
+	return t->used + mark;
+}
+
+void view_reads_again(struct uw_target *t, const struct used_range *reads, uint32_t n)
+{
+	if (t->opts.no_cache || t->nused + (uint64_t)n > VIEW_USED_MAX ||
+	    (n && array_reserve((void **)&t->used, &t->used_cap, t->nused + n - 1, sizeof *t->used, NULL)))
+		return; /* only an optimisation is lost */
+	memcpy(t->used + t->nused, reads, n * sizeof *reads);
+	t->nused += n;
+}
+
 uint32_t view_mark(const struct uw_target *t)
 {
 	return t->nused;

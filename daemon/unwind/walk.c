@@ -13,8 +13,13 @@
 
 #include "unwind_internal.h"
 
-/* Reads of a thread whose stack keeps moving, before it is left out. */
-#define WALK_ATTEMPTS 3
+/*
+ * Reads of a thread whose stack keeps moving, before it is counted at its
+ * proven base: code that calls and returns every few hundred nanoseconds
+ * tears about one read in three, and each try costs one batched read of its
+ * own; what is left out after eight is too little to bias a profile.
+ */
+#define WALK_ATTEMPTS 8
 /* Frames walked between two looks at the clock: a look costs about what a frame does. */
 #define WALK_CLOCK_EVERY 256
 
@@ -79,7 +84,8 @@ static int walk_marker_honour(struct walk *w, struct thread_cache *tc, raddr_t t
 {
 	struct uw_target *t = w->t;
 	const struct py_layout *L = &t->layout;
-	if (!tc->anchor || !tc->n || tc->chain[tc->n - 1].addr != tc->anchor)
+	if (!tc->anchor || !tc->n || tc->chain[tc->n - 1].addr != tc->anchor ||
+	    tc->flags != t->opts.flags)
 		return 0;
 	const uint8_t *ts = view_read(t, tstate, L->tstate.size, 0, err);
 	if (!ts)
@@ -163,10 +169,76 @@ static void walk_marker_after(struct walk *w, struct thread_cache *tc, raddr_t t
 	}
 }
 
-/* Keep the base of a stack that moved under its walk (w->held frames from the bottom). */
-static int walk_keep_base(struct walk *w, uint32_t start, uint32_t n)
+/* A thread's reads kept for the proof by equal bytes: more is walked instead. */
+#define WALK_PROOF_MAX_BYTES (256u << 10)
+
+/*
+ * Every version: a thread whose walk reads, in this sample's batch, exactly
+ * the bytes its last whole walk read (thread state, frames, code headers)
+ * would make that same walk, so its stack is the one that walk proved; the
+ * reads count for the next plan as if made.  One memcmp a read, no walk.
+ */
+static bool walk_same_bytes(struct walk *w, struct thread_cache *tc, uint32_t *stack, bool *truncated)
+{
+	struct uw_target *t = w->t;
+	if (!tc->nreads || t->opts.no_cache || tc->flags != t->opts.flags)
+		return false;
+	const uint8_t *expect = tc->read_bytes;
+	for (uint32_t i = 0; i < tc->nreads; i++) {
+		const uint8_t *now = view_batch_bytes(t, tc->reads[i].addr, tc->reads[i].len);
+		if (!now || memcmp(now, expect, tc->reads[i].len) != 0)
+			return false;
+		expect += tc->reads[i].len;
+	}
+	view_reads_again(t, tc->reads, tc->nreads);
+	*stack = tc->n ? tc->chain[tc->n - 1].stack : 0;
+	*truncated = tc->truncated;
+	if (tc->n)
+		t->stats.frame_cache_full_hits++;
+	t->stats.frames_from_cache += tc->n;
+	t->stats.steady_hits++;
+	return true;
+}
+
+/* After a whole walk from the batch alone: keep its reads and their bytes for walk_same_bytes. */
+static void walk_keep_reads(struct walk *w, struct thread_cache *tc, uint32_t mark)
+{
+	struct uw_target *t = w->t;
+	uint32_t n;
+	const struct used_range *reads = view_reads(t, mark, &n);
+	size_t total = 0;
+	tc->nreads = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		total += reads[i].len;
+		if (total > WALK_PROOF_MAX_BYTES || !view_batch_bytes(t, reads[i].addr, reads[i].len))
+			return;
+	}
+	if (!n || array_reserve((void **)&tc->reads, &tc->reads_cap, n - 1, sizeof *tc->reads, NULL) ||
+	    (total && array_reserve((void **)&tc->read_bytes, &tc->read_bytes_cap, total - 1, 1, NULL)))
+		return;
+	memcpy(tc->reads, reads, n * sizeof *reads);
+	uint8_t *out = tc->read_bytes;
+	for (uint32_t i = 0; i < n; i++) {
+		memcpy(out, view_batch_bytes(t, reads[i].addr, reads[i].len), reads[i].len);
+		out += reads[i].len;
+	}
+	tc->read_bytes_len = total;
+	tc->nreads = n;
+}
+
+/*
+ * Keep the base of a stack that moved under its walk: the frames from the
+ * bottom that held their links when read again and were proven alive
+ * (w->held; see validate_held_base).  3.8-3.10 heap frames cannot be
+ * proven alive: a freed frame keeps its bytes and its memory goes to a
+ * frame of another code altogether, so their base is only what the thread's
+ * last proven stack had too (common).
+ */
+static int walk_keep_base(struct walk *w, uint32_t start, uint32_t n, uint32_t common)
 {
 	uint32_t held = w->held <= n ? w->held : 0;
+	if (held > common && w->t->layout.frame_model == FRAME_MODEL_OBJECT)
+		held = common;
 	w->nbase_held = 0;
 	if (!held)
 		return 0;
@@ -202,6 +274,9 @@ static int walk_thread_stack(struct walk *w, struct thread_cache *tc, raddr_t ts
 		if (honoured != 0)
 			return honoured < 0 ? -1 : 0;
 	}
+	if (walk_same_bytes(w, tc, stack, truncated))
+		return 0;
+	tc->nreads = 0;
 	for (int attempt = 0; attempt < attempts; attempt++) {
 		uint32_t n = 0;
 		w->nraw = start;
@@ -225,15 +300,19 @@ static int walk_thread_stack(struct walk *w, struct thread_cache *tc, raddr_t ts
 			t->stats.stack_rereads++;
 			rc = validate_stack(w, start, n, common, err);
 			*moving = rc == 1;
-			if (rc == 1 && walk_keep_base(w, start, n) != 0)
+			if (rc == 1 && walk_keep_base(w, start, n, common) != 0)
 				return uw_fail(err, UW_ENOMEM, "out of memory");
 		}
 		if (rc == 0) {
 			*stack = chain_resolve(t, tc, raw, n, common, err);
 			rc = *stack == INTERN_FAILED ? -1 : 0;
 			tc->truncated = *truncated;
+			tc->flags = t->opts.flags;
 			if (rc == 0 && marker)
 				walk_marker_after(w, tc, tstate, raw, n);
+			/* A walk of one read, whose stack the last one proved or this one did. */
+			if (rc == 0 && attempt == 0)
+				walk_keep_reads(w, tc, mark);
 			break;
 		}
 		if (w->cut || err->status != UW_ECORRUPT || !remote_alive(&t->mem))
