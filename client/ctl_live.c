@@ -117,6 +117,7 @@ int ctl_live_attach(struct ctl *ctl, int argc, char **argv)
 		{"rate", required_argument, NULL, 'r'},  {"mode", required_argument, NULL, 'm'},
 		{"duration", required_argument, NULL, 'd'}, {"label", required_argument, NULL, 'l'},
 		{"native", no_argument, NULL, 'n'},      {"gc", no_argument, NULL, 'g'},
+		{"no-write", no_argument, NULL, 'W'},
 		CTL_COMMON_OPTIONS,
 	};
 	Pyprofd__AttachRequest a = PYPROFD__ATTACH_REQUEST__INIT;
@@ -170,6 +171,7 @@ int ctl_live_attach(struct ctl *ctl, int argc, char **argv)
 		}
 		case 'n': a.native = true; break;
 		case 'g': a.gc = true; break;
+		case 'W': a.no_write = true; break;
 		default: {
 			int rc = ctl_common_option(ctl, opt, argv);
 			if (rc >= 0) {

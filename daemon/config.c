@@ -267,6 +267,8 @@ static int config_set(struct config *c, const char *section, const char *name, c
 			return c->max_rate_hz = (unsigned)v, 0;
 		if (strcmp(name, "top_window_s") == 0 && config_parse_seconds(value, 1, TOP_SECONDS_KEPT - 2, &v) == 0)
 			return c->top_window_s = (unsigned)v, 0;
+		if (strcmp(name, "write") == 0 && (strcmp(value, "true") == 0 || strcmp(value, "false") == 0))
+			return c->no_write = strcmp(value, "false") == 0, 0;
 	} else if (strcmp(section, "discovery") == 0) {
 		if (strcmp(name, "method") == 0)
 			return procwatch_method_parse(value, &c->discovery_method);

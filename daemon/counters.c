@@ -23,6 +23,14 @@ const struct stats_counter counters_table[COUNTERS_COUNT] = {
 	{"cache_bytes", offsetof(struct uw_stats, cache_bytes)},
 	{"walks_cut", offsetof(struct uw_stats, walks_cut)},
 	{"scratch_bytes", offsetof(struct uw_stats, scratch_bytes)},
+	{"plans_kept", offsetof(struct uw_stats, plans_kept)},
+	{"torn_bases", offsetof(struct uw_stats, torn_bases)},
+	{"pages_read", offsetof(struct uw_stats, pages_read)},
+	{"steady_hits", offsetof(struct uw_stats, steady_hits)},
+	{"marker_honoured", offsetof(struct uw_stats, marker_honoured)},
+	{"marker_written", offsetof(struct uw_stats, marker_written)},
+	{"marker_cleared", offsetof(struct uw_stats, marker_cleared)},
+	{"marker_foreign", offsetof(struct uw_stats, marker_foreign)},
 };
 
 uint64_t counters_value(const struct uw_stats *st, size_t i)

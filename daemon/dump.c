@@ -17,7 +17,7 @@
 #define DUMP_ATTEMPTS 5
 
 static const char dump_usage[] =
-	"usage: pyprofd dump PID [--json] [--native] [--gc]\n"
+	"usage: pyprofd dump PID [--json] [--native] [--gc] [--no-write]\n"
 	"\n"
 	"Print the Python stack of every thread of process PID, innermost frame first.\n"
 	"The process is read from outside and never stopped.\n"
@@ -27,6 +27,7 @@ static const char dump_usage[] =
 	"             line, kind}]}]}\n"
 	"  --native   mark with <native> where C code sits between Python frames (3.11+)\n"
 	"  --gc       mark with <GC> the thread running the garbage collector\n"
+	"  --no-write never write into the target (3.15's frame-cache marker)\n"
 	"\n"
 	"exit status: 0 ok, 1 other error, 2 usage, 3 no such process, 4 permission denied,\n"
 	"5 not a Python process, 6 unsupported Python version, 7 process exited during the\n"
@@ -88,10 +89,11 @@ int dump_main(int argc, char **argv)
 		{"json", no_argument, NULL, 'j'},
 		{"native", no_argument, NULL, 'n'},
 		{"gc", no_argument, NULL, 'g'},
+		{"no-write", no_argument, NULL, 'W'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
-	bool as_json = false;
+	bool as_json = false, no_write = false;
 	unsigned flags = 0;
 	int opt;
 	optind = 1;
@@ -101,6 +103,7 @@ int dump_main(int argc, char **argv)
 		case 'j': as_json = true; break;
 		case 'n': flags |= UW_SNAP_NATIVE; break;
 		case 'g': flags |= UW_SNAP_GC; break;
+		case 'W': no_write = true; break;
 		case 'h': fputs(dump_usage, stdout); return EXIT_OK;
 		default: return cli_bad_option("dump", argv[optind - 1]);
 		}
@@ -116,6 +119,12 @@ int dump_main(int argc, char **argv)
 		uw_error_add_remedy(&err, pid);
 		fprintf(stderr, "pyprofd: %s\n", err.msg);
 		return vocab_status_exit(err.status);
+	}
+	if (no_write) {
+		struct uw_options opts;
+		uw_options_get(t, &opts);
+		opts.no_write = true;
+		uw_configure(t, &opts);
 	}
 	struct uw_snapshot snap;
 	int rc = -1;

@@ -359,7 +359,8 @@ static enum fleet_verdict fleet_attach(struct fleet *f, struct fleet_waiting *w,
 		}
 	}
 	struct target_params params = {.rate_hz = s->config.default_rate_hz,
-	                               .max_sample_ns = s->config.max_sample_ns};
+	                               .max_sample_ns = s->config.max_sample_ns,
+	                               .no_write = s->config.no_write};
 	struct fleet_labels l = {0};
 	fleet_labels_found(&l, facts, t->python_version);
 	if (parent) {
@@ -574,7 +575,8 @@ static void fleet_reconsider(struct fleet *f, struct target *t)
 		struct target_params params = {.rate_hz = rule->rate_hz ? rule->rate_hz : s->config.default_rate_hz,
 		                               .mode = rule->has_mode ? rule->mode : t->params.mode,
 		                               .flags = t->params.flags,
-		                               .max_sample_ns = s->config.max_sample_ns};
+		                               .max_sample_ns = s->config.max_sample_ns,
+		                               .no_write = s->config.no_write};
 		struct fleet_labels l = {0};
 		fleet_labels_found(&l, &facts, t->python_version);
 		fleet_labels_put_all(&l, rule->nlabels, rule->label_keys, rule->label_values);

@@ -37,7 +37,7 @@ struct stats_counter {
 	size_t offset; /* of a uint64_t in struct uw_stats */
 };
 extern const struct stats_counter counters_table[];
-#define COUNTERS_COUNT 18
+#define COUNTERS_COUNT 26
 uint64_t counters_value(const struct uw_stats *st, size_t i);
 
 /* record.c */
@@ -467,6 +467,7 @@ struct config {
 	double uid_cpu_percent;      /* of one core sampling one user's targets may take (not root's); 0: no limit */
 	uint64_t max_sample_ns;      /* a sample's walk is cut short past this; 0: never */
 	struct otlp_config otlp;     /* [export.otlp] */
+	bool no_write;               /* [sampling] write = false: never write into a target */
 };
 /* "500ms", "15s", "2m", "1h", "1d", or a bare number of seconds, in [min, max]; 0 or -1. */
 int config_parse_duration(const char *text, double min, double max, double *out);
@@ -557,6 +558,7 @@ struct target_params {
 	unsigned rate_hz;
 	enum uw_mode mode;
 	unsigned flags; /* UW_SNAP_* */
+	bool no_write;  /* never write into the target (attach --no-write, [sampling] write = false) */
 	double duration_s;
 	uint64_t max_sample_ns; /* a walk past this is cut short ([limits] max_sample_time); 0: never */
 	size_t nlabels;

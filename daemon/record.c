@@ -33,6 +33,7 @@ static const char record_usage[] =
 	"  --native            mark C code between Python frames (3.11+)\n"
 	"  --gc                mark the thread running the garbage collector\n"
 	"  --no-cache          turn every cache off (for comparison)\n"
+	"  --no-write          never write into the target (3.15's frame-cache marker)\n"
 	"  -o, --output FILE   write the profile to FILE (default: standard output)\n"
 	"  --format F          collapsed (default), flamegraph (one HTML file), heatmap\n"
 	"                      (the same page with the process's sources, line by line),\n"
@@ -70,6 +71,7 @@ static int record_parse(int argc, char **argv, struct record_opts *o)
 		{"native", no_argument, NULL, 'n'},
 		{"gc", no_argument, NULL, 'g'},
 		{"no-cache", no_argument, NULL, 'C'},
+		{"no-write", no_argument, NULL, 'W'},
 		{"output", required_argument, NULL, 'o'},
 		{"format", required_argument, NULL, 'f'},
 		{"stats", no_argument, NULL, 's'},
@@ -114,6 +116,7 @@ static int record_parse(int argc, char **argv, struct record_opts *o)
 		case 'n': o->uw.flags |= UW_SNAP_NATIVE; break;
 		case 'g': o->uw.flags |= UW_SNAP_GC; break;
 		case 'C': o->uw.no_cache = true; break;
+		case 'W': o->uw.no_write = true; break;
 		case 'o': o->output = optarg; break;
 		case 'f':
 			o->table = strcmp(optarg, "table") == 0;
@@ -190,6 +193,7 @@ static json_t *record_stats_json(const struct uw_target *t, struct record_run *r
 		(json_int_t)st.readv_calls, "bytes_read", (json_int_t)st.bytes_read,
 		"readv_calls_per_sample", (double)st.readv_calls / samples, "bytes_per_sample",
 		(double)st.bytes_read / samples);
+	json_object_set_new(j, "pages_per_sample", json_real((double)st.pages_read / samples));
 	for (size_t i = 0; i < COUNTERS_COUNT; i++)
 		json_object_set_new(j, counters_table[i].name,
 		                    json_integer((json_int_t)counters_value(&st, i)));

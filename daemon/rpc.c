@@ -138,6 +138,7 @@ static int rpc_attach_params(struct server *s, const Pyprofd__AttachRequest *req
 	}
 	p->duration_s = req->duration_s;
 	p->flags = (req->native ? UW_SNAP_NATIVE : 0u) | (req->gc ? UW_SNAP_GC : 0u);
+	p->no_write = req->no_write;
 	if (req->n_labels > LABELS_MAX) {
 		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST, "more than %d labels",
 		          LABELS_MAX);
@@ -236,6 +237,7 @@ static void rpc_attach(struct server *s, struct client *c, const Pyprofd__Reques
 		return;
 	}
 	params.max_sample_ns = s->config.max_sample_ns;
+	params.no_write = params.no_write || s->config.no_write;
 	target_start(t, &params);
 	/* A user over its share samples its new target at the lowered rate too. */
 	budget_apply(&s->budget, t);

@@ -360,6 +360,7 @@ static void target_configure_unwinder(struct target *t)
 	                          .want_idle = true,
 	                          .cache_budget = UW_DEFAULT_CACHE_BUDGET,
 	                          .max_sample_ns = t->params.max_sample_ns,
+	                          .no_write = t->params.no_write,
 	                          .on_epoch_end = target_on_epoch_end,
 	                          .epoch_ctx = t};
 	uw_configure(t->uw, &opts);

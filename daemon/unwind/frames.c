@@ -109,7 +109,8 @@ static int frames_collect_interp(struct walk *w, raddr_t addr, const struct fram
 		if (previous == addr)
 			return uw_fail(err, UW_ECORRUPT, "frame 0x%llx is its own caller",
 			               (unsigned long long)addr);
-		if (addr >= live->top && addr < live->end) {
+		/* On a last try, what held is left to validate_stack to judge. */
+		if (addr >= live->top && addr < live->end && !w->last_try) {
 			w->torn = true; /* the top moved between reading it and the pointer to the frame */
 			return uw_fail(err, UW_ECORRUPT, "frame 0x%llx is above its data stack's top",
 			               (unsigned long long)addr);
@@ -132,7 +133,7 @@ static int frames_collect_interp(struct walk *w, raddr_t addr, const struct fram
 		 * the frame calls: a caller that runs has returned from the callee
 		 * the walk came from, a frame left over from an earlier call.
 		 */
-		if (callee_inline && L->frame.stacktop != LAYOUT_ABSENT &&
+		if (callee_inline && L->frame.stacktop != LAYOUT_ABSENT && !w->last_try &&
 		    load_i32(f, L->frame.stacktop) == -1) {
 			w->torn = true;
 			return uw_fail(err, UW_ECORRUPT, "frame 0x%llx runs above its callee",
@@ -214,10 +215,25 @@ int frames_collect(struct walk *w, raddr_t tstate, uint32_t *n, bool *truncated,
 		if (validate_watch(w, tstate + L->tstate.frame, ts + L->tstate.frame, 8, true, 0, err) != 0)
 			return -1;
 	}
+	w->ts_current = frame;
+	if (L->tstate.marker) {
+		w->ts_marker = load_u64(ts, L->tstate.marker_frame);
+		w->ts_marker_seq = load_u64(ts, L->tstate.marker_seq);
+	}
 	if (L->frame_model == FRAME_MODEL_OBJECT)
 		return frames_collect_objects(w, frame, n, truncated, err);
 	struct frames_live live = {0};
+	w->live_chunk = w->live_top_at = 0;
 	if (frame && frames_live_stack(w, ts, &live, err) != 0)
 		return -1;
+	if (live.end) {
+		/* The data stack's top, read again with the rest: below it a frame is alive. */
+		uint32_t off = L->tstate.datastack_chunk + 8;
+		if (validate_watch(w, tstate + off, ts + off, 8, true, 0, err) != 0)
+			return -1;
+		w->live_chunk = load_u64(ts, L->tstate.datastack_chunk);
+		w->live_top_at = tstate + off;
+		w->live_end = live.end;
+	}
 	return frames_collect_interp(w, frame, &live, n, truncated, err);
 }

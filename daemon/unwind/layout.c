@@ -753,6 +753,14 @@ int layout_from_debug_offsets(const uint8_t *raw, size_t len, struct py_layout *
 	                                  &l.tstate.size);
 	l.tstate.datastack_chunk = field(&d, DO_TSTATE_DATASTACK_CHUNK, 8, ts_size,
 	                                 &l.tstate.size);
+	/* Only with its sequence is the marker usable: before 3.15.0b4 it is left alone. */
+	if (d.have[DO_TSTATE_LAST_PROFILED_FRAME] && d.have[DO_TSTATE_LAST_PROFILED_FRAME_SEQ]) {
+		l.tstate.marker = true;
+		l.tstate.marker_frame = field(&d, DO_TSTATE_LAST_PROFILED_FRAME, 8, ts_size,
+		                              &l.tstate.size);
+		l.tstate.marker_seq = field(&d, DO_TSTATE_LAST_PROFILED_FRAME_SEQ, 8, ts_size,
+		                            &l.tstate.size);
+	}
 
 	/* _PyInterpreterFrame */
 	uint64_t fr_size = get_size(&d, DO_FRAME_SIZE);

@@ -80,6 +80,13 @@ struct py_layout {
 		uint32_t thread_id;        /* unsigned long, pthread_self() */
 		uint32_t native_thread_id; /* unsigned long, 3.11+; else ABSENT */
 		uint32_t datastack_chunk;  /* _PyStackChunk *, 3.11+ */
+		/*
+		 * 3.15+: the frame-cache marker, last_profiled_frame and
+		 * last_profiled_frame_seq (present false before: the zero offsets
+		 * mean nothing then).
+		 */
+		bool marker;
+		uint32_t marker_frame, marker_seq;
 	} tstate;
 
 	/* PyFrameObject (3.8-3.10) or _PyInterpreterFrame (3.11+) */

@@ -33,6 +33,12 @@ static size_t remote_image_copy(const struct remote_image *img, raddr_t addr, ui
 	return 0;
 }
 
+/* Pages a read of len bytes at addr touches: the kernel pins each one. */
+static uint64_t remote_pages(raddr_t addr, size_t len)
+{
+	return len ? ((addr + len - 1) >> 12) - (addr >> 12) + 1 : 0;
+}
+
 int remote_read(struct remote *r, raddr_t addr, void *buf, size_t len, struct uw_error *err)
 {
 	if (len == 0)
@@ -52,6 +58,7 @@ int remote_read(struct remote *r, raddr_t addr, void *buf, size_t len, struct uw
 	struct iovec local = {.iov_base = buf, .iov_len = len};
 	struct iovec remote = {.iov_base = (void *)(uintptr_t)addr, .iov_len = len};
 	r->calls++;
+	r->pages += remote_pages(addr, len);
 	ssize_t n = process_vm_readv(r->pid, &local, 1, &remote, 1, 0);
 	if (n == (ssize_t)len) {
 		r->bytes += (uint64_t)n;
@@ -101,6 +108,7 @@ int remote_read_batch(struct remote *r, struct remote_range *ranges, uint32_t n,
 		while (i < n && count < BATCH_IOV_MAX) {
 			if (ranges[i].len > 0 && remote_plausible(ranges[i].addr, ranges[i].len)) {
 				local[count] = (struct iovec){ranges[i].buf, ranges[i].len};
+				r->pages += remote_pages(ranges[i].addr, ranges[i].len);
 				remote[count] = (struct iovec){(void *)(uintptr_t)ranges[i].addr, ranges[i].len};
 				idx[count++] = i;
 			}
@@ -140,4 +148,23 @@ int remote_read_batch(struct remote *r, struct remote_range *ranges, uint32_t n,
 		}
 	}
 	return 0;
+}
+
+int remote_write(struct remote *r, raddr_t addr, const void *buf, size_t len, struct uw_error *err)
+{
+	if (r->image)
+		return uw_fail(err, UW_EPERM, "a memory image is not written");
+	if (!remote_plausible(addr, len))
+		return uw_fail(err, UW_ECORRUPT, "bad remote address 0x%llx", (unsigned long long)addr);
+	struct iovec local = {.iov_base = (void *)buf, .iov_len = len};
+	struct iovec remote = {.iov_base = (void *)(uintptr_t)addr, .iov_len = len};
+	r->writes++;
+	ssize_t n = process_vm_writev(r->pid, &local, 1, &remote, 1, 0);
+	if (n == (ssize_t)len)
+		return 0;
+	if (n < 0 && errno == ESRCH)
+		return uw_fail(err, UW_EGONE, "process %d exited", (int)r->pid);
+	if (n < 0 && (errno == EPERM || errno == EACCES))
+		return uw_fail(err, UW_EPERM, "not permitted to write the memory of process %d", (int)r->pid);
+	return uw_fail(err, UW_ECORRUPT, "cannot write %zu bytes at 0x%llx", len, (unsigned long long)addr);
 }

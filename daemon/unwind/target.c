@@ -362,6 +362,11 @@ void uw_configure(struct uw_target *t, const struct uw_options *options)
 		t->opts.cache_budget = UW_DEFAULT_CACHE_BUDGET;
 }
 
+void uw_options_get(const struct uw_target *t, struct uw_options *out)
+{
+	*out = t->opts;
+}
+
 void uw_stats(const struct uw_target *t, struct uw_stats *out)
 {
 	*out = t->stats;

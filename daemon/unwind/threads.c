@@ -39,6 +39,8 @@ static void threads_clear_one(struct uw_target *t, struct thread_cache *tc)
 {
 	threads_close_stat(t, tc);
 	free(tc->chain);
+	free(tc->reads);
+	free(tc->read_bytes);
 }
 
 void threads_free(struct uw_target *t)
@@ -85,7 +87,8 @@ size_t threads_bytes(const struct uw_target *t)
 {
 	size_t bytes = t->threads_cap * sizeof *t->threads;
 	for (uint32_t i = 0; i < t->nthreads; i++)
-		bytes += t->threads[i].cap * sizeof *t->threads[i].chain;
+		bytes += t->threads[i].cap * sizeof *t->threads[i].chain +
+		         t->threads[i].reads_cap * sizeof *t->threads[i].reads + t->threads[i].read_bytes_cap;
 	return bytes;
 }
 

@@ -117,6 +117,14 @@ struct uw_options {
 	unsigned flags;          /* UW_SNAP_* */
 	enum uw_mode mode;
 	bool no_cache;           /* every cache off: each sample reads and decodes everything */
+	/*
+	 * Never write into the target.  By default the one write there is is
+	 * 3.15's frame-cache marker (PyThreadState.last_profiled_frame), set to
+	 * a thread's innermost frame when it differs, so the interpreter can
+	 * say which frames stayed; without it a 3.15 stack is proven the way
+	 * older versions' are.
+	 */
+	bool no_write;
 	bool want_on_cpu;        /* report on_cpu in wall/gil mode too (one /proc read a thread) */
 	bool want_idle;          /* tell idle threads (a /proc read now and then per waiting thread) */
 	size_t cache_budget;     /* bytes the caches and interned ids never exceed: past
@@ -184,6 +192,8 @@ struct uw_target *uw_open(pid_t pid, struct uw_error *err);
 void uw_close(struct uw_target *target);
 
 void uw_configure(struct uw_target *target, const struct uw_options *options);
+/* The options in force. */
+void uw_options_get(const struct uw_target *target, struct uw_options *out);
 
 pid_t uw_pid(const struct uw_target *target);
 
@@ -269,12 +279,20 @@ struct uw_stats {
 	uint64_t bytes_read;
 	uint64_t prefetch_hits;            /* reads served by the sample's batched read */
 	uint64_t prefetch_misses;          /* reads that needed a call of their own */
+	uint64_t plans_kept;               /* samples that read as the last did: its batch plan stands */
 	uint64_t code_cache_hits;
 	uint64_t code_cache_misses;
 	uint64_t stale_invalidations;      /* cached code objects found replaced */
 	uint64_t stack_rereads;            /* changed stacks the batch could not prove whole: read again to check */
 	uint64_t torn_retries;             /* thread reads redone: the stack moved under them */
 	uint64_t torn_threads;             /* thread samples with no stack: it kept moving */
+	uint64_t torn_bases;               /* thread samples that kept moving, counted at the base that held */
+	uint64_t pages_read;               /* pages the reads touched (the kernel pins each) */
+	uint64_t steady_hits;              /* thread samples proven unchanged without walking their frames */
+	uint64_t marker_honoured;          /* 3.15: thread samples whose frames below the marker were taken as they were */
+	uint64_t marker_written;           /* 3.15: writes of the marker (process_vm_writev) */
+	uint64_t marker_cleared;           /* 3.15: markers found set by an earlier or other profiler, first sight */
+	uint64_t marker_foreign;           /* 3.15: markers another profiler wrote over ours (writing pauses) */
 	uint64_t cache_resets;             /* budget reached: everything forgotten */
 	uint64_t walks_cut;                /* samples cut short at max_sample_ns */
 	uint64_t cache_bytes;              /* now */

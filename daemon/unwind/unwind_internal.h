@@ -50,6 +50,8 @@ struct remote {
 	const struct remote_image *image; /* when set, read instead of the process */
 	uint64_t calls;
 	uint64_t bytes;
+	uint64_t pages;  /* pages the reads touched (the kernel pins each) */
+	uint64_t writes;
 };
 
 /*
@@ -63,6 +65,12 @@ bool remote_alive(const struct remote *r);
  * (a stale or garbage pointer), ESRCH UW_EGONE, EPERM UW_EPERM.
  */
 int remote_read(struct remote *r, raddr_t addr, void *buf, size_t len, struct uw_error *err);
+
+/*
+ * Write len bytes at addr (process_vm_writev).  The one caller writes the
+ * frame-cache marker of a validated 3.15 layout; an image is never written.
+ */
+int remote_write(struct remote *r, raddr_t addr, const void *buf, size_t len, struct uw_error *err);
 
 /* One range of a batched read; `got` is how many bytes from addr arrived. */
 struct remote_range {
@@ -287,6 +295,28 @@ struct thread_cache {
 	uint32_t n;
 	size_t cap;
 	struct chain_link *chain;
+	bool truncated;      /* the chain stopped at UW_MAX_FRAMES */
+	/*
+	 * 3.15's marker.  anchor: the innermost frame of the last full walk
+	 * when the marker pointed at it, with the marker's sequence then;
+	 * while both stay so, that frame was never popped and everything
+	 * below it is as the walk read it.  0: no anchor.
+	 */
+	raddr_t anchor;
+	uint64_t anchor_seq;
+	raddr_t wrote;       /* the marker this unwinder wrote last (0: none), and the sequence then */
+	uint64_t wrote_seq;
+	bool marker_seen;    /* its marker was looked at once (a stale one is counted, then replaced) */
+	/*
+	 * Every read its last whole walk made, and the bytes it found: the
+	 * same bytes again make the same walk, so the stack is as it was.
+	 */
+	struct used_range *reads;
+	uint32_t nreads;
+	unsigned flags;      /* the options' flags the chain was read with (native markers change it) */
+	size_t reads_cap;
+	uint8_t *read_bytes;
+	size_t read_bytes_len, read_bytes_cap;
 };
 
 /* Ranges read together in one batch, sorted by address, and their bytes. */
@@ -324,6 +354,7 @@ struct uw_target {
 
 	struct uw_options opts;
 	int thread_attempts; /* reads of a moving thread before it is left out */
+	uint64_t marker_quiet_until; /* sample before which the marker is not written: another profiler writes it */
 	struct uw_stats stats;
 	uint64_t sample_gen;  /* number of the sample under way */
 	uint64_t epoch;
@@ -348,6 +379,10 @@ struct uw_target {
 	size_t used_cap;
 	struct used_range *retry_used; /* a retry's plan, reused */
 	size_t retry_used_cap;
+	/* The reads the batch was planned from, in the order made: the same again keep the plan. */
+	struct used_range *planned;
+	uint32_t nplanned;
+	size_t planned_cap;
 	/* Reads the prefetch missed, for the sample's length. */
 	struct arena scratch;
 };
@@ -398,6 +433,12 @@ int view_begin(struct uw_target *t, struct uw_error *err);
  * first, until view_retry_end().  Pointers from earlier retries are invalid.
  */
 uint32_t view_mark(const struct uw_target *t);
+/* The bytes at addr in this sample's batch, or NULL (nothing read, nothing remembered). */
+const uint8_t *view_batch_bytes(const struct uw_target *t, raddr_t addr, uint32_t len);
+/* The reads made since mark (*n of them), valid until the next read. */
+const struct used_range *view_reads(const struct uw_target *t, uint32_t mark, uint32_t *n);
+/* Count reads as made again (their bytes were found in the batch), for the next plan. */
+void view_reads_again(struct uw_target *t, const struct used_range *reads, uint32_t n);
 int view_retry(struct uw_target *t, uint32_t mark, struct uw_error *err);
 void view_retry_end(struct uw_target *t);
 /* End a sample: plan the next batch from what this one read; free scratch. */
@@ -439,6 +480,14 @@ struct walk {
 	uint32_t nchecks;
 	size_t checks_cap;
 	bool torn; /* the walk failed on values read at different moments, not on garbage */
+	/*
+	 * The last read of a thread that keeps moving: signs of a torn read do
+	 * not stop the walk, validate_stack proves what held (its base counts).
+	 */
+	bool last_try;
+	/* 3.15: what frames_collect read of the thread state, in the copy the walk used. */
+	raddr_t ts_current, ts_marker;
+	uint64_t ts_marker_seq;
 	uint64_t deadline_ns; /* CLOCK_MONOTONIC; 0: no bound on this sample */
 	bool cut;             /* the deadline passed: the walk stops where it is */
 	uint32_t until_clock; /* frames walked before the clock is looked at again */
@@ -453,6 +502,14 @@ struct walk {
 	size_t range_of_cap;
 	uint8_t *buf;
 	size_t buf_cap;
+	/* validate_stack's verdict on a stack that moved: how many frames, from the bottom, held. */
+	uint32_t held;
+	/* 3.11+: the current data-stack chunk, its end, and where its top is kept. */
+	raddr_t live_chunk, live_end, live_top_at;
+	/* The base of a thread's stack that held in its last torn read, innermost first. */
+	struct raw_frame *base_held;
+	uint32_t nbase_held;
+	size_t base_held_cap;
 };
 
 /* Memory the caches and ids hold, for the budget. */
@@ -482,7 +539,8 @@ int validate_watch_links(struct walk *w, raddr_t addr, const uint8_t *f, bool wi
                          bool caller, struct uw_error *err);
 /*
  * Read the windows of one thread's walk again and compare: 0 if all held,
- * 1 if the stack moved under the walk, -1 if it could not be read again.
+ * 1 if the stack moved under the walk (w->held then counts the frames, from
+ * the bottom, whose windows all held), -1 if it could not be read again.
  */
 int validate_stack(struct walk *w, uint32_t first, uint32_t nraw, uint32_t common,
                    struct uw_error *err);

@@ -141,6 +141,29 @@ const uint8_t *view_read(struct uw_target *t, raddr_t addr, uint32_t len, uint32
 	return remote_read(&t->mem, addr, buf, len, err) == 0 ? buf : NULL;
 }
 
+const uint8_t *view_batch_bytes(const struct uw_target *t, raddr_t addr, uint32_t len)
+{
+	if (t->opts.no_cache || t->retrying)
+		return NULL;
+	const struct remote_range *r = batch_find(&t->batch, addr, len);
+	return r ? r->buf + (addr - r->addr) : NULL;
+}
+
+const struct used_range *view_reads(const struct uw_target *t, uint32_t mark, uint32_t *n)
+{
+	*n = mark <= t->nused ? t->nused - mark : 0;
+	return t->used + mark;
+}
+
+void view_reads_again(struct uw_target *t, const struct used_range *reads, uint32_t n)
+{
+	if (t->opts.no_cache || t->nused + (uint64_t)n > VIEW_USED_MAX ||
+	    (n && array_reserve((void **)&t->used, &t->used_cap, t->nused + n - 1, sizeof *t->used, NULL)))
+		return; /* only an optimisation is lost */
+	memcpy(t->used + t->nused, reads, n * sizeof *reads);
+	t->nused += n;
+}
+
 uint32_t view_mark(const struct uw_target *t)
 {
 	return t->nused;
@@ -166,6 +189,27 @@ void view_retry_end(struct uw_target *t)
 	t->retrying = false;
 }
 
+/*
+ * A steady sample makes the very reads the last one did, in the same order:
+ * then the plan stands, and the sort and merge are not done again (on a deep
+ * stack they cost as much as the rest of the sample).
+ */
+static void view_replan(struct uw_target *t)
+{
+	if (t->nused == t->nplanned && t->batch.n &&
+	    memcmp(t->used, t->planned, t->nused * sizeof *t->used) == 0) {
+		t->stats.plans_kept++;
+		return;
+	}
+	t->nplanned = 0;
+	if (t->nused && !array_reserve((void **)&t->planned, &t->planned_cap, t->nused - 1,
+	                               sizeof *t->planned, NULL)) {
+		memcpy(t->planned, t->used, t->nused * sizeof *t->used);
+		t->nplanned = t->nused;
+	}
+	batch_plan(&t->batch, t->used, t->nused);
+}
+
 void view_end(struct uw_target *t, bool plan_next)
 {
 	arena_clear(&t->scratch);
@@ -174,13 +218,14 @@ void view_end(struct uw_target *t, bool plan_next)
 	if (t->opts.no_cache)
 		t->batch.n = 0;
 	else if (plan_next)
-		batch_plan(&t->batch, t->used, t->nused);
+		view_replan(t);
 	t->nused = 0;
 }
 
 size_t view_room(const struct uw_target *t)
 {
 	return t->used_cap * sizeof *t->used + t->retry_used_cap * sizeof *t->retry_used +
+	       t->planned_cap * sizeof *t->planned +
 	       t->batch.cap * sizeof *t->batch.ranges + t->batch.buf_cap +
 	       t->retry.cap * sizeof *t->retry.ranges + t->retry.buf_cap + arena_bytes(&t->scratch);
 }
@@ -206,6 +251,11 @@ void view_trim(struct uw_target *t)
 	free(t->retry_used);
 	t->used = t->retry_used = NULL;
 	t->used_cap = t->retry_used_cap = 0;
+	/* The plan kept is rebuilt, sorted, by the next sample. */
+	free(t->planned);
+	t->planned = NULL;
+	t->nplanned = 0;
+	t->planned_cap = 0;
 }
 
 void view_free(struct uw_target *t)
@@ -216,6 +266,10 @@ void view_free(struct uw_target *t)
 	free(t->retry_used);
 	batch_free(&t->batch);
 	batch_free(&t->retry);
+	free(t->planned);
+	t->planned = NULL;
+	t->nplanned = 0;
+	t->planned_cap = 0;
 	t->used = t->retry_used = NULL;
 	t->used_cap = t->retry_used_cap = 0;
 }

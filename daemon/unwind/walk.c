@@ -13,8 +13,13 @@
 
 #include "unwind_internal.h"
 
-/* Reads of a thread whose stack keeps moving, before it is left out. */
-#define WALK_ATTEMPTS 3
+/*
+ * Reads of a thread whose stack keeps moving, before it is counted at its
+ * proven base: code that calls and returns every few hundred nanoseconds
+ * tears about one read in three, and each try costs one batched read of its
+ * own; what is left out after eight is too little to bias a profile.
+ */
+#define WALK_ATTEMPTS 8
 /* Frames walked between two looks at the clock: a look costs about what a frame does. */
 #define WALK_CLOCK_EVERY 256
 
@@ -63,6 +68,188 @@ struct walk_interp {
 	bool gc_running;
 };
 
+/* Samples the marker is left alone after another profiler was seen writing it. */
+#define WALK_MARKER_QUIET 1000
+
+/*
+ * 3.15: a thread whose marker still points at the frame it was anchored at,
+ * with the same sequence, never popped that frame since the walk that
+ * anchored it: the frames below are as that walk read them, and only the
+ * anchored frame, still innermost, may have moved on.  Reads the thread
+ * state and that one frame.  1 when the stack is known so, 0 when the
+ * frames must be walked, -1 on error.
+ */
+static int walk_marker_honour(struct walk *w, struct thread_cache *tc, raddr_t tstate,
+                              uint32_t *stack, bool *truncated, struct uw_error *err)
+{
+	struct uw_target *t = w->t;
+	const struct py_layout *L = &t->layout;
+	if (!tc->anchor || !tc->n || tc->chain[tc->n - 1].addr != tc->anchor ||
+	    tc->flags != t->opts.flags)
+		return 0;
+	const uint8_t *ts = view_read(t, tstate, L->tstate.size, 0, err);
+	if (!ts)
+		return -1;
+	if (load_u64(ts, L->tstate.frame) != tc->anchor ||
+	    load_u64(ts, L->tstate.marker_frame) != tc->anchor ||
+	    load_u64(ts, L->tstate.marker_seq) != tc->anchor_seq)
+		return 0;
+	const uint8_t *f = view_read(t, tc->anchor, L->frame.size, 0, err);
+	if (!f)
+		return -1;
+	struct chain_link *top = &tc->chain[tc->n - 1];
+	raddr_t code = load_u64(f, L->frame.code) & ~L->frame.code_tag_mask;
+	uint64_t pos = load_u64(f, L->frame.instr_ptr);
+	/* The frame in place is the one anchored: the same code, the same caller. */
+	raddr_t caller = tc->n > 1 ? tc->chain[tc->n - 2].addr : 0;
+	if (code != top->code || (caller && load_u64(f, L->frame.back) != caller))
+		return 0;
+	if (pos != top->pos) {
+		struct code_info *ci = code_get(t, code, err);
+		if (!ci)
+			return -1;
+		if (!L->free_threaded && (pos + 2 < ci->bytecode || pos > ci->bytecode + ci->bytecode_len))
+			return 0; /* not an instruction of its code: let the walk judge it */
+		uint32_t frame = code_frame_at(t, ci, pos);
+		uint32_t parent = tc->n > 1 ? tc->chain[tc->n - 2].stack : 0;
+		uint32_t st = frame == INTERN_FAILED ? INTERN_FAILED : intern_stack(&t->intern, parent, frame);
+		if (st == INTERN_FAILED)
+			return uw_fail(err, UW_ENOMEM, "out of memory interning frames");
+		top->pos = pos;
+		top->stack = st;
+		t->stats.frame_cache_partial_hits++;
+	} else {
+		t->stats.frame_cache_full_hits++;
+	}
+	t->stats.frames_from_cache += tc->n - 1;
+	t->stats.frames_from_memory++;
+	t->stats.marker_honoured++;
+	t->stats.steady_hits++;
+	*stack = top->stack;
+	*truncated = tc->truncated;
+	return 1;
+}
+
+/*
+ * 3.15, after a thread's frames were walked and proven: anchor where the
+ * marker points at the innermost frame, and otherwise point it there (the
+ * one write into a target, and only with its layout and version validated
+ * at uw_open).  A marker that changed to something else while its sequence
+ * stood was written by another profiler: this one stops writing for a while,
+ * so the two do not overwrite each other at every sample, and stays exact
+ * either way since it anchors only on what a proven walk saw.
+ */
+static void walk_marker_after(struct walk *w, struct thread_cache *tc, raddr_t tstate,
+                              const struct raw_frame *raw, uint32_t n)
+{
+	struct uw_target *t = w->t;
+	const struct py_layout *L = &t->layout;
+	raddr_t cur = w->ts_current, mk = w->ts_marker;
+	uint64_t seq = w->ts_marker_seq;
+	bool top_is_frame = n > 0 && raw[0].addr == cur && cur != 0;
+
+	tc->anchor = top_is_frame && mk == cur ? cur : 0;
+	tc->anchor_seq = seq;
+	if (!tc->marker_seen) {
+		tc->marker_seen = true;
+		if (mk && mk != cur)
+			t->stats.marker_cleared++;
+	} else if (tc->wrote && mk != tc->wrote && seq == tc->wrote_seq) {
+		t->stats.marker_foreign++;
+		t->marker_quiet_until = t->sample_gen + WALK_MARKER_QUIET;
+		tc->wrote = 0;
+	}
+	if (t->opts.no_write || !top_is_frame || mk == cur || t->sample_gen < t->marker_quiet_until)
+		return;
+	struct uw_error werr = {0};
+	if (remote_write(&t->mem, tstate + L->tstate.marker_frame, &cur, sizeof cur, &werr) == 0) {
+		t->stats.marker_written++;
+		tc->wrote = cur;
+		tc->wrote_seq = seq;
+	}
+}
+
+/* A thread's reads kept for the proof by equal bytes: more is walked instead. */
+#define WALK_PROOF_MAX_BYTES (256u << 10)
+
+/*
+ * Every version: a thread whose walk reads, in this sample's batch, exactly
+ * the bytes its last whole walk read (thread state, frames, code headers)
+ * would make that same walk, so its stack is the one that walk proved; the
+ * reads count for the next plan as if made.  One memcmp a read, no walk.
+ */
+static bool walk_same_bytes(struct walk *w, struct thread_cache *tc, uint32_t *stack, bool *truncated)
+{
+	struct uw_target *t = w->t;
+	if (!tc->nreads || t->opts.no_cache || tc->flags != t->opts.flags)
+		return false;
+	const uint8_t *expect = tc->read_bytes;
+	for (uint32_t i = 0; i < tc->nreads; i++) {
+		const uint8_t *now = view_batch_bytes(t, tc->reads[i].addr, tc->reads[i].len);
+		if (!now || memcmp(now, expect, tc->reads[i].len) != 0)
+			return false;
+		expect += tc->reads[i].len;
+	}
+	view_reads_again(t, tc->reads, tc->nreads);
+	*stack = tc->n ? tc->chain[tc->n - 1].stack : 0;
+	*truncated = tc->truncated;
+	if (tc->n)
+		t->stats.frame_cache_full_hits++;
+	t->stats.frames_from_cache += tc->n;
+	t->stats.steady_hits++;
+	return true;
+}
+
+/* After a whole walk from the batch alone: keep its reads and their bytes for walk_same_bytes. */
+static void walk_keep_reads(struct walk *w, struct thread_cache *tc, uint32_t mark)
+{
+	struct uw_target *t = w->t;
+	uint32_t n;
+	const struct used_range *reads = view_reads(t, mark, &n);
+	size_t total = 0;
+	tc->nreads = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		total += reads[i].len;
+		if (total > WALK_PROOF_MAX_BYTES || !view_batch_bytes(t, reads[i].addr, reads[i].len))
+			return;
+	}
+	if (!n || array_reserve((void **)&tc->reads, &tc->reads_cap, n - 1, sizeof *tc->reads, NULL) ||
+	    (total && array_reserve((void **)&tc->read_bytes, &tc->read_bytes_cap, total - 1, 1, NULL)))
+		return;
+	memcpy(tc->reads, reads, n * sizeof *reads);
+	uint8_t *out = tc->read_bytes;
+	for (uint32_t i = 0; i < n; i++) {
+		memcpy(out, view_batch_bytes(t, reads[i].addr, reads[i].len), reads[i].len);
+		out += reads[i].len;
+	}
+	tc->read_bytes_len = total;
+	tc->nreads = n;
+}
+
+/*
+ * Keep the base of a stack that moved under its walk: the frames from the
+ * bottom that held their links when read again and were proven alive
+ * (w->held; see validate_held_base).  3.8-3.10 heap frames cannot be
+ * proven alive: a freed frame keeps its bytes and its memory goes to a
+ * frame of another code altogether, so their base is only what the thread's
+ * last proven stack had too (common).
+ */
+static int walk_keep_base(struct walk *w, uint32_t start, uint32_t n, uint32_t common)
+{
+	uint32_t held = w->held <= n ? w->held : 0;
+	if (held > common && w->t->layout.frame_model == FRAME_MODEL_OBJECT)
+		held = common;
+	w->nbase_held = 0;
+	if (!held)
+		return 0;
+	if (array_reserve((void **)&w->base_held, &w->base_held_cap, held - 1, sizeof *w->base_held,
+	                  NULL))
+		return -1;
+	memcpy(w->base_held, w->raw + start + (n - held), held * sizeof *w->base_held);
+	w->nbase_held = held;
+	return 0;
+}
+
 /*
  * A thread's stack, read and proven not torn.  A thread that runs moves its
  * stack every microsecond or so: when the proof fails it is read again,
@@ -79,6 +266,17 @@ static int walk_thread_stack(struct walk *w, struct thread_cache *tc, raddr_t ts
 	uint32_t mark = view_mark(t), start = w->nraw;
 	int rc = -1;
 	*dropped = false;
+	*moving = false;
+	w->nbase_held = 0;
+	bool marker = t->layout.tstate.marker && !t->opts.no_cache;
+	if (marker) {
+		int honoured = walk_marker_honour(w, tc, tstate, stack, truncated, err);
+		if (honoured != 0)
+			return honoured < 0 ? -1 : 0;
+	}
+	if (walk_same_bytes(w, tc, stack, truncated))
+		return 0;
+	tc->nreads = 0;
 	for (int attempt = 0; attempt < attempts; attempt++) {
 		uint32_t n = 0;
 		w->nraw = start;
@@ -91,20 +289,30 @@ static int walk_thread_stack(struct walk *w, struct thread_cache *tc, raddr_t ts
 				break;
 		}
 		w->torn = false;
+		w->last_try = attempt > 0 && attempt + 1 == attempts && t->thread_attempts == 0;
 		rc = frames_collect(w, tstate, &n, truncated, err);
 		/* A thread without frames may leave the array unallocated: no pointer arithmetic on NULL. */
 		const struct raw_frame *raw = w->raw ? w->raw + start : NULL;
 		uint32_t common = rc == 0 ? chain_common(t, tc, raw, n) : 0;
 		/* A stack exactly as last time is one already proven whole. */
 		*moving = rc != 0 && w->torn;
-		if (rc == 0 && may_move && !(common == n && tc->n == n && n > 0)) {
+		if (rc == 0 && may_move && (w->last_try || !(common == n && tc->n == n && n > 0))) {
 			t->stats.stack_rereads++;
 			rc = validate_stack(w, start, n, common, err);
 			*moving = rc == 1;
+			if (rc == 1 && walk_keep_base(w, start, n, common) != 0)
+				return uw_fail(err, UW_ENOMEM, "out of memory");
 		}
 		if (rc == 0) {
 			*stack = chain_resolve(t, tc, raw, n, common, err);
 			rc = *stack == INTERN_FAILED ? -1 : 0;
+			tc->truncated = *truncated;
+			tc->flags = t->opts.flags;
+			if (rc == 0 && marker)
+				walk_marker_after(w, tc, tstate, raw, n);
+			/* A walk of one read, whose stack the last one proved or this one did. */
+			if (rc == 0 && attempt == 0)
+				walk_keep_reads(w, tc, mark);
 			break;
 		}
 		if (w->cut || err->status != UW_ECORRUPT || !remote_alive(&t->mem))
@@ -113,6 +321,26 @@ static int walk_thread_stack(struct walk *w, struct thread_cache *tc, raddr_t ts
 	}
 	view_retry_end(t);
 	w->nraw = start;
+	w->last_try = false;
+	if (*dropped && *moving && w->nbase_held && t->thread_attempts == 0) {
+		/*
+		 * A thread whose stack kept moving is the one running call after
+		 * call: leaving it out would under-count that very code.  Its base
+		 * held, so the sample counts there (a dump, which shows whole
+		 * stacks, leaves it out instead).
+		 */
+		struct uw_error base_err = {0};
+		uint32_t nb = w->nbase_held;
+		*stack = chain_resolve(t, tc, w->base_held, nb, chain_common(t, tc, w->base_held, nb),
+		                       &base_err);
+		if (*stack != INTERN_FAILED) {
+			tc->anchor = 0;
+			tc->truncated = false;
+			t->stats.torn_bases++;
+			*dropped = *moving = false;
+			return 0;
+		}
+	}
 	return *dropped ? 0 : rc;
 }
 
@@ -336,7 +564,8 @@ size_t walk_room(const struct uw_target *t)
 		return 0;
 	return sizeof *w + w->raw_cap * sizeof *w->raw + w->checks_cap * sizeof *w->checks +
 	       w->base_cap * sizeof *w->base + w->moved_cap * sizeof *w->moved +
-	       w->ranges_cap * sizeof *w->ranges + w->range_of_cap * sizeof *w->range_of + w->buf_cap;
+	       w->ranges_cap * sizeof *w->ranges + w->range_of_cap * sizeof *w->range_of + w->buf_cap +
+	       w->base_held_cap * sizeof *w->base_held;
 }
 
 /*
@@ -411,6 +640,7 @@ done:
 	walk_trim(t);
 	t->stats.readv_calls = t->mem.calls;
 	t->stats.bytes_read = t->mem.bytes;
+	t->stats.pages_read = t->mem.pages;
 	t->stats.cache_bytes = walk_cache_bytes(t);
 	t->stats.scratch_bytes = walk_room(t) + view_room(t);
 	return rc;
@@ -428,6 +658,7 @@ void walk_free(struct uw_target *t)
 	free(w->ranges);
 	free(w->range_of);
 	free(w->buf);
+	free(w->base_held);
 	free(w);
 	t->walk = NULL;
 }

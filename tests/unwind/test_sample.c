@@ -84,8 +84,11 @@ Test(sample, frozen_cache_identical, .timeout = 300)
 			char *reference = NULL;
 			struct uw_options cached = {.flags = UW_SNAP_NATIVE, .cache_budget = 0};
 			struct uw_options uncached = {.flags = UW_SNAP_NATIVE, .no_cache = true};
+			/* 3.15: with the frame-cache marker written, and without (proven as 3.14's). */
+			struct uw_options unwritten = {.flags = UW_SNAP_NATIVE, .no_write = true};
+			const struct uw_options *rounds[] = {&cached, &cached, &uncached, &unwritten, &unwritten};
 			for (int round = 0; round < 60; round++) {
-				uw_configure(t, round % 3 == 2 ? &uncached : &cached);
+				uw_configure(t, rounds[round % 5]);
 				cr_assert_eq(uw_sample(t, &s, &err), 0, "%s %s: sample: %s", pys[i].path,
 				             scenarios[k], err.msg);
 				cr_assert_eq(s.dropped_threads, 0);
@@ -98,7 +101,9 @@ Test(sample, frozen_cache_identical, .timeout = 300)
 				else {
 					cr_assert_str_eq(text, reference, "%s %s: round %d (%s) differs",
 					                 pys[i].path, scenarios[k], round,
-					                 round % 3 == 2 ? "no cache" : "cache");
+					                 rounds[round % 5] == &uncached    ? "no cache"
+					                 : rounds[round % 5] == &unwritten ? "cache, no marker"
+					                                                   : "cache");
 					free(text);
 				}
 			}
@@ -107,6 +112,13 @@ Test(sample, frozen_cache_identical, .timeout = 300)
 			/* The cached rounds really were served from the caches. */
 			cr_assert_gt(st.frame_cache_full_hits, 0, "%s %s", pys[i].path, scenarios[k]);
 			cr_assert_gt(st.frames_from_cache, 0, "%s %s", pys[i].path, scenarios[k]);
+			/* 3.15's marker was written, and stacks taken from it. */
+			if (pys[i].minor >= 15) {
+				cr_assert_gt(st.marker_written, 0, "%s %s", pys[i].path, scenarios[k]);
+				cr_assert_gt(st.marker_honoured, 0, "%s %s", pys[i].path, scenarios[k]);
+			} else {
+				cr_assert_eq(st.marker_written, 0, "%s %s", pys[i].path, scenarios[k]);
+			}
 			free(reference);
 			uw_sample_free(&s);
 			uw_close(t);
@@ -247,73 +259,151 @@ static const char *callgraph_function(const struct uw_frame *f)
  * before a return and half after the next call shows a pair that cannot
  * exist.
  */
+/* Seconds CPython's own sampler reads the callgraph target alongside. */
+#define CALLGRAPH_TACHYON_S 8
+
+/*
+ * Sample the callgraph target on py as fast as the engine goes, with opts,
+ * and fail on any caller -> callee pair the program does not have.  With
+ * tachyon, CPython's own sampler (3.15) reads the same process at the same
+ * time, writing the same frame-cache marker.
+ */
+static void callgraph_check(const struct python *py, const struct uw_options *opts, bool tachyon)
+{
+	char script[1024], what[PATH_MAX + 64];
+	python_describe(py, what, sizeof what);
+	target_script("callgraph.py", script, sizeof script);
+	const char *args[] = {"-I", script, "{report}", NULL};
+	struct test_target target, second;
+	test_target_start_python(&target, py, args);
+	json_t *report = test_target_wait_report(&target, TARGET_READY_TIMEOUT_S);
+	json_t *edges = json_object_get(report, "edges");
+	cr_assert(json_is_object(edges), "%s: no edges in the report", what);
+	if (tachyon) {
+		char second_script[1024], pid[16], seconds[16];
+		target_script("tachyon.py", second_script, sizeof second_script);
+		snprintf(pid, sizeof pid, "%d", (int)target.pid);
+		snprintf(seconds, sizeof seconds, "%d", CALLGRAPH_TACHYON_S);
+		/*
+		 * In the target's own mount namespace and root: CPython's sampler
+		 * opens the files /proc/PID/maps names as its reader sees them.
+		 */
+		const char *second_argv[] = {"nsenter", "-t", pid, "-m", "-r", python_exec_path(py), "-I",
+		                             second_script, pid, script, seconds, "{report}", NULL};
+		test_target_start_argv(&second, second_argv);
+	}
+	struct uw_target *t = open_target(target.pid);
+	uw_configure(t, opts);
+
+	uint64_t pairs = 0, samples = 0, max_climb = 0;
+	uint64_t thread_ids[64]; /* native ids: Python reuses its own thread ids */
+	size_t nthread_ids = 0;
+	struct uw_sample s = {0};
+	struct timespec start, now;
+	bool seen_enough;
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	do {
+		struct uw_error err = {0};
+		int rc = uw_sample(t, &s, &err);
+		cr_assert(rc == 0 || err.status == UW_ECORRUPT, "%s: sample: %s", what, err.msg);
+		samples += rc == 0;
+		for (uint32_t k = 0; rc == 0 && k < s.nthreads; k++) {
+			const struct uw_sample_thread *th = &s.threads[k];
+			uint64_t climb = 0;
+			const char *callee = NULL;
+			for (uint32_t st = th->stack; st; st = uw_stack_parent(t, st)) {
+				const char *caller = callgraph_function(uw_frame_get(t, uw_stack_frame(t, st)));
+				if (caller && callee) {
+					json_t *callees = json_object_get(edges, caller);
+					bool known = false;
+					for (size_t e = 0; e < json_array_size(callees); e++)
+						known = known || strcmp(json_string_value(json_array_get(callees, e)), callee) == 0;
+					cr_assert(known, "%s: a stack shows %s calling %s", what, caller, callee);
+					pairs++;
+				}
+				climb += caller && strcmp(caller, "climb") == 0;
+				callee = caller;
+			}
+			if (climb > max_climb)
+				max_climb = climb;
+			bool seen = false;
+			for (size_t j = 0; j < nthread_ids; j++)
+				seen = seen || thread_ids[j] == (uint64_t)th->native_id;
+			if (!seen && nthread_ids < sizeof thread_ids / sizeof thread_ids[0])
+				thread_ids[nthread_ids++] = (uint64_t)th->native_id;
+		}
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		/* A slow interpreter (a debug build) starts its threads later: it gets longer. */
+		seen_enough = pairs > 1000 && max_climb >= 10 && nthread_ids >= 4 &&
+		              (!tachyon || test_target_exited(&second));
+	} while (now.tv_sec - start.tv_sec < 3 ||
+	         (!seen_enough && now.tv_sec - start.tv_sec < CALLGRAPH_SAMPLING_MAX_S));
+
+	/* The run must have seen what it is about: many pairs, deep recursion, threads coming and going. */
+	cr_assert_gt(pairs, 1000, "%s: only %llu pairs in %llu samples", what,
+	             (unsigned long long)pairs, (unsigned long long)samples);
+	cr_assert_geq(max_climb, 10, "%s: recursion never went deeper than %llu", what,
+	              (unsigned long long)max_climb);
+	cr_assert_geq(nthread_ids, 4, "%s: only %zu threads seen", what, nthread_ids);
+	struct uw_stats stats;
+	uw_stats(t, &stats);
+	if (py->minor >= 15 && !opts->no_write)
+		cr_assert_gt(stats.marker_written, 0, "%s: the marker was never written", what);
+	if (opts->no_write)
+		cr_assert_eq(stats.marker_written, 0, "%s: written with no_write", what);
+	if (tachyon) {
+		json_t *r = test_target_wait_report(&second, CALLGRAPH_SAMPLING_MAX_S);
+		json_t *impossible = json_object_get(r, "impossible");
+		cr_log_info("%s: CPython's sampler: %lld samples, %lld errors, %lld pairs; ours: %llu "
+		            "samples, marker written %llu, honoured %llu, another's seen %llu",
+		            what, json_integer_value(json_object_get(r, "samples")),
+		            json_integer_value(json_object_get(r, "errors")),
+		            json_integer_value(json_object_get(r, "pairs")), (unsigned long long)samples,
+		            (unsigned long long)stats.marker_written, (unsigned long long)stats.marker_honoured,
+		            (unsigned long long)stats.marker_foreign);
+		/*
+		 * It read the process all along, so the marker was written by two.
+		 * Its own stacks are not checked: alone, it shows impossible pairs
+		 * of this program too (it does not prove its reads whole).
+		 */
+		cr_assert_gt(json_integer_value(json_object_get(r, "pairs")), 1000,
+		             "%s: CPython's sampler read too little", what);
+		cr_log_info("%s: CPython's sampler's impossible pairs: %s", what, json_dumps(impossible, 0));
+		cr_assert_gt(stats.marker_honoured, 0, "%s: the marker's path never ran", what);
+		json_decref(r);
+		test_target_kill(&second);
+	}
+	uw_sample_free(&s);
+	uw_close(t);
+	json_decref(report);
+	test_target_kill(&target);
+}
+
 Test(sample, no_impossible_callers, .timeout = 600)
 {
 	struct python pys[PYTHONS_MAX];
 	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	struct uw_options written = {.cache_budget = 0}, unwritten = {.no_write = true};
 	for (size_t i = 0; i < n; i++) {
-		char script[1024];
-		target_script("callgraph.py", script, sizeof script);
-		const char *args[] = {"-I", script, "{report}", NULL};
-		struct test_target target;
-		test_target_start_python(&target, &pys[i], args);
-		json_t *report = test_target_wait_report(&target, TARGET_READY_TIMEOUT_S);
-		json_t *edges = json_object_get(report, "edges");
-		cr_assert(json_is_object(edges), "%s: no edges in the report", pys[i].path);
-		struct uw_target *t = open_target(target.pid);
-
-		uint64_t pairs = 0, samples = 0, max_climb = 0;
-		uint64_t thread_ids[64]; /* native ids: Python reuses its own thread ids */
-		size_t nthread_ids = 0;
-		struct uw_sample s = {0};
-		struct timespec start, now;
-		bool seen_enough;
-		clock_gettime(CLOCK_MONOTONIC, &start);
-		do {
-			struct uw_error err = {0};
-			int rc = uw_sample(t, &s, &err);
-			cr_assert(rc == 0 || err.status == UW_ECORRUPT, "%s: sample: %s", pys[i].path, err.msg);
-			samples += rc == 0;
-			for (uint32_t k = 0; rc == 0 && k < s.nthreads; k++) {
-				const struct uw_sample_thread *th = &s.threads[k];
-				uint64_t climb = 0;
-				const char *callee = NULL;
-				for (uint32_t st = th->stack; st; st = uw_stack_parent(t, st)) {
-					const char *caller = callgraph_function(uw_frame_get(t, uw_stack_frame(t, st)));
-					if (caller && callee) {
-						json_t *callees = json_object_get(edges, caller);
-						bool known = false;
-						for (size_t e = 0; e < json_array_size(callees); e++)
-							known = known || strcmp(json_string_value(json_array_get(callees, e)), callee) == 0;
-						cr_assert(known, "%s: a stack shows %s calling %s", pys[i].path, caller, callee);
-						pairs++;
-					}
-					climb += caller && strcmp(caller, "climb") == 0;
-					callee = caller;
-				}
-				if (climb > max_climb)
-					max_climb = climb;
-				bool seen = false;
-				for (size_t j = 0; j < nthread_ids; j++)
-					seen = seen || thread_ids[j] == (uint64_t)th->native_id;
-				if (!seen && nthread_ids < sizeof thread_ids / sizeof thread_ids[0])
-					thread_ids[nthread_ids++] = (uint64_t)th->native_id;
-			}
-			clock_gettime(CLOCK_MONOTONIC, &now);
-			/* A slow interpreter (a debug build) starts its threads later: it gets longer. */
-			seen_enough = pairs > 1000 && max_climb >= 10 && nthread_ids >= 4;
-		} while (now.tv_sec - start.tv_sec < 3 ||
-		         (!seen_enough && now.tv_sec - start.tv_sec < CALLGRAPH_SAMPLING_MAX_S));
-
-		/* The run must have seen what it is about: many pairs, deep recursion, threads coming and going. */
-		cr_assert_gt(pairs, 1000, "%s: only %llu pairs in %llu samples", pys[i].path,
-		             (unsigned long long)pairs, (unsigned long long)samples);
-		cr_assert_geq(max_climb, 10, "%s: recursion never went deeper than %llu", pys[i].path,
-		              (unsigned long long)max_climb);
-		cr_assert_geq(nthread_ids, 4, "%s: only %zu threads seen", pys[i].path, nthread_ids);
-		uw_sample_free(&s);
-		uw_close(t);
-		json_decref(report);
-		test_target_kill(&target);
+		callgraph_check(&pys[i], &written, false);
+		/* 3.15: the marker's path and the proof without it. */
+		if (pys[i].minor >= 15)
+			callgraph_check(&pys[i], &unwritten, false);
 	}
+}
+
+/* CPython 3.15's own sampler reading the same process, both writing the frame-cache marker. */
+Test(sample, beside_cpythons_sampler, .timeout = 300)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX), ran = 0;
+	struct uw_options written = {.cache_budget = 0};
+	for (size_t i = 0; i < n; i++) {
+		if (pys[i].minor < 15 || pys[i].debug)
+			continue;
+		callgraph_check(&pys[i], &written, true);
+		ran++;
+	}
+	if (!ran)
+		cr_skip_test("no CPython 3.15 (make pythons)");
 }

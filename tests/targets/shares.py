@@ -1,0 +1,88 @@
+"""A program that knows where its time goes: it runs three phases in turn,
+each for a random while, and measures the CPU time of each (thread_time:
+what it runs, not how long a loaded machine leaves it waiting).
+phase_calls does its work through thousands of short calls per millisecond,
+the code whose stack moves while it is read.
+
+    python shares.py REPORT   (runs until killed; rewrites REPORT as JSON every
+                               few cycles with the CPU seconds spent so far in
+                               each phase and in all)
+"""
+import json
+import os
+import random
+import sys
+import time
+
+
+def tiny(x):
+    return x + 1
+
+
+def hop(x):
+    return tiny(x) + 1
+
+
+def phase_plain(until):
+    x = 0
+    while time.thread_time() < until:
+        for _ in range(200):
+            x += 1
+    return x
+
+
+def phase_calls(until):
+    x = 0
+    while time.thread_time() < until:
+        for _ in range(50):
+            x = hop(x)
+    return x
+
+
+def nested(depth, until):
+    if depth:
+        return nested(depth - 1, until)
+    return phase_plain(until)
+
+
+def phase_deep(until):
+    return nested(30, until)
+
+
+# Short phases: a sampler's samples a millisecond apart fall in phases drawn apart.
+PHASES = [("phase_plain", phase_plain, 0.0006), ("phase_calls", phase_calls, 0.0008),
+          ("phase_deep", phase_deep, 0.0006)]
+
+
+def report_write(path, spent, total):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump({"spent": spent, "total": total}, f)
+    os.rename(tmp, path)
+
+
+def below(depth, fn, length):
+    """Every phase runs some way down a stack (a deeper stack takes longer to
+    read); its time is measured inside, where a sample finds it."""
+    if depth:
+        return below(depth - 1, fn, length)
+    t0 = time.thread_time()
+    fn(t0 + length)
+    return time.thread_time() - t0
+
+
+def main(path):
+    rng = random.Random(1)
+    spent = {name: 0.0 for name, _, _ in PHASES}
+    cycles = 0
+    while True:
+        for name, fn, mean in PHASES:
+            # Random lengths: no period for a sampler's own to lock onto.
+            spent[name] += below(40, fn, rng.uniform(0.5, 1.5) * mean)
+        cycles += 1
+        if cycles % 50 == 0:
+            report_write(path, spent, time.thread_time())
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
