@@ -54,9 +54,10 @@ Test(fields, status_as_json_and_text_from_one_description)
 	cr_assert_str_eq(json_string_value(json_object_get(h, "file")), "/st/pyprofd.db");
 	/* Every field once, in the table's order: the JSON keys are the text's (groups: one key each). */
 	json_t *discovery = json_object_get(doc, "discovery"), *budget = json_object_get(doc, "budget");
-	cr_assert(json_is_object(discovery) && json_is_object(budget));
-	size_t n = json_object_size(doc) - 3 + json_object_size(h) + json_object_size(discovery) +
-	           json_object_size(budget);
+	json_t *schedule = json_object_get(doc, "schedule");
+	cr_assert(json_is_object(discovery) && json_is_object(budget) && json_is_object(schedule));
+	size_t n = json_object_size(doc) - 4 + json_object_size(h) + json_object_size(discovery) +
+	           json_object_size(budget) + json_object_size(schedule);
 	cr_assert_eq(n, fields_nstatus);
 	json_decref(doc);
 	char *text = written(status_text, &st);
