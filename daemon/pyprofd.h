@@ -73,6 +73,9 @@ struct tally {
 /* Count samples, each with flags (TALLY_*); -1 if out of memory or entries. */
 int tally_add(struct tally *t, int64_t second, uint64_t thread_id, uint32_t stack, uint64_t count,
               unsigned flags);
+/* The same, *hint the entry this thread's count went to last (kept by the caller; any value at first). */
+int tally_add_hinted(struct tally *t, uint32_t *hint, int64_t second, uint64_t thread_id,
+                     uint32_t stack, uint64_t count, unsigned flags);
 /* Calls fn for every entry of a second from `since` on. */
 void tally_visit(const struct tally *t, int64_t since,
                  void (*fn)(void *ctx, const struct tally_entry *e), void *ctx);
@@ -122,6 +125,7 @@ struct target_thread {
 	char name[UW_THREAD_NAME_LEN];
 	int64_t last_second; /* loop time it was last sampled with a stack */
 	bool declared;       /* the history has it as it is now */
+	uint32_t tally_hint; /* the tally entry its last sample went to (tally_add_hinted) */
 };
 /* Threads a table keeps names of: the unwinder's bound. */
 #define TARGET_THREADS_MAX UW_MAX_THREADS
@@ -133,10 +137,10 @@ struct thread_table {
 /*
  * A thread sampled now (at `hint` in its sample): its name kept up to date,
  * declared false when it changed.  Allocates only for a new thread; past
- * TARGET_THREADS_MAX or out of memory the thread stays unnamed.
+ * TARGET_THREADS_MAX or out of memory the thread stays unnamed (NULL).
  */
-void thread_table_note(struct thread_table *tt, uint32_t hint, const struct uw_sample_thread *th,
-                       int64_t second);
+struct target_thread *thread_table_note(struct thread_table *tt, uint32_t hint,
+                                        const struct uw_sample_thread *th, int64_t second);
 const struct target_thread *thread_table_find(const struct thread_table *tt, uint64_t thread_id);
 void thread_table_free(struct thread_table *tt);
 
@@ -445,11 +449,15 @@ double usage_cpu_seconds(void);
 uint64_t usage_rss_bytes(void);
 
 /* timing.c */
-/* The last TIMING_KEEP measurements of something, for percentiles. */
+/*
+ * The last TIMING_KEEP measurements of something, for percentiles.  Floats,
+ * the counters first: each sample writes three of these, and half the
+ * cache lines touched is what a float's 7 digits cost a figure of µs.
+ */
 #define TIMING_KEEP 4096
 struct timing {
-	double v[TIMING_KEEP];
 	uint32_t n, next;
+	float v[TIMING_KEEP];
 };
 void timing_add(struct timing *t, double value);
 double timing_percentile(const struct timing *t, double p); /* 0 when empty */
@@ -464,8 +472,8 @@ struct schedule_entry {
 	double cost_s;   /* what one tick costs, smoothed: weighed against a slot's budget */
 	size_t at;       /* index in the heap, or SCHEDULE_OFF / SCHEDULE_FIRING */
 	uint64_t fired, missed; /* ticks run; ticks skipped because the loop was behind */
-	/* The tick, late_s after it was due; may remove or re-add the entry. */
-	void (*fire)(struct schedule_entry *e, double late_s);
+	/* The tick, started at now (CLOCK_MONOTONIC), late_s after it was due; may remove or re-add the entry. */
+	void (*fire)(struct schedule_entry *e, double now, double late_s);
 };
 #define SCHEDULE_OFF ((size_t)-1)
 #define SCHEDULE_FIRING ((size_t)-2)
@@ -500,8 +508,8 @@ double schedule_now(void);
 /* 0, or -1 with errno. */
 int schedule_init(struct schedule *s, struct ev_loop *loop);
 void schedule_free(struct schedule *s); /* its entries are left off */
-void schedule_entry_init(struct schedule_entry *e, void (*fire)(struct schedule_entry *, double),
-                         double default_cost_s);
+void schedule_entry_init(struct schedule_entry *e,
+                         void (*fire)(struct schedule_entry *, double, double), double default_cost_s);
 /* Tick every interval seconds from the next tick of its grid on (again, when scheduled); 0 or -1. */
 int schedule_add(struct schedule *s, struct schedule_entry *e, double interval);
 /* No more ticks (nothing if it has none). */

@@ -211,8 +211,8 @@ void schedule_free(struct schedule *s)
 	s->fd = -1;
 }
 
-void schedule_entry_init(struct schedule_entry *e, void (*fire)(struct schedule_entry *, double),
-                         double default_cost_s)
+void schedule_entry_init(struct schedule_entry *e,
+                         void (*fire)(struct schedule_entry *, double, double), double default_cost_s)
 {
 	memset(e, 0, sizeof *e);
 	e->at = SCHEDULE_OFF;
@@ -396,7 +396,7 @@ static void schedule_on_timer(struct ev_loop *loop, ev_io *w, int revents)
 		timing_add(s->lateness_us, late * 1e6);
 		s->ticks++;
 		e->fired++;
-		e->fire(e, late);
+		e->fire(e, now, late);
 		double after = schedule_now();
 		/* The entry's cost per tick, smoothed: the slot budget weighs it (see schedule_pick_phase). */
 		e->cost_s += (after - now - e->cost_s) / 16;

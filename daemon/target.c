@@ -68,12 +68,12 @@ static char *target_read_command_line(pid_t pid, struct uw_error *err)
 	return line;
 }
 
-/* The last samples' timer lateness and cost: 64 KiB, kept while the process lives. */
+/* The last samples' lateness and cost: 32 KiB, kept while the process lives. */
 struct target_timings {
 	struct timing jitter_us, cost_us;
 };
 
-static void target_on_tick(struct schedule_entry *e, double late_s);
+static void target_on_tick(struct schedule_entry *e, double now, double late_s);
 
 /* What a sample is taken to cost before the target's first: places it on the schedule. */
 #define TARGET_FIRST_COST_S 0.00005
@@ -489,8 +489,8 @@ enum target_sight target_check_alive(struct target *t, struct uw_error *err)
 }
 
 /* Threads come in the same order every sample, so the entry at `hint` nearly always is the one. */
-void thread_table_note(struct thread_table *tt, uint32_t hint, const struct uw_sample_thread *th,
-                       int64_t second)
+struct target_thread *thread_table_note(struct thread_table *tt, uint32_t hint,
+                                        const struct uw_sample_thread *th, int64_t second)
 {
 	struct target_thread *at = NULL;
 	if (hint < tt->n && tt->v[hint].thread_id == th->thread_id)
@@ -501,9 +501,9 @@ void thread_table_note(struct thread_table *tt, uint32_t hint, const struct uw_s
 	if (!at) {
 		if (tt->n >= TARGET_THREADS_MAX ||
 		    array_reserve((void **)&tt->v, &tt->cap, tt->n, sizeof *tt->v, NULL) != 0)
-			return; /* unnamed, counted all the same */
+			return NULL; /* unnamed, counted all the same */
 		at = &tt->v[tt->n++];
-		*at = (struct target_thread){.thread_id = th->thread_id};
+		*at = (struct target_thread){.thread_id = th->thread_id, .tally_hint = UINT32_MAX};
 	}
 	at->last_second = second;
 	if (at->native_id != th->native_id || memcmp(at->name, th->name, sizeof at->name) != 0) {
@@ -511,6 +511,7 @@ void thread_table_note(struct thread_table *tt, uint32_t hint, const struct uw_s
 		memcpy(at->name, th->name, sizeof at->name);
 		at->declared = false;
 	}
+	return at;
 }
 
 const struct target_thread *thread_table_find(const struct thread_table *tt, uint64_t thread_id)
@@ -537,15 +538,13 @@ Pyprofd__ThreadInfo *target_thread_to_proto(const struct target_thread *th, stru
 	return p;
 }
 
-static void target_sample(struct target *t)
+/* One sample, started at `start` (CLOCK_MONOTONIC seconds, the schedule's clock read). */
+static void target_sample(struct target *t, double start)
 {
 	struct uw_error err = {0}, look_err;
 	struct uw_process_identity id;
-	struct timespec a, b;
-	clock_gettime(CLOCK_MONOTONIC, &a);
 	int rc = uw_sample(t->uw, &t->sample, &err);
-	clock_gettime(CLOCK_MONOTONIC, &b);
-	double cost_s = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
+	double cost_s = schedule_now() - start;
 	timing_add(&t->timings->cost_us, cost_s * 1e6);
 	t->sample_seconds += cost_s; /* charged to its user's budget */
 	if (rc != 0) {
@@ -568,20 +567,21 @@ static void target_sample(struct target *t)
 			continue; /* no Python frames, or a stack that would not hold still */
 		unsigned flags = (th->idle ? TALLY_IDLE : 0) | (th->holds_gil ? TALLY_GIL : 0) |
 		                 (th->holds_gil && t->sample.gc_running ? TALLY_GC : 0);
-		if (tally_add(&t->tally, second, th->thread_id, th->stack, 1, flags) != 0) {
+		struct target_thread *named = thread_table_note(&t->threads, i, th, second);
+		if (tally_add_hinted(&t->tally, named ? &named->tally_hint : NULL, second, th->thread_id,
+		                     th->stack, 1, flags) != 0) {
 			log_warn("pid %d: out of memory counting samples", (int)t->pid);
 			continue;
 		}
 		t->history_samples++;
-		thread_table_note(&t->threads, i, th, second);
 	}
 }
 
-static void target_on_tick(struct schedule_entry *e, double late_s)
+static void target_on_tick(struct schedule_entry *e, double now, double late_s)
 {
 	struct target *t = (struct target *)((char *)e - offsetof(struct target, tick));
 	timing_add(&t->timings->jitter_us, late_s * 1e6);
-	target_sample(t);
+	target_sample(t, now);
 	if (t->state == TARGET_SAMPLING && t->params.duration_s > 0 &&
 	    ev_now(t->loop) - t->session_start >= t->params.duration_s) {
 		target_stop(t);

@@ -22,8 +22,9 @@ struct test_entry {
 	double stall_s;                    /* spent in its tick, once, at its tenth */
 };
 
-static void test_entry_fire(struct schedule_entry *e, double late_s)
+static void test_entry_fire(struct schedule_entry *e, double now, double late_s)
 {
+	cr_assert_leq(now, schedule_now());
 	struct test_entry *te = (struct test_entry *)e;
 	cr_assert_geq(late_s, 0);
 	if (te->remove_on_fire) {
