@@ -14,8 +14,10 @@ the daemon's own cost (bench/daemon.py, shorter).
 Figures: µs of CPU per whole-process sample (the sampler's user + system time
 over its samples), the median of a sample's wall time, `process_vm_readv`
 calls and bytes per sample (CPython's counted in a second, shorter run under
-strace), and the ratio of CPython's µs of CPU over pyprofd's.  Every counter the engine reports (`record --stats-json`) is
-printed per sample with --counters, so new ones show up unasked.
+strace), and the ratio of CPython's µs of CPU over pyprofd's ("w": of the wall-time
+medians, when CPython's reader hung and was killed before it told its CPU).  After each
+table, every counter pyprofd's engine reports (`record --stats-json`) per
+sample, so new ones show up unasked.
 
 Prints figures; never passes or fails on them.
 """
@@ -112,6 +114,7 @@ def reference(python, pid, seconds, engine):
         out, err = proc.communicate()
         hung = True
     calls = [tuple(int(x) for x in item.split(":")) for item in out.split() if ":" in item]
+    # Killed, it never said its CPU (which the hung call spun away anyway): the wall time serves.
     cpu = [float(line.split()[1]) for line in out.splitlines() if line.startswith("cpu ")]
     if not calls:
         return {"samples": 0, "fails": 0, "median_us": float("nan"), "cpu_us": float("nan"),
@@ -172,7 +175,10 @@ def compare(args, python, label, workload, wargs=(), counters=None):
         proc.kill()
         proc.wait()
     if ref and ref["samples"]:
-        ratio = "%.1fx" % (ref["cpu_us"] / max(s["cpu_us_per_sample"], 1e-9))
+        if ref["cpu_us"] == ref["cpu_us"]:
+            ratio = "%.1fx" % (ref["cpu_us"] / max(s["cpu_us_per_sample"], 1e-9))
+        else:  # no CPU figure: the medians of wall time
+            ratio = "%.1fx w" % (ref["median_us"] / max(s["us_per_sample_median"], 1e-9))
         theirs = ("%.2f" % ref["cpu_us"], "%.2f" % ref["median_us"],
                   "%.2f" % sys_ref[0] if sys_ref else "-", "%.0f" % sys_ref[1] if sys_ref else "-",
                   "%.1f" % ok_percent(ref), ratio)
@@ -190,8 +196,11 @@ def compare(args, python, label, workload, wargs=(), counters=None):
     return s, ref
 
 
-def print_counters(rows):
+def print_counters(args, rows):
     """Every integer counter of --stats-json, per sample: what the engine reports, new ones too."""
+    if not args.counters or not rows:
+        print()
+        return
     skip = {"pid", "total_samples", "ok_samples", "failed_samples", "cache_bytes", "scratch_bytes",
             "readv_calls", "bytes_read"}
     names = []
@@ -199,11 +208,12 @@ def print_counters(rows):
         for k, v in s.items():
             if isinstance(v, int) and not isinstance(v, bool) and k not in skip and k not in names:
                 names.append(k)
-    print("\nThe engine's counters per sample (pyprofd record --stats-json):")
-    print("{:<28}".format("") + "".join("{:>16}".format(label[:15]) for label, _ in rows))
+    print("  pyprofd's counters per sample (record --stats-json), the rows above:")
+    print("  {:<26}".format("") + "".join("{:>13}".format(label[-12:]) for label, _ in rows))
     for k in names:
-        print("{:<28}".format(k) + "".join(
-            "{:>16.3f}".format(s.get(k, 0) / max(1, s["total_samples"])) for _, s in rows))
+        print("  {:<26}".format(k) + "".join(
+            "{:>13.3f}".format(s.get(k, 0) / max(1, s["total_samples"])) for _, s in rows))
+    print()
 
 
 def main():
@@ -215,7 +225,8 @@ def main():
     ap.add_argument("--sections", default="engines,depths,threads,daemon",
                     help="which of engines, depths, threads, daemon, all-pythons to run")
     ap.add_argument("--daemon-seconds", type=float, default=10.0)
-    ap.add_argument("--counters", action="store_true", help="every engine counter per sample")
+    ap.add_argument("--no-counters", dest="counters", action="store_false",
+                    help="leave out the engine's counters per sample after each table")
     ap.add_argument("--no-syscalls", dest="syscalls", action="store_false",
                     help="skip counting CPython's reads under strace")
     args = ap.parse_args()
@@ -224,7 +235,6 @@ def main():
     pys = pythons.find()
     if not pys:
         sys.exit("bench: no CPython 3.8-3.15 found")
-    counters = [] if args.counters else None
     newest = {minor: pythons.newest(pys, minor) for minor in (15, 14, 13)}
     print("Figures from a machine others may be using: take the best of a few runs.\n")
 
@@ -232,6 +242,7 @@ def main():
         print("pyprofd against CPython's own engine, same targets, same run (µs of CPU per "
               "whole-process sample, back to back):")
         print_head("python/workload")
+        counters = []
         for minor in (15, 14, 13):
             python = newest[minor]
             if not python:
@@ -240,23 +251,25 @@ def main():
             for name in args.workloads.split(","):
                 compare(args, python, "%d.%d %s" % (python.major, python.minor, name), name,
                         counters=counters)
-        print()
+        print_counters(args, counters)
 
     py15 = newest[15]
     if "depths" in sections and py15:
         print("Deep stacks on %s (deep_static: parked at the bottom of N frames):" % py15.label)
         print_head("frames")
+        counters = []
         for frames in DEPTHS:
             compare(args, py15, "%d frames" % frames, "deep_static", (frames - 1,), counters)
-        print()
+        print_counters(args, counters)
 
     if "threads" in sections and py15:
         print("Threads on %s (many_threads: N threads 10 frames deep, waking every 100 ms):"
               % py15.label)
         print_head("threads")
+        counters = []
         for n in THREADS:
             compare(args, py15, "%d threads" % n, "many_threads", (n,), counters)
-        print()
+        print_counters(args, counters)
 
     if "all-pythons" in sections:
         print("pyprofd on every interpreter found (cache on and off):")
@@ -277,10 +290,6 @@ def main():
                                  "%.1fx" % (off["cpu_us_per_sample"] / max(on["cpu_us_per_sample"], 1e-9)),
                                  "%.2f" % on["readv_calls_per_sample"],
                                  "%.0f" % on["bytes_per_sample"]), flush=True)
-        print()
-
-    if counters:
-        print_counters(counters)
         print()
 
     if "daemon" in sections:
