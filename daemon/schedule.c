@@ -26,8 +26,10 @@
  *
  *  - Never bunched: a tick the loop could not reach before the next one of
  *    the same entry was due is skipped and counted (missed), not run late
- *    in a burst; the grid is kept, so the rate over a while stays the one
- *    asked (drift-free).
+ *    in a burst: a wakeup whole intervals late samples for the latest tick
+ *    passed, and its lateness is counted from that one, so lateness stays
+ *    under an interval and what lies beyond shows as missed ticks.  The
+ *    grid is kept, so the rate over a while stays the one asked.
  *
  *  - One timerfd, armed at the earliest due tick (absolute): epoll waits in
  *    whole milliseconds, the kernel's high-resolution timer does not.
@@ -393,6 +395,18 @@ static void schedule_on_timer(struct ev_loop *loop, ev_io *w, int revents)
 		struct schedule_entry *e = s->batch[(first + i) % s->nbatch];
 		if (!e)
 			continue; /* removed by an earlier entry's tick */
+		/* Whole intervals behind: the ticks passed are skipped and counted, the latest one taken. */
+		if (now - e->due >= e->interval) {
+			uint64_t latest = schedule_tick_after(s, e, now);
+			if (schedule_tick_time(s, e, latest) > now && latest > e->tick)
+				latest--;
+			if (latest > e->tick) {
+				e->missed += latest - e->tick;
+				s->missed += latest - e->tick;
+				e->tick = latest;
+				e->due = schedule_tick_time(s, e, latest);
+			}
+		}
 		double late = now - e->due;
 		if (late < 0)
 			late = 0;
