@@ -415,8 +415,14 @@ static void schedule_on_timer(struct ev_loop *loop, ev_io *w, int revents)
 		e->fired++;
 		e->fire(e, now, late);
 		double after = schedule_now();
-		/* The entry's cost per tick, smoothed: the slot budget weighs it (see schedule_pick_phase). */
-		e->cost_s += (after - now - e->cost_s) / 16;
+		/*
+		 * The entry's cost per tick, smoothed: the slot budget weighs it
+		 * (see schedule_pick_phase).  A tick the kernel preempted takes
+		 * far longer than its work; clamped, one such outlier moves the
+		 * estimate little, and a real change still shows within a second.
+		 */
+		double cost = after - now, cap = 4 * e->cost_s + 0.00001;
+		e->cost_s += ((cost < cap ? cost : cap) - e->cost_s) / 16;
 		now = after;
 		if (e->at == SCHEDULE_FIRING) {
 			schedule_next(s, e, now);
