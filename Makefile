@@ -9,8 +9,8 @@
 #   make sanitize   the same suite on an ASan + UBSan build (in build-sanitize/)
 #   make fuzz       build every libFuzzer harness (tests/fuzz) and run each a while
 #   make demo       the daemon attached to a live Python workload: list, top, dump
-#   make bench      measure the sampling engine on every CPython found
-#   make bench-daemon  measure the daemon: 10 targets x 4 threads at 100 Hz
+#   make bench      pyprofd against CPython's own engines, deep stacks, threads, the daemon
+#   make bench-daemon  measure the daemon: 10 targets x 4 threads at 100 Hz on 3.15
 #   make bench-history measure the history store over a synthetic day
 #   make bench-hostile what a hostile local user costs the daemon (as root)
 #   make bench-fleet   exec to first sample, discovery's CPU, the CPU budget (as root)
@@ -467,11 +467,12 @@ demo: deps
 	$$ctl top $$target --once --window 3 --limit 12 || exit 1; \
 	echo; echo "\$$ pyprofd-ctl dump $$target"; $$ctl dump $$target || exit 1
 
-# Prints figures (us per sample, syscalls and bytes per sample, cache hit rates)
-# for every installed CPython; see bench/run.py.
+# pyprofd against CPython's own engines (3.15 with its frame cache, 3.14, 3.13's
+# reader) per workload, deep stacks, many threads and the daemon's cost, on the
+# interpreters of PYTHONS_ROOT when it is there (as root); see bench/run.py.
 bench: deps
 	$(Q)$(MAKE) --no-print-directory all
-	$(PYTHON) bench/run.py --pyprofd $(PYPROFD) $(BENCH_ARGS)
+	PYPROFD_PYTHONS_ROOT=$(PYTHONS_ROOT) $(PYTHON) bench/run.py --pyprofd $(PYPROFD) --ctl $(CTL) $(BENCH_ARGS)
 
 # --- install: binaries, systemd units, man pages ---
 # Everything goes under $(DESTDIR), so a packager or a test can install as a
@@ -511,7 +512,7 @@ bench-history: deps
 # The daemon with 10 targets x 4 threads at 100 Hz for 30 s; see bench/daemon.py.
 bench-daemon: deps
 	$(Q)$(MAKE) --no-print-directory all
-	$(PYTHON) bench/daemon.py --pyprofd $(PYPROFD) --ctl $(CTL) $(BENCH_ARGS)
+	PYPROFD_PYTHONS_ROOT=$(PYTHONS_ROOT) $(PYTHON) bench/daemon.py --pyprofd $(PYPROFD) --ctl $(CTL) $(BENCH_ARGS)
 
 # Exec to first sample, discovery's CPU idle and in a burst, the CPU budget; see bench/fleet.py.
 bench-fleet: deps

@@ -2,12 +2,17 @@
 """Measure the daemon: many targets sampled at once, as a fleet host runs it.
 
 Starts pyprofd in a temporary state directory, attaches it to N targets of
-4 threads each (bench/workloads/service4.py, on the newest interpreter found)
-at R Hz for S seconds, and prints: daemon CPU % of one core, µs per sample,
-achieved rate against requested, sampling-timer lateness (jitter) p50/p99,
-and the daemon's RSS.  With --collector BIN (the collector of make
-collector) or --otlp URL the daemon also exports to it every --interval
-([export.otlp]), and the bytes it sent per target-minute are printed.
+4 threads each (bench/workloads/service4.py, on CPython 3.15 from the Debian
+root of `make pythons` when there, chrooted, else the newest interpreter found)
+at R Hz for S seconds, and prints: the daemon's CPU % of one core, its wakeups
+per second, µs per sample, achieved rates against the one asked, the lateness
+of the sampling schedule p50/p99, the engine's counters per sample, and the
+daemon's RSS.  Then, on 3.15, the same targets sampled by as many copies of
+CPython's own sampler (`python3.15 -m profiling.sampling attach`), one per
+target, at the same rate: their CPU % and RSS.  With --collector BIN (the
+collector of make collector) or --otlp URL the daemon also exports to it every
+--interval ([export.otlp]), and the bytes it sent per target-minute are printed.
+
 Prints figures; never passes or fails on them.
 """
 import argparse
@@ -23,7 +28,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from run import interpreters  # noqa: E402
+import pythons  # noqa: E402
 
 
 def cpu_seconds(pid):
@@ -79,45 +84,48 @@ def thread_cpu_seconds(pid, name):
     return total
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--pyprofd", default="build/pyprofd")
-    ap.add_argument("--ctl", default="build/pyprofd-ctl")
-    ap.add_argument("--targets", type=int, default=10)
-    ap.add_argument("--rate", type=int, default=100)
-    ap.add_argument("--seconds", type=float, default=30)
-    ap.add_argument("--collector", help="an OpenTelemetry Collector binary to run and export to")
-    ap.add_argument("--otlp", help="export to this OTLP/HTTP endpoint")
-    ap.add_argument("--interval", default="15s", help="the export interval")
-    args = ap.parse_args()
+def proc_status(pid, key):
+    """A field of /proc/PID/status as an int (kB for sizes)."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    return 0
 
-    pys = interpreters()
-    if not pys:
-        sys.exit("no CPython found")
-    python = max(pys, key=lambda p: (p[2], "debian" not in p[0]))[1]
+
+def switches(pid):
+    """Context switches of every thread: each wait the loop blocks in is one."""
+    total = 0
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/status" % (pid, tid)) as f:
+                for line in f:
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
+
+
+def start_targets(python, n, binds=()):
+    workload = os.path.join(HERE, "workloads", "service4.py")
+    procs = [python.popen(["-I", workload], binds) for _ in range(n)]
+    time.sleep(2.0)  # imported, threads started
+    return procs
+
+
+def stop(procs):
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+    for p in procs:
+        p.wait()
+
+
+def bench_pyprofd(args, python):
     state = tempfile.mkdtemp(prefix="pyprofd-bench.")
     sock = os.path.join(state, "pyprofd.sock")
-    workload = os.path.join(HERE, "workloads", "service4.py")
-    collector = None
-    extra = []
-    if args.collector:
-        port = free_port()
-        conf = os.path.join(state, "collector.yaml")
-        with open(conf, "w") as f:
-            f.write(COLLECTOR_CONFIG % port)
-        collector = subprocess.Popen([args.collector, "--config=file:" + conf,
-                                      "--feature-gates=service.profilesSupport"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        args.otlp = "http://127.0.0.1:%d" % port
-        for _ in range(600):
-            if port_open(port):
-                break
-            time.sleep(0.1)
-    if args.otlp:
-        conf = os.path.join(state, "pyprofd.conf")
-        with open(conf, "w") as f:
-            f.write("[export.otlp]\nendpoint = %s\ninterval = %s\n" % (args.otlp, args.interval))
-        extra = ["--config", conf]
+    collector, extra = start_export(args, state)
     daemon = subprocess.Popen([args.pyprofd, "--state-dir", state, "--log-level", "warn"] + extra)
     targets = []
 
@@ -131,24 +139,23 @@ def main():
             if os.path.exists(sock):
                 break
             time.sleep(0.05)
-        targets = [subprocess.Popen([python, "-I", workload]) for _ in range(args.targets)]
-        time.sleep(1.5)
+        targets = start_targets(python, args.targets)
         for t in targets:
             ctl("attach", str(t.pid), "--rate", str(args.rate))
         time.sleep(1.0)  # the first samples decode everything: measure steady state
-        cpu0, wall0 = cpu_seconds(daemon.pid), time.monotonic()
+        status0 = ctl("status")
+        cpu0, sw0, wall0 = cpu_seconds(daemon.pid), switches(daemon.pid), time.monotonic()
         export_cpu0 = thread_cpu_seconds(daemon.pid, "otlp-export")
         samples0 = {e["pid"]: e["samples"] for e in ctl("list")}
-        export0 = ctl("status").get("export", {})
+        stats0 = {t.pid: ctl("stats", str(t.pid)) for t in targets}
         time.sleep(args.seconds)
-        cpu1, wall1 = cpu_seconds(daemon.pid), time.monotonic()
+        cpu1, sw1, wall1 = cpu_seconds(daemon.pid), switches(daemon.pid), time.monotonic()
         export_cpu1 = thread_cpu_seconds(daemon.pid, "otlp-export")
         entries = {e["pid"]: e for e in ctl("list")}
         stats = [ctl("stats", str(t.pid)) for t in targets]
         status = ctl("status")
     finally:
-        for t in targets:
-            t.kill()
+        stop(targets)
         daemon.terminate()
         daemon.wait(timeout=10)
         if collector:
@@ -158,35 +165,139 @@ def main():
 
     elapsed = wall1 - wall0
     rates = [(entries[t.pid]["samples"] - samples0[t.pid]) / elapsed for t in targets]
-    threads = sum(s["thread_samples"] for s in stats) / max(1, sum(s["total_samples"] for s in stats))
     print("pyprofd daemon: %d targets x 4 threads at %d Hz for %.0f s (%s, Python %s)"
-          % (args.targets, args.rate, elapsed, os.path.basename(python),
+          % (args.targets, args.rate, elapsed, python.path + (" in " + python.root if python.root else ""),
              entries[targets[0].pid]["python_version"]))
-    print("  daemon CPU                %6.2f %% of one core" % (100 * (cpu1 - cpu0) / elapsed))
+    taken = sum(entries[t.pid]["samples"] - samples0[t.pid] for t in targets)
+    print("  daemon CPU                %6.2f %% of one core, %.1f us per sample taken"
+          % (100 * (cpu1 - cpu0) / elapsed, 1e6 * (cpu1 - cpu0) / max(1, taken)))
+    print("  daemon wakeups            %6.0f /s (voluntary context switches)" % ((sw1 - sw0) / elapsed))
+    sched0, sched = status0.get("schedule"), status.get("schedule")
+    if sched:
+        wakeups = sched["wakeups"] - sched0["wakeups"]
+        print("  schedule wakeups          %6.0f /s, %.2f samples each, %d ticks missed"
+              % (wakeups / elapsed, (sched["ticks"] - sched0["ticks"]) / max(1, wakeups),
+                 sched["missed_ticks"] - sched0["missed_ticks"]))
     print("  per sample                %6.1f us median, %.1f us p99 (median over targets)"
           % (statistics.median(s["sample_us_p50"] for s in stats),
              statistics.median(s["sample_us_p99"] for s in stats)))
-    print("  threads per sample        %6.2f" % threads)
-    print("  achieved rate             %6.1f Hz mean, %.1f Hz min (asked %d)"
-          % (statistics.mean(rates), min(rates), args.rate))
-    print("  timer lateness (jitter)   %6.1f us p50, %.1f us p99 (worst target)"
+    print("  achieved rate             %6.1f Hz mean, %.1f Hz min, %.1f Hz max (asked %d)"
+          % (statistics.mean(rates), min(rates), max(rates), args.rate))
+    print("  lateness                  %6.1f us p50, %.1f us p99 (median target), %.1f us p99 (worst)"
           % (statistics.median(s["jitter_us_p50"] for s in stats),
+             statistics.median(s["jitter_us_p99"] for s in stats),
              max(s["jitter_us_p99"] for s in stats)))
-    print("  readv calls per sample    %6.2f" % statistics.median(
-        s["readv_calls"] / max(1, s["total_samples"]) for s in stats))
-    print("  torn threads              %6.3f %% of thread samples" % (100 * sum(
-        s["torn_threads"] for s in stats) / max(1, sum(s["thread_samples"] for s in stats))))
+    if sched:
+        print("  lateness, every tick      %6.1f us p50, %.1f us p99 (the daemon's last 4096)"
+              % (sched["lateness_us_p50"], sched["lateness_us_p99"]))
+    print("  missed ticks              %6d" % sum(s["missed_ticks"] for s in stats))
+    # Every counter the engine reports, per sample over the window: new ones show up unasked.
+    def counters(s):
+        return {k: v for k, v in s.items() if isinstance(v, int) and not isinstance(v, bool)
+                and k not in ("pid", "missed_ticks", "cache_bytes", "scratch_bytes")}
+    before = {t.pid: counters(stats0[t.pid]) for t in targets}
+    after = {t.pid: counters(s) for s, t in zip(stats, targets)}
+    total = sum(after[t.pid]["total_samples"] - before[t.pid]["total_samples"] for t in targets)
+    print("  engine counters per sample (over the window, all targets):")
+    for name in after[targets[0].pid]:
+        if name == "total_samples":
+            continue
+        delta = sum(after[t.pid][name] - before[t.pid].get(name, 0) for t in targets)
+        if delta:
+            print("    %-28s %10.3f" % (name, delta / max(1, total)))
     print("  daemon RSS                %6.1f MiB" % (status["rss_bytes"] / 2**20))
     if args.otlp:
-        e = status["export"]
-        sent = e["bytes_sent"] - export0.get("bytes_sent", 0)
-        samples = e["samples_sent"] - export0.get("samples_sent", 0)
+        e, e0 = status.get("export", {}), status0.get("export", {})
+        sent = e.get("bytes_sent", 0) - e0.get("bytes_sent", 0)
         print("  OTLP export to %s every %s: %d samples, %d bytes sent, %d failed requests"
-              % (e["endpoint"], args.interval, samples, sent, e["requests_failed"]))
+              % (args.otlp, args.interval, e.get("samples_sent", 0) - e0.get("samples_sent", 0), sent,
+                 e.get("requests_failed", 0) - e0.get("requests_failed", 0)))
         print("  exporter thread CPU       %6.3f %% of one core (of the daemon's above)"
               % (100 * (export_cpu1 - export_cpu0) / elapsed))
         print("  bytes per target-minute   %6.0f (gzip'd request bodies)"
               % (sent / args.targets / (elapsed / 60)))
+
+
+def start_export(args, state):
+    """The collector asked for, and the daemon's options to export to it."""
+    collector = None
+    if args.collector:
+        port = free_port()
+        conf = os.path.join(state, "collector.yaml")
+        with open(conf, "w") as f:
+            f.write(COLLECTOR_CONFIG % port)
+        collector = subprocess.Popen([args.collector, "--config=file:" + conf,
+                                      "--feature-gates=service.profilesSupport"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        args.otlp = "http://127.0.0.1:%d" % port
+        for _ in range(600):
+            if port_open(port):
+                break
+            time.sleep(0.1)
+    if not args.otlp:
+        return collector, []
+    conf = os.path.join(state, "pyprofd.conf")
+    with open(conf, "w") as f:
+        f.write("[export.otlp]\nendpoint = %s\ninterval = %s\n" % (args.otlp, args.interval))
+    return collector, ["--config", conf]
+
+
+def bench_tachyon(args, python):
+    """CPython's own sampler, one CLI per target, as a host would run it without a daemon."""
+    out = tempfile.mkdtemp(prefix="pyprofd-bench-tachyon.")
+    targets, samplers = [], []
+    try:
+        targets = start_targets(python, args.targets)
+        for i, t in enumerate(targets):
+            samplers.append(python.popen(
+                ["-m", "profiling.sampling", "attach", "-a", "-r", str(args.rate),
+                 "-d", str(int(args.seconds) + 6), "--collapsed", "-o", os.path.join(out, "%d.txt" % i),
+                 str(t.pid)], binds=[out], stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL))
+        time.sleep(3.0)  # imported, attached, steady
+        live = [s for s in samplers if s.poll() is None]
+        if len(live) < len(samplers):
+            print("CPython's sampler: %d of %d copies did not start; no comparison"
+                  % (len(samplers) - len(live), len(samplers)))
+            return
+        cpu0 = sum(cpu_seconds(s.pid) for s in samplers)
+        wall0 = time.monotonic()
+        time.sleep(args.seconds)
+        cpu1 = sum(cpu_seconds(s.pid) for s in samplers)
+        wall1 = time.monotonic()
+        rss = sum(proc_status(s.pid, "VmRSS") for s in samplers)
+    finally:
+        stop(samplers)
+        stop(targets)
+        shutil.rmtree(out, ignore_errors=True)
+    elapsed = wall1 - wall0
+    print("CPython %s's own sampler: %d copies of `python3.%d -m profiling.sampling attach -a -r %d`"
+          % ("%d.%d.%d" % (python.major, python.minor, python.micro), args.targets, python.minor,
+             args.rate))
+    print("  CPU of all copies         %6.2f %% of one core" % (100 * (cpu1 - cpu0) / elapsed))
+    print("  RSS of all copies         %6.1f MiB" % (rss / 1024))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pyprofd", default="build/pyprofd")
+    ap.add_argument("--ctl", default="build/pyprofd-ctl")
+    ap.add_argument("--targets", type=int, default=10)
+    ap.add_argument("--rate", type=int, default=100)
+    ap.add_argument("--seconds", type=float, default=30)
+    ap.add_argument("--no-tachyon", action="store_true", help="leave CPython's sampler out")
+    ap.add_argument("--collector", help="an OpenTelemetry Collector binary to run and export to")
+    ap.add_argument("--otlp", help="export to this OTLP/HTTP endpoint")
+    ap.add_argument("--interval", default="15s", help="the export interval")
+    args = ap.parse_args()
+
+    pys = pythons.find()
+    python = pythons.newest(pys, 15) or pythons.newest(pys)
+    if not python:
+        sys.exit("no CPython found")
+    bench_pyprofd(args, python)
+    if python.minor >= 15 and not args.no_tachyon:
+        bench_tachyon(args, python)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from daemon import cpu_seconds  # noqa: E402
-from run import interpreters  # noqa: E402
+from pythons import interpreters  # noqa: E402
 
 IDLE = "import time\nwhile True:\n    time.sleep(0.01)\n"
 

@@ -32,7 +32,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from run import interpreters  # noqa: E402
+from pythons import interpreters  # noqa: E402
 
 
 class Daemon:

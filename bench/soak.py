@@ -33,7 +33,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from hostile import Daemon, connect, rss_bytes, stacks_query  # noqa: E402
-from run import interpreters  # noqa: E402
+from pythons import interpreters  # noqa: E402
 
 WORKLOAD = os.path.join(HERE, "workloads", "soak.py")
 

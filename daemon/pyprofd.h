@@ -73,6 +73,9 @@ struct tally {
 /* Count samples, each with flags (TALLY_*); -1 if out of memory or entries. */
 int tally_add(struct tally *t, int64_t second, uint64_t thread_id, uint32_t stack, uint64_t count,
               unsigned flags);
+/* The same, *hint the entry this thread's count went to last (kept by the caller; any value at first). */
+int tally_add_hinted(struct tally *t, uint32_t *hint, int64_t second, uint64_t thread_id,
+                     uint32_t stack, uint64_t count, unsigned flags);
 /* Calls fn for every entry of a second from `since` on. */
 void tally_visit(const struct tally *t, int64_t since,
                  void (*fn)(void *ctx, const struct tally_entry *e), void *ctx);
@@ -122,6 +125,7 @@ struct target_thread {
 	char name[UW_THREAD_NAME_LEN];
 	int64_t last_second; /* loop time it was last sampled with a stack */
 	bool declared;       /* the history has it as it is now */
+	uint32_t tally_hint; /* the tally entry its last sample went to (tally_add_hinted) */
 };
 /* Threads a table keeps names of: the unwinder's bound. */
 #define TARGET_THREADS_MAX UW_MAX_THREADS
@@ -133,10 +137,10 @@ struct thread_table {
 /*
  * A thread sampled now (at `hint` in its sample): its name kept up to date,
  * declared false when it changed.  Allocates only for a new thread; past
- * TARGET_THREADS_MAX or out of memory the thread stays unnamed.
+ * TARGET_THREADS_MAX or out of memory the thread stays unnamed (NULL).
  */
-void thread_table_note(struct thread_table *tt, uint32_t hint, const struct uw_sample_thread *th,
-                       int64_t second);
+struct target_thread *thread_table_note(struct thread_table *tt, uint32_t hint,
+                                        const struct uw_sample_thread *th, int64_t second);
 const struct target_thread *thread_table_find(const struct thread_table *tt, uint64_t thread_id);
 void thread_table_free(struct thread_table *tt);
 
@@ -505,14 +509,73 @@ double usage_cpu_seconds(void);
 uint64_t usage_rss_bytes(void);
 
 /* timing.c */
-/* The last TIMING_KEEP measurements of something, for percentiles. */
+/*
+ * The last TIMING_KEEP measurements of something, for percentiles.  Floats,
+ * the counters first: each sample writes three of these, and half the
+ * cache lines touched is what a float's 7 digits cost a figure of µs.
+ */
 #define TIMING_KEEP 4096
 struct timing {
-	double v[TIMING_KEEP];
 	uint32_t n, next;
+	float v[TIMING_KEEP];
 };
 void timing_add(struct timing *t, double value);
 double timing_percentile(const struct timing *t, double p); /* 0 when empty */
+
+/* schedule.c */
+/* One thing sampled on the schedule (a target): its grid and what its ticks cost. */
+struct schedule_entry {
+	double interval; /* seconds between ticks */
+	double phase;    /* its slot on the grid of its interval */
+	uint64_t tick;   /* the next tick's index on that grid */
+	double due;      /* CLOCK_MONOTONIC seconds of the next tick */
+	double cost_s;   /* what one tick costs, smoothed: weighed against a slot's budget */
+	size_t at;       /* index in the heap, or SCHEDULE_OFF / SCHEDULE_FIRING */
+	uint64_t fired, missed; /* ticks run; ticks skipped because the loop was behind */
+	/* The tick, started at now (CLOCK_MONOTONIC), late_s after it was due; may remove or re-add the entry. */
+	void (*fire)(struct schedule_entry *e, double now, double late_s);
+};
+#define SCHEDULE_OFF ((size_t)-1)
+#define SCHEDULE_FIRING ((size_t)-2)
+/* Grid slots an interval divides into, each a possible phase. */
+#define SCHEDULE_SLOT_S 0.001
+#define SCHEDULE_SLOTS_MAX 1000
+/* The sampling one wakeup of a slot may take: bounds the lateness of its last tick. */
+#define SCHEDULE_SLOT_BUDGET_S 0.0008
+/* How often entries are placed again by what their ticks cost now. */
+#define SCHEDULE_BALANCE_S 1.0
+/* A tick due this soon after a wakeup is taken with it. */
+#define SCHEDULE_EARLY_S 0.0002
+/* Every entry's ticks on one timer: ticks due at one moment share a wakeup (see schedule.c). */
+struct schedule {
+	struct ev_loop *loop;
+	int fd; /* timerfd, armed at the earliest due tick */
+	ev_io watcher;
+	double origin; /* CLOCK_MONOTONIC seconds every grid starts from */
+	struct schedule_entry **heap; /* by due time */
+	size_t n, cap;
+	struct schedule_entry **batch; /* the wakeup under way */
+	size_t nbatch, batch_cap;
+	bool running;
+	double balanced; /* when entries were last placed again */
+	uint64_t moves;  /* entries placed in another slot by the balance */
+	uint64_t wakeups; /* with at least one tick */
+	uint64_t ticks, missed;
+	struct timing *lateness_us; /* of every tick, all entries */
+};
+/* CLOCK_MONOTONIC now, in seconds. */
+double schedule_now(void);
+/* 0, or -1 with errno. */
+int schedule_init(struct schedule *s, struct ev_loop *loop);
+void schedule_free(struct schedule *s); /* its entries are left off */
+void schedule_entry_init(struct schedule_entry *e,
+                         void (*fire)(struct schedule_entry *, double, double), double default_cost_s);
+/* Tick every interval seconds from the next tick of its grid on (again, when scheduled); 0 or -1. */
+int schedule_add(struct schedule *s, struct schedule_entry *e, double interval);
+/* No more ticks (nothing if it has none). */
+void schedule_remove(struct schedule *s, struct schedule_entry *e);
+/* Lateness of the last TIMING_KEEP ticks of every entry. */
+void schedule_lateness(const struct schedule *s, double *p50_us, double *p99_us);
 
 /* statedir.c */
 /*
@@ -600,10 +663,8 @@ struct target {
 	ev_tstamp session_start; /* loop time of the same */
 	ev_tstamp session_end;   /* loop time the last session stopped */
 	uint64_t samples, errors, sessions, session_samples;
-	int timer_fd;        /* periodic timerfd of the sampling schedule; -1 once exited */
-	ev_io timer;
-	double next_due;     /* CLOCK_MONOTONIC seconds of the next tick */
-	uint64_t missed_ticks; /* ticks that passed while the loop was busy */
+	struct schedule *schedule; /* whose ticks sample it */
+	struct schedule_entry tick; /* its ticks; tick.missed: skipped while the loop was behind */
 	struct uw_sample sample;
 	struct tally tally;  /* this epoch's samples: `top` and the history read it */
 	struct spell spell;  /* stack ids into the history's batches */
@@ -615,8 +676,9 @@ struct target {
 	ev_tstamp last_used; /* loop time; detached targets are evicted oldest first */
 };
 
-struct target *target_open(struct ev_loop *loop, struct history *history, pid_t pid,
-                           struct uw_error *err);
+struct target *target_open(struct ev_loop *loop, struct schedule *schedule,
+                           struct history *history, pid_t pid, struct uw_error *err);
+
 /*
  * The user who may act on a process besides root, by the kernel's rule for
  * tracing without privileges: its real, effective and saved uids all one
@@ -861,6 +923,7 @@ struct server {
 	ev_timer housekeeping;
 	ev_timer flush_timer;
 	struct targets targets;
+	struct schedule schedule; /* the targets' ticks */
 	struct history history;
 	struct queries queries;
 	struct fleet fleet;

@@ -210,7 +210,7 @@ static void rpc_attach(struct server *s, struct client *c, const Pyprofd__Reques
 			return;
 		}
 		struct uw_error err = {0};
-		t = target_open(s->loop, &s->history, r->pid, &err);
+		t = target_open(s->loop, &s->schedule, &s->history, r->pid, &err);
 		if (!t) {
 			uw_error_add_remedy(&err, r->pid);
 			target_params_free(&params);
@@ -428,7 +428,7 @@ static void rpc_stats(struct server *s, struct client *c, const Pyprofd__Request
 	res->sample_us_p50 = pc.sample_us_p50;
 	res->sample_us_p99 = pc.sample_us_p99;
 	res->cache_bytes = st.cache_bytes;
-	res->missed_ticks = t->missed_ticks;
+	res->missed_ticks = t->tick.missed;
 	resp->result_case = PYPROFD__RESPONSE__RESULT_STATS;
 	resp->stats = res;
 }
@@ -509,6 +509,10 @@ static void rpc_status(struct server *s, struct client *c, const Pyprofd__Reques
 	res->warm_budget_bytes = s->config.warm_budget_bytes;
 	res->rss_bytes = usage_rss_bytes();
 	res->cpu_percent = res->uptime_s > 0 ? 100.0 * usage_cpu_seconds() / res->uptime_s : 0;
+	res->schedule_wakeups = s->schedule.wakeups;
+	res->schedule_ticks = s->schedule.ticks;
+	res->schedule_missed_ticks = s->schedule.missed;
+	schedule_lateness(&s->schedule, &res->schedule_lateness_us_p50, &res->schedule_lateness_us_p99);
 	res->state_dir = s->config.state_dir;
 	res->socket = s->socket_activated ? (char *)"(from systemd)" : s->config.socket_path;
 	history_status(&s->history, res, a);

@@ -340,6 +340,7 @@ static void server_shutdown(struct server *s)
 	exporter_stop(&s->exporter);
 	history_close(&s->history);
 	targets_free(&s->targets);
+	schedule_free(&s->schedule);
 	if (s->listen_fd >= 0) {
 		ev_io_stop(s->loop, &s->accept_watcher);
 		ev_timer_stop(s->loop, &s->accept_pause);
@@ -410,10 +411,19 @@ int server_main(int argc, char **argv)
 	}
 	s.started = ev_now(s.loop);
 	s.started_at = ev_time();
+	if (schedule_init(&s.schedule, s.loop) != 0) {
+		fprintf(stderr, "pyprofd: cannot make the sampling timer: %s\n", strerror(errno));
+		close(s.listen_fd);
+		close(s.state_fd);
+		ev_loop_destroy(s.loop);
+		config_free(&s.config);
+		return EXIT_FAILURE_OTHER;
+	}
 	if (history_open(&s.history, &s.config, s.state_fd) != 0 ||
 	    queries_init(&s.queries, s.loop, &query_sink, &s) != 0 || fleet_init(&s.fleet, &s) != 0 ||
 	    exporter_start(&s.exporter, s.loop, &s, s.history.writer, &s.config) != 0) {
 		fprintf(stderr, "pyprofd: out of memory\n");
+		schedule_free(&s.schedule);
 		close(s.listen_fd);
 		close(s.state_fd);
 		ev_loop_destroy(s.loop);

@@ -34,19 +34,36 @@ static bool tally_equal(const void *ctx, uint32_t id, const void *key)
 int tally_add(struct tally *t, int64_t second, uint64_t thread_id, uint32_t stack, uint64_t count,
               unsigned flags)
 {
-	struct tally_key key = {second, thread_id, stack};
-	uint32_t hash = tally_hash(&key);
-	if (t->len >= TALLY_MAX_ENTRIES || hash_reserve(&t->index, 1) != 0)
-		return -1;
-	struct hash_slot *slot = hash_probe(&t->index, hash, tally_equal, t, &key);
-	if (!slot->id) {
-		if (array_reserve((void **)&t->entries, &t->cap, t->len, sizeof *t->entries, NULL) != 0)
-			return -1;
-		t->entries[t->len] = (struct tally_entry){.second = second, .thread_id = thread_id,
-		                                          .stack = stack};
-		hash_fill(&t->index, slot, hash, (uint32_t)t->len++);
+	return tally_add_hinted(t, NULL, second, thread_id, stack, count, flags);
+}
+
+int tally_add_hinted(struct tally *t, uint32_t *hint, int64_t second, uint64_t thread_id,
+                     uint32_t stack, uint64_t count, unsigned flags)
+{
+	struct tally_entry *e = NULL;
+	/* A thread's stack mostly stays within a second: its last entry, checked, spares the probe. */
+	if (hint && *hint < t->len) {
+		e = &t->entries[*hint];
+		if (e->stack != stack || e->thread_id != thread_id || e->second != second)
+			e = NULL;
 	}
-	struct tally_entry *e = &t->entries[slot->id - 1];
+	if (!e) {
+		struct tally_key key = {second, thread_id, stack};
+		uint32_t hash = tally_hash(&key);
+		if (t->len >= TALLY_MAX_ENTRIES || hash_reserve(&t->index, 1) != 0)
+			return -1;
+		struct hash_slot *slot = hash_probe(&t->index, hash, tally_equal, t, &key);
+		if (!slot->id) {
+			if (array_reserve((void **)&t->entries, &t->cap, t->len, sizeof *t->entries, NULL) != 0)
+				return -1;
+			t->entries[t->len] = (struct tally_entry){.second = second, .thread_id = thread_id,
+			                                          .stack = stack};
+			hash_fill(&t->index, slot, hash, (uint32_t)t->len++);
+		}
+		e = &t->entries[slot->id - 1];
+		if (hint)
+			*hint = slot->id - 1;
+	}
 	e->count += count;
 	e->idle += flags & TALLY_IDLE ? count : 0;
 	e->gil += flags & TALLY_GIL ? count : 0;

@@ -11,10 +11,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -68,12 +68,15 @@ static char *target_read_command_line(pid_t pid, struct uw_error *err)
 	return line;
 }
 
-/* The last samples' timer lateness and cost: 64 KiB, kept while the process lives. */
+/* The last samples' lateness and cost: 32 KiB, kept while the process lives. */
 struct target_timings {
 	struct timing jitter_us, cost_us;
 };
 
-static void target_on_tick(struct ev_loop *loop, ev_io *w, int revents);
+static void target_on_tick(struct schedule_entry *e, double now, double late_s);
+
+/* What a sample is taken to cost before the target's first: places it on the schedule. */
+#define TARGET_FIRST_COST_S 0.00005
 
 /* ---- the history's batches ---- */
 
@@ -230,13 +233,6 @@ static void target_on_epoch_end(void *ctx, const struct uw_target *uw)
 	tally_clear(&t->tally);
 }
 
-static double target_monotonic_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 void target_owner(const struct uw_process_identity *id, uid_t *uid, gid_t *gid)
 {
 	bool one_user = id->uid[0] == id->uid[1] && id->uid[0] == id->uid[2] &&
@@ -268,8 +264,8 @@ void target_lower_owner(struct target *t, const struct uw_process_identity *id)
 	}
 }
 
-struct target *target_open(struct ev_loop *loop, struct history *history, pid_t pid,
-                           struct uw_error *err)
+struct target *target_open(struct ev_loop *loop, struct schedule *schedule,
+                           struct history *history, pid_t pid, struct uw_error *err)
 {
 	struct uw_process_identity id;
 	if (uw_process_identity(pid, &id, err) != 0)
@@ -281,8 +277,9 @@ struct target *target_open(struct ev_loop *loop, struct history *history, pid_t 
 		return NULL;
 	}
 	t->loop = loop;
+	t->schedule = schedule;
 	t->history = history;
-	t->timer_fd = -1;
+	schedule_entry_init(&t->tick, target_on_tick, TARGET_FIRST_COST_S);
 	t->pid = pid;
 	t->start_time = id.start_time;
 	target_owner(&id, &t->uid, &t->gid);
@@ -306,21 +303,6 @@ struct target *target_open(struct ev_loop *loop, struct history *history, pid_t 
 		return NULL;
 	}
 	snprintf(t->python_version, sizeof t->python_version, "%s", uw_version(t->uw));
-	/*
-	 * A timerfd per target, not an ev_timer: epoll waits in whole
-	 * milliseconds, so loop timers fire up to 1 ms late; a timerfd wakes the
-	 * loop when the kernel's high-resolution timer expires, on a drift-free
-	 * periodic schedule.
-	 */
-	t->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-	if (t->timer_fd < 0) {
-		err->status = UW_EIO;
-		snprintf(err->msg, sizeof err->msg, "timerfd: %s", strerror(errno));
-		target_free(t);
-		return NULL;
-	}
-	ev_io_init(&t->timer, target_on_tick, t->timer_fd, EV_READ);
-	t->timer.data = t;
 	t->last_used = ev_now(loop);
 	return t;
 }
@@ -336,20 +318,15 @@ void target_params_free(struct target_params *p)
 	memset(p, 0, sizeof *p);
 }
 
-/* Arm (interval > 0) or disarm the sampling timer. */
-static void target_timer_arm(struct target *t, double interval)
+/* Ticks every interval seconds (> 0), or none. */
+static void target_schedule(struct target *t, double interval)
 {
-	struct itimerspec spec = {0};
-	if (interval > 0) {
-		long ns = (long)(interval * 1e9);
-		spec.it_interval = (struct timespec){.tv_sec = ns / 1000000000L, .tv_nsec = ns % 1000000000L};
-		spec.it_value = spec.it_interval;
-		t->next_due = target_monotonic_now() + interval;
+	if (interval > 0 && t->uw) {
+		if (schedule_add(t->schedule, &t->tick, interval) != 0)
+			log_error("pid %d: out of memory scheduling its samples", (int)t->pid);
+	} else {
+		schedule_remove(t->schedule, &t->tick);
 	}
-	if (t->timer_fd < 0)
-		return; /* exited: nothing to arm */
-	if (timerfd_settime(t->timer_fd, 0, &spec, NULL) != 0)
-		log_error("pid %d: timerfd_settime: %s", (int)t->pid, strerror(errno));
 }
 
 /* The unwinder's options from the target's parameters. */
@@ -376,7 +353,6 @@ void target_set_max_sample(struct target *t, uint64_t ns)
 void target_start(struct target *t, struct target_params *params)
 {
 	struct ev_loop *loop = t->loop;
-	ev_io_stop(loop, &t->timer);
 	/* Attached again without labels: the process keeps its labels, and its history under them. */
 	if (!params->nlabels) {
 		params->nlabels = t->params.nlabels;
@@ -396,11 +372,9 @@ void target_start(struct target *t, struct target_params *params)
 	t->attached_at = ev_time();
 	t->last_used = ev_now(loop);
 	memset(t->timings, 0, sizeof *t->timings);
-	/* Each timer runs at its own phase: targets attached together do not sample in step. */
 	t->effective_rate_hz = t->params.rate_hz;
 	t->rate_lowered_by = NULL;
-	target_timer_arm(t, 1.0 / t->effective_rate_hz);
-	ev_io_start(loop, &t->timer);
+	target_schedule(t, 1.0 / t->effective_rate_hz);
 }
 
 void target_set_rate(struct target *t, unsigned hz)
@@ -409,15 +383,14 @@ void target_set_rate(struct target *t, unsigned hz)
 		return;
 	t->effective_rate_hz = hz;
 	if (t->state == TARGET_SAMPLING)
-		target_timer_arm(t, 1.0 / hz);
+		target_schedule(t, 1.0 / hz);
 }
 
 void target_stop(struct target *t)
 {
 	if (t->state == TARGET_SAMPLING)
 		t->session_end = ev_now(t->loop);
-	ev_io_stop(t->loop, &t->timer);
-	target_timer_arm(t, 0);
+	target_schedule(t, 0);
 	if (t->state == TARGET_SAMPLING)
 		t->state = TARGET_DETACHED;
 	target_flush(t);
@@ -426,7 +399,7 @@ void target_stop(struct target *t)
 
 /*
  * The process is gone for good: everything but what `list` and `stats`
- * show goes now, the timer's descriptor first, rather than when the entry
+ * show goes now, its place on the schedule first, rather than when the entry
  * is dropped (minutes later, or past max_targets): short-lived processes
  * must not pile up descriptors and memory.
  */
@@ -434,11 +407,7 @@ void target_mark_exited(struct target *t, const char *why)
 {
 	if (t->state == TARGET_SAMPLING)
 		t->session_end = ev_now(t->loop);
-	ev_io_stop(t->loop, &t->timer);
-	if (t->timer_fd >= 0) {
-		close(t->timer_fd);
-		t->timer_fd = -1;
-	}
+	target_schedule(t, 0);
 	if (t->timings) {
 		target_percentiles(t, &t->final_percentiles);
 		free(t->timings);
@@ -465,12 +434,10 @@ void target_free(struct target *t)
 	if (!t)
 		return;
 	if (t->loop) {
-		ev_io_stop(t->loop, &t->timer);
+		target_schedule(t, 0);
 		/* A target dropped while alive (budget, reused pid) keeps what it counted. */
 		target_flush(t);
 	}
-	if (t->timer_fd >= 0)
-		close(t->timer_fd);
 	if (t->uw)
 		uw_close(t->uw);
 	uw_sample_free(&t->sample);
@@ -523,8 +490,8 @@ enum target_sight target_check_alive(struct target *t, struct uw_error *err)
 }
 
 /* Threads come in the same order every sample, so the entry at `hint` nearly always is the one. */
-void thread_table_note(struct thread_table *tt, uint32_t hint, const struct uw_sample_thread *th,
-                       int64_t second)
+struct target_thread *thread_table_note(struct thread_table *tt, uint32_t hint,
+                                        const struct uw_sample_thread *th, int64_t second)
 {
 	struct target_thread *at = NULL;
 	if (hint < tt->n && tt->v[hint].thread_id == th->thread_id)
@@ -535,9 +502,9 @@ void thread_table_note(struct thread_table *tt, uint32_t hint, const struct uw_s
 	if (!at) {
 		if (tt->n >= TARGET_THREADS_MAX ||
 		    array_reserve((void **)&tt->v, &tt->cap, tt->n, sizeof *tt->v, NULL) != 0)
-			return; /* unnamed, counted all the same */
+			return NULL; /* unnamed, counted all the same */
 		at = &tt->v[tt->n++];
-		*at = (struct target_thread){.thread_id = th->thread_id};
+		*at = (struct target_thread){.thread_id = th->thread_id, .tally_hint = UINT32_MAX};
 	}
 	at->last_second = second;
 	if (at->native_id != th->native_id || memcmp(at->name, th->name, sizeof at->name) != 0) {
@@ -545,6 +512,7 @@ void thread_table_note(struct thread_table *tt, uint32_t hint, const struct uw_s
 		memcpy(at->name, th->name, sizeof at->name);
 		at->declared = false;
 	}
+	return at;
 }
 
 const struct target_thread *thread_table_find(const struct thread_table *tt, uint64_t thread_id)
@@ -571,15 +539,13 @@ Pyprofd__ThreadInfo *target_thread_to_proto(const struct target_thread *th, stru
 	return p;
 }
 
-static void target_sample(struct target *t)
+/* One sample, started at `start` (CLOCK_MONOTONIC seconds, the schedule's clock read). */
+static void target_sample(struct target *t, double start)
 {
 	struct uw_error err = {0}, look_err;
 	struct uw_process_identity id;
-	struct timespec a, b;
-	clock_gettime(CLOCK_MONOTONIC, &a);
 	int rc = uw_sample(t->uw, &t->sample, &err);
-	clock_gettime(CLOCK_MONOTONIC, &b);
-	double cost_s = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
+	double cost_s = schedule_now() - start;
 	timing_add(&t->timings->cost_us, cost_s * 1e6);
 	t->sample_seconds += cost_s; /* charged to its user's budget */
 	if (rc != 0) {
@@ -602,33 +568,23 @@ static void target_sample(struct target *t)
 			continue; /* no Python frames, or a stack that would not hold still */
 		unsigned flags = (th->idle ? TALLY_IDLE : 0) | (th->holds_gil ? TALLY_GIL : 0) |
 		                 (th->holds_gil && t->sample.gc_running ? TALLY_GC : 0);
-		if (tally_add(&t->tally, second, th->thread_id, th->stack, 1, flags) != 0) {
+		struct target_thread *named = thread_table_note(&t->threads, i, th, second);
+		if (tally_add_hinted(&t->tally, named ? &named->tally_hint : NULL, second, th->thread_id,
+		                     th->stack, 1, flags) != 0) {
 			log_warn("pid %d: out of memory counting samples", (int)t->pid);
 			continue;
 		}
 		t->history_samples++;
-		thread_table_note(&t->threads, i, th, second);
 	}
 }
 
-static void target_on_tick(struct ev_loop *loop, ev_io *w, int revents)
+static void target_on_tick(struct schedule_entry *e, double now, double late_s)
 {
-	(void)revents;
-	struct target *t = w->data;
-	uint64_t expirations;
-	if (read(t->timer_fd, &expirations, sizeof expirations) != (ssize_t)sizeof expirations ||
-	    expirations == 0)
-		return;
-	/* Lateness of the latest tick; ticks the loop could not keep up with are skipped, counted. */
-	double interval = 1.0 / t->effective_rate_hz;
-	double due = t->next_due + (double)(expirations - 1) * interval;
-	double late = target_monotonic_now() - due;
-	timing_add(&t->timings->jitter_us, late > 0 ? late * 1e6 : 0);
-	t->next_due += (double)expirations * interval;
-	t->missed_ticks += expirations - 1;
-	target_sample(t);
+	struct target *t = (struct target *)((char *)e - offsetof(struct target, tick));
+	timing_add(&t->timings->jitter_us, late_s * 1e6);
+	target_sample(t, now);
 	if (t->state == TARGET_SAMPLING && t->params.duration_s > 0 &&
-	    ev_now(loop) - t->session_start >= t->params.duration_s) {
+	    ev_now(t->loop) - t->session_start >= t->params.duration_s) {
 		target_stop(t);
 		log_info("pid %d: sampled for %.1f s as asked; state kept warm", (int)t->pid,
 		         t->params.duration_s);

@@ -1,4 +1,4 @@
-"""Benchmark workload: a 900-deep recursion that sleeps at the bottom."""
+"""Benchmark workload: a recursion DEPTH deep (argv[1], default 900) that sleeps at the bottom."""
 import sys
 import time
 
@@ -11,5 +11,6 @@ def factorial(n):
 
 
 if __name__ == "__main__":
-    sys.setrecursionlimit(5000)
-    factorial(900)
+    depth = int(sys.argv[1]) if len(sys.argv) > 1 else 900
+    sys.setrecursionlimit(depth + 100)
+    factorial(depth)

@@ -126,3 +126,34 @@ Test(tally, counts_idle_gil_and_gc_and_hands_idle_once)
 	cr_expect_eq(t.entries[0].idle - t.entries[0].idle_handed, 1);
 	tally_free(&t);
 }
+
+/* A thread's hint to its last entry is only ever a shortcut: a stale one counts where the key says. */
+Test(tally, a_hint_never_counts_into_another_entry)
+{
+	struct tally hinted = {0}, plain = {0};
+	uint32_t hint[2] = {UINT32_MAX, 12345};
+	for (int i = 0; i < 600; i++) {
+		int64_t second = 100 + i / 50;
+		uint64_t thread = 7 + i % 2;
+		uint32_t stack = 1 + (i / 7) % 3;
+		unsigned flags = i % 3 == 0 ? TALLY_IDLE : 0;
+		cr_assert_eq(tally_add_hinted(&hinted, &hint[i % 2], second, thread, stack, 1, flags), 0);
+		cr_assert_eq(tally_add(&plain, second, thread, stack, 1, flags), 0);
+		cr_assert_lt(hint[i % 2], hinted.len, "the hint names the entry counted");
+		if (i == 300) {
+			/* Pruning and clearing move entries under the hints. */
+			tally_mark_handed(&hinted);
+			tally_mark_handed(&plain);
+			tally_prune(&hinted, 104);
+			tally_prune(&plain, 104);
+		}
+	}
+	cr_assert_eq(hinted.len, plain.len);
+	for (size_t i = 0; i < plain.len; i++) {
+		const struct tally_entry *p = &plain.entries[i], *h = &hinted.entries[i];
+		cr_assert(p->second == h->second && p->thread_id == h->thread_id && p->stack == h->stack &&
+		          p->count == h->count && p->idle == h->idle, "entry %zu differs", i);
+	}
+	tally_free(&hinted);
+	tally_free(&plain);
+}

@@ -155,9 +155,11 @@ Test(targets, a_flush_writes_what_was_counted, .timeout = 120)
 	struct history h;
 	cr_assert_eq(history_open(&h, &c, -1), 0);
 	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+	struct schedule sched;
+	cr_assert_eq(schedule_init(&sched, loop), 0);
 
 	struct uw_error err;
-	struct target *t = target_open(loop, &h, tt.pid, &err);
+	struct target *t = target_open(loop, &sched, &h, tt.pid, &err);
 	cr_assert_not_null(t, "%s", err.msg);
 	struct target_params params = {.rate_hz = 200, .mode = UW_MODE_WALL};
 	target_start(t, &params);
@@ -182,6 +184,7 @@ Test(targets, a_flush_writes_what_was_counted, .timeout = 120)
 	store_reader_close(r);
 
 	target_free(t);
+	schedule_free(&sched);
 	history_close(&h);
 	ev_loop_destroy(loop);
 	config_free(&c);
@@ -195,10 +198,12 @@ Test(targets, trimming_drops_the_least_recently_used, .timeout = 120)
 	struct targets ts = {0};
 	struct history none = {0}; /* no history: nothing to flush into */
 	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+	struct schedule sched;
+	cr_assert_eq(schedule_init(&sched, loop), 0);
 	for (int i = 0; i < 3; i++) {
 		json_decref(start_scenario(&tts[i], "nested"));
 		struct uw_error err;
-		struct target *t = target_open(loop, &none, tts[i].pid, &err);
+		struct target *t = target_open(loop, &sched, &none, tts[i].pid, &err);
 		cr_assert_not_null(t, "%s", err.msg);
 		struct uw_sample s = {0};
 		cr_assert_eq(uw_sample(t->uw, &s, &err), 0, "%s", err.msg);
@@ -219,6 +224,7 @@ Test(targets, trimming_drops_the_least_recently_used, .timeout = 120)
 	cr_assert_eq(ts.n, 1);
 	cr_assert_not_null(targets_find(&ts, tts[1].pid));
 	targets_free(&ts);
+	schedule_free(&sched);
 	ev_loop_destroy(loop);
 	for (int i = 0; i < 3; i++)
 		test_target_kill(&tts[i]);

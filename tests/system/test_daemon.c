@@ -156,6 +156,19 @@ Test(daemon, twenty_targets, .timeout = 300)
 	static const char *const status[] = {"status", NULL};
 	json_t *s = ctl_json(&d, status);
 	cr_assert_eq(jint(s, "targets_sampling"), N);
+	/*
+	 * Twenty targets at one rate fall due together: their ticks share
+	 * wakeups (a timer each woke the daemon once per tick), several to a
+	 * wakeup even when samples are slow enough to fill a few slots.
+	 */
+	json_t *sched = json_object_get(s, "schedule");
+	cr_assert(json_is_object(sched), "status has no schedule");
+	json_int_t ticks = jint(sched, "ticks"), wakeups = jint(sched, "wakeups");
+	cr_assert_gt(wakeups, 0);
+	cr_assert_geq(ticks, 2 * wakeups, "%lld ticks in %lld wakeups: not shared", (long long)ticks,
+	              (long long)wakeups);
+	cr_assert_gt(json_real_value(json_object_get(sched, "lateness_us_p99")), 0,
+	             "how late samples start is reported");
 	json_decref(s);
 	for (size_t i = 0; i < N; i++) {
 		json_t *st = ctl_stats_of(&d, targets[i].pid);
