@@ -392,6 +392,9 @@ int uw_sample(struct uw_target *t, struct uw_sample *s, struct uw_error *err)
 	w->deadline_ns = t->opts.max_sample_ns ? walk_now_ns() + t->opts.max_sample_ns : 0;
 	if (view_begin(t, err) == 0)
 		rc = walk_interpreters(w, err);
+	/* asyncio's tasks, read once the threads are: a running task's frames are its thread's. */
+	if (rc == 0 && !w->cut && tasks_wanted(t))
+		rc = tasks_sample(w, err);
 	view_end(t, rc == 0);
 	s->cut = w->cut;
 done:

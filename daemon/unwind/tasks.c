@@ -1,0 +1,704 @@
+/*
+ * asyncio's tasks: which coroutine awaits which, and where each task is
+ * parked.  A thread running an event loop shows only the loop; the tasks
+ * are C objects of the _asyncio module (TaskObj), each running a coroutine
+ * whose frame lives in the coroutine object and whose awaited coroutine sits
+ * on top of that frame's value stack.
+ *
+ * 3.14+ keep every task on a list of its thread (and of the interpreter for
+ * the tasks of threads that ended), and record in each task the task
+ * awaiting it (awaited_by); the _asyncio module publishes the offsets of
+ * both (.AsyncioDebug).  3.11-3.13 keep the tasks in a WeakSet of the
+ * asyncio package, which is not read here yet.
+ *
+ * Everything read here is remote and bounded: tasks (max_tasks), coroutine
+ * chains, sets and names.
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "unwind_internal.h"
+
+/* Coroutines one task awaits through, at most: past it the chain is cut. */
+#define TASKS_MAX_AWAIT_DEPTH 256
+/* Tasks from a task to its root, at most: a loop in awaited_by stops there. */
+#define TASKS_MAX_TREE_DEPTH 256
+/* Candidates kept of a set of awaiting tasks, and slots of such a set read. */
+#define TASKS_PARENT_CANDIDATES 4
+#define TASKS_SET_MAX_SLOTS 1024u
+/* Samples a task name is trusted before it is read again (its object may be freed and reused). */
+#define TASKS_NAME_REFRESH 256
+/* Longest task name kept. */
+#define TASKS_NAME_MAX 200
+/* The frames a task's coroutine frame is read with: room for the fields used. */
+#define TASKS_FRAME_BYTES 96u
+/* Bytes of a PySetObject read (3.14+: used 24, mask 32, table 40). */
+#define TASKS_SET_MASK 32
+#define TASKS_SET_TABLE 40
+/* _PyStackRef tag bits (3.14+). */
+#define TASKS_STACKREF_TAGS 3u
+
+#define TASKS_NONE UINT32_MAX
+
+struct task_entry {
+	raddr_t addr;
+	raddr_t parents[TASKS_PARENT_CANDIDATES]; /* awaiting tasks as read; resolved to parent */
+	uint32_t parent;        /* index of the awaiting task, TASKS_NONE for a root */
+	uint64_t thread_id;
+	uint32_t name;          /* string id */
+	uint32_t marker;        /* frame id of <task>:NAME */
+	raddr_t running_frame;  /* its coroutine's frame, when the coroutine runs */
+	bool running;
+	uint32_t frames_first, nframes; /* in tasks.frames: frame ids, innermost first */
+	uint32_t stack;         /* the whole stack, once built */
+	uint8_t built;          /* 0 not yet, 1 being built, 2 built */
+};
+
+struct task_name {
+	raddr_t obj;
+	uint32_t str, marker;
+	uint64_t gen;
+};
+
+struct tasks {
+	bool looked;            /* the runtime's asyncio was looked for */
+	bool usable;
+	struct uw_error why;    /* when not usable */
+	struct asyncio_layout L;
+
+	uint64_t epoch;         /* of the names below */
+	struct task_name *names;
+	uint32_t nnames;
+	size_t names_cap;
+	struct hash names_index;
+
+	struct task_entry *v;
+	uint32_t n;
+	size_t cap;
+	struct hash index;      /* task address → entry */
+	uint32_t *frames;
+	uint32_t nframes;
+	size_t frames_cap;
+	struct raw_frame *raw;  /* one task's coroutine frames as read */
+	size_t raw_cap;
+	bool cut;
+};
+
+bool tasks_wanted(const struct uw_target *t)
+{
+	return t->opts.async_mode != UW_ASYNC_OFF || (t->opts.flags & UW_SNAP_TASKS);
+}
+
+void tasks_free(struct uw_target *t)
+{
+	struct tasks *ts = t->tasks;
+	if (!ts)
+		return;
+	free(ts->names);
+	hash_free(&ts->names_index);
+	free(ts->v);
+	hash_free(&ts->index);
+	free(ts->frames);
+	free(ts->raw);
+	free(ts);
+	t->tasks = NULL;
+}
+
+/* -------- finding asyncio in the process -------- */
+
+/*
+ * The _asyncio module's debug offsets (3.14+): in the executable or
+ * libpython when the module is built in, else in its own extension file.
+ * 1 found, 0 not there (yet: the program may import asyncio later), -1 *err.
+ */
+static int tasks_find_debug_offsets(struct uw_target *t, struct tasks *ts, struct uw_error *err)
+{
+	struct proc_maps maps;
+	if (t->pid <= 0)
+		return 0;
+	if (proc_maps_read(t->pid, &maps, err) != 0)
+		return -1;
+	int found = 0;
+	for (size_t i = 0; i < maps.count && !found; i++) {
+		const struct proc_map *m = &maps.maps[i];
+		if (!m->path || m->offset != 0)
+			continue;
+		const char *base = strrchr(m->path, '/');
+		base = base ? base + 1 : m->path;
+		bool candidate = strcmp(m->path, t->runtime_file) == 0 || strncmp(base, "_asyncio.", 9) == 0;
+		if (!candidate)
+			continue;
+		int fd = proc_map_open(t->pid, m, err);
+		if (fd < 0)
+			continue;
+		struct elf_symbol none = {.name = "_AsyncioDebug"};
+		struct elf_facts facts;
+		int rc = elf_lookup(fd, &none, 1, &facts, err);
+		close(fd);
+		uint64_t at = none.found ? none.value : facts.asyncio_debug_section;
+		if (rc != 0 || !at)
+			continue;
+		uint8_t raw[LAYOUT_ASYNCIO_DEBUG_SIZE];
+		raddr_t addr = m->start - facts.first_load_vaddr + at;
+		if (remote_read(&t->mem, addr, raw, sizeof raw, err) != 0 ||
+		    layout_asyncio_from_debug(raw, sizeof raw, &ts->L) != 0) {
+			proc_maps_free(&maps);
+			return uw_fail(err, UW_ECORRUPT, "unreadable asyncio debug offsets in %s", m->path);
+		}
+		found = 1;
+	}
+	proc_maps_free(&maps);
+	return found;
+}
+
+/* Whether the tasks can be read at all; ts->why says why not. */
+static bool tasks_usable(struct uw_target *t, struct tasks *ts)
+{
+	if (ts->usable)
+		return true;
+	const struct asyncio_layout *L = layout_asyncio_for_minor(t->layout.minor);
+	ts->why = (struct uw_error){0};
+	if (!L || t->layout.frame_model != FRAME_MODEL_INTERP) {
+		uw_fail(&ts->why, UW_EVERSION, "asyncio tasks are read from Python 3.11 on, not %s",
+		        t->version);
+		return false;
+	}
+	if (t->layout.free_threaded) {
+		uw_fail(&ts->why, UW_EVERSION, "asyncio tasks of free-threaded builds are not read");
+		return false;
+	}
+	ts->L = *L;
+	if (L->minor < 14) {
+		uw_fail(&ts->why, UW_EVERSION, "asyncio tasks of Python %s are not read yet "
+		        "(their list is a WeakSet of the asyncio package)", t->version);
+		return false;
+	}
+	/* Until asyncio is imported there is nothing to find: look again at each sample. */
+	int found = tasks_find_debug_offsets(t, ts, &ts->why);
+	if (found <= 0) {
+		if (found == 0)
+			uw_fail(&ts->why, UW_OK, "no asyncio in the process (the _asyncio module is not loaded)");
+		return false;
+	}
+	ts->usable = true;
+	return true;
+}
+
+/* -------- names -------- */
+
+static bool tasks_name_equal(const void *ctx, uint32_t id, const void *key)
+{
+	const struct tasks *ts = ctx;
+	return ts->names[id].obj == *(const raddr_t *)key;
+}
+
+/* The value of a small non-negative int object (a task named "Task-N" by number from 3.12). */
+static int tasks_read_small_int(struct uw_target *t, const struct asyncio_layout *L, raddr_t obj,
+                                uint64_t *value, struct uw_error *err)
+{
+	uint8_t b[40];
+	if (remote_read(&t->mem, obj, b, L->long_digit + 8, err) != 0)
+		return -1;
+	uint64_t size = load_u64(b, L->long_size);
+	uint64_t ndigits = L->long_tagged ? size >> 3 : size;
+	if ((L->long_tagged && (size & 3) == 2) || ndigits > 2)
+		return uw_fail(err, UW_ECORRUPT, "task name 0x%llx: not a str nor a small int",
+		               (unsigned long long)obj);
+	uint64_t lo = ndigits > 0 ? load_u32(b, L->long_digit) : 0;
+	uint64_t hi = ndigits > 1 ? load_u32(b, L->long_digit + 4) : 0;
+	*value = lo | hi << 30;
+	return 0;
+}
+
+/* A task's name as a string id and its <task>:NAME frame, cached by the name object. */
+static int tasks_name(struct uw_target *t, struct tasks *ts, raddr_t obj, uint32_t *str,
+                      uint32_t *marker, struct uw_error *err)
+{
+	uint32_t h = hash_u64(obj);
+	uint32_t id = hash_find(&ts->names_index, h, tasks_name_equal, ts, &obj);
+	if (id != HASH_NONE && t->sample_gen - ts->names[id].gen < TASKS_NAME_REFRESH) {
+		*str = ts->names[id].str;
+		*marker = ts->names[id].marker;
+		return 0;
+	}
+	char name[TASKS_NAME_MAX + 16];
+	uint8_t hdr[16];
+	if (!obj || remote_read(&t->mem, obj, hdr, sizeof hdr, err) != 0)
+		return uw_fail(err, UW_ECORRUPT, "task name at 0x%llx unreadable", (unsigned long long)obj);
+	if (load_u64(hdr, t->layout.object.ob_type) == t->unicode_type) {
+		uint32_t s = pyobj_read_str(t, obj, err);
+		if (s == INTERN_FAILED)
+			return -1;
+		snprintf(name, sizeof name, "%.*s", TASKS_NAME_MAX, t->intern.strs[s]);
+	} else {
+		uint64_t n = 0;
+		if (tasks_read_small_int(t, &ts->L, obj, &n, err) != 0)
+			return -1;
+		snprintf(name, sizeof name, "Task-%llu", (unsigned long long)n);
+	}
+	char label[sizeof name + 8];
+	int len = snprintf(label, sizeof label, "<task>:%s", name);
+	struct frame_key key = {.line = -1, .kind = UW_FRAME_PYTHON};
+	uint32_t s = intern_string(&t->intern, name, strlen(name));
+	key.function = key.qualname = intern_string(&t->intern, label, (size_t)len);
+	if (s == INTERN_FAILED || key.function == INTERN_FAILED ||
+	    (*marker = intern_frame(&t->intern, &key)) == INTERN_FAILED)
+		return uw_fail(err, UW_ENOMEM, "out of memory");
+	*str = s;
+	if (id == HASH_NONE) {
+		if (array_reserve((void **)&ts->names, &ts->names_cap, ts->nnames, sizeof *ts->names, NULL) ||
+		    hash_reserve(&ts->names_index, 1) != 0)
+			return uw_fail(err, UW_ENOMEM, "out of memory");
+		id = ts->nnames++;
+		hash_fill(&ts->names_index, hash_probe(&ts->names_index, h, tasks_name_equal, ts, &obj), h, id);
+	}
+	ts->names[id] = (struct task_name){.obj = obj, .str = s, .marker = *marker, .gen = t->sample_gen};
+	return 0;
+}
+
+/* -------- one task -------- */
+
+static int tasks_push_frame(struct tasks *ts, uint32_t frame, struct uw_error *err)
+{
+	if (array_reserve((void **)&ts->frames, &ts->frames_cap, ts->nframes, sizeof *ts->frames, NULL))
+		return uw_fail(err, UW_ENOMEM, "out of memory");
+	ts->frames[ts->nframes++] = frame;
+	return 0;
+}
+
+/*
+ * The object a suspended coroutine frame awaits, if it is a coroutine of
+ * the same type: the top of its value stack (3.15 keeps the value being
+ * sent above it).  0 when it awaits something else (a future).
+ */
+static raddr_t tasks_awaited_coro(struct uw_target *t, const struct asyncio_layout *L,
+                                  raddr_t frame, const uint8_t *f, raddr_t coro_type)
+{
+	raddr_t slots[2] = {0, 0};
+	if (L->frame_stackpointer != LAYOUT_ABSENT) {
+		raddr_t sp = load_u64(f, L->frame_stackpointer) & ~(raddr_t)TASKS_STACKREF_TAGS;
+		if (sp < frame + L->frame_localsplus + 8 || sp - frame > (1u << 16))
+			return 0;
+		uint8_t b[16];
+		if (sp - 16 < frame + L->frame_localsplus) {
+			if (remote_read(&t->mem, sp - 8, b + 8, 8, NULL) != 0)
+				return 0;
+			slots[0] = load_u64(b, 8);
+		} else {
+			if (remote_read(&t->mem, sp - 16, b, 16, NULL) != 0)
+				return 0;
+			slots[0] = load_u64(b, 8);
+			slots[1] = load_u64(b, 0);
+		}
+	} else {
+		int32_t top = load_i32(f, L->frame_stacktop);
+		if (top < 1 || top > (1 << 13))
+			return 0;
+		uint8_t b[8];
+		if (remote_read(&t->mem, frame + L->frame_localsplus + (uint64_t)(top - 1) * 8, b, 8, NULL) != 0)
+			return 0;
+		slots[0] = load_u64(b, 0);
+	}
+	for (int i = 0; i < 2; i++) {
+		raddr_t o = slots[i] & ~(raddr_t)TASKS_STACKREF_TAGS;
+		uint8_t hdr[16];
+		if (o && remote_read(&t->mem, o, hdr, sizeof hdr, NULL) == 0 &&
+		    load_u64(hdr, t->layout.object.ob_type) == coro_type)
+			return o;
+	}
+	return 0;
+}
+
+/*
+ * A task's coroutine chain from its coroutine to the innermost one it
+ * awaits, read into e's frames (innermost first).  A coroutine that runs
+ * marks the task running: its frames are on its thread's stack.
+ */
+static int tasks_read_coro(struct uw_target *t, struct tasks *ts, struct task_entry *e, raddr_t coro,
+                           struct uw_error *err)
+{
+	const struct asyncio_layout *L = &ts->L;
+	const struct py_layout *P = &t->layout;
+	uint32_t nraw = 0;
+	raddr_t coro_type = 0;
+	for (uint32_t depth = 0; coro && depth < TASKS_MAX_AWAIT_DEPTH; depth++) {
+		uint8_t g[512];
+		uint32_t len = L->gen_iframe + TASKS_FRAME_BYTES;
+		if (len > sizeof g || remote_read(&t->mem, coro, g, len, err) != 0)
+			return -1;
+		raddr_t type = load_u64(g, P->object.ob_type);
+		if (!coro_type)
+			coro_type = type;
+		else if (type != coro_type)
+			break;
+		int8_t state = (int8_t)g[L->gen_frame_state];
+		raddr_t frame = coro + L->gen_iframe;
+		const uint8_t *f = g + L->gen_iframe;
+		if (state == L->state_executing) {
+			e->running = true;
+			e->running_frame = frame;
+			break;
+		}
+		bool suspended = state >= L->state_suspended_lo && state <= L->state_suspended_hi;
+		if (!suspended && state != L->state_created)
+			break; /* finished: nothing parked there */
+		if (array_reserve((void **)&ts->raw, &ts->raw_cap, nraw, sizeof *ts->raw, NULL))
+			return uw_fail(err, UW_ENOMEM, "out of memory");
+		ts->raw[nraw++] = (struct raw_frame){
+			.addr = frame,
+			.code = load_u64(f, P->frame.code) & ~P->frame.code_tag_mask,
+			.pos = load_u64(f, P->frame.instr_ptr),
+			.kind = UW_FRAME_PYTHON};
+		if (!suspended)
+			break;
+		coro = tasks_awaited_coro(t, L, frame, f, coro_type);
+	}
+	/* Read outermost first: the innermost await is the task's top frame. */
+	e->frames_first = ts->nframes;
+	for (uint32_t i = nraw; i-- > 0;) {
+		struct code_info *ci = code_get(t, ts->raw[i].code, err);
+		if (!ci)
+			return -1;
+		uint32_t frame = code_frame_at(t, ci, ts->raw[i].pos);
+		if (frame == INTERN_FAILED)
+			return uw_fail(err, UW_ENOMEM, "out of memory");
+		if (tasks_push_frame(ts, frame, err) != 0)
+			return -1;
+	}
+	e->nframes = ts->nframes - e->frames_first;
+	return 0;
+}
+
+/* The awaiting tasks a task records (3.14+): one object, or a set of them. */
+static void tasks_read_awaited_by(struct uw_target *t, const struct tasks *ts, const uint8_t *task,
+                                  struct task_entry *e)
+{
+	const struct asyncio_layout *L = &ts->L;
+	if (L->task_awaited_by == LAYOUT_ABSENT)
+		return;
+	raddr_t by = load_u64(task, L->task_awaited_by);
+	if (!by)
+		return;
+	if (!task[L->task_awaited_by_is_set]) {
+		e->parents[0] = by;
+		return;
+	}
+	uint8_t set[TASKS_SET_TABLE + 8];
+	if (remote_read(&t->mem, by, set, sizeof set, NULL) != 0)
+		return;
+	uint64_t mask = load_u64(set, TASKS_SET_MASK);
+	raddr_t table = load_u64(set, TASKS_SET_TABLE);
+	uint64_t slots = mask + 1;
+	if (mask >= TASKS_SET_MAX_SLOTS || (slots & mask) != 0 || !table)
+		return;
+	uint8_t entries[TASKS_SET_MAX_SLOTS * 16];
+	if (remote_read(&t->mem, table, entries, slots * 16, NULL) != 0)
+		return;
+	uint32_t k = 0;
+	for (uint64_t i = 0; i < slots && k < TASKS_PARENT_CANDIDATES; i++) {
+		raddr_t key = load_u64(entries, (uint32_t)(i * 16));
+		if (key && key != e->addr)
+			e->parents[k++] = key;
+	}
+}
+
+static bool tasks_index_equal(const void *ctx, uint32_t id, const void *key)
+{
+	const struct tasks *ts = ctx;
+	return ts->v[id].addr == *(const raddr_t *)key;
+}
+
+static uint32_t tasks_find(const struct tasks *ts, raddr_t addr)
+{
+	return hash_find(&ts->index, hash_u64(addr), tasks_index_equal, ts, &addr);
+}
+
+/*
+ * One task at addr, read into a new entry unless it is done; *next is the
+ * next node of the list it is on.  -1 only for what ends the sample's tasks.
+ */
+static int tasks_read_one(struct uw_target *t, struct tasks *ts, raddr_t addr, uint64_t thread_id,
+                          raddr_t *next, struct uw_error *err)
+{
+	const struct asyncio_layout *L = &ts->L;
+	uint8_t task[512];
+	if (L->task_size > sizeof task || remote_read(&t->mem, addr, task, L->task_size, err) != 0)
+		return -1;
+	*next = L->task_node != LAYOUT_ABSENT ? load_u64(task, L->task_node) : 0;
+	if (L->task_is_task != LAYOUT_ABSENT && !task[L->task_is_task])
+		return uw_fail(err, UW_ECORRUPT, "object 0x%llx on the task list is not a task",
+		               (unsigned long long)addr);
+	int32_t state = load_i32(task, L->fut_state);
+	if (state < 0 || state > 2)
+		return uw_fail(err, UW_ECORRUPT, "task 0x%llx in state %d", (unsigned long long)addr, state);
+	raddr_t coro = load_u64(task, L->task_coro);
+	if (state != 0 || !coro)
+		return 0; /* done: asyncio.all_tasks() leaves it out too */
+	if (tasks_find(ts, addr) != HASH_NONE)
+		return uw_fail(err, UW_ECORRUPT, "task 0x%llx comes twice: the task list loops",
+		               (unsigned long long)addr);
+	if (array_reserve((void **)&ts->v, &ts->cap, ts->n, sizeof *ts->v, NULL) ||
+	    hash_reserve(&ts->index, 1) != 0)
+		return uw_fail(err, UW_ENOMEM, "out of memory");
+	struct task_entry *e = &ts->v[ts->n];
+	*e = (struct task_entry){.addr = addr, .parent = TASKS_NONE, .thread_id = thread_id};
+	if (tasks_name(t, ts, load_u64(task, L->task_name), &e->name, &e->marker, err) != 0 ||
+	    tasks_read_coro(t, ts, e, coro, err) != 0)
+		return -1;
+	tasks_read_awaited_by(t, ts, task, e);
+	uint32_t h = hash_u64(addr);
+	hash_fill(&ts->index, hash_probe(&ts->index, h, tasks_index_equal, ts, &addr), h, ts->n);
+	ts->n++;
+	return 0;
+}
+
+/*
+ * The tasks on one list (a thread's, or the interpreter's): a circular list
+ * of llist_nodes through each task's task_node, its head at `head`.
+ */
+static int tasks_read_list(struct walk *w, struct tasks *ts, raddr_t head, uint64_t thread_id,
+                           uint32_t max, struct uw_error *err)
+{
+	struct uw_target *t = w->t;
+	const struct asyncio_layout *L = &ts->L;
+	uint8_t b[8];
+	if (remote_read(&t->mem, head, b, 8, err) != 0)
+		return -1;
+	raddr_t node = load_u64(b, 0);
+	while (node && node != head) {
+		if (ts->n >= max) {
+			ts->cut = true;
+			return 0;
+		}
+		if (walk_over_time(w, 1)) {
+			ts->cut = true;
+			return 0;
+		}
+		raddr_t next = 0;
+		if (tasks_read_one(t, ts, node - L->task_node, thread_id, &next, err) != 0)
+			return -1;
+		if (next == node)
+			return uw_fail(err, UW_ECORRUPT, "task list node 0x%llx links to itself",
+			               (unsigned long long)node);
+		node = next;
+	}
+	if (!node)
+		return uw_fail(err, UW_ECORRUPT, "task list at 0x%llx ends in NULL", (unsigned long long)head);
+	return 0;
+}
+
+/* Every interpreter's threads' task lists, then the interpreter's own. */
+static int tasks_read_all(struct walk *w, struct tasks *ts, uint32_t max, struct uw_error *err)
+{
+	struct uw_target *t = w->t;
+	const struct py_layout *P = &t->layout;
+	const uint8_t *rt = view_read(t, t->runtime, P->runtime.size, 0, err);
+	if (!rt)
+		return -1;
+	raddr_t interp = load_u64(rt, P->runtime.interpreters_head);
+	for (unsigned ni = 0; interp && ni < UW_MAX_INTERPRETERS; ni++) {
+		const uint8_t *is = view_read(t, interp, P->interp.size, 0, err);
+		if (!is)
+			return -1;
+		raddr_t next_interp = load_u64(is, P->interp.next);
+		raddr_t tstate = load_u64(is, P->interp.threads_head);
+		for (uint32_t k = 0; tstate && k < UW_MAX_THREADS; k++) {
+			const uint8_t *tsb = view_read(t, tstate, P->tstate.size, 0, err);
+			if (!tsb)
+				return -1;
+			uint64_t thread_id = load_u64(tsb, P->tstate.thread_id);
+			if (tasks_read_list(w, ts, tstate + ts->L.ts_tasks_head, thread_id, max, err) != 0)
+				return -1;
+			if (ts->cut)
+				return 0;
+			raddr_t next = load_u64(tsb, P->tstate.next);
+			if (next == tstate)
+				break;
+			tstate = next;
+		}
+		if (tasks_read_list(w, ts, interp + ts->L.interp_tasks_head, 0, max, err) != 0)
+			return -1;
+		if (ts->cut || next_interp == interp)
+			return 0;
+		interp = next_interp;
+	}
+	return 0;
+}
+
+/* -------- the tree -------- */
+
+/* A running task's own frames: its thread's, from the innermost down to its coroutine's frame. */
+static int tasks_splice_running(struct uw_target *t, struct tasks *ts, struct task_entry *e,
+                                struct uw_error *err)
+{
+	for (uint32_t i = 0; i < t->nthreads; i++) {
+		const struct thread_cache *tc = &t->threads[i];
+		if (tc->seen != t->sample_gen)
+			continue;
+		for (uint32_t d = 0; d < tc->n; d++) {
+			if (tc->chain[d].addr != e->running_frame)
+				continue;
+			e->frames_first = ts->nframes;
+			for (uint32_t k = tc->n; k-- > d;)
+				if (tasks_push_frame(ts, uw_stack_frame(t, tc->chain[k].stack), err) != 0)
+					return -1;
+			e->nframes = ts->nframes - e->frames_first;
+			if (!e->thread_id) {
+				const uint8_t *tsb = view_read(t, tc->tstate, t->layout.tstate.size, 0, NULL);
+				if (tsb)
+					e->thread_id = load_u64(tsb, t->layout.tstate.thread_id);
+			}
+			return 0;
+		}
+	}
+	return 0;
+}
+
+/* The stack of task i: its frames on <task>:NAME on the stack of the task awaiting it. */
+static int tasks_build_stack(struct uw_target *t, struct tasks *ts, uint32_t i, struct uw_error *err)
+{
+	uint32_t path[TASKS_MAX_TREE_DEPTH];
+	uint32_t n = 0;
+	/* Up to a built ancestor or the root; a loop (or a tree too deep) is cut there. */
+	for (uint32_t k = i; k != TASKS_NONE && ts->v[k].built == 0 && n < TASKS_MAX_TREE_DEPTH;
+	     k = ts->v[k].parent) {
+		ts->v[k].built = 1;
+		path[n++] = k;
+	}
+	while (n-- > 0) {
+		struct task_entry *e = &ts->v[path[n]];
+		uint32_t base = e->parent != TASKS_NONE && ts->v[e->parent].built == 2
+		                    ? ts->v[e->parent].stack : 0;
+		uint32_t s = intern_stack(&t->intern, base, e->marker);
+		for (uint32_t f = e->nframes; s != INTERN_FAILED && f-- > 0;)
+			s = intern_stack(&t->intern, s, ts->frames[e->frames_first + f]);
+		if (s == INTERN_FAILED)
+			return uw_fail(err, UW_ENOMEM, "out of memory interning frames");
+		e->stack = s;
+		e->built = 2;
+	}
+	return 0;
+}
+
+/* Make the sample's stacks task stacks, as the async mode says. */
+static int tasks_apply(struct walk *w, struct tasks *ts, struct uw_error *err)
+{
+	struct uw_target *t = w->t;
+	struct uw_sample *s = w->out;
+	uint32_t nthreads = s->nthreads;
+	for (uint32_t i = 0; i < ts->n; i++) {
+		const struct task_entry *e = &ts->v[i];
+		struct uw_sample_thread *owner = NULL;
+		for (uint32_t k = 0; k < nthreads && !owner; k++)
+			if (s->threads[k].thread_id == e->thread_id)
+				owner = &s->threads[k];
+		if (e->running && owner) {
+			owner->stack = e->stack;
+			owner->task = true;
+			continue;
+		}
+		if (t->opts.async_mode != UW_ASYNC_ALL || e->running)
+			continue;
+		/* A task with no thread (one that ended) is shown on the first. */
+		struct uw_sample_thread th = owner ? *owner : nthreads ? s->threads[0] : (struct uw_sample_thread){0};
+		if (s->nthreads >= UW_MAX_THREADS + UW_MAX_TASKS)
+			break;
+		if (array_reserve((void **)&s->threads, &s->cap, s->nthreads, sizeof *s->threads, NULL))
+			return uw_fail(err, UW_ENOMEM, "out of memory");
+		th.holds_gil = th.on_cpu = th.truncated = th.moving = false;
+		th.idle = true; /* parked in an await */
+		th.task = true;
+		th.stack = e->stack;
+		s->threads[s->nthreads++] = th;
+	}
+	return 0;
+}
+
+int tasks_sample(struct walk *w, struct uw_error *err)
+{
+	struct uw_target *t = w->t;
+	struct uw_sample *s = w->out;
+	s->tasks = 0;
+	s->tasks_cut = false;
+	s->tasks_error = (struct uw_error){0};
+	if (!t->tasks && !(t->tasks = calloc(1, sizeof *t->tasks)))
+		return uw_fail(err, UW_ENOMEM, "out of memory");
+	struct tasks *ts = t->tasks;
+	ts->n = ts->nframes = 0;
+	ts->cut = false;
+	hash_clear(&ts->index);
+	if (ts->epoch != t->epoch) {
+		/* The names' frame ids were of the epoch that ended. */
+		ts->nnames = 0;
+		hash_clear(&ts->names_index);
+		ts->epoch = t->epoch;
+	}
+	if (!tasks_usable(t, ts)) {
+		s->tasks_error = ts->why;
+		return 0;
+	}
+	uint32_t max = t->opts.max_tasks ? t->opts.max_tasks : UW_MAX_TASKS_DEFAULT;
+	if (max > UW_MAX_TASKS)
+		max = UW_MAX_TASKS;
+	struct uw_error terr = {0};
+	int rc = tasks_read_all(w, ts, max, &terr);
+	for (uint32_t i = 0; rc == 0 && i < ts->n; i++) {
+		struct task_entry *e = &ts->v[i];
+		for (int k = 0; k < TASKS_PARENT_CANDIDATES && e->parents[k] && e->parent == TASKS_NONE; k++) {
+			uint32_t p = tasks_find(ts, e->parents[k]);
+			if (p != HASH_NONE && p != i)
+				e->parent = p;
+		}
+		if (e->running)
+			rc = tasks_splice_running(t, ts, e, &terr);
+	}
+	for (uint32_t i = 0; rc == 0 && i < ts->n; i++)
+		if (ts->v[i].built == 0)
+			rc = tasks_build_stack(t, ts, i, &terr);
+	if (rc == 0 && t->opts.async_mode != UW_ASYNC_OFF)
+		rc = tasks_apply(w, ts, &terr);
+	if (rc != 0) {
+		if (terr.status == UW_ENOMEM) {
+			*err = terr;
+			return -1;
+		}
+		/* Tasks that moved under the read: this sample keeps its threads' stacks. */
+		s->tasks_error = terr;
+		ts->n = 0;
+		return 0;
+	}
+	s->tasks = ts->n;
+	s->tasks_cut = ts->cut;
+	t->stats.tasks_read += ts->n;
+	t->stats.tasks_cut += ts->cut;
+	return 0;
+}
+
+/* A frame id's frames spelled out for a snapshot, innermost first. */
+int tasks_snapshot(struct uw_target *t, struct uw_snapshot *out, struct uw_error *err)
+{
+	struct tasks *ts = t->tasks;
+	if (!ts || !ts->n)
+		return 0;
+	out->tasks = calloc(ts->n, sizeof *out->tasks);
+	if (!out->tasks)
+		return uw_fail(err, UW_ENOMEM, "out of memory");
+	for (uint32_t i = 0; i < ts->n; i++) {
+		const struct task_entry *e = &ts->v[i];
+		struct uw_task *u = &out->tasks[out->ntasks++];
+		*u = (struct uw_task){.id = e->addr,
+		                      .name = t->intern.strs[e->name],
+		                      .thread_id = e->thread_id,
+		                      .awaited_by = e->parent != TASKS_NONE ? ts->v[e->parent].addr : 0,
+		                      .running = e->running};
+		u->frames = calloc(e->nframes ? e->nframes : 1, sizeof *u->frames);
+		if (!u->frames)
+			return uw_fail(err, UW_ENOMEM, "out of memory");
+		for (uint32_t f = 0; f < e->nframes; f++)
+			u->frames[u->nframes++] = *uw_frame_get(t, ts->frames[e->frames_first + f]);
+	}
+	return 0;
+}
