@@ -1,0 +1,192 @@
+/*
+ * `pyprofd dump --async-aware` against live asyncio programs: the task tree
+ * read from outside must be the program's own view of itself exactly
+ * (tests/targets/tasks.py: asyncio.all_tasks(), the coroutine chains, the
+ * awaiting task by construction and, on 3.14+, capture_call_graph).
+ */
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "helpers.h"
+#include "pythons.h"
+
+TestSuite(tasks, .init = helpers_init, .fini = helpers_fini);
+
+/* The first version whose tasks are read. */
+#define TASKS_MIN_MINOR 14
+/* Tasks the large scenario parks on one future. */
+#define TASKS_BULK "10000"
+
+struct tasks_param {
+	bool none;
+	struct python py;
+	char bulk[8];
+	char mode[8];
+};
+
+static void tasks_free_params(struct criterion_test_params *crp)
+{
+	cr_free(crp->params);
+}
+
+/* Each interpreter from 3.11 with each (bulk, mode) scenario. */
+static struct criterion_test_params tasks_params(const char *const scenarios[][2], size_t nscen)
+{
+	struct python all[PYTHONS_MAX];
+	size_t n = pythons_find(all, PYTHONS_MAX), k = 0;
+	struct tasks_param *p = cr_malloc(sizeof *p * (n * nscen + 1));
+	if (!p)
+		abort();
+	for (size_t i = 0; i < n; i++) {
+		if (!all[i].supported || all[i].minor < 11)
+			continue;
+		for (size_t j = 0; j < nscen; j++, k++) {
+			memset(&p[k], 0, sizeof p[k]);
+			p[k].py = all[i];
+			snprintf(p[k].bulk, sizeof p[k].bulk, "%s", scenarios[j][0]);
+			snprintf(p[k].mode, sizeof p[k].mode, "%s", scenarios[j][1]);
+		}
+	}
+	if (k == 0) {
+		memset(&p[0], 0, sizeof p[0]);
+		p[0].none = true;
+		k = 1;
+	}
+	return cr_make_param_array(struct tasks_param, p, k, tasks_free_params);
+}
+
+static const char *tasks_str(const json_t *o, const char *key)
+{
+	return json_string_value(json_object_get(o, key));
+}
+
+/* The dump's task of a given id, NULL if none. */
+static json_t *tasks_by_id(json_t *tasks, json_int_t id)
+{
+	size_t i;
+	json_t *t;
+	json_array_foreach(tasks, i, t)
+		if (json_integer_value(json_object_get(t, "id")) == id)
+			return t;
+	return NULL;
+}
+
+static json_t *tasks_by_name(json_t *tasks, const char *name)
+{
+	size_t i;
+	json_t *t;
+	json_array_foreach(tasks, i, t)
+		if (tasks_str(t, "name") && strcmp(tasks_str(t, "name"), name) == 0)
+			return t;
+	return NULL;
+}
+
+/* The name of the task awaiting t in the dump, NULL for a root. */
+static const char *tasks_parent_name(json_t *tasks, json_t *t)
+{
+	json_t *by = json_object_get(t, "awaited_by");
+	if (json_is_null(by))
+		return NULL;
+	json_t *p = tasks_by_id(tasks, json_integer_value(by));
+	return p ? tasks_str(p, "name") : "(a task not in the dump)";
+}
+
+/* The program's chain [[qualname, line], ...] against the dump's frames, innermost first. */
+static void tasks_check_frames(const char *ctx, const char *name, json_t *want, json_t *frames)
+{
+	cr_expect_eq(json_array_size(frames), json_array_size(want),
+	             "%s: task %s has %zu frames in the dump, %zu in the program", ctx, name,
+	             json_array_size(frames), json_array_size(want));
+	for (size_t k = 0; k < json_array_size(want) && k < json_array_size(frames); k++) {
+		json_t *w = json_array_get(want, k), *f = json_array_get(frames, k);
+		const char *wq = json_string_value(json_array_get(w, 0));
+		json_int_t wl = json_integer_value(json_array_get(w, 1));
+		cr_expect(tasks_str(f, "qualname") && strcmp(tasks_str(f, "qualname"), wq) == 0 &&
+		              json_integer_value(json_object_get(f, "line")) == wl,
+		          "%s: task %s frame %zu is %s:%lld in the dump, %s:%lld in the program", ctx,
+		          name, k, tasks_str(f, "qualname"),
+		          (long long)json_integer_value(json_object_get(f, "line")), wq, (long long)wl);
+	}
+}
+
+static const char *const tree_scenarios[][2] = {{"3", "spin"}, {TASKS_BULK, "park"}};
+
+ParameterizedTestParameters(tasks, tree)
+{
+	return tasks_params(tree_scenarios, sizeof tree_scenarios / sizeof tree_scenarios[0]);
+}
+
+ParameterizedTest(struct tasks_param *p, tasks, tree, .timeout = 120)
+{
+	if (p->none) {
+		struct python unused[1];
+		pythons_supported(unused, 1);
+		cr_skip_test("no interpreter from 3.11 on");
+	}
+	char ctx[PATH_MAX + 128], py[PATH_MAX + 64], script[PATH_MAX];
+	snprintf(ctx, sizeof ctx, "Python %s, %s tasks, %s", python_describe(&p->py, py, sizeof py),
+	         p->bulk, p->mode);
+	target_script("tasks.py", script, sizeof script);
+	struct test_target t;
+	const char *args[] = {"-I", script, "{report}", p->bulk, p->mode, NULL};
+	test_target_start_python(&t, &p->py, args);
+	json_t *report = test_target_wait_report(&t, 60);
+	json_t *dump = dump_json(t.pid, (const char *const[]){"--json", "--async-aware", NULL}, ctx);
+	json_t *tasks = json_object_get(dump, "tasks");
+	cr_assert(json_is_array(tasks), "%s: the dump has no tasks array", ctx);
+
+	if (p->py.minor < TASKS_MIN_MINOR) {
+		/* Not read yet: said so, and the threads are dumped as ever. */
+		cr_expect(json_array_size(tasks) == 0 && tasks_str(dump, "tasks_error"),
+		          "%s: tasks of this version are not read, and the dump must say so", ctx);
+		cr_expect(json_array_size(json_object_get(dump, "threads")) > 0, "%s: no threads", ctx);
+	} else {
+		json_t *want = json_object_get(report, "tasks");
+		cr_expect(json_is_null(json_object_get(dump, "tasks_error")), "%s: tasks_error %s", ctx,
+		          tasks_str(dump, "tasks_error"));
+		cr_expect(!json_is_true(json_object_get(dump, "tasks_cut")), "%s: tasks cut", ctx);
+		cr_expect_eq(json_array_size(tasks), json_array_size(want),
+		             "%s: %zu tasks in the dump, asyncio.all_tasks() has %zu", ctx,
+		             json_array_size(tasks), json_array_size(want));
+		size_t i;
+		json_t *w;
+		json_array_foreach(want, i, w) {
+			const char *name = tasks_str(w, "name");
+			json_t *got = tasks_by_name(tasks, name);
+			cr_assert(got, "%s: task %s is not in the dump", ctx, name);
+			tasks_check_frames(ctx, name, json_object_get(w, "frames"), json_object_get(got, "frames"));
+			const char *parent = tasks_parent_name(tasks, got);
+			const char *expected = tasks_str(w, "expected_by");
+			cr_expect((!parent && !expected) || (parent && expected && strcmp(parent, expected) == 0),
+			          "%s: task %s is awaited by %s in the dump, by %s in the program", ctx, name,
+			          parent ? parent : "nothing", expected ? expected : "nothing");
+			json_t *graph = json_object_get(w, "call_graph_awaited_by");
+			if (json_is_array(graph)) {
+				bool found = json_array_size(graph) == 0 && !parent;
+				for (size_t k = 0; k < json_array_size(graph) && parent; k++)
+					found |= strcmp(json_string_value(json_array_get(graph, k)), parent) == 0;
+				cr_expect(found, "%s: task %s: capture_call_graph disagrees with the dump's %s",
+				          ctx, name, parent ? parent : "root");
+			}
+			/* Task.get_stack() gives the outermost coroutine frame of a parked task. */
+			json_t *outer = json_object_get(w, "stack_outer"), *frames = json_object_get(got, "frames");
+			if (strcmp(name, "main") != 0 && json_array_size(outer) == 1 && json_array_size(frames) > 0) {
+				json_t *o = json_array_get(outer, 0), *f = json_array_get(frames, json_array_size(frames) - 1);
+				cr_expect(strcmp(tasks_str(f, "qualname"), json_string_value(json_array_get(o, 0))) == 0 &&
+				              json_integer_value(json_object_get(f, "line")) ==
+				                  json_integer_value(json_array_get(o, 1)),
+				          "%s: task %s: its outermost frame is not Task.get_stack()'s", ctx, name);
+			}
+		}
+		json_t *main_task = tasks_by_name(tasks, "main");
+		cr_expect(main_task && json_is_true(json_object_get(main_task, "running")) == (strcmp(p->mode, "spin") == 0),
+		          "%s: the main task is %s", ctx, strcmp(p->mode, "spin") == 0 ? "not running" : "running");
+	}
+	json_decref(dump);
+	json_decref(report);
+	test_target_kill(&t);
+}
