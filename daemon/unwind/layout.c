@@ -827,8 +827,8 @@ int layout_from_debug_offsets(const uint8_t *raw, size_t len, struct py_layout *
  * Measured on 3.11.7, 3.12.1, 3.13.0 and 3.13.18, 3.14.10, 3.15.2 (and
  * 3.15.2 with Py_DEBUG, which lays these objects out alike): the offsets of
  * a task's coroutine, name and waited future in the object, a coroutine's
- * embedded frame and state, and where a suspended frame keeps the awaited
- * object.  The frame states are each version's enum of
+ * embedded frame and state, where a suspended frame keeps the awaited
+ * object, sys.modules in the interpreter and an instance's attributes.  The frame states are each version's enum of
  * Include/internal/pycore_frame.h.
  */
 #define ASYNCIO_COMMON_3_14                                                                 \
@@ -846,7 +846,8 @@ static const struct asyncio_layout asyncio_layouts[] = {
 	 .ts_tasks_head = ABSENT, .interp_tasks_head = ABSENT, .gen_iframe = 80,
 	 .gen_frame_state = 75, .state_created = -2, .state_suspended_lo = -1,
 	 .state_suspended_hi = -1, .state_executing = 0, .frame_stacktop = 64,
-	 .frame_stackpointer = ABSENT, .frame_localsplus = 72, .long_size = 16, .long_digit = 24,
+	 .frame_stackpointer = ABSENT, .frame_localsplus = 72, .interp_modules = 888,
+	 .values_ptr = -32, .values_tagged = false, .long_size = 16, .long_digit = 24,
 	 .long_tagged = false},
 	{.minor = 12, .task_size = 176, .fut_state = 88, .task_fut_waiter = 128, .task_coro = 136,
 	 .task_name = 144, .task_awaited_by = ABSENT, .task_is_task = ABSENT,
@@ -854,7 +855,8 @@ static const struct asyncio_layout asyncio_layouts[] = {
 	 .ts_tasks_head = ABSENT, .interp_tasks_head = ABSENT, .gen_iframe = 72,
 	 .gen_frame_state = 67, .state_created = -2, .state_suspended_lo = -1,
 	 .state_suspended_hi = -1, .state_executing = 0, .frame_stacktop = 64,
-	 .frame_stackpointer = ABSENT, .frame_localsplus = 72, .long_size = 16, .long_digit = 24,
+	 .frame_stackpointer = ABSENT, .frame_localsplus = 72, .interp_modules = 944,
+	 .values_ptr = -24, .values_tagged = true, .long_size = 16, .long_digit = 24,
 	 .long_tagged = true},
 	{.minor = 13, .task_size = 144, .fut_state = 96, .task_fut_waiter = 112, .task_coro = 120,
 	 .task_name = 128, .task_awaited_by = ABSENT, .task_is_task = ABSENT,
@@ -862,7 +864,8 @@ static const struct asyncio_layout asyncio_layouts[] = {
 	 .ts_tasks_head = ABSENT, .interp_tasks_head = ABSENT, .gen_iframe = 72,
 	 .gen_frame_state = 67, .state_created = -3, .state_suspended_lo = -2,
 	 .state_suspended_hi = -1, .state_executing = 0, .frame_stacktop = 64,
-	 .frame_stackpointer = ABSENT, .frame_localsplus = 72, .long_size = 16, .long_digit = 24,
+	 .frame_stackpointer = ABSENT, .frame_localsplus = 72, .interp_modules = 7656,
+	 .values_ptr = 0, .values_tagged = false, .long_size = 16, .long_digit = 24,
 	 .long_tagged = true},
 	{.minor = 14, ASYNCIO_COMMON_3_14, .state_created = -3, .state_suspended_lo = -2,
 	 .state_suspended_hi = -1, .state_executing = 0},

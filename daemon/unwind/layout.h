@@ -175,6 +175,17 @@ struct asyncio_layout {
 	uint32_t frame_stacktop;      /* int, slots above localsplus (3.11-3.13) */
 	uint32_t frame_stackpointer;  /* _PyStackRef * (3.14+) */
 	uint32_t frame_localsplus;
+	/*
+	 * 3.11-3.13 keep the tasks in asyncio.tasks' WeakSet (_all_tasks in
+	 * 3.11, _scheduled_tasks and the set _eager_tasks from 3.12), found
+	 * through sys.modules; an instance's attributes (WeakSet.data, a
+	 * TaskGroup's) live in a values array: before the object (3.11: its
+	 * pointer at values_ptr; 3.12: the same, tagged, one byte short) or
+	 * inline after it (3.13: at tp_basicsize, past an 8-byte header).
+	 */
+	uint32_t interp_modules;  /* PyInterpreterState.imports.modules (sys.modules) */
+	int32_t values_ptr;       /* from the object; 0: inline */
+	bool values_tagged;
 	/* PyLongObject, for a task named by number */
 	uint32_t long_size;   /* ob_size (3.11) or lv_tag (3.12+) */
 	uint32_t long_digit;  /* first 30-bit digit */

@@ -8,8 +8,11 @@
  * 3.14+ keep every task on a list of its thread (and of the interpreter for
  * the tasks of threads that ended), and record in each task the task
  * awaiting it (awaited_by); the _asyncio module publishes the offsets of
- * both (.AsyncioDebug).  3.11-3.13 keep the tasks in a WeakSet of the
- * asyncio package, which is not read here yet.
+ * both (.AsyncioDebug).  3.11-3.13 keep the tasks in asyncio.tasks' WeakSet
+ * (and set of eager tasks), found through sys.modules, and record no
+ * awaiting task: it is told by the callback the awaiting side left on the
+ * task it awaits (tasks_parent_of).  The layouts are per-version tables
+ * (layout.c), checked against the real interpreters by the tests.
  *
  * Everything read here is remote and bounded: tasks (max_tasks), coroutine
  * chains, sets and names.
@@ -43,8 +46,37 @@
 
 #define TASKS_NONE UINT32_MAX
 
+/* FutureObj (every version): the first callback, and the list of the others. */
+#define TASKS_FUT_CALLBACK0 24
+#define TASKS_FUT_CALLBACKS 40
+/* PyListObject and PyTupleObject: size and items (3.11-3.13). */
+#define TASKS_VAR_SIZE 16
+#define TASKS_LIST_ITEMS 24
+#define TASKS_TUPLE_ITEMS 24
+/* PyFunctionObject.func_closure, PyMethodObject.im_self, PyCellObject.ob_ref (3.11-3.13). */
+#define TASKS_FUNC_CLOSURE 72
+#define TASKS_METHOD_SELF 24
+#define TASKS_CELL_REF 16
+/* PyWeakReference.wr_object; PyTypeObject.tp_basicsize. */
+#define TASKS_WEAKREF_OBJECT 16
+#define TASKS_TYPE_BASICSIZE 32
+/* PyModuleObject.md_dict. */
+#define TASKS_MODULE_DICT 16
+/* Callbacks of a task looked at, items of a closure or values of an instance. */
+#define TASKS_MAX_CALLBACKS 8
+#define TASKS_MAX_ITEMS 16
+/* Slots of a set read at once, and at most. */
+#define TASKS_SET_CHUNK 1024u
+#define TASKS_SET_SLOTS_MAX (1u << 22)
+/* Entries of a dict looked through for a name, at most. */
+#define TASKS_DICT_MAX_ENTRIES (1u << 16)
+/* Samples between two looks for asyncio's task sets while they are not found. */
+#define TASKS_SETS_RETRY 64
+
 struct task_entry {
 	raddr_t addr;
+	raddr_t waiter;         /* the future it waits on (3.11-3.13 tell its awaiting task by it) */
+	raddr_t callbacks[2];   /* fut_callback0 and the fut_callbacks list */
 	raddr_t parents[TASKS_PARENT_CANDIDATES]; /* awaiting tasks as read; resolved to parent */
 	uint32_t parent;        /* index of the awaiting task, TASKS_NONE for a root */
 	uint64_t thread_id;
@@ -85,6 +117,12 @@ struct tasks {
 	struct raw_frame *raw;  /* one task's coroutine frames as read */
 	size_t raw_cap;
 	bool cut;
+
+	/* 3.11-3.13: the sets of tasks, and the types callbacks are told apart by. */
+	raddr_t function_type, tuple_type, method_type, set_type;
+	raddr_t task_sets[2];   /* the WeakSet of tasks, and the set of eager tasks (3.12+) */
+	uint64_t sets_looked;   /* sample they were last looked for in */
+	struct hash waiters;    /* future waited on → entry */
 };
 
 bool tasks_wanted(const struct uw_target *t)
@@ -103,6 +141,7 @@ void tasks_free(struct uw_target *t)
 	hash_free(&ts->index);
 	free(ts->frames);
 	free(ts->raw);
+	hash_free(&ts->waiters);
 	free(ts);
 	t->tasks = NULL;
 }
@@ -154,6 +193,44 @@ static int tasks_find_debug_offsets(struct uw_target *t, struct tasks *ts, struc
 	return found;
 }
 
+/*
+ * 3.11-3.13: the types a task's callbacks are told apart by, from the
+ * runtime's own symbols.  0, or -1 and *err.
+ */
+static int tasks_find_types(struct uw_target *t, struct tasks *ts, struct uw_error *err)
+{
+	struct proc_maps maps;
+	if (t->pid <= 0)
+		return uw_fail(err, UW_EVERSION, "no process to look the types up in");
+	if (proc_maps_read(t->pid, &maps, err) != 0)
+		return -1;
+	int rc = uw_fail(err, UW_ENOTPYTHON, "the runtime's types were not found");
+	for (size_t i = 0; i < maps.count; i++) {
+		const struct proc_map *m = &maps.maps[i];
+		if (!m->path || m->offset != 0 || strcmp(m->path, t->runtime_file) != 0)
+			continue;
+		int fd = proc_map_open(t->pid, m, err);
+		if (fd < 0)
+			break;
+		struct elf_symbol syms[4] = {{.name = "PyFunction_Type"}, {.name = "PyTuple_Type"},
+		                             {.name = "PyMethod_Type"}, {.name = "PySet_Type"}};
+		struct elf_facts facts;
+		int lr = elf_lookup(fd, syms, 4, &facts, err);
+		close(fd);
+		if (lr == 0 && syms[0].found && syms[1].found && syms[2].found && syms[3].found) {
+			uint64_t bias = m->start - facts.first_load_vaddr;
+			ts->function_type = bias + syms[0].value;
+			ts->tuple_type = bias + syms[1].value;
+			ts->method_type = bias + syms[2].value;
+			ts->set_type = bias + syms[3].value;
+			rc = 0;
+		}
+		break;
+	}
+	proc_maps_free(&maps);
+	return rc;
+}
+
 /* Whether the tasks can be read at all; ts->why says why not. */
 static bool tasks_usable(struct uw_target *t, struct tasks *ts)
 {
@@ -172,9 +249,10 @@ static bool tasks_usable(struct uw_target *t, struct tasks *ts)
 	}
 	ts->L = *L;
 	if (L->minor < 14) {
-		uw_fail(&ts->why, UW_EVERSION, "asyncio tasks of Python %s are not read yet "
-		        "(their list is a WeakSet of the asyncio package)", t->version);
-		return false;
+		if (tasks_find_types(t, ts, &ts->why) != 0)
+			return false;
+		ts->usable = true;
+		return true;
 	}
 	/* Until asyncio is imported there is nothing to find: look again at each sample. */
 	int found = tasks_find_debug_offsets(t, ts, &ts->why);
@@ -425,12 +503,16 @@ static int tasks_read_one(struct uw_target *t, struct tasks *ts, raddr_t addr, u
 {
 	const struct asyncio_layout *L = &ts->L;
 	uint8_t task[512];
+	raddr_t e_waiter, e_callbacks[2];
 	if (L->task_size > sizeof task || remote_read(&t->mem, addr, task, L->task_size, err) != 0)
 		return -1;
 	*next = L->task_node != LAYOUT_ABSENT ? load_u64(task, L->task_node) : 0;
 	if (L->task_is_task != LAYOUT_ABSENT && !task[L->task_is_task])
 		return uw_fail(err, UW_ECORRUPT, "object 0x%llx on the task list is not a task",
 		               (unsigned long long)addr);
+	e_waiter = load_u64(task, L->task_fut_waiter);
+	e_callbacks[0] = load_u64(task, TASKS_FUT_CALLBACK0);
+	e_callbacks[1] = load_u64(task, TASKS_FUT_CALLBACKS);
 	int32_t state = load_i32(task, L->fut_state);
 	if (state < 0 || state > 2)
 		return uw_fail(err, UW_ECORRUPT, "task 0x%llx in state %d", (unsigned long long)addr, state);
@@ -444,7 +526,8 @@ static int tasks_read_one(struct uw_target *t, struct tasks *ts, raddr_t addr, u
 	    hash_reserve(&ts->index, 1) != 0)
 		return uw_fail(err, UW_ENOMEM, "out of memory");
 	struct task_entry *e = &ts->v[ts->n];
-	*e = (struct task_entry){.addr = addr, .parent = TASKS_NONE, .thread_id = thread_id};
+	*e = (struct task_entry){.addr = addr, .parent = TASKS_NONE, .thread_id = thread_id,
+	                         .waiter = e_waiter, .callbacks = {e_callbacks[0], e_callbacks[1]}};
 	if (tasks_name(t, ts, load_u64(task, L->task_name), &e->name, &e->marker, err) != 0 ||
 	    tasks_read_coro(t, ts, e, coro, err) != 0)
 		return -1;
@@ -525,6 +608,334 @@ static int tasks_read_all(struct walk *w, struct tasks *ts, uint32_t max, struct
 			return 0;
 		interp = next_interp;
 	}
+	return 0;
+}
+
+/* -------- 3.11-3.13: the task sets of asyncio.tasks -------- */
+
+/* Whether the object at addr is the str `name` (compact ASCII, as identifiers are). */
+static bool tasks_str_is(struct uw_target *t, raddr_t addr, const char *name)
+{
+	const struct py_layout *P = &t->layout;
+	size_t len = strlen(name);
+	uint8_t b[128];
+	if (!addr || P->unicode.ascii_size + len > sizeof b ||
+	    remote_read(&t->mem, addr, b, P->unicode.ascii_size + len, NULL) != 0)
+		return false;
+	uint32_t state = load_u32(b, P->unicode.state);
+	/* interned:2 kind:3 compact:1 ascii:1 */
+	return load_u64(b, P->object.ob_type) == t->unicode_type &&
+	       load_u64(b, P->unicode.length) == len && ((state >> 5) & 3) == 3 &&
+	       memcmp(b + P->unicode.ascii_size, name, len) == 0;
+}
+
+/*
+ * The value of key `name` in a dict whose keys are all str (sys.modules, a
+ * module's globals): 1 and *value, 0 when it is not there, -1 if unreadable.
+ * PyDictObject: ma_keys 32, ma_values 40; PyDictKeysObject: log2_index_bytes
+ * 9, kind 10, nentries 24, indices from 32, then the entries.
+ */
+static int tasks_dict_get(struct uw_target *t, raddr_t dict, const char *name, raddr_t *value)
+{
+	uint8_t d[48], k[32];
+	if (!dict || remote_read(&t->mem, dict, d, sizeof d, NULL) != 0 || load_u64(d, 40) != 0)
+		return -1;
+	raddr_t keys = load_u64(d, 32);
+	if (!keys || remote_read(&t->mem, keys, k, sizeof k, NULL) != 0)
+		return -1;
+	unsigned index_bytes_log2 = k[9], kind = k[10];
+	uint64_t n = load_u64(k, 24);
+	if (index_bytes_log2 > 30 || kind > 2 || n > TASKS_DICT_MAX_ENTRIES)
+		return -1;
+	uint32_t entry = kind == 0 ? 24 : 16, key_at = kind == 0 ? 8 : 0;
+	raddr_t entries = keys + 32 + ((raddr_t)1 << index_bytes_log2);
+	uint8_t chunk[256 * 24];
+	for (uint64_t i = 0; i < n; i += 256) {
+		uint64_t m = n - i < 256 ? n - i : 256;
+		if (remote_read(&t->mem, entries + i * entry, chunk, m * entry, NULL) != 0)
+			return -1;
+		for (uint64_t j = 0; j < m; j++) {
+			const uint8_t *e = chunk + j * entry;
+			if (tasks_str_is(t, load_u64(e, key_at), name)) {
+				*value = load_u64(e, key_at + 8);
+				return 1;
+			}
+		}
+	}
+	return 0;
+}
+
+/* Where the attribute values of a plain instance start (3.11-3.13); 0 if not readable. */
+static raddr_t tasks_instance_values(struct uw_target *t, const struct asyncio_layout *L, raddr_t obj)
+{
+	uint8_t b[8];
+	if (L->values_ptr == 0) {
+		/* Inline after the object: at its type's basicsize, past the values' header. */
+		uint8_t hdr[16];
+		if (remote_read(&t->mem, obj, hdr, sizeof hdr, NULL) != 0 ||
+		    remote_read(&t->mem, load_u64(hdr, t->layout.object.ob_type) + TASKS_TYPE_BASICSIZE,
+		                b, 8, NULL) != 0)
+			return 0;
+		uint64_t basicsize = load_u64(b, 0);
+		return basicsize >= 16 && basicsize < 4096 ? obj + basicsize + 8 : 0;
+	}
+	if (remote_read(&t->mem, obj + (raddr_t)(int64_t)L->values_ptr, b, 8, NULL) != 0)
+		return 0;
+	raddr_t v = load_u64(b, 0);
+	if (L->values_tagged)
+		return (v & 1) ? v + 1 : 0; /* untagged: a dict, not values */
+	return v;
+}
+
+/* The first of an instance's attribute values that is of type `type`; 0 if none. */
+static raddr_t tasks_attribute_of_type(struct uw_target *t, const struct tasks *ts, raddr_t obj,
+                                       raddr_t type)
+{
+	raddr_t values = tasks_instance_values(t, &ts->L, obj);
+	uint8_t v[TASKS_MAX_ITEMS * 8], hdr[16];
+	if (!values || remote_read(&t->mem, values, v, sizeof v, NULL) != 0)
+		return 0;
+	for (uint32_t i = 0; i < TASKS_MAX_ITEMS; i++) {
+		raddr_t o = load_u64(v, i * 8);
+		if (o && remote_read(&t->mem, o, hdr, sizeof hdr, NULL) == 0 &&
+		    load_u64(hdr, t->layout.object.ob_type) == type)
+			return o;
+	}
+	return 0;
+}
+
+/*
+ * Find asyncio.tasks' sets of tasks: sys.modules["asyncio.tasks"], its
+ * _all_tasks (3.11) or _scheduled_tasks WeakSet's data set, and its
+ * _eager_tasks set (3.12+).  0 when asyncio is not imported yet.
+ */
+static int tasks_find_sets(struct uw_target *t, struct tasks *ts)
+{
+	const struct py_layout *P = &t->layout;
+	uint8_t b[8];
+	if (remote_read(&t->mem, t->runtime + P->runtime.interpreters_head, b, 8, NULL) != 0)
+		return 0;
+	raddr_t interp = load_u64(b, 0), modules = 0, module = 0, dict = 0, weakset = 0, eager = 0;
+	if (!interp || remote_read(&t->mem, interp + ts->L.interp_modules, b, 8, NULL) != 0)
+		return 0;
+	modules = load_u64(b, 0);
+	if (tasks_dict_get(t, modules, "asyncio.tasks", &module) != 1 ||
+	    remote_read(&t->mem, module + TASKS_MODULE_DICT, b, 8, NULL) != 0)
+		return 0;
+	dict = load_u64(b, 0);
+	const char *all = ts->L.minor == 11 ? "_all_tasks" : "_scheduled_tasks";
+	if (tasks_dict_get(t, dict, all, &weakset) != 1)
+		return 0;
+	raddr_t data = tasks_attribute_of_type(t, ts, weakset, ts->set_type);
+	if (!data)
+		return 0;
+	if (ts->L.minor >= 12 && tasks_dict_get(t, dict, "_eager_tasks", &eager) == 1) {
+		uint8_t hdr[16];
+		if (remote_read(&t->mem, eager, hdr, sizeof hdr, NULL) != 0 ||
+		    load_u64(hdr, P->object.ob_type) != ts->set_type)
+			eager = 0;
+	}
+	ts->task_sets[0] = data;
+	ts->task_sets[1] = eager;
+	return 1;
+}
+
+/*
+ * The tasks of a set: of weak references to them (the WeakSet's data) or of
+ * the tasks themselves.  A slot that is no live task (a dead reference, a
+ * task the set is losing as it is read) is passed over.
+ */
+static int tasks_read_set(struct walk *w, struct tasks *ts, raddr_t set, bool weak, uint32_t max,
+                          struct uw_error *err)
+{
+	struct uw_target *t = w->t;
+	uint8_t s[TASKS_SET_TABLE + 8];
+	if (remote_read(&t->mem, set, s, sizeof s, err) != 0)
+		return -1;
+	if (load_u64(s, t->layout.object.ob_type) != ts->set_type)
+		return uw_fail(err, UW_ECORRUPT, "asyncio's set of tasks at 0x%llx is no set",
+		               (unsigned long long)set);
+	uint64_t mask = load_u64(s, TASKS_SET_MASK), slots = mask + 1;
+	raddr_t table = load_u64(s, TASKS_SET_TABLE);
+	if (slots > TASKS_SET_SLOTS_MAX || (slots & mask) != 0 || !table)
+		return uw_fail(err, UW_ECORRUPT, "asyncio's set of tasks has %llu slots",
+		               (unsigned long long)slots);
+	static const uint32_t chunk_bytes = TASKS_SET_CHUNK * 16;
+	uint8_t *chunk = malloc(chunk_bytes);
+	if (!chunk)
+		return uw_fail(err, UW_ENOMEM, "out of memory");
+	int rc = 0;
+	for (uint64_t i = 0; i < slots && rc == 0; i += TASKS_SET_CHUNK) {
+		uint64_t m = slots - i < TASKS_SET_CHUNK ? slots - i : TASKS_SET_CHUNK;
+		if ((rc = remote_read(&t->mem, table + i * 16, chunk, m * 16, err)) != 0)
+			break;
+		for (uint64_t j = 0; j < m; j++) {
+			raddr_t key = load_u64(chunk, (uint32_t)(j * 16));
+			int64_t hash = (int64_t)load_u64(chunk, (uint32_t)(j * 16 + 8));
+			if (!key || hash == -1) /* empty, or the dummy of a removed key */
+				continue;
+			if (ts->n >= max || walk_over_time(w, 1)) {
+				ts->cut = true;
+				free(chunk);
+				return 0;
+			}
+			raddr_t task = key;
+			uint8_t b[8];
+			if (weak) {
+				if (remote_read(&t->mem, key + TASKS_WEAKREF_OBJECT, b, 8, NULL) != 0)
+					continue;
+				task = load_u64(b, 0);
+			}
+			raddr_t next;
+			struct uw_error one = {0};
+			if (task && tasks_read_one(t, ts, task, 0, &next, &one) != 0) {
+				if (one.status == UW_ENOMEM || one.status == UW_EGONE) {
+					*err = one;
+					rc = -1;
+					break;
+				}
+			}
+		}
+	}
+	free(chunk);
+	return rc;
+}
+
+/* Every pending task of 3.11-3.13, from asyncio.tasks' sets. */
+static int tasks_read_sets(struct walk *w, struct tasks *ts, uint32_t max, struct uw_error *err)
+{
+	struct uw_target *t = w->t;
+	if (!ts->task_sets[0]) {
+		if (ts->sets_looked && t->sample_gen - ts->sets_looked < TASKS_SETS_RETRY)
+			return uw_fail(err, UW_OK, "no asyncio tasks found (asyncio.tasks is not imported)");
+		ts->sets_looked = t->sample_gen;
+		if (!tasks_find_sets(t, ts))
+			return uw_fail(err, UW_OK, "no asyncio tasks found (asyncio.tasks is not imported)");
+	}
+	if (tasks_read_set(w, ts, ts->task_sets[0], true, max, err) != 0) {
+		/* Found once, but gone or moved: looked for again next time. */
+		ts->task_sets[0] = ts->task_sets[1] = 0;
+		return -1;
+	}
+	if (ts->task_sets[1] && !ts->cut && tasks_read_set(w, ts, ts->task_sets[1], false, max, err) != 0) {
+		ts->task_sets[1] = 0;
+		return -1;
+	}
+	return 0;
+}
+
+static bool tasks_waiter_equal(const void *ctx, uint32_t id, const void *key)
+{
+	const struct tasks *ts = ctx;
+	return ts->v[id].waiter == *(const raddr_t *)key;
+}
+
+/* The task an object is, or the task waiting on the future it is; TASKS_NONE. */
+static uint32_t tasks_awaiting(const struct tasks *ts, raddr_t obj, uint32_t self)
+{
+	if (!obj)
+		return TASKS_NONE;
+	uint32_t p = tasks_find(ts, obj);
+	if (p == HASH_NONE)
+		p = hash_find(&ts->waiters, hash_u64(obj), tasks_waiter_equal, ts, &obj);
+	return p == HASH_NONE || p == self ? TASKS_NONE : p;
+}
+
+/*
+ * The task awaiting task i (3.11-3.13 record none): it left a callback on
+ * task i.  A plain await leaves its own wakeup, bound to the awaiting task
+ * (3.12+: a C function, its self; 3.11: a wrapper, its task, at 16);
+ * gather and shield a closure holding the future the awaiting task waits
+ * on (3.11's wait_for a partial holding it, at 24, in a tuple); a
+ * TaskGroup its bound _on_task_done, whose group holds its parent task.
+ */
+static uint32_t tasks_parent_of(struct uw_target *t, const struct tasks *ts, uint32_t i)
+{
+	const struct task_entry *e = &ts->v[i];
+	raddr_t cbs[TASKS_MAX_CALLBACKS];
+	uint32_t n = 0;
+	if (e->callbacks[0])
+		cbs[n++] = e->callbacks[0];
+	uint8_t b[TASKS_LIST_ITEMS + 8];
+	if (e->callbacks[1] && remote_read(&t->mem, e->callbacks[1], b, sizeof b, NULL) == 0) {
+		uint64_t size = load_u64(b, TASKS_VAR_SIZE);
+		uint8_t items[TASKS_MAX_CALLBACKS * 8];
+		if (size > TASKS_MAX_CALLBACKS - 1)
+			size = TASKS_MAX_CALLBACKS - 1;
+		if (size && remote_read(&t->mem, load_u64(b, TASKS_LIST_ITEMS), items, size * 8, NULL) == 0)
+			for (uint64_t k = 0; k < size; k++) {
+				/* Each is a (callback, context) tuple. */
+				uint8_t tup[TASKS_TUPLE_ITEMS + 8];
+				if (remote_read(&t->mem, load_u64(items, (uint32_t)(k * 8)), tup, sizeof tup, NULL) == 0)
+					cbs[n++] = load_u64(tup, TASKS_TUPLE_ITEMS);
+			}
+	}
+	const raddr_t type_off = t->layout.object.ob_type;
+	for (uint32_t c = 0; c < n; c++) {
+		uint8_t x[TASKS_FUNC_CLOSURE + 8];
+		if (!cbs[c] || remote_read(&t->mem, cbs[c], x, sizeof x, NULL) != 0)
+			continue;
+		raddr_t type = load_u64(x, (uint32_t)type_off);
+		uint32_t p = tasks_awaiting(ts, load_u64(x, 16), i);
+		if (p == TASKS_NONE)
+			p = tasks_awaiting(ts, load_u64(x, 24), i);
+		if (p != TASKS_NONE)
+			return p;
+		/* A closure's cells, or a partial's arguments. */
+		raddr_t tuple = type == ts->function_type ? load_u64(x, TASKS_FUNC_CLOSURE) : load_u64(x, 24);
+		uint8_t tb[TASKS_TUPLE_ITEMS + TASKS_MAX_ITEMS * 8];
+		if (tuple && remote_read(&t->mem, tuple, tb, TASKS_TUPLE_ITEMS, NULL) == 0 &&
+		    load_u64(tb, (uint32_t)type_off) == ts->tuple_type) {
+			uint64_t size = load_u64(tb, TASKS_VAR_SIZE);
+			if (size > TASKS_MAX_ITEMS)
+				size = TASKS_MAX_ITEMS;
+			if (size && remote_read(&t->mem, tuple + TASKS_TUPLE_ITEMS, tb + TASKS_TUPLE_ITEMS,
+			                        size * 8, NULL) == 0)
+				for (uint64_t k = 0; k < size; k++) {
+					raddr_t item = load_u64(tb, (uint32_t)(TASKS_TUPLE_ITEMS + k * 8));
+					if (type == ts->function_type) {
+						uint8_t cell[TASKS_CELL_REF + 8];
+						if (remote_read(&t->mem, item, cell, sizeof cell, NULL) != 0)
+							continue;
+						item = load_u64(cell, TASKS_CELL_REF);
+					}
+					if ((p = tasks_awaiting(ts, item, i)) != TASKS_NONE)
+						return p;
+				}
+		}
+		/* A bound method: its instance's attributes (a TaskGroup's _parent_task). */
+		if (type == ts->method_type) {
+			raddr_t values = tasks_instance_values(t, &ts->L, load_u64(x, TASKS_METHOD_SELF));
+			uint8_t v[TASKS_MAX_ITEMS * 8];
+			if (values && remote_read(&t->mem, values, v, sizeof v, NULL) == 0)
+				for (uint32_t k = 0; k < TASKS_MAX_ITEMS; k++) {
+					raddr_t o = load_u64(v, k * 8);
+					if (o && (p = tasks_find(ts, o)) != HASH_NONE && p != i)
+						return p;
+				}
+		}
+	}
+	return TASKS_NONE;
+}
+
+/* 3.11-3.13: each task's awaiting task, from what it left on the tasks it awaits. */
+static int tasks_link_callbacks(struct uw_target *t, struct tasks *ts, struct uw_error *err)
+{
+	hash_clear(&ts->waiters);
+	if (hash_reserve(&ts->waiters, ts->n) != 0)
+		return uw_fail(err, UW_ENOMEM, "out of memory");
+	for (uint32_t i = 0; i < ts->n; i++) {
+		raddr_t w = ts->v[i].waiter;
+		if (!w)
+			continue;
+		uint32_t h = hash_u64(w);
+		struct hash_slot *slot = hash_probe(&ts->waiters, h, tasks_waiter_equal, ts, &w);
+		if (!slot->id)
+			hash_fill(&ts->waiters, slot, h, i);
+	}
+	for (uint32_t i = 0; i < ts->n; i++)
+		if (ts->v[i].callbacks[0] || ts->v[i].callbacks[1])
+			ts->v[i].parent = tasks_parent_of(t, ts, i);
 	return 0;
 }
 
@@ -644,7 +1055,10 @@ int tasks_sample(struct walk *w, struct uw_error *err)
 	if (max > UW_MAX_TASKS)
 		max = UW_MAX_TASKS;
 	struct uw_error terr = {0};
-	int rc = tasks_read_all(w, ts, max, &terr);
+	int rc = ts->L.task_node != LAYOUT_ABSENT ? tasks_read_all(w, ts, max, &terr)
+	                                          : tasks_read_sets(w, ts, max, &terr);
+	if (rc == 0 && ts->L.task_awaited_by == LAYOUT_ABSENT)
+		rc = tasks_link_callbacks(t, ts, &terr);
 	for (uint32_t i = 0; rc == 0 && i < ts->n; i++) {
 		struct task_entry *e = &ts->v[i];
 		for (int k = 0; k < TASKS_PARENT_CANDIDATES && e->parents[k] && e->parent == TASKS_NONE; k++) {

@@ -2,7 +2,9 @@
  * `pyprofd dump --async-aware` against live asyncio programs: the task tree
  * read from outside must be the program's own view of itself exactly
  * (tests/targets/tasks.py: asyncio.all_tasks(), the coroutine chains, the
- * awaiting task by construction and, on 3.14+, capture_call_graph).
+ * awaiting task by construction and, on 3.14+, capture_call_graph), on
+ * every interpreter from 3.11: 3.11-3.13 through per-version layouts of
+ * asyncio's C tasks, 3.14+ through the _asyncio module's debug offsets.
  */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
@@ -16,8 +18,6 @@
 
 TestSuite(tasks, .init = helpers_init, .fini = helpers_fini);
 
-/* The first version whose tasks are read. */
-#define TASKS_MIN_MINOR 14
 /* Tasks the large scenario parks on one future. */
 #define TASKS_BULK "10000"
 
@@ -139,12 +139,7 @@ ParameterizedTest(struct tasks_param *p, tasks, tree, .timeout = 120)
 	json_t *tasks = json_object_get(dump, "tasks");
 	cr_assert(json_is_array(tasks), "%s: the dump has no tasks array", ctx);
 
-	if (p->py.minor < TASKS_MIN_MINOR) {
-		/* Not read yet: said so, and the threads are dumped as ever. */
-		cr_expect(json_array_size(tasks) == 0 && tasks_str(dump, "tasks_error"),
-		          "%s: tasks of this version are not read, and the dump must say so", ctx);
-		cr_expect(json_array_size(json_object_get(dump, "threads")) > 0, "%s: no threads", ctx);
-	} else {
+	{
 		json_t *want = json_object_get(report, "tasks");
 		cr_expect(json_is_null(json_object_get(dump, "tasks_error")), "%s: tasks_error %s", ctx,
 		          tasks_str(dump, "tasks_error"));
