@@ -37,7 +37,7 @@ struct stats_counter {
 	size_t offset; /* of a uint64_t in struct uw_stats */
 };
 extern const struct stats_counter counters_table[];
-#define COUNTERS_COUNT 18
+#define COUNTERS_COUNT 20
 uint64_t counters_value(const struct uw_stats *st, size_t i);
 
 /* record.c */
@@ -331,6 +331,7 @@ struct rule {
 	unsigned rate_hz; /* 0: the daemon's default rate */
 	bool has_mode;
 	enum uw_mode mode;
+	enum uw_async_mode async_mode; /* async = true: running, or async_mode's */
 	size_t nlabels;
 	char **label_keys, **label_values;
 	bool children; /* Python children follow their parent */
@@ -497,6 +498,7 @@ enum target_state { TARGET_SAMPLING, TARGET_DETACHED, TARGET_EXITED };
 struct target_params {
 	unsigned rate_hz;
 	enum uw_mode mode;
+	enum uw_async_mode async_mode;
 	unsigned flags; /* UW_SNAP_* */
 	double duration_s;
 	uint64_t max_sample_ns; /* a walk past this is cut short ([limits] max_sample_time); 0: never */

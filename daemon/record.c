@@ -32,6 +32,11 @@ static const char record_usage[] =
 	"  --mode wall|cpu|gil threads to sample: all (default), on CPU, holding the GIL\n"
 	"  --native            mark C code between Python frames (3.11+)\n"
 	"  --gc                mark the thread running the garbage collector\n"
+	"  --async-aware       asyncio programs (3.11+): a thread running a task is sampled\n"
+	"                      as the task's stack: its coroutine frames, <task>:NAME,\n"
+	"                      then the task awaiting it, down to the root task\n"
+	"  --async-mode M      running (what --async-aware does) or all: every suspended\n"
+	"                      task is sampled too, as an idle stack of its own\n"
 	"  --no-cache          turn every cache off (for comparison)\n"
 	"  -o, --output FILE   write the profile to FILE (default: standard output)\n"
 	"  --format F          collapsed (default), flamegraph (one HTML file),\n"
@@ -68,6 +73,8 @@ static int record_parse(int argc, char **argv, struct record_opts *o)
 		{"mode", required_argument, NULL, 'm'},
 		{"native", no_argument, NULL, 'n'},
 		{"gc", no_argument, NULL, 'g'},
+		{"async-aware", no_argument, NULL, 'A'},
+		{"async-mode", required_argument, NULL, 'M'},
 		{"no-cache", no_argument, NULL, 'C'},
 		{"output", required_argument, NULL, 'o'},
 		{"format", required_argument, NULL, 'f'},
@@ -112,6 +119,17 @@ static int record_parse(int argc, char **argv, struct record_opts *o)
 			break;
 		case 'n': o->uw.flags |= UW_SNAP_NATIVE; break;
 		case 'g': o->uw.flags |= UW_SNAP_GC; break;
+		case 'A':
+			if (o->uw.async_mode == UW_ASYNC_OFF)
+				o->uw.async_mode = UW_ASYNC_RUNNING;
+			break;
+		case 'M':
+			if (vocab_async_mode_parse(optarg, &o->uw.async_mode) != 0 ||
+			    o->uw.async_mode == UW_ASYNC_OFF) {
+				fprintf(stderr, "pyprofd: --async-mode is running or all\n");
+				return EXIT_USAGE;
+			}
+			break;
 		case 'C': o->uw.no_cache = true; break;
 		case 'o': o->output = optarg; break;
 		case 'f':

@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "daemon.h"
+#include "fleet.h"
 #include "helpers.h"
 #include "pythons.h"
 
@@ -183,5 +185,123 @@ ParameterizedTest(struct tasks_param *p, tasks, tree, .timeout = 120)
 	}
 	json_decref(dump);
 	json_decref(report);
+	test_target_kill(&t);
+}
+
+/* Whether some line of collapsed stacks holds every piece, in order. */
+static bool tasks_line_has(const char *text, const char *const pieces[])
+{
+	for (const char *line = text; line && *line;) {
+		const char *end = strchr(line, '\n');
+		size_t len = end ? (size_t)(end - line) : strlen(line);
+		char *copy = strndup(line, len);
+		const char *at = copy;
+		for (size_t k = 0; at && pieces[k]; k++)
+			if ((at = strstr(at, pieces[k])))
+				at += strlen(pieces[k]);
+		free(copy);
+		if (at)
+			return true;
+		line = end ? end + 1 : NULL;
+	}
+	return false;
+}
+
+/* The task stacks a recording of tasks.py must hold, root first as collapsed stacks are. */
+static void tasks_check_collapsed(const char *ctx, const char *out, bool all)
+{
+	static const char *const running[] = {"<task>:main;main (", ";spin (", NULL};
+	static const char *const tg[] = {"<task>:tg-parent;tg_parent (", "TaskGroup.__aexit__ (",
+	                                 ";<task>:tg-child-1;middle (", ";inner (", ";leaf (", NULL};
+	static const char *const nest[] = {"<task>:nest-0;nest (", ";<task>:nest-1;nest (",
+	                                   ";<task>:nest-2;nest (", ";middle (", NULL};
+	static const char *const shield[] = {"<task>:shield-parent;shield_parent (", ";<task>:shielded;",
+	                                     NULL};
+	cr_expect(tasks_line_has(out, running), "%s: no stack of the running task:\n%s", ctx, out);
+	cr_expect(tasks_line_has(out, tg) == all, "%s: the TaskGroup child's stack is %s:\n%s", ctx,
+	          all ? "missing" : "there (only the running task was asked for)", out);
+	cr_expect(tasks_line_has(out, nest) == all, "%s: nested tasks' stack %s", ctx, all ? "missing" : "there");
+	cr_expect(tasks_line_has(out, shield) == all, "%s: shielded task's stack %s", ctx, all ? "missing" : "there");
+}
+
+static const char *const record_scenarios[][2] = {{"3", "spin"}};
+
+ParameterizedTestParameters(tasks, record)
+{
+	return tasks_params(record_scenarios, 1);
+}
+
+/* pyprofd record: --async-aware samples the running task's stack, --async-mode all every task's. */
+ParameterizedTest(struct tasks_param *p, tasks, record, .timeout = 120)
+{
+	if (p->none)
+		cr_skip_test("no interpreter from 3.11 on");
+	char ctx[PATH_MAX + 128], py[PATH_MAX + 64], script[PATH_MAX], pid[16];
+	snprintf(ctx, sizeof ctx, "Python %s", python_describe(&p->py, py, sizeof py));
+	target_script("tasks.py", script, sizeof script);
+	struct test_target t;
+	const char *args[] = {"-I", script, "{report}", p->bulk, p->mode, NULL};
+	test_target_start_python(&t, &p->py, args);
+	json_decref(test_target_wait_report(&t, 60));
+	snprintf(pid, sizeof pid, "%d", (int)t.pid);
+	for (int all = 0; all <= 1; all++) {
+		const char *argv[] = {pyprofd_bin(), "record", pid, "--duration", "0.5", "--rate", "100",
+		                      all ? "--async-mode" : "--async-aware", all ? "all" : NULL, NULL};
+		struct run_result r;
+		run_command(&r, argv, NULL);
+		char why[1024];
+		cr_assert(r.exited && r.code == 0, "%s: record: %s", ctx, run_describe(&r, why, sizeof why));
+		tasks_check_collapsed(ctx, r.out, all);
+		run_result_free(&r);
+	}
+	test_target_kill(&t);
+}
+
+/* Attached by hand and by a rule (async = true, async_mode = all), the history keeps task stacks. */
+Test(tasks, attach_and_rule, .timeout = 180)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	const struct python *py = &pys[n - 1];
+	cr_assert(py->minor >= 11, "the newest interpreter is older than 3.11");
+	char ctx[PATH_MAX + 128], pyd[PATH_MAX + 64], script[PATH_MAX], p[16];
+	snprintf(ctx, sizeof ctx, "Python %s", python_describe(py, pyd, sizeof pyd));
+	target_script("tasks.py", script, sizeof script);
+	struct test_target t;
+	const char *args[] = {"-I", script, "{report}", "3", "spin", NULL};
+	test_target_start_python(&t, py, args);
+	json_decref(test_target_wait_report(&t, 60));
+	struct daemon d;
+	static const char *const fast_flush[] = {"--flush-interval", "1", NULL};
+	daemon_start(&d, fast_flush);
+	const char *attach[] = {"attach", pid_text(t.pid, p, sizeof p), "--rate", "100", "--async-mode", "all", NULL};
+	json_t *target = ctl_json(&d, attach);
+	cr_expect_str_eq(json_string_value(json_object_get(target, "async_mode")),
+	                 "all", "%s: the target's async mode", ctx);
+	json_decref(target);
+	pause_ms(1500);
+	const char *collapsed[] = {"query", "--pid", p, "--format", "collapsed", NULL};
+	struct run_result r;
+	ctl_run(&d, &r, collapsed, NULL);
+	cr_assert(r.exited && r.code == 0);
+	tasks_check_collapsed(ctx, r.out, true);
+	run_result_free(&r);
+	daemon_stop(&d);
+
+	/* A rule's async settings, for the same process found by the daemon's discovery. */
+	char config[PATH_MAX];
+	fleet_daemon(&d, "[rule.tasks]\nmatch.cmdline = tasks\\.py\nrate = 100\nasync = true\nasync_mode = all\n",
+	             config, sizeof config);
+	json_t *e = wait_target(&d, t.pid, fleet_sampling, 30);
+	cr_assert(e, "%s: the rule did not attach the asyncio program", ctx);
+	cr_expect_str_eq(json_string_value(json_object_get(e, "async_mode")), "all",
+	                 "%s: the rule's async mode", ctx);
+	json_decref(e);
+	pause_ms(1500);
+	ctl_run(&d, &r, collapsed, NULL);
+	cr_assert(r.exited && r.code == 0);
+	tasks_check_collapsed(ctx, r.out, true);
+	run_result_free(&r);
+	daemon_stop(&d);
 	test_target_kill(&t);
 }
