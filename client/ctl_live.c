@@ -12,7 +12,7 @@
 #include "export.h"
 
 const char ctl_attach_usage[] =
-	"usage: pyprofd-ctl attach PID [--rate HZ] [--mode wall|cpu|gil] [--duration S]\n"
+	"usage: pyprofd-ctl attach PID [--rate HZ] [--mode wall|cpu|gil|exception] [--duration S]\n"
 	"                          [--label K=V]... [--native] [--gc]\n"
 	"                          [--async-aware] [--async-mode running|all] [--json]\n"
 	"\n"
@@ -22,7 +22,8 @@ const char ctl_attach_usage[] =
 	"\n"
 	"  --rate HZ         samples per second (default: the daemon's, 100 unless set)\n"
 	"  --mode MODE       wall: every thread (default); cpu: threads the kernel has\n"
-	"                    running; gil: the thread holding the GIL\n"
+	"                    running; gil: the thread holding the GIL; exception:\n"
+	"                    threads handling an exception (in except or finally)\n"
 	"  --duration S      stop after S seconds (default: until detached)\n"
 	"  --label K=V       tag the samples; repeat for several labels (attached\n"
 	"                    again without, a process keeps the labels it had)\n"
@@ -146,7 +147,7 @@ int ctl_live_attach(struct ctl *ctl, int argc, char **argv)
 			break;
 		case 'm':
 			if (vocab_wire_mode_parse(optarg, &a.mode) != 0)
-				status = ctl_usage_error(ctl, "--mode is wall, cpu or gil, not '%s'", optarg);
+				status = ctl_usage_error(ctl, "--mode is wall, cpu, gil or exception, not '%s'", optarg);
 			break;
 		case 'd': {
 			char *end;

@@ -29,7 +29,9 @@ static const char record_usage[] =
 	"\n"
 	"  --rate HZ|max       samples per second (default 100); max: back to back\n"
 	"  --duration S        seconds to record (default: until stopped)\n"
-	"  --mode wall|cpu|gil threads to sample: all (default), on CPU, holding the GIL\n"
+	"  --mode wall|cpu|gil|exception\n"
+	"                      threads to sample: all (default), on CPU, holding the GIL,\n"
+	"                      handling an exception (in except or finally with one set)\n"
 	"  --native            mark C code between Python frames (3.11+)\n"
 	"  --gc                mark the thread running the garbage collector\n"
 	"  --async-aware       asyncio programs (3.11+): a thread running a task is sampled\n"
@@ -113,7 +115,7 @@ static int record_parse(int argc, char **argv, struct record_opts *o)
 			break;
 		case 'm':
 			if (vocab_mode_parse(optarg, &o->uw.mode) != 0) {
-				fprintf(stderr, "pyprofd: --mode is wall, cpu or gil\n");
+				fprintf(stderr, "pyprofd: --mode is wall, cpu, gil or exception\n");
 				return EXIT_USAGE;
 			}
 			break;

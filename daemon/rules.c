@@ -263,7 +263,7 @@ static int rule_apply(struct rule *r, const char *key, const char *value, unsign
 	}
 	if (strcmp(key, "mode") == 0) {
 		if (vocab_mode_parse(value, &r->mode) != 0)
-			return snprintf(why, why_len, "mode is wall, cpu or gil (not '%s')", value), -1;
+			return snprintf(why, why_len, "mode is wall, cpu, gil or exception (not '%s')", value), -1;
 		r->has_mode = true;
 		return 0;
 	}

@@ -38,6 +38,7 @@ static const struct {
 	{UW_MODE_WALL, PYPROFD__MODE__MODE_WALL, "wall"},
 	{UW_MODE_CPU, PYPROFD__MODE__MODE_CPU, "cpu"},
 	{UW_MODE_GIL, PYPROFD__MODE__MODE_GIL, "gil"},
+	{UW_MODE_EXCEPTION, PYPROFD__MODE__MODE_EXCEPTION, "exception"},
 };
 
 static const struct {

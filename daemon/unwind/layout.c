@@ -933,3 +933,25 @@ int layout_asyncio_from_debug(const uint8_t *raw, size_t len, struct asyncio_lay
 	out->ts_tasks_head = (uint32_t)v[ADO_TSTATE_TASKS_HEAD];
 	return 0;
 }
+
+/* -------- the exceptions a thread handles -------- */
+
+/* Measured on 3.8.18, 3.9.18, 3.10.13, 3.11.2 and .7, 3.12.1, 3.13.0 and .18, 3.14.10, 3.15.2 (and Py_DEBUG). */
+static const struct exc_layout exc_layouts[] = {
+	{.minor = 8, .tstate_exc_info = 144, .item_exception = 0, .item_previous = 24},
+	{.minor = 9, .tstate_exc_info = 144, .item_exception = 0, .item_previous = 24},
+	{.minor = 10, .tstate_exc_info = 144, .item_exception = 0, .item_previous = 24},
+	{.minor = 11, .tstate_exc_info = 120, .item_exception = 0, .item_previous = 8},
+	{.minor = 12, .tstate_exc_info = 104, .item_exception = 0, .item_previous = 8},
+	{.minor = 13, .tstate_exc_info = 120, .item_exception = 0, .item_previous = 8},
+	{.minor = 14, .tstate_exc_info = 120, .item_exception = 0, .item_previous = 8},
+	{.minor = 15, .tstate_exc_info = 144, .item_exception = 0, .item_previous = 8},
+};
+
+const struct exc_layout *layout_exc_for_minor(unsigned minor)
+{
+	for (size_t i = 0; i < sizeof exc_layouts / sizeof exc_layouts[0]; i++)
+		if (exc_layouts[i].minor == minor)
+			return &exc_layouts[i];
+	return NULL;
+}

@@ -204,4 +204,23 @@ const struct asyncio_layout *layout_asyncio_for_minor(unsigned minor);
  */
 int layout_asyncio_from_debug(const uint8_t *raw, size_t len, struct asyncio_layout *out);
 
+/*
+ * Where a thread keeps the exceptions it handles: PyThreadState.exc_info
+ * points to the innermost _PyErr_StackItem (the thread's own exc_state, or
+ * a running generator's), each linking to the one it hides.  A thread
+ * handles an exception (inside except or finally with one set, as
+ * sys.exc_info() tells) when an item of that chain holds one that is not
+ * None.  3.8-3.10 items are (type, value, traceback, previous), where the
+ * type tells it; 3.11+ (value, previous).
+ */
+struct exc_layout {
+	unsigned minor;
+	uint32_t tstate_exc_info;
+	uint32_t item_exception; /* the exception (3.11+) or its type (3.8-3.10) */
+	uint32_t item_previous;
+};
+
+/* The table of a minor version (3.8-3.15), NULL for another. */
+const struct exc_layout *layout_exc_for_minor(unsigned minor);
+
 #endif

@@ -132,6 +132,7 @@ enum uw_mode {
 	UW_MODE_WALL, /* every thread */
 	UW_MODE_CPU,  /* threads the kernel has running or runnable */
 	UW_MODE_GIL,  /* the thread holding the GIL */
+	UW_MODE_EXCEPTION, /* threads handling an exception: in except or finally with one set */
 };
 
 /*

@@ -352,6 +352,8 @@ struct uw_target {
 	/* Reads the prefetch missed, for the sample's length. */
 	struct arena scratch;
 	struct tasks *tasks; /* tasks.c: asyncio's tasks, NULL until asked for */
+	raddr_t none_object; /* exception.c: &_Py_NoneStruct, 0 until looked up */
+	bool none_looked;
 };
 
 /* target.c */
@@ -496,6 +498,10 @@ uint32_t chain_common(const struct uw_target *t, const struct thread_cache *tc,
 /* The stack id of a chain read innermost first; INTERN_FAILED and *err. */
 uint32_t chain_resolve(struct uw_target *t, struct thread_cache *tc, const struct raw_frame *raw,
                        uint32_t n, uint32_t common, struct uw_error *err);
+
+/* exception.c */
+/* Whether the thread at tstate handles an exception (UW_MODE_EXCEPTION); false if unknown. */
+bool exception_handling(struct uw_target *t, raddr_t tstate);
 
 /* tasks.c */
 /* Whether a sample reads the tasks (async mode, or a snapshot's UW_SNAP_TASKS). */
