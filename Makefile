@@ -13,6 +13,7 @@
 #   make bench-history measure the history store over a synthetic day
 #   make bench-hostile what a hostile local user costs the daemon (as root)
 #   make bench-fleet   exec to first sample, discovery's CPU, the CPU budget (as root)
+#   make bench-async   cost per sample of async-aware sampling, 1,000 and 100,000 tasks (as root)
 #   make soak       the daemon for SOAK_MINUTES (30) under targets, queries, churn and
 #                   hostile clients: RSS, descriptors, rates and errors every minute
 #   make install    binaries, systemd units and man pages (PREFIX, DESTDIR)
@@ -220,7 +221,7 @@ $(BUILD)/fuzz/%: $(BUILD)/tests/fuzz/%.o $(LIBCTL) $(LIBCLIENT) $(LIBS_DAEMON)
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -fsanitize=fuzzer -o $@ $^ $(LINK_DAEMON)
 
-.PHONY: all deps pythons test check sanitize fuzz fuzz-run demo bench bench-daemon bench-history bench-hostile bench-fleet soak install clean
+.PHONY: all deps pythons test check sanitize fuzz fuzz-run demo bench bench-daemon bench-history bench-hostile bench-fleet bench-async soak install clean
 
 all: $(PYPROFD) $(CTL)
 
@@ -466,6 +467,11 @@ bench-daemon: deps
 bench-fleet: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(PYTHON) bench/fleet.py --pyprofd $(PYPROFD) --ctl $(CTL) $(BENCH_ARGS)
+
+# Cost per sample of async-aware sampling with 1,000 and 100,000 suspended tasks; see bench/async.py.
+bench-async: deps
+	$(Q)$(MAKE) --no-print-directory all
+	PYPROFD_PYTHONS_ROOT=$(PYTHONS_ROOT) $(PYTHON) bench/async.py --pyprofd $(PYPROFD) $(BENCH_ARGS)
 
 # Unread answers, one user's connections, descriptors used up; see bench/hostile.py.
 bench-hostile: deps

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "unwind_internal.h"
@@ -124,6 +125,20 @@ struct tasks {
 	uint64_t sets_looked;   /* sample they were last looked for in */
 	struct hash waiters;    /* future waited on → entry */
 };
+
+/*
+ * Whether the sample's time ran out: tasks past it are left unread (the
+ * sample says so as tasks_cut) while the threads read stand, so the walk
+ * itself is not marked cut.  The clock is read every 64 tasks.
+ */
+static bool tasks_over_time(const struct walk *w, const struct tasks *ts)
+{
+	if (!w->deadline_ns || ts->n % 64 != 0)
+		return false;
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec > w->deadline_ns;
+}
 
 bool tasks_wanted(const struct uw_target *t)
 {
@@ -556,7 +571,7 @@ static int tasks_read_list(struct walk *w, struct tasks *ts, raddr_t head, uint6
 			ts->cut = true;
 			return 0;
 		}
-		if (walk_over_time(w, 1)) {
+		if (tasks_over_time(w, ts)) {
 			ts->cut = true;
 			return 0;
 		}
@@ -774,7 +789,7 @@ static int tasks_read_set(struct walk *w, struct tasks *ts, raddr_t set, bool we
 			int64_t hash = (int64_t)load_u64(chunk, (uint32_t)(j * 16 + 8));
 			if (!key || hash == -1) /* empty, or the dummy of a removed key */
 				continue;
-			if (ts->n >= max || walk_over_time(w, 1)) {
+			if (ts->n >= max || tasks_over_time(w, ts)) {
 				ts->cut = true;
 				free(chunk);
 				return 0;
