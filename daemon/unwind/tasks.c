@@ -46,6 +46,10 @@
 #define TASKS_STACKREF_TAGS 3u
 
 #define TASKS_NONE UINT32_MAX
+/* Tasks read together, ranges a batch may ask for, and awaits prefetched a task. */
+#define TASKS_BATCH 1024u
+#define TASKS_PF_MAX (16u * TASKS_BATCH)
+#define TASKS_PF_LEVELS 4
 
 /* FutureObj (every version): the first callback, and the list of the others. */
 #define TASKS_FUT_CALLBACK0 24
@@ -124,16 +128,30 @@ struct tasks {
 	raddr_t task_sets[2];   /* the WeakSet of tasks, and the set of eager tasks (3.12+) */
 	uint64_t sets_looked;   /* sample they were last looked for in */
 	struct hash waiters;    /* future waited on → entry */
+
+	/* Reads of a batch of tasks made together (tasks_pf_*). */
+	struct remote_range *pf;
+	uint32_t *pf_off;       /* where each range's bytes are in pf_buf */
+	uint32_t npf;
+	size_t pf_cap, pf_off_cap;
+	uint8_t *pf_buf;
+	size_t pf_used, pf_buf_cap;
+	struct hash pf_index;   /* address → range */
+	raddr_t *batch;         /* the tasks of the batch being read */
+	uint32_t nbatch;
+	size_t batch_cap;
+	raddr_t *frontier, *next_frontier; /* coroutines of the level being read */
+	size_t frontier_cap, next_frontier_cap;
 };
 
 /*
  * Whether the sample's time ran out: tasks past it are left unread (the
  * sample says so as tasks_cut) while the threads read stand, so the walk
- * itself is not marked cut.  The clock is read every 64 tasks.
+ * itself is not marked cut.  Looked at once a batch of tasks.
  */
-static bool tasks_over_time(const struct walk *w, const struct tasks *ts)
+static bool tasks_over_time(const struct walk *w)
 {
-	if (!w->deadline_ns || ts->n % 64 != 0)
+	if (!w->deadline_ns)
 		return false;
 	struct timespec now;
 	clock_gettime(CLOCK_MONOTONIC, &now);
@@ -157,6 +175,13 @@ void tasks_free(struct uw_target *t)
 	free(ts->frames);
 	free(ts->raw);
 	hash_free(&ts->waiters);
+	free(ts->pf);
+	free(ts->pf_off);
+	free(ts->pf_buf);
+	hash_free(&ts->pf_index);
+	free(ts->batch);
+	free(ts->frontier);
+	free(ts->next_frontier);
 	free(ts);
 	t->tasks = NULL;
 }
@@ -280,6 +305,80 @@ static bool tasks_usable(struct uw_target *t, struct tasks *ts)
 	return true;
 }
 
+/* -------- batched reads -------- */
+
+/*
+ * A task costs a handful of small reads (the task, its coroutine, the
+ * awaited object on the coroutine's stack, that object's type), and
+ * thousands of tasks as many system calls.  So they are read a level at a
+ * time for a batch of tasks, in as few process_vm_readv calls as the kernel
+ * allows (remote_read_batch), and the readers below find their bytes here;
+ * what was not prefetched (a deeper await, a name) is read on its own.
+ */
+static bool tasks_pf_equal(const void *ctx, uint32_t id, const void *key)
+{
+	const struct tasks *ts = ctx;
+	return ts->pf[id].addr == *(const raddr_t *)key;
+}
+
+static void tasks_pf_reset(struct tasks *ts)
+{
+	ts->npf = 0;
+	ts->pf_used = 0;
+	hash_clear(&ts->pf_index);
+}
+
+/* Ask for len bytes at addr in the next tasks_pf_read; 0, or -1 out of memory. */
+static int tasks_pf_add(struct tasks *ts, raddr_t addr, uint32_t len)
+{
+	if (addr < 4096 || (addr & 7) || ts->npf >= TASKS_PF_MAX)
+		return 0;
+	uint32_t h = hash_u64(addr);
+	if (hash_find(&ts->pf_index, h, tasks_pf_equal, ts, &addr) != HASH_NONE)
+		return 0;
+	if (array_reserve((void **)&ts->pf, &ts->pf_cap, ts->npf, sizeof *ts->pf, NULL) ||
+	    array_reserve((void **)&ts->pf_off, &ts->pf_off_cap, ts->npf, sizeof *ts->pf_off, NULL) ||
+	    array_reserve((void **)&ts->pf_buf, &ts->pf_buf_cap, ts->pf_used + len, 1, NULL) ||
+	    hash_reserve(&ts->pf_index, 1) != 0)
+		return -1;
+	ts->pf[ts->npf] = (struct remote_range){.addr = addr, .len = len};
+	ts->pf_off[ts->npf] = ts->pf_used;
+	ts->pf_used += len;
+	hash_fill(&ts->pf_index, hash_probe(&ts->pf_index, h, tasks_pf_equal, ts, &addr), h, ts->npf);
+	ts->npf++;
+	return 0;
+}
+
+/* Read the ranges asked for since `from`, in one batch. */
+static int tasks_pf_read(struct uw_target *t, struct tasks *ts, uint32_t from, struct uw_error *err)
+{
+	for (uint32_t i = from; i < ts->npf; i++)
+		ts->pf[i].buf = ts->pf_buf + ts->pf_off[i];
+	if (from >= ts->npf)
+		return 0;
+	return remote_read_batch(&t->mem, ts->pf + from, ts->npf - from, err);
+}
+
+/* The bytes at addr, from the batch when it holds them whole, else read now. */
+static const uint8_t *tasks_pf_get(const struct tasks *ts, raddr_t addr, uint32_t len)
+{
+	uint32_t id = hash_find(&ts->pf_index, hash_u64(addr), tasks_pf_equal, ts, &addr);
+	if (id == HASH_NONE || ts->pf[id].got < len)
+		return NULL;
+	return ts->pf_buf + ts->pf_off[id];
+}
+
+static int tasks_read(struct uw_target *t, const struct tasks *ts, raddr_t addr, void *buf,
+                      size_t len, struct uw_error *err)
+{
+	const uint8_t *p = tasks_pf_get(ts, addr, (uint32_t)len);
+	if (p) {
+		memcpy(buf, p, len);
+		return 0;
+	}
+	return remote_read(&t->mem, addr, buf, len, err);
+}
+
 /* -------- names -------- */
 
 static bool tasks_name_equal(const void *ctx, uint32_t id, const void *key)
@@ -367,40 +466,56 @@ static int tasks_push_frame(struct tasks *ts, uint32_t frame, struct uw_error *e
  * the same type: the top of its value stack (3.15 keeps the value being
  * sent above it).  0 when it awaits something else (a future).
  */
-static raddr_t tasks_awaited_coro(struct uw_target *t, const struct asyncio_layout *L,
-                                  raddr_t frame, const uint8_t *f, raddr_t coro_type)
+/*
+ * Where a suspended coroutine frame keeps the object it awaits: the top of
+ * its value stack, and (3.14+) the slot below, as 3.15 keeps the value being
+ * sent above it.  false when the stack cannot hold one.
+ */
+static bool tasks_stack_top(const struct asyncio_layout *L, raddr_t frame, const uint8_t *f,
+                            raddr_t *addr, uint32_t *len)
 {
-	raddr_t slots[2] = {0, 0};
 	if (L->frame_stackpointer != LAYOUT_ABSENT) {
 		raddr_t sp = load_u64(f, L->frame_stackpointer) & ~(raddr_t)TASKS_STACKREF_TAGS;
 		if (sp < frame + L->frame_localsplus + 8 || sp - frame > (1u << 16))
-			return 0;
-		uint8_t b[16];
-		if (sp - 16 < frame + L->frame_localsplus) {
-			if (remote_read(&t->mem, sp - 8, b + 8, 8, NULL) != 0)
-				return 0;
-			slots[0] = load_u64(b, 8);
-		} else {
-			if (remote_read(&t->mem, sp - 16, b, 16, NULL) != 0)
-				return 0;
-			slots[0] = load_u64(b, 8);
-			slots[1] = load_u64(b, 0);
-		}
-	} else {
-		int32_t top = load_i32(f, L->frame_stacktop);
-		if (top < 1 || top > (1 << 13))
-			return 0;
-		uint8_t b[8];
-		if (remote_read(&t->mem, frame + L->frame_localsplus + (uint64_t)(top - 1) * 8, b, 8, NULL) != 0)
-			return 0;
-		slots[0] = load_u64(b, 0);
+			return false;
+		bool two = sp - 16 >= frame + L->frame_localsplus;
+		*addr = two ? sp - 16 : sp - 8;
+		*len = two ? 16 : 8;
+		return true;
 	}
+	int32_t top = load_i32(f, L->frame_stacktop);
+	if (top < 1 || top > (1 << 13))
+		return false;
+	*addr = frame + L->frame_localsplus + (uint64_t)(top - 1) * 8;
+	*len = 8;
+	return true;
+}
+
+/* The objects in the slots tasks_stack_top found, the top first. */
+static void tasks_stack_objects(const uint8_t *b, uint32_t len, raddr_t out[2])
+{
+	out[0] = load_u64(b, len - 8) & ~(raddr_t)TASKS_STACKREF_TAGS;
+	out[1] = len == 16 ? load_u64(b, 0) & ~(raddr_t)TASKS_STACKREF_TAGS : 0;
+}
+
+/*
+ * The object a suspended coroutine frame awaits, if it is a coroutine of
+ * the same type; 0 when it awaits something else (a future).
+ */
+static raddr_t tasks_awaited_coro(struct uw_target *t, const struct tasks *ts, raddr_t frame,
+                                  const uint8_t *f, raddr_t coro_type)
+{
+	raddr_t at, objs[2];
+	uint32_t len;
+	uint8_t b[16];
+	if (!tasks_stack_top(&ts->L, frame, f, &at, &len) || tasks_read(t, ts, at, b, len, NULL) != 0)
+		return 0;
+	tasks_stack_objects(b, len, objs);
 	for (int i = 0; i < 2; i++) {
-		raddr_t o = slots[i] & ~(raddr_t)TASKS_STACKREF_TAGS;
 		uint8_t hdr[16];
-		if (o && remote_read(&t->mem, o, hdr, sizeof hdr, NULL) == 0 &&
+		if (objs[i] && tasks_read(t, ts, objs[i], hdr, sizeof hdr, NULL) == 0 &&
 		    load_u64(hdr, t->layout.object.ob_type) == coro_type)
-			return o;
+			return objs[i];
 	}
 	return 0;
 }
@@ -420,7 +535,7 @@ static int tasks_read_coro(struct uw_target *t, struct tasks *ts, struct task_en
 	for (uint32_t depth = 0; coro && depth < TASKS_MAX_AWAIT_DEPTH; depth++) {
 		uint8_t g[512];
 		uint32_t len = L->gen_iframe + TASKS_FRAME_BYTES;
-		if (len > sizeof g || remote_read(&t->mem, coro, g, len, err) != 0)
+		if (len > sizeof g || tasks_read(t, ts, coro, g, len, err) != 0)
 			return -1;
 		raddr_t type = load_u64(g, P->object.ob_type);
 		if (!coro_type)
@@ -447,7 +562,7 @@ static int tasks_read_coro(struct uw_target *t, struct tasks *ts, struct task_en
 			.kind = UW_FRAME_PYTHON};
 		if (!suspended)
 			break;
-		coro = tasks_awaited_coro(t, L, frame, f, coro_type);
+		coro = tasks_awaited_coro(t, ts, frame, f, coro_type);
 	}
 	/* Read outermost first: the innermost await is the task's top frame. */
 	e->frames_first = ts->nframes;
@@ -519,7 +634,7 @@ static int tasks_read_one(struct uw_target *t, struct tasks *ts, raddr_t addr, u
 	const struct asyncio_layout *L = &ts->L;
 	uint8_t task[512];
 	raddr_t e_waiter, e_callbacks[2];
-	if (L->task_size > sizeof task || remote_read(&t->mem, addr, task, L->task_size, err) != 0)
+	if (L->task_size > sizeof task || tasks_read(t, ts, addr, task, L->task_size, err) != 0)
 		return -1;
 	*next = L->task_node != LAYOUT_ABSENT ? load_u64(task, L->task_node) : 0;
 	if (L->task_is_task != LAYOUT_ABSENT && !task[L->task_is_task])
@@ -554,6 +669,85 @@ static int tasks_read_one(struct uw_target *t, struct tasks *ts, raddr_t addr, u
 }
 
 /*
+ * Read ahead, in a batch each level, what tasks_read_one will read of the
+ * tasks in ts->batch: the tasks (unless read already), their coroutines,
+ * the top of each suspended coroutine's stack and the objects there, which
+ * are the next level's coroutines, for the first few awaits of each task.
+ */
+static int tasks_prefetch(struct uw_target *t, struct tasks *ts, bool read_tasks, struct uw_error *err)
+{
+	const struct asyncio_layout *L = &ts->L;
+	uint32_t glen = L->gen_iframe + TASKS_FRAME_BYTES, from = ts->npf, nf = 0;
+	for (uint32_t i = 0; read_tasks && i < ts->nbatch; i++)
+		if (tasks_pf_add(ts, ts->batch[i], L->task_size) != 0)
+			return uw_fail(err, UW_ENOMEM, "out of memory");
+	if (tasks_pf_read(t, ts, from, err) != 0)
+		return -1;
+	if (array_reserve((void **)&ts->frontier, &ts->frontier_cap, 2 * ts->nbatch, sizeof *ts->frontier, NULL) ||
+	    array_reserve((void **)&ts->next_frontier, &ts->next_frontier_cap, 2 * ts->nbatch,
+	                  sizeof *ts->next_frontier, NULL))
+		return uw_fail(err, UW_ENOMEM, "out of memory");
+	for (uint32_t i = 0; i < ts->nbatch; i++) {
+		const uint8_t *task = tasks_pf_get(ts, ts->batch[i], L->task_size);
+		if (task && load_u64(task, L->task_coro))
+			ts->frontier[nf++] = load_u64(task, L->task_coro);
+	}
+	for (unsigned level = 0; level < TASKS_PF_LEVELS && nf; level++) {
+		from = ts->npf;
+		for (uint32_t i = 0; i < nf; i++)
+			if (tasks_pf_add(ts, ts->frontier[i], glen) != 0)
+				return uw_fail(err, UW_ENOMEM, "out of memory");
+		if (tasks_pf_read(t, ts, from, err) != 0)
+			return -1;
+		from = ts->npf;
+		for (uint32_t i = 0; i < nf; i++) {
+			const uint8_t *g = tasks_pf_get(ts, ts->frontier[i], glen);
+			raddr_t at;
+			uint32_t len;
+			if (g && tasks_stack_top(L, ts->frontier[i] + L->gen_iframe, g + L->gen_iframe, &at, &len) &&
+			    tasks_pf_add(ts, at, len) != 0)
+				return uw_fail(err, UW_ENOMEM, "out of memory");
+		}
+		if (tasks_pf_read(t, ts, from, err) != 0)
+			return -1;
+		uint32_t nn = 0;
+		for (uint32_t i = 0; i < nf; i++) {
+			const uint8_t *g = tasks_pf_get(ts, ts->frontier[i], glen), *b;
+			raddr_t at, objs[2];
+			uint32_t len;
+			if (!g || !tasks_stack_top(L, ts->frontier[i] + L->gen_iframe, g + L->gen_iframe, &at, &len) ||
+			    !(b = tasks_pf_get(ts, at, len)))
+				continue;
+			tasks_stack_objects(b, len, objs);
+			for (int k = 0; k < 2; k++)
+				if (objs[k] && nn < 2 * ts->nbatch)
+					ts->next_frontier[nn++] = objs[k];
+		}
+		raddr_t *swap = ts->frontier;
+		size_t swap_cap = ts->frontier_cap;
+		ts->frontier = ts->next_frontier;
+		ts->frontier_cap = ts->next_frontier_cap;
+		ts->next_frontier = swap;
+		ts->next_frontier_cap = swap_cap;
+		nf = nn;
+	}
+	/* The last level's objects: their headers tell a coroutine from a future. */
+	from = ts->npf;
+	for (uint32_t i = 0; i < nf; i++)
+		if (tasks_pf_add(ts, ts->frontier[i], 16) != 0)
+			return uw_fail(err, UW_ENOMEM, "out of memory");
+	return tasks_pf_read(t, ts, from, err);
+}
+
+static int tasks_batch_add(struct tasks *ts, raddr_t task, struct uw_error *err)
+{
+	if (array_reserve((void **)&ts->batch, &ts->batch_cap, ts->nbatch, sizeof *ts->batch, NULL))
+		return uw_fail(err, UW_ENOMEM, "out of memory");
+	ts->batch[ts->nbatch++] = task;
+	return 0;
+}
+
+/*
  * The tasks on one list (a thread's, or the interpreter's): a circular list
  * of llist_nodes through each task's task_node, its head at `head`.
  */
@@ -567,21 +761,37 @@ static int tasks_read_list(struct walk *w, struct tasks *ts, raddr_t head, uint6
 		return -1;
 	raddr_t node = load_u64(b, 0);
 	while (node && node != head) {
-		if (ts->n >= max) {
+		if (ts->n >= max || tasks_over_time(w)) {
 			ts->cut = true;
 			return 0;
 		}
-		if (tasks_over_time(w, ts)) {
-			ts->cut = true;
-			return 0;
+		/* A batch of the list: each task says where the next is, so those reads come one by one. */
+		tasks_pf_reset(ts);
+		ts->nbatch = 0;
+		while (node && node != head && ts->nbatch < TASKS_BATCH && ts->n + ts->nbatch < max) {
+			raddr_t task = node - L->task_node;
+			uint32_t from = ts->npf;
+			if (tasks_pf_add(ts, task, L->task_size) != 0 || tasks_batch_add(ts, task, err) != 0)
+				return uw_fail(err, UW_ENOMEM, "out of memory");
+			if (tasks_pf_read(t, ts, from, err) != 0)
+				return -1;
+			const uint8_t *p = tasks_pf_get(ts, task, L->task_size);
+			if (!p)
+				return uw_fail(err, UW_ECORRUPT, "task 0x%llx on the task list is unreadable",
+				               (unsigned long long)task);
+			raddr_t next = load_u64(p, L->task_node);
+			if (next == node)
+				return uw_fail(err, UW_ECORRUPT, "task list node 0x%llx links to itself",
+				               (unsigned long long)node);
+			node = next;
 		}
-		raddr_t next = 0;
-		if (tasks_read_one(t, ts, node - L->task_node, thread_id, &next, err) != 0)
+		if (tasks_prefetch(t, ts, false, err) != 0)
 			return -1;
-		if (next == node)
-			return uw_fail(err, UW_ECORRUPT, "task list node 0x%llx links to itself",
-			               (unsigned long long)node);
-		node = next;
+		for (uint32_t i = 0; i < ts->nbatch; i++) {
+			raddr_t next;
+			if (tasks_read_one(t, ts, ts->batch[i], thread_id, &next, err) != 0)
+				return -1;
+		}
 	}
 	if (!node)
 		return uw_fail(err, UW_ECORRUPT, "task list at 0x%llx ends in NULL", (unsigned long long)head);
@@ -784,32 +994,45 @@ static int tasks_read_set(struct walk *w, struct tasks *ts, raddr_t set, bool we
 		uint64_t m = slots - i < TASKS_SET_CHUNK ? slots - i : TASKS_SET_CHUNK;
 		if ((rc = remote_read(&t->mem, table + i * 16, chunk, m * 16, err)) != 0)
 			break;
-		for (uint64_t j = 0; j < m; j++) {
+		/* The chunk's tasks (through their weak references) read together. */
+		tasks_pf_reset(ts);
+		ts->nbatch = 0;
+		bool full = false;
+		for (uint64_t j = 0; j < m && !full; j++) {
 			raddr_t key = load_u64(chunk, (uint32_t)(j * 16));
 			int64_t hash = (int64_t)load_u64(chunk, (uint32_t)(j * 16 + 8));
 			if (!key || hash == -1) /* empty, or the dummy of a removed key */
 				continue;
-			if (ts->n >= max || tasks_over_time(w, ts)) {
-				ts->cut = true;
-				free(chunk);
-				return 0;
+			if (ts->n + ts->nbatch >= max) {
+				ts->cut = full = true;
+				break;
 			}
-			raddr_t task = key;
-			uint8_t b[8];
-			if (weak) {
-				if (remote_read(&t->mem, key + TASKS_WEAKREF_OBJECT, b, 8, NULL) != 0)
-					continue;
-				task = load_u64(b, 0);
+			if ((weak && tasks_pf_add(ts, key + TASKS_WEAKREF_OBJECT, 8) != 0) ||
+			    tasks_batch_add(ts, key, err) != 0) {
+				rc = uw_fail(err, UW_ENOMEM, "out of memory");
+				break;
 			}
+		}
+		if (rc == 0 && weak)
+			rc = tasks_pf_read(t, ts, 0, err);
+		for (uint32_t k = 0; rc == 0 && weak && k < ts->nbatch; k++) {
+			const uint8_t *ref = tasks_pf_get(ts, ts->batch[k] + TASKS_WEAKREF_OBJECT, 8);
+			ts->batch[k] = ref ? load_u64(ref, 0) : 0;
+		}
+		if (rc == 0)
+			rc = tasks_prefetch(t, ts, true, err);
+		for (uint32_t k = 0; rc == 0 && k < ts->nbatch; k++) {
 			raddr_t next;
 			struct uw_error one = {0};
-			if (task && tasks_read_one(t, ts, task, 0, &next, &one) != 0) {
-				if (one.status == UW_ENOMEM || one.status == UW_EGONE) {
-					*err = one;
-					rc = -1;
-					break;
-				}
+			if (ts->batch[k] && tasks_read_one(t, ts, ts->batch[k], 0, &next, &one) != 0 &&
+			    (one.status == UW_ENOMEM || one.status == UW_EGONE)) {
+				*err = one;
+				rc = -1;
 			}
+		}
+		if (rc == 0 && (full || tasks_over_time(w))) {
+			ts->cut = true;
+			break;
 		}
 	}
 	free(chunk);
