@@ -305,3 +305,136 @@ Test(tasks, attach_and_rule, .timeout = 180)
 	daemon_stop(&d);
 	test_target_kill(&t);
 }
+
+/* Our tree as CPython's sampler prints it: one "<task>:NAME|qualname:line|..." per leaf task, root first. */
+static void tasks_leaf_chains(json_t *tasks, char *out, size_t len)
+{
+	size_t i, at = 0;
+	json_t *t;
+	out[0] = '\0';
+	json_array_foreach(tasks, i, t) {
+		size_t k;
+		json_t *o;
+		bool awaited = false;
+		json_array_foreach(tasks, k, o)
+			awaited |= json_integer_value(json_object_get(o, "awaited_by")) ==
+			           json_integer_value(json_object_get(t, "id"));
+		if (awaited)
+			continue;
+		/* From the leaf up to its root, then written root first. */
+		json_t *path[64];
+		size_t n = 0;
+		for (json_t *c = t; c && n < 64; c = tasks_by_id(tasks, json_integer_value(json_object_get(c, "awaited_by"))))
+			path[n++] = c;
+		char line[4096];
+		size_t l = 0;
+		while (n-- > 0) {
+			json_t *frames = json_object_get(path[n], "frames");
+			l += (size_t)snprintf(line + l, sizeof line - l, "<task>:%s|", tasks_str(path[n], "name"));
+			for (size_t f = json_array_size(frames); f-- > 0 && l < sizeof line;) {
+				json_t *fr = json_array_get(frames, f);
+				l += (size_t)snprintf(line + l, sizeof line - l, "%s:%lld|", tasks_str(fr, "qualname"),
+				                      (long long)json_integer_value(json_object_get(fr, "line")));
+			}
+		}
+		at += (size_t)snprintf(out + at, len - at, "%s\n", line);
+	}
+}
+
+/* CPython's `profiling.sampling dump --async-aware` text, the same way: one line per block. */
+static void tasks_cpython_chains(const char *text, char *out, size_t len)
+{
+	size_t at = 0, l = 0;
+	char line[4096] = "";
+	const char *p = text;
+	while (p && *p) {
+		const char *end = strchr(p, '\n');
+		size_t n = end ? (size_t)(end - p) : strlen(p);
+		char buf[1024];
+		snprintf(buf, sizeof buf, "%.*s", (int)n, p);
+		char name[512], file[512];
+		int lineno;
+		if (sscanf(buf, "  File \"<task>\", in %511[^\n]", name) == 1) {
+			l += (size_t)snprintf(line + l, sizeof line - l, "<task>:%s|", name);
+		} else if (sscanf(buf, "  File \"%511[^\"]\", line %d, in %511[^\n]", file, &lineno, name) == 3) {
+			l += (size_t)snprintf(line + l, sizeof line - l, "%s:%d|", name, lineno);
+		} else if (buf[0] == '\0' && l) {
+			at += (size_t)snprintf(out + at, len - at, "%s\n", line);
+			l = 0;
+		}
+		p = end ? end + 1 : NULL;
+	}
+	if (l)
+		snprintf(out + at, len - at, "%s\n", line);
+}
+
+static int tasks_line_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The lines of text, sorted, joined again: the two sides list their blocks in their own orders. */
+static void tasks_sort_lines(char *text)
+{
+	char *lines[512];
+	size_t n = 0;
+	for (char *s = strtok(text, "\n"); s && n < 512; s = strtok(NULL, "\n"))
+		lines[n++] = strdup(s);
+	qsort(lines, n, sizeof *lines, tasks_line_cmp);
+	text[0] = '\0';
+	for (size_t i = 0; i < n; i++) {
+		strcat(text, lines[i]);
+		strcat(text, "\n");
+		free(lines[i]);
+	}
+}
+
+/* On 3.15, CPython's own sampler reads the same tree from the same process. */
+Test(tasks, same_as_cpython_sampler, .timeout = 120)
+{
+	struct python all[PYTHONS_MAX];
+	size_t n = pythons_find(all, PYTHONS_MAX);
+	const struct python *py = NULL;
+	for (size_t i = 0; i < n && !py; i++)
+		if (all[i].minor == 15 && !all[i].debug && all[i].root_len && !all[i].contained)
+			py = &all[i];
+	if (!py)
+		cr_skip_test("no Python 3.15 in a root (make pythons)");
+	char root[PATH_MAX], loader[PATH_MAX + 64], libs[2 * PATH_MAX + 64], home[PATH_MAX + 8];
+	python_root(py, root, sizeof root);
+	snprintf(loader, sizeof loader, "%s/lib64/ld-linux-x86-64.so.2", root);
+	snprintf(libs, sizeof libs, "%s/lib/x86_64-linux-gnu:%s/usr/lib/x86_64-linux-gnu", root, root);
+	snprintf(home, sizeof home, "%s/usr", root);
+	char script[PATH_MAX], pid[16];
+	target_script("tasks.py", script, sizeof script);
+	struct test_target t;
+	const char *args[] = {"-I", script, "{report}", "2", "park", NULL};
+	test_target_start_python(&t, py, args);
+	json_decref(test_target_wait_report(&t, 60));
+	snprintf(pid, sizeof pid, "%d", (int)t.pid);
+	json_t *dump = dump_json(t.pid, (const char *const[]){"--json", "--async-aware", NULL}, "3.15");
+	/* The root's interpreter run on this host through the root's own loader and libraries. */
+	setenv("PYTHONHOME", home, 1);
+	const char *argv[] = {loader, "--library-path", libs, py->path, "-m", "profiling.sampling",
+	                      "dump", "--async-aware", "--async-mode", "all", pid, NULL};
+	struct run_result r;
+	run_command(&r, argv, NULL);
+	unsetenv("PYTHONHOME");
+	char why[1024];
+	cr_assert(r.exited && r.code == 0, "CPython's sampler: %s", run_describe(&r, why, sizeof why));
+	static char ours[1 << 16], theirs[1 << 16];
+	tasks_leaf_chains(json_object_get(dump, "tasks"), ours, sizeof ours);
+	tasks_cpython_chains(r.out, theirs, sizeof theirs);
+	tasks_sort_lines(ours);
+	tasks_sort_lines(theirs);
+	size_t leaves = 0;
+	for (const char *c = theirs; (c = strchr(c, '\n')); c++)
+		leaves++;
+	/* Twelve leaf tasks park in tasks.py with two bulk tasks. */
+	cr_assert_eq(leaves, 12, "CPython's sampler printed %zu task stacks:\n%s", leaves, r.out);
+	cr_expect_str_eq(ours, theirs, "the task stacks differ from CPython's sampler's:\nours:\n%s\ntheirs:\n%s",
+	                 ours, theirs);
+	run_result_free(&r);
+	json_decref(dump);
+	test_target_kill(&t);
+}
