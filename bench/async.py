@@ -58,10 +58,13 @@ def main():
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--tasks", default="1000,100000")
     ap.add_argument("--root", default=os.environ.get("PYPROFD_PYTHONS_ROOT", ""))
+    ap.add_argument("--only", default="", help="interpreters whose label starts with one of these, comma-separated")
     args = ap.parse_args()
     pys = [(label, [path], minor) for label, path, minor in interpreters() if minor >= 11]
     if args.root and os.path.isdir(args.root):
         pys += root_interpreters(args.root)
+    if args.only:
+        pys = [p for p in pys if any(p[0].startswith(o) for o in args.only.split(","))]
     counts = [int(x) for x in args.tasks.split(",")]
     print("%-22s %8s %-10s %10s %10s %10s %12s %10s" % (
         "python", "tasks", "mode", "us/sample", "p99 us", "readv/s.", "tasks/s.", "cut"))
