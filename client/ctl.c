@@ -26,7 +26,7 @@ const char ctl_usage[] =
 	"Control pyprofd, the continuous profiler daemon for Python processes.\n"
 	"\n"
 	"commands:\n"
-	"  attach PID [--rate HZ] [--mode wall|cpu|gil] [--duration S] [--label K=V]...\n"
+	"  attach PID [--rate HZ] [--mode wall|cpu|gil|exception] [--duration S] [--label K=V]...\n"
 	"             [--native] [--gc]\n"
 	"                    start profiling a process\n"
 	"  detach PID        stop profiling it; the daemon keeps its state warm\n"

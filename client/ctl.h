@@ -114,7 +114,7 @@ enum field_type {
 	FIELD_STRING, FIELD_INT32, FIELD_UINT32, FIELD_INT64, FIELD_UINT64,
 	FIELD_DOUBLE, /* text with `decimals` digits */
 	FIELD_TIME,   /* unix seconds: a JSON number, UTC in text */
-	FIELD_BOOL, FIELD_MODE,
+	FIELD_BOOL, FIELD_MODE, FIELD_ASYNC_MODE,
 	FIELD_LABELS, /* at the offset of n_labels, the array after it: a JSON object, k=v,... in text */
 	FIELD_THREADS, /* at the offset of n_threads (ThreadInfo): a JSON array, names,... in text */
 };

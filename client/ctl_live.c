@@ -12,8 +12,9 @@
 #include "export.h"
 
 const char ctl_attach_usage[] =
-	"usage: pyprofd-ctl attach PID [--rate HZ] [--mode wall|cpu|gil] [--duration S]\n"
-	"                          [--label K=V]... [--native] [--gc] [--json]\n"
+	"usage: pyprofd-ctl attach PID [--rate HZ] [--mode wall|cpu|gil|exception] [--duration S]\n"
+	"                          [--label K=V]... [--native] [--gc]\n"
+	"                          [--async-aware] [--async-mode running|all] [--json]\n"
 	"\n"
 	"Start profiling process PID: the daemon samples it until detached, the duration\n"
 	"ends or the process exits.  Attaching again to a detached process reuses what\n"
@@ -21,12 +22,18 @@ const char ctl_attach_usage[] =
 	"\n"
 	"  --rate HZ         samples per second (default: the daemon's, 100 unless set)\n"
 	"  --mode MODE       wall: every thread (default); cpu: threads the kernel has\n"
-	"                    running; gil: the thread holding the GIL\n"
+	"                    running; gil: the thread holding the GIL; exception:\n"
+	"                    threads handling an exception (in except or finally)\n"
 	"  --duration S      stop after S seconds (default: until detached)\n"
 	"  --label K=V       tag the samples; repeat for several labels (attached\n"
 	"                    again without, a process keeps the labels it had)\n"
 	"  --native          mark where C code entered the interpreter\n"
 	"  --gc              mark samples taken while the garbage collector runs\n"
+	"  --async-aware     asyncio programs (3.11+): a thread running a task is sampled\n"
+	"                    as the task's stack: its coroutine frames, <task>:NAME, then\n"
+	"                    the task awaiting it, down to the root task\n"
+	"  --async-mode M    running (what --async-aware does) or all: every suspended\n"
+	"                    task is sampled too, as an idle stack of its own\n"
 	"  --json            print the target as JSON, with \"warm\"\n";
 
 const char ctl_detach_usage[] =
@@ -118,6 +125,7 @@ int ctl_live_attach(struct ctl *ctl, int argc, char **argv)
 		{"duration", required_argument, NULL, 'd'}, {"label", required_argument, NULL, 'l'},
 		{"native", no_argument, NULL, 'n'},      {"gc", no_argument, NULL, 'g'},
 		{"no-write", no_argument, NULL, 'W'},
+		{"async-aware", no_argument, NULL, 'A'}, {"async-mode", required_argument, NULL, 'M'},
 		CTL_COMMON_OPTIONS,
 	};
 	Pyprofd__AttachRequest a = PYPROFD__ATTACH_REQUEST__INIT;
@@ -140,7 +148,7 @@ int ctl_live_attach(struct ctl *ctl, int argc, char **argv)
 			break;
 		case 'm':
 			if (vocab_wire_mode_parse(optarg, &a.mode) != 0)
-				status = ctl_usage_error(ctl, "--mode is wall, cpu or gil, not '%s'", optarg);
+				status = ctl_usage_error(ctl, "--mode is wall, cpu, gil or exception, not '%s'", optarg);
 			break;
 		case 'd': {
 			char *end;
@@ -172,6 +180,18 @@ int ctl_live_attach(struct ctl *ctl, int argc, char **argv)
 		case 'n': a.native = true; break;
 		case 'g': a.gc = true; break;
 		case 'W': a.no_write = true; break;
+		case 'A':
+			if (a.async_mode == PYPROFD__ASYNC_MODE__ASYNC_OFF)
+				a.async_mode = PYPROFD__ASYNC_MODE__ASYNC_RUNNING;
+			break;
+		case 'M': {
+			enum uw_async_mode m;
+			if (vocab_async_mode_parse(optarg, &m) != 0 || m == UW_ASYNC_OFF)
+				status = ctl_usage_error(ctl, "--async-mode is running or all, not '%s'", optarg);
+			else
+				a.async_mode = vocab_async_mode_to_wire(m);
+			break;
+		}
 		default: {
 			int rc = ctl_common_option(ctl, opt, argv);
 			if (rc >= 0) {

@@ -28,6 +28,7 @@ const struct field fields_target[] = {
 	FIELD(Pyprofd__Target, "rule", FIELD_STRING, rule, 0),
 	FIELD(Pyprofd__Target, "parent", FIELD_INT32, parent, 0),
 	FIELD(Pyprofd__Target, "mode", FIELD_MODE, mode, 0),
+	FIELD(Pyprofd__Target, "async_mode", FIELD_ASYNC_MODE, async_mode, 0),
 	FIELD(Pyprofd__Target, "samples", FIELD_UINT64, samples, 0),
 	FIELD(Pyprofd__Target, "thread_samples", FIELD_UINT64, thread_samples, 0),
 	FIELD(Pyprofd__Target, "errors", FIELD_UINT64, errors, 0),
@@ -185,6 +186,11 @@ static json_t *fields_value_json(const void *msg, const struct field *f)
 	case FIELD_TIME: return export_json_double(*(const double *)at);
 	case FIELD_BOOL: return json_boolean(*(const protobuf_c_boolean *)at);
 	case FIELD_MODE: return json_string(vocab_wire_mode_name(*(const Pyprofd__Mode *)at));
+	case FIELD_ASYNC_MODE: {
+		enum uw_async_mode m = UW_ASYNC_OFF;
+		vocab_async_mode_from_wire(*(const Pyprofd__AsyncMode *)at, &m);
+		return json_string(vocab_async_mode_name(m));
+	}
 	case FIELD_LABELS: {
 		size_t n;
 		Pyprofd__Label *const *labels;
@@ -275,6 +281,12 @@ char *fields_cell(const void *msg, const struct field *f)
 	case FIELD_TIME: fields_utc(*(const double *)at, buf, sizeof buf); break;
 	case FIELD_BOOL: snprintf(buf, sizeof buf, "%s", *(const protobuf_c_boolean *)at ? "true" : "false"); break;
 	case FIELD_MODE: snprintf(buf, sizeof buf, "%s", vocab_wire_mode_name(*(const Pyprofd__Mode *)at)); break;
+	case FIELD_ASYNC_MODE: {
+		enum uw_async_mode m = UW_ASYNC_OFF;
+		vocab_async_mode_from_wire(*(const Pyprofd__AsyncMode *)at, &m);
+		snprintf(buf, sizeof buf, "%s", vocab_async_mode_name(m));
+		break;
+	}
 	case FIELD_LABELS: {
 		size_t n, len = 1;
 		Pyprofd__Label *const *labels;

@@ -22,6 +22,8 @@ const struct stats_counter counters_table[COUNTERS_COUNT] = {
 	{"cache_resets", offsetof(struct uw_stats, cache_resets)},
 	{"cache_bytes", offsetof(struct uw_stats, cache_bytes)},
 	{"walks_cut", offsetof(struct uw_stats, walks_cut)},
+	{"tasks_read", offsetof(struct uw_stats, tasks_read)},
+	{"tasks_cut", offsetof(struct uw_stats, tasks_cut)},
 	{"scratch_bytes", offsetof(struct uw_stats, scratch_bytes)},
 	{"plans_kept", offsetof(struct uw_stats, plans_kept)},
 	{"torn_bases", offsetof(struct uw_stats, torn_bases)},

@@ -17,7 +17,7 @@
 #define DUMP_ATTEMPTS 5
 
 static const char dump_usage[] =
-	"usage: pyprofd dump PID [--json] [--native] [--gc] [--no-write]\n"
+	"usage: pyprofd dump PID [--json] [--native] [--gc] [--no-write] [--async-aware]\n"
 	"\n"
 	"Print the Python stack of every thread of process PID, innermost frame first.\n"
 	"The process is read from outside and never stopped.\n"
@@ -28,10 +28,62 @@ static const char dump_usage[] =
 	"  --native   mark with <native> where C code sits between Python frames (3.11+)\n"
 	"  --gc       mark with <GC> the thread running the garbage collector\n"
 	"  --no-write never write into the target (3.15's frame-cache marker)\n"
+	"  --async-aware\n"
+	"             also print asyncio's task tree (3.11+): every pending task with\n"
+	"             its coroutine frames, under the task awaiting it\n"
 	"\n"
 	"exit status: 0 ok, 1 other error, 2 usage, 3 no such process, 4 permission denied,\n"
 	"5 not a Python process, 6 unsupported Python version, 7 process exited during the\n"
 	"dump, 8 inconsistent remote data\n";
+
+/* One frame of a dump. */
+static Pyprofd__Frame *dump_frame_to_proto(const struct uw_frame *f, struct arena *a)
+{
+	Pyprofd__Frame *pf = ARENA_MESSAGE(a, Pyprofd__Frame, PYPROFD__FRAME__INIT);
+	if (!pf)
+		return NULL;
+	pf->function = arena_strdup(a, f->function ? f->function : "");
+	pf->qualname = arena_strdup(a, f->qualname ? f->qualname : "");
+	pf->file = arena_strdup(a, f->file ? f->file : "");
+	pf->line = f->line >= 0 ? f->line : -1;
+	pf->first_line = f->first_line;
+	pf->kind = arena_strdup(a, vocab_kind_name(f->kind));
+	if (!pf->function || !pf->qualname || !pf->file || !pf->kind)
+		return NULL;
+	return pf;
+}
+
+/* The snapshot's asyncio tasks into the answer. */
+static int dump_tasks_to_proto(Pyprofd__DumpResult *res, const struct uw_snapshot *snap,
+                               struct arena *a)
+{
+	res->tasks_cut = snap->tasks_cut;
+	if (snap->tasks_error.status != UW_OK || snap->tasks_error.msg[0])
+		if (!(res->tasks_error = arena_strdup(a, snap->tasks_error.msg)))
+			return -1;
+	if (!snap->ntasks)
+		return 0;
+	if (!(res->tasks = arena_alloc(a, snap->ntasks * sizeof *res->tasks)))
+		return -1;
+	for (uint32_t i = 0; i < snap->ntasks; i++) {
+		const struct uw_task *task = &snap->tasks[i];
+		Pyprofd__Task *pt = ARENA_MESSAGE(a, Pyprofd__Task, PYPROFD__TASK__INIT);
+		if (!pt || !(pt->name = arena_strdup(a, task->name ? task->name : "")))
+			return -1;
+		pt->id = task->id;
+		pt->thread_id = task->thread_id;
+		pt->awaited_by = task->awaited_by;
+		pt->running = task->running;
+		pt->frames = arena_alloc(a, (task->nframes ? task->nframes : 1) * sizeof *pt->frames);
+		if (!pt->frames)
+			return -1;
+		for (uint32_t k = 0; k < task->nframes; k++)
+			if (!(pt->frames[pt->n_frames++] = dump_frame_to_proto(&task->frames[k], a)))
+				return -1;
+		res->tasks[res->n_tasks++] = pt;
+	}
+	return 0;
+}
 
 Pyprofd__DumpResult *dump_to_proto(pid_t pid, const struct uw_target *uw,
                                           const struct uw_snapshot *snap, struct arena *a)
@@ -63,24 +115,12 @@ Pyprofd__DumpResult *dump_to_proto(pid_t pid, const struct uw_target *uw,
 		pt->frames = arena_alloc(a, (th->nframes ? th->nframes : 1) * sizeof *pt->frames);
 		if (!pt->frames)
 			return NULL;
-		for (uint32_t k = 0; k < th->nframes; k++) {
-			const struct uw_frame *f = &th->frames[k];
-			Pyprofd__Frame *pf = ARENA_MESSAGE(a, Pyprofd__Frame, PYPROFD__FRAME__INIT);
-			if (!pf)
+		for (uint32_t k = 0; k < th->nframes; k++)
+			if (!(pt->frames[pt->n_frames++] = dump_frame_to_proto(&th->frames[k], a)))
 				return NULL;
-			pf->function = arena_strdup(a, f->function ? f->function : "");
-			pf->qualname = arena_strdup(a, f->qualname ? f->qualname : "");
-			pf->file = arena_strdup(a, f->file ? f->file : "");
-			pf->line = f->line >= 0 ? f->line : -1;
-			pf->first_line = f->first_line;
-			pf->kind = arena_strdup(a, vocab_kind_name(f->kind));
-			if (!pf->function || !pf->qualname || !pf->file || !pf->kind)
-				return NULL;
-			pt->frames[pt->n_frames++] = pf;
-		}
 		res->threads[res->n_threads++] = pt;
 	}
-	return res;
+	return dump_tasks_to_proto(res, snap, a) == 0 ? res : NULL;
 }
 
 int dump_main(int argc, char **argv)
@@ -90,6 +130,7 @@ int dump_main(int argc, char **argv)
 		{"native", no_argument, NULL, 'n'},
 		{"gc", no_argument, NULL, 'g'},
 		{"no-write", no_argument, NULL, 'W'},
+		{"async-aware", no_argument, NULL, 'a'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -104,6 +145,7 @@ int dump_main(int argc, char **argv)
 		case 'n': flags |= UW_SNAP_NATIVE; break;
 		case 'g': flags |= UW_SNAP_GC; break;
 		case 'W': no_write = true; break;
+		case 'a': flags |= UW_SNAP_TASKS; break;
 		case 'h': fputs(dump_usage, stdout); return EXIT_OK;
 		default: return cli_bad_option("dump", argv[optind - 1]);
 		}

@@ -366,6 +366,7 @@ static enum fleet_verdict fleet_attach(struct fleet *f, struct fleet_waiting *w,
 	if (parent) {
 		params.rate_hz = parent->params.rate_hz;
 		params.mode = parent->params.mode;
+		params.async_mode = parent->params.async_mode;
 		fleet_labels_put_all(&l, parent->params.nlabels, parent->params.label_keys,
 		                     parent->params.label_values);
 		char pid_text[16];
@@ -379,6 +380,7 @@ static enum fleet_verdict fleet_attach(struct fleet *f, struct fleet_waiting *w,
 			params.rate_hz = rule->rate_hz;
 		if (rule->has_mode)
 			params.mode = rule->mode;
+		params.async_mode = rule->async_mode;
 		fleet_labels_put_all(&l, rule->nlabels, rule->label_keys, rule->label_values);
 		/* A service's own labels say more about it than a rule written for many. */
 		fleet_labels_put_all(&l, facts->nlabels, facts->label_keys, facts->label_values);
@@ -574,6 +576,7 @@ static void fleet_reconsider(struct fleet *f, struct target *t)
 	} else {
 		struct target_params params = {.rate_hz = rule->rate_hz ? rule->rate_hz : s->config.default_rate_hz,
 		                               .mode = rule->has_mode ? rule->mode : t->params.mode,
+		                               .async_mode = rule->async_mode,
 		                               .flags = t->params.flags,
 		                               .max_sample_ns = s->config.max_sample_ns,
 		                               .no_write = s->config.no_write};
@@ -594,6 +597,7 @@ static void fleet_reconsider(struct fleet *f, struct target *t)
 			t->children = rule->children;
 			/* A new session only when something it samples by changed. */
 			if (params.rate_hz != t->params.rate_hz || params.mode != t->params.mode ||
+			    params.async_mode != t->params.async_mode ||
 			    params.nlabels != t->params.nlabels)
 				target_start(t, &params);
 			else {

@@ -37,7 +37,7 @@ struct stats_counter {
 	size_t offset; /* of a uint64_t in struct uw_stats */
 };
 extern const struct stats_counter counters_table[];
-#define COUNTERS_COUNT 26
+#define COUNTERS_COUNT 28
 uint64_t counters_value(const struct uw_stats *st, size_t i);
 
 /* record.c */
@@ -337,6 +337,7 @@ struct rule {
 	unsigned rate_hz; /* 0: the daemon's default rate */
 	bool has_mode;
 	enum uw_mode mode;
+	enum uw_async_mode async_mode; /* async = true: running, or async_mode's */
 	size_t nlabels;
 	char **label_keys, **label_values;
 	bool children; /* Python children follow their parent */
@@ -620,6 +621,7 @@ enum target_state { TARGET_SAMPLING, TARGET_DETACHED, TARGET_EXITED };
 struct target_params {
 	unsigned rate_hz;
 	enum uw_mode mode;
+	enum uw_async_mode async_mode;
 	unsigned flags; /* UW_SNAP_* */
 	bool no_write;  /* never write into the target (attach --no-write, [sampling] write = false) */
 	double duration_s;

@@ -29,9 +29,16 @@ static const char record_usage[] =
 	"\n"
 	"  --rate HZ|max       samples per second (default 100); max: back to back\n"
 	"  --duration S        seconds to record (default: until stopped)\n"
-	"  --mode wall|cpu|gil threads to sample: all (default), on CPU, holding the GIL\n"
+	"  --mode wall|cpu|gil|exception\n"
+	"                      threads to sample: all (default), on CPU, holding the GIL,\n"
+	"                      handling an exception (in except or finally with one set)\n"
 	"  --native            mark C code between Python frames (3.11+)\n"
 	"  --gc                mark the thread running the garbage collector\n"
+	"  --async-aware       asyncio programs (3.11+): a thread running a task is sampled\n"
+	"                      as the task's stack: its coroutine frames, <task>:NAME,\n"
+	"                      then the task awaiting it, down to the root task\n"
+	"  --async-mode M      running (what --async-aware does) or all: every suspended\n"
+	"                      task is sampled too, as an idle stack of its own\n"
 	"  --no-cache          turn every cache off (for comparison)\n"
 	"  --no-write          never write into the target (3.15's frame-cache marker)\n"
 	"  -o, --output FILE   write the profile to FILE (default: standard output)\n"
@@ -70,6 +77,8 @@ static int record_parse(int argc, char **argv, struct record_opts *o)
 		{"mode", required_argument, NULL, 'm'},
 		{"native", no_argument, NULL, 'n'},
 		{"gc", no_argument, NULL, 'g'},
+		{"async-aware", no_argument, NULL, 'A'},
+		{"async-mode", required_argument, NULL, 'M'},
 		{"no-cache", no_argument, NULL, 'C'},
 		{"no-write", no_argument, NULL, 'W'},
 		{"output", required_argument, NULL, 'o'},
@@ -109,12 +118,23 @@ static int record_parse(int argc, char **argv, struct record_opts *o)
 			break;
 		case 'm':
 			if (vocab_mode_parse(optarg, &o->uw.mode) != 0) {
-				fprintf(stderr, "pyprofd: --mode is wall, cpu or gil\n");
+				fprintf(stderr, "pyprofd: --mode is wall, cpu, gil or exception\n");
 				return EXIT_USAGE;
 			}
 			break;
 		case 'n': o->uw.flags |= UW_SNAP_NATIVE; break;
 		case 'g': o->uw.flags |= UW_SNAP_GC; break;
+		case 'A':
+			if (o->uw.async_mode == UW_ASYNC_OFF)
+				o->uw.async_mode = UW_ASYNC_RUNNING;
+			break;
+		case 'M':
+			if (vocab_async_mode_parse(optarg, &o->uw.async_mode) != 0 ||
+			    o->uw.async_mode == UW_ASYNC_OFF) {
+				fprintf(stderr, "pyprofd: --async-mode is running or all\n");
+				return EXIT_USAGE;
+			}
+			break;
 		case 'C': o->uw.no_cache = true; break;
 		case 'W': o->uw.no_write = true; break;
 		case 'o': o->output = optarg; break;

@@ -136,6 +136,11 @@ static int rpc_attach_params(struct server *s, const Pyprofd__AttachRequest *req
 		          "a duration must be a number of seconds, 0 for no end");
 		return -1;
 	}
+	if (vocab_async_mode_from_wire(req->async_mode, &p->async_mode) != 0) {
+		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST, "unknown async mode %d",
+		          (int)req->async_mode);
+		return -1;
+	}
 	p->duration_s = req->duration_s;
 	p->flags = (req->native ? UW_SNAP_NATIVE : 0u) | (req->gc ? UW_SNAP_GC : 0u);
 	p->no_write = req->no_write;

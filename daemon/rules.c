@@ -263,8 +263,20 @@ static int rule_apply(struct rule *r, const char *key, const char *value, unsign
 	}
 	if (strcmp(key, "mode") == 0) {
 		if (vocab_mode_parse(value, &r->mode) != 0)
-			return snprintf(why, why_len, "mode is wall, cpu or gil (not '%s')", value), -1;
+			return snprintf(why, why_len, "mode is wall, cpu, gil or exception (not '%s')", value), -1;
 		r->has_mode = true;
+		return 0;
+	}
+	if (strcmp(key, "async") == 0) {
+		if (!rule_parse_bool(value, &flag))
+			return snprintf(why, why_len, "async is true or false (not '%s')", value), -1;
+		/* async = true keeps an async_mode given first; false turns it off. */
+		r->async_mode = !flag ? UW_ASYNC_OFF : r->async_mode ? r->async_mode : UW_ASYNC_RUNNING;
+		return 0;
+	}
+	if (strcmp(key, "async_mode") == 0) {
+		if (vocab_async_mode_parse(value, &r->async_mode) != 0)
+			return snprintf(why, why_len, "async_mode is off, running or all (not '%s')", value), -1;
 		return 0;
 	}
 	if (strcmp(key, "labels") == 0)
@@ -277,7 +289,8 @@ static int rule_apply(struct rule *r, const char *key, const char *value, unsign
 	}
 	snprintf(why, why_len,
 	         "unknown setting '%s' (a rule takes match.exe, match.cmdline, match.unit, "
-	         "match.container, match.uid, match.python, rate, mode, labels, children, exclude)",
+	         "match.container, match.uid, match.python, rate, mode, async, async_mode, labels, "
+	         "children, exclude)",
 	         key);
 	return -1;
 }

@@ -334,6 +334,7 @@ static void target_configure_unwinder(struct target *t)
 {
 	struct uw_options opts = {.flags = t->params.flags,
 	                          .mode = t->params.mode,
+	                          .async_mode = t->params.async_mode,
 	                          .want_idle = true,
 	                          .cache_budget = UW_DEFAULT_CACHE_BUDGET,
 	                          .max_sample_ns = t->params.max_sample_ns,
@@ -638,6 +639,7 @@ Pyprofd__Target *target_to_proto(const struct target *t, struct arena *a)
 	p->rule = arena_strdup(a, t->rule ? t->rule : "");
 	p->parent = t->parent;
 	p->mode = vocab_mode_to_wire(t->params.mode);
+	p->async_mode = vocab_async_mode_to_wire(t->params.async_mode);
 	p->samples = t->samples;
 	p->thread_samples = t->history_samples;
 	p->errors = t->errors;

@@ -38,6 +38,7 @@ static const struct {
 	{UW_MODE_WALL, PYPROFD__MODE__MODE_WALL, "wall"},
 	{UW_MODE_CPU, PYPROFD__MODE__MODE_CPU, "cpu"},
 	{UW_MODE_GIL, PYPROFD__MODE__MODE_GIL, "gil"},
+	{UW_MODE_EXCEPTION, PYPROFD__MODE__MODE_EXCEPTION, "exception"},
 };
 
 static const struct {
@@ -149,4 +150,50 @@ enum uw_frame_kind vocab_kind_parse(const char *name)
 		if (strcmp(name, vocab_kinds[i].name) == 0)
 			return vocab_kinds[i].kind;
 	return UW_FRAME_PYTHON;
+}
+
+static const struct {
+	enum uw_async_mode mode;
+	Pyprofd__AsyncMode wire;
+	const char *name;
+} vocab_async_modes[] = {
+	{UW_ASYNC_OFF, PYPROFD__ASYNC_MODE__ASYNC_OFF, "off"},
+	{UW_ASYNC_RUNNING, PYPROFD__ASYNC_MODE__ASYNC_RUNNING, "running"},
+	{UW_ASYNC_ALL, PYPROFD__ASYNC_MODE__ASYNC_ALL, "all"},
+};
+
+const char *vocab_async_mode_name(enum uw_async_mode mode)
+{
+	for (size_t i = 0; i < COUNT(vocab_async_modes); i++)
+		if (vocab_async_modes[i].mode == mode)
+			return vocab_async_modes[i].name;
+	return "unknown";
+}
+
+int vocab_async_mode_parse(const char *name, enum uw_async_mode *out)
+{
+	for (size_t i = 0; name && i < COUNT(vocab_async_modes); i++)
+		if (strcmp(name, vocab_async_modes[i].name) == 0) {
+			*out = vocab_async_modes[i].mode;
+			return 0;
+		}
+	return -1;
+}
+
+Pyprofd__AsyncMode vocab_async_mode_to_wire(enum uw_async_mode mode)
+{
+	for (size_t i = 0; i < COUNT(vocab_async_modes); i++)
+		if (vocab_async_modes[i].mode == mode)
+			return vocab_async_modes[i].wire;
+	return PYPROFD__ASYNC_MODE__ASYNC_OFF;
+}
+
+int vocab_async_mode_from_wire(Pyprofd__AsyncMode wire, enum uw_async_mode *out)
+{
+	for (size_t i = 0; i < COUNT(vocab_async_modes); i++)
+		if (vocab_async_modes[i].wire == wire) {
+			*out = vocab_async_modes[i].mode;
+			return 0;
+		}
+	return -1;
 }

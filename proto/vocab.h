@@ -42,6 +42,11 @@ const char *vocab_mode_name(enum uw_mode mode);
 const char *vocab_wire_mode_name(Pyprofd__Mode mode);
 /* The mode of a name; -1 if it names none. */
 int vocab_mode_parse(const char *name, enum uw_mode *out);
+/* "off", "running", "all": an async mode's name, and back; to and from the wire. */
+const char *vocab_async_mode_name(enum uw_async_mode mode);
+int vocab_async_mode_parse(const char *name, enum uw_async_mode *out);
+Pyprofd__AsyncMode vocab_async_mode_to_wire(enum uw_async_mode mode);
+int vocab_async_mode_from_wire(Pyprofd__AsyncMode wire, enum uw_async_mode *out);
 int vocab_wire_mode_parse(const char *name, Pyprofd__Mode *out);
 /* A wire mode as the unwinder's; -1 for a value the protocol does not define. */
 int vocab_mode_from_wire(Pyprofd__Mode mode, enum uw_mode *out);

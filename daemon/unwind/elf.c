@@ -86,6 +86,8 @@ int elf_lookup(int fd, struct elf_symbol *syms, size_t nsyms, struct elf_facts *
 				const char *name = elf_strptr(elf, shstrndx, shdr.sh_name);
 				if (name && strcmp(name, ".PyRuntime") == 0)
 					facts->pyruntime_section = shdr.sh_addr;
+				else if (name && strcmp(name, ".AsyncioDebug") == 0)
+					facts->asyncio_debug_section = shdr.sh_addr;
 			}
 		}
 	}

@@ -151,4 +151,83 @@ int layout_from_debug_offsets(const uint8_t *raw, size_t len, struct py_layout *
 /* Bytes of _Py_DebugOffsets to read for a given PY_VERSION_HEX (0 if unknown). */
 size_t layout_debug_offsets_size(uint64_t version_hex);
 
+/*
+ * asyncio's C tasks (Modules/_asynciomodule.c) and the coroutines they run,
+ * 3.11 and newer.  Each minor version is one table measured on the real
+ * interpreters; 3.14+ also publish most task fields in the _asyncio
+ * module's own debug offsets (_AsyncioDebug, section .AsyncioDebug), which
+ * then override the table.  LAYOUT_ABSENT: not in that version.
+ */
+struct asyncio_layout {
+	unsigned minor;
+	/* TaskObj (FutureObj_HEAD first) */
+	uint32_t task_size;       /* bytes to read: covers every field below */
+	uint32_t fut_state;       /* int: 0 pending, 1 cancelled, 2 finished */
+	uint32_t task_fut_waiter; /* PyObject *: the future the task waits on */
+	uint32_t task_coro;       /* PyObject *: the coroutine it runs */
+	uint32_t task_name;       /* PyObject *: str, or from 3.12 an int N for "Task-N" */
+	uint32_t task_awaited_by; /* PyObject *: the awaiting task, or a set of them (3.14+) */
+	uint32_t task_is_task;    /* char (3.14+) */
+	uint32_t task_awaited_by_is_set; /* char (3.14+) */
+	uint32_t task_node;       /* struct llist_node in the per-thread task list (3.14+) */
+	/* PyThreadState and PyInterpreterState, 3.14+ */
+	uint32_t ts_running_task; /* PyObject * */
+	uint32_t ts_tasks_head;   /* struct llist_node */
+	uint32_t interp_tasks_head; /* struct llist_node: tasks of threads that ended */
+	/* PyCoroObject */
+	uint32_t gen_iframe;      /* the embedded _PyInterpreterFrame */
+	uint32_t gen_frame_state; /* int8_t */
+	int8_t state_created, state_suspended_lo, state_suspended_hi, state_executing;
+	/* _PyInterpreterFrame of a coroutine: where its value stack ends */
+	uint32_t frame_stacktop;      /* int, slots above localsplus (3.11-3.13) */
+	uint32_t frame_stackpointer;  /* _PyStackRef * (3.14+) */
+	uint32_t frame_localsplus;
+	/*
+	 * 3.11-3.13 keep the tasks in asyncio.tasks' WeakSet (_all_tasks in
+	 * 3.11, _scheduled_tasks and the set _eager_tasks from 3.12), found
+	 * through sys.modules; an instance's attributes (WeakSet.data, a
+	 * TaskGroup's) live in a values array: before the object (3.11: its
+	 * pointer at values_ptr; 3.12: the same, tagged, one byte short) or
+	 * inline after it (3.13: at tp_basicsize, past an 8-byte header).
+	 */
+	uint32_t interp_modules;  /* PyInterpreterState.imports.modules (sys.modules) */
+	int32_t values_ptr;       /* from the object; 0: inline */
+	bool values_tagged;
+	/* PyLongObject, for a task named by number */
+	uint32_t long_size;   /* ob_size (3.11) or lv_tag (3.12+) */
+	uint32_t long_digit;  /* first 30-bit digit */
+	bool long_tagged;     /* lv_tag: digit count << 3 and the sign in the low bits */
+};
+
+/* The table of asyncio's objects for a minor version, NULL before 3.11. */
+const struct asyncio_layout *layout_asyncio_for_minor(unsigned minor);
+
+/* Bytes of _Py_AsyncioModuleDebugOffsets (3.14+). */
+#define LAYOUT_ASYNCIO_DEBUG_SIZE 104
+
+/*
+ * Take what the _asyncio module's debug offsets say over the table's.
+ * 0, or -1 if the bytes do not describe a task object we can read.
+ */
+int layout_asyncio_from_debug(const uint8_t *raw, size_t len, struct asyncio_layout *out);
+
+/*
+ * Where a thread keeps the exceptions it handles: PyThreadState.exc_info
+ * points to the innermost _PyErr_StackItem (the thread's own exc_state, or
+ * a running generator's), each linking to the one it hides.  A thread
+ * handles an exception (inside except or finally with one set, as
+ * sys.exc_info() tells) when an item of that chain holds one that is not
+ * None.  3.8-3.10 items are (type, value, traceback, previous), where the
+ * type tells it; 3.11+ (value, previous).
+ */
+struct exc_layout {
+	unsigned minor;
+	uint32_t tstate_exc_info;
+	uint32_t item_exception; /* the exception (3.11+) or its type (3.8-3.10) */
+	uint32_t item_previous;
+};
+
+/* The table of a minor version (3.8-3.15), NULL for another. */
+const struct exc_layout *layout_exc_for_minor(unsigned minor);
+
 #endif

@@ -36,6 +36,10 @@ int uw_snapshot(struct uw_target *t, unsigned flags, struct uw_snapshot *out,
 	t->opts.mode = UW_MODE_WALL;
 	t->opts.want_on_cpu = true;
 	t->opts.want_idle = true;
+	/* A dump shows threads as they are and, when asked, the tasks apart (uw_snapshot.tasks). */
+	t->opts.async_mode = UW_ASYNC_OFF;
+	if (flags & UW_SNAP_TASKS)
+		t->opts.max_tasks = UW_MAX_TASKS;
 	/* A dump wants every thread: give a moving one more chances. */
 	t->thread_attempts = SNAPSHOT_THREAD_ATTEMPTS;
 	struct uw_sample s = {0};
@@ -57,6 +61,13 @@ int uw_snapshot(struct uw_target *t, unsigned flags, struct uw_snapshot *out,
 		return -1;
 	}
 	out->gc_running = s.gc_running;
+	out->tasks_cut = s.tasks_cut;
+	out->tasks_error = s.tasks_error;
+	if ((flags & UW_SNAP_TASKS) && tasks_snapshot(t, out, err) != 0) {
+		uw_sample_free(&s);
+		uw_snapshot_release(out);
+		return -1;
+	}
 	out->threads = calloc(s.nthreads ? s.nthreads : 1, sizeof *out->threads);
 	if (!out->threads) {
 		uw_sample_free(&s);
@@ -94,5 +105,8 @@ void uw_snapshot_release(struct uw_snapshot *snap)
 	for (uint32_t i = 0; i < snap->nthreads; i++)
 		free(snap->threads[i].frames);
 	free(snap->threads);
+	for (uint32_t i = 0; i < snap->ntasks; i++)
+		free(snap->tasks[i].frames);
+	free(snap->tasks);
 	memset(snap, 0, sizeof *snap);
 }

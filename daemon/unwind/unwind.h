@@ -79,10 +79,31 @@ struct uw_thread {
 	struct uw_frame *frames; /* innermost first */
 };
 
+/*
+ * One asyncio task of a snapshot taken with UW_SNAP_TASKS.  frames are the
+ * task's own coroutine frames, innermost first: the awaits it is parked in,
+ * or for the task the loop runs, its thread's frames down to the task's
+ * coroutine.  awaited_by is the id of the task awaiting this one (0: a root).
+ */
+struct uw_task {
+	uint64_t id;        /* the task object's address in the target */
+	const char *name;   /* Task.get_name() */
+	uint64_t thread_id; /* the thread whose loop it belongs to; 0 unknown */
+	uint64_t awaited_by;
+	bool running;       /* the task its loop runs now */
+	uint32_t nframes;
+	struct uw_frame *frames;
+};
+
 struct uw_snapshot {
 	uint32_t nthreads;
 	struct uw_thread *threads;
 	bool gc_running;
+	/* With UW_SNAP_TASKS: asyncio's pending tasks (done ones are left out, as all_tasks() does). */
+	uint32_t ntasks;
+	struct uw_task *tasks;
+	bool tasks_cut;          /* more than max_tasks: those past it were not read */
+	struct uw_error tasks_error; /* status UW_OK, or why the tasks could not be read */
 };
 
 /* Bounds on what one snapshot walks; remote data past them is not trusted. */
@@ -102,6 +123,7 @@ struct uw_snapshot {
 /* Flags of uw_snapshot(). */
 #define UW_SNAP_NATIVE 0x1u /* insert <native> markers where the version allows */
 #define UW_SNAP_GC 0x2u     /* put a <GC> frame on top of the collecting thread */
+#define UW_SNAP_TASKS 0x4u  /* read asyncio's task tree too (uw_snapshot.tasks) */
 
 struct uw_target;
 
@@ -110,7 +132,24 @@ enum uw_mode {
 	UW_MODE_WALL, /* every thread */
 	UW_MODE_CPU,  /* threads the kernel has running or runnable */
 	UW_MODE_GIL,  /* the thread holding the GIL */
+	UW_MODE_EXCEPTION, /* threads handling an exception: in except or finally with one set */
 };
+
+/*
+ * What a sample makes of an asyncio program (3.11+).  A task's stack is its
+ * coroutine frames, innermost first, then a `<task>:NAME` frame, then the
+ * stack of the task awaiting it, down to the root task.
+ */
+enum uw_async_mode {
+	UW_ASYNC_OFF,
+	UW_ASYNC_RUNNING, /* a thread running a task shows that task's stack */
+	UW_ASYNC_ALL,     /* and every suspended task is a stack of its own, idle */
+};
+
+/* Tasks one sample reads at most unless told (uw_options.max_tasks). */
+#define UW_MAX_TASKS_DEFAULT 4096u
+/* The most it may be told: a dump of a program with many tasks. */
+#define UW_MAX_TASKS 1000000u
 
 /* How a target samples; uw_configure() may change it between samples. */
 struct uw_options {
@@ -136,6 +175,8 @@ struct uw_options {
 	 * learnt is kept, so a cold sample that is cut warms the next.
 	 */
 	uint64_t max_sample_ns;
+	enum uw_async_mode async_mode;
+	uint32_t max_tasks;      /* 0: UW_MAX_TASKS_DEFAULT */
 	/*
 	 * Called once at the end of an epoch, before every id is forgotten:
 	 * stack and frame ids of the ending epoch are still valid during the
@@ -235,6 +276,7 @@ struct uw_sample_thread {
 	bool idle;
 	bool truncated;
 	bool moving;    /* its stack moved under every read: stack is 0, not a real stack */
+	bool task;      /* an asyncio task's stack (async mode), not the thread's own */
 	uint32_t stack; /* 0 is the empty stack */
 };
 
@@ -245,6 +287,10 @@ struct uw_sample {
 	uint32_t dropped_threads;
 	struct uw_error drop_reason;
 	bool cut; /* the walk ran past max_sample_ns: threads after the cut are left out */
+	/* Async mode: tasks read, whether some were left unread (max_tasks), why none could be. */
+	uint32_t tasks;
+	bool tasks_cut;
+	struct uw_error tasks_error;
 	uint32_t nthreads;
 	struct uw_sample_thread *threads;
 	size_t cap; /* owned by the sample; reused across calls */
@@ -295,6 +341,8 @@ struct uw_stats {
 	uint64_t marker_foreign;           /* 3.15: markers another profiler wrote over ours (writing pauses) */
 	uint64_t cache_resets;             /* budget reached: everything forgotten */
 	uint64_t walks_cut;                /* samples cut short at max_sample_ns */
+	uint64_t tasks_read;               /* asyncio tasks read (async mode) */
+	uint64_t tasks_cut;                /* samples that left tasks unread past max_tasks */
 	uint64_t cache_bytes;              /* now */
 	uint64_t scratch_bytes;            /* now: the room the working arrays keep between samples */
 	uint64_t errors[UW_EIO + 1];       /* failed samples by status */

@@ -176,6 +176,7 @@ struct elf_symbol {
 struct elf_facts {
 	uint64_t first_load_vaddr;   /* page-aligned p_vaddr of the PT_LOAD at offset 0 */
 	uint64_t pyruntime_section;  /* sh_addr of .PyRuntime, 0 if none */
+	uint64_t asyncio_debug_section; /* sh_addr of .AsyncioDebug (3.14+ _asyncio), 0 if none */
 	bool is_elf;
 };
 
@@ -385,6 +386,9 @@ struct uw_target {
 	size_t planned_cap;
 	/* Reads the prefetch missed, for the sample's length. */
 	struct arena scratch;
+	struct tasks *tasks; /* tasks.c: asyncio's tasks, NULL until asked for */
+	raddr_t none_object; /* exception.c: &_Py_NoneStruct, 0 until looked up */
+	bool none_looked;
 };
 
 /* target.c */
@@ -552,6 +556,23 @@ uint32_t chain_common(const struct uw_target *t, const struct thread_cache *tc,
 /* The stack id of a chain read innermost first; INTERN_FAILED and *err. */
 uint32_t chain_resolve(struct uw_target *t, struct thread_cache *tc, const struct raw_frame *raw,
                        uint32_t n, uint32_t common, struct uw_error *err);
+
+/* exception.c */
+/* Whether the thread at tstate handles an exception (UW_MODE_EXCEPTION); false if unknown. */
+bool exception_handling(struct uw_target *t, raddr_t tstate);
+
+/* tasks.c */
+/* Whether a sample reads the tasks (async mode, or a snapshot's UW_SNAP_TASKS). */
+bool tasks_wanted(const struct uw_target *t);
+/*
+ * Read the asyncio tasks after the threads: the sample's stacks become task
+ * stacks as the async mode says.  A program whose tasks cannot be read keeps
+ * its threads' stacks (sample.tasks_error says why); -1 only out of memory.
+ */
+int tasks_sample(struct walk *w, struct uw_error *err);
+/* The last sample's tasks, spelled out into a snapshot. */
+int tasks_snapshot(struct uw_target *t, struct uw_snapshot *out, struct uw_error *err);
+void tasks_free(struct uw_target *t);
 
 /* threads.c */
 void threads_free(struct uw_target *t);

@@ -381,7 +381,8 @@ static int walk_thread(struct walk *w, const struct walk_interp *iv, raddr_t tst
 	bool need_cpu = t->opts.mode == UW_MODE_CPU || t->opts.want_on_cpu;
 	char state = need_cpu ? threads_kernel_state(t, tc, native_id) : '?';
 	bool on_cpu = state == 'R';
-	if ((t->opts.mode == UW_MODE_CPU && !on_cpu) || (t->opts.mode == UW_MODE_GIL && !holds_gil))
+	if ((t->opts.mode == UW_MODE_CPU && !on_cpu) || (t->opts.mode == UW_MODE_GIL && !holds_gil) ||
+	    (t->opts.mode == UW_MODE_EXCEPTION && !exception_handling(t, tstate)))
 		return 0;
 
 	uint32_t stack = 0;
@@ -621,6 +622,9 @@ int uw_sample(struct uw_target *t, struct uw_sample *s, struct uw_error *err)
 	w->deadline_ns = t->opts.max_sample_ns ? walk_now_ns() + t->opts.max_sample_ns : 0;
 	if (view_begin(t, err) == 0)
 		rc = walk_interpreters(w, err);
+	/* asyncio's tasks, read once the threads are: a running task's frames are its thread's. */
+	if (rc == 0 && !w->cut && tasks_wanted(t))
+		rc = tasks_sample(w, err);
 	view_end(t, rc == 0);
 	s->cut = w->cut;
 done:
