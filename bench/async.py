@@ -20,7 +20,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from run import interpreters  # noqa: E402
+from pythons import interpreters  # noqa: E402
 
 TARGET = os.path.join(HERE, "..", "tests", "targets", "tasks.py")
 

@@ -25,7 +25,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from daemon import free_port, port_open  # noqa: E402
-from run import interpreters  # noqa: E402
+from pythons import interpreters  # noqa: E402
 
 COLLECTOR_CONFIG = """receivers:
   otlp:
