@@ -495,3 +495,30 @@ bool is_exited(json_t *e)
 {
 	return strcmp(json_string_value(json_object_get(e, "state")), "exited") == 0;
 }
+
+/* The samples a query returns, summed from its JSON export. */
+json_int_t query_total(const struct daemon *d, const char *const args[],
+                              const struct run_opts *opts)
+{
+	const char *argv[16] = {"query", "--format", "json"};
+	size_t n = 3;
+	for (size_t i = 0; args[i]; i++) {
+		cr_assert(n < sizeof argv / sizeof *argv - 1, "too many query arguments");
+		argv[n++] = args[i];
+	}
+	argv[n] = NULL;
+	struct run_result r;
+	ctl_run(d, &r, argv, opts);
+	char why[512];
+	cr_assert(r.exited && r.code == 0, "pyprofd-ctl query: %s", run_describe(&r, why, sizeof why));
+	json_t *j = json_loads(r.out, 0, NULL);
+	cr_assert_not_null(j, "query --format json printed no JSON: %s", r.out);
+	json_int_t total = 0;
+	size_t i;
+	json_t *s;
+	json_array_foreach(json_object_get(j, "stacks"), i, s)
+		total += jint(s, "count");
+	json_decref(j);
+	run_result_free(&r);
+	return total;
+}

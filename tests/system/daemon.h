@@ -46,6 +46,8 @@ void ctl_run(const struct daemon *d, struct run_result *r, const char *const arg
 
 /* The same with --json; the command must succeed and print JSON, returned parsed. */
 json_t *ctl_json(const struct daemon *d, const char *const args[]);
+/* The samples `query ARGS... --format json` returns (as opts says), summed; ARGS end with NULL. */
+json_int_t query_total(const struct daemon *d, const char *const args[], const struct run_opts *opts);
 
 /* A raw connection to the daemon's socket. */
 int daemon_connect(const struct daemon *d);

@@ -21,31 +21,6 @@
 
 TestSuite(history, .init = helpers_init, .fini = helpers_fini);
 
-/* The samples a query returns, summed from its JSON export. */
-static json_int_t query_total(const struct daemon *d, const char *const args[],
-                              const struct run_opts *opts)
-{
-	const char *argv[16] = {"query", "--format", "json"};
-	size_t n = 3;
-	for (size_t i = 0; args[i]; i++)
-		argv[n++] = args[i];
-	argv[n] = NULL;
-	struct run_result r;
-	ctl_run(d, &r, argv, opts);
-	char why[512];
-	cr_assert(r.exited && r.code == 0, "pyprofd-ctl query: %s", run_describe(&r, why, sizeof why));
-	json_t *j = json_loads(r.out, 0, NULL);
-	cr_assert_not_null(j, "query --format json printed no JSON: %s", r.out);
-	json_int_t total = 0;
-	size_t i;
-	json_t *s;
-	json_array_foreach(json_object_get(j, "stacks"), i, s)
-		total += jint(s, "count");
-	json_decref(j);
-	run_result_free(&r);
-	return total;
-}
-
 /* The stats counter of the samples a target handed to the history. */
 static json_int_t history_samples(const struct daemon *d, pid_t pid)
 {

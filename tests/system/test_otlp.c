@@ -198,12 +198,12 @@ static double otlp_targets_stop(struct otlp_test *t)
 	return ceil(wall_now()) + 1;
 }
 
-/* The samples of pid in the history, over everything stored. */
+/* The samples of pid in the history, over [from, until) when given. */
 static json_int_t history_total(const struct daemon *d, pid_t pid, const char *from, const char *until)
 {
 	char p[16];
-	const char *args[12] = {"query", "--format", "json", "--pid", pid_text(pid, p, sizeof p)};
-	size_t n = 5;
+	const char *args[9] = {"--pid", pid_text(pid, p, sizeof p)};
+	size_t n = 2;
 	if (from) {
 		args[n++] = "--from";
 		args[n++] = from;
@@ -212,20 +212,8 @@ static json_int_t history_total(const struct daemon *d, pid_t pid, const char *f
 		args[n++] = "--until";
 		args[n++] = until;
 	}
-	struct run_result r;
-	ctl_run(d, &r, args, NULL);
-	char why[512];
-	cr_assert(r.exited && r.code == 0, "query: %s", run_describe(&r, why, sizeof why));
-	json_t *j = json_loads(r.out, 0, NULL);
-	cr_assert_not_null(j, "query printed no JSON: %s", r.out);
-	json_int_t total = 0;
-	size_t i;
-	json_t *s;
-	json_array_foreach(json_object_get(j, "stacks"), i, s)
-		total += jint(s, "count");
-	json_decref(j);
-	run_result_free(&r);
-	return total;
+	args[n] = NULL;
+	return query_total(d, args, NULL);
 }
 
 /* Every target's total at the collector equals its total in the history, exactly. */
