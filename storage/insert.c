@@ -13,8 +13,6 @@
 
 #include "storage.h"
 
-/* Entries per interning cache; a full cache is cleared and refills from the database. */
-#define INSERT_CACHE_MAX (1u << 18)
 /* SQLITE_MAX_PAGE_COUNT's default before 3.45: "no hard limit". */
 #define INSERT_NO_PAGE_LIMIT 1073741823LL
 
@@ -65,11 +63,67 @@ int insert_step(sqlite3_stmt *s, int64_t *id)
 	return rc == SQLITE_DONE ? rc2 : rc;
 }
 
-/* The id of a row by its content: cache, then SELECT, then INSERT.  An SQLite code. */
-static int insert_interned(struct inserter *ins, struct hash_map *cache, const void *key, size_t klen,
-                  sqlite3_stmt *get, sqlite3_stmt *add, int64_t *id)
+static void insert_cache_clear(struct insert_cache *c)
 {
-	if (hash_map_get(cache, key, klen, id))
+	hash_map_clear(&c->now);
+	hash_map_clear(&c->old);
+}
+
+static size_t insert_cache_memory(const struct insert_cache *c)
+{
+	return hash_map_memory(&c->now) + hash_map_memory(&c->old);
+}
+
+size_t insert_cache_bytes(const struct inserter *ins)
+{
+	return insert_cache_memory(&ins->strings) + insert_cache_memory(&ins->frames) +
+	       insert_cache_memory(&ins->stacks);
+}
+
+/* The id cached for key, moved to the new generation when the old one had it. */
+static bool insert_cache_get(struct insert_cache *c, const void *key, size_t klen, int64_t *id)
+{
+	if (hash_map_get(&c->now, key, klen, id))
+		return true;
+	/* A failed move costs the entry, never the answer: it is looked up again next time. */
+	if (hash_map_get(&c->old, key, klen, id)) {
+		(void)hash_map_put(&c->now, key, klen, *id);
+		return true;
+	}
+	return false;
+}
+
+/*
+ * Remember key's id; a new generation starts past a quarter of budget
+ * bytes (see struct insert_cache).  0, or -1 when out of memory.
+ */
+static int insert_cache_put(struct insert_cache *c, size_t budget, const void *key, size_t klen,
+                            int64_t id)
+{
+	if (hash_map_put(&c->now, key, klen, id) < 0)
+		return -1;
+	if (hash_map_memory(&c->now) > budget / 4) {
+		hash_map_clear(&c->old);
+		c->old = c->now;
+		memset(&c->now, 0, sizeof c->now);
+	}
+	return 0;
+}
+
+/* Each cache's share of the writer's budget. */
+static size_t insert_cache_share(const struct inserter *ins)
+{
+	return (ins->cache_budget ? ins->cache_budget : STORE_CACHE_BUDGET_DEFAULT) / 3;
+}
+
+/*
+ * The id of a row by its content: cache, then SELECT, then INSERT.  A miss
+ * costs the SELECT, never a second row.  An SQLite code.
+ */
+static int insert_interned(struct inserter *ins, struct insert_cache *cache, const void *key,
+                           size_t klen, sqlite3_stmt *get, sqlite3_stmt *add, int64_t *id)
+{
+	if (insert_cache_get(cache, key, klen, id))
 		return SQLITE_OK;
 	*id = 0;
 	int rc = insert_step(get, id);
@@ -81,9 +135,8 @@ static int insert_interned(struct inserter *ins, struct hash_map *cache, const v
 			return rc;
 		*id = sqlite3_last_insert_rowid(ins->db);
 	}
-	if (cache->len >= INSERT_CACHE_MAX)
-		hash_map_clear(cache);
-	return hash_map_put(cache, key, klen, *id) < 0 ? SQLITE_NOMEM : SQLITE_OK;
+	return insert_cache_put(cache, insert_cache_share(ins), key, klen, *id) < 0 ? SQLITE_NOMEM
+	                                                                           : SQLITE_OK;
 }
 
 /* A string's id, 0 for NULL.  An SQLite code. */
@@ -294,9 +347,9 @@ static int insert_contents(struct inserter *ins, const struct store_batch *b)
 /* Ids that may no longer exist (a rollback, retention, another connection): forget them all. */
 void insert_forget_ids(struct inserter *ins)
 {
-	hash_map_clear(&ins->strings);
-	hash_map_clear(&ins->frames);
-	hash_map_clear(&ins->stacks);
+	insert_cache_clear(&ins->strings);
+	insert_cache_clear(&ins->frames);
+	insert_cache_clear(&ins->stacks);
 }
 
 /* Applies a changed hard limit on the file (PRAGMA max_page_count, per connection). */

@@ -239,10 +239,22 @@ struct store_batch {
 
 #define INSERT_STATEMENTS 12
 
+/*
+ * Content -> database id, in two generations: lookups try the new one, then
+ * the old (moving what they find to the new); a new generation starts when
+ * the new one holds a quarter of the cache's bytes, and the old one goes.
+ * A hash table that doubles at most doubles a generation, so the two never
+ * hold more than the bytes given, and the ids in use live on through turns.
+ */
+struct insert_cache {
+	struct hash_map now, old;
+};
+
 struct inserter {
 	sqlite3 *db; /* NULL until opened, and after an error that a new open may cure */
 	sqlite3_stmt *stmt[INSERT_STATEMENTS];
-	struct hash_map strings, frames, stacks; /* content -> database id */
+	struct insert_cache strings, frames, stacks;
+	size_t cache_budget; /* bytes of the three caches together; 0: STORE_CACHE_BUDGET_DEFAULT */
 	int64_t *frame_ids, *stack_ids, *target_ids; /* batch-local index -> database id */
 	size_t frame_cap, stack_cap, target_cap;
 };
@@ -276,6 +288,8 @@ int insert_labels(sqlite3_stmt *del, sqlite3_stmt *add, int64_t target, const st
 
 /* Cached ids may name rows gone (retention deleted them): forget them all. */
 void insert_forget_ids(struct inserter *ins);
+/* Bytes the caches of ids hold now. */
+size_t insert_cache_bytes(const struct inserter *ins);
 
 /* A hard limit on the file (PRAGMA max_page_count, per connection).  0, or -1 and *err. */
 int insert_file_limit(struct inserter *ins, uint64_t max_file_bytes, struct store_error *err);

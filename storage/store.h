@@ -148,8 +148,20 @@ struct store_writer_status {
 	/* Times the file, its -wal or its -shm was found deleted or replaced at its name, and the last. */
 	uint64_t file_changes;
 	char file_change[256];
+	/* The writer's caches of database ids by content (strings, frames, stacks), and their bound. */
+	uint64_t cache_bytes, cache_budget_bytes;
+	/* SQLite's cache of pages of the writer's connection, and its bound. */
+	uint64_t page_cache_bytes, page_cache_budget_bytes;
 };
 void store_writer_status(struct store_writer *w, struct store_writer_status *out);
+
+/* What the writer's caches of ids hold at most, unless told otherwise. */
+#define STORE_CACHE_BUDGET_DEFAULT ((size_t)8 << 20)
+/*
+ * Bound the writer's caches of database ids to bytes (0: the default), from
+ * its next batch on.  A smaller cache costs lookups in the file, never rows.
+ */
+void store_writer_set_cache_budget(struct store_writer *w, size_t bytes);
 
 void store_writer_set_limits(struct store_writer *w, uint64_t max_pending_rows, uint64_t max_db_bytes);
 

@@ -76,6 +76,7 @@ struct store_writer {
 	struct store_batch *inflight;    /* taken by the writer, being written */
 	bool inflight_doomed;            /* past the bound: dropped unless this write succeeds */
 	uint64_t max_pending_rows, max_db_bytes, max_file_bytes;
+	size_t cache_budget; /* of the inserter's caches, handed to it with each batch */
 	bool limits_changed;
 	struct store_retention_step *steps; /* a retention request, copied */
 	size_t nsteps;
@@ -277,6 +278,23 @@ static bool writer_check_file(struct store_writer *w)
 	return moved;
 }
 
+/* What SQLite's page cache of the writer's connection holds at most (PRAGMA cache_size). */
+static size_t writer_page_cache_bound(void)
+{
+	return (size_t)atoi(STORE_WRITER_CACHE_KIB) << 10;
+}
+
+/* What the writer's caches hold (its ids by content and SQLite's pages), for the status.  Under lock. */
+static void writer_book_caches(struct store_writer *w)
+{
+	int pages = 0, highest = 0;
+	if (w->ins.db)
+		sqlite3_db_status(w->ins.db, SQLITE_DBSTATUS_CACHE_USED, &pages, &highest, 0);
+	w->st.cache_bytes = insert_cache_bytes(&w->ins);
+	w->st.cache_budget_bytes = w->cache_budget ? w->cache_budget : STORE_CACHE_BUDGET_DEFAULT;
+	w->st.page_cache_bytes = (uint64_t)(pages > 0 ? pages : 0);
+}
+
 /* Writes the batch taken from the queue's head and books the outcome.  Called and returns under lock. */
 static void writer_take_and_write(struct store_writer *w)
 {
@@ -289,6 +307,7 @@ static void writer_take_and_write(struct store_writer *w)
 	uint64_t max_file = w->max_file_bytes;
 	w->limits_changed = false;
 	w->retry_now = false;
+	w->ins.cache_budget = w->cache_budget;
 	pthread_mutex_unlock(&w->lock);
 
 	struct store_error err = {{0}};
@@ -370,6 +389,7 @@ static void writer_take_and_write(struct store_writer *w)
 			batch_release(b);
 		}
 	}
+	writer_book_caches(w);
 	pthread_cond_broadcast(&w->done);
 }
 
@@ -405,6 +425,7 @@ static void writer_run_retention(struct store_writer *w)
 
 	pthread_mutex_lock(&w->lock);
 	w->retention_running = false;
+	writer_book_caches(w);
 	if (rc == 1 && !w->retention_pending) {
 		/* Stopped for batches: the same request goes on after them, unless a newer one came. */
 		w->steps = steps;
@@ -577,6 +598,8 @@ static struct store_writer *writer_open(int dirfd, const char *name, const char 
 		return NULL;
 	}
 	w->max_pending_rows = STORE_DEFAULT_MAX_PENDING_ROWS;
+	w->st.cache_budget_bytes = STORE_CACHE_BUDGET_DEFAULT;
+	w->st.page_cache_budget_bytes = writer_page_cache_bound();
 	w->dirfd = w->place.dirfd = -1;
 	pthread_mutex_init(&w->commit_lock, NULL);
 	pthread_mutex_init(&w->lock, NULL);
@@ -644,6 +667,14 @@ void store_writer_set_limits(struct store_writer *w, uint64_t max_pending_rows,
 	w->max_pending_rows = max_pending_rows;
 	w->max_db_bytes = max_db_bytes;
 	queue_enforce_bounds(w);
+	pthread_mutex_unlock(&w->lock);
+}
+
+void store_writer_set_cache_budget(struct store_writer *w, size_t bytes)
+{
+	pthread_mutex_lock(&w->lock);
+	w->cache_budget = bytes;
+	w->st.cache_budget_bytes = bytes ? bytes : STORE_CACHE_BUDGET_DEFAULT;
 	pthread_mutex_unlock(&w->lock);
 }
 

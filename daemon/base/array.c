@@ -4,6 +4,12 @@
 
 #include "array.h"
 
+size_t array_alloc_room(size_t len)
+{
+	size_t chunk = (len + 8 + 15) & ~(size_t)15;
+	return chunk < 32 ? 32 : chunk;
+}
+
 int array_reserve(void **arr, size_t *cap, size_t n, size_t elem, size_t *bytes)
 {
 	if (n < *cap)

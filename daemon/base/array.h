@@ -11,4 +11,11 @@
  */
 int array_reserve(void **arr, size_t *cap, size_t n, size_t elem, size_t *bytes);
 
+/*
+ * What malloc takes for a request of len bytes: glibc hands out 16-byte
+ * chunks with 8 bytes of header, at least 32.  A memory bound over many
+ * short strings that counted their lengths alone would hold twice its size.
+ */
+size_t array_alloc_room(size_t len);
+
 #endif

@@ -133,6 +133,7 @@ int hash_map_put(struct hash_map *m, const void *key, size_t len, int64_t value)
 		return -1;
 	}
 	memcpy(copy, key, len);
+	m->key_bytes += array_alloc_room(len ? len : 1);
 	m->entries[m->len] = (struct hash_map_entry){copy, (uint32_t)len, value};
 	hash_fill(&m->index, s, hash, (uint32_t)m->len++);
 	return 0;
@@ -145,4 +146,9 @@ void hash_map_clear(struct hash_map *m)
 	free(m->entries);
 	hash_free(&m->index);
 	memset(m, 0, sizeof *m);
+}
+
+size_t hash_map_memory(const struct hash_map *m)
+{
+	return hash_memory(&m->index) + m->cap * sizeof *m->entries + m->key_bytes;
 }

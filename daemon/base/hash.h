@@ -99,6 +99,7 @@ struct hash_map {
 	struct hash index;
 	struct hash_map_entry *entries;
 	size_t len, cap;
+	size_t key_bytes; /* the copies of the keys, as allocated */
 };
 
 /* True and *value when key is present. */
@@ -107,5 +108,7 @@ bool hash_map_get(const struct hash_map *m, const void *key, size_t len, int64_t
 int hash_map_put(struct hash_map *m, const void *key, size_t len, int64_t value);
 /* Empty it, keeping nothing allocated. */
 void hash_map_clear(struct hash_map *m);
+/* Bytes it holds (index, entries, keys), for the owner's memory bound. */
+size_t hash_map_memory(const struct hash_map *m);
 
 #endif

@@ -849,3 +849,67 @@ Test(storage, query_by_time_slots, .timeout = 60)
 	cr_expect_eq(wide.width, 3600);
 	store_reader_close(r);
 }
+
+/* One batch of `per` two-frame stacks, each under main with a handler of its own numbered from first. */
+static uint64_t submit_handlers(struct store_writer *w, int64_t bucket, int first, int per)
+{
+	struct store_batch *b = store_batch_new();
+	struct store_target_info info = {.pid = 4242, .start_time = 9000, .executable = "/usr/bin/python3"};
+	int t = store_batch_target(b, &info);
+	int32_t main_frame = store_batch_frame(b, "main", "app.py", 1, 0, 1);
+	int32_t root = store_batch_stack(b, -1, main_frame);
+	cr_assert(t >= 0 && main_frame >= 0 && root >= 0);
+	uint64_t total = 0;
+	for (int i = first; i < first + per; i++) {
+		char function[32], file[32];
+		snprintf(function, sizeof function, "handler_%d", i);
+		snprintf(file, sizeof file, "handlers/mod_%d.py", i % 97);
+		int32_t f = store_batch_frame(b, function, file, 10 + i % 50, 0, 10);
+		int32_t s = store_batch_stack(b, root, f);
+		cr_assert(f >= 0 && s >= 0);
+		cr_assert_eq(store_batch_samples(b, t, bucket, BUCKET_S, 1, s, 1 + i % 3, 0), 0);
+		total += 1 + i % 3;
+	}
+	store_writer_submit(w, b);
+	return total;
+}
+
+/*
+ * The writer's caches of ids by content stay within their bytes however
+ * many distinct names, frames and stacks come, and what they let go is
+ * found in the file again: a second pass over the same stacks, long gone
+ * from the caches, adds samples and not a row of strings, frames or stacks.
+ */
+Test(storage, writer_caches_stay_within_their_budget, .timeout = 120)
+{
+	char path[PATH_MAX];
+	db_path(path, sizeof path);
+	struct store_writer *w = open_writer(path);
+	const size_t budget = 64 << 10;
+	store_writer_set_cache_budget(w, budget);
+	enum { BATCHES = 40, PER = 200 };
+	int64_t base = base_days_ago(0);
+	uint64_t total = 0, peak = 0;
+	for (int pass = 0; pass < 2; pass++) {
+		for (int k = 0; k < BATCHES; k++) {
+			total += submit_handlers(w, base + pass * BUCKET_S, k * PER, PER);
+			store_writer_sync(w);
+			struct store_writer_status st;
+			store_writer_status(w, &st);
+			cr_assert_leq(st.cache_bytes, budget, "pass %d, batch %d: the caches hold %llu bytes",
+			              pass, k, (unsigned long long)st.cache_bytes);
+			cr_assert_eq(st.cache_budget_bytes, budget);
+			peak = st.cache_bytes > peak ? st.cache_bytes : peak;
+		}
+		expect_written(w, "handlers");
+	}
+	cr_assert_gt(peak, budget / 4, "the caches were never used: %llu bytes", (unsigned long long)peak);
+	cr_assert_eq(raw_int(path, "SELECT count(*) FROM stacks"), 1 + BATCHES * PER);
+	cr_assert_eq(raw_int(path, "SELECT count(*) FROM frames"), 1 + BATCHES * PER);
+	/* main, app.py, every handler and its 97 modules. */
+	cr_assert_eq(raw_int(path, "SELECT count(*) FROM strings"), 2 + BATCHES * PER + 97);
+	cr_assert_eq(raw_int(path, "SELECT count(*) FROM (SELECT DISTINCT parent, frame FROM stacks)"),
+	             1 + BATCHES * PER);
+	cr_assert_eq(raw_int(path, "SELECT sum(count) FROM samples"), (int64_t)total);
+	store_writer_close(w);
+}
