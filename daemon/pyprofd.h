@@ -88,9 +88,13 @@ void tally_visit(const struct tally *t, int64_t since,
 int tally_hand(struct tally *t, int (*fn)(void *ctx, const struct tally_entry *e, uint64_t count),
                void *ctx);
 void tally_mark_handed(struct tally *t);
-/* Forget the entries of seconds before `before` that were handed on. */
+/* Room a tally keeps however few its entries: a few seconds of a busy target's stacks. */
+#define TALLY_KEEP_ENTRIES 1024
+/* Forget the entries of seconds before `before` that were handed on (and room left idle). */
 void tally_prune(struct tally *t, int64_t before);
 void tally_clear(struct tally *t);
+/* Bytes it holds. */
+size_t tally_bytes(const struct tally *t);
 void tally_free(struct tally *t);
 
 /* spell.c */
@@ -116,6 +120,9 @@ void spell_free(struct spell *sp);
 int32_t spell_stack(struct spell *sp, const struct uw_target *uw, uint32_t stack);
 /* The ids mean something else now (another epoch) or the sink starts over (a new batch). */
 void spell_forget(struct spell *sp);
+/* The ids of an epoch are all gone: give back the maps sized for its largest. */
+void spell_reset(struct spell *sp);
+size_t spell_bytes(const struct spell *sp);
 
 /* target.c: the threads of a target or a recording */
 /* A thread a target sampled lately: what its samples in top and the history are called. */

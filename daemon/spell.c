@@ -27,6 +27,21 @@ void spell_free(struct spell *sp)
 	memset(sp, 0, sizeof *sp);
 }
 
+void spell_reset(struct spell *sp)
+{
+	const struct spell_sink *sink = sp->sink;
+	void *ctx = sp->sink_ctx;
+	spell_free(sp);
+	spell_init(sp, sink, ctx);
+}
+
+size_t spell_bytes(const struct spell *sp)
+{
+	return (sp->frame_cap + sp->stack_cap) * sizeof *sp->frame_at +
+	       (sp->touched_frames_cap + sp->touched_stacks_cap) * sizeof *sp->touched_frames +
+	       sp->chain_cap * sizeof *sp->chain;
+}
+
 void spell_forget(struct spell *sp)
 {
 	for (size_t i = 0; i < sp->ntouched_frames; i++)

@@ -103,6 +103,50 @@ void tally_mark_handed(struct tally *t)
 	t->unhanded = 0;
 }
 
+/* The index over the entries held, rebuilt in room for them (they moved, or the room shrank). */
+static void tally_reindex(struct tally *t, bool shrink)
+{
+	struct hash fresh = {0};
+	if (shrink && hash_reserve(&fresh, (uint32_t)t->len) == 0) {
+		hash_free(&t->index);
+		t->index = fresh;
+	} else {
+		/* The room it has fits the entries kept: they are never more than it held. */
+		hash_clear(&t->index);
+	}
+	for (size_t i = 0; i < t->len; i++) {
+		const struct tally_entry *e = &t->entries[i];
+		struct tally_key key = {e->second, e->thread_id, e->stack};
+		uint32_t hash = tally_hash(&key);
+		hash_fill(&t->index, hash_probe(&t->index, hash, tally_equal, t, &key), hash, (uint32_t)i);
+	}
+}
+
+/*
+ * A tally holds the seconds `top` looks at, and keeps the room of its
+ * largest: a burst of new stacks (a target's start, an epoch's end, a
+ * stalled history) would then hold megabytes per target for good.  Once
+ * the entries drained to a quarter of the room, the room goes down to
+ * twice them.  Whether it should.
+ */
+static bool tally_shrink_due(const struct tally *t)
+{
+	size_t want = t->len * 2 > TALLY_KEEP_ENTRIES ? t->len * 2 : TALLY_KEEP_ENTRIES;
+	return t->cap > want * 2;
+}
+
+/* Gives back the room tally_shrink_due finds idle; the index follows.  A failure keeps the room. */
+static void tally_shrink(struct tally *t)
+{
+	size_t want = t->len * 2 > TALLY_KEEP_ENTRIES ? t->len * 2 : TALLY_KEEP_ENTRIES;
+	struct tally_entry *smaller = realloc(t->entries, want * sizeof *t->entries);
+	if (smaller) {
+		t->entries = smaller;
+		t->cap = want;
+	}
+	tally_reindex(t, true);
+}
+
 void tally_prune(struct tally *t, int64_t before)
 {
 	size_t kept = 0;
@@ -111,24 +155,27 @@ void tally_prune(struct tally *t, int64_t before)
 		if (e->second >= before || e->handed != e->count)
 			t->entries[kept++] = *e;
 	}
-	if (kept == t->len)
-		return;
+	bool moved = kept != t->len;
 	t->len = kept;
-	/* Ids moved: the index is rebuilt over the entries kept, which fit the room it has. */
-	hash_clear(&t->index);
-	for (size_t i = 0; i < kept; i++) {
-		const struct tally_entry *e = &t->entries[i];
-		struct tally_key key = {e->second, e->thread_id, e->stack};
-		uint32_t hash = tally_hash(&key);
-		hash_fill(&t->index, hash_probe(&t->index, hash, tally_equal, t, &key), hash, (uint32_t)i);
-	}
+	if (tally_shrink_due(t))
+		tally_shrink(t);
+	else if (moved)
+		tally_reindex(t, false);
 }
 
 void tally_clear(struct tally *t)
 {
 	t->len = 0;
 	t->unhanded = 0;
-	hash_clear(&t->index);
+	if (tally_shrink_due(t))
+		tally_shrink(t);
+	else
+		hash_clear(&t->index);
+}
+
+size_t tally_bytes(const struct tally *t)
+{
+	return t->cap * sizeof *t->entries + hash_memory(&t->index);
 }
 
 void tally_free(struct tally *t)

@@ -231,6 +231,7 @@ static void target_on_epoch_end(void *ctx, const struct uw_target *uw)
 	target_flush(t);
 	/* `top` forgets the last seconds with them. */
 	tally_clear(&t->tally);
+	spell_reset(&t->spell);
 }
 
 void target_owner(const struct uw_process_identity *id, uid_t *uid, gid_t *gid)

@@ -157,3 +157,45 @@ Test(tally, a_hint_never_counts_into_another_entry)
 	tally_free(&hinted);
 	tally_free(&plain);
 }
+
+/*
+ * A burst of distinct stacks (a target's start, a history that stalled)
+ * grows a tally by megabytes; once handed on and pruned, the room goes
+ * back, and the tally counts on exactly in what it kept.
+ */
+Test(tally, gives_back_its_room_once_drained)
+{
+	struct tally t = {0};
+	for (uint32_t i = 0; i < 100000; i++)
+		cr_assert_eq(tally_add(&t, 100 + i % 60, 1 + i % 4, 1 + i, 1, 0), 0);
+	size_t burst = tally_bytes(&t);
+	cr_assert_gt(burst, (size_t)100000 * sizeof(struct tally_entry));
+	struct seen handed = {0};
+	cr_assert_eq(tally_hand(&t, tally_test_hand, &handed), 0);
+	cr_assert_eq(handed.total, 100000);
+	/* A quiet second of a few stacks, then the burst's seconds pass out of `top`'s window. */
+	for (uint32_t i = 0; i < 30; i++)
+		cr_assert_eq(tally_add(&t, 500, 1, 1 + i % 3, 1, 0), 0);
+	tally_prune(&t, 500);
+	cr_assert_eq(t.len, 3);
+	size_t kept = tally_bytes(&t);
+	cr_assert_leq(kept, burst / 16, "%zu bytes kept of the burst's %zu", kept, burst);
+	struct seen left = {0};
+	tally_visit(&t, 0, tally_test_visit, &left);
+	cr_assert_eq(left.total, 30);
+	cr_assert_eq(tally_add(&t, 500, 1, 2, 5, 0), 0);
+	cr_assert_eq(tally_add(&t, 501, 2, 9, 1, 0), 0);
+	struct seen after = {0};
+	tally_visit(&t, 0, tally_test_visit, &after);
+	cr_assert_eq(after.total, 36);
+	cr_assert_eq(after.calls, 4, "an entry counted twice: the index lost one");
+
+	/* An epoch's end clears it: the room goes back too. */
+	for (uint32_t i = 0; i < 50000; i++)
+		cr_assert_eq(tally_add(&t, 600, 1, 1 + i, 1, 0), 0);
+	tally_clear(&t);
+	cr_assert_leq(tally_bytes(&t), kept * 2);
+	cr_assert_eq(tally_add(&t, 700, 1, 1, 1, 0), 0);
+	cr_assert_eq(t.len, 1);
+	tally_free(&t);
+}
