@@ -15,8 +15,9 @@ Starts pyprofd in a temporary state directory with --targets Python targets
 
 Every minute it prints the daemon's RSS, descriptors and threads, the
 sampling rate achieved against the one asked, missed ticks, errors (the
-targets', failed requests, warnings in the log) and the bytes queued for
-clients; at the end RSS at the start, the middle and the end, and its slope
+targets', failed requests, warnings in the log), the bytes queued for
+clients and what the structures that grow with new stacks hold (status:
+the sampled targets' caches, the counts, the history writer's caches); at the end RSS at the start, the middle and the end, and its slope
 over the second half.  Prints figures; never passes or fails on them.
 """
 import argparse
@@ -218,9 +219,9 @@ def main():
                  args.query_every, args.churn_every, args.stalled,
                  "a client that never reads" if args.unread_for > 0 else "no unread client",
                  args.minutes), flush=True)
-        print("%6s %9s %5s %4s %13s %7s %7s %7s %6s %8s %7s" % (
+        print("%6s %9s %5s %4s %13s %7s %7s %7s %6s %8s %7s %9s %9s %9s" % (
             "minute", "rss_kib", "fds", "thr", "rate_hz", "missed", "t_errs", "failed", "warns",
-            "queued", "timeout"), flush=True)
+            "queued", "timeout", "cache_kib", "count_kib", "hcache_kib"), flush=True)
         start = time.monotonic()
         last_report = None
         last = {}
@@ -246,11 +247,13 @@ def main():
                 rss = rss_bytes(d.proc.pid)
                 minute = (now - start) / 60
                 rss_at.append((minute, rss))
-                print("%6.1f %9d %5d %4d %13s %7d %7d %7d %6d %8d %7d" % (
+                print("%6.1f %9d %5d %4d %13s %7d %7d %7d %6d %8d %7d %9d %9d %9d" % (
                     minute, rss // 1024, descriptors(d.proc.pid), threads(d.proc.pid), rates,
                     missed - last.get("missed", missed), new_errors,
                     soak.failed, soak.warnings(), status.get("queued_bytes", 0),
-                    status.get("connections_timed_out", 0)), flush=True)
+                    status.get("connections_timed_out", 0),
+                    status.get("cache_bytes", 0) // 1024, status.get("count_bytes", 0) // 1024,
+                    status.get("history", {}).get("cache_bytes", 0) // 1024), flush=True)
                 last = {"samples": samples, "missed": missed, "errors": errors}
                 last_report = now
                 if minute >= args.minutes - 0.01:

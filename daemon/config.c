@@ -29,7 +29,8 @@ static const char serve_usage[] =
 	"  --log-level LEVEL      error, warn, info (default) or debug\n"
 	"  --max-connections N    clients at once (default 64)\n"
 	"  --max-targets N        processes known at once (default 256)\n"
-	"  --warm-budget MB       memory kept for detached targets' caches (default 256)\n"
+	"  --cache-budget MB      memory the sampled targets' caches share (default 64)\n"
+	"  --warm-budget MB       memory kept for detached targets' caches (default 64)\n"
 	"  --default-rate HZ      sampling rate when attach gives none (default 100)\n"
 	"  --max-rate HZ          highest rate a client may ask for (default 1000)\n"
 	"  --flush-interval S     how often samples reach the history database (default 10)\n"
@@ -57,7 +58,8 @@ static void config_defaults(struct config *c)
 		.max_message_bytes = 1 * MB,
 		.max_pending_requests = 16,
 		.max_targets = 256,
-		.warm_budget_bytes = (size_t)256 * MB,
+		.cache_budget_bytes = (size_t)64 * MB,
+		.warm_budget_bytes = (size_t)64 * MB,
 		.default_rate_hz = 100,
 		.max_rate_hz = 1000,
 		.top_window_s = 1,
@@ -246,6 +248,8 @@ static int config_set(struct config *c, const char *section, const char *name, c
 			return c->max_pending_requests = (unsigned)v, 0;
 		if (strcmp(name, "max_targets") == 0 && config_parse_uint(value, 1, 65536, &v) == 0)
 			return c->max_targets = (unsigned)v, 0;
+		if (strcmp(name, "cache_mb") == 0 && config_parse_uint(value, 1, 1u << 20, &v) == 0)
+			return c->cache_budget_bytes = (size_t)v * MB, 0;
 		if (strcmp(name, "warm_budget_mb") == 0 && config_parse_uint(value, 0, 1u << 20, &v) == 0)
 			return c->warm_budget_bytes = (size_t)v * MB, 0;
 		if (strcmp(name, "cpu_percent") == 0)
@@ -522,6 +526,7 @@ static const struct {
 	{"log-level", "daemon", "log_level"},
 	{"max-connections", "limits", "max_connections"},
 	{"max-targets", "limits", "max_targets"},
+	{"cache-budget", "limits", "cache_mb"},
 	{"warm-budget", "limits", "warm_budget_mb"},
 	{"default-rate", "sampling", "default_rate_hz"},
 	{"max-rate", "sampling", "max_rate_hz"},

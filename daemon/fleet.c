@@ -399,6 +399,7 @@ static enum fleet_verdict fleet_attach(struct fleet *f, struct fleet_waiting *w,
 	t->children = parent ? true : rule->children;
 	t->parent = parent ? parent->pid : 0;
 	target_start(t, &params);
+	targets_share_cache(&s->targets, s->config.cache_budget_bytes);
 	budget_apply(&s->budget, t);
 	f->attached++;
 	log_info("pid %d: attached (Python %s, %u Hz, %s) %s %s%s", (int)t->pid, t->python_version,

@@ -146,6 +146,8 @@ void history_status(struct history *h, Pyprofd__StatusResult *out, struct arena 
 	out->history_rows_written = st.rows_written;
 	out->history_dropped_rows = st.dropped_rows;
 	out->history_bytes = st.db_bytes;
+	out->history_cache_bytes = st.cache_bytes + st.page_cache_bytes;
+	out->history_cache_budget_bytes = st.cache_budget_bytes + st.page_cache_budget_bytes;
 	out->history_file_changes = st.file_changes;
 	out->history_file_change = st.file_changes ? arena_strdup(a, st.file_change) : (char *)"";
 	if (!out->history_file_change)

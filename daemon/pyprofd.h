@@ -455,6 +455,7 @@ struct config {
 	unsigned max_pending_requests;
 	unsigned max_targets;       /* lowered to what the descriptors allow (descriptors_fit) */
 	unsigned max_targets_asked; /* as configured */
+	size_t cache_budget_bytes;  /* the unwinder caches of the targets sampling, together */
 	size_t warm_budget_bytes;
 	unsigned default_rate_hz;
 	unsigned max_rate_hz;
@@ -682,6 +683,7 @@ struct target {
 	struct target_timings *timings; /* timer lateness and sample cost; NULL once exited */
 	struct target_percentiles final_percentiles; /* theirs when the process exited */
 	struct uw_stats final_stats; /* the engine's counters when the process exited */
+	size_t cache_budget;  /* its unwinder's, a share of the daemon's (targets_share_cache) */
 	ev_tstamp last_used; /* loop time; detached targets are evicted oldest first */
 };
 
@@ -703,6 +705,8 @@ void target_start(struct target *t, struct target_params *params);
 void target_set_rate(struct target *t, unsigned hz);
 /* Cut its walks short past this from now on (0: never). */
 void target_set_max_sample(struct target *t, uint64_t ns);
+/* Its unwinder's caches hold at most this from its next sample on (0: UW_DEFAULT_CACHE_BUDGET). */
+void target_set_cache_budget(struct target *t, size_t bytes);
 /* Stop sampling and keep the unwinder state warm. */
 void target_stop(struct target *t);
 /* The process is gone: stop and drop its unwinder state. */
@@ -721,6 +725,8 @@ enum target_sight target_check_alive(struct target *t, struct uw_error *err);
 void target_free(struct target *t);
 const char *target_state_name(enum target_state state);
 size_t target_cache_bytes(const struct target *t);
+/* What its counts of samples hold: the tally and the map spelling its stack ids out. */
+size_t target_count_bytes(const struct target *t);
 /* Now, or as they were when the process exited. */
 void target_percentiles(const struct target *t, struct target_percentiles *out);
 /* The target as the protocol shows it, allocated in a. */
@@ -741,6 +747,16 @@ void targets_remove(struct targets *ts, struct target *t);
 /* Drop detached state past the budget (oldest first) and exited targets past the cap. */
 void targets_trim(struct targets *ts, size_t warm_budget, size_t max_targets);
 size_t targets_warm_bytes(const struct targets *ts);
+/*
+ * Every sampling target's unwinder gets an equal share of budget (at most
+ * UW_DEFAULT_CACHE_BUDGET), so all of them together never hold more, however
+ * many there are; called as targets start, and once a second for the rest.
+ */
+void targets_share_cache(struct targets *ts, size_t budget);
+/* What the unwinder caches of the sampling targets hold (the detached ones: targets_warm_bytes). */
+size_t targets_cache_bytes(const struct targets *ts);
+/* What the counts of samples of every target hold (target_count_bytes). */
+size_t targets_count_bytes(const struct targets *ts);
 void targets_flush(struct targets *ts);
 void targets_free(struct targets *ts);
 

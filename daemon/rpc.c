@@ -244,6 +244,8 @@ static void rpc_attach(struct server *s, struct client *c, const Pyprofd__Reques
 	params.max_sample_ns = s->config.max_sample_ns;
 	params.no_write = params.no_write || s->config.no_write;
 	target_start(t, &params);
+	/* One more target sampling: the others' shares of the caches shrink before it grows its own. */
+	targets_share_cache(&s->targets, s->config.cache_budget_bytes);
 	/* A user over its share samples its new target at the lowered rate too. */
 	budget_apply(&s->budget, t);
 	log_info("pid %d: attached (Python %s, %u Hz, %s%s) for uid %d", (int)t->pid,
@@ -464,11 +466,16 @@ static void rpc_status_own(const struct server *s, const struct client *c,
 		own->targets_exited += t->state == TARGET_EXITED;
 		if (t->state == TARGET_DETACHED)
 			own->warm_bytes += target_cache_bytes(t);
+		if (t->state == TARGET_SAMPLING)
+			own->cache_bytes += target_cache_bytes(t);
+		own->count_bytes += target_count_bytes(t);
 	}
 	for (const struct client *other = s->clients; other; other = other->next)
 		own->connections += other->uid == c->uid;
 	own->queries_running = queries_count_of_uid(&s->queries, c->uid);
 	own->warm_budget_bytes = all->warm_budget_bytes;
+	own->cache_budget_bytes = all->cache_budget_bytes;
+	own->history_cache_budget_bytes = all->history_cache_budget_bytes;
 	own->state_dir = all->state_dir;
 	own->socket = all->socket;
 	own->history_file = all->history_file;
@@ -512,6 +519,9 @@ static void rpc_status(struct server *s, struct client *c, const Pyprofd__Reques
 	res->queries_running = s->queries.nrunning;
 	res->warm_bytes = targets_warm_bytes(&s->targets);
 	res->warm_budget_bytes = s->config.warm_budget_bytes;
+	res->cache_bytes = targets_cache_bytes(&s->targets);
+	res->cache_budget_bytes = s->config.cache_budget_bytes;
+	res->count_bytes = targets_count_bytes(&s->targets);
 	res->rss_bytes = usage_rss_bytes();
 	res->cpu_percent = res->uptime_s > 0 ? 100.0 * usage_cpu_seconds() / res->uptime_s : 0;
 	res->schedule_wakeups = s->schedule.wakeups;

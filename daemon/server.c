@@ -307,6 +307,7 @@ static void server_on_housekeeping(struct ev_loop *loop, ev_timer *w, int revent
 	for (size_t i = 0; i < s->targets.n; i++)
 		target_check_alive(s->targets.v[i], NULL);
 	targets_trim(&s->targets, s->config.warm_budget_bytes, s->config.max_targets);
+	targets_share_cache(&s->targets, s->config.cache_budget_bytes);
 	fleet_housekeeping(&s->fleet);
 	budget_tick(&s->budget);
 	server_clients_expire(s);

@@ -337,7 +337,7 @@ static void target_configure_unwinder(struct target *t)
 	                          .mode = t->params.mode,
 	                          .async_mode = t->params.async_mode,
 	                          .want_idle = true,
-	                          .cache_budget = UW_DEFAULT_CACHE_BUDGET,
+	                          .cache_budget = t->cache_budget,
 	                          .max_sample_ns = t->params.max_sample_ns,
 	                          .no_write = t->params.no_write,
 	                          .on_epoch_end = target_on_epoch_end,
@@ -348,6 +348,15 @@ static void target_configure_unwinder(struct target *t)
 void target_set_max_sample(struct target *t, uint64_t ns)
 {
 	t->params.max_sample_ns = ns;
+	if (t->uw)
+		target_configure_unwinder(t);
+}
+
+void target_set_cache_budget(struct target *t, size_t bytes)
+{
+	if (t->cache_budget == bytes)
+		return;
+	t->cache_budget = bytes;
 	if (t->uw)
 		target_configure_unwinder(t);
 }
@@ -622,6 +631,11 @@ size_t target_cache_bytes(const struct target *t)
 	struct uw_stats st;
 	uw_stats(t->uw, &st);
 	return st.cache_bytes;
+}
+
+size_t target_count_bytes(const struct target *t)
+{
+	return tally_bytes(&t->tally) + spell_bytes(&t->spell);
 }
 
 Pyprofd__Target *target_to_proto(const struct target *t, struct arena *a)

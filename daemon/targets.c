@@ -50,6 +50,37 @@ size_t targets_warm_bytes(const struct targets *ts)
 	return total;
 }
 
+void targets_share_cache(struct targets *ts, size_t budget)
+{
+	size_t sampling = 0;
+	for (size_t i = 0; i < ts->n; i++)
+		sampling += ts->v[i]->state == TARGET_SAMPLING;
+	size_t share = budget / (sampling ? sampling : 1);
+	if (share > UW_DEFAULT_CACHE_BUDGET)
+		share = UW_DEFAULT_CACHE_BUDGET;
+	/* A detached target keeps the share it had: the warm budget holds it now. */
+	for (size_t i = 0; i < ts->n; i++)
+		if (ts->v[i]->state == TARGET_SAMPLING)
+			target_set_cache_budget(ts->v[i], share);
+}
+
+size_t targets_cache_bytes(const struct targets *ts)
+{
+	size_t total = 0;
+	for (size_t i = 0; i < ts->n; i++)
+		if (ts->v[i]->state == TARGET_SAMPLING)
+			total += target_cache_bytes(ts->v[i]);
+	return total;
+}
+
+size_t targets_count_bytes(const struct targets *ts)
+{
+	size_t total = 0;
+	for (size_t i = 0; i < ts->n; i++)
+		total += target_count_bytes(ts->v[i]);
+	return total;
+}
+
 /* The least recently used target in `state`, or NULL. */
 static struct target *targets_oldest_in(const struct targets *ts, enum target_state state)
 {

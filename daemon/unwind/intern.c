@@ -122,7 +122,7 @@ uint32_t intern_string(struct intern *in, const char *s, size_t len)
 		return INTERN_FAILED;
 	memcpy(copy, s, len);
 	copy[len] = '\0';
-	in->bytes += len + 1;
+	in->bytes += array_alloc_room(len + 1);
 	uint32_t id = in->nstrs++;
 	in->strs[id] = copy;
 	in->str_len[id] = len;

@@ -186,7 +186,12 @@ struct uw_options {
 	void *epoch_ctx;
 };
 
-#define UW_DEFAULT_CACHE_BUDGET (64u << 20)
+/*
+ * A target's caches at most, unless told: room for the code of a large
+ * service (tens of thousands of code objects and frames) within what a
+ * daemon of many targets may spend on each.
+ */
+#define UW_DEFAULT_CACHE_BUDGET (16u << 20)
 
 /* Who a process is, by /proc: what the kernel's own access checks look at. */
 struct uw_process_identity {

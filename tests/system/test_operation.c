@@ -392,3 +392,115 @@ Test(operation, refuses_state_dirs_others_could_repoint, .timeout = 120)
 	cr_assert(chmod(other, 01777) == 0);
 	expect_state_dir_taken(dir, state);
 }
+
+/*
+ * Every stack of a collapsed history pairs caller_N with callee_N of the
+ * same source (a sample between the two calls ends at the caller); returns
+ * how many distinct pairs it holds (of count).
+ */
+static unsigned collapsed_pairs_intact(const char *text, unsigned count, const char *context)
+{
+	bool *seen = calloc(count, sizeof *seen);
+	cr_assert_not_null(seen);
+	unsigned distinct = 0;
+	for (const char *p = strstr(text, "caller_"); p; p = strstr(p + 1, "caller_")) {
+		unsigned n, file_n, callee_n, callee_file_n;
+		cr_assert(sscanf(p, "caller_%u (<pair %u>", &n, &file_n) == 2 && n == file_n && n < count,
+		          "%s: a caller in a source not its own: %.200s", context, p);
+		const char *end = p + strcspn(p, ";\n");
+		if (*end == ';')
+			cr_assert(sscanf(end, ";callee_%u (<pair %u>", &callee_n, &callee_file_n) == 2 &&
+			                  callee_n == n && callee_file_n == n,
+			          "%s: caller_%u calls another: %.200s", context, n, p);
+		distinct += !seen[n];
+		seen[n] = true;
+	}
+	/* And no callee stands under anything but a caller. */
+	for (const char *p = strstr(text, "callee_"); p; p = strstr(p + 1, "callee_")) {
+		const char *frame = p - 1;
+		while (frame > text && frame[-1] != ';' && frame[-1] != '\n')
+			frame--;
+		cr_assert(p > text && p[-1] == ';' && frame < p - 1 && strncmp(frame, "caller_", 7) == 0,
+		          "%s: a callee under another frame: %.200s", context, frame);
+	}
+	free(seen);
+	return distinct;
+}
+
+/* The member key of status's JSON member group, which must be there. */
+static json_int_t status_figure(json_t *status, const char *group, const char *key)
+{
+	return jint(group ? json_object_get(status, group) : status, key);
+}
+
+/*
+ * A target meeting new stacks all the time, under a cache budget of 1 MiB:
+ * the unwinder's caches and the history writer's stay within their bounds
+ * in `status` as the caches are forgotten again and again, and the history
+ * still holds every sample, each caller with its own callee, on heap
+ * frames (3.8-3.10) and on the interpreter's data stack (3.11+) alike.
+ */
+Test(operation, caches_stay_within_their_budgets, .timeout = 300)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	const struct python *picked[2] = {NULL, NULL};
+	for (size_t i = 0; i < n; i++)
+		if (!picked[pys[i].minor < 11])
+			picked[pys[i].minor < 11] = &pys[i];
+	static const char *const small[] = {"--cache-budget", "1", NULL};
+	static const char *const status[] = {"status", NULL};
+	enum { PAIRS = 3000 };
+	struct daemon d;
+	daemon_start(&d, small);
+	char script[PATH_MAX];
+	target_script("new_stacks.py", script, sizeof script);
+	for (int k = 0; k < 2; k++) {
+		if (!picked[k])
+			continue;
+		char what[PATH_MAX + 64], p[16], pairs[16];
+		python_describe(picked[k], what, sizeof what);
+		snprintf(pairs, sizeof pairs, "%d", PAIRS);
+		const char *args[] = {"-I", script, pairs, "{report}", NULL};
+		struct test_target target;
+		test_target_start_python(&target, picked[k], args);
+		json_decref(test_target_wait_report(&target, TARGET_READY_TIMEOUT_S));
+		pid_text(target.pid, p, sizeof p);
+		ctl_attach_at(&d, target.pid, "500");
+		json_int_t resets = 0, peak = 0;
+		for (int i = 0; i < 120 && resets < 3; i++) {
+			pause_ms(500);
+			json_t *s = ctl_json(&d, status);
+			json_int_t cache = status_figure(s, NULL, "cache_bytes");
+			cr_assert_eq(status_figure(s, NULL, "cache_budget_bytes"), 1 << 20);
+			cr_assert_leq(cache, 1 << 20, "%s: the caches hold %lld bytes", what, (long long)cache);
+			cr_assert_leq(status_figure(s, "history", "cache_bytes"),
+			              status_figure(s, "history", "cache_budget_bytes"), "%s", what);
+			cr_assert_gt(status_figure(s, NULL, "count_bytes"), 0, "%s", what);
+			peak = cache > peak ? cache : peak;
+			json_decref(s);
+			json_t *st = ctl_stats_of(&d, target.pid);
+			resets = jint(st, "cache_resets");
+			json_decref(st);
+		}
+		cr_assert_geq(resets, 3, "%s: the caches were reset %lld times", what, (long long)resets);
+		cr_assert_gt(peak, 0, "%s", what);
+		const char *detach[] = {"detach", p, NULL};
+		ctl_ok(&d, detach);
+		json_t *st = ctl_stats_of(&d, target.pid);
+		json_int_t taken = jint(st, "history_samples");
+		json_decref(st);
+		const char *by_pid[] = {"--pid", p, NULL};
+		cr_assert_eq(query_total(&d, by_pid, NULL), taken, "%s: stored %lld of %lld samples", what,
+		             (long long)query_total(&d, by_pid, NULL), (long long)taken);
+		const char *collapsed[] = {"query", "--pid", p, "--format", "collapsed", NULL};
+		struct run_result r;
+		ctl_run(&d, &r, collapsed, NULL);
+		cr_assert(r.exited && r.code == 0, "%s: query failed: %s", what, r.err);
+		unsigned distinct = collapsed_pairs_intact(r.out, PAIRS, what);
+		cr_assert_gt(distinct, 500, "%s: %u distinct pairs in the history", what, distinct);
+		run_result_free(&r);
+		test_target_kill(&target);
+	}
+	daemon_stop(&d);
+}
