@@ -227,33 +227,6 @@ static void walk_keep_reads(struct walk *w, struct thread_cache *tc, uint32_t ma
 }
 
 /*
- * Keep the base of a stack that moved under its walk: the frames from the
- * bottom that held their links when read again and were proven alive
- * (w->held; see validate_held_base).  3.8-3.10 heap frames cannot be
- * proven alive: a freed frame keeps its bytes and its memory goes to a
- * frame of another code altogether, so their base is only what the thread's
- * last proven stack had too (common).  Only the first base of a sample is
- * kept: it is where the thread was when the sample was due, and the
- * later reads are the same sample taken late.
- */
-static int walk_keep_base(struct walk *w, uint32_t start, uint32_t n, uint32_t common)
-{
-	if (w->nbase_held)
-		return 0;
-	uint32_t held = w->held <= n ? w->held : 0;
-	if (held > common && w->t->layout.frame_model == FRAME_MODEL_OBJECT)
-		held = common;
-	if (!held)
-		return 0;
-	if (array_reserve((void **)&w->base_held, &w->base_held_cap, held - 1, sizeof *w->base_held,
-	                  NULL))
-		return -1;
-	memcpy(w->base_held, w->raw + start + (n - held), held * sizeof *w->base_held);
-	w->nbase_held = held;
-	return 0;
-}
-
-/*
  * Whether a stack read whole after its first read moved still stands on the
  * base that first read proved: the same frames, with the same code, at its
  * bottom.  A thread moving through call-heavy code tears reads for a while
@@ -273,6 +246,35 @@ static bool walk_base_stands(const struct walk *w, const struct raw_frame *raw, 
 			return false;
 	}
 	return true;
+}
+
+/*
+ * Keep the base of a stack that moved under its walk: the frames from the
+ * bottom that held their links when read again and were proven alive
+ * (w->held; see validate_held_base).  3.8-3.10 heap frames cannot be
+ * proven alive: a freed frame keeps its bytes and its memory goes to a
+ * frame of another code altogether, so their base is only what the thread's
+ * last proven stack had too (common).  The first base of a sample is
+ * where the thread was when the sample was due, and the later reads are
+ * the same sample taken late: a later base is taken only where it stands on
+ * the first and goes further (a first read can prove little of a stack
+ * whose callers' frames it found moving, as a loop of calls returns and
+ * calls again alike), never where the thread went on elsewhere.
+ */
+static int walk_keep_base(struct walk *w, uint32_t start, uint32_t n, uint32_t common)
+{
+	uint32_t held = w->held <= n ? w->held : 0;
+	if (held > common && w->t->layout.frame_model == FRAME_MODEL_OBJECT)
+		held = common;
+	if (!held || held <= w->nbase_held ||
+	    (w->nbase_held && !walk_base_stands(w, w->raw + start + (n - held), held)))
+		return 0;
+	if (array_reserve((void **)&w->base_held, &w->base_held_cap, held - 1, sizeof *w->base_held,
+	                  NULL))
+		return -1;
+	memcpy(w->base_held, w->raw + start + (n - held), held * sizeof *w->base_held);
+	w->nbase_held = held;
+	return 0;
 }
 
 /*
