@@ -7,8 +7,9 @@
  * stack a retry finds counts its time to the code that follows it.
  *
  * Safe against load.  The target measures the CPU time of each phase, and
- * each sample stands for the CPU time the target uses from its start to the
- * next one's (the kernel's clock of the process), up to a millisecond.  A
+ * each sample stands for the CPU time the target uses between its start and
+ * the samples on either side, halved (the kernel's clock of the process, each
+ * side up to a millisecond).  A
  * sample of a wait stands for no time, as the wait takes none of the
  * target's CPU; and a target the machine leaves waiting for 100 ms would
  * otherwise have a hundred samples of one moment, which biases nothing but
@@ -152,7 +153,8 @@ static void shares_check(const struct python *py, uint64_t period_ns, double sec
 	struct shares_truth before, after;
 	shares_truth_read(&target, &before);
 	double cpu_last = shares_cpu(clock);
-	int pending = -1; /* the phase of the last sample, which the CPU time until the next goes to */
+	int pending = -1; /* the phase of the last sample, which half the CPU time until the next goes to */
+	double pending_half = -1; /* the last sample's half of the time before it; -1 before the first */
 	struct uw_sample s = {0};
 	struct timespec first;
 	clock_gettime(CLOCK_MONOTONIC, &first);
@@ -183,12 +185,21 @@ static void shares_check(const struct python *py, uint64_t period_ns, double sec
 		 * gains by it.
 		 */
 		double wk = cpu - cpu_last < SHARES_WEIGHT_CAP ? cpu - cpu_last : SHARES_WEIGHT_CAP;
+		/*
+		 * Each sample stands for half the time to the samples on either
+		 * side: all the time to the next would give the phase before a
+		 * change the whole interval across it, and back to back the
+		 * call-heavy code's samples, long with their reads redone, span
+		 * longer intervals (it came out 2 points over on 3.12).
+		 */
 		if (pending >= 0) {
-			weights[pending] += wk;
-			weight += wk;
-			weight_sq += wk * wk;
+			double w = pending_half + wk / 2;
+			weights[pending] += w;
+			weight += w;
+			weight_sq += w * w;
 		}
 		pending = phase < 0 ? SHARES_NPHASES : phase;
+		pending_half = pending_half >= 0 ? wk / 2 : 0;
 		cpu_last = cpu;
 		samples++;
 
