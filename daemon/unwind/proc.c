@@ -176,11 +176,17 @@ int proc_map_open(pid_t pid, const struct proc_map *m, struct uw_error *err)
 	               mismatch ? "the file at that path is not the one it maps" : strerror(failure));
 }
 
-int proc_stat_parse(const char *buf, struct proc_stat *out)
+char proc_stat_state_letter(const char *buf)
 {
 	/* The command name may hold anything, ") " included: the fields start after the last ')'. */
 	const char *close = strrchr(buf, ')');
-	if (!close || close[1] != ' ' || close[2] == '\0')
+	return close && close[1] == ' ' && close[2] != '\0' ? close[2] : '?';
+}
+
+int proc_stat_parse(const char *buf, struct proc_stat *out)
+{
+	const char *close = strrchr(buf, ')');
+	if (proc_stat_state_letter(buf) == '?')
 		return -1;
 	unsigned long long start = 0;
 	out->state = close[2];

@@ -166,8 +166,8 @@ char threads_kernel_state(struct uw_target *t, struct thread_cache *tc, int64_t 
 		return '?';
 	}
 	buf[n] = '\0';
-	struct proc_stat st;
-	return proc_stat_parse(buf, &st) == 0 ? st.state : '?';
+	/* The letter alone: parsing the fields after it cost as much as the read. */
+	return proc_stat_state_letter(buf);
 }
 
 /* One line of /proc/PID/NAME or /proc/PID/task/TID/comm into out, without its newline; false if unread. */

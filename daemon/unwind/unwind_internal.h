@@ -131,6 +131,8 @@ struct proc_stat {
 	uint64_t start_time; /* clock ticks after boot */
 };
 int proc_stat_parse(const char *buf, struct proc_stat *out);
+/* The state letter alone of a /proc stat line ('?' if it is not one): no field after it is parsed. */
+char proc_stat_state_letter(const char *buf);
 
 /* Parse /proc/PID/maps (bounded). 0, or -1 and *err. */
 int proc_maps_read(pid_t pid, struct proc_maps *out, struct uw_error *err);
@@ -589,8 +591,13 @@ char threads_kernel_state(struct uw_target *t, struct thread_cache *tc, int64_t 
 /* The thread's name into out, read again when due (see uw_sample_thread.name). */
 void threads_name(struct uw_target *t, struct thread_cache *tc, int64_t tid,
                   char out[UW_THREAD_NAME_LEN]);
-/* Samples an idle verdict holds for a thread whose stack stays as it was. */
-#define THREADS_IDLE_REFRESH 16
+/*
+ * Samples an idle verdict holds for a thread whose stack stays as it was:
+ * half a second at 100 Hz.  A waiting thread that starts running Python
+ * changes its stack and counts as busy at once; only one that goes on in C
+ * without the GIL at the very same line waits that long to be seen so.
+ */
+#define THREADS_IDLE_REFRESH 50
 /*
  * Whether a thread waits (uw_sample_thread.idle), its stack known: state is
  * its kernel state when the sample read it already, else '?'.
