@@ -27,7 +27,6 @@ const struct stats_counter counters_table[COUNTERS_COUNT] = {
 	{"scratch_bytes", offsetof(struct uw_stats, scratch_bytes)},
 	{"plans_kept", offsetof(struct uw_stats, plans_kept)},
 	{"torn_bases", offsetof(struct uw_stats, torn_bases)},
-	{"torn_moved_on", offsetof(struct uw_stats, torn_moved_on)},
 	{"pages_read", offsetof(struct uw_stats, pages_read)},
 	{"steady_hits", offsetof(struct uw_stats, steady_hits)},
 	{"marker_honoured", offsetof(struct uw_stats, marker_honoured)},

@@ -227,47 +227,20 @@ static void walk_keep_reads(struct walk *w, struct thread_cache *tc, uint32_t ma
 }
 
 /*
- * Whether a stack read whole after its first read moved still stands on the
- * base that first read proved: the same frames, with the same code, at its
- * bottom.  A thread moving through call-heavy code tears reads for a while
- * (8 of them take up to a few hundred microseconds on a loaded host), and
- * a read that finally holds may find it in what it ran next: taking that
- * stack would count the time of the code that tears reads to the code
- * after it.
- */
-static bool walk_base_stands(const struct walk *w, const struct raw_frame *raw, uint32_t n)
-{
-	uint32_t nb = w->nbase_held;
-	if (nb > n)
-		return false;
-	for (uint32_t i = 0; i < nb; i++) {
-		const struct raw_frame *was = &w->base_held[i], *now = &raw[n - nb + i];
-		if (was->addr != now->addr || was->code != now->code)
-			return false;
-	}
-	return true;
-}
-
-/*
  * Keep the base of a stack that moved under its walk: the frames from the
  * bottom that held their links when read again and were proven alive
  * (w->held; see validate_held_base).  3.8-3.10 heap frames cannot be
  * proven alive: a freed frame keeps its bytes and its memory goes to a
  * frame of another code altogether, so their base is only what the thread's
- * last proven stack had too (common).  The first base of a sample is
- * where the thread was when the sample was due, and the later reads are
- * the same sample taken late: a later base is taken only where it stands on
- * the first and goes further (a first read can prove little of a stack
- * whose callers' frames it found moving, as a loop of calls returns and
- * calls again alike), never where the thread went on elsewhere.
+ * last proven stack had too (common).
  */
 static int walk_keep_base(struct walk *w, uint32_t start, uint32_t n, uint32_t common)
 {
 	uint32_t held = w->held <= n ? w->held : 0;
 	if (held > common && w->t->layout.frame_model == FRAME_MODEL_OBJECT)
 		held = common;
-	if (!held || held <= w->nbase_held ||
-	    (w->nbase_held && !walk_base_stands(w, w->raw + start + (n - held), held)))
+	w->nbase_held = 0;
+	if (!held)
 		return 0;
 	if (array_reserve((void **)&w->base_held, &w->base_held_cap, held - 1, sizeof *w->base_held,
 	                  NULL))
@@ -329,13 +302,6 @@ static int walk_thread_stack(struct walk *w, struct thread_cache *tc, raddr_t ts
 			*moving = rc == 1;
 			if (rc == 1 && walk_keep_base(w, start, n, common) != 0)
 				return uw_fail(err, UW_ENOMEM, "out of memory");
-		}
-		/* Past the code it was in when the sample was due: the sample counts where it was. */
-		if (rc == 0 && attempt > 0 && w->nbase_held && t->thread_attempts == 0 &&
-		    !walk_base_stands(w, raw, n)) {
-			t->stats.torn_moved_on++;
-			*dropped = *moving = true;
-			break;
 		}
 		if (rc == 0) {
 			*stack = chain_resolve(t, tc, raw, n, common, err);
