@@ -26,7 +26,6 @@ const struct stats_counter counters_table[COUNTERS_COUNT] = {
 	{"tasks_cut", offsetof(struct uw_stats, tasks_cut)},
 	{"scratch_bytes", offsetof(struct uw_stats, scratch_bytes)},
 	{"plans_kept", offsetof(struct uw_stats, plans_kept)},
-	{"torn_bases", offsetof(struct uw_stats, torn_bases)},
 	{"pages_read", offsetof(struct uw_stats, pages_read)},
 	{"steady_hits", offsetof(struct uw_stats, steady_hits)},
 	{"marker_honoured", offsetof(struct uw_stats, marker_honoured)},

@@ -33,6 +33,26 @@ static int frames_cut(struct uw_error *err)
 	return uw_fail(err, UW_ECORRUPT, "the walk ran past its time and was cut short");
 }
 
+/*
+ * A generator's frame with no caller: a generator runs on its caller's
+ * stack, and its link to that caller is cut when it yields.  The thread's
+ * frame pointer was read while the generator ran and the frame after it
+ * had yielded: alone, it is a stack the thread never had.  It is never
+ * taken, not even on a last try: a loop over a generator yields every few
+ * hundred nanoseconds and tears eight reads in a row often enough to show.
+ * From 3.12 the eval loop entered from C leaves a shim frame below the
+ * generator's, so a generator without a caller is always a torn read; up to
+ * 3.11 a thread that runs one from C with no Python frame below looks the
+ * same, and such a thread's samples go uncounted (torn_threads) rather
+ * than risk a false one.
+ */
+static int frames_yielded(struct walk *w, raddr_t addr, struct uw_error *err)
+{
+	w->torn = true;
+	return uw_fail(err, UW_ECORRUPT, "generator frame 0x%llx has no caller: it yielded while read",
+	               (unsigned long long)addr);
+}
+
 /* 3.8-3.10: PyFrameObjects linked by f_back.  Innermost first onto w->raw. */
 static int frames_collect_objects(struct walk *w, raddr_t addr, uint32_t *n, bool *truncated,
                                  struct uw_error *err)
@@ -70,6 +90,8 @@ static int frames_collect_objects(struct walk *w, raddr_t addr, uint32_t *n, boo
 		if (back == addr)
 			return uw_fail(err, UW_ECORRUPT, "frame 0x%llx is its own caller",
 			               (unsigned long long)addr);
+		if (!back && load_u64(f, L->frame.gen))
+			return frames_yielded(w, addr, err);
 		addr = back;
 	}
 	return 0;
@@ -121,6 +143,9 @@ static int frames_collect_interp(struct walk *w, raddr_t addr, const struct fram
 		             owner == L->frame.owner_interpreter);
 		if (validate_watch_links(w, addr, f, !shim, !shim && *n > 0, err) != 0)
 			return -1;
+		if (!previous && !shim && L->frame.owner_generator != LAYOUT_OWNER_NONE &&
+		    owner == L->frame.owner_generator)
+			return frames_yielded(w, addr, err);
 		if (shim) {
 			/* The eval loop was entered from C here: C code sits below. */
 			native_pending = want_native && *n > 0;
@@ -223,7 +248,6 @@ int frames_collect(struct walk *w, raddr_t tstate, uint32_t *n, bool *truncated,
 	if (L->frame_model == FRAME_MODEL_OBJECT)
 		return frames_collect_objects(w, frame, n, truncated, err);
 	struct frames_live live = {0};
-	w->live_chunk = w->live_top_at = 0;
 	if (frame && frames_live_stack(w, ts, &live, err) != 0)
 		return -1;
 	if (live.end) {
@@ -231,9 +255,6 @@ int frames_collect(struct walk *w, raddr_t tstate, uint32_t *n, bool *truncated,
 		uint32_t off = L->tstate.datastack_chunk + 8;
 		if (validate_watch(w, tstate + off, ts + off, 8, true, 0, err) != 0)
 			return -1;
-		w->live_chunk = load_u64(ts, L->tstate.datastack_chunk);
-		w->live_top_at = tstate + off;
-		w->live_end = live.end;
 	}
 	return frames_collect_interp(w, frame, &live, n, truncated, err);
 }

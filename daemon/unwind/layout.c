@@ -52,7 +52,7 @@ static const struct py_layout layout_38 = {
 	           .cframe_current_frame = ABSENT, .thread_id = 176,
 	           .native_thread_id = ABSENT, .datastack_chunk = ABSENT},
 	.frame = {.size = 112, .back = 24, .code = 32, .lasti = 104, .lineno = 108,
-	          .trace = 80, .instr_ptr = ABSENT, .owner = ABSENT, .is_entry = ABSENT,
+	          .trace = 80, .gen = 96, .instr_ptr = ABSENT, .owner = ABSENT, .is_entry = ABSENT,
 	          .stacktop = ABSENT,
 	          .owner_generator = NO_OWNER, .owner_cstack = NO_OWNER,
 	          .owner_interpreter = NO_OWNER, .code_tag_mask = 0},
@@ -79,7 +79,7 @@ static const struct py_layout layout_39 = {
 	           .cframe_current_frame = ABSENT, .thread_id = 176,
 	           .native_thread_id = ABSENT, .datastack_chunk = ABSENT},
 	.frame = {.size = 112, .back = 24, .code = 32, .lasti = 104, .lineno = 108,
-	          .trace = 80, .instr_ptr = ABSENT, .owner = ABSENT, .is_entry = ABSENT,
+	          .trace = 80, .gen = 96, .instr_ptr = ABSENT, .owner = ABSENT, .is_entry = ABSENT,
 	          .stacktop = ABSENT,
 	          .owner_generator = NO_OWNER, .owner_cstack = NO_OWNER,
 	          .owner_interpreter = NO_OWNER, .code_tag_mask = 0},
@@ -106,7 +106,7 @@ static const struct py_layout layout_310 = {
 	           .cframe_current_frame = ABSENT, .thread_id = 176,
 	           .native_thread_id = ABSENT, .datastack_chunk = ABSENT},
 	.frame = {.size = 104, .back = 24, .code = 32, .lasti = 96, .lineno = 100,
-	          .trace = 72, .instr_ptr = ABSENT, .owner = ABSENT, .is_entry = ABSENT,
+	          .trace = 72, .gen = 88, .instr_ptr = ABSENT, .owner = ABSENT, .is_entry = ABSENT,
 	          .stacktop = ABSENT,
 	          .owner_generator = NO_OWNER, .owner_cstack = NO_OWNER,
 	          .owner_interpreter = NO_OWNER, .code_tag_mask = 0},
@@ -134,7 +134,7 @@ static const struct py_layout layout_311 = {
 	 * marked by is_entry instead (enum _frameowner in
 	 * Include/internal/pycore_frame.h: THREAD 0, GENERATOR 1, FRAME_OBJECT 2). */
 	.frame = {.size = 70, .back = 48, .code = 32, .lasti = ABSENT, .lineno = ABSENT,
-	          .trace = ABSENT, .instr_ptr = 56, .owner = 69, .is_entry = 68,
+	          .trace = ABSENT, .gen = ABSENT, .instr_ptr = 56, .owner = 69, .is_entry = 68,
 	          .stacktop = ABSENT,
 	          .owner_generator = 1, .owner_cstack = NO_OWNER,
 	          .owner_interpreter = NO_OWNER, .code_tag_mask = 0},
@@ -165,7 +165,8 @@ static const struct py_layout layout_312 = {
 	/* enum _frameowner, Include/internal/pycore_frame.h: THREAD 0,
 	 * GENERATOR 1, FRAME_OBJECT 2, CSTACK 3. */
 	.frame = {.size = 71, .back = 8, .code = 0, .lasti = ABSENT, .lineno = ABSENT,
-	          .trace = ABSENT, .instr_ptr = 56, .owner = 70, .is_entry = ABSENT, .stacktop = 64,
+	          .trace = ABSENT, .gen = ABSENT, .instr_ptr = 56, .owner = 70, .is_entry = ABSENT,
+	          .stacktop = 64,
 	          .owner_generator = 1, .owner_cstack = 3,
 	          .owner_interpreter = NO_OWNER, .code_tag_mask = 0},
 	.code = {.size = 144, .filename = 112, .name = 120, .qualname = 128,
@@ -772,6 +773,7 @@ int layout_from_debug_offsets(const uint8_t *raw, size_t len, struct py_layout *
 	l.frame.lineno = ABSENT;
 	l.frame.trace = ABSENT;
 	l.frame.is_entry = ABSENT;
+	l.frame.gen = ABSENT;
 	/*
 	 * 3.13 still has 3.12's int stacktop right after instr_ptr (the debug
 	 * offsets do not list it); 3.14 replaced it with a pointer that only

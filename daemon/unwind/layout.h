@@ -97,6 +97,7 @@ struct py_layout {
 		uint32_t lasti;       /* int f_lasti (3.8-3.10) */
 		uint32_t lineno;      /* int f_lineno (3.8-3.10) */
 		uint32_t trace;       /* PyObject *f_trace (3.8-3.10) */
+		uint32_t gen;         /* PyObject *f_gen (3.8-3.10): set in a generator's frame */
 		uint32_t instr_ptr;   /* prev_instr (3.11-3.12) / instr_ptr (3.13+) */
 		uint32_t owner;       /* char owner (3.11+) */
 		uint32_t is_entry;    /* bool is_entry (3.11 only) */

@@ -337,7 +337,6 @@ struct uw_stats {
 	uint64_t stack_rereads;            /* changed stacks the batch could not prove whole: read again to check */
 	uint64_t torn_retries;             /* thread reads redone: the stack moved under them */
 	uint64_t torn_threads;             /* thread samples with no stack: it kept moving */
-	uint64_t torn_bases;               /* thread samples that kept moving, counted at the base that held */
 	uint64_t pages_read;               /* pages the reads touched (the kernel pins each) */
 	uint64_t steady_hits;              /* thread samples proven unchanged without walking their frames */
 	uint64_t marker_honoured;          /* 3.15: thread samples whose frames below the marker were taken as they were */

@@ -488,7 +488,7 @@ struct walk {
 	bool torn; /* the walk failed on values read at different moments, not on garbage */
 	/*
 	 * The last read of a thread that keeps moving: signs of a torn read do
-	 * not stop the walk, validate_stack proves what held (its base counts).
+	 * not stop the walk, validate_stack judges what held.
 	 */
 	bool last_try;
 	/* 3.15: what frames_collect read of the thread state, in the copy the walk used. */
@@ -508,14 +508,6 @@ struct walk {
 	size_t range_of_cap;
 	uint8_t *buf;
 	size_t buf_cap;
-	/* validate_stack's verdict on a stack that moved: how many frames, from the bottom, held. */
-	uint32_t held;
-	/* 3.11+: the current data-stack chunk, its end, and where its top is kept. */
-	raddr_t live_chunk, live_end, live_top_at;
-	/* The base of a thread's stack that held in its last torn read, innermost first. */
-	struct raw_frame *base_held;
-	uint32_t nbase_held;
-	size_t base_held_cap;
 };
 
 /* Memory the caches and ids hold, for the budget. */
@@ -545,8 +537,7 @@ int validate_watch_links(struct walk *w, raddr_t addr, const uint8_t *f, bool wi
                          bool caller, struct uw_error *err);
 /*
  * Read the windows of one thread's walk again and compare: 0 if all held,
- * 1 if the stack moved under the walk (w->held then counts the frames, from
- * the bottom, whose windows all held), -1 if it could not be read again.
+ * 1 if the stack moved under the walk, -1 if it could not be read again.
  */
 int validate_stack(struct walk *w, uint32_t first, uint32_t nraw, uint32_t common,
                    struct uw_error *err);

@@ -83,51 +83,6 @@ static int validate_addr_cmp(const void *a, const void *b)
 }
 
 /*
- * How much of a stack that moved still stands: the frames from the bottom
- * up to the first whose windows changed (moved: their addresses); a caller
- * whose instruction alone moved is the last of them.
- */
-static void validate_held_base(struct walk *w, uint32_t first, uint32_t nraw, raddr_t *moved,
-                               uint32_t nmoved, raddr_t *ran, uint32_t nran, raddr_t live_top)
-{
-	qsort(moved, nmoved, sizeof *moved, validate_addr_cmp);
-	qsort(ran, nran, sizeof *ran, validate_addr_cmp);
-	uint32_t held = 0;
-	while (held < nraw) {
-		raddr_t f = w->raw[first + nraw - 1 - held].addr;
-		if (f && nmoved && bsearch(&f, moved, nmoved, sizeof *moved, validate_addr_cmp))
-			break;
-		held++;
-		/*
-		 * A caller whose links held but whose instruction moved returned
-		 * from the callee the walk saw: it is still there (where it was
-		 * read, a moment ago), its callees are not known to be.
-		 */
-		if (f && nran && bsearch(&f, ran, nran, sizeof *ran, validate_addr_cmp))
-			break;
-	}
-	/*
-	 * Bytes that held prove nothing of a frame that returned: its bytes
-	 * stay, and a frame pushed at its caller's place may be another.  A
-	 * frame below the data stack's top, read again after the frames, was
-	 * alive when read, so its caller link was its caller; each caller below
-	 * it, alive then too.  The base ends at the innermost frame so proven
-	 * (3.11+); 3.8-3.10 heap frames have no such top: walk_keep_base bounds
-	 * their base by the last proven stack instead.
-	 */
-	if (w->t->layout.frame_model == FRAME_MODEL_INTERP) {
-		uint32_t live = 0;
-		for (uint32_t d = 0; d < held; d++) {
-			raddr_t f = w->raw[first + nraw - 1 - d].addr;
-			if (f && live_top && f >= w->live_chunk && f < live_top)
-				live = d + 1;
-		}
-		held = live;
-	}
-	w->held = held;
-}
-
-/*
  * Read the windows of one thread's walk again and compare.  Frames at the
  * base that are exactly as in the thread's last (validated) sample need no
  * second look: their pairs existed; the frame where that base meets the new
@@ -160,7 +115,6 @@ int validate_stack(struct walk *w, uint32_t first, uint32_t nraw, uint32_t commo
 	uint32_t *range_of = w->range_of;
 	int rc = 0;
 	uint32_t nframes = 0;
-	w->held = 0;
 	for (uint32_t i = 0; i < w->nchecks; i++) {
 		const struct check *c = &w->checks[i];
 		bool in_base = !c->top && nbase &&
@@ -215,11 +169,6 @@ int validate_stack(struct walk *w, uint32_t first, uint32_t nraw, uint32_t commo
 			       validate_holds(&w->checks[i], &ranges[last_top + k]);
 			k++;
 		}
-	/*
-	 * Every window is compared, not only up to the first that moved: a
-	 * stack that moved at its top still has a base that held, which
-	 * validate_held_base measures.
-	 */
 	uint32_t nmoved = 0, nran = 0;
 	raddr_t *ran = base + w->nchecks; /* frames whose instruction alone moved */
 	uint32_t instr = w->t->layout.frame.instr_ptr;
@@ -233,20 +182,6 @@ int validate_stack(struct walk *w, uint32_t first, uint32_t nraw, uint32_t commo
 			base[nmoved++] = c->frame;
 	}
 	held = held && nmoved == 0 && nran == 0;
-	if (!held) {
-		/* The data stack's top as the last copy read it, after every frame. */
-		raddr_t live_top = 0;
-		for (uint32_t i = 0, k = 0; i < w->nchecks; i++)
-			if (w->checks[i].top) {
-				const struct remote_range *r = &ranges[last_top + k++];
-				if (w->live_top_at && w->checks[i].addr == w->live_top_at && r->got >= 8) {
-					live_top = load_u64(r->buf, 0);
-					if (live_top > w->live_end)
-						live_top = 0;
-				}
-			}
-		validate_held_base(w, first, nraw, base, nmoved, ran, nran, live_top);
-	}
 	if (!held) {
 		uw_fail(err, UW_ECORRUPT, "the stack moved while it was read");
 		rc = 1;

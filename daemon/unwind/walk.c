@@ -227,30 +227,6 @@ static void walk_keep_reads(struct walk *w, struct thread_cache *tc, uint32_t ma
 }
 
 /*
- * Keep the base of a stack that moved under its walk: the frames from the
- * bottom that held their links when read again and were proven alive
- * (w->held; see validate_held_base).  3.8-3.10 heap frames cannot be
- * proven alive: a freed frame keeps its bytes and its memory goes to a
- * frame of another code altogether, so their base is only what the thread's
- * last proven stack had too (common).
- */
-static int walk_keep_base(struct walk *w, uint32_t start, uint32_t n, uint32_t common)
-{
-	uint32_t held = w->held <= n ? w->held : 0;
-	if (held > common && w->t->layout.frame_model == FRAME_MODEL_OBJECT)
-		held = common;
-	w->nbase_held = 0;
-	if (!held)
-		return 0;
-	if (array_reserve((void **)&w->base_held, &w->base_held_cap, held - 1, sizeof *w->base_held,
-	                  NULL))
-		return -1;
-	memcpy(w->base_held, w->raw + start + (n - held), held * sizeof *w->base_held);
-	w->nbase_held = held;
-	return 0;
-}
-
-/*
  * A thread's stack, read and proven not torn.  A thread that runs moves its
  * stack every microsecond or so: when the proof fails it is read again,
  * fresh, a few times.  If it keeps moving, *moving says so and the thread
@@ -267,7 +243,6 @@ static int walk_thread_stack(struct walk *w, struct thread_cache *tc, raddr_t ts
 	int rc = -1;
 	*dropped = false;
 	*moving = false;
-	w->nbase_held = 0;
 	bool marker = t->layout.tstate.marker && !t->opts.no_cache;
 	if (marker) {
 		int honoured = walk_marker_honour(w, tc, tstate, stack, truncated, err);
@@ -300,8 +275,6 @@ static int walk_thread_stack(struct walk *w, struct thread_cache *tc, raddr_t ts
 			t->stats.stack_rereads++;
 			rc = validate_stack(w, start, n, common, err);
 			*moving = rc == 1;
-			if (rc == 1 && walk_keep_base(w, start, n, common) != 0)
-				return uw_fail(err, UW_ENOMEM, "out of memory");
 		}
 		if (rc == 0) {
 			*stack = chain_resolve(t, tc, raw, n, common, err);
@@ -322,25 +295,6 @@ static int walk_thread_stack(struct walk *w, struct thread_cache *tc, raddr_t ts
 	view_retry_end(t);
 	w->nraw = start;
 	w->last_try = false;
-	if (*dropped && *moving && w->nbase_held && t->thread_attempts == 0) {
-		/*
-		 * A thread whose stack kept moving is the one running call after
-		 * call: leaving it out would under-count that very code.  Its base
-		 * held, so the sample counts there (a dump, which shows whole
-		 * stacks, leaves it out instead).
-		 */
-		struct uw_error base_err = {0};
-		uint32_t nb = w->nbase_held;
-		*stack = chain_resolve(t, tc, w->base_held, nb, chain_common(t, tc, w->base_held, nb),
-		                       &base_err);
-		if (*stack != INTERN_FAILED) {
-			tc->anchor = 0;
-			tc->truncated = false;
-			t->stats.torn_bases++;
-			*dropped = *moving = false;
-			return 0;
-		}
-	}
 	return *dropped ? 0 : rc;
 }
 
@@ -565,8 +519,7 @@ size_t walk_room(const struct uw_target *t)
 		return 0;
 	return sizeof *w + w->raw_cap * sizeof *w->raw + w->checks_cap * sizeof *w->checks +
 	       w->base_cap * sizeof *w->base + w->moved_cap * sizeof *w->moved +
-	       w->ranges_cap * sizeof *w->ranges + w->range_of_cap * sizeof *w->range_of + w->buf_cap +
-	       w->base_held_cap * sizeof *w->base_held;
+	       w->ranges_cap * sizeof *w->ranges + w->range_of_cap * sizeof *w->range_of + w->buf_cap;
 }
 
 /*
@@ -662,7 +615,6 @@ void walk_free(struct uw_target *t)
 	free(w->ranges);
 	free(w->range_of);
 	free(w->buf);
-	free(w->base_held);
 	free(w);
 	t->walk = NULL;
 }

@@ -21,7 +21,8 @@ EDGES = {
     "<listcomp>": [],
     "spawn": [],
     "worker": ["alpha", "beta"],
-    "driver": ["alpha", "beta", "climb"],
+    "driver": ["alpha", "beta", "climb", "ticker"],
+    "ticker": [],
     "alpha": ["gamma"],
     "beta": ["delta"],
     "gamma": ["leaf_g"],
@@ -84,10 +85,18 @@ def climb(depth, x):
     return climb(depth - 1, x + 1)
 
 
+def ticker(n):
+    for k in range(n):
+        yield k
+
+
 def driver(i):
     alpha(i)
     beta(i)
     climb(i % 40, i)
+    # A generator yields to its caller: its frame, read as it yields, has no caller.
+    for _ in ticker(WORK):
+        pass
 
 
 def worker(n):

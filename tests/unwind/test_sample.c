@@ -311,8 +311,10 @@ static void callgraph_check(const struct python *py, const struct uw_options *op
 			const struct uw_sample_thread *th = &s.threads[k];
 			uint64_t climb = 0;
 			const char *callee = NULL;
+			const struct uw_frame *root = NULL;
 			for (uint32_t st = th->stack; st; st = uw_stack_parent(t, st)) {
-				const char *caller = callgraph_function(uw_frame_get(t, uw_stack_frame(t, st)));
+				root = uw_frame_get(t, uw_stack_frame(t, st));
+				const char *caller = callgraph_function(root);
 				if (caller && callee) {
 					json_t *callees = json_object_get(edges, caller);
 					bool known = false;
@@ -324,6 +326,12 @@ static void callgraph_check(const struct python *py, const struct uw_options *op
 				climb += caller && strcmp(caller, "climb") == 0;
 				callee = caller;
 			}
+			/* Every stack starts where a thread does: the module, or threading's bootstrap. */
+			const char *root_file = root && root->file ? strrchr(root->file, '/') : NULL;
+			cr_assert(!root || (root_file && strcmp(root_file + 1, "threading.py") == 0) ||
+			              (callgraph_function(root) && strcmp(root->function, "<module>") == 0),
+			          "%s: a stack starts at %s (%s)", what, root->function,
+			          root->file ? root->file : "?");
 			if (climb > max_climb)
 				max_climb = climb;
 			bool seen = false;

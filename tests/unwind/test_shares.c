@@ -239,12 +239,10 @@ static void shares_check(const struct python *py, uint64_t period_ns, double sec
 		double noise = SHARES_NOISE_SIGMAS * shares_sigma(truth, worth);
 		double tolerance = noise > bound ? noise : bound;
 		cr_log_info("%s, %s, %s: %.2f %% of the samples, %.2f %% of the time (%.0f samples' worth, "
-		            "%llu samples, %llu failed, %llu without a stack, %llu torn, %llu counted at "
-		            "their base; bound %.2f)",
+		            "%llu samples, %llu failed, %llu without a stack, %llu torn; bound %.2f)",
 		            what, period_ns ? "1000 Hz" : "back to back", shares_phases[i], seen, truth,
 		            worth, (unsigned long long)samples, (unsigned long long)failed,
-		            (unsigned long long)missing, (unsigned long long)st.torn_threads,
-		            (unsigned long long)st.torn_bases, tolerance);
+		            (unsigned long long)missing, (unsigned long long)st.torn_threads, tolerance);
 		cr_expect(seen > truth - tolerance && seen < truth + tolerance,
 		          "%s, %s: %.2f %% of the samples, %.2f %% of the time (%s, %llu samples, %.0f "
 		          "samples' worth: the bound %.2f%s)",
@@ -265,10 +263,9 @@ static void shares_each(uint64_t period_ns, double seconds, double limit, double
 {
 	/*
 	 * Not yet in every run: a thread that keeps moving through every read
-	 * is counted at the base that held, and the call-heavy phase comes out
-	 * 6 to 8 points short.  A way of counting it nearer its place (keep the
-	 * first read's base, extend it by later ones) showed callers that do not
-	 * exist in the impossible-callers test, so it is not in the walk.
+	 * gets no stack, and the call-heavy phase comes out 6 to 8 points short
+	 * (counting such a thread at the base that held showed callers that do
+	 * not exist in the impossible-callers test, so it is not in the walk).
 	 * PYPROFD_TEST_SHARES=1 runs it.
 	 */
 	if (!getenv("PYPROFD_TEST_SHARES"))
