@@ -336,6 +336,14 @@ struct used_range {
 	uint32_t grow;  /* bytes past the end worth reading too (a stack's top) */
 };
 
+/* walk.c: an interpreter's GIL pointer (3.12+), read once: see walk_gil_ptr. */
+struct walk_gil_ptr {
+	raddr_t interp;
+	int64_t id;
+	raddr_t gil;
+};
+#define WALK_GIL_PTRS 8
+
 /* target.c — the opened process; owns everything above. */
 struct uw_target {
 	pid_t pid;
@@ -387,6 +395,7 @@ struct uw_target {
 	/* Reads the prefetch missed, for the sample's length. */
 	struct arena scratch;
 	struct tasks *tasks; /* tasks.c: asyncio's tasks, NULL until asked for */
+	struct walk_gil_ptr gil_ptrs[WALK_GIL_PTRS]; /* the first interpreters' */
 	raddr_t none_object; /* exception.c: &_Py_NoneStruct, 0 until looked up */
 	bool none_looked;
 };
