@@ -281,6 +281,33 @@ struct chain_link {
 	uint32_t stack;
 };
 
+/* Bytes of a thread's schedstat line kept (three decimal numbers). */
+#define THREADS_RUN_LEN 64
+
+/*
+ * What proves that a thread ran no instruction since its stack was read
+ * (threads.c; the argument is above threads_still_begin).
+ */
+struct thread_still {
+	int sched_fd, wchan_fd; /* /proc/PID/task/TID/schedstat and wchan, kept open; -1 */
+	int64_t tid;            /* the thread they are of */
+	bool want;              /* worth proving: a deep stack, its tid known */
+	/* This sample's pre-read: the stack below stood still since it was read. */
+	bool holds;
+	/* This sample's pre-read: run was read before the thread was seen off every run queue. */
+	bool armed;
+	char armed_run[THREADS_RUN_LEN];
+	uint32_t armed_len;
+	/* The stack proven, read after the thread was seen off with run as it was then. */
+	bool valid;
+	char run[THREADS_RUN_LEN];
+	uint32_t run_len;
+	uint32_t stack;
+	bool truncated;
+	raddr_t top;            /* its innermost frame, as the thread state pointed to it */
+	unsigned flags;
+};
+
 struct thread_cache {
 	raddr_t tstate;
 	uint64_t seen;       /* sample number it was last seen in */
@@ -318,6 +345,8 @@ struct thread_cache {
 	size_t reads_cap;
 	uint8_t *read_bytes;
 	size_t read_bytes_len, read_bytes_cap;
+	/* 3.8-3.10: the kernel's word that the thread stood still (threads_still_*). */
+	struct thread_still still;
 };
 
 /* Ranges read together in one batch, sorted by address, and their bytes. */
@@ -375,7 +404,7 @@ struct uw_target {
 	struct thread_cache *threads;
 	uint32_t nthreads;
 	size_t threads_cap;
-	uint32_t stat_fds; /* threads' stat files kept open (threads.c bounds them) */
+	uint32_t stat_fds; /* threads' /proc files kept open (threads.c bounds them) */
 	struct walk *walk; /* walk.c's working arrays, reused */
 
 	/* The batched read of this sample, planned from the reads of the last. */
@@ -608,5 +637,19 @@ bool threads_idle(struct uw_target *t, struct thread_cache *tc, int64_t tid, boo
                   char state, uint32_t stack);
 /* The kernel's id of a thread from its pthread_t (3.8-3.10); -1 unknown. */
 int64_t threads_native_tid(struct uw_target *t, uint64_t pthread);
+/* Frames a stack has before the kernel's proof pays: a frame costs a page read, the proof two small /proc reads. */
+#define THREADS_STILL_MIN_FRAMES 8
+/* Before a sample's memory is read: whether each thread worth it stood still since its stack was read. */
+void threads_still_begin(struct uw_target *t);
+/*
+ * The stack a thread had when it was last read, when the kernel proves it
+ * ran nothing since (tid its thread id this sample, top its innermost frame
+ * pointer): true and *stack, *truncated.
+ */
+bool threads_still_stack(struct uw_target *t, struct thread_cache *tc, int64_t tid, raddr_t top,
+                         uint32_t *stack, bool *truncated);
+/* After a whole walk of a thread (frames of them): keep its stack for the proof. */
+void threads_still_after(struct uw_target *t, struct thread_cache *tc, int64_t tid, raddr_t top,
+                         uint32_t stack, bool truncated, uint32_t frames);
 
 #endif

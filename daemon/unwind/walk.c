@@ -393,10 +393,26 @@ static int walk_thread(struct walk *w, const struct walk_interp *iv, raddr_t tst
 	 * been seen to publish a frame pointer that lags its frames.
 	 */
 	bool may_move = true, moving = false;
-	if (walk_thread_stack(w, tc, tstate, may_move, &stack, &truncated, &dropped, &moving,
-	                 &thread_err) != 0) {
-		*err = thread_err;
-		return -1;
+	/* 3.8-3.10: heap frames, a page each; the kernel may prove the thread ran nothing since. */
+	bool heap_frames = L->frame_model == FRAME_MODEL_OBJECT;
+	raddr_t top = heap_frames ? load_u64(ts, L->tstate.frame) : 0;
+	if (heap_frames && threads_still_stack(t, tc, native_id, top, &stack, &truncated)) {
+		t->stats.still_proven++;
+		t->stats.steady_hits++;
+		t->stats.frame_cache_full_hits += tc->n > 0;
+		t->stats.frames_from_cache += tc->n;
+	} else {
+		uint64_t torn_bases = t->stats.torn_bases;
+		if (walk_thread_stack(w, tc, tstate, may_move, &stack, &truncated, &dropped, &moving,
+		                      &thread_err) != 0) {
+			*err = thread_err;
+			return -1;
+		}
+		/* Only a stack read whole, as the thread state points to it, is one to keep. */
+		bool whole = !dropped && t->stats.torn_bases == torn_bases &&
+		             (tc->n ? tc->chain[tc->n - 1].addr == top : top == 0);
+		if (heap_frames)
+			threads_still_after(t, tc, whole ? native_id : -1, top, stack, truncated, tc->n);
 	}
 	if (dropped && !moving) {
 		/* Read as garbage every time: no thread to show, and the caller is told why. */
@@ -668,6 +684,8 @@ int uw_sample(struct uw_target *t, struct uw_sample *s, struct uw_error *err)
 	w->cut = false;
 	w->until_clock = 0;
 	w->deadline_ns = t->opts.max_sample_ns ? walk_now_ns() + t->opts.max_sample_ns : 0;
+	/* Before the memory is read: the kernel's proof must come first (see threads_still_begin). */
+	threads_still_begin(t);
 	if (view_begin(t, err) == 0)
 		rc = walk_interpreters(w, err);
 	/* asyncio's tasks, read once the threads are: a running task's frames are its thread's. */
