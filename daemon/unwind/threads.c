@@ -313,13 +313,15 @@ int64_t threads_native_tid(struct uw_target *t, uint64_t pthread)
 	return tid > 0 ? tid : -1;
 }
 
-/* -------- a thread that stood still, 3.8-3.10 -------- */
+/* -------- a thread that stood still, 3.8-3.14 -------- */
 
 /*
  * 3.8-3.10 keep each frame in a heap object of its own, so a deep stack
  * costs a page read per frame at every sample, even while its thread
- * sleeps.  The kernel can prove instead that the thread ran nothing since
- * its stack was read: the stack read then is its stack now.
+ * sleeps; from 3.11 the frames lie together but each code object's header
+ * is a page of its own.  The kernel can prove instead that the thread ran
+ * nothing since its stack was read: the stack read then is its stack now.
+ * (3.15's frame-cache marker proves as much from two pages.)
  *
  * The argument.  /proc/PID/task/TID/wchan names a function only while the
  * thread sleeps off every run queue (get_wchan looks, under the thread's
@@ -340,16 +342,18 @@ int64_t threads_native_tid(struct uw_target *t, uint64_t pthread)
  * off in between, which added the time it ran (more than none) before d,
  * so before e: e would read more than R, read before b.  So it ran nothing
  * between b and d, and the stack read at c is its stack at d.  Only the
- * thread itself moves its frame chain and its frames' instruction offsets
- * (holding the GIL), so that is the stack a walk at d would read.  A kernel
- * that keeps no run times ("0 0 0": no CONFIG_SCHED_INFO) or names no wchan
- * ("0" always) proves nothing, and the frames are read as before.
+ * thread itself moves its frame chain and its frames' instruction positions
+ * (a generator's frame joins the chain of the thread running it, which no
+ * other thread may resume meanwhile), so that is the stack a walk at d
+ * would read.  A kernel that keeps no run times ("0 0 0": no
+ * CONFIG_SCHED_INFO) or names no wchan ("0" always) proves nothing, and the
+ * frames are read as before.
  *
  * The descriptors stay open on the task they were opened for: once it
  * exits they read nothing, even if its tid is given to another; and the
  * thread state must still name that tid in the sample that uses the proof.
- * Two small reads a sample, against a page a frame: only stacks of
- * THREADS_STILL_MIN_FRAMES frames or more are proven so.
+ * Two small reads a sample, against a pin a page: only threads whose walk
+ * reads THREADS_STILL_MIN_PAGES pages or more are proven so.
  */
 
 /* Open the thread's schedstat and wchan, unless open already; false when they cannot be. */
@@ -395,7 +399,7 @@ static uint32_t threads_still_run(const struct thread_still *st, char run[THREAD
 
 void threads_still_begin(struct uw_target *t)
 {
-	bool proves = t->layout.frame_model == FRAME_MODEL_OBJECT && !t->opts.no_cache;
+	bool proves = !t->layout.tstate.marker && !t->opts.no_cache;
 	for (uint32_t i = 0; i < t->nthreads; i++) {
 		struct thread_still *st = &t->threads[i].still;
 		st->holds = st->armed = false;
@@ -403,20 +407,23 @@ void threads_still_begin(struct uw_target *t)
 			continue;
 		if (!threads_still_open(t, st))
 			continue;
-		bool off = threads_still_off(st);                     /* d */
+		/* A thread on a CPU (or about to be) proves nothing now: its frames are read. */
+		if (!threads_still_off(st)) {                         /* d */
+			st->valid = false;
+			continue;
+		}
 		char run[THREADS_RUN_LEN];
 		uint32_t len = threads_still_run(st, run);            /* e, and a */
 		if (!len) {
 			threads_still_close(t, st);
 			continue;
 		}
-		if (st->valid && off && len == st->run_len && memcmp(run, st->run, len) == 0) {
+		if (st->valid && len == st->run_len && memcmp(run, st->run, len) == 0) {
 			st->holds = true;
 			continue;
 		}
 		st->valid = false;
-		/* A thread on a CPU now is no use to prove from; one asleep gives b after a. */
-		if (off && threads_still_off(st)) {                    /* b */
+		if (threads_still_off(st)) {                           /* b */
 			memcpy(st->armed_run, run, len);
 			st->armed_len = len;
 			st->armed = true;
@@ -437,12 +444,12 @@ bool threads_still_stack(struct uw_target *t, struct thread_cache *tc, int64_t t
 }
 
 void threads_still_after(struct uw_target *t, struct thread_cache *tc, int64_t tid, raddr_t top,
-                         uint32_t stack, bool truncated, uint32_t frames)
+                         uint32_t stack, bool truncated, uint32_t pages)
 {
 	struct thread_still *st = &tc->still;
 	bool armed = st->armed;
-	st->want = t->layout.frame_model == FRAME_MODEL_OBJECT && !t->opts.no_cache && tid > 0 &&
-	           frames >= THREADS_STILL_MIN_FRAMES;
+	st->want = !t->layout.tstate.marker && !t->opts.no_cache && tid > 0 &&
+	           pages >= THREADS_STILL_MIN_PAGES;
 	if (!st->want || st->tid != tid) {
 		/* Another thread under this state, or not worth it: begin again from a. */
 		threads_still_close(t, st);

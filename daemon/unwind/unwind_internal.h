@@ -637,8 +637,8 @@ bool threads_idle(struct uw_target *t, struct thread_cache *tc, int64_t tid, boo
                   char state, uint32_t stack);
 /* The kernel's id of a thread from its pthread_t (3.8-3.10); -1 unknown. */
 int64_t threads_native_tid(struct uw_target *t, uint64_t pthread);
-/* Frames a stack has before the kernel's proof pays: a frame costs a page read, the proof two small /proc reads. */
-#define THREADS_STILL_MIN_FRAMES 8
+/* Pages a thread's walk reads before the kernel's proof pays: it costs two small /proc reads. */
+#define THREADS_STILL_MIN_PAGES 4
 /* Before a sample's memory is read: whether each thread worth it stood still since its stack was read. */
 void threads_still_begin(struct uw_target *t);
 /*
@@ -648,8 +648,8 @@ void threads_still_begin(struct uw_target *t);
  */
 bool threads_still_stack(struct uw_target *t, struct thread_cache *tc, int64_t tid, raddr_t top,
                          uint32_t *stack, bool *truncated);
-/* After a whole walk of a thread (frames of them): keep its stack for the proof. */
+/* After a whole walk of a thread (pages: what it read): keep its stack for the proof. */
 void threads_still_after(struct uw_target *t, struct thread_cache *tc, int64_t tid, raddr_t top,
-                         uint32_t stack, bool truncated, uint32_t frames);
+                         uint32_t stack, bool truncated, uint32_t pages);
 
 #endif

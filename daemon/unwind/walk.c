@@ -344,6 +344,27 @@ static int walk_thread_stack(struct walk *w, struct thread_cache *tc, raddr_t ts
 	return *dropped ? 0 : rc;
 }
 
+/*
+ * Pages a thread's last whole walk read (each a pin for the kernel): what
+ * walking it again costs.  Heap frames (3.8-3.10) are a page each when its
+ * reads were not kept.
+ */
+static uint32_t walk_read_pages(const struct uw_target *t, const struct thread_cache *tc)
+{
+	if (!tc->nreads)
+		return t->layout.frame_model == FRAME_MODEL_OBJECT ? tc->n : 0;
+	uint32_t pages = 0;
+	raddr_t last = 0;
+	for (uint32_t i = 0; i < tc->nreads; i++) {
+		raddr_t first = tc->reads[i].addr >> 12;
+		raddr_t end = (tc->reads[i].addr + tc->reads[i].len + 4095) >> 12;
+		/* Reads in walk order: one on the page the last ended on is not another pin. */
+		pages += (uint32_t)(end - first) - (first + 1 == last ? 1u : 0u);
+		last = end;
+	}
+	return pages;
+}
+
 /* One thread state: its identity, flags and (if the mode selects it) its stack. */
 static int walk_thread(struct walk *w, const struct walk_interp *iv, raddr_t tstate,
                          uint32_t ordinal, raddr_t *next, struct uw_error *err)
@@ -393,10 +414,15 @@ static int walk_thread(struct walk *w, const struct walk_interp *iv, raddr_t tst
 	 * been seen to publish a frame pointer that lags its frames.
 	 */
 	bool may_move = true, moving = false;
-	/* 3.8-3.10: heap frames, a page each; the kernel may prove the thread ran nothing since. */
-	bool heap_frames = L->frame_model == FRAME_MODEL_OBJECT;
-	raddr_t top = heap_frames ? load_u64(ts, L->tstate.frame) : 0;
-	if (heap_frames && threads_still_stack(t, tc, native_id, top, &stack, &truncated)) {
+	/*
+	 * 3.8-3.14: the kernel may prove the thread ran nothing since its stack
+	 * was read (3.15's marker proves more for less).  3.11-3.12 keep the
+	 * innermost frame behind cframe: no pointer to check there.
+	 */
+	bool provable = !L->tstate.marker;
+	bool top_known = L->tstate.frame != LAYOUT_ABSENT;
+	raddr_t top = provable && top_known ? load_u64(ts, L->tstate.frame) : 0;
+	if (provable && threads_still_stack(t, tc, native_id, top, &stack, &truncated)) {
 		t->stats.still_proven++;
 		t->stats.steady_hits++;
 		t->stats.frame_cache_full_hits += tc->n > 0;
@@ -410,9 +436,10 @@ static int walk_thread(struct walk *w, const struct walk_interp *iv, raddr_t tst
 		}
 		/* Only a stack read whole, as the thread state points to it, is one to keep. */
 		bool whole = !dropped && t->stats.torn_bases == torn_bases &&
-		             (tc->n ? tc->chain[tc->n - 1].addr == top : top == 0);
-		if (heap_frames)
-			threads_still_after(t, tc, whole ? native_id : -1, top, stack, truncated, tc->n);
+		             (!top_known || (tc->n ? tc->chain[tc->n - 1].addr == top : top == 0));
+		if (provable)
+			threads_still_after(t, tc, whole ? native_id : -1, top, stack, truncated,
+			                    walk_read_pages(t, tc));
 	}
 	if (dropped && !moving) {
 		/* Read as garbage every time: no thread to show, and the caller is told why. */
