@@ -388,7 +388,7 @@ static bool threads_still_off(const struct thread_still *st)
 	return n > 0 && !(n == 1 && buf[0] == '0');
 }
 
-/* The thread's schedstat line into run; its length, 0 when unread or the kernel keeps no run times. */
+/* The thread's schedstat line into run: its length, 0 if unread or the kernel keeps no run times. */
 static uint32_t threads_still_run(const struct thread_still *st, char run[THREADS_RUN_LEN])
 {
 	ssize_t n = pread(st->sched_fd, run, THREADS_RUN_LEN, 0);

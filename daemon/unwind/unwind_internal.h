@@ -639,7 +639,7 @@ bool threads_idle(struct uw_target *t, struct thread_cache *tc, int64_t tid, boo
 int64_t threads_native_tid(struct uw_target *t, uint64_t pthread);
 /* Pages a thread's walk reads before the kernel's proof pays: it costs two small /proc reads. */
 #define THREADS_STILL_MIN_PAGES 4
-/* Before a sample's memory is read: whether each thread worth it stood still since its stack was read. */
+/* Before a sample's memory is read: whether each thread worth it stood still since last read. */
 void threads_still_begin(struct uw_target *t);
 /*
  * The stack a thread had when it was last read, when the kernel proves it

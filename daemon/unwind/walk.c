@@ -489,7 +489,8 @@ static int walk_gil_holder(struct uw_target *t, raddr_t gil, raddr_t *holder, st
 {
 	const struct py_layout *L = &t->layout;
 	uint32_t lo = L->gil.last_holder < L->gil.locked ? L->gil.last_holder : L->gil.locked;
-	uint32_t hi = L->gil.last_holder + 8 > L->gil.locked + 4 ? L->gil.last_holder + 8 : L->gil.locked + 4;
+	uint32_t holder_end = L->gil.last_holder + 8, locked_end = L->gil.locked + 4;
+	uint32_t hi = holder_end > locked_end ? holder_end : locked_end;
 	*holder = 0;
 	if (!gil)
 		return 0;

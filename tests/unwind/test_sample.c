@@ -154,8 +154,8 @@ Test(sample, a_deep_stack_that_moves_is_never_kept, .timeout = 300)
 		struct test_target target;
 		test_target_start(&target, &pys[i], "move");
 		json_t *report = test_target_wait_report(&target, TARGET_READY_TIMEOUT_S);
-		json_t *top = json_array_get(json_object_get(json_array_get(json_object_get(report, "threads"), 0),
-		                                             "frames"), 0);
+		json_t *mover = json_array_get(json_object_get(report, "threads"), 0);
+		json_t *top = json_array_get(json_object_get(mover, "frames"), 0);
 		cr_assert_not_null(top);
 		/* The sleeping frame as sample_text spells it: on its first line, then. */
 		char before[PATH_MAX + 64];
