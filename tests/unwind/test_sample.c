@@ -443,7 +443,9 @@ static void callgraph_check(const struct python *py, const struct uw_options *op
 		 */
 		cr_assert_gt(json_integer_value(json_object_get(r, "pairs")), 1000,
 		             "%s: CPython's sampler read too little", what);
-		cr_log_info("%s: CPython's sampler's impossible pairs: %s", what, json_dumps(impossible, 0));
+		char *seen = json_dumps(impossible, 0);
+		cr_log_info("%s: CPython's sampler's impossible pairs: %s", what, seen ? seen : "?");
+		free(seen);
 		cr_assert_gt(stats.marker_honoured, 0, "%s: the marker's path never ran", what);
 		json_decref(r);
 		test_target_kill(&second);
