@@ -352,8 +352,10 @@ int64_t threads_native_tid(struct uw_target *t, uint64_t pthread)
  * The descriptors stay open on the task they were opened for: once it
  * exits they read nothing, even if its tid is given to another; and the
  * thread state must still name that tid in the sample that uses the proof.
- * Two small reads a sample, against a pin a page: only threads whose walk
- * reads THREADS_STILL_MIN_PAGES pages or more are proven so.
+ * The two reads cost a sample about what a dozen pages pinned do: only
+ * threads whose walk reads THREADS_STILL_MIN_PAGES pages or more are proven
+ * so, and one the kernel shows on a CPU is looked at again after a wait
+ * that doubles up to THREADS_STILL_BACKOFF_MAX samples while it stays busy.
  */
 
 /* Open the thread's schedstat and wchan, unless open already; false when they cannot be. */
@@ -405,13 +407,23 @@ void threads_still_begin(struct uw_target *t)
 		st->holds = st->armed = false;
 		if (!st->want || !proves)
 			continue;
+		if (st->skip) {
+			st->skip--;
+			st->valid = false;
+			continue;
+		}
 		if (!threads_still_open(t, st))
 			continue;
 		/* A thread on a CPU (or about to be) proves nothing now: its frames are read. */
 		if (!threads_still_off(st)) {                         /* d */
 			st->valid = false;
+			st->backoff = st->backoff ? st->backoff * 2 : 1;
+			if (st->backoff > THREADS_STILL_BACKOFF_MAX)
+				st->backoff = THREADS_STILL_BACKOFF_MAX;
+			st->skip = st->backoff;
 			continue;
 		}
+		st->backoff = 0;
 		char run[THREADS_RUN_LEN];
 		uint32_t len = threads_still_run(st, run);            /* e, and a */
 		if (!len) {

@@ -292,6 +292,8 @@ struct thread_still {
 	int sched_fd, wchan_fd; /* /proc/PID/task/TID/schedstat and wchan, kept open; -1 */
 	int64_t tid;            /* the thread they are of */
 	bool want;              /* worth proving: a deep stack, its tid known */
+	/* Samples left before looking again at a thread last seen on a CPU, and the next such wait. */
+	uint32_t skip, backoff;
 	/* This sample's pre-read: the stack below stood still since it was read. */
 	bool holds;
 	/* This sample's pre-read: run was read before the thread was seen off every run queue. */
@@ -637,8 +639,14 @@ bool threads_idle(struct uw_target *t, struct thread_cache *tc, int64_t tid, boo
                   char state, uint32_t stack);
 /* The kernel's id of a thread from its pthread_t (3.8-3.10); -1 unknown. */
 int64_t threads_native_tid(struct uw_target *t, uint64_t pthread);
-/* Pages a thread's walk reads before the kernel's proof pays: it costs two small /proc reads. */
-#define THREADS_STILL_MIN_PAGES 4
+/*
+ * Pages a thread's walk reads before the kernel's proof pays: its two /proc
+ * reads cost about what a dozen pages pinned do (wchan alone unwinds the
+ * thread's kernel stack and looks up a symbol).
+ */
+#define THREADS_STILL_MIN_PAGES 12
+/* Most samples a thread seen on a CPU goes without a look at its wchan: busy threads pay little for it. */
+#define THREADS_STILL_BACKOFF_MAX 32
 /* Before a sample's memory is read: whether each thread worth it stood still since last read. */
 void threads_still_begin(struct uw_target *t);
 /*

@@ -323,7 +323,7 @@ def scenario_dive(report_path):
 
 # --- a deep stack that sleeps, then moves ------------------------------------
 
-MOVE_DEPTH = 200
+MOVE_DEPTH = 600
 
 
 def move_deep(n, wake, moved_path):
@@ -336,7 +336,7 @@ def move_deep(n, wake, moved_path):
 
 
 def scenario_move(report_path):
-    """One thread sleeps 200 frames deep, off every CPU (a pipe read); SIGUSR1
+    """One thread sleeps 600 frames deep, off every CPU (a pipe read); SIGUSR1
     wakes it to sleep again on the next line of the same frame, and
     REPORT_PATH.moved is written on the way, before it sleeps."""
     wake_read, wake_write = os.pipe()

@@ -140,7 +140,7 @@ static bool file_exists(const char *path)
 #define MOVE_SAMPLES_AFTER 100
 
 /*
- * A thread that sleeps 200 frames deep is taken from the caches without its
+ * A thread that sleeps 600 frames deep is taken from the caches without its
  * frames being read (3.8-3.14: the kernel proves it ran nothing; 3.15: the
  * frame-cache marker); woken, it sleeps again on the next line of the same
  * frame, every frame where it was.  From the moment it says so, no sample
