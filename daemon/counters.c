@@ -32,6 +32,7 @@ const struct stats_counter counters_table[COUNTERS_COUNT] = {
 	{"marker_written", offsetof(struct uw_stats, marker_written)},
 	{"marker_cleared", offsetof(struct uw_stats, marker_cleared)},
 	{"marker_foreign", offsetof(struct uw_stats, marker_foreign)},
+	{"still_proven", offsetof(struct uw_stats, still_proven)},
 };
 
 uint64_t counters_value(const struct uw_stats *st, size_t i)

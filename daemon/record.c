@@ -162,10 +162,36 @@ static double record_seconds(const struct timespec *ts)
 	return (double)ts->tv_sec + (double)ts->tv_nsec / 1e9;
 }
 
-static int record_u32_cmp(const void *a, const void *b)
+/*
+ * The k-th smallest of v[0..n) (v is reordered): a percentile costs a pass or
+ * two over the timings, not a sort of a million of them, which showed in the
+ * CPU per sample a benchmark divides out.
+ */
+static uint32_t record_select(uint32_t *v, size_t n, size_t k)
 {
-	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-	return x < y ? -1 : x > y;
+	ptrdiff_t lo = 0, hi = (ptrdiff_t)n - 1, want = (ptrdiff_t)k;
+	while (lo < hi) {
+		uint32_t pivot = v[lo + (hi - lo) / 2];
+		ptrdiff_t i = lo, j = hi;
+		while (i <= j) {
+			while (v[i] < pivot)
+				i++;
+			while (v[j] > pivot)
+				j--;
+			if (i <= j) {
+				uint32_t tmp = v[i];
+				v[i++] = v[j];
+				v[j--] = tmp;
+			}
+		}
+		if (want <= j)
+			hi = j;
+		else if (want >= i)
+			lo = i;
+		else
+			break;
+	}
+	return v[want];
 }
 
 /* What a run measured, beside the engine's own counters. */
@@ -182,7 +208,7 @@ static double record_percentile_us(struct record_run *run, double q)
 	if (run->nns == 0)
 		return 0;
 	size_t i = (size_t)(q * (double)(run->nns - 1) + 0.5);
-	return run->ns[i] / 1000.0;
+	return record_select(run->ns, run->nns, i) / 1000.0;
 }
 
 static json_t *record_stats_json(const struct uw_target *t, struct record_run *run,
@@ -190,8 +216,6 @@ static json_t *record_stats_json(const struct uw_target *t, struct record_run *r
 {
 	struct uw_stats st;
 	uw_stats(t, &st);
-	if (run->nns > 1) /* none: there may be no array at all */
-		qsort(run->ns, run->nns, sizeof *run->ns, record_u32_cmp);
 	double samples = (double)(st.samples ? st.samples : 1);
 	double threads = (double)(st.thread_samples ? st.thread_samples : 1);
 	uint64_t frames = st.frames_from_cache + st.frames_from_memory;

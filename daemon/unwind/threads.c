@@ -35,9 +35,24 @@ static void threads_close_stat(struct uw_target *t, struct thread_cache *tc)
 	t->stat_fds--;
 }
 
+static void threads_still_close(struct uw_target *t, struct thread_still *st)
+{
+	if (st->sched_fd >= 0) {
+		close(st->sched_fd);
+		t->stat_fds--;
+	}
+	if (st->wchan_fd >= 0) {
+		close(st->wchan_fd);
+		t->stat_fds--;
+	}
+	st->sched_fd = st->wchan_fd = -1;
+	st->valid = st->holds = st->armed = false;
+}
+
 static void threads_clear_one(struct uw_target *t, struct thread_cache *tc)
 {
 	threads_close_stat(t, tc);
+	threads_still_close(t, &tc->still);
 	free(tc->chain);
 	free(tc->reads);
 	free(tc->read_bytes);
@@ -66,7 +81,8 @@ struct thread_cache *threads_lookup(struct uw_target *t, raddr_t tstate, uint32_
 		return NULL;
 	}
 	struct thread_cache *tc = &t->threads[t->nthreads++];
-	*tc = (struct thread_cache){.tstate = tstate, .stat_fd = -1, .stat_tid = -1};
+	*tc = (struct thread_cache){.tstate = tstate, .stat_fd = -1, .stat_tid = -1,
+	                            .still = {.sched_fd = -1, .wchan_fd = -1}};
 	return tc;
 }
 
@@ -295,4 +311,170 @@ int64_t threads_native_tid(struct uw_target *t, uint64_t pthread)
 	const uint8_t *p = view_read(t, pthread + (uint32_t)t->pthread_tid_offset, 4, 0, NULL);
 	int32_t tid = p ? load_i32(p, 0) : -1;
 	return tid > 0 ? tid : -1;
+}
+
+/* -------- a thread that stood still, 3.8-3.14 -------- */
+
+/*
+ * 3.8-3.10 keep each frame in a heap object of its own, so a deep stack
+ * costs a page read per frame at every sample, even while its thread
+ * sleeps; from 3.11 the frames lie together but each code object's header
+ * is a page of its own.  The kernel can prove instead that the thread ran
+ * nothing since its stack was read: the stack read then is its stack now.
+ * (3.15's frame-cache marker proves as much from two pages.)
+ *
+ * The argument.  /proc/PID/task/TID/wchan names a function only while the
+ * thread sleeps off every run queue (get_wchan looks, under the thread's
+ * pi_lock, for a state other than running or waking, and !on_rq); a thread
+ * on a CPU, runnable, or about to sleep but not yet taken off its queue
+ * reads "0".  The first number of schedstat is the thread's run time, which
+ * the scheduler adds to (update_curr) when it takes the thread off its run
+ * queue, and which never goes down.  The reads come in this order:
+ *
+ *   a. schedstat gives run time R          (sample j, before its memory is read)
+ *   b. wchan shows the thread off          (sample j, before its memory is read)
+ *   c. the stack is read, whole            (sample j)
+ *   d. wchan shows the thread off          (sample m > j, before its memory is read)
+ *   e. schedstat gives R again             (sample m)
+ *
+ * Suppose the thread ran an instruction between b and d.  Off its queue at
+ * b, it was woken and run after b; off its queue again at d, it was taken
+ * off in between, which added the time it ran (more than none) before d,
+ * so before e: e would read more than R, read before b.  So it ran nothing
+ * between b and d, and the stack read at c is its stack at d.  Only the
+ * thread itself moves its frame chain and its frames' instruction positions
+ * (a generator's frame joins the chain of the thread running it, which no
+ * other thread may resume meanwhile), so that is the stack a walk at d
+ * would read.  A kernel that keeps no run times ("0 0 0": no
+ * CONFIG_SCHED_INFO) or names no wchan ("0" always) proves nothing, and the
+ * frames are read as before.
+ *
+ * The descriptors stay open on the task they were opened for: once it
+ * exits they read nothing, even if its tid is given to another; and the
+ * thread state must still name that tid in the sample that uses the proof.
+ * The two reads cost a sample about what a dozen pages pinned do: only
+ * threads whose walk reads THREADS_STILL_MIN_PAGES pages or more are proven
+ * so, and one the kernel shows on a CPU is looked at again after a wait
+ * that doubles up to THREADS_STILL_BACKOFF_MAX samples while it stays busy.
+ */
+
+/* Open the thread's schedstat and wchan, unless open already; false when they cannot be. */
+static bool threads_still_open(struct uw_target *t, struct thread_still *st)
+{
+	if (st->sched_fd >= 0 && st->wchan_fd >= 0)
+		return true;
+	threads_still_close(t, st);
+	if (t->stat_fds + 2 > THREADS_STAT_FDS_MAX)
+		return false;
+	int64_t proc_tid = threads_proc_tid(t, st->tid);
+	if (proc_tid <= 0)
+		return false;
+	char path[96];
+	snprintf(path, sizeof path, "/proc/%d/task/%lld/schedstat", (int)t->pid, (long long)proc_tid);
+	st->sched_fd = open(path, O_RDONLY | O_CLOEXEC);
+	snprintf(path, sizeof path, "/proc/%d/task/%lld/wchan", (int)t->pid, (long long)proc_tid);
+	st->wchan_fd = open(path, O_RDONLY | O_CLOEXEC);
+	t->stat_fds += (st->sched_fd >= 0) + (st->wchan_fd >= 0);
+	if (st->sched_fd < 0 || st->wchan_fd < 0) {
+		threads_still_close(t, st);
+		return false;
+	}
+	return true;
+}
+
+/* Whether the kernel shows the thread asleep off every run queue now. */
+static bool threads_still_off(const struct thread_still *st)
+{
+	char buf[64];
+	ssize_t n = pread(st->wchan_fd, buf, sizeof buf, 0);
+	return n > 0 && !(n == 1 && buf[0] == '0');
+}
+
+/* The thread's schedstat line into run: its length, 0 if unread or the kernel keeps no run times. */
+static uint32_t threads_still_run(const struct thread_still *st, char run[THREADS_RUN_LEN])
+{
+	ssize_t n = pread(st->sched_fd, run, THREADS_RUN_LEN, 0);
+	if (n <= 0 || n >= THREADS_RUN_LEN || run[0] == '0')
+		return 0;
+	return (uint32_t)n;
+}
+
+void threads_still_begin(struct uw_target *t)
+{
+	bool proves = !t->layout.tstate.marker && !t->opts.no_cache;
+	for (uint32_t i = 0; i < t->nthreads; i++) {
+		struct thread_still *st = &t->threads[i].still;
+		st->holds = st->armed = false;
+		if (!st->want || !proves)
+			continue;
+		if (st->skip) {
+			st->skip--;
+			st->valid = false;
+			continue;
+		}
+		if (!threads_still_open(t, st))
+			continue;
+		/* A thread on a CPU (or about to be) proves nothing now: its frames are read. */
+		if (!threads_still_off(st)) {                         /* d */
+			st->valid = false;
+			st->backoff = st->backoff ? st->backoff * 2 : 1;
+			if (st->backoff > THREADS_STILL_BACKOFF_MAX)
+				st->backoff = THREADS_STILL_BACKOFF_MAX;
+			st->skip = st->backoff;
+			continue;
+		}
+		st->backoff = 0;
+		char run[THREADS_RUN_LEN];
+		uint32_t len = threads_still_run(st, run);            /* e, and a */
+		if (!len) {
+			threads_still_close(t, st);
+			continue;
+		}
+		if (st->valid && len == st->run_len && memcmp(run, st->run, len) == 0) {
+			st->holds = true;
+			continue;
+		}
+		st->valid = false;
+		if (threads_still_off(st)) {                           /* b */
+			memcpy(st->armed_run, run, len);
+			st->armed_len = len;
+			st->armed = true;
+		}
+	}
+}
+
+bool threads_still_stack(struct uw_target *t, struct thread_cache *tc, int64_t tid, raddr_t top,
+                         uint32_t *stack, bool *truncated)
+{
+	const struct thread_still *st = &tc->still;
+	if (!st->holds || !st->valid || st->tid != tid || tid <= 0 || st->top != top ||
+	    st->flags != t->opts.flags)
+		return false;
+	*stack = st->stack;
+	*truncated = st->truncated;
+	return true;
+}
+
+void threads_still_after(struct uw_target *t, struct thread_cache *tc, int64_t tid, raddr_t top,
+                         uint32_t stack, bool truncated, uint32_t pages)
+{
+	struct thread_still *st = &tc->still;
+	bool armed = st->armed;
+	st->want = !t->layout.tstate.marker && !t->opts.no_cache && tid > 0 &&
+	           pages >= THREADS_STILL_MIN_PAGES;
+	if (!st->want || st->tid != tid) {
+		/* Another thread under this state, or not worth it: begin again from a. */
+		threads_still_close(t, st);
+		st->tid = tid;
+		return;
+	}
+	st->valid = armed;
+	if (!armed)
+		return;
+	memcpy(st->run, st->armed_run, st->armed_len);
+	st->run_len = st->armed_len;
+	st->stack = stack;
+	st->truncated = truncated;
+	st->top = top;
+	st->flags = t->opts.flags;
 }

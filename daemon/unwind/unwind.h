@@ -343,6 +343,7 @@ struct uw_stats {
 	uint64_t marker_written;           /* 3.15: writes of the marker (process_vm_writev) */
 	uint64_t marker_cleared;           /* 3.15: markers found set by an earlier or other profiler, first sight */
 	uint64_t marker_foreign;           /* 3.15: markers another profiler wrote over ours (writing pauses) */
+	uint64_t still_proven;             /* 3.8-3.10: thread samples the kernel proved ran nothing since their stack was read */
 	uint64_t cache_resets;             /* budget reached: everything forgotten */
 	uint64_t walks_cut;                /* samples cut short at max_sample_ns */
 	uint64_t tasks_read;               /* asyncio tasks read (async mode) */

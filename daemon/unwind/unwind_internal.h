@@ -283,6 +283,35 @@ struct chain_link {
 	uint32_t stack;
 };
 
+/* Bytes of a thread's schedstat line kept (three decimal numbers). */
+#define THREADS_RUN_LEN 64
+
+/*
+ * What proves that a thread ran no instruction since its stack was read
+ * (threads.c; the argument is above threads_still_begin).
+ */
+struct thread_still {
+	int sched_fd, wchan_fd; /* /proc/PID/task/TID/schedstat and wchan, kept open; -1 */
+	int64_t tid;            /* the thread they are of */
+	bool want;              /* worth proving: a deep stack, its tid known */
+	/* Samples left before looking again at a thread last seen on a CPU, and the next such wait. */
+	uint32_t skip, backoff;
+	/* This sample's pre-read: the stack below stood still since it was read. */
+	bool holds;
+	/* This sample's pre-read: run was read before the thread was seen off every run queue. */
+	bool armed;
+	char armed_run[THREADS_RUN_LEN];
+	uint32_t armed_len;
+	/* The stack proven, read after the thread was seen off with run as it was then. */
+	bool valid;
+	char run[THREADS_RUN_LEN];
+	uint32_t run_len;
+	uint32_t stack;
+	bool truncated;
+	raddr_t top;            /* its innermost frame, as the thread state pointed to it */
+	unsigned flags;
+};
+
 struct thread_cache {
 	raddr_t tstate;
 	uint64_t seen;       /* sample number it was last seen in */
@@ -320,6 +349,8 @@ struct thread_cache {
 	size_t reads_cap;
 	uint8_t *read_bytes;
 	size_t read_bytes_len, read_bytes_cap;
+	/* 3.8-3.10: the kernel's word that the thread stood still (threads_still_*). */
+	struct thread_still still;
 };
 
 /* Ranges read together in one batch, sorted by address, and their bytes. */
@@ -337,6 +368,14 @@ struct used_range {
 	uint32_t len;
 	uint32_t grow;  /* bytes past the end worth reading too (a stack's top) */
 };
+
+/* walk.c: an interpreter's GIL pointer (3.12+), read once: see walk_gil_ptr. */
+struct walk_gil_ptr {
+	raddr_t interp;
+	int64_t id;
+	raddr_t gil;
+};
+#define WALK_GIL_PTRS 8
 
 /* target.c — the opened process; owns everything above. */
 struct uw_target {
@@ -369,7 +408,7 @@ struct uw_target {
 	struct thread_cache *threads;
 	uint32_t nthreads;
 	size_t threads_cap;
-	uint32_t stat_fds; /* threads' stat files kept open (threads.c bounds them) */
+	uint32_t stat_fds; /* threads' /proc files kept open (threads.c bounds them) */
 	struct walk *walk; /* walk.c's working arrays, reused */
 
 	/* The batched read of this sample, planned from the reads of the last. */
@@ -389,6 +428,7 @@ struct uw_target {
 	/* Reads the prefetch missed, for the sample's length. */
 	struct arena scratch;
 	struct tasks *tasks; /* tasks.c: asyncio's tasks, NULL until asked for */
+	struct walk_gil_ptr gil_ptrs[WALK_GIL_PTRS]; /* the first interpreters' */
 	raddr_t none_object; /* exception.c: &_Py_NoneStruct, 0 until looked up */
 	bool none_looked;
 };
@@ -597,5 +637,25 @@ bool threads_idle(struct uw_target *t, struct thread_cache *tc, int64_t tid, boo
                   char state, uint32_t stack);
 /* The kernel's id of a thread from its pthread_t (3.8-3.10); -1 unknown. */
 int64_t threads_native_tid(struct uw_target *t, uint64_t pthread);
+/*
+ * Pages a thread's walk reads before the kernel's proof pays: its two /proc
+ * reads cost about what a dozen pages pinned do (wchan alone unwinds the
+ * thread's kernel stack and looks up a symbol).
+ */
+#define THREADS_STILL_MIN_PAGES 12
+/* Most samples a thread seen on a CPU goes without a look at its wchan: busy threads pay little for it. */
+#define THREADS_STILL_BACKOFF_MAX 32
+/* Before a sample's memory is read: whether each thread worth it stood still since last read. */
+void threads_still_begin(struct uw_target *t);
+/*
+ * The stack a thread had when it was last read, when the kernel proves it
+ * ran nothing since (tid its thread id this sample, top its innermost frame
+ * pointer): true and *stack, *truncated.
+ */
+bool threads_still_stack(struct uw_target *t, struct thread_cache *tc, int64_t tid, raddr_t top,
+                         uint32_t *stack, bool *truncated);
+/* After a whole walk of a thread (pages: what it read): keep its stack for the proof. */
+void threads_still_after(struct uw_target *t, struct thread_cache *tc, int64_t tid, raddr_t top,
+                         uint32_t stack, bool truncated, uint32_t pages);
 
 #endif

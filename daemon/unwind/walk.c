@@ -298,6 +298,27 @@ static int walk_thread_stack(struct walk *w, struct thread_cache *tc, raddr_t ts
 	return *dropped ? 0 : rc;
 }
 
+/*
+ * Pages a thread's last whole walk read (each a pin for the kernel): what
+ * walking it again costs.  Heap frames (3.8-3.10) are a page each when its
+ * reads were not kept.
+ */
+static uint32_t walk_read_pages(const struct uw_target *t, const struct thread_cache *tc)
+{
+	if (!tc->nreads)
+		return t->layout.frame_model == FRAME_MODEL_OBJECT ? tc->n : 0;
+	uint32_t pages = 0;
+	raddr_t last = 0;
+	for (uint32_t i = 0; i < tc->nreads; i++) {
+		raddr_t first = tc->reads[i].addr >> 12;
+		raddr_t end = (tc->reads[i].addr + tc->reads[i].len + 4095) >> 12;
+		/* Reads in walk order: one on the page the last ended on is not another pin. */
+		pages += (uint32_t)(end - first) - (first + 1 == last ? 1u : 0u);
+		last = end;
+	}
+	return pages;
+}
+
 /* One thread state: its identity, flags and (if the mode selects it) its stack. */
 static int walk_thread(struct walk *w, const struct walk_interp *iv, raddr_t tstate,
                          uint32_t ordinal, raddr_t *next, struct uw_error *err)
@@ -347,10 +368,31 @@ static int walk_thread(struct walk *w, const struct walk_interp *iv, raddr_t tst
 	 * been seen to publish a frame pointer that lags its frames.
 	 */
 	bool may_move = true, moving = false;
-	if (walk_thread_stack(w, tc, tstate, may_move, &stack, &truncated, &dropped, &moving,
-	                 &thread_err) != 0) {
-		*err = thread_err;
-		return -1;
+	/*
+	 * 3.8-3.14: the kernel may prove the thread ran nothing since its stack
+	 * was read (3.15's marker proves more for less).  3.11-3.12 keep the
+	 * innermost frame behind cframe: no pointer to check there.
+	 */
+	bool provable = !L->tstate.marker;
+	bool top_known = L->tstate.frame != LAYOUT_ABSENT;
+	raddr_t top = provable && top_known ? load_u64(ts, L->tstate.frame) : 0;
+	if (provable && threads_still_stack(t, tc, native_id, top, &stack, &truncated)) {
+		t->stats.still_proven++;
+		t->stats.steady_hits++;
+		t->stats.frame_cache_full_hits += tc->n > 0;
+		t->stats.frames_from_cache += tc->n;
+	} else {
+		if (walk_thread_stack(w, tc, tstate, may_move, &stack, &truncated, &dropped, &moving,
+		                      &thread_err) != 0) {
+			*err = thread_err;
+			return -1;
+		}
+		/* Only a stack read whole, as the thread state points to it, is one to keep. */
+		bool whole = !dropped &&
+		             (!top_known || (tc->n ? tc->chain[tc->n - 1].addr == top : top == 0));
+		if (provable)
+			threads_still_after(t, tc, whole ? native_id : -1, top, stack, truncated,
+			                    walk_read_pages(t, tc));
 	}
 	if (dropped && !moving) {
 		/* Read as garbage every time: no thread to show, and the caller is told why. */
@@ -383,18 +425,56 @@ static int walk_thread(struct walk *w, const struct walk_interp *iv, raddr_t tst
 	return 0;
 }
 
-/* The GIL holder, from the lock struct at gil. */
+/*
+ * One field of a remote struct, read on its own: a sample reads the bytes
+ * it uses, not whole structs, since every page a read touches costs the
+ * kernel a pin (a whole PyInterpreterState spans three).  Reads of nearby
+ * fields still merge into one range of the batch.
+ */
+static const uint8_t *walk_field(struct uw_target *t, raddr_t base, uint32_t off, uint32_t width,
+                                 struct uw_error *err)
+{
+	return view_read(t, base + off, width, 0, err);
+}
+
+/* The GIL holder, from the lock struct at gil: its two fields only. */
 static int walk_gil_holder(struct uw_target *t, raddr_t gil, raddr_t *holder, struct uw_error *err)
 {
 	const struct py_layout *L = &t->layout;
-	uint32_t len = (L->gil.last_holder > L->gil.locked ? L->gil.last_holder : L->gil.locked) + 8;
+	uint32_t lo = L->gil.last_holder < L->gil.locked ? L->gil.last_holder : L->gil.locked;
+	uint32_t holder_end = L->gil.last_holder + 8, locked_end = L->gil.locked + 4;
+	uint32_t hi = holder_end > locked_end ? holder_end : locked_end;
 	*holder = 0;
 	if (!gil)
 		return 0;
-	const uint8_t *g = view_read(t, gil, len, 0, err);
+	const uint8_t *g = walk_field(t, gil, lo, hi - lo, err);
 	if (!g)
 		return -1;
-	*holder = load_i32(g, L->gil.locked) ? load_u64(g, L->gil.last_holder) : 0;
+	*holder = load_i32(g, L->gil.locked - lo) ? load_u64(g, L->gil.last_holder - lo) : 0;
+	return 0;
+}
+
+/*
+ * 3.12+: where an interpreter's GIL is (ceval.gil).  CPython sets it as the
+ * interpreter starts and never moves it, so it is read once per interpreter,
+ * known by its address and its id (ids are never reused): the pointer sits
+ * on a page of its own, far from the fields a sample reads.
+ */
+static int walk_gil_ptr(struct uw_target *t, unsigned ordinal, raddr_t interp, int64_t id,
+                        raddr_t *gil, struct uw_error *err)
+{
+	struct walk_gil_ptr *kept = ordinal < WALK_GIL_PTRS ? &t->gil_ptrs[ordinal] : NULL;
+	if (kept && kept->gil && kept->interp == interp && kept->id == id && !t->opts.no_cache) {
+		*gil = kept->gil;
+		return 0;
+	}
+	const uint8_t *p = walk_field(t, interp, t->layout.interp.gil_ptr, 8, err);
+	if (!p)
+		return -1;
+	*gil = load_u64(p, 0);
+	/* Not yet set (an interpreter starting): read again next time. */
+	if (kept && *gil)
+		*kept = (struct walk_gil_ptr){.interp = interp, .id = id, .gil = *gil};
 	return 0;
 }
 
@@ -403,38 +483,49 @@ static int walk_interpreters(struct walk *w, struct uw_error *err)
 	struct uw_target *t = w->t;
 	const struct py_layout *L = &t->layout;
 	struct uw_sample *out = w->out;
+	const uint8_t *f;
 
-	const uint8_t *rt = view_read(t, t->runtime, L->runtime.size, 0, err);
-	if (!rt)
-		return -1;
 	raddr_t runtime_gil_holder = 0;
-	if (L->runtime.gil != LAYOUT_ABSENT && load_i32(rt, L->runtime.gil + L->gil.locked))
-		runtime_gil_holder = load_u64(rt, L->runtime.gil + L->gil.last_holder);
-	bool runtime_gc = L->runtime.gc_collecting != LAYOUT_ABSENT &&
-	                  load_i32(rt, L->runtime.gc_collecting) != 0;
-
-	raddr_t interp = load_u64(rt, L->runtime.interpreters_head);
+	if (L->runtime.gil != LAYOUT_ABSENT &&
+	    walk_gil_holder(t, t->runtime + L->runtime.gil, &runtime_gil_holder, err) != 0)
+		return -1;
+	bool runtime_gc = false;
+	if (L->runtime.gc_collecting != LAYOUT_ABSENT) {
+		if (!(f = walk_field(t, t->runtime, L->runtime.gc_collecting, 4, err)))
+			return -1;
+		runtime_gc = load_i32(f, 0) != 0;
+	}
+	if (!(f = walk_field(t, t->runtime, L->runtime.interpreters_head, 8, err)))
+		return -1;
+	raddr_t interp = load_u64(f, 0);
 	uint32_t ordinal = 0;
 	for (unsigned ni = 0; interp; ni++) {
 		if (ni >= UW_MAX_INTERPRETERS)
 			return uw_fail(err, UW_ECORRUPT, "more than %u interpreters", UW_MAX_INTERPRETERS);
-		const uint8_t *is = view_read(t, interp, L->interp.size, 0, err);
-		if (!is)
+		const uint8_t *next_f = walk_field(t, interp, L->interp.next, 8, err);
+		const uint8_t *id_f = next_f ? walk_field(t, interp, L->interp.id, 8, err) : NULL;
+		const uint8_t *head_f = id_f ? walk_field(t, interp, L->interp.threads_head, 8, err) : NULL;
+		if (!head_f)
 			return -1;
 		struct walk_interp iv = {
 			.addr = interp,
-			.id = (int64_t)load_u64(is, L->interp.id),
+			.id = (int64_t)load_u64(id_f, 0),
 			.gil_holder = runtime_gil_holder,
-			.gc_running = runtime_gc || (L->interp.gc_collecting != LAYOUT_ABSENT &&
-			                             load_i32(is, L->interp.gc_collecting) != 0),
+			.gc_running = runtime_gc,
 		};
+		if (L->interp.gc_collecting != LAYOUT_ABSENT) {
+			if (!(f = walk_field(t, interp, L->interp.gc_collecting, 4, err)))
+				return -1;
+			iv.gc_running |= load_i32(f, 0) != 0;
+		}
 		out->gc_running |= iv.gc_running;
-		raddr_t next_interp = load_u64(is, L->interp.next);
-		raddr_t tstate = load_u64(is, L->interp.threads_head);
+		raddr_t next_interp = load_u64(next_f, 0);
+		raddr_t tstate = load_u64(head_f, 0);
+		raddr_t gil = 0;
 		if (L->interp.gil_ptr != LAYOUT_ABSENT &&
-		    walk_gil_holder(t, load_u64(is, L->interp.gil_ptr), &iv.gil_holder, err) != 0)
+		    (walk_gil_ptr(t, ni, interp, iv.id, &gil, err) != 0 ||
+		     walk_gil_holder(t, gil, &iv.gil_holder, err) != 0))
 			return -1;
-
 		uint32_t first = out->nthreads;
 		for (uint32_t k = 0; tstate; k++) {
 			if (k >= UW_MAX_THREADS)
@@ -573,6 +664,8 @@ int uw_sample(struct uw_target *t, struct uw_sample *s, struct uw_error *err)
 	w->cut = false;
 	w->until_clock = 0;
 	w->deadline_ns = t->opts.max_sample_ns ? walk_now_ns() + t->opts.max_sample_ns : 0;
+	/* Before the memory is read: the kernel's proof must come first (see threads_still_begin). */
+	threads_still_begin(t);
 	if (view_begin(t, err) == 0)
 		rc = walk_interpreters(w, err);
 	/* asyncio's tasks, read once the threads are: a running task's frames are its thread's. */

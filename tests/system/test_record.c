@@ -225,3 +225,40 @@ Test(record, the_daemon_writes_the_same_lines, .timeout = 300)
 	daemon_stop(&d);
 	test_target_kill(&t);
 }
+
+/*
+ * --stats-json: a line on stderr is one JSON object with the run's
+ * timings in order (the median of the samples' times no more than their
+ * 99th percentile, both from the samples taken) and the engine's counters.
+ */
+Test(record, stats_json_tells_the_timings_and_counters, .timeout = 300)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	struct test_target target;
+	json_decref(start_oddnames(&target, &pys[n - 1]));
+	static const char *const args[] = {"--stats-json", "-o", "/dev/null", NULL};
+	struct run_result r;
+	record(&r, target.pid, args);
+	/* The last line that is a JSON object. */
+	const char *line = NULL;
+	for (const char *p = r.err; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+		if (*p == '{')
+			line = p;
+	cr_assert_not_null(line, "no JSON on stderr:\n%s", r.err ? r.err : "");
+	json_error_t jerr;
+	json_t *st = json_loads(line, JSON_DISABLE_EOF_CHECK, &jerr);
+	cr_assert_not_null(st, "stats are not JSON (%s):\n%s", jerr.text, r.err);
+	double median = json_real_value(json_object_get(st, "us_per_sample_median"));
+	double p99 = json_real_value(json_object_get(st, "us_per_sample_p99"));
+	cr_assert_gt(json_integer_value(json_object_get(st, "ok_samples")), 10, "%s", line);
+	cr_assert(median > 0 && median <= p99, "median %.3f, p99 %.3f", median, p99);
+	static const char *const counters[] = {"steady_hits", "pages_read", "marker_honoured",
+	                                       "still_proven"};
+	for (size_t i = 0; i < COUNT(counters); i++)
+		cr_assert(json_is_integer(json_object_get(st, counters[i])), "no %s in %s", counters[i],
+		          line);
+	json_decref(st);
+	run_result_free(&r);
+	test_target_kill(&target);
+}

@@ -321,6 +321,31 @@ def scenario_dive(report_path):
     hold()
 
 
+# --- a deep stack that sleeps, then moves ------------------------------------
+
+MOVE_DEPTH = 600
+
+
+def move_deep(n, wake, moved_path):
+    if n == 0:
+        os.read(wake, 1)  # BLOCK
+        write_json_atomically(moved_path, {"moved": True})
+        os.read(wake, 1)  # BLOCK again, one line down in the same frame
+        return
+    move_deep(n - 1, wake, moved_path)
+
+
+def scenario_move(report_path):
+    """One thread sleeps 600 frames deep, off every CPU (a pipe read); SIGUSR1
+    wakes it to sleep again on the next line of the same frame, and
+    REPORT_PATH.moved is written on the way, before it sleeps."""
+    wake_read, wake_write = os.pipe()
+    signal.signal(signal.SIGUSR1, lambda signum, frame: os.write(wake_write, b"x"))
+    mover = start_worker(move_deep, "mover", MOVE_DEPTH, wake_read, report_path + ".moved")
+    start_reporter(report_path, [mover])
+    hold()
+
+
 # --- callbacks from C ----------------------------------------------------------
 
 
@@ -539,6 +564,7 @@ SCENARIOS = {
     "lambdas": scenario_lambdas,
     "recursion": scenario_recursion,
     "dive": scenario_dive,
+    "move": scenario_move,
     "callbacks": scenario_callbacks,
     "nonascii": scenario_nonascii,
     "threads20": scenario_threads20,

@@ -5,6 +5,7 @@
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,6 +132,80 @@ static bool file_exists(const char *path)
 {
 	struct stat sb;
 	return stat(path, &sb) == 0;
+}
+
+/* Samples taken at most while waiting for a sleeping deep stack to be taken without its frames. */
+#define MOVE_SAMPLES_TO_PROVE 400
+/* Samples after the move that must all show the new stack. */
+#define MOVE_SAMPLES_AFTER 100
+
+/*
+ * A thread that sleeps 600 frames deep is taken from the caches without its
+ * frames being read (3.8-3.14: the kernel proves it ran nothing; 3.15: the
+ * frame-cache marker); woken, it sleeps again on the next line of the same
+ * frame, every frame where it was.  From the moment it says so, no sample
+ * shows it on the old line.
+ */
+Test(sample, a_deep_stack_that_moves_is_never_kept, .timeout = 300)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	for (size_t i = 0; i < n; i++) {
+		struct test_target target;
+		test_target_start(&target, &pys[i], "move");
+		json_t *report = test_target_wait_report(&target, TARGET_READY_TIMEOUT_S);
+		json_t *mover = json_array_get(json_object_get(report, "threads"), 0);
+		json_t *top = json_array_get(json_object_get(mover, "frames"), 0);
+		cr_assert_not_null(top);
+		/* The sleeping frame as sample_text spells it: on its first line, then. */
+		char before[PATH_MAX + 64];
+		snprintf(before, sizeof before, " move_deep@%s:%d ",
+		         json_string_value(json_object_get(top, "file")),
+		         (int)json_integer_value(json_object_get(top, "line")));
+		json_decref(report);
+		char moved[PATH_MAX + 8];
+		snprintf(moved, sizeof moved, "%s.moved", target.report);
+		struct uw_target *t = open_target(target.pid);
+		struct uw_options opts = {.cache_budget = 0};
+		uw_configure(t, &opts);
+
+		struct uw_sample s = {0};
+		struct uw_error err = {0};
+		struct uw_stats st = {0};
+		bool proven = false;
+		for (int round = 0; round < MOVE_SAMPLES_TO_PROVE && !proven; round++) {
+			cr_assert_eq(uw_sample(t, &s, &err), 0, "%s: sample: %s", pys[i].path, err.msg);
+			char *text = sample_text(t, &s);
+			cr_assert_not_null(strstr(text, before), "%s: before the move, no%s in:\n%s",
+			                   pys[i].path, before, text);
+			free(text);
+			uw_stats(t, &st);
+			proven = pys[i].minor >= 15 ? st.marker_honoured > 0 : st.still_proven > 0;
+			usleep(1000);
+		}
+		cr_assert(proven, "%s: the sleeping stack was never taken without its frames",
+		          pys[i].path);
+
+		cr_assert_eq(kill(target.pid, SIGUSR1), 0);
+		for (int wait = 0; !file_exists(moved); wait++) {
+			cr_assert_lt(wait, 30000, "%s: the thread never said it moved", pys[i].path);
+			/* Sampling on through the move, as a profiler does. */
+			uw_sample(t, &s, &err);
+			usleep(1000);
+		}
+		for (int round = 0; round < MOVE_SAMPLES_AFTER; round++) {
+			cr_assert_eq(uw_sample(t, &s, &err), 0, "%s: sample: %s", pys[i].path, err.msg);
+			char *text = sample_text(t, &s);
+			cr_assert(strstr(text, " move_deep@") && !strstr(text, before),
+			          "%s: sample %d after the move shows the old stack:\n%s", pys[i].path, round,
+			          text);
+			free(text);
+			usleep(round < 10 ? 100 : 1000);
+		}
+		uw_sample_free(&s);
+		uw_close(t);
+		test_target_kill(&target);
+	}
 }
 
 /*
@@ -376,7 +451,9 @@ static void callgraph_check(const struct python *py, const struct uw_options *op
 		 */
 		cr_assert_gt(json_integer_value(json_object_get(r, "pairs")), 1000,
 		             "%s: CPython's sampler read too little", what);
-		cr_log_info("%s: CPython's sampler's impossible pairs: %s", what, json_dumps(impossible, 0));
+		char *seen = json_dumps(impossible, 0);
+		cr_log_info("%s: CPython's sampler's impossible pairs: %s", what, seen ? seen : "?");
+		free(seen);
 		cr_assert_gt(stats.marker_honoured, 0, "%s: the marker's path never ran", what);
 		json_decref(r);
 		test_target_kill(&second);
