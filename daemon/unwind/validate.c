@@ -95,9 +95,7 @@ int validate_stack(struct walk *w, uint32_t first, uint32_t nraw, uint32_t commo
 {
 	struct uw_target *t = w->t;
 	/* The walk's arrays, grown to this stack once and reused by every later sample. */
-	if (array_reserve((void **)&w->base, &w->base_cap,
-	                  common > 2 * (size_t)w->nchecks ? common : 2 * (size_t)w->nchecks,
-	                  sizeof *w->base, NULL) ||
+	if (array_reserve((void **)&w->base, &w->base_cap, common, sizeof *w->base, NULL) ||
 	    array_reserve((void **)&w->moved, &w->moved_cap, w->nchecks, sizeof *w->moved, NULL) ||
 	    array_reserve((void **)&w->ranges, &w->ranges_cap, 2 * (size_t)w->nchecks, sizeof *w->ranges,
 	                  NULL) ||
@@ -169,19 +167,8 @@ int validate_stack(struct walk *w, uint32_t first, uint32_t nraw, uint32_t commo
 			       validate_holds(&w->checks[i], &ranges[last_top + k]);
 			k++;
 		}
-	uint32_t nmoved = 0, nran = 0;
-	raddr_t *ran = base + w->nchecks; /* frames whose instruction alone moved */
-	uint32_t instr = w->t->layout.frame.instr_ptr;
-	for (uint32_t i = 0; i < nframes; i++) {
-		const struct check *c = frames[i];
-		if (validate_holds(c, &ranges[range_of[i]]))
-			continue;
-		if (instr != LAYOUT_ABSENT && c->addr == c->frame + instr && c->len == 8)
-			ran[nran++] = c->frame;
-		else
-			base[nmoved++] = c->frame;
-	}
-	held = held && nmoved == 0 && nran == 0;
+	for (uint32_t i = 0; i < nframes && held; i++)
+		held = validate_holds(frames[i], &ranges[range_of[i]]);
 	if (!held) {
 		uw_fail(err, UW_ECORRUPT, "the stack moved while it was read");
 		rc = 1;
