@@ -33,8 +33,7 @@ static size_t remote_image_copy(const struct remote_image *img, raddr_t addr, ui
 	return 0;
 }
 
-/* Pages a read of len bytes at addr touches: the kernel pins each one. */
-static uint64_t remote_pages(raddr_t addr, size_t len)
+uint64_t remote_pages(raddr_t addr, size_t len)
 {
 	return len ? ((addr + len - 1) >> 12) - (addr >> 12) + 1 : 0;
 }

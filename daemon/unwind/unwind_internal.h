@@ -65,6 +65,8 @@ bool remote_alive(const struct remote *r);
  * (a stale or garbage pointer), ESRCH UW_EGONE, EPERM UW_EPERM.
  */
 int remote_read(struct remote *r, raddr_t addr, void *buf, size_t len, struct uw_error *err);
+/* Pages a read of len bytes at addr touches: the kernel pins each one. */
+uint64_t remote_pages(raddr_t addr, size_t len);
 
 /*
  * Write len bytes at addr (process_vm_writev).  The one caller writes the

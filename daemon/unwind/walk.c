@@ -307,16 +307,18 @@ static uint32_t walk_read_pages(const struct uw_target *t, const struct thread_c
 {
 	if (!tc->nreads)
 		return t->layout.frame_model == FRAME_MODEL_OBJECT ? tc->n : 0;
-	uint32_t pages = 0;
-	raddr_t last = 0;
+	uint64_t pages = 0;
+	raddr_t last_page = 0;
 	for (uint32_t i = 0; i < tc->nreads; i++) {
-		raddr_t first = tc->reads[i].addr >> 12;
-		raddr_t end = (tc->reads[i].addr + tc->reads[i].len + 4095) >> 12;
-		/* Reads in walk order: one on the page the last ended on is not another pin. */
-		pages += (uint32_t)(end - first) - (first + 1 == last ? 1u : 0u);
-		last = end;
+		raddr_t addr = tc->reads[i].addr;
+		uint32_t len = tc->reads[i].len;
+		if (!len)
+			continue;
+		/* Reads in walk order: one that starts on the page the last ended on is not another pin. */
+		pages += remote_pages(addr, len) - (pages && addr >> 12 == last_page);
+		last_page = (addr + len - 1) >> 12;
 	}
-	return pages;
+	return pages < UINT32_MAX ? (uint32_t)pages : UINT32_MAX;
 }
 
 /* One thread state: its identity, flags and (if the mode selects it) its stack. */
