@@ -127,18 +127,22 @@ static void tally_reindex(struct tally *t, bool shrink)
  * largest: a burst of new stacks (a target's start, an epoch's end, a
  * stalled history) would then hold megabytes per target for good.  Once
  * the entries drained to a quarter of the room, the room goes down to
- * twice them.  Whether it should.
+ * twice them (and never below TALLY_KEEP_ENTRIES).
  */
+static size_t tally_room_wanted(const struct tally *t)
+{
+	return t->len * 2 > TALLY_KEEP_ENTRIES ? t->len * 2 : TALLY_KEEP_ENTRIES;
+}
+
 static bool tally_shrink_due(const struct tally *t)
 {
-	size_t want = t->len * 2 > TALLY_KEEP_ENTRIES ? t->len * 2 : TALLY_KEEP_ENTRIES;
-	return t->cap > want * 2;
+	return t->cap > tally_room_wanted(t) * 2;
 }
 
 /* Gives back the room tally_shrink_due finds idle; the index follows.  A failure keeps the room. */
 static void tally_shrink(struct tally *t)
 {
-	size_t want = t->len * 2 > TALLY_KEEP_ENTRIES ? t->len * 2 : TALLY_KEEP_ENTRIES;
+	size_t want = tally_room_wanted(t);
 	struct tally_entry *smaller = realloc(t->entries, want * sizeof *t->entries);
 	if (smaller) {
 		t->entries = smaller;
