@@ -287,12 +287,12 @@ static size_t writer_page_cache_bound(void)
 /* What the writer's caches hold (its ids by content and SQLite's pages), for the status.  Under lock. */
 static void writer_book_caches(struct store_writer *w)
 {
-	int pages = 0, highest = 0;
+	int used = 0, highest = 0; /* bytes */
 	if (w->ins.db)
-		sqlite3_db_status(w->ins.db, SQLITE_DBSTATUS_CACHE_USED, &pages, &highest, 0);
+		sqlite3_db_status(w->ins.db, SQLITE_DBSTATUS_CACHE_USED, &used, &highest, 0);
 	w->st.cache_bytes = insert_cache_bytes(&w->ins);
 	w->st.cache_budget_bytes = w->cache_budget ? w->cache_budget : STORE_CACHE_BUDGET_DEFAULT;
-	w->st.page_cache_bytes = (uint64_t)(pages > 0 ? pages : 0);
+	w->st.page_cache_bytes = (uint64_t)(used > 0 ? used : 0);
 }
 
 /* Writes the batch taken from the queue's head and books the outcome.  Called and returns under lock. */
