@@ -38,14 +38,15 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / ticks
 
 
+# A collector that takes OTLP profiles over HTTP and logs them (verbosity: basic or detailed).
 COLLECTOR_CONFIG = """receivers:
   otlp:
     protocols:
       http:
-        endpoint: 127.0.0.1:%d
+        endpoint: 127.0.0.1:%(port)d
 exporters:
   debug:
-    verbosity: basic
+    verbosity: %(verbosity)s
 service:
   telemetry:
     metrics:
@@ -225,7 +226,7 @@ def start_export(args, state):
         port = free_port()
         conf = os.path.join(state, "collector.yaml")
         with open(conf, "w") as f:
-            f.write(COLLECTOR_CONFIG % port)
+            f.write(COLLECTOR_CONFIG % {"port": port, "verbosity": "basic"})
         collector = subprocess.Popen([args.collector, "--config=file:" + conf,
                                       "--feature-gates=service.profilesSupport"],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

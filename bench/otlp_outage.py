@@ -24,26 +24,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from daemon import free_port, port_open  # noqa: E402
+from daemon import COLLECTOR_CONFIG, free_port, port_open  # noqa: E402
 from pythons import interpreters  # noqa: E402
-
-COLLECTOR_CONFIG = """receivers:
-  otlp:
-    protocols:
-      http:
-        endpoint: 127.0.0.1:%d
-exporters:
-  debug:
-    verbosity: detailed
-service:
-  telemetry:
-    metrics:
-      level: none
-  pipelines:
-    profiles:
-      receivers: [otlp]
-      exporters: [debug]
-"""
 
 
 def main():
@@ -106,7 +88,7 @@ def main():
         log = open(os.path.join(state, "collector.log"), "w")
         cconf = os.path.join(state, "collector.yaml")
         with open(cconf, "w") as f:
-            f.write(COLLECTOR_CONFIG % port)
+            f.write(COLLECTOR_CONFIG % {"port": port, "verbosity": "detailed"})
         collector = subprocess.Popen([args.collector, "--config=file:" + cconf,
                                       "--feature-gates=service.profilesSupport"],
                                      stdout=log, stderr=log)
