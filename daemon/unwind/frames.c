@@ -131,12 +131,14 @@ static int frames_collect_interp(struct walk *w, raddr_t addr, const struct fram
 		if (previous == addr)
 			return uw_fail(err, UW_ECORRUPT, "frame 0x%llx is its own caller",
 			               (unsigned long long)addr);
-		/* On a last try, what held is left to validate_stack to judge. */
-		if (addr >= live->top && addr < live->end && !w->last_try) {
-			w->torn = true; /* the top moved between reading it and the pointer to the frame */
-			return uw_fail(err, UW_ECORRUPT, "frame 0x%llx is above its data stack's top",
-			               (unsigned long long)addr);
-		}
+		/*
+		 * The top moved between reading it and the pointer to the frame.
+		 * The walk goes on and validate_stack judges what held: the
+		 * re-read often finds the frame the thread returned into, which a
+		 * fresh read would tear again.
+		 */
+		if (addr >= live->top && addr < live->end)
+			w->suspect = true;
 		uint8_t owner = f[L->frame.owner];
 		bool shim = (L->frame.owner_cstack != LAYOUT_OWNER_NONE && owner == L->frame.owner_cstack) ||
 		            (L->frame.owner_interpreter != LAYOUT_OWNER_NONE &&
@@ -157,13 +159,11 @@ static int frames_collect_interp(struct walk *w, raddr_t addr, const struct fram
 		 * 3.12-3.13 mark a running frame with stacktop -1 and set it when
 		 * the frame calls: a caller that runs has returned from the callee
 		 * the walk came from, a frame left over from an earlier call.
+		 * Judged by validate_stack too.
 		 */
-		if (callee_inline && L->frame.stacktop != LAYOUT_ABSENT && !w->last_try &&
-		    load_i32(f, L->frame.stacktop) == -1) {
-			w->torn = true;
-			return uw_fail(err, UW_ECORRUPT, "frame 0x%llx runs above its callee",
-			               (unsigned long long)addr);
-		}
+		if (callee_inline && L->frame.stacktop != LAYOUT_ABSENT &&
+		    load_i32(f, L->frame.stacktop) == -1)
+			w->suspect = true;
 		if (native_pending) {
 			struct raw_frame marker = {.kind = UW_FRAME_NATIVE};
 			if (frames_push(w, n, marker, err) != 0)
@@ -178,6 +178,16 @@ static int frames_collect_interp(struct walk *w, raddr_t addr, const struct fram
 		                       .code = load_u64(f, L->frame.code) & ~L->frame.code_tag_mask,
 		                       .pos = load_u64(f, L->frame.instr_ptr),
 		                       .kind = UW_FRAME_PYTHON};
+		/*
+		 * A frame without code is one the thread is entering or leaving
+		 * (3.14+ clear the code of a frame they pop): between frames, the
+		 * thread has no stack to take from this read.
+		 */
+		if (!rf.code) {
+			w->torn = true;
+			return uw_fail(err, UW_ECORRUPT, "frame 0x%llx has no code: the thread is between frames",
+			               (unsigned long long)addr);
+		}
 		if (frames_push(w, n, rf, err) != 0)
 			return -1;
 		bool entered = L->frame.is_entry != LAYOUT_ABSENT && f[L->frame.is_entry];
@@ -225,19 +235,19 @@ int frames_collect(struct walk *w, raddr_t tstate, uint32_t *n, bool *truncated,
 	raddr_t frame;
 	if (L->tstate.cframe != LAYOUT_ABSENT) {
 		raddr_t cframe = load_u64(ts, L->tstate.cframe);
-		if (validate_watch(w, tstate + L->tstate.cframe, ts + L->tstate.cframe, 8, true, 0, err) != 0)
+		if (validate_watch(w, tstate + L->tstate.cframe, ts + L->tstate.cframe, 8, CHECK_PATH, 0, err) != 0)
 			return -1;
 		frame = 0;
 		if (cframe) {
 			raddr_t at = cframe + L->tstate.cframe_current_frame;
 			const uint8_t *cf = view_read(t, at, 8, 0, err);
-			if (!cf || validate_watch(w, at, cf, 8, true, 0, err) != 0)
+			if (!cf || validate_watch(w, at, cf, 8, CHECK_CURRENT, 0, err) != 0)
 				return -1;
 			frame = load_u64(cf, 0);
 		}
 	} else {
 		frame = load_u64(ts, L->tstate.frame);
-		if (validate_watch(w, tstate + L->tstate.frame, ts + L->tstate.frame, 8, true, 0, err) != 0)
+		if (validate_watch(w, tstate + L->tstate.frame, ts + L->tstate.frame, 8, CHECK_CURRENT, 0, err) != 0)
 			return -1;
 	}
 	w->ts_current = frame;
@@ -253,7 +263,7 @@ int frames_collect(struct walk *w, raddr_t tstate, uint32_t *n, bool *truncated,
 	if (live.end) {
 		/* The data stack's top, read again with the rest: below it a frame is alive. */
 		uint32_t off = L->tstate.datastack_chunk + 8;
-		if (validate_watch(w, tstate + off, ts + off, 8, true, 0, err) != 0)
+		if (validate_watch(w, tstate + off, ts + off, 8, CHECK_BOUND, 0, err) != 0)
 			return -1;
 	}
 	return frames_collect_interp(w, frame, &live, n, truncated, err);

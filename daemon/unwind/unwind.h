@@ -337,13 +337,14 @@ struct uw_stats {
 	uint64_t stack_rereads;            /* changed stacks the batch could not prove whole: read again to check */
 	uint64_t torn_retries;             /* thread reads redone: the stack moved under them */
 	uint64_t torn_threads;             /* thread samples with no stack: it kept moving */
+	uint64_t torn_returned;            /* thread samples proven where the thread returned to while its stack was read */
 	uint64_t pages_read;               /* pages the reads touched (the kernel pins each) */
 	uint64_t steady_hits;              /* thread samples proven unchanged without walking their frames */
 	uint64_t marker_honoured;          /* 3.15: thread samples whose frames below the marker were taken as they were */
 	uint64_t marker_written;           /* 3.15: writes of the marker (process_vm_writev) */
 	uint64_t marker_cleared;           /* 3.15: markers found set by an earlier or other profiler, first sight */
 	uint64_t marker_foreign;           /* 3.15: markers another profiler wrote over ours (writing pauses) */
-	uint64_t still_proven;             /* 3.8-3.10: thread samples the kernel proved ran nothing since their stack was read */
+	uint64_t still_proven;             /* 3.8-3.14: thread samples the kernel proved ran nothing since their stack was read */
 	uint64_t cache_resets;             /* budget reached: everything forgotten */
 	uint64_t walks_cut;                /* samples cut short at max_sample_ns */
 	uint64_t tasks_read;               /* asyncio tasks read (async mode) */

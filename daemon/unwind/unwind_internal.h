@@ -497,12 +497,24 @@ size_t view_room(const struct uw_target *t);
 void view_trim(struct uw_target *t);
 
 /* walk.c */
+/* What a check's bytes are to the thread's stack. */
+enum check_role {
+	CHECK_LINKS,   /* a frame's links (code, caller, a caller's instruction) */
+	CHECK_CURRENT, /* the pointer to the thread's innermost frame */
+	CHECK_PATH,    /* a pointer on the way to that one (3.11-3.12's cframe) */
+	CHECK_BOUND,   /* the data stack's top: it moves with the innermost frame */
+};
+
 /* A few bytes the walk relied on, read again to prove they did not move. */
 struct check {
 	raddr_t addr;
-	raddr_t frame; /* the frame whose links these are; 0 for a top pointer */
+	raddr_t frame; /* the frame whose links these are; 0 for the thread's pointers */
 	uint32_t len;
-	bool top;      /* a thread's pointer to its innermost frame */
+	uint32_t range; /* validate_stack: the re-read range that holds it */
+	uint8_t role;   /* enum check_role */
+	bool in_base;   /* validate_stack: a frame's as in the last sample, not read again */
+	bool reread;    /* validate_stack: read again */
+	bool changed;   /* validate_stack: read again, and not as the walk saw it */
 	uint8_t expect[24];
 };
 
@@ -528,11 +540,8 @@ struct walk {
 	uint32_t nchecks;
 	size_t checks_cap;
 	bool torn; /* the walk failed on values read at different moments, not on garbage */
-	/*
-	 * The last read of a thread that keeps moving: signs of a torn read do
-	 * not stop the walk, validate_stack judges what held.
-	 */
-	bool last_try;
+	bool last_try; /* the last read of a thread that keeps moving: validate_stack judges it */
+	bool suspect;  /* the walk saw signs of a torn read: validate_stack judges what held */
 	/* 3.15: what frames_collect read of the thread state, in the copy the walk used. */
 	raddr_t ts_current, ts_marker;
 	uint64_t ts_marker_seq;
@@ -542,12 +551,10 @@ struct walk {
 	/* validate.c's working arrays. */
 	raddr_t *base;
 	size_t base_cap;
-	const struct check **moved;
+	struct check **moved;
 	size_t moved_cap;
 	struct remote_range *ranges;
 	size_t ranges_cap;
-	uint32_t *range_of;
-	size_t range_of_cap;
 	uint8_t *buf;
 	size_t buf_cap;
 };
@@ -572,17 +579,20 @@ int frames_collect(struct walk *w, raddr_t tstate, uint32_t *n, bool *truncated,
 
 /* validate.c */
 /* Remember that the walk used len bytes at addr (seen: what it read there). */
-int validate_watch(struct walk *w, raddr_t addr, const uint8_t *seen, uint32_t len, bool top,
-                   raddr_t frame, struct uw_error *err);
+int validate_watch(struct walk *w, raddr_t addr, const uint8_t *seen, uint32_t len,
+                   enum check_role role, raddr_t frame, struct uw_error *err);
 /* The links of frame f at addr (its code and its caller) as windows to check. */
 int validate_watch_links(struct walk *w, raddr_t addr, const uint8_t *f, bool with_code,
                          bool caller, struct uw_error *err);
 /*
  * Read the windows of one thread's walk again and compare: 0 if all held,
  * 1 if the stack moved under the walk, -1 if it could not be read again.
+ * 2 if the thread returned into a frame of the walk and a re-read of the
+ * frames from there down proved that stack: *returned innermost frames are
+ * left out, and the frame returned into has the instruction read then.
  */
 int validate_stack(struct walk *w, uint32_t first, uint32_t nraw, uint32_t common,
-                   struct uw_error *err);
+                   uint32_t *returned, struct uw_error *err);
 
 /* chain.c */
 /* How many frames, from the bottom, a chain shares with the thread's last sample. */

@@ -10,15 +10,16 @@
 
 /* Remember that the walk used len bytes at addr (a pointer it followed). */
 int validate_watch(struct walk *w, raddr_t addr, const uint8_t *seen, uint32_t len,
-                          bool top, raddr_t frame, struct uw_error *err)
+                   enum check_role role, raddr_t frame, struct uw_error *err)
 {
 	if (array_reserve((void **)&w->checks, &w->checks_cap, w->nchecks, sizeof *w->checks, NULL))
 		return uw_fail(err, UW_ENOMEM, "out of memory");
 	struct check *c = &w->checks[w->nchecks++];
 	c->addr = addr;
 	c->len = len;
-	c->top = top;
+	c->role = (uint8_t)role;
 	c->frame = frame;
+	c->in_base = c->reread = c->changed = false;
 	memcpy(c->expect, seen, len);
 	return 0;
 }
@@ -35,7 +36,7 @@ int validate_watch_links(struct walk *w, raddr_t addr, const uint8_t *f, bool wi
 {
 	const struct py_layout *L = &w->t->layout;
 	if (caller && L->frame.instr_ptr != LAYOUT_ABSENT &&
-	    validate_watch(w, addr + L->frame.instr_ptr, f + L->frame.instr_ptr, 8, false, addr, err))
+	    validate_watch(w, addr + L->frame.instr_ptr, f + L->frame.instr_ptr, 8, CHECK_LINKS, addr, err))
 		return -1;
 	uint32_t lo = L->frame.back, hi = L->frame.back + 8;
 	if (with_code) {
@@ -46,15 +47,15 @@ int validate_watch_links(struct walk *w, raddr_t addr, const uint8_t *f, bool wi
 	}
 	if (hi - lo > sizeof ((struct check *)0)->expect) {
 		/* Far apart: two windows. */
-		return validate_watch(w, addr + L->frame.back, f + L->frame.back, 8, false, addr, err) ||
+		return validate_watch(w, addr + L->frame.back, f + L->frame.back, 8, CHECK_LINKS, addr, err) ||
 		       (with_code &&
-		        validate_watch(w, addr + L->frame.code, f + L->frame.code, 8, false, addr, err));
+		        validate_watch(w, addr + L->frame.code, f + L->frame.code, 8, CHECK_LINKS, addr, err));
 	}
-	return validate_watch(w, addr + lo, f + lo, hi - lo, false, addr, err);
+	return validate_watch(w, addr + lo, f + lo, hi - lo, CHECK_LINKS, addr, err);
 }
 
 /*
- * Read every checked window again, in one process_vm_readv, whose ranges the
+ * Read checked windows again, in one process_vm_readv, whose ranges the
  * kernel copies in order: the pointers to the thread's innermost frame, then
  * its frames bottom-up, then the pointers again.  A frame is published only
  * after it is written, so frames read after the pointer are at least as new
@@ -82,70 +83,58 @@ static int validate_addr_cmp(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* One re-read: its ranges (the pointers, the frames' windows, the pointers again). */
+struct reread {
+	struct remote_range *ranges;
+	uint32_t ntops;    /* ranges [0, ntops) and [after, after + ntops) are the pointers */
+	uint32_t after;
+	uint32_t nframes;  /* windows read again, in w->moved */
+	bool held;         /* the pointers and the windows all as the walk saw them */
+};
+
 /*
- * Read the windows of one thread's walk again and compare.  Frames at the
- * base that are exactly as in the thread's last (validated) sample need no
- * second look: their pairs existed; the frame where that base meets the new
- * top is checked with the new part.  The frames are read in merged ranges
- * between two reads of the pointer to the innermost frame.  0 if all held, 1
- * if the stack moved under the walk, -1 if it could not be read again.
+ * Read again the thread's pointers and the windows of the frames not in
+ * the base.  Each window read notes its range and whether it changed.
  */
-int validate_stack(struct walk *w, uint32_t first, uint32_t nraw, uint32_t common,
-                           struct uw_error *err)
+static int validate_reread(struct walk *w, struct reread *rr, struct uw_error *err)
 {
-	struct uw_target *t = w->t;
-	/* The walk's arrays, grown to this stack once and reused by every later sample. */
-	if (array_reserve((void **)&w->base, &w->base_cap, common, sizeof *w->base, NULL) ||
-	    array_reserve((void **)&w->moved, &w->moved_cap, w->nchecks, sizeof *w->moved, NULL) ||
-	    array_reserve((void **)&w->ranges, &w->ranges_cap, 2 * (size_t)w->nchecks, sizeof *w->ranges,
-	                  NULL) ||
-	    array_reserve((void **)&w->range_of, &w->range_of_cap, w->nchecks, sizeof *w->range_of, NULL))
-		return uw_fail(err, UW_ENOMEM, "out of memory");
-	/* The base: every frame below the one where old and new meet. */
-	raddr_t *base = w->base;
-	uint32_t nbase = 0;
-	for (uint32_t d = 0; d + 1 < common; d++)
-		if (w->raw[first + nraw - 1 - d].addr)
-			base[nbase++] = w->raw[first + nraw - 1 - d].addr;
-	qsort(base, nbase, sizeof *base, validate_addr_cmp);
-	const struct check **frames = w->moved;
+	struct check **frames = w->moved;
 	struct remote_range *ranges = w->ranges;
-	uint32_t *range_of = w->range_of;
-	int rc = 0;
 	uint32_t nframes = 0;
 	for (uint32_t i = 0; i < w->nchecks; i++) {
-		const struct check *c = &w->checks[i];
-		bool in_base = !c->top && nbase &&
-		               bsearch(&c->frame, base, nbase, sizeof *base, validate_addr_cmp) != NULL;
-		if (!c->top && !in_base)
+		struct check *c = &w->checks[i];
+		c->reread = c->changed = false;
+		if (c->role == CHECK_LINKS && !c->in_base)
 			frames[nframes++] = c;
 	}
+	*rr = (struct reread){.ranges = ranges, .nframes = nframes, .held = true};
 	if (nframes == 0)
-		goto done; /* nothing new: the stack is one already seen whole */
+		return 0; /* nothing new: the stack is one already seen whole */
 	qsort(frames, nframes, sizeof *frames, validate_check_cmp);
 
-	uint32_t n = 0, ntops = 0;
+	uint32_t n = 0;
 	size_t total = 0;
 	for (uint32_t i = 0; i < w->nchecks; i++)
-		if (w->checks[i].top) {
+		if (w->checks[i].role != CHECK_LINKS) {
 			ranges[n++] = (struct remote_range){.addr = w->checks[i].addr, .len = w->checks[i].len};
 			total += w->checks[i].len;
-			ntops++;
 		}
+	rr->ntops = n;
 	for (uint32_t i = 0; i < nframes;) {
 		raddr_t start = frames[i]->addr, end = start + frames[i]->len;
 		uint32_t j = i;
 		for (; j < nframes && frames[j]->addr <= end + 256; j++) {
 			if (frames[j]->addr + frames[j]->len > end)
 				end = frames[j]->addr + frames[j]->len;
-			range_of[j] = n;
+			frames[j]->range = n;
+			frames[j]->reread = true;
 		}
 		ranges[n++] = (struct remote_range){.addr = start, .len = (uint32_t)(end - start)};
 		total += end - start;
 		i = j;
 	}
-	uint32_t last_top = n;
-	for (uint32_t i = 0; i < ntops; i++) {
+	rr->after = n;
+	for (uint32_t i = 0; i < rr->ntops; i++) {
 		ranges[n++] = ranges[i];
 		total += ranges[i].len;
 	}
@@ -156,23 +145,129 @@ int validate_stack(struct walk *w, uint32_t first, uint32_t nraw, uint32_t commo
 		ranges[i].buf = w->buf + off;
 		off += ranges[i].len;
 	}
-	if (remote_read_batch(&t->mem, ranges, n, err) != 0) {
-		rc = -1;
-		goto done;
-	}
-	bool held = true;
-	for (uint32_t i = 0, k = 0; i < w->nchecks && held; i++)
-		if (w->checks[i].top) {
-			held = validate_holds(&w->checks[i], &ranges[k]) &&
-			       validate_holds(&w->checks[i], &ranges[last_top + k]);
+	if (remote_read_batch(&w->t->mem, ranges, n, err) != 0)
+		return -1;
+	for (uint32_t i = 0, k = 0; i < w->nchecks; i++)
+		if (w->checks[i].role != CHECK_LINKS) {
+			rr->held = rr->held && validate_holds(&w->checks[i], &ranges[k]) &&
+			           validate_holds(&w->checks[i], &ranges[rr->after + k]);
 			k++;
 		}
-	for (uint32_t i = 0; i < nframes && held; i++)
-		held = validate_holds(frames[i], &ranges[range_of[i]]);
-	if (!held) {
-		uw_fail(err, UW_ECORRUPT, "the stack moved while it was read");
-		rc = 1;
+	for (uint32_t i = 0; i < nframes; i++) {
+		frames[i]->changed = !validate_holds(frames[i], &ranges[frames[i]->range]);
+		rr->held = rr->held && !frames[i]->changed;
 	}
-done:
-	return rc;
+	return 0;
+}
+
+/*
+ * Where the thread's pointers stood through a re-read: the innermost frame
+ * when they read the same at both ends (and the way to them as the walk
+ * found it), 0 otherwise.
+ */
+static raddr_t validate_stood(const struct walk *w, const struct reread *rr)
+{
+	raddr_t current = 0;
+	for (uint32_t i = 0, k = 0; i < w->nchecks; i++) {
+		const struct check *c = &w->checks[i];
+		if (c->role == CHECK_LINKS)
+			continue;
+		const struct remote_range *before = &rr->ranges[k], *after = &rr->ranges[rr->after + k];
+		k++;
+		if (before->got < c->len || after->got < c->len ||
+		    memcmp(before->buf, after->buf, c->len) != 0 ||
+		    (c->role == CHECK_PATH && memcmp(before->buf, c->expect, c->len) != 0))
+			return 0;
+		if (c->role == CHECK_CURRENT)
+			current = load_u64(before->buf, 0);
+	}
+	return current;
+}
+
+/*
+ * A thread whose stack moved under the re-read, but which stood in one
+ * frame of the walk's chain through all of it (its pointers the same at
+ * both ends), had then the stack from that frame down if those frames
+ * still held what the walk saw: the proof of a stack that held whole, for
+ * the part the thread had not returned from, a few microseconds after the
+ * walk.  The frame it stood in is its innermost, at the instruction the
+ * re-read found.  Returns how many innermost frames of the walk the thread
+ * had returned from, or -1 when the re-read proves no part of the stack.
+ */
+static int64_t validate_stood_in(struct walk *w, uint32_t first, uint32_t nraw,
+                                 const struct reread *rr)
+{
+	const struct py_layout *L = &w->t->layout;
+	raddr_t current = validate_stood(w, rr);
+	uint32_t returned = 1;
+	while (returned < nraw && (w->raw[first + returned].addr != current || !current))
+		returned++;
+	/* 3.8-3.10: a caller's instruction is not among the bytes read again. */
+	if (returned >= nraw || L->frame.instr_ptr == LAYOUT_ABSENT)
+		return -1;
+	/* Checks are in walk order, innermost first: from the frame's first on, its own and below. */
+	uint32_t from = 0;
+	while (from < w->nchecks &&
+	       (w->checks[from].role != CHECK_LINKS || w->checks[from].frame != current))
+		from++;
+	const struct check *instr = NULL;
+	for (uint32_t i = from; i < w->nchecks; i++) {
+		const struct check *c = &w->checks[i];
+		if (c->role != CHECK_LINKS)
+			continue;
+		if (c->frame == current && c->addr == current + L->frame.instr_ptr)
+			instr = c; /* a caller when walked, it runs now: it moved on */
+		else if (c->changed)
+			return -1;
+	}
+	/* A base frame's instruction was not read again, nor one the read fell short of. */
+	const struct remote_range *r = instr && instr->reread ? &rr->ranges[instr->range] : NULL;
+	if (!r || instr->addr + 8 > r->addr + r->got)
+		return -1;
+	w->raw[first + returned].pos = load_u64(r->buf, instr->addr - r->addr);
+	return returned;
+}
+
+/*
+ * Read the windows of one thread's walk again and compare.  Frames at the
+ * base that are exactly as in the thread's last (validated) sample need no
+ * second look: their pairs existed; the frame where that base meets the new
+ * top is checked with the new part.  0 if all held, 1 if the stack moved
+ * under the walk, 2 if the part the thread stood in was proven
+ * (validate_stood_in; only when `returned` is given), -1 if it could not be
+ * read again.
+ */
+int validate_stack(struct walk *w, uint32_t first, uint32_t nraw, uint32_t common,
+                   uint32_t *returned, struct uw_error *err)
+{
+	/* The walk's arrays, grown to this stack once and reused by every later sample. */
+	if (array_reserve((void **)&w->base, &w->base_cap, common, sizeof *w->base, NULL) ||
+	    array_reserve((void **)&w->moved, &w->moved_cap, w->nchecks, sizeof *w->moved, NULL) ||
+	    array_reserve((void **)&w->ranges, &w->ranges_cap, 2 * (size_t)w->nchecks, sizeof *w->ranges,
+	                  NULL))
+		return uw_fail(err, UW_ENOMEM, "out of memory");
+	/* The base: every frame below the one where old and new meet. */
+	raddr_t *base = w->base;
+	uint32_t nbase = 0;
+	for (uint32_t d = 0; d + 1 < common; d++)
+		if (w->raw[first + nraw - 1 - d].addr)
+			base[nbase++] = w->raw[first + nraw - 1 - d].addr;
+	qsort(base, nbase, sizeof *base, validate_addr_cmp);
+	for (uint32_t i = 0; i < w->nchecks; i++) {
+		struct check *c = &w->checks[i];
+		c->in_base = c->role == CHECK_LINKS && nbase &&
+		             bsearch(&c->frame, base, nbase, sizeof *base, validate_addr_cmp) != NULL;
+	}
+	struct reread rr;
+	if (validate_reread(w, &rr, err) != 0)
+		return -1;
+	if (rr.held)
+		return 0;
+	int64_t back = returned ? validate_stood_in(w, first, nraw, &rr) : -1;
+	if (back < 0) {
+		uw_fail(err, UW_ECORRUPT, "the stack moved while it was read");
+		return 1;
+	}
+	*returned = (uint32_t)back;
+	return 2;
 }

@@ -14,12 +14,13 @@
 #include "unwind_internal.h"
 
 /*
- * Reads of a thread whose stack keeps moving, before it is counted at its
- * proven base: code that calls and returns every few hundred nanoseconds
- * tears about one read in three, and each try costs one batched read of its
- * own; what is left out after eight is too little to bias a profile.
+ * Walks of a thread whose stack keeps moving before it is left out of the
+ * sample: code that calls and returns every few hundred nanoseconds tears
+ * most reads, and each walk costs a batched read of its own.
  */
 #define WALK_ATTEMPTS 8
+/* Re-reads of the first walk's frames, one read each, before it is walked again. */
+#define WALK_REVALIDATE 12
 /* Frames walked between two looks at the clock: a look costs about what a frame does. */
 #define WALK_CLOCK_EVERY 256
 
@@ -263,18 +264,41 @@ static int walk_thread_stack(struct walk *w, struct thread_cache *tc, raddr_t ts
 			if ((rc = view_retry(t, mark, err)) != 0)
 				break;
 		}
-		w->torn = false;
+		w->torn = w->suspect = false;
 		w->last_try = attempt > 0 && attempt + 1 == attempts && t->thread_attempts == 0;
 		rc = frames_collect(w, tstate, &n, truncated, err);
 		/* A thread without frames may leave the array unallocated: no pointer arithmetic on NULL. */
 		const struct raw_frame *raw = w->raw ? w->raw + start : NULL;
 		uint32_t common = rc == 0 ? chain_common(t, tc, raw, n) : 0;
+		uint32_t returned = 0;
 		/* A stack exactly as last time is one already proven whole. */
 		*moving = rc != 0 && w->torn;
-		if (rc == 0 && may_move && (w->last_try || !(common == n && tc->n == n && n > 0))) {
+		if (rc == 0 && may_move &&
+		    (w->last_try || w->suspect || !(common == n && tc->n == n && n > 0))) {
 			t->stats.stack_rereads++;
-			rc = validate_stack(w, start, n, common, err);
+			rc = validate_stack(w, start, n, common, &returned, err);
+			/*
+			 * The first walk read the stack as it was when the sample
+			 * began; a later one reads it later, and a sample that lands
+			 * later in code whose reads tear shifts its count onto the
+			 * code that follows.  Code that calls and returns in a loop
+			 * comes back to the same stack within a microsecond: the
+			 * first walk is read again, alone, until it holds.
+			 */
+			for (int again = 0; rc == 1 && attempt == 0 && again < WALK_REVALIDATE && !walk_over_time(w, n);
+			     again++) {
+				t->stats.stack_rereads++;
+				rc = validate_stack(w, start, n, common, NULL, err);
+			}
 			*moving = rc == 1;
+		}
+		if (rc == 2) {
+			/* Proven where the thread stood during the re-read: the frames it returned from are gone. */
+			raw += returned;
+			n -= returned;
+			common = chain_common(t, tc, raw, n);
+			t->stats.torn_returned++;
+			rc = 0;
 		}
 		if (rc == 0) {
 			*stack = chain_resolve(t, tc, raw, n, common, err);
@@ -284,7 +308,7 @@ static int walk_thread_stack(struct walk *w, struct thread_cache *tc, raddr_t ts
 			if (rc == 0 && marker)
 				walk_marker_after(w, tc, tstate, raw, n);
 			/* A walk of one read, whose stack the last one proved or this one did. */
-			if (rc == 0 && attempt == 0)
+			if (rc == 0 && attempt == 0 && !returned)
 				walk_keep_reads(w, tc, mark);
 			break;
 		}
@@ -612,7 +636,7 @@ size_t walk_room(const struct uw_target *t)
 		return 0;
 	return sizeof *w + w->raw_cap * sizeof *w->raw + w->checks_cap * sizeof *w->checks +
 	       w->base_cap * sizeof *w->base + w->moved_cap * sizeof *w->moved +
-	       w->ranges_cap * sizeof *w->ranges + w->range_of_cap * sizeof *w->range_of + w->buf_cap;
+	       w->ranges_cap * sizeof *w->ranges + w->buf_cap;
 }
 
 /*
@@ -708,7 +732,6 @@ void walk_free(struct uw_target *t)
 	free(w->base);
 	free(w->moved);
 	free(w->ranges);
-	free(w->range_of);
 	free(w->buf);
 	free(w);
 	t->walk = NULL;
