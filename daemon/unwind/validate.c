@@ -88,7 +88,6 @@ struct reread {
 	struct remote_range *ranges;
 	uint32_t ntops;    /* ranges [0, ntops) and [after, after + ntops) are the pointers */
 	uint32_t after;
-	uint32_t nframes;  /* windows read again, in w->moved */
 	bool held;         /* the pointers and the windows all as the walk saw them */
 };
 
@@ -107,7 +106,7 @@ static int validate_reread(struct walk *w, struct reread *rr, struct uw_error *e
 		if (c->role == CHECK_LINKS && !c->in_base)
 			frames[nframes++] = c;
 	}
-	*rr = (struct reread){.ranges = ranges, .nframes = nframes, .held = true};
+	*rr = (struct reread){.ranges = ranges, .held = true};
 	if (nframes == 0)
 		return 0; /* nothing new: the stack is one already seen whole */
 	qsort(frames, nframes, sizeof *frames, validate_check_cmp);
