@@ -320,6 +320,7 @@ struct thread_cache {
 	int stat_fd;         /* /proc/PID/task/TID/stat, kept open; -1 (-2: no such task) */
 	int64_t stat_tid;
 	uint32_t prev_stack; /* the stack it had last sample (idle: it ran since, when it differs) */
+	bool prev_waits;     /* its innermost frame is a known wait (code_known_wait) */
 	uint32_t idle_stack; /* the stack the kernel's state was last read at, and the verdict */
 	uint64_t idle_gen;
 	bool idle_verdict;
@@ -359,6 +360,7 @@ struct thread_cache {
 struct view_batch {
 	struct remote_range *ranges;
 	uint32_t n;
+	uint32_t last; /* the range the last lookup found (view.c's batch_find_near) */
 	size_t cap;
 	uint8_t *buf;
 	size_t buf_cap;

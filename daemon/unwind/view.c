@@ -94,6 +94,36 @@ static const struct remote_range *batch_find(const struct view_batch *b, raddr_t
 	return r;
 }
 
+/* Whether range r of a batch holds [addr, addr+len). */
+static bool batch_holds(const struct remote_range *r, raddr_t addr, uint32_t len)
+{
+	return addr >= r->addr && addr + len >= addr && addr + len <= r->addr + r->got;
+}
+
+/*
+ * batch_find, trying first the range the last lookup found and the one
+ * after it: a sample reads several fields of one struct in a row, and its
+ * structs in the order of the plan (sorted by address) more often than not.
+ * Ranges never overlap, so a range that holds the bytes is the one the
+ * search would find.
+ */
+static const struct remote_range *batch_find_near(struct view_batch *b, raddr_t addr, uint32_t len)
+{
+	if (b->last < b->n) {
+		if (batch_holds(&b->ranges[b->last], addr, len))
+			return &b->ranges[b->last];
+		uint32_t next = b->last + 1 < b->n ? b->last + 1 : 0;
+		if (batch_holds(&b->ranges[next], addr, len)) {
+			b->last = next;
+			return &b->ranges[next];
+		}
+	}
+	const struct remote_range *r = batch_find(b, addr, len);
+	if (r)
+		b->last = (uint32_t)(r - b->ranges);
+	return r;
+}
+
 static void batch_free(struct view_batch *b)
 {
 	free(b->ranges);
@@ -126,7 +156,7 @@ const uint8_t *view_read(struct uw_target *t, raddr_t addr, uint32_t len, uint32
 		/* A retry's fresh copy first; the sample's batch still serves the rest. */
 		const struct remote_range *r = t->retrying ? batch_find(&t->retry, addr, len) : NULL;
 		if (!r)
-			r = batch_find(&t->batch, addr, len);
+			r = batch_find_near(&t->batch, addr, len);
 		if (r) {
 			t->stats.prefetch_hits++;
 			return r->buf + (addr - r->addr);
