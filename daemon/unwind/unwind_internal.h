@@ -366,6 +366,9 @@ struct view_batch {
 	size_t buf_cap;
 };
 
+/* Reads the batch missed that a sample keeps to look in again (see struct uw_target). */
+#define VIEW_MISSED_KEPT 8
+
 /* A read this sample needed, remembered to batch it into the next one. */
 struct used_range {
 	raddr_t addr;
@@ -431,6 +434,13 @@ struct uw_target {
 	size_t planned_cap;
 	/* Reads the prefetch missed, for the sample's length. */
 	struct arena scratch;
+	/*
+	 * The first of them, looked in by later reads of the same sample: a
+	 * stack that moved is read where the batch missed it once, not frame
+	 * by frame (view.c).
+	 */
+	struct remote_range missed[VIEW_MISSED_KEPT];
+	uint32_t nmissed;
 	struct tasks *tasks; /* tasks.c: asyncio's tasks, NULL until asked for */
 	struct walk_gil_ptr gil_ptrs[WALK_GIL_PTRS]; /* the first interpreters' */
 	raddr_t none_object; /* exception.c: &_Py_NoneStruct, 0 until looked up */

@@ -134,6 +134,7 @@ static void batch_free(struct view_batch *b)
 int view_begin(struct uw_target *t, struct uw_error *err)
 {
 	t->nused = 0;
+	t->nmissed = 0;
 	if (t->opts.no_cache || t->batch.n == 0)
 		return 0;
 	return batch_fetch(t, &t->batch, err);
@@ -161,6 +162,12 @@ const uint8_t *view_read(struct uw_target *t, raddr_t addr, uint32_t len, uint32
 			t->stats.prefetch_hits++;
 			return r->buf + (addr - r->addr);
 		}
+		/* Bytes read this sample after the batch; never in a retry, which wants fresh ones. */
+		for (uint32_t i = 0; !t->retrying && i < t->nmissed; i++)
+			if (batch_holds(&t->missed[i], addr, len)) {
+				t->stats.prefetch_hits++;
+				return t->missed[i].buf + (addr - t->missed[i].addr);
+			}
 		t->stats.prefetch_misses++;
 	}
 	uint8_t *buf = arena_alloc(&t->scratch, len ? len : 1);
@@ -168,7 +175,11 @@ const uint8_t *view_read(struct uw_target *t, raddr_t addr, uint32_t len, uint32
 		uw_fail(err, UW_ENOMEM, "out of memory");
 		return NULL;
 	}
-	return remote_read(&t->mem, addr, buf, len, err) == 0 ? buf : NULL;
+	if (remote_read(&t->mem, addr, buf, len, err) != 0)
+		return NULL;
+	if (!t->opts.no_cache && !t->retrying && t->nmissed < VIEW_MISSED_KEPT)
+		t->missed[t->nmissed++] = (struct remote_range){.addr = addr, .len = len, .got = len, .buf = buf};
+	return buf;
 }
 
 const uint8_t *view_batch_bytes(const struct uw_target *t, raddr_t addr, uint32_t len)
@@ -211,6 +222,8 @@ int view_retry(struct uw_target *t, uint32_t mark, struct uw_error *err)
 	memcpy(t->retry_used, t->used + mark, n * sizeof *t->retry_used);
 	batch_plan(&t->retry, t->retry_used, n);
 	t->retrying = true;
+	/* What the failed try read is as stale as it: later reads of this sample read afresh. */
+	t->nmissed = 0;
 	return batch_fetch(t, &t->retry, err);
 }
 
@@ -243,6 +256,7 @@ static void view_replan(struct uw_target *t)
 void view_end(struct uw_target *t, bool plan_next)
 {
 	arena_clear(&t->scratch);
+	t->nmissed = 0;
 	t->retrying = false;
 	/* A failed sample keeps the last plan: its reads were cut short. */
 	if (t->opts.no_cache)
