@@ -328,7 +328,9 @@ static int record_loop(struct uw_target *t, const struct record_opts *o, struct 
 		clock_gettime(CLOCK_MONOTONIC, &a);
 		if (o->duration > 0 && record_seconds(&a) - record_seconds(&start) >= o->duration)
 			break;
-		struct uw_error err = {0};
+		struct uw_error err; /* uw_sample fills it when it fails: no message cleared per sample */
+		err.status = UW_OK;
+		err.msg[0] = '\0';
 		int rc = uw_sample(t, &sample, &err);
 		clock_gettime(CLOCK_MONOTONIC, &b);
 		if (run->nns < RECORD_MAX_TIMINGS &&

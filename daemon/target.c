@@ -553,8 +553,10 @@ Pyprofd__ThreadInfo *target_thread_to_proto(const struct target_thread *th, stru
 /* One sample, started at `start` (CLOCK_MONOTONIC seconds, the schedule's clock read). */
 static void target_sample(struct target *t, double start)
 {
-	struct uw_error err = {0}, look_err;
+	struct uw_error err, look_err; /* err: uw_sample fills it when it fails, no message cleared per sample */
 	struct uw_process_identity id;
+	err.status = UW_OK;
+	err.msg[0] = '\0';
 	int rc = uw_sample(t->uw, &t->sample, &err);
 	double cost_s = schedule_now() - start;
 	timing_add(&t->timings->cost_us, cost_s * 1e6);

@@ -10,7 +10,8 @@ size_t array_alloc_room(size_t len)
 	return chunk < 32 ? 32 : chunk;
 }
 
-int array_reserve(void **arr, size_t *cap, size_t n, size_t elem, size_t *bytes)
+/* array_reserve's slow path: *cap <= n. */
+int array_grow(void **arr, size_t *cap, size_t n, size_t elem, size_t *bytes)
 {
 	if (n < *cap)
 		return 0;

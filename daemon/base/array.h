@@ -9,7 +9,12 @@
  * doubling the capacity; adds the bytes grown to *bytes when not NULL.
  * 0, or -1 when out of memory or past what size_t can count.
  */
-int array_reserve(void **arr, size_t *cap, size_t n, size_t elem, size_t *bytes);
+int array_grow(void **arr, size_t *cap, size_t n, size_t elem, size_t *bytes);
+/* Inline for the common case, room already there: a steady sample appends to several arrays. */
+static inline int array_reserve(void **arr, size_t *cap, size_t n, size_t elem, size_t *bytes)
+{
+	return n < *cap ? 0 : array_grow(arr, cap, n, elem, bytes);
+}
 
 /*
  * What malloc takes for a request of len bytes: glibc hands out 16-byte

@@ -14,6 +14,11 @@
 #define FRAMES_MAX_LINKS (2u * UW_MAX_FRAMES)
 /* Bytes above a stack's top frame the next batch reads: room for new frames. */
 #define FRAMES_TOP_GROW 2048u
+/*
+ * Most of a data-stack chunk read at once when the batch missed it: four
+ * pages, which a walk of the frames on them pins one by one anyway.
+ */
+#define FRAMES_LIVE_READ_MAX 16384u
 
 static int frames_push(struct walk *w, uint32_t *n, struct raw_frame f, struct uw_error *err)
 {
@@ -211,8 +216,22 @@ static int frames_live_stack(struct walk *w, const uint8_t *ts,
 	raddr_t chunk = load_u64(ts, off), top = load_u64(ts, off + 8);
 	if (!chunk)
 		return 0;
+	/*
+	 * The batch did not plan the whole live part of this chunk: the stack
+	 * grew or moved since the last samples (a thread woke up).  That part
+	 * is read at once, header and frames, and the frames are found in it
+	 * (view.c keeps the miss), not read one syscall each.  Whatever fails
+	 * here is read as before.
+	 */
+	const uint8_t *hdr = NULL;
+	if (top > chunk + 16 && top - chunk <= FRAMES_LIVE_READ_MAX &&
+	    !view_batch_bytes(w->t, chunk, (uint32_t)(top - chunk))) {
+		struct uw_error ignored;
+		hdr = view_read(w->t, chunk, (uint32_t)(top - chunk), 0, &ignored);
+	}
 	/* _PyStackChunk: previous, size (of the allocation), top, data[]. */
-	const uint8_t *hdr = view_read(w->t, chunk, 16, 0, err);
+	if (!hdr)
+		hdr = view_read(w->t, chunk, 16, 0, err);
 	if (!hdr)
 		return -1;
 	uint64_t size = load_u64(hdr, 8);

@@ -91,9 +91,12 @@ void threads_sweep(struct uw_target *t)
 {
 	uint32_t k = 0;
 	for (uint32_t i = 0; i < t->nthreads; i++) {
-		if (t->threads[i].seen == t->sample_gen)
-			t->threads[k++] = t->threads[i];
-		else
+		if (t->threads[i].seen == t->sample_gen) {
+			/* Nothing ended, nothing moves: no copy of each cache onto itself every sample. */
+			if (k != i)
+				t->threads[k] = t->threads[i];
+			k++;
+		} else
 			threads_clear_one(t, &t->threads[i]);
 	}
 	t->nthreads = k;
@@ -243,11 +246,22 @@ bool threads_idle(struct uw_target *t, struct thread_cache *tc, int64_t tid, boo
                   char state, uint32_t stack)
 {
 	uint32_t prev = tc->prev_stack;
+	/*
+	 * Whether the stack's innermost frame is a known wait depends on the
+	 * stack id alone (ids and thread caches are reset together): kept with
+	 * it, a stack that stays as it was is not looked up again in the ids,
+	 * which a daemon with many targets finds out of its caches.
+	 */
+	bool waits = tc->prev_waits;
+	if (!prev || stack != prev) {
+		uint32_t frame = stack < t->intern.nstacks ? t->intern.stacks[stack].frame : 0;
+		waits = frame && frame < t->intern.nframes && t->intern.frame_keys[frame].waits;
+	}
 	tc->prev_stack = stack;
+	tc->prev_waits = waits;
 	if (holds_gil)
 		return false;
-	uint32_t frame = stack < t->intern.nstacks ? t->intern.stacks[stack].frame : 0;
-	if (frame && frame < t->intern.nframes && t->intern.frame_keys[frame].waits)
+	if (waits)
 		return true;
 	if (state != '?')
 		return state != 'R';

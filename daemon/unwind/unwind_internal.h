@@ -320,6 +320,7 @@ struct thread_cache {
 	int stat_fd;         /* /proc/PID/task/TID/stat, kept open; -1 (-2: no such task) */
 	int64_t stat_tid;
 	uint32_t prev_stack; /* the stack it had last sample (idle: it ran since, when it differs) */
+	bool prev_waits;     /* its innermost frame is a known wait (code_known_wait) */
 	uint32_t idle_stack; /* the stack the kernel's state was last read at, and the verdict */
 	uint64_t idle_gen;
 	bool idle_verdict;
@@ -359,10 +360,14 @@ struct thread_cache {
 struct view_batch {
 	struct remote_range *ranges;
 	uint32_t n;
+	uint32_t last; /* the range the last lookup found (view.c's batch_find_near) */
 	size_t cap;
 	uint8_t *buf;
 	size_t buf_cap;
 };
+
+/* Reads the batch missed that a sample keeps to look in again (see struct uw_target). */
+#define VIEW_MISSED_KEPT 8
 
 /* A read this sample needed, remembered to batch it into the next one. */
 struct used_range {
@@ -429,6 +434,13 @@ struct uw_target {
 	size_t planned_cap;
 	/* Reads the prefetch missed, for the sample's length. */
 	struct arena scratch;
+	/*
+	 * The first of them, looked in by later reads of the same sample: a
+	 * stack that moved is read where the batch missed it once, not frame
+	 * by frame (view.c).
+	 */
+	struct remote_range missed[VIEW_MISSED_KEPT];
+	uint32_t nmissed;
 	struct tasks *tasks; /* tasks.c: asyncio's tasks, NULL until asked for */
 	struct walk_gil_ptr gil_ptrs[WALK_GIL_PTRS]; /* the first interpreters' */
 	raddr_t none_object; /* exception.c: &_Py_NoneStruct, 0 until looked up */

@@ -94,6 +94,36 @@ static const struct remote_range *batch_find(const struct view_batch *b, raddr_t
 	return r;
 }
 
+/* Whether range r of a batch holds [addr, addr+len). */
+static bool batch_holds(const struct remote_range *r, raddr_t addr, uint32_t len)
+{
+	return addr >= r->addr && addr + len >= addr && addr + len <= r->addr + r->got;
+}
+
+/*
+ * batch_find, trying first the range the last lookup found and the one
+ * after it: a sample reads several fields of one struct in a row, and its
+ * structs in the order of the plan (sorted by address) more often than not.
+ * Ranges never overlap, so a range that holds the bytes is the one the
+ * search would find.
+ */
+static const struct remote_range *batch_find_near(struct view_batch *b, raddr_t addr, uint32_t len)
+{
+	if (b->last < b->n) {
+		if (batch_holds(&b->ranges[b->last], addr, len))
+			return &b->ranges[b->last];
+		uint32_t next = b->last + 1 < b->n ? b->last + 1 : 0;
+		if (batch_holds(&b->ranges[next], addr, len)) {
+			b->last = next;
+			return &b->ranges[next];
+		}
+	}
+	const struct remote_range *r = batch_find(b, addr, len);
+	if (r)
+		b->last = (uint32_t)(r - b->ranges);
+	return r;
+}
+
 static void batch_free(struct view_batch *b)
 {
 	free(b->ranges);
@@ -104,6 +134,7 @@ static void batch_free(struct view_batch *b)
 int view_begin(struct uw_target *t, struct uw_error *err)
 {
 	t->nused = 0;
+	t->nmissed = 0;
 	if (t->opts.no_cache || t->batch.n == 0)
 		return 0;
 	return batch_fetch(t, &t->batch, err);
@@ -126,11 +157,17 @@ const uint8_t *view_read(struct uw_target *t, raddr_t addr, uint32_t len, uint32
 		/* A retry's fresh copy first; the sample's batch still serves the rest. */
 		const struct remote_range *r = t->retrying ? batch_find(&t->retry, addr, len) : NULL;
 		if (!r)
-			r = batch_find(&t->batch, addr, len);
+			r = batch_find_near(&t->batch, addr, len);
 		if (r) {
 			t->stats.prefetch_hits++;
 			return r->buf + (addr - r->addr);
 		}
+		/* Bytes read this sample after the batch; never in a retry, which wants fresh ones. */
+		for (uint32_t i = 0; !t->retrying && i < t->nmissed; i++)
+			if (batch_holds(&t->missed[i], addr, len)) {
+				t->stats.prefetch_hits++;
+				return t->missed[i].buf + (addr - t->missed[i].addr);
+			}
 		t->stats.prefetch_misses++;
 	}
 	uint8_t *buf = arena_alloc(&t->scratch, len ? len : 1);
@@ -138,7 +175,11 @@ const uint8_t *view_read(struct uw_target *t, raddr_t addr, uint32_t len, uint32
 		uw_fail(err, UW_ENOMEM, "out of memory");
 		return NULL;
 	}
-	return remote_read(&t->mem, addr, buf, len, err) == 0 ? buf : NULL;
+	if (remote_read(&t->mem, addr, buf, len, err) != 0)
+		return NULL;
+	if (!t->opts.no_cache && !t->retrying && t->nmissed < VIEW_MISSED_KEPT)
+		t->missed[t->nmissed++] = (struct remote_range){.addr = addr, .len = len, .got = len, .buf = buf};
+	return buf;
 }
 
 const uint8_t *view_batch_bytes(const struct uw_target *t, raddr_t addr, uint32_t len)
@@ -181,6 +222,8 @@ int view_retry(struct uw_target *t, uint32_t mark, struct uw_error *err)
 	memcpy(t->retry_used, t->used + mark, n * sizeof *t->retry_used);
 	batch_plan(&t->retry, t->retry_used, n);
 	t->retrying = true;
+	/* What the failed try read is as stale as it: later reads of this sample read afresh. */
+	t->nmissed = 0;
 	return batch_fetch(t, &t->retry, err);
 }
 
@@ -213,6 +256,7 @@ static void view_replan(struct uw_target *t)
 void view_end(struct uw_target *t, bool plan_next)
 {
 	arena_clear(&t->scratch);
+	t->nmissed = 0;
 	t->retrying = false;
 	/* A failed sample keeps the last plan: its reads were cut short. */
 	if (t->opts.no_cache)

@@ -23,6 +23,12 @@
 #define WALK_REVALIDATE 12
 /* Frames walked between two looks at the clock: a look costs about what a frame does. */
 #define WALK_CLOCK_EVERY 256
+/*
+ * What a thread's state and its proofs count for against WALK_CLOCK_EVERY:
+ * a look at the clock for every thread cost a steady sample of a few
+ * threads as much as reading one of them.
+ */
+#define WALK_CLOCK_THREAD 16
 
 static uint64_t walk_now_ns(void)
 {
@@ -57,9 +63,8 @@ static struct uw_sample_thread *walk_add_thread(struct walk *w, struct uw_error 
 		uw_fail(err, UW_ENOMEM, "out of memory");
 		return NULL;
 	}
-	struct uw_sample_thread *th = &s->threads[s->nthreads++];
-	memset(th, 0, sizeof *th);
-	return th;
+	/* Not cleared: the one caller assigns the whole entry. */
+	return &s->threads[s->nthreads++];
 }
 
 struct walk_interp {
@@ -388,7 +393,10 @@ static int walk_thread(struct walk *w, const struct walk_interp *iv, raddr_t tst
 
 	uint32_t stack = 0;
 	bool truncated = false, dropped = false;
-	struct uw_error thread_err = {0};
+	/* Filled by uw_fail before it is read: clearing its 256-byte message each thread showed in a steady sample. */
+	struct uw_error thread_err;
+	thread_err.status = UW_OK;
+	thread_err.msg[0] = '\0';
 	/*
 	 * Every thread is checked, GIL or not: a thread waiting for the GIL has
 	 * been seen to publish a frame pointer that lags its frames.
@@ -504,6 +512,40 @@ static int walk_gil_ptr(struct uw_target *t, unsigned ordinal, raddr_t interp, i
 	return 0;
 }
 
+/* Bytes one read of an interpreter's links may span: every layout keeps them within a few words. */
+#define WALK_LINKS_SPAN 256
+
+/*
+ * An interpreter's next, id and threads head: one read when they lie
+ * together, as in every CPython (three lookups of the view each sample
+ * were a tenth of a steady one's own work).
+ */
+static int walk_interp_links(struct uw_target *t, raddr_t interp, const uint8_t **next,
+                             const uint8_t **id, const uint8_t **head, struct uw_error *err)
+{
+	const struct py_layout *L = &t->layout;
+	uint32_t offs[3] = {L->interp.next, L->interp.id, L->interp.threads_head};
+	uint32_t lo = offs[0], hi = offs[0];
+	for (int i = 1; i < 3; i++) {
+		lo = offs[i] < lo ? offs[i] : lo;
+		hi = offs[i] > hi ? offs[i] : hi;
+	}
+	if (hi - lo <= WALK_LINKS_SPAN) {
+		const uint8_t *f = walk_field(t, interp, lo, hi - lo + 8, err);
+		if (!f)
+			return -1;
+		*next = f + (offs[0] - lo);
+		*id = f + (offs[1] - lo);
+		*head = f + (offs[2] - lo);
+		return 0;
+	}
+	if (!(*next = walk_field(t, interp, offs[0], 8, err)) ||
+	    !(*id = walk_field(t, interp, offs[1], 8, err)) ||
+	    !(*head = walk_field(t, interp, offs[2], 8, err)))
+		return -1;
+	return 0;
+}
+
 static int walk_interpreters(struct walk *w, struct uw_error *err)
 {
 	struct uw_target *t = w->t;
@@ -528,10 +570,8 @@ static int walk_interpreters(struct walk *w, struct uw_error *err)
 	for (unsigned ni = 0; interp; ni++) {
 		if (ni >= UW_MAX_INTERPRETERS)
 			return uw_fail(err, UW_ECORRUPT, "more than %u interpreters", UW_MAX_INTERPRETERS);
-		const uint8_t *next_f = walk_field(t, interp, L->interp.next, 8, err);
-		const uint8_t *id_f = next_f ? walk_field(t, interp, L->interp.id, 8, err) : NULL;
-		const uint8_t *head_f = id_f ? walk_field(t, interp, L->interp.threads_head, 8, err) : NULL;
-		if (!head_f)
+		const uint8_t *next_f, *id_f, *head_f;
+		if (walk_interp_links(t, interp, &next_f, &id_f, &head_f, err) != 0)
 			return -1;
 		struct walk_interp iv = {
 			.addr = interp,
@@ -558,7 +598,7 @@ static int walk_interpreters(struct walk *w, struct uw_error *err)
 				return uw_fail(err, UW_ECORRUPT, "more than %u threads", UW_MAX_THREADS);
 			raddr_t next = 0;
 			/* Past the deadline the walk stops: the threads read whole so far stand. */
-			if (walk_over_time(w, WALK_CLOCK_EVERY))
+			if (walk_over_time(w, WALK_CLOCK_THREAD))
 				break;
 			if (walk_thread(w, &iv, tstate, ordinal++, &next, err) != 0) {
 				if (!w->cut)
@@ -626,7 +666,12 @@ static int walk_intern_markers(struct uw_target *t, struct uw_error *err)
  */
 static bool walk_reset_due(const struct uw_target *t)
 {
-	return walk_cache_bytes(t) > t->opts.cache_budget / 2;
+	/*
+	 * The figure the last sample ended with: a steady sample does not count
+	 * every thread's cache twice, and growth since (a snapshot's) is seen at
+	 * the end of this one, still far inside the budget.
+	 */
+	return t->stats.cache_bytes > t->opts.cache_budget / 2;
 }
 
 size_t walk_room(const struct uw_target *t)
@@ -688,7 +733,8 @@ int uw_sample(struct uw_target *t, struct uw_sample *s, struct uw_error *err)
 	w->nraw = w->nchecks = 0;
 	s->dropped_threads = 0;
 	w->cut = false;
-	w->until_clock = 0;
+	/* The clock was just read for the deadline. */
+	w->until_clock = WALK_CLOCK_EVERY;
 	w->deadline_ns = t->opts.max_sample_ns ? walk_now_ns() + t->opts.max_sample_ns : 0;
 	/* Before the memory is read: the kernel's proof must come first (see threads_still_begin). */
 	threads_still_begin(t);

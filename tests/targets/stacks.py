@@ -346,6 +346,35 @@ def scenario_move(report_path):
     hold()
 
 
+# --- a thread that wakes up to sleep deeper ----------------------------------
+
+WAKE_DEPTH = 60
+
+
+def wake_deep(n, wake, woke_path):
+    if n == 0:
+        write_json_atomically(woke_path, {"woke": True})
+        os.read(wake, 1)  # BLOCK
+        return
+    wake_deep(n - 1, wake, woke_path)
+
+
+def wake_up(wake, woke_path):
+    os.read(wake, 1)  # BLOCK
+    wake_deep(WAKE_DEPTH, wake, woke_path)
+
+
+def scenario_wake(report_path):
+    """One thread sleeps two frames deep on a pipe; SIGUSR1 wakes it to sleep
+    again WAKE_DEPTH frames deeper (new frames in its data stack), and
+    REPORT_PATH.woke is written just before it does."""
+    wake_read, wake_write = os.pipe()
+    signal.signal(signal.SIGUSR1, lambda signum, frame: os.write(wake_write, b"x"))
+    sleeper = start_worker(wake_up, "sleeper", wake_read, report_path + ".woke")
+    start_reporter(report_path, [sleeper])
+    hold()
+
+
 # --- callbacks from C ----------------------------------------------------------
 
 
@@ -565,6 +594,7 @@ SCENARIOS = {
     "recursion": scenario_recursion,
     "dive": scenario_dive,
     "move": scenario_move,
+    "wake": scenario_wake,
     "callbacks": scenario_callbacks,
     "nonascii": scenario_nonascii,
     "threads20": scenario_threads20,

@@ -208,6 +208,76 @@ Test(sample, a_deep_stack_that_moves_is_never_kept, .timeout = 300)
 	}
 }
 
+/* Frames a wake-up adds to the sleeping thread of stacks.py's "wake" (its WAKE_DEPTH). */
+#define WAKE_DEPTH 60
+
+/* Whether the kernel shows thread tid of process pid asleep on a pipe. */
+static bool thread_on_pipe(pid_t pid, long tid)
+{
+	char path[64], buf[64];
+	snprintf(path, sizeof path, "/proc/%d/task/%ld/wchan", (int)pid, tid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return false;
+	size_t n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	return strstr(buf, "pipe") != NULL;
+}
+
+/*
+ * A thread that slept two frames deep wakes up to sleep WAKE_DEPTH frames
+ * deeper.  The batch, planned from its shallow samples, holds none of the
+ * new frames: the sample that first walks them reads the live part of the
+ * thread's data stack in one call and finds them there, instead of a call a
+ * frame (3.11+; before, frames are heap objects of their own).
+ */
+Test(sample, a_stack_that_woke_is_read_in_few_calls, .timeout = 300)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	for (size_t i = 0; i < n; i++) {
+		if (pys[i].minor < 11)
+			continue;
+		struct test_target target;
+		test_target_start(&target, &pys[i], "wake");
+		json_t *report = test_target_wait_report(&target, TARGET_READY_TIMEOUT_S);
+		json_t *sleeper = json_array_get(json_object_get(report, "threads"), 0);
+		long tid = (long)json_integer_value(json_object_get(sleeper, "native_thread_id"));
+		json_decref(report);
+		cr_assert_gt(tid, 0, "%s: the report names no thread id", pys[i].path);
+		char woke[PATH_MAX + 8];
+		snprintf(woke, sizeof woke, "%s.woke", target.report);
+		struct uw_target *t = open_target(target.pid);
+		struct uw_sample s = {0};
+		struct uw_error err = {0};
+		/* The shallow stack, until the batch is planned from it alone. */
+		for (int k = 0; k < 50; k++)
+			cr_assert_eq(uw_sample(t, &s, &err), 0, "%s: %s", pys[i].path, err.msg);
+
+		cr_assert_eq(kill(target.pid, SIGUSR1), 0);
+		/* Asleep again, deeper: the file says it woke, the kernel that it waits on its pipe. */
+		for (int wait = 0; !(file_exists(woke) && thread_on_pipe(target.pid, tid)); wait++) {
+			cr_assert_lt(wait, 30000, "%s: the thread never slept again", pys[i].path);
+			usleep(1000);
+		}
+		struct uw_stats before, after;
+		uw_stats(t, &before);
+		cr_assert_eq(uw_sample(t, &s, &err), 0, "%s: %s", pys[i].path, err.msg);
+		uw_stats(t, &after);
+		uint64_t frames = after.frames_from_memory - before.frames_from_memory;
+		uint64_t calls = after.readv_calls - before.readv_calls;
+		cr_assert_geq(frames, WAKE_DEPTH, "%s: %llu frames read, the stack grew by %d",
+		              pys[i].path, (unsigned long long)frames, WAKE_DEPTH);
+		/* A call a frame made WAKE_DEPTH and more; the new code object's own reads stay. */
+		cr_assert_lt(calls, WAKE_DEPTH / 2, "%s: %llu process_vm_readv calls for %llu new frames",
+		             pys[i].path, (unsigned long long)calls, (unsigned long long)frames);
+		uw_sample_free(&s);
+		uw_close(t);
+		test_target_kill(&target);
+	}
+}
+
 /*
  * 100 000 code objects made, run and freed over time: the caches reset when
  * they reach their budget, never grow past it, and notice reused addresses.
