@@ -233,8 +233,7 @@ static int64_t validate_stood_in(struct walk *w, uint32_t first, uint32_t nraw,
  * second look: their pairs existed; the frame where that base meets the new
  * top is checked with the new part.  0 if all held, 1 if the stack moved
  * under the walk, 2 if the part the thread stood in was proven
- * (validate_stood_in; only when `returned` is given), -1 if it could not be
- * read again.
+ * (validate_stood_in), -1 if it could not be read again.
  */
 int validate_stack(struct walk *w, uint32_t first, uint32_t nraw, uint32_t common,
                    uint32_t *returned, struct uw_error *err)
@@ -262,7 +261,7 @@ int validate_stack(struct walk *w, uint32_t first, uint32_t nraw, uint32_t commo
 		return -1;
 	if (rr.held)
 		return 0;
-	int64_t back = returned ? validate_stood_in(w, first, nraw, &rr) : -1;
+	int64_t back = validate_stood_in(w, first, nraw, &rr);
 	if (back < 0) {
 		uw_fail(err, UW_ECORRUPT, "the stack moved while it was read");
 		return 1;

@@ -19,8 +19,6 @@
  * most reads, and each walk costs a batched read of its own.
  */
 #define WALK_ATTEMPTS 8
-/* Re-reads of the first walk's frames, one read each, before it is walked again. */
-#define WALK_REVALIDATE 12
 /* Frames walked between two looks at the clock: a look costs about what a frame does. */
 #define WALK_CLOCK_EVERY 256
 /*
@@ -282,19 +280,6 @@ static int walk_thread_stack(struct walk *w, struct thread_cache *tc, raddr_t ts
 		    (w->last_try || w->suspect || !(common == n && tc->n == n && n > 0))) {
 			t->stats.stack_rereads++;
 			rc = validate_stack(w, start, n, common, &returned, err);
-			/*
-			 * The first walk read the stack as it was when the sample
-			 * began; a later one reads it later, and a sample that lands
-			 * later in code whose reads tear shifts its count onto the
-			 * code that follows.  Code that calls and returns in a loop
-			 * comes back to the same stack within a microsecond: the
-			 * first walk is read again, alone, until it holds.
-			 */
-			for (int again = 0; rc == 1 && attempt == 0 && again < WALK_REVALIDATE && !walk_over_time(w, n);
-			     again++) {
-				t->stats.stack_rereads++;
-				rc = validate_stack(w, start, n, common, NULL, err);
-			}
 			*moving = rc == 1;
 		}
 		if (rc == 2) {

@@ -262,10 +262,10 @@ static bool shares_wanted(const struct python *py)
 static void shares_each(uint64_t period_ns, double seconds, double limit, double bound)
 {
 	/*
-	 * Not yet in every run: on a quiet host 3.12 at 1 kHz holds and 3.15
-	 * comes out about 2 points short on the call-heavy phase; on a loaded
-	 * one, samples preempted between their reads land later and both fall
-	 * 3 to 5 points short.  PYPROFD_TEST_SHARES=1 runs it.
+	 * Not yet: a thread that keeps moving through every read gets no stack,
+	 * and the call-heavy phase comes out far short (11 to 16 % of the
+	 * samples for 40 % of the time at 1 kHz on a quiet host).
+	 * PYPROFD_TEST_SHARES=1 runs it.
 	 */
 	if (!getenv("PYPROFD_TEST_SHARES"))
 		cr_skip_test("PYPROFD_TEST_SHARES unset: the ground truth runs by hand until its bound holds");
