@@ -151,6 +151,7 @@ static void fuzz_cleanup(void)
 	history_close(&s->history);
 	fleet_free(&s->fleet);
 	budget_free(&s->budget);
+	schedule_free(&s->schedule);
 	rules_free(&s->config.rules);
 	unlink(fuzz.rules_path);
 	static const char *const files[] = {"pyprofd.db", "pyprofd.db-wal", "pyprofd.db-shm"};
@@ -195,7 +196,9 @@ static struct server *fuzz_server(void)
 		snprintf(fuzz.rules_path, sizeof fuzz.rules_path, "%s/rules.conf", fuzz.dir);
 		s->state_fd = open(fuzz.dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	}
-	if (!s->loop || s->state_fd < 0 || history_open(&s->history, &s->config, s->state_fd) != 0 ||
+	/* Attaches and rules schedule samples on it: a schedule never set up armed descriptor 0. */
+	if (!s->loop || s->state_fd < 0 || schedule_init(&s->schedule, s->loop) != 0 ||
+	    history_open(&s->history, &s->config, s->state_fd) != 0 ||
 	    fuzz_history_seed(&s->history) != 0 || queries_init(&s->queries, s->loop, &sink, s) != 0 ||
 	    fleet_init(&s->fleet, s) != 0) {
 		fprintf(stderr, "fuzz_rpc: cannot set up a history in %s\n", fuzz.dir);
