@@ -374,8 +374,14 @@ static enum fleet_verdict fleet_attach(struct fleet *f, struct fleet_waiting *w,
 		fleet_labels_put(&l, "parent", pid_text);
 	} else {
 		/* Its environment is read only now: most processes judged are never attached. */
-		if (proc_facts_read_environment(facts->pid, facts) != 0)
-			log_warn("pid %d: out of memory reading its labels", (int)facts->pid);
+		/* One that exits while judged is no fault of the daemon's: it is let go as any exit is. */
+		if (proc_facts_read_environment(facts->pid, facts) != 0) {
+			if (errno == ENOMEM)
+				log_warn("pid %d: out of memory reading its labels", (int)facts->pid);
+			else
+				log_debug("pid %d: its labels could not be read (%s): it is exiting",
+				          (int)facts->pid, strerror(errno));
+		}
 		if (rule->rate_hz)
 			params.rate_hz = rule->rate_hz;
 		if (rule->has_mode)
