@@ -188,6 +188,8 @@ static struct server *fuzz_server(void)
 		.max_pending_rows = 1u << 16,
 		.state_dir = fuzz.dir,
 		.rules_path = fuzz.rules_path,
+		/* Fuzzed attaches and rules reach any process of the machine: read them, never write. */
+		.no_write = true,
 	};
 	log_init(LOG_LEVEL_ERROR);
 	/* A harness whose queries found no history would fuzz none of them: stop at once. */
