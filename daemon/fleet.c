@@ -357,6 +357,23 @@ static enum fleet_verdict fleet_attach(struct fleet *f, struct fleet_waiting *w,
 			target_free(t);
 			return FLEET_DONE;
 		}
+		/*
+		 * Its environment is read only now: most processes judged are never
+		 * attached.  Gone, it is let go as any exit is; not read (out of
+		 * descriptors or memory), it is judged again within the same
+		 * patience rather than attached without the labels it asked for.
+		 */
+		if (proc_facts_read_environment(facts->pid, facts) != 0) {
+			int why = errno;
+			target_free(t);
+			if (why == ENOENT)
+				return FLEET_DONE;
+			if (ev_now(s->loop) - w->since < FLEET_GIVE_UP_S)
+				return FLEET_RETRY;
+			log_warn("pid %d: not attached (rule %s): its labels could not be read: %s",
+			         (int)facts->pid, rule->name, strerror(why));
+			return FLEET_DONE;
+		}
 	}
 	struct target_params params = {.rate_hz = s->config.default_rate_hz,
 	                               .max_sample_ns = s->config.max_sample_ns,
@@ -373,15 +390,6 @@ static enum fleet_verdict fleet_attach(struct fleet *f, struct fleet_waiting *w,
 		snprintf(pid_text, sizeof pid_text, "%d", (int)parent->pid);
 		fleet_labels_put(&l, "parent", pid_text);
 	} else {
-		/* Its environment is read only now: most processes judged are never attached. */
-		/* One that exits while judged is no fault of the daemon's: it is let go as any exit is. */
-		if (proc_facts_read_environment(facts->pid, facts) != 0) {
-			if (errno == ENOMEM)
-				log_warn("pid %d: out of memory reading its labels", (int)facts->pid);
-			else
-				log_debug("pid %d: its labels could not be read (%s): it is exiting",
-				          (int)facts->pid, strerror(errno));
-		}
 		if (rule->rate_hz)
 			params.rate_hz = rule->rate_hz;
 		if (rule->has_mode)

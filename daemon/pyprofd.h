@@ -269,7 +269,10 @@ struct proc_facts {
  */
 int proc_facts_read(pid_t pid, unsigned what, struct proc_facts *out);
 void proc_facts_free(struct proc_facts *f);
-/* Its PYPROFD_LABELS into f (what PROC_FACTS_ENVIRONMENT reads): 0, or -1 out of memory. */
+/*
+ * Its PYPROFD_LABELS into f (what PROC_FACTS_ENVIRONMENT reads): 0, or -1 and
+ * errno: ENOENT when it is gone, else it could not be read (ENOMEM, EMFILE...).
+ */
 int proc_facts_read_environment(pid_t pid, struct proc_facts *f);
 /* The unit and container of a /proc/PID/cgroup text (v1, v2 or both), each "" when none. */
 void proc_facts_parse_cgroup(const char *text, char *unit, size_t unit_len, char *container,
