@@ -263,7 +263,7 @@ static void shares_each(uint64_t period_ns, double seconds, double limit, double
 {
 	/*
 	 * Not yet: a thread that keeps moving through every read gets no stack,
-	 * and the call-heavy phase comes out far short (20 to 26 % of the
+	 * and the call-heavy phase comes out far short (9 to 26 % of the
 	 * samples for 40 % of the time at 1 kHz on a quiet host).
 	 * PYPROFD_TEST_SHARES=1 runs it.
 	 */
