@@ -302,12 +302,7 @@ static int walk_thread_stack(struct walk *w, struct thread_cache *tc, raddr_t ts
 				walk_keep_reads(w, tc, mark);
 			break;
 		}
-		/*
-		 * A stack that moved was just read, so its process is there: only
-		 * garbage may be one on its way out, worth the look in /proc
-		 * (which cost a torn read of call-heavy code more than the read).
-		 */
-		if (w->cut || err->status != UW_ECORRUPT || (!*moving && !remote_alive(&t->mem)))
+		if (w->cut || err->status != UW_ECORRUPT || !remote_alive(&t->mem))
 			break;
 		*dropped = attempt + 1 == attempts;
 	}
