@@ -357,7 +357,7 @@ static void otlp_frame_identity(const struct store_frame *f, struct otlp_frame_i
 {
 	const char *name = f->function && *f->function ? f->function : NULL;
 	if (!name)
-		name = f->kind == 1 ? "<native>" : f->kind == 2 ? "<GC>" : "<unknown>";
+		name = f->kind == 1 ? "<native>" : f->kind == 2 ? "<GC>" : f->kind == 3 ? "<moving>" : "<unknown>";
 	*out = (struct otlp_frame_identity){
 		.name = name,
 		.system_name = name,

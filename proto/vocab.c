@@ -48,6 +48,7 @@ static const struct {
 	{UW_FRAME_PYTHON, "python"},
 	{UW_FRAME_NATIVE, "native"},
 	{UW_FRAME_GC, "gc"},
+	{UW_FRAME_MOVING, "moving"},
 };
 
 Pyprofd__ErrorCode vocab_status_code(enum uw_status status)

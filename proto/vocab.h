@@ -52,7 +52,7 @@ int vocab_wire_mode_parse(const char *name, Pyprofd__Mode *out);
 int vocab_mode_from_wire(Pyprofd__Mode mode, enum uw_mode *out);
 Pyprofd__Mode vocab_mode_to_wire(enum uw_mode mode);
 
-/* "python", "native", "gc". */
+/* "python", "native", "gc", "moving". */
 const char *vocab_kind_name(enum uw_frame_kind kind);
 /* The kind of a name; an unknown or empty name is a Python frame. */
 enum uw_frame_kind vocab_kind_parse(const char *name);

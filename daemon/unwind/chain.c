@@ -58,6 +58,8 @@ uint32_t chain_resolve(struct uw_target *t, struct thread_cache *tc,
 		uint32_t frame;
 		if (r->kind == UW_FRAME_NATIVE) {
 			frame = t->native_frame;
+		} else if (r->kind == UW_FRAME_MOVING) {
+			frame = t->moving_frame;
 		} else {
 			struct code_info *ci = code_get(t, r->code, err);
 			if (!ci)

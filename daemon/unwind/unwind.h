@@ -37,6 +37,7 @@ enum uw_frame_kind {
 	UW_FRAME_PYTHON,
 	UW_FRAME_NATIVE, /* C code sits between the Python frames around it */
 	UW_FRAME_GC,     /* the cyclic garbage collector is running */
+	UW_FRAME_MOVING, /* the thread ran on above this frame faster than it could be read (3.15) */
 };
 
 /*
@@ -343,6 +344,7 @@ struct uw_stats {
 	uint64_t marker_honoured;          /* 3.15: thread samples whose frames below the marker were taken as they were */
 	uint64_t marker_written;           /* 3.15: writes of the marker (process_vm_writev) */
 	uint64_t marker_cleared;           /* 3.15: markers found set by an earlier or other profiler, first sight */
+	uint64_t marker_partial;           /* 3.15: thread samples proven up to the marker's frame, moving above it (<moving> on top) */
 	uint64_t marker_foreign;           /* 3.15: markers another profiler wrote over ours (writing pauses) */
 	uint64_t still_proven;             /* 3.8-3.14: thread samples the kernel proved ran nothing since their stack was read */
 	uint64_t cache_resets;             /* budget reached: everything forgotten */

@@ -332,13 +332,14 @@ struct thread_cache {
 	struct chain_link *chain;
 	bool truncated;      /* the chain stopped at UW_MAX_FRAMES */
 	/*
-	 * 3.15's marker.  anchor: the innermost frame of the last full walk
-	 * when the marker pointed at it, with the marker's sequence then;
+	 * 3.15's marker.  anchor: the frame of the last full walk the marker
+	 * pointed at when that walk began, with the marker's sequence then;
 	 * while both stay so, that frame was never popped and everything
 	 * below it is as the walk read it.  0: no anchor.
 	 */
 	raddr_t anchor;
 	uint64_t anchor_seq;
+	raddr_t last_top;    /* the innermost frame of the last full walk: a top that stays is worth the marker */
 	raddr_t wrote;       /* the marker this unwinder wrote last (0: none), and the sequence then */
 	uint64_t wrote_seq;
 	bool marker_seen;    /* its marker was looked at once (a stale one is counted, then replaced) */
@@ -410,7 +411,7 @@ struct uw_target {
 
 	struct code_cache codes;
 	struct intern intern;
-	uint32_t native_frame, gc_frame; /* frame ids of the markers, this epoch */
+	uint32_t native_frame, gc_frame, moving_frame; /* frame ids of the markers, this epoch */
 
 	struct thread_cache *threads;
 	uint32_t nthreads;

@@ -72,6 +72,8 @@ struct walk_interp {
 	bool gc_running;
 };
 
+/* Frames above the marker's that leave it where it is: a call or two of code that calls and returns. */
+#define WALK_MARKER_NEAR 3
 /* Samples the marker is left alone after another profiler was seen writing it. */
 #define WALK_MARKER_QUIET 1000
 
@@ -135,6 +137,24 @@ static int walk_marker_honour(struct walk *w, struct thread_cache *tc, raddr_t t
 }
 
 /*
+ * Point a thread's marker at frame (the one write into a target, and only
+ * with its layout and version validated at uw_open), unless writes are off
+ * or paused for another profiler.  seq: the marker's sequence last read.
+ */
+static void walk_marker_write(struct uw_target *t, struct thread_cache *tc, raddr_t tstate,
+                              raddr_t frame, uint64_t seq)
+{
+	if (t->opts.no_write || t->sample_gen < t->marker_quiet_until)
+		return;
+	struct uw_error werr = {0};
+	if (remote_write(&t->mem, tstate + t->layout.tstate.marker_frame, &frame, sizeof frame, &werr) == 0) {
+		t->stats.marker_written++;
+		tc->wrote = frame;
+		tc->wrote_seq = seq;
+	}
+}
+
+/*
  * 3.15, after a thread's frames were walked and proven: anchor where the
  * marker points at the innermost frame, and otherwise point it there (the
  * one write into a target, and only with its layout and version validated
@@ -147,12 +167,19 @@ static void walk_marker_after(struct walk *w, struct thread_cache *tc, raddr_t t
                               const struct raw_frame *raw, uint32_t n)
 {
 	struct uw_target *t = w->t;
-	const struct py_layout *L = &t->layout;
 	raddr_t cur = w->ts_current, mk = w->ts_marker;
 	uint64_t seq = w->ts_marker_seq;
 	bool top_is_frame = n > 0 && raw[0].addr == cur && cur != 0;
+	/* How many frames of the walk lie above the one the marker points at (n: none is it). */
+	uint32_t above = 0;
+	while (mk && above < n && (raw[above].kind != UW_FRAME_PYTHON || raw[above].addr != mk))
+		above++;
+	bool in_chain = mk && above < n;
+	bool parked = top_is_frame && tc->last_top == cur;
+	bool first = !tc->marker_seen;
+	tc->last_top = top_is_frame ? cur : 0;
 
-	tc->anchor = top_is_frame && mk == cur ? cur : 0;
+	tc->anchor = in_chain ? mk : 0;
 	tc->anchor_seq = seq;
 	if (!tc->marker_seen) {
 		tc->marker_seen = true;
@@ -163,14 +190,86 @@ static void walk_marker_after(struct walk *w, struct thread_cache *tc, raddr_t t
 		t->marker_quiet_until = t->sample_gen + WALK_MARKER_QUIET;
 		tc->wrote = 0;
 	}
-	if (t->opts.no_write || !top_is_frame || mk == cur || t->sample_gen < t->marker_quiet_until)
-		return;
-	struct uw_error werr = {0};
-	if (remote_write(&t->mem, tstate + L->tstate.marker_frame, &cur, sizeof cur, &werr) == 0) {
-		t->stats.marker_written++;
-		tc->wrote = cur;
-		tc->wrote_seq = seq;
+	/*
+	 * Written where the marker is not in the stack, lies deep below its
+	 * innermost frame, or that frame stayed since the last walk.  Code that
+	 * calls and returns just above a frame the marker fell back to keeps it
+	 * there, where it proves the most: a write would move it to a frame
+	 * about to return.
+	 */
+	bool near = in_chain && above <= WALK_MARKER_NEAR;
+	if (top_is_frame && mk != cur && !(near && !parked && !first))
+		walk_marker_write(t, tc, tstate, cur, seq);
+}
+
+/*
+ * 3.15: a thread whose stack moved through a walk, above the frame its
+ * marker points at.  That frame's callers stand still while it lives, and
+ * it lives while the marker points at it with the same sequence: read
+ * between two reads of the marker that find it so, the frames from there
+ * down (found at the addresses the walk followed, each linked to the next)
+ * are the thread's, at one moment, the marked frame at the instruction it
+ * held then.  Its stack this sample is that part with a <moving> frame on
+ * top, in w->raw from start (*n frames).  `near`: only a marker a few frames
+ * below the walk's innermost, where it says most.  1 when so, 0 when not
+ * provable, -1 on error.
+ */
+static int walk_marker_partial(struct walk *w, raddr_t tstate, uint32_t start, uint32_t *n,
+                               bool near, struct uw_error *err)
+{
+	struct uw_target *t = w->t;
+	const struct py_layout *L = &t->layout;
+	raddr_t mk = w->ts_marker;
+	uint32_t at = 0, walked = *n;
+	while (mk && at < walked && (w->raw[start + at].kind != UW_FRAME_PYTHON || w->raw[start + at].addr != mk))
+		at++;
+	/* The marker's sequence follows it in PyThreadState (3.15). */
+	if (!mk || at == walked || (near && at > WALK_MARKER_NEAR) ||
+	    L->tstate.marker_seq != L->tstate.marker_frame + 8)
+		return 0;
+	uint32_t part = walked - at;
+	for (uint32_t i = at; i < walked; i++)
+		if (w->raw[start + i].kind != UW_FRAME_PYTHON)
+			return 0; /* C between two frames: links the walk did not keep */
+	size_t bytes = (size_t)part * L->frame.size + 32;
+	if (array_reserve((void **)&w->ranges, &w->ranges_cap, part + 2, sizeof *w->ranges, NULL) ||
+	    array_reserve((void **)&w->buf, &w->buf_cap, bytes, 1, NULL))
+		return uw_fail(err, UW_ENOMEM, "out of memory");
+	struct remote_range *r = w->ranges;
+	r[0] = (struct remote_range){.addr = tstate + L->tstate.marker_frame, .len = 16, .buf = w->buf};
+	for (uint32_t i = 0; i < part; i++)
+		r[1 + i] = (struct remote_range){.addr = w->raw[start + at + i].addr, .len = L->frame.size,
+		                                 .buf = w->buf + 16 + (size_t)i * L->frame.size};
+	r[part + 1] = (struct remote_range){.addr = r[0].addr, .len = 16, .buf = w->buf + 16 + (size_t)part * L->frame.size};
+	struct uw_error ignored;
+	if (remote_read_batch(&t->mem, r, part + 2, &ignored) != 0)
+		return 0;
+	for (uint32_t i = 0; i < part + 2; i++)
+		if (r[i].got != r[i].len)
+			return 0;
+	if (load_u64(r[0].buf, 0) != mk || load_u64(r[0].buf, 8) != w->ts_marker_seq ||
+	    memcmp(r[0].buf, r[part + 1].buf, 16) != 0)
+		return 0;
+	/* The part, innermost first, behind a <moving> frame: raw[start] is free, the walk's top above at. */
+	if (array_reserve((void **)&w->raw, &w->raw_cap, (size_t)start + part + 1, sizeof *w->raw, NULL))
+		return uw_fail(err, UW_ENOMEM, "out of memory");
+	struct raw_frame *out = w->raw + start;
+	for (uint32_t i = 0; i < part; i++) {
+		const uint8_t *f = r[1 + i].buf;
+		raddr_t code = load_u64(f, L->frame.code) & ~L->frame.code_tag_mask;
+		raddr_t back = load_u64(f, L->frame.back);
+		raddr_t below = i + 1 < part ? r[2 + i].addr : 0;
+		if (!code || (below && back != below))
+			return 0;
+		out[1 + i] = (struct raw_frame){.addr = r[1 + i].addr,
+		                                .code = code,
+		                                .pos = load_u64(f, L->frame.instr_ptr),
+		                                .kind = UW_FRAME_PYTHON};
 	}
+	out[0] = (struct raw_frame){.kind = UW_FRAME_MOVING};
+	*n = part + 1;
+	t->stats.marker_partial++;
+	return 1;
 }
 
 /* A thread's reads kept for the proof by equal bytes: more is walked instead. */
@@ -270,6 +369,7 @@ static int walk_thread_stack(struct walk *w, struct thread_cache *tc, raddr_t ts
 		w->torn = w->suspect = false;
 		w->last_try = attempt > 0 && attempt + 1 == attempts && t->thread_attempts == 0;
 		rc = frames_collect(w, tstate, &n, truncated, err);
+		bool collected = rc == 0; /* the walk reached the thread's first frame */
 		/* A thread without frames may leave the array unallocated: no pointer arithmetic on NULL. */
 		const struct raw_frame *raw = w->raw ? w->raw + start : NULL;
 		uint32_t common = rc == 0 ? chain_common(t, tc, raw, n) : 0;
@@ -304,6 +404,30 @@ static int walk_thread_stack(struct walk *w, struct thread_cache *tc, raddr_t ts
 		}
 		if (w->cut || err->status != UW_ECORRUPT || !remote_alive(&t->mem))
 			break;
+		/*
+		 * 3.15: moving above a frame the marker proves alive: that part,
+		 * now, rather than a whole stack some reads later (the later, the
+		 * more its samples fall in the code that follows).  A marker deep
+		 * below is moved up to where the thread was, once: the frames it
+		 * returns from hand it down to the one the thread keeps calling
+		 * from.
+		 */
+		if (*moving && marker && collected && !w->cut) {
+			int part = walk_marker_partial(w, tstate, start, &n, attempt == 0, err);
+			if (part < 0)
+				break;
+			if (part > 0) {
+				raw = w->raw + start;
+				*stack = chain_resolve(t, tc, raw, n, chain_common(t, tc, raw, n), err);
+				rc = *stack == INTERN_FAILED ? -1 : 0;
+				tc->truncated = *truncated;
+				tc->flags = t->opts.flags;
+				*moving = false;
+				break;
+			}
+			if (attempt == 0 && w->ts_current && w->ts_current != w->ts_marker)
+				walk_marker_write(t, tc, tstate, w->ts_current, w->ts_marker_seq);
+		}
 		*dropped = attempt + 1 == attempts;
 	}
 	view_retry_end(t);
@@ -622,23 +746,27 @@ static int walk_reset_caches(struct uw_target *t, struct uw_error *err)
 	t->stats.cache_resets++;
 	if (intern_reset(&t->intern) != 0)
 		return uw_fail(err, UW_ENOMEM, "out of memory");
-	t->native_frame = t->gc_frame = 0;
+	t->native_frame = t->gc_frame = t->moving_frame = 0;
 	return 0;
 }
 
 /* The marker frames of this epoch. */
 static int walk_intern_markers(struct uw_target *t, struct uw_error *err)
 {
-	if (t->native_frame && t->gc_frame)
+	if (t->native_frame && t->gc_frame && t->moving_frame)
 		return 0;
 	struct frame_key native = {.line = -1, .kind = UW_FRAME_NATIVE};
 	struct frame_key gc = {.line = -1, .kind = UW_FRAME_GC};
+	struct frame_key moving = {.line = -1, .kind = UW_FRAME_MOVING};
 	native.function = native.qualname = intern_string(&t->intern, "<native>", 8);
 	gc.function = gc.qualname = intern_string(&t->intern, "<GC>", 4);
+	moving.function = moving.qualname = intern_string(&t->intern, "<moving>", 8);
 	if (native.function == INTERN_FAILED || gc.function == INTERN_FAILED ||
+	    moving.function == INTERN_FAILED ||
 	    (t->native_frame = intern_frame(&t->intern, &native)) == INTERN_FAILED ||
-	    (t->gc_frame = intern_frame(&t->intern, &gc)) == INTERN_FAILED) {
-		t->native_frame = t->gc_frame = 0;
+	    (t->gc_frame = intern_frame(&t->intern, &gc)) == INTERN_FAILED ||
+	    (t->moving_frame = intern_frame(&t->intern, &moving)) == INTERN_FAILED) {
+		t->native_frame = t->gc_frame = t->moving_frame = 0;
 		return uw_fail(err, UW_ENOMEM, "out of memory");
 	}
 	return 0;

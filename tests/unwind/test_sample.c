@@ -562,3 +562,76 @@ Test(sample, beside_cpythons_sampler, .timeout = 300)
 	if (!ran)
 		cr_skip_test("no CPython 3.15 (make pythons)");
 }
+
+/*
+ * 3.15: a thread that calls and returns faster than its stack can be read
+ * gets, rather than no stack or a later one, the part its frame-cache marker
+ * proves, with a <moving> frame on top: innermost, once, above a frame of
+ * the call-heavy code or below it (tests/targets/shares.py), and with the
+ * marker's writes off, never.
+ */
+static uint64_t moving_check(const struct python *py, bool no_write)
+{
+	char script[1024], what[PATH_MAX + 64];
+	python_describe(py, what, sizeof what);
+	target_script("shares.py", script, sizeof script);
+	const char *args[] = {"-I", script, "{report}", NULL};
+	struct test_target target;
+	test_target_start_python(&target, py, args);
+	json_decref(test_target_wait_report(&target, TARGET_READY_TIMEOUT_S));
+	struct uw_target *t = open_target(target.pid);
+	struct uw_options opts = {.no_write = no_write};
+	uw_configure(t, &opts);
+	struct uw_sample s = {0};
+	uint64_t moving = 0, in_calls = 0;
+	struct timespec start, now;
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	do {
+		struct uw_error err = {0};
+		int rc = uw_sample(t, &s, &err);
+		cr_assert(rc == 0 || err.status == UW_ECORRUPT, "%s: sample: %s", what, err.msg);
+		for (uint32_t k = 0; rc == 0 && k < s.nthreads; k++) {
+			bool innermost = true, calls = false;
+			for (uint32_t st = s.threads[k].stack; st; st = uw_stack_parent(t, st)) {
+				const struct uw_frame *f = uw_frame_get(t, uw_stack_frame(t, st));
+				if (f->kind == UW_FRAME_MOVING) {
+					cr_assert(innermost, "%s: a <moving> frame below another frame", what);
+					cr_assert(!no_write, "%s: a <moving> frame with the marker's writes off", what);
+					moving++;
+				}
+				calls = calls || (f->function && strcmp(f->function, "phase_calls") == 0);
+				innermost = false;
+			}
+			in_calls += calls;
+		}
+		usleep(1000);
+		clock_gettime(CLOCK_MONOTONIC, &now);
+	} while (now.tv_sec - start.tv_sec < 3);
+	struct uw_stats st;
+	uw_stats(t, &st);
+	cr_assert_eq(st.marker_partial, moving, "%s: %llu partial stacks counted, %llu seen", what,
+	             (unsigned long long)st.marker_partial, (unsigned long long)moving);
+	cr_assert_gt(in_calls, 0, "%s: the call-heavy phase never sampled", what);
+	uw_sample_free(&s);
+	uw_close(t);
+	test_target_kill(&target);
+	return moving;
+}
+
+Test(sample, moving_thread_gets_the_proven_part, .timeout = 120)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX), ran = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (pys[i].minor < 15 || pys[i].debug)
+			continue;
+		char what[PATH_MAX + 64];
+		python_describe(&pys[i], what, sizeof what);
+		cr_assert_gt(moving_check(&pys[i], false), 0, "%s: no stack of a moving thread kept its proven part",
+		             what);
+		moving_check(&pys[i], true);
+		ran++;
+	}
+	if (!ran)
+		cr_skip_test("no CPython 3.15 (make pythons)");
+}
