@@ -339,7 +339,6 @@ struct thread_cache {
 	 */
 	raddr_t anchor;
 	uint64_t anchor_seq;
-	raddr_t last_top;    /* the innermost frame of the last full walk: a top that stays is worth the marker */
 	raddr_t wrote;       /* the marker this unwinder wrote last (0: none), and the sequence then */
 	uint64_t wrote_seq;
 	bool marker_seen;    /* its marker was looked at once (a stale one is counted, then replaced) */

@@ -136,6 +136,15 @@ static int walk_marker_honour(struct walk *w, struct thread_cache *tc, raddr_t t
 	return 1;
 }
 
+/* Where the frame at addr is among n frames read innermost first: how many lie above it (n: absent). */
+static uint32_t walk_frame_index(const struct raw_frame *raw, uint32_t n, raddr_t addr)
+{
+	uint32_t i = 0;
+	while (addr && i < n && (raw[i].kind != UW_FRAME_PYTHON || raw[i].addr != addr))
+		i++;
+	return addr ? i : n;
+}
+
 /*
  * Point a thread's marker at frame (the one write into a target, and only
  * with its layout and version validated at uw_open), unless writes are off
@@ -155,29 +164,26 @@ static void walk_marker_write(struct uw_target *t, struct thread_cache *tc, radd
 }
 
 /*
- * 3.15, after a thread's frames were walked and proven: anchor where the
- * marker points at the innermost frame, and otherwise point it there (the
- * one write into a target, and only with its layout and version validated
- * at uw_open).  A marker that changed to something else while its sequence
- * stood was written by another profiler: this one stops writing for a while,
- * so the two do not overwrite each other at every sample, and stays exact
- * either way since it anchors only on what a proven walk saw.
+ * 3.15, after a thread's frames were walked and proven: anchor on the frame
+ * the marker pointed at when the walk began, wherever it is in the stack
+ * (walk_marker_honour takes the anchor when it is still the innermost), and
+ * point the marker at the innermost frame where that is worth a write
+ * (parked: the same frames as the last walk).  A marker that changed to
+ * something else while its sequence stood was written by another profiler:
+ * this one stops writing for a while, so the two do not overwrite each other
+ * at every sample, and stays exact either way since it anchors only on what
+ * a proven walk saw.
  */
 static void walk_marker_after(struct walk *w, struct thread_cache *tc, raddr_t tstate,
-                              const struct raw_frame *raw, uint32_t n)
+                              const struct raw_frame *raw, uint32_t n, bool parked)
 {
 	struct uw_target *t = w->t;
 	raddr_t cur = w->ts_current, mk = w->ts_marker;
 	uint64_t seq = w->ts_marker_seq;
 	bool top_is_frame = n > 0 && raw[0].addr == cur && cur != 0;
-	/* How many frames of the walk lie above the one the marker points at (n: none is it). */
-	uint32_t above = 0;
-	while (mk && above < n && (raw[above].kind != UW_FRAME_PYTHON || raw[above].addr != mk))
-		above++;
-	bool in_chain = mk && above < n;
-	bool parked = top_is_frame && tc->last_top == cur;
+	uint32_t above = walk_frame_index(raw, n, mk);
+	bool in_chain = above < n;
 	bool first = !tc->marker_seen;
-	tc->last_top = top_is_frame ? cur : 0;
 
 	tc->anchor = in_chain ? mk : 0;
 	tc->anchor_seq = seq;
@@ -203,6 +209,13 @@ static void walk_marker_after(struct walk *w, struct thread_cache *tc, raddr_t t
 }
 
 /*
+ * Frames of a part read apart that one range takes together, and the bytes
+ * between them it reads for nothing: the kernel pins the pages of each range
+ * on its own, and a data stack's frames lie a few hundred bytes apart.
+ */
+#define WALK_PART_GAP 512u
+
+/*
  * 3.15: a thread whose stack moved through a walk, above the frame its
  * marker points at.  That frame's callers stand still while it lives, and
  * it lives while the marker points at it with the same sequence: read
@@ -212,7 +225,8 @@ static void walk_marker_after(struct walk *w, struct thread_cache *tc, raddr_t t
  * held then.  Its stack this sample is that part with a <moving> frame on
  * top, in w->raw from start (*n frames).  `near`: only a marker a few frames
  * below the walk's innermost, where it says most.  1 when so, 0 when not
- * provable, -1 on error.
+ * provable (a read that fails too: the next try reads the process again and
+ * reports what it finds), -1 out of memory.
  */
 static int walk_marker_partial(struct walk *w, raddr_t tstate, uint32_t start, uint32_t *n,
                                bool near, struct uw_error *err)
@@ -220,48 +234,72 @@ static int walk_marker_partial(struct walk *w, raddr_t tstate, uint32_t start, u
 	struct uw_target *t = w->t;
 	const struct py_layout *L = &t->layout;
 	raddr_t mk = w->ts_marker;
-	uint32_t at = 0, walked = *n;
-	while (mk && at < walked && (w->raw[start + at].kind != UW_FRAME_PYTHON || w->raw[start + at].addr != mk))
-		at++;
+	uint32_t walked = *n, at = walk_frame_index(w->raw + start, walked, mk);
 	/* The marker's sequence follows it in PyThreadState (3.15). */
 	if (!mk || at == walked || (near && at > WALK_MARKER_NEAR) ||
 	    L->tstate.marker_seq != L->tstate.marker_frame + 8)
 		return 0;
 	uint32_t part = walked - at;
-	for (uint32_t i = at; i < walked; i++)
-		if (w->raw[start + i].kind != UW_FRAME_PYTHON)
-			return 0; /* C between two frames: links the walk did not keep */
-	size_t bytes = (size_t)part * L->frame.size + 32;
-	if (array_reserve((void **)&w->ranges, &w->ranges_cap, part + 2, sizeof *w->ranges, NULL) ||
-	    array_reserve((void **)&w->buf, &w->buf_cap, bytes, 1, NULL))
-		return uw_fail(err, UW_ENOMEM, "out of memory");
-	struct remote_range *r = w->ranges;
-	r[0] = (struct remote_range){.addr = tstate + L->tstate.marker_frame, .len = 16, .buf = w->buf};
+	const struct raw_frame *walk = w->raw + start + at;
 	for (uint32_t i = 0; i < part; i++)
-		r[1 + i] = (struct remote_range){.addr = w->raw[start + at + i].addr, .len = L->frame.size,
-		                                 .buf = w->buf + 16 + (size_t)i * L->frame.size};
-	r[part + 1] = (struct remote_range){.addr = r[0].addr, .len = 16, .buf = w->buf + 16 + (size_t)part * L->frame.size};
-	struct uw_error ignored;
-	if (remote_read_batch(&t->mem, r, part + 2, &ignored) != 0)
+		if (walk[i].kind != UW_FRAME_PYTHON)
+			return 0; /* C between two frames: links the walk did not keep */
+	if (array_reserve((void **)&w->ranges, &w->ranges_cap, part + 2, sizeof *w->ranges, NULL))
+		return uw_fail(err, UW_ENOMEM, "out of memory");
+	/* The marker, the frames outermost first (nearby ones in one range), the marker again. */
+	struct remote_range *r = w->ranges;
+	uint32_t nr = 1;
+	r[0] = (struct remote_range){.addr = tstate + L->tstate.marker_frame, .len = 16};
+	size_t total = 32;
+	for (uint32_t i = part; i-- > 0;) {
+		raddr_t addr = walk[i].addr;
+		struct remote_range *last = &r[nr - 1];
+		if (nr > 1 && addr >= last->addr && addr - last->addr <= last->len + WALK_PART_GAP) {
+			uint32_t end = (uint32_t)(addr - last->addr) + L->frame.size;
+			if (end > last->len) {
+				total += end - last->len;
+				last->len = end;
+			}
+			continue;
+		}
+		r[nr++] = (struct remote_range){.addr = addr, .len = L->frame.size};
+		total += L->frame.size;
+	}
+	r[nr++] = (struct remote_range){.addr = r[0].addr, .len = 16};
+	if (array_reserve((void **)&w->buf, &w->buf_cap, total, 1, NULL))
+		return uw_fail(err, UW_ENOMEM, "out of memory");
+	size_t off = 0;
+	for (uint32_t i = 0; i < nr; i++) {
+		r[i].buf = w->buf + off;
+		off += r[i].len;
+	}
+	struct uw_error unread;
+	if (remote_read_batch(&t->mem, r, nr, &unread) != 0)
 		return 0;
-	for (uint32_t i = 0; i < part + 2; i++)
+	for (uint32_t i = 0; i < nr; i++)
 		if (r[i].got != r[i].len)
 			return 0;
 	if (load_u64(r[0].buf, 0) != mk || load_u64(r[0].buf, 8) != w->ts_marker_seq ||
-	    memcmp(r[0].buf, r[part + 1].buf, 16) != 0)
+	    memcmp(r[0].buf, r[nr - 1].buf, 16) != 0)
 		return 0;
-	/* The part, innermost first, behind a <moving> frame: raw[start] is free, the walk's top above at. */
+	/* The part, innermost first, behind a <moving> frame, in w->raw from start: decoded in place. */
 	if (array_reserve((void **)&w->raw, &w->raw_cap, (size_t)start + part + 1, sizeof *w->raw, NULL))
 		return uw_fail(err, UW_ENOMEM, "out of memory");
 	struct raw_frame *out = w->raw + start;
-	for (uint32_t i = 0; i < part; i++) {
-		const uint8_t *f = r[1 + i].buf;
-		raddr_t code = load_u64(f, L->frame.code) & ~L->frame.code_tag_mask;
-		raddr_t back = load_u64(f, L->frame.back);
-		raddr_t below = i + 1 < part ? r[2 + i].addr : 0;
-		if (!code || (below && back != below))
+	memmove(out + 1, out + at, part * sizeof *out);
+	uint32_t k = 1;
+	for (uint32_t i = part; i-- > 0;) {
+		raddr_t addr = out[i + 1].addr;
+		while (k < nr - 1 && !(addr >= r[k].addr && addr - r[k].addr + L->frame.size <= r[k].len))
+			k++;
+		if (k == nr - 1)
 			return 0;
-		out[1 + i] = (struct raw_frame){.addr = r[1 + i].addr,
+		const uint8_t *f = r[k].buf + (addr - r[k].addr);
+		raddr_t code = load_u64(f, L->frame.code) & ~L->frame.code_tag_mask;
+		raddr_t below = i + 1 < part ? out[i + 2].addr : 0;
+		if (!code || (below && load_u64(f, L->frame.back) != below))
+			return 0;
+		out[i + 1] = (struct raw_frame){.addr = addr,
 		                                .code = code,
 		                                .pos = load_u64(f, L->frame.instr_ptr),
 		                                .kind = UW_FRAME_PYTHON};
@@ -391,12 +429,14 @@ static int walk_thread_stack(struct walk *w, struct thread_cache *tc, raddr_t ts
 			rc = 0;
 		}
 		if (rc == 0) {
+			/* The same frames as the last walk but for where the innermost stands. */
+			bool parked = n > 0 && tc->n == n && common + 1 >= n;
 			*stack = chain_resolve(t, tc, raw, n, common, err);
 			rc = *stack == INTERN_FAILED ? -1 : 0;
 			tc->truncated = *truncated;
 			tc->flags = t->opts.flags;
 			if (rc == 0 && marker)
-				walk_marker_after(w, tc, tstate, raw, n);
+				walk_marker_after(w, tc, tstate, raw, n, parked);
 			/* A walk of one read, whose stack the last one proved or this one did. */
 			if (rc == 0 && attempt == 0 && !returned)
 				walk_keep_reads(w, tc, mark);
