@@ -335,6 +335,15 @@ void test_target_start(struct test_target *t, const struct python *py, const cha
 	test_target_start_python(t, py, args);
 }
 
+json_t *test_target_start_script(struct test_target *t, const struct python *py, const char *name)
+{
+	char script[PATH_MAX];
+	target_script(name, script, sizeof script);
+	const char *args[] = {"-I", script, "{report}", NULL};
+	test_target_start_python(t, py, args);
+	return test_target_wait_report(t, TARGET_READY_TIMEOUT_S);
+}
+
 void test_target_start_python(struct test_target *t, const struct python *py,
                               const char *const args[])
 {

@@ -69,6 +69,12 @@ struct test_target {
 /* `python -I stacks.py SCENARIO REPORT` in a new scratch dir. */
 void test_target_start(struct test_target *t, const struct python *py, const char *scenario);
 
+/*
+ * `py -I tests/targets/NAME REPORT` in a new scratch dir, once it wrote its
+ * first report: that report, parsed (the caller's to free).
+ */
+json_t *test_target_start_script(struct test_target *t, const struct python *py, const char *name);
+
 /* `py args...`, in py's root when it has one; "{report}" in args is the report path. */
 void test_target_start_python(struct test_target *t, const struct python *py,
                               const char *const args[]);

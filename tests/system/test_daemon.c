@@ -190,12 +190,8 @@ Test(daemon, reattach_is_warm, .timeout = 300)
 	struct python pys[PYTHONS_MAX];
 	size_t n = pythons_supported(pys, PYTHONS_MAX);
 	const struct python *py = &pys[n - 1];
-	char script[PATH_MAX];
-	target_script("callgraph.py", script, sizeof script);
-	const char *args[] = {"-I", script, "{report}", NULL};
 	struct test_target target;
-	test_target_start_python(&target, py, args);
-	json_decref(test_target_wait_report(&target, TARGET_READY_TIMEOUT_S));
+	json_decref(test_target_start_script(&target, py, "callgraph.py"));
 	struct daemon d;
 	daemon_start(&d, NULL);
 	char p[16];

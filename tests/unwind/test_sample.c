@@ -563,6 +563,9 @@ Test(sample, beside_cpythons_sampler, .timeout = 300)
 		cr_skip_test("no CPython 3.15 (make pythons)");
 }
 
+/* Seconds the moving thread is sampled at most, waiting for a read that tears. */
+#define MOVING_SAMPLING_MAX_S 30
+
 /*
  * 3.15: a thread that calls and returns faster than its stack can be read
  * gets, rather than no stack or a later one, the part its frame-cache marker
@@ -570,18 +573,12 @@ Test(sample, beside_cpythons_sampler, .timeout = 300)
  * the call-heavy code or below it (tests/targets/shares.py), and with the
  * marker's writes off, never.
  */
-/* Seconds the moving thread is sampled at most, waiting for a read that tears. */
-#define MOVING_SAMPLING_MAX_S 30
-
 static uint64_t moving_check(const struct python *py, bool no_write)
 {
-	char script[1024], what[PATH_MAX + 64];
+	char what[PATH_MAX + 64];
 	python_describe(py, what, sizeof what);
-	target_script("shares.py", script, sizeof script);
-	const char *args[] = {"-I", script, "{report}", NULL};
 	struct test_target target;
-	test_target_start_python(&target, py, args);
-	json_decref(test_target_wait_report(&target, TARGET_READY_TIMEOUT_S));
+	json_decref(test_target_start_script(&target, py, "shares.py"));
 	struct uw_target *t = open_target(target.pid);
 	struct uw_options opts = {.no_write = no_write};
 	uw_configure(t, &opts);

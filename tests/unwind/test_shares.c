@@ -137,13 +137,10 @@ static double shares_sigma(double p, double worth)
 static void shares_check(const struct python *py, uint64_t period_ns, double seconds, double limit,
                          double bound)
 {
-	char script[1024], what[PATH_MAX + 64];
+	char what[PATH_MAX + 64];
 	python_describe(py, what, sizeof what);
-	target_script("shares.py", script, sizeof script);
-	const char *args[] = {"-I", script, "{report}", NULL};
 	struct test_target target;
-	test_target_start_python(&target, py, args);
-	json_decref(test_target_wait_report(&target, 60));
+	json_decref(test_target_start_script(&target, py, "shares.py"));
 	struct uw_target *t = shares_open(target.pid);
 
 	double weights[SHARES_NPHASES + 1] = {0}, weight = 0, weight_sq = 0;
