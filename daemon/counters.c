@@ -35,6 +35,7 @@ const struct stats_counter counters_table[COUNTERS_COUNT] = {
 	{"marker_cleared", offsetof(struct uw_stats, marker_cleared)},
 	{"marker_foreign", offsetof(struct uw_stats, marker_foreign)},
 	{"still_proven", offsetof(struct uw_stats, still_proven)},
+	{"process_still", offsetof(struct uw_stats, process_still)},
 };
 
 uint64_t counters_value(const struct uw_stats *st, size_t i)

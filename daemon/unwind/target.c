@@ -329,6 +329,7 @@ void uw_close(struct uw_target *t)
 	code_cache_free(&t->codes);
 	intern_free(&t->intern);
 	threads_free(t);
+	still_free(t);
 	tasks_free(t);
 	walk_free(t);
 	view_free(t);

@@ -19,12 +19,6 @@
 #define THREADS_TID_SEARCHES 3
 /* stat_fd of a thread whose id /proc does not know (in a pid namespace of its own). */
 #define THREADS_NO_TASK (-2)
-/*
- * Stat files a target keeps open at most: past them a thread's is opened
- * for each read.  A runtime that lists thousands of thread states (a
- * hostile one copies its own) must not take the daemon's descriptors.
- */
-#define THREADS_STAT_FDS_MAX 256
 
 static void threads_close_stat(struct uw_target *t, struct thread_cache *tc)
 {
@@ -341,35 +335,40 @@ int64_t threads_native_tid(struct uw_target *t, uint64_t pthread)
  * thread sleeps off every run queue (get_wchan looks, under the thread's
  * pi_lock, for a state other than running or waking, and !on_rq); a thread
  * on a CPU, runnable, or about to sleep but not yet taken off its queue
- * reads "0".  The first number of schedstat is the thread's run time, which
- * the scheduler adds to (update_curr) when it takes the thread off its run
- * queue, and which never goes down.  The reads come in this order:
+ * reads "0".  Its schedstat holds three numbers: run time, time waited on a
+ * run queue, and the times the thread was put on a CPU, which the
+ * scheduler adds one to each time it switches to the thread after it was
+ * queued (sched_info_arrive), and which never goes down.  The reads come
+ * in this order:
  *
- *   a. schedstat gives run time R          (sample j, before its memory is read)
+ *   a. schedstat gives line L              (sample j, before its memory is read)
  *   b. wchan shows the thread off          (sample j, before its memory is read)
  *   c. the stack is read, whole            (sample j)
- *   d. wchan shows the thread off          (sample m > j, before its memory is read)
- *   e. schedstat gives R again             (sample m)
+ *   e. schedstat gives L again             (sample m > j, before its memory is read)
  *
- * Suppose the thread ran an instruction between b and d.  Off its queue at
- * b, it was woken and run after b; off its queue again at d, it was taken
- * off in between, which added the time it ran (more than none) before d,
- * so before e: e would read more than R, read before b.  So it ran nothing
- * between b and d, and the stack read at c is its stack at d.  Only the
- * thread itself moves its frame chain and its frames' instruction positions
- * (a generator's frame joins the chain of the thread running it, which no
- * other thread may resume meanwhile), so that is the stack a walk at d
- * would read.  A kernel that keeps no run times ("0 0 0": no
+ * Suppose the thread ran an instruction between b and e.  Off its queues at
+ * b, it had to be woken (queued) and switched to after b, which added one
+ * to its count after b, so after a: e would differ from a.  So it ran
+ * nothing between b and e, and the stack read at c is its stack at e.  (Its
+ * run time alone would not do: a thread put on a CPU a moment ago has had
+ * none of it counted yet; and a thread switched to again without leaving
+ * its CPU was never taken off its queue, so b did not see it off.)  Only
+ * the thread itself moves its frame chain and its frames' instruction
+ * positions (a generator's frame joins the chain of the thread running it,
+ * which no other thread may resume meanwhile), so that is the stack a walk
+ * at e would read.  A kernel that keeps no counts ("0 0 0": no
  * CONFIG_SCHED_INFO) or names no wchan ("0" always) proves nothing, and the
- * frames are read as before.
+ * frames are read as before.  A sample it proves costs one read of
+ * schedstat; wchan is read only to arm the proof again after the thread ran.
  *
  * The descriptors stay open on the task they were opened for: once it
  * exits they read nothing, even if its tid is given to another; and the
  * thread state must still name that tid in the sample that uses the proof.
- * The two reads cost a sample about what a dozen pages pinned do: only
- * threads whose walk reads THREADS_STILL_MIN_PAGES pages or more are proven
- * so, and one the kernel shows on a CPU is looked at again after a wait
- * that doubles up to THREADS_STILL_BACKOFF_MAX samples while it stays busy.
+ * Only threads whose walk reads THREADS_STILL_MIN_PAGES pages or more are
+ * proven so, and one the kernel shows on a CPU is looked at again after a
+ * wait that doubles up to THREADS_STILL_BACKOFF_MAX samples while it stays
+ * busy.  A whole process whose threads all sleep is proven at once, its
+ * memory not read at all (still.c).
  */
 
 /* Open the thread's schedstat and wchan, unless open already; false when they cannot be. */
@@ -404,11 +403,19 @@ static bool threads_still_off(const struct thread_still *st)
 	return n > 0 && !(n == 1 && buf[0] == '0');
 }
 
-/* The thread's schedstat line into run: its length, 0 if unread or the kernel keeps no run times. */
+/*
+ * The thread's schedstat line into run: its length, 0 if unread or if it
+ * proves nothing (a kernel that keeps no count of the times a thread was
+ * put on a CPU: "0 0 0").
+ */
 static uint32_t threads_still_run(const struct thread_still *st, char run[THREADS_RUN_LEN])
 {
 	ssize_t n = pread(st->sched_fd, run, THREADS_RUN_LEN, 0);
-	if (n <= 0 || n >= THREADS_RUN_LEN || run[0] == '0')
+	if (n <= 0 || n >= THREADS_RUN_LEN)
+		return 0;
+	unsigned long long runtime, waited, arrivals;
+	run[n] = '\0';
+	if (sscanf(run, "%llu %llu %llu", &runtime, &waited, &arrivals) != 3 || arrivals == 0)
 		return 0;
 	return (uint32_t)n;
 }
@@ -428,16 +435,6 @@ void threads_still_begin(struct uw_target *t)
 		}
 		if (!threads_still_open(t, st))
 			continue;
-		/* A thread on a CPU (or about to be) proves nothing now: its frames are read. */
-		if (!threads_still_off(st)) {                         /* d */
-			st->valid = false;
-			st->backoff = st->backoff ? st->backoff * 2 : 1;
-			if (st->backoff > THREADS_STILL_BACKOFF_MAX)
-				st->backoff = THREADS_STILL_BACKOFF_MAX;
-			st->skip = st->backoff;
-			continue;
-		}
-		st->backoff = 0;
 		char run[THREADS_RUN_LEN];
 		uint32_t len = threads_still_run(st, run);            /* e, and a */
 		if (!len) {
@@ -449,11 +446,18 @@ void threads_still_begin(struct uw_target *t)
 			continue;
 		}
 		st->valid = false;
-		if (threads_still_off(st)) {                           /* b */
-			memcpy(st->armed_run, run, len);
-			st->armed_len = len;
-			st->armed = true;
+		/* A thread on a CPU (or about to be) proves nothing now: its frames are read. */
+		if (!threads_still_off(st)) {                         /* b */
+			st->backoff = st->backoff ? st->backoff * 2 : 1;
+			if (st->backoff > THREADS_STILL_BACKOFF_MAX)
+				st->backoff = THREADS_STILL_BACKOFF_MAX;
+			st->skip = st->backoff;
+			continue;
 		}
+		st->backoff = 0;
+		memcpy(st->armed_run, run, len);
+		st->armed_len = len;
+		st->armed = true;
 	}
 }
 

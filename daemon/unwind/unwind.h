@@ -347,6 +347,7 @@ struct uw_stats {
 	uint64_t marker_partial;           /* 3.15: thread samples proven up to the marker's frame, moving above it (<moving> on top) */
 	uint64_t marker_foreign;           /* 3.15: markers another profiler wrote over ours (writing pauses) */
 	uint64_t still_proven;             /* 3.8-3.14: thread samples the kernel proved ran nothing since their stack was read */
+	uint64_t process_still;            /* samples the kernel proved no thread of the process ran since one read whole: no memory read */
 	uint64_t cache_resets;             /* budget reached: everything forgotten */
 	uint64_t walks_cut;                /* samples cut short at max_sample_ns */
 	uint64_t tasks_read;               /* asyncio tasks read (async mode) */

@@ -5,6 +5,7 @@
 #ifndef PYPROFD_UNWIND_INTERNAL_H
 #define PYPROFD_UNWIND_INTERNAL_H
 
+#include <dirent.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -285,6 +286,12 @@ struct chain_link {
 	uint32_t stack;
 };
 
+/*
+ * /proc files a target keeps open at most (stat_fds): past them a thread's
+ * is opened for each read.  A runtime that lists thousands of thread states
+ * (a hostile one copies its own) must not take the daemon's descriptors.
+ */
+#define THREADS_STAT_FDS_MAX 256
 /* Bytes of a thread's schedstat line kept (three decimal numbers). */
 #define THREADS_RUN_LEN 64
 
@@ -384,6 +391,38 @@ struct walk_gil_ptr {
 };
 #define WALK_GIL_PTRS 8
 
+/* still.c: the kernel's word that no thread of the process ran since a sample (see still.c). */
+/* Tasks a process may have for the proof: each costs a /proc read a sample. */
+#define STILL_TASKS_MAX 8
+/* Most samples between two armings of a process that was not still. */
+#define STILL_BACKOFF_MAX 64
+struct still_task {
+	pid_t tid;
+	int sched_fd, wchan_fd; /* /proc/PID/task/TID/schedstat and wchan, kept open; -1 */
+	uint32_t run_len;       /* its schedstat line when armed */
+	char run[THREADS_RUN_LEN];
+};
+struct process_still {
+	DIR *task_dir;          /* /proc/PID/task, kept open; NULL */
+	struct still_task tasks[STILL_TASKS_MAX]; /* sorted by tid */
+	uint32_t ntasks;
+	bool armed;             /* this sample: every task listed, off its run queues, its run read */
+	bool valid;             /* kept is the process's sample until a task runs */
+	uint32_t skip, backoff; /* samples before the next arming, and the next such wait */
+	uint64_t proofs;        /* samples answered from kept */
+	uint64_t epoch;         /* kept's ids are of this epoch */
+	struct uw_options opts; /* and answer these options */
+	uint64_t kept_frames, kept_stacks; /* its frames and stacks, for the counters */
+	struct uw_sample kept;
+};
+/* Before a sample: true and *s when no task ran since the sample kept (no memory is read). */
+bool still_sample(struct uw_target *t, struct uw_sample *s);
+/* Before the memory read of a sample still_sample did not answer: the proof's first half. */
+void still_arm(struct uw_target *t);
+/* After a sample read whole (not cut): keep it, if armed. */
+void still_keep(struct uw_target *t, const struct uw_sample *s);
+void still_free(struct uw_target *t);
+
 /* target.c — the opened process; owns everything above. */
 struct uw_target {
 	pid_t pid;
@@ -417,6 +456,7 @@ struct uw_target {
 	size_t threads_cap;
 	uint32_t stat_fds; /* threads' /proc files kept open (threads.c bounds them) */
 	struct walk *walk; /* walk.c's working arrays, reused */
+	struct process_still still;
 
 	/* The batched read of this sample, planned from the reads of the last. */
 	struct view_batch batch;
@@ -662,11 +702,11 @@ bool threads_idle(struct uw_target *t, struct thread_cache *tc, int64_t tid, boo
 /* The kernel's id of a thread from its pthread_t (3.8-3.10); -1 unknown. */
 int64_t threads_native_tid(struct uw_target *t, uint64_t pthread);
 /*
- * Pages a thread's walk reads before the kernel's proof pays: its two /proc
- * reads cost about what a dozen pages pinned do (wchan alone unwinds the
- * thread's kernel stack and looks up a symbol).
+ * Pages a thread's walk reads before the kernel's proof pays: a sample it
+ * proves reads schedstat, about what three or four pages pinned cost (the
+ * wchan read that arms it again after the thread ran costs twice that).
  */
-#define THREADS_STILL_MIN_PAGES 12
+#define THREADS_STILL_MIN_PAGES 4
 /* Most samples a thread seen on a CPU goes without a look at its wchan: busy threads pay little for it. */
 #define THREADS_STILL_BACKOFF_MAX 32
 /* Before a sample's memory is read: whether each thread worth it stood still since last read. */

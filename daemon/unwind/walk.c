@@ -876,6 +876,11 @@ int uw_sample(struct uw_target *t, struct uw_sample *s, struct uw_error *err)
 	if (walk_intern_markers(t, err) != 0)
 		goto done;
 	s->epoch = t->epoch;
+	/* Nothing of the process ran since the sample kept: that is this one, no memory read. */
+	if (still_sample(t, s)) {
+		rc = 0;
+		goto counted;
+	}
 	if (!t->walk && !(t->walk = calloc(1, sizeof *t->walk))) {
 		uw_fail(err, UW_ENOMEM, "out of memory");
 		goto done;
@@ -889,7 +894,8 @@ int uw_sample(struct uw_target *t, struct uw_sample *s, struct uw_error *err)
 	/* The clock was just read for the deadline. */
 	w->until_clock = WALK_CLOCK_EVERY;
 	w->deadline_ns = t->opts.max_sample_ns ? walk_now_ns() + t->opts.max_sample_ns : 0;
-	/* Before the memory is read: the kernel's proof must come first (see threads_still_begin). */
+	/* Before the memory is read: the kernel's proofs must come first (see still.c, threads_still_begin). */
+	still_arm(t);
 	threads_still_begin(t);
 	if (view_begin(t, err) == 0)
 		rc = walk_interpreters(w, err);
@@ -904,6 +910,7 @@ done:
 		t->stats.walks_cut++;
 	} else if (rc == 0) {
 		threads_sweep(t);
+		still_keep(t, s);
 	} else {
 		s->nthreads = 0;
 		/* Garbage read from a dying process is the death, not corruption. */
@@ -912,6 +919,7 @@ done:
 		if (err->status <= UW_EIO)
 			t->stats.errors[err->status]++;
 	}
+counted:
 	walk_trim(t);
 	t->stats.readv_calls = t->mem.calls;
 	t->stats.bytes_read = t->mem.bytes;

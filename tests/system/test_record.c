@@ -254,7 +254,7 @@ Test(record, stats_json_tells_the_timings_and_counters, .timeout = 300)
 	cr_assert_gt(json_integer_value(json_object_get(st, "ok_samples")), 10, "%s", line);
 	cr_assert(median > 0 && median <= p99, "median %.3f, p99 %.3f", median, p99);
 	static const char *const counters[] = {"steady_hits", "pages_read", "marker_honoured",
-	                                       "still_proven"};
+	                                       "still_proven", "process_still"};
 	for (size_t i = 0; i < COUNT(counters); i++)
 		cr_assert(json_is_integer(json_object_get(st, counters[i])), "no %s in %s", counters[i],
 		          line);

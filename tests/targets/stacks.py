@@ -346,6 +346,18 @@ def scenario_move(report_path):
     hold()
 
 
+def ticker():
+    while True:
+        time.sleep(0.002)
+
+
+def scenario_move_busy(report_path):
+    """As move, beside a thread that wakes every 2 ms: the process never
+    stands still as a whole, so only the sleeping thread can be proven so."""
+    start_worker(ticker, "ticker")
+    scenario_move(report_path)
+
+
 # --- a thread that wakes up to sleep deeper ----------------------------------
 
 WAKE_DEPTH = 60
@@ -594,6 +606,7 @@ SCENARIOS = {
     "recursion": scenario_recursion,
     "dive": scenario_dive,
     "move": scenario_move,
+    "move_busy": scenario_move_busy,
     "wake": scenario_wake,
     "callbacks": scenario_callbacks,
     "nonascii": scenario_nonascii,

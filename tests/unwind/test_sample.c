@@ -139,20 +139,34 @@ static bool file_exists(const char *path)
 /* Samples after the move that must all show the new stack. */
 #define MOVE_SAMPLES_AFTER 100
 
+/* How a stack that stood still was taken without its frames being read. */
+enum still_proof {
+	PROOF_PROCESS, /* no thread of the process ran (process_still) */
+	PROOF_THREAD,  /* the thread ran nothing (still_proven, 3.8-3.14) or kept its marker (3.15) */
+};
+
+static bool proof_seen(const struct python *py, const struct uw_stats *st, enum still_proof proof)
+{
+	if (proof == PROOF_PROCESS)
+		return st->process_still > 0;
+	return py->minor >= 15 ? st->marker_honoured > 0 : st->still_proven > 0;
+}
+
 /*
  * A thread that sleeps 600 frames deep is taken from the caches without its
- * frames being read (3.8-3.14: the kernel proves it ran nothing; 3.15: the
- * frame-cache marker); woken, it sleeps again on the next line of the same
+ * frames being read; woken, it sleeps again on the next line of the same
  * frame, every frame where it was.  From the moment it says so, no sample
- * shows it on the old line.
+ * shows it on the old line.  Alone in a process that sleeps, the kernel
+ * proves that nothing of the process ran (scenario move); beside a thread
+ * that wakes every 2 ms, only the thread's own proof can hold (move_busy).
  */
-Test(sample, a_deep_stack_that_moves_is_never_kept, .timeout = 300)
+static void deep_stack_moves(const char *scenario, enum still_proof proof)
 {
 	struct python pys[PYTHONS_MAX];
 	size_t n = pythons_supported(pys, PYTHONS_MAX);
 	for (size_t i = 0; i < n; i++) {
 		struct test_target target;
-		test_target_start(&target, &pys[i], "move");
+		test_target_start(&target, &pys[i], scenario);
 		json_t *report = test_target_wait_report(&target, TARGET_READY_TIMEOUT_S);
 		json_t *mover = json_array_get(json_object_get(report, "threads"), 0);
 		json_t *top = json_array_get(json_object_get(mover, "frames"), 0);
@@ -180,11 +194,15 @@ Test(sample, a_deep_stack_that_moves_is_never_kept, .timeout = 300)
 			                   pys[i].path, before, text);
 			free(text);
 			uw_stats(t, &st);
-			proven = pys[i].minor >= 15 ? st.marker_honoured > 0 : st.still_proven > 0;
+			proven = proof_seen(&pys[i], &st, proof);
 			usleep(1000);
 		}
-		cr_assert(proven, "%s: the sleeping stack was never taken without its frames",
-		          pys[i].path);
+		cr_assert(proven, "%s %s: the sleeping stack was never taken without its frames",
+		          pys[i].path, scenario);
+		/* Beside a thread that keeps waking, the process as a whole is never still. */
+		if (proof == PROOF_THREAD)
+			cr_assert_leq(st.process_still, st.samples / 4, "%s: %llu of %llu samples", pys[i].path,
+			             (unsigned long long)st.process_still, (unsigned long long)st.samples);
 
 		cr_assert_eq(kill(target.pid, SIGUSR1), 0);
 		for (int wait = 0; !file_exists(moved); wait++) {
@@ -197,8 +215,8 @@ Test(sample, a_deep_stack_that_moves_is_never_kept, .timeout = 300)
 			cr_assert_eq(uw_sample(t, &s, &err), 0, "%s: sample: %s", pys[i].path, err.msg);
 			char *text = sample_text(t, &s);
 			cr_assert(strstr(text, " move_deep@") && !strstr(text, before),
-			          "%s: sample %d after the move shows the old stack:\n%s", pys[i].path, round,
-			          text);
+			          "%s %s: sample %d after the move shows the old stack:\n%s", pys[i].path,
+			          scenario, round, text);
 			free(text);
 			usleep(round < 10 ? 100 : 1000);
 		}
@@ -206,6 +224,16 @@ Test(sample, a_deep_stack_that_moves_is_never_kept, .timeout = 300)
 		uw_close(t);
 		test_target_kill(&target);
 	}
+}
+
+Test(sample, a_deep_stack_that_moves_is_never_kept, .timeout = 300)
+{
+	deep_stack_moves("move", PROOF_PROCESS);
+}
+
+Test(sample, a_deep_stack_that_moves_beside_a_busy_thread_is_never_kept, .timeout = 300)
+{
+	deep_stack_moves("move_busy", PROOF_THREAD);
 }
 
 /* Frames a wake-up adds to the sleeping thread of stacks.py's "wake" (its WAKE_DEPTH). */

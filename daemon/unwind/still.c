@@ -1,0 +1,340 @@
+/*
+ * A whole process that ran nothing since its last sample: the kernel's
+ * word for it, and the sample kept to answer with meanwhile.
+ *
+ * A process whose threads all sleep (a service between requests, a worker
+ * parked on its queue, a deep stack waiting on a lock) has the stacks it had
+ * at its last sample, however deep, however many.  When the kernel proves
+ * that none of its threads was put on a CPU since that sample's memory was
+ * read, the sample is answered from the one kept, reading no remote memory
+ * at all: one small read of /proc a thread, where a walk pins a page for
+ * each interpreter, thread state and innermost frame.
+ *
+ * The argument.  /proc/PID/task/TID/schedstat holds three numbers: the
+ * thread's run time, its time waiting on a run queue, and the times it was
+ * put on a CPU (the scheduler adds one each time it switches to the thread
+ * after it was queued, sched_info_arrive).  /proc/PID/task/TID/wchan names a
+ * function only while the thread sleeps off every run queue (see
+ * threads_still_begin).  For each sample that arms the proof, in order:
+ *
+ *   L0. the process's tasks are listed
+ *   a.  each task's schedstat line is read      (in turn, for every task)
+ *   b.  its wchan shows it off every run queue  (just after its a)
+ *   L1. the tasks are listed again: the same tasks
+ *   c.  the process's memory is read whole      (the sample)
+ *
+ * and at a later sample:
+ *
+ *   e.  every task's schedstat line reads as at its a
+ *
+ * A task off its queues at b runs again only once woken (queued) and
+ * switched to, which adds to its count after b, so after a: e would differ.
+ * So no task of L1 ran between its b and e, all of them from L1 on.  A task
+ * is only made by one of its process running (clone), so none was made
+ * after L1 either: from L1 to e nothing of the process ran an instruction,
+ * and its memory is as c read it, but for what other processes write into
+ * it (another profiler's frame-cache marker, which is not a stack).  The run
+ * time alone would not do: a thread put on a CPU a moment ago has had none
+ * of it counted yet.  A kernel that keeps no counts ("0 0 0") or names no
+ * wchan proves nothing, and the memory is read as ever.
+ *
+ * What it costs when it fails: a process with a thread that runs now and
+ * then fails the check at that thread (a read or two), then arms again (two
+ * reads a thread and two listings, about what the sample's read costs);
+ * each arming that is not followed by a proof doubles the samples before
+ * the next, up to STILL_BACKOFF_MAX, so a busy process pays a fraction of
+ * a microsecond a sample for it.
+ */
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "unwind_internal.h"
+
+static void still_task_close(struct uw_target *t, struct still_task *k)
+{
+	if (k->sched_fd >= 0) {
+		close(k->sched_fd);
+		t->stat_fds--;
+	}
+	if (k->wchan_fd >= 0) {
+		close(k->wchan_fd);
+		t->stat_fds--;
+	}
+	k->sched_fd = k->wchan_fd = -1;
+	k->run_len = 0;
+}
+
+static void still_forget(struct process_still *ps)
+{
+	ps->valid = ps->armed = false;
+}
+
+void still_free(struct uw_target *t)
+{
+	struct process_still *ps = &t->still;
+	for (uint32_t i = 0; i < ps->ntasks; i++)
+		still_task_close(t, &ps->tasks[i]);
+	ps->ntasks = 0;
+	if (ps->task_dir) {
+		closedir(ps->task_dir);
+		t->stat_fds--;
+	}
+	ps->task_dir = NULL;
+	free(ps->kept.threads);
+	ps->kept.threads = NULL;
+	ps->kept.cap = 0;
+	still_forget(ps);
+}
+
+/* The options a kept sample answers for: anything else and it is not the sample asked for. */
+static bool still_same_options(const struct uw_options *a, const struct uw_options *b)
+{
+	return a->flags == b->flags && a->mode == b->mode && a->async_mode == b->async_mode &&
+	       a->max_tasks == b->max_tasks && a->want_idle == b->want_idle;
+}
+
+/*
+ * Whether the process may be proven so: a thread's state letter (on_cpu)
+ * is the kernel's now, not a sample's, so modes that report it are left
+ * out, as is a sampler with its caches off.
+ */
+static bool still_applies(const struct uw_target *t)
+{
+	return !t->opts.no_cache && !t->opts.want_on_cpu && t->opts.mode != UW_MODE_CPU;
+}
+
+/*
+ * The process's task ids, sorted, into tids (at most max): their count,
+ * max + 1 when there are more, -1 when they could not be listed.
+ */
+static int still_list(struct uw_target *t, pid_t *tids, int max)
+{
+	struct process_still *ps = &t->still;
+	if (!ps->task_dir) {
+		if (t->stat_fds >= THREADS_STAT_FDS_MAX)
+			return -1;
+		char path[64];
+		snprintf(path, sizeof path, "/proc/%d/task", (int)t->pid);
+		if (!(ps->task_dir = opendir(path)))
+			return -1;
+		t->stat_fds++;
+	} else {
+		rewinddir(ps->task_dir);
+	}
+	int n = 0;
+	const struct dirent *de;
+	/* Bounded: the kernel lists each task once, and past max the answer is known. */
+	while ((de = readdir(ps->task_dir)) != NULL) {
+		char *end;
+		long tid = strtol(de->d_name, &end, 10);
+		if (*end != '\0' || tid <= 0)
+			continue;
+		if (n == max)
+			return max + 1;
+		/* Kept sorted: two listings are compared entry by entry. */
+		int k = n++;
+		for (; k > 0 && tids[k - 1] > tid; k--)
+			tids[k] = tids[k - 1];
+		tids[k] = (pid_t)tid;
+	}
+	return n;
+}
+
+/* The task's schedstat line into run: its length, 0 if unread or if it proves nothing. */
+static uint32_t still_run(const struct still_task *k, char run[THREADS_RUN_LEN])
+{
+	ssize_t n = pread(k->sched_fd, run, THREADS_RUN_LEN, 0);
+	if (n <= 0 || n >= THREADS_RUN_LEN)
+		return 0;
+	/* Three numbers, the last (times put on a CPU) counted: without it there is no proof. */
+	unsigned long long runtime, waited, arrivals;
+	run[n] = '\0';
+	if (sscanf(run, "%llu %llu %llu", &runtime, &waited, &arrivals) != 3 || arrivals == 0)
+		return 0;
+	return (uint32_t)n;
+}
+
+/* Whether the task sleeps off every run queue now (see threads_still_begin). */
+static bool still_off(const struct still_task *k)
+{
+	char buf[64];
+	ssize_t n = pread(k->wchan_fd, buf, sizeof buf, 0);
+	return n > 0 && !(n == 1 && buf[0] == '0');
+}
+
+/* The task's two files, open; false when they cannot be. */
+static bool still_task_open(struct uw_target *t, struct still_task *k)
+{
+	if (k->sched_fd >= 0 && k->wchan_fd >= 0)
+		return true;
+	if (t->stat_fds + 2 > THREADS_STAT_FDS_MAX)
+		return false;
+	char path[96];
+	snprintf(path, sizeof path, "/proc/%d/task/%d/schedstat", (int)t->pid, (int)k->tid);
+	k->sched_fd = open(path, O_RDONLY | O_CLOEXEC);
+	snprintf(path, sizeof path, "/proc/%d/task/%d/wchan", (int)t->pid, (int)k->tid);
+	k->wchan_fd = open(path, O_RDONLY | O_CLOEXEC);
+	t->stat_fds += (k->sched_fd >= 0) + (k->wchan_fd >= 0);
+	return k->sched_fd >= 0 && k->wchan_fd >= 0;
+}
+
+/* The next arming waits a doubling number of samples: the process was not still. */
+static void still_back_off(struct process_still *ps)
+{
+	ps->backoff = ps->backoff ? ps->backoff * 2 : 1;
+	if (ps->backoff > STILL_BACKOFF_MAX)
+		ps->backoff = STILL_BACKOFF_MAX;
+	ps->skip = ps->backoff;
+}
+
+/* Keep the tasks of tids (sorted), their files carried over where the task was kept before. */
+static void still_take_tasks(struct uw_target *t, const pid_t *tids, uint32_t n)
+{
+	struct process_still *ps = &t->still;
+	struct still_task next[STILL_TASKS_MAX];
+	uint32_t j = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		while (j < ps->ntasks && ps->tasks[j].tid < tids[i])
+			still_task_close(t, &ps->tasks[j++]);
+		if (j < ps->ntasks && ps->tasks[j].tid == tids[i])
+			next[i] = ps->tasks[j++];
+		else
+			next[i] = (struct still_task){.tid = tids[i], .sched_fd = -1, .wchan_fd = -1};
+	}
+	while (j < ps->ntasks)
+		still_task_close(t, &ps->tasks[j++]);
+	memcpy(ps->tasks, next, n * sizeof *next);
+	ps->ntasks = n;
+}
+
+bool still_sample(struct uw_target *t, struct uw_sample *s)
+{
+	struct process_still *ps = &t->still;
+	if (!ps->valid)
+		return false;
+	if (!still_applies(t) || ps->epoch != t->epoch || !still_same_options(&ps->opts, &t->opts)) {
+		still_forget(ps);
+		return false;
+	}
+	for (uint32_t i = 0; i < ps->ntasks; i++) {
+		struct still_task *k = &ps->tasks[i];
+		char run[THREADS_RUN_LEN];
+		uint32_t len = still_run(k, run);                              /* e */
+		if (!len || len != k->run_len || memcmp(run, k->run, len) != 0) {
+			/* It ran.  Kept and never proven since: the next arming waits. */
+			if (!ps->proofs)
+				still_back_off(ps);
+			else
+				ps->backoff = 0;
+			still_forget(ps);
+			return false;
+		}
+	}
+	const struct uw_sample *kept = &ps->kept;
+	if (kept->nthreads &&
+	    array_reserve((void **)&s->threads, &s->cap, kept->nthreads - 1, sizeof *s->threads,
+	                  NULL) != 0)
+		return false;
+	if (kept->nthreads)
+		memcpy(s->threads, kept->threads, kept->nthreads * sizeof *s->threads);
+	s->nthreads = kept->nthreads;
+	s->gc_running = kept->gc_running;
+	s->dropped_threads = 0;
+	s->cut = false;
+	s->tasks = kept->tasks;
+	s->tasks_cut = kept->tasks_cut;
+	s->tasks_error = kept->tasks_error;
+	t->stats.process_still++;
+	t->stats.thread_samples += kept->nthreads;
+	t->stats.steady_hits += kept->nthreads;
+	t->stats.frame_cache_full_hits += ps->kept_stacks;
+	t->stats.frames_from_cache += ps->kept_frames;
+	ps->proofs++;
+	return true;
+}
+
+void still_arm(struct uw_target *t)
+{
+	struct process_still *ps = &t->still;
+	still_forget(ps);
+	if (!still_applies(t))
+		return;
+	if (ps->skip) {
+		ps->skip--;
+		return;
+	}
+	pid_t tids[STILL_TASKS_MAX], again[STILL_TASKS_MAX];
+	int n = still_list(t, tids, STILL_TASKS_MAX);                        /* L0 */
+	if (n <= 0 || n > STILL_TASKS_MAX) {
+		/* Too many threads to be worth it (or no listing): look again after the longest wait. */
+		ps->backoff = ps->skip = STILL_BACKOFF_MAX;
+		return;
+	}
+	still_take_tasks(t, tids, (uint32_t)n);
+	for (uint32_t i = 0; i < ps->ntasks; i++) {
+		struct still_task *k = &ps->tasks[i];
+		if (!still_task_open(t, k)) {
+			ps->backoff = ps->skip = STILL_BACKOFF_MAX;
+			return;
+		}
+		k->run_len = still_run(k, k->run);                             /* a */
+		if (!k->run_len) {
+			ps->backoff = ps->skip = STILL_BACKOFF_MAX;
+			return;
+		}
+		if (!still_off(k)) {                                           /* b */
+			still_back_off(ps);
+			return;
+		}
+	}
+	if (still_list(t, again, STILL_TASKS_MAX) != n ||                    /* L1 */
+	    memcmp(again, tids, (size_t)n * sizeof *tids) != 0) {
+		still_back_off(ps);
+		return;
+	}
+	ps->armed = true;
+}
+
+void still_keep(struct uw_target *t, const struct uw_sample *s)
+{
+	struct process_still *ps = &t->still;
+	if (!ps->armed)
+		return;
+	ps->armed = false;
+	/* Only a sample read whole (c) stands for the process: nothing left out, nothing moving. */
+	if (s->cut || s->dropped_threads)
+		return;
+	uint64_t frames = 0, stacks = 0;
+	for (uint32_t i = 0; i < s->nthreads; i++) {
+		if (s->threads[i].moving)
+			return;
+	}
+	for (uint32_t i = 0; i < t->nthreads; i++) {
+		if (t->threads[i].seen != t->sample_gen)
+			continue;
+		frames += t->threads[i].n;
+		stacks += t->threads[i].n > 0;
+	}
+	struct uw_sample *kept = &ps->kept;
+	if (s->nthreads &&
+	    array_reserve((void **)&kept->threads, &kept->cap, s->nthreads - 1, sizeof *kept->threads,
+	                  NULL) != 0)
+		return;
+	if (s->nthreads)
+		memcpy(kept->threads, s->threads, s->nthreads * sizeof *s->threads);
+	kept->nthreads = s->nthreads;
+	kept->gc_running = s->gc_running;
+	kept->tasks = s->tasks;
+	kept->tasks_cut = s->tasks_cut;
+	kept->tasks_error = s->tasks_error;
+	ps->kept_frames = frames;
+	ps->kept_stacks = stacks;
+	ps->epoch = t->epoch;
+	ps->opts = t->opts;
+	ps->proofs = 0;
+	ps->valid = true;
+}
