@@ -309,6 +309,23 @@ bool proc_pid_namespace_nested(pid_t pid)
 	       proc_status_nspids(buf, &first, &last) > 1;
 }
 
+uint32_t proc_sched_line(int fd, char line[PROC_SCHED_LINE])
+{
+	ssize_t n = pread(fd, line, PROC_SCHED_LINE, 0);
+	return n > 0 && n < PROC_SCHED_LINE ? (uint32_t)n : 0;
+}
+
+bool proc_sched_line_counts(const char *line, uint32_t len)
+{
+	char copy[PROC_SCHED_LINE];
+	unsigned long long runtime, waited, arrivals;
+	if (!len || len >= sizeof copy)
+		return false;
+	memcpy(copy, line, len);
+	copy[len] = '\0';
+	return sscanf(copy, "%llu %llu %llu", &runtime, &waited, &arrivals) == 3 && arrivals > 0;
+}
+
 int proc_tasks(pid_t pid, pid_t *tids, pid_t *own_tids, int max)
 {
 	char path[64];

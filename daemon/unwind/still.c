@@ -40,10 +40,10 @@
  *
  * What it costs when it fails: a process with a thread that runs now and
  * then fails the check at that thread (a read or two), then arms again (two
- * reads a thread and two listings, about what the sample's read costs);
- * each arming that is not followed by a proof doubles the samples before
- * the next, up to STILL_BACKOFF_MAX, so a busy process pays a fraction of
- * a microsecond a sample for it.
+ * reads a thread and two listings, about what a sample of a few threads
+ * costs).  An arming that did not answer STILL_PROOFS_WORTH samples doubles
+ * the samples before the next, up to STILL_BACKOFF_MAX, so a process that
+ * is seldom still for long pays a fraction of a microsecond a sample for it.
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -144,20 +144,6 @@ static int still_list(struct uw_target *t, pid_t *tids, int max)
 	return n;
 }
 
-/* The task's schedstat line into run: its length, 0 if unread or if it proves nothing. */
-static uint32_t still_run(const struct still_task *k, char run[THREADS_RUN_LEN])
-{
-	ssize_t n = pread(k->sched_fd, run, THREADS_RUN_LEN, 0);
-	if (n <= 0 || n >= THREADS_RUN_LEN)
-		return 0;
-	/* Three numbers, the last (times put on a CPU) counted: without it there is no proof. */
-	unsigned long long runtime, waited, arrivals;
-	run[n] = '\0';
-	if (sscanf(run, "%llu %llu %llu", &runtime, &waited, &arrivals) != 3 || arrivals == 0)
-		return 0;
-	return (uint32_t)n;
-}
-
 /* Whether the task sleeps off every run queue now (see threads_still_begin). */
 static bool still_off(const struct still_task *k)
 {
@@ -222,11 +208,11 @@ bool still_sample(struct uw_target *t, struct uw_sample *s)
 	}
 	for (uint32_t i = 0; i < ps->ntasks; i++) {
 		struct still_task *k = &ps->tasks[i];
-		char run[THREADS_RUN_LEN];
-		uint32_t len = still_run(k, run);                              /* e */
+		char run[PROC_SCHED_LINE];
+		uint32_t len = proc_sched_line(k->sched_fd, run);               /* e */
 		if (!len || len != k->run_len || memcmp(run, k->run, len) != 0) {
-			/* It ran.  Kept and never proven since: the next arming waits. */
-			if (!ps->proofs)
+			/* It ran.  An arming that paid for itself is tried again at once. */
+			if (ps->proofs < STILL_PROOFS_WORTH)
 				still_back_off(ps);
 			else
 				ps->backoff = 0;
@@ -281,8 +267,8 @@ void still_arm(struct uw_target *t)
 			ps->backoff = ps->skip = STILL_BACKOFF_MAX;
 			return;
 		}
-		k->run_len = still_run(k, k->run);                             /* a */
-		if (!k->run_len) {
+		k->run_len = proc_sched_line(k->sched_fd, k->run);              /* a */
+		if (!proc_sched_line_counts(k->run, k->run_len)) {
 			ps->backoff = ps->skip = STILL_BACKOFF_MAX;
 			return;
 		}

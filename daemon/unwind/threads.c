@@ -403,23 +403,6 @@ static bool threads_still_off(const struct thread_still *st)
 	return n > 0 && !(n == 1 && buf[0] == '0');
 }
 
-/*
- * The thread's schedstat line into run: its length, 0 if unread or if it
- * proves nothing (a kernel that keeps no count of the times a thread was
- * put on a CPU: "0 0 0").
- */
-static uint32_t threads_still_run(const struct thread_still *st, char run[THREADS_RUN_LEN])
-{
-	ssize_t n = pread(st->sched_fd, run, THREADS_RUN_LEN, 0);
-	if (n <= 0 || n >= THREADS_RUN_LEN)
-		return 0;
-	unsigned long long runtime, waited, arrivals;
-	run[n] = '\0';
-	if (sscanf(run, "%llu %llu %llu", &runtime, &waited, &arrivals) != 3 || arrivals == 0)
-		return 0;
-	return (uint32_t)n;
-}
-
 void threads_still_begin(struct uw_target *t)
 {
 	bool proves = !t->layout.tstate.marker && !t->opts.no_cache;
@@ -435,17 +418,17 @@ void threads_still_begin(struct uw_target *t)
 		}
 		if (!threads_still_open(t, st))
 			continue;
-		char run[THREADS_RUN_LEN];
-		uint32_t len = threads_still_run(st, run);            /* e, and a */
-		if (!len) {
-			threads_still_close(t, st);
-			continue;
-		}
-		if (st->valid && len == st->run_len && memcmp(run, st->run, len) == 0) {
+		char run[PROC_SCHED_LINE];
+		uint32_t len = proc_sched_line(st->sched_fd, run);   /* e, and a */
+		if (st->valid && len && len == st->run_len && memcmp(run, st->run, len) == 0) {
 			st->holds = true;
 			continue;
 		}
 		st->valid = false;
+		if (!proc_sched_line_counts(run, len)) {
+			threads_still_close(t, st);
+			continue;
+		}
 		/* A thread on a CPU (or about to be) proves nothing now: its frames are read. */
 		if (!threads_still_off(st)) {                         /* b */
 			st->backoff = st->backoff ? st->backoff * 2 : 1;

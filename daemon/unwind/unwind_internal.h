@@ -156,6 +156,17 @@ char proc_thread_state(pid_t pid, pid_t tid);
  */
 int proc_tasks(pid_t pid, pid_t *tids, pid_t *own_tids, int max);
 
+/* Bytes of a thread's schedstat line kept (three decimal numbers). */
+#define PROC_SCHED_LINE 64
+/* A thread's schedstat line, read again through its descriptor: its length, 0 if unread. */
+uint32_t proc_sched_line(int fd, char line[PROC_SCHED_LINE]);
+/*
+ * Whether a schedstat line can prove a thread still: it counts the times
+ * the thread was put on a CPU (a kernel without CONFIG_SCHED_INFO reads
+ * "0 0 0").  Only lines that do are kept to compare later ones with.
+ */
+bool proc_sched_line_counts(const char *line, uint32_t len);
+
 /*
  * Whether the process lives in a pid namespace below this /proc's (a
  * container): then the thread ids it keeps in its memory are not /proc's.
@@ -292,8 +303,6 @@ struct chain_link {
  * (a hostile one copies its own) must not take the daemon's descriptors.
  */
 #define THREADS_STAT_FDS_MAX 256
-/* Bytes of a thread's schedstat line kept (three decimal numbers). */
-#define THREADS_RUN_LEN 64
 
 /*
  * What proves that a thread ran no instruction since its stack was read
@@ -309,11 +318,11 @@ struct thread_still {
 	bool holds;
 	/* This sample's pre-read: run was read before the thread was seen off every run queue. */
 	bool armed;
-	char armed_run[THREADS_RUN_LEN];
+	char armed_run[PROC_SCHED_LINE];
 	uint32_t armed_len;
 	/* The stack proven, read after the thread was seen off with run as it was then. */
 	bool valid;
-	char run[THREADS_RUN_LEN];
+	char run[PROC_SCHED_LINE];
 	uint32_t run_len;
 	uint32_t stack;
 	bool truncated;
@@ -396,11 +405,18 @@ struct walk_gil_ptr {
 #define STILL_TASKS_MAX 8
 /* Most samples between two armings of a process that was not still. */
 #define STILL_BACKOFF_MAX 64
+/*
+ * Samples an arming must answer to be tried again at once when the process
+ * runs: an arming reads /proc about as much as a sample of a few threads
+ * reads their memory, so fewer and the next one waits (a service whose
+ * threads each wake every few samples is not worth it).
+ */
+#define STILL_PROOFS_WORTH 2
 struct still_task {
 	pid_t tid;
 	int sched_fd, wchan_fd; /* /proc/PID/task/TID/schedstat and wchan, kept open; -1 */
 	uint32_t run_len;       /* its schedstat line when armed */
-	char run[THREADS_RUN_LEN];
+	char run[PROC_SCHED_LINE];
 };
 struct process_still {
 	DIR *task_dir;          /* /proc/PID/task, kept open; NULL */
