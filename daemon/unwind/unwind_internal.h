@@ -357,6 +357,13 @@ struct thread_cache {
 	uint64_t anchor_seq;
 	raddr_t wrote;       /* the marker this unwinder wrote last (0: none), and the sequence then */
 	uint64_t wrote_seq;
+	/*
+	 * The marker it wrote, seen in place, with this sequence, while the
+	 * thread's innermost frame was the marked one: alive then, so until
+	 * the sequence moves (walk_marker_set_live).  0: none.
+	 */
+	raddr_t vouched;
+	uint64_t vouched_seq;
 	bool marker_seen;    /* its marker was looked at once (a stale one is counted, then replaced) */
 	/*
 	 * Every read its last whole walk made, and the bytes it found: the

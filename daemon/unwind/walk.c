@@ -74,6 +74,8 @@ struct walk_interp {
 
 /* Frames above the marker's that leave it where it is: a call or two of code that calls and returns. */
 #define WALK_MARKER_NEAR 3
+/* Writes of a moving thread's marker in one sample: each try after one may take its part. */
+#define WALK_MARKER_WRITES 2
 /* Samples the marker is left alone after another profiler was seen writing it. */
 #define WALK_MARKER_QUIET 1000
 
@@ -150,17 +152,18 @@ static uint32_t walk_frame_index(const struct raw_frame *raw, uint32_t n, raddr_
  * with its layout and version validated at uw_open), unless writes are off
  * or paused for another profiler.  seq: the marker's sequence last read.
  */
-static void walk_marker_write(struct uw_target *t, struct thread_cache *tc, raddr_t tstate,
+static bool walk_marker_write(struct uw_target *t, struct thread_cache *tc, raddr_t tstate,
                               raddr_t frame, uint64_t seq)
 {
 	if (t->opts.no_write || t->sample_gen < t->marker_quiet_until)
-		return;
+		return false;
 	struct uw_error werr = {0};
-	if (remote_write(&t->mem, tstate + t->layout.tstate.marker_frame, &frame, sizeof frame, &werr) == 0) {
-		t->stats.marker_written++;
-		tc->wrote = frame;
-		tc->wrote_seq = seq;
-	}
+	if (remote_write(&t->mem, tstate + t->layout.tstate.marker_frame, &frame, sizeof frame, &werr) != 0)
+		return false;
+	t->stats.marker_written++;
+	tc->wrote = frame;
+	tc->wrote_seq = seq;
+	return true;
 }
 
 /*
@@ -209,6 +212,86 @@ static void walk_marker_after(struct walk *w, struct thread_cache *tc, raddr_t t
 }
 
 /*
+ * Whether the marker's frame mk was alive when the marker was set to it,
+ * which a partial read rests on.  The interpreter sets it only to the
+ * caller of a frame it pops, alive then; a proven walk that found it in
+ * place (the anchor) saw it alive.  A write sets it to a frame a walk read
+ * a while before, which may have returned since: the marker this unwinder
+ * wrote, still there, is trusted only once it was seen with the thread's
+ * innermost frame the marked one (vouched), and none is while another
+ * profiler is seen writing it (a write changes the marker and leaves its
+ * sequence).
+ */
+static bool walk_marker_set_live(const struct uw_target *t, const struct thread_cache *tc, raddr_t mk,
+                                 uint64_t seq)
+{
+	if (t->sample_gen < t->marker_quiet_until)
+		return false;
+	return mk != tc->wrote || (tc->anchor == mk && tc->anchor_seq == seq) ||
+	       (tc->vouched == mk && tc->vouched_seq == seq);
+}
+
+/* Looks at a marker just written, for the thread in the marked frame or the marker handed down. */
+#define WALK_MARKER_LOOKS 3
+
+/*
+ * The marker moved up to the frame the thread was in (w->ts_current),
+ * unless it is there already, and looked at again a moment later, with the
+ * thread's innermost frame in the same read: *mk and *seq as found.  A
+ * marker the frames returned from since handed down is the interpreter's;
+ * one still as written, with the thread in that very frame, was written on
+ * a frame alive then, and stays so while its sequence does (a pop of the
+ * marked frame moves both): it is vouched for.  A few looks, a
+ * microsecond apart, for either.  False when it could not be written or
+ * read.
+ */
+static bool walk_marker_move_up(struct walk *w, struct thread_cache *tc, raddr_t tstate, bool *wrote,
+                                raddr_t *mk, uint64_t *seq)
+{
+	struct uw_target *t = w->t;
+	const struct py_layout *L = &t->layout;
+	raddr_t frame = w->ts_current;
+	uint64_t seq_before = *seq;
+	*wrote = false;
+	if (!frame || L->tstate.frame == LAYOUT_ABSENT || L->tstate.frame >= L->tstate.marker_frame)
+		return false;
+	if (frame != *mk) {
+		if (!walk_marker_write(t, tc, tstate, frame, *seq))
+			return false;
+		*wrote = true;
+	} else if (frame != tc->wrote) {
+		return false; /* not this unwinder's: set_live judged it already */
+	}
+	/* current_frame and the marker lie a few words apart (3.15): one read a look. */
+	uint8_t now[64];
+	uint32_t span = L->tstate.marker_seq + 8 - L->tstate.frame;
+	if (span > sizeof now)
+		return false;
+	for (int look = 0; look < WALK_MARKER_LOOKS; look++) {
+		if (remote_read(&t->mem, tstate + L->tstate.frame, now, span, NULL) != 0)
+			return false;
+		raddr_t current = load_u64(now, 0);
+		*mk = load_u64(now, L->tstate.marker_frame - L->tstate.frame);
+		*seq = load_u64(now, L->tstate.marker_seq - L->tstate.frame);
+		if (*mk != frame && *wrote && *seq == seq_before) {
+			/* Changed with no frame popped since it was written: another profiler writes it. */
+			t->stats.marker_foreign++;
+			t->marker_quiet_until = t->sample_gen + WALK_MARKER_QUIET;
+			tc->wrote = 0;
+			return false;
+		}
+		if (*mk != frame)
+			return true; /* handed down by the interpreter */
+		if (current == frame) {
+			tc->vouched = frame;
+			tc->vouched_seq = *seq;
+			return true;
+		}
+	}
+	return true;
+}
+
+/*
  * Frames of a part read apart that one range takes together, and the bytes
  * between them it reads for nothing: the kernel pins the pages of each range
  * on its own, and a data stack's frames lie a few hundred bytes apart.
@@ -224,21 +307,42 @@ static void walk_marker_after(struct walk *w, struct thread_cache *tc, raddr_t t
  * are the thread's, at one moment, the marked frame at the instruction it
  * held then.  Its stack this sample is that part with a <moving> frame on
  * top, in w->raw from start (*n frames).  `near`: only a marker a few frames
- * below the walk's innermost, where it says most.  1 when so, 0 when not
- * provable (a read that fails too: the next try reads the process again and
- * reports what it finds), -1 out of memory.
+ * below the walk's innermost, where it says most; one that is not near, or
+ * that cannot be vouched for, is moved up first (walk_marker_move_up,
+ * counted in *writes).  1 when so, 0 when not provable (a read that fails
+ * too: the next try reads the process again and reports what it finds), -1
+ * out of memory.
  */
-static int walk_marker_partial(struct walk *w, raddr_t tstate, uint32_t start, uint32_t *n,
-                               bool near, struct uw_error *err)
+static int walk_marker_partial(struct walk *w, struct thread_cache *tc, raddr_t tstate,
+                               uint32_t start, uint32_t *n, bool near, unsigned *writes,
+                               struct uw_error *err)
 {
 	struct uw_target *t = w->t;
 	const struct py_layout *L = &t->layout;
 	raddr_t mk = w->ts_marker;
+	uint64_t seq = w->ts_marker_seq;
 	uint32_t walked = *n, at = walk_frame_index(w->raw + start, walked, mk);
 	/* The marker's sequence follows it in PyThreadState (3.15). */
-	if (!mk || at == walked || (near && at > WALK_MARKER_NEAR) ||
-	    L->tstate.marker_seq != L->tstate.marker_frame + 8)
+	if (L->tstate.marker_seq != L->tstate.marker_frame + 8)
 		return 0;
+	if (!mk || at == walked || (near && at > WALK_MARKER_NEAR) ||
+	    !walk_marker_set_live(t, tc, mk, seq)) {
+		/*
+		 * Far below where the thread moves (where the code it ran last
+		 * left it), or not to be vouched for: written where the thread
+		 * was, the frames it returns from hand the marker down to the one
+		 * it keeps calling from, alive when handed, and a look a moment
+		 * later finds it there.
+		 */
+		bool wrote;
+		if (*writes >= WALK_MARKER_WRITES || !walk_marker_move_up(w, tc, tstate, &wrote, &mk, &seq))
+			return 0;
+		*writes += wrote;
+		at = walk_frame_index(w->raw + start, walked, mk);
+		if (!mk || at == walked || (near && at > WALK_MARKER_NEAR) ||
+		    !walk_marker_set_live(t, tc, mk, seq))
+			return 0;
+	}
 	uint32_t part = walked - at;
 	const struct raw_frame *walk = w->raw + start + at;
 	for (uint32_t i = 0; i < part; i++)
@@ -279,7 +383,7 @@ static int walk_marker_partial(struct walk *w, raddr_t tstate, uint32_t start, u
 	for (uint32_t i = 0; i < nr; i++)
 		if (r[i].got != r[i].len)
 			return 0;
-	if (load_u64(r[0].buf, 0) != mk || load_u64(r[0].buf, 8) != w->ts_marker_seq ||
+	if (load_u64(r[0].buf, 0) != mk || load_u64(r[0].buf, 8) != seq ||
 	    memcmp(r[0].buf, r[nr - 1].buf, 16) != 0)
 		return 0;
 	/* The part, innermost first, behind a <moving> frame, in w->raw from start: decoded in place. */
@@ -385,6 +489,7 @@ static int walk_thread_stack(struct walk *w, struct thread_cache *tc, raddr_t ts
 	*dropped = false;
 	*moving = false;
 	bool marker = t->layout.tstate.marker && !t->opts.no_cache;
+	unsigned writes = 0;
 	if (marker) {
 		int honoured = walk_marker_honour(w, tc, tstate, stack, truncated, err);
 		if (honoured != 0)
@@ -453,7 +558,8 @@ static int walk_thread_stack(struct walk *w, struct thread_cache *tc, raddr_t ts
 		 * from.
 		 */
 		if (*moving && marker && collected && !w->cut) {
-			int part = walk_marker_partial(w, tstate, start, &n, attempt == 0, err);
+			bool last = attempt + 1 == attempts;
+			int part = walk_marker_partial(w, tc, tstate, start, &n, !last, &writes, err);
 			if (part < 0)
 				break;
 			if (part > 0) {
@@ -465,8 +571,11 @@ static int walk_thread_stack(struct walk *w, struct thread_cache *tc, raddr_t ts
 				*moving = false;
 				break;
 			}
-			if (attempt == 0 && w->ts_current && w->ts_current != w->ts_marker)
-				walk_marker_write(t, tc, tstate, w->ts_current, w->ts_marker_seq);
+		} else if (*moving && marker && !w->cut && writes < WALK_MARKER_WRITES && w->ts_current &&
+		           w->ts_current != w->ts_marker &&
+		           walk_marker_write(t, tc, tstate, w->ts_current, w->ts_marker_seq)) {
+			/* A walk that broke off: the marker moved up to where the thread was, for the next. */
+			writes++;
 		}
 		*dropped = attempt + 1 == attempts;
 	}
