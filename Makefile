@@ -441,12 +441,16 @@ sanitize:
 fuzz: deps
 	$(Q)$(MAKE) --no-print-directory BUILD=build-fuzz CC=clang FUZZ=1 OPT="-O1 -g" fuzz-run
 
+# As root each harness runs in a pid namespace of its own, beside one Python
+# process of its own (tests/fuzz/private.sh): the pids its inputs attach to and
+# the processes its rules judge are those, not whatever runs on the machine.
 fuzz-run: $(FUZZ_HARNESSES:%=$(BUILD)/fuzz/%)
 	$(Q)failed=; for f in $^; do \
 		name=$$(basename $$f); corpus=$(BUILD)/corpus/$$name; mkdir -p $$corpus; \
 		seeds=; [ -d tests/fuzz/seeds/$$name ] && seeds=tests/fuzz/seeds/$$name; \
 		echo "== $$name for $(FUZZ_HOW)"; \
-		$(TEST_ENV) $$f $(FUZZ_LIMIT) -print_final_stats=1 $$corpus $$seeds \
+		$(TEST_ENV) sh tests/fuzz/private.sh $(PYTHON) $$f $(FUZZ_LIMIT) -print_final_stats=1 \
+			$(FUZZ_ARGS) $$corpus $$seeds \
 			> $(BUILD)/fuzz/$$name.log 2>&1 || { failed="$$failed $$name"; tail -40 $(BUILD)/fuzz/$$name.log; }; \
 		grep -E '^stat::number_of_executed_units|^Done' $(BUILD)/fuzz/$$name.log | tail -1; \
 	done; \

@@ -46,25 +46,15 @@
  * is seldom still for long pays a fraction of a microsecond a sample for it.
  */
 #include <dirent.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "unwind_internal.h"
 
 static void still_task_close(struct uw_target *t, struct still_task *k)
 {
-	if (k->sched_fd >= 0) {
-		close(k->sched_fd);
-		t->stat_fds--;
-	}
-	if (k->wchan_fd >= 0) {
-		close(k->wchan_fd);
-		t->stat_fds--;
-	}
-	k->sched_fd = k->wchan_fd = -1;
+	sched_files_close(t, &k->files);
 	k->run_len = 0;
 }
 
@@ -144,30 +134,6 @@ static int still_list(struct uw_target *t, pid_t *tids, int max)
 	return n;
 }
 
-/* Whether the task sleeps off every run queue now (see threads_still_begin). */
-static bool still_off(const struct still_task *k)
-{
-	char buf[64];
-	ssize_t n = pread(k->wchan_fd, buf, sizeof buf, 0);
-	return n > 0 && !(n == 1 && buf[0] == '0');
-}
-
-/* The task's two files, open; false when they cannot be. */
-static bool still_task_open(struct uw_target *t, struct still_task *k)
-{
-	if (k->sched_fd >= 0 && k->wchan_fd >= 0)
-		return true;
-	if (t->stat_fds + 2 > THREADS_STAT_FDS_MAX)
-		return false;
-	char path[96];
-	snprintf(path, sizeof path, "/proc/%d/task/%d/schedstat", (int)t->pid, (int)k->tid);
-	k->sched_fd = open(path, O_RDONLY | O_CLOEXEC);
-	snprintf(path, sizeof path, "/proc/%d/task/%d/wchan", (int)t->pid, (int)k->tid);
-	k->wchan_fd = open(path, O_RDONLY | O_CLOEXEC);
-	t->stat_fds += (k->sched_fd >= 0) + (k->wchan_fd >= 0);
-	return k->sched_fd >= 0 && k->wchan_fd >= 0;
-}
-
 /* The next arming waits a doubling number of samples: the process was not still. */
 static void still_back_off(struct process_still *ps)
 {
@@ -189,7 +155,7 @@ static void still_take_tasks(struct uw_target *t, const pid_t *tids, uint32_t n)
 		if (j < ps->ntasks && ps->tasks[j].tid == tids[i])
 			next[i] = ps->tasks[j++];
 		else
-			next[i] = (struct still_task){.tid = tids[i], .sched_fd = -1, .wchan_fd = -1};
+			next[i] = (struct still_task){.tid = tids[i], .files = SCHED_FILES_NONE};
 	}
 	while (j < ps->ntasks)
 		still_task_close(t, &ps->tasks[j++]);
@@ -209,7 +175,7 @@ bool still_sample(struct uw_target *t, struct uw_sample *s)
 	for (uint32_t i = 0; i < ps->ntasks; i++) {
 		struct still_task *k = &ps->tasks[i];
 		char run[PROC_SCHED_LINE];
-		uint32_t len = proc_sched_line(k->sched_fd, run);               /* e */
+		uint32_t len = proc_sched_line(k->files.sched_fd, run);        /* e */
 		if (!len || len != k->run_len || memcmp(run, k->run, len) != 0) {
 			/* It ran.  An arming that paid for itself is tried again at once. */
 			if (ps->proofs < STILL_PROOFS_WORTH)
@@ -254,7 +220,7 @@ void still_arm(struct uw_target *t)
 		return;
 	}
 	pid_t tids[STILL_TASKS_MAX], again[STILL_TASKS_MAX];
-	int n = still_list(t, tids, STILL_TASKS_MAX);                        /* L0 */
+	int n = still_list(t, tids, STILL_TASKS_MAX);           /* L0 */
 	if (n <= 0 || n > STILL_TASKS_MAX) {
 		/* Too many threads to be worth it (or no listing): look again after the longest wait. */
 		ps->backoff = ps->skip = STILL_BACKOFF_MAX;
@@ -263,21 +229,21 @@ void still_arm(struct uw_target *t)
 	still_take_tasks(t, tids, (uint32_t)n);
 	for (uint32_t i = 0; i < ps->ntasks; i++) {
 		struct still_task *k = &ps->tasks[i];
-		if (!still_task_open(t, k)) {
+		if (!sched_files_open(t, &k->files, k->tid)) {
 			ps->backoff = ps->skip = STILL_BACKOFF_MAX;
 			return;
 		}
-		k->run_len = proc_sched_line(k->sched_fd, k->run);              /* a */
+		k->run_len = proc_sched_line(k->files.sched_fd, k->run);     /* a */
 		if (!proc_sched_line_counts(k->run, k->run_len)) {
 			ps->backoff = ps->skip = STILL_BACKOFF_MAX;
 			return;
 		}
-		if (!still_off(k)) {                                           /* b */
+		if (!sched_files_off(&k->files)) {                      /* b */
 			still_back_off(ps);
 			return;
 		}
 	}
-	if (still_list(t, again, STILL_TASKS_MAX) != n ||                    /* L1 */
+	if (still_list(t, again, STILL_TASKS_MAX) != n ||       /* L1 */
 	    memcmp(again, tids, (size_t)n * sizeof *tids) != 0) {
 		still_back_off(ps);
 		return;

@@ -29,17 +29,49 @@ static void threads_close_stat(struct uw_target *t, struct thread_cache *tc)
 	t->stat_fds--;
 }
 
+void sched_files_close(struct uw_target *t, struct sched_files *f)
+{
+	if (f->sched_fd >= 0) {
+		close(f->sched_fd);
+		t->stat_fds--;
+	}
+	if (f->wchan_fd >= 0) {
+		close(f->wchan_fd);
+		t->stat_fds--;
+	}
+	*f = SCHED_FILES_NONE;
+}
+
+bool sched_files_open(struct uw_target *t, struct sched_files *f, int64_t proc_tid)
+{
+	if (f->sched_fd >= 0 && f->wchan_fd >= 0)
+		return true;
+	sched_files_close(t, f);
+	if (proc_tid <= 0 || t->stat_fds + 2 > THREADS_STAT_FDS_MAX)
+		return false;
+	char path[96];
+	snprintf(path, sizeof path, "/proc/%d/task/%lld/schedstat", (int)t->pid, (long long)proc_tid);
+	f->sched_fd = open(path, O_RDONLY | O_CLOEXEC);
+	snprintf(path, sizeof path, "/proc/%d/task/%lld/wchan", (int)t->pid, (long long)proc_tid);
+	f->wchan_fd = open(path, O_RDONLY | O_CLOEXEC);
+	t->stat_fds += (f->sched_fd >= 0) + (f->wchan_fd >= 0);
+	if (f->sched_fd < 0 || f->wchan_fd < 0) {
+		sched_files_close(t, f);
+		return false;
+	}
+	return true;
+}
+
+bool sched_files_off(const struct sched_files *f)
+{
+	char buf[64];
+	ssize_t n = pread(f->wchan_fd, buf, sizeof buf, 0);
+	return n > 0 && !(n == 1 && buf[0] == '0');
+}
+
 static void threads_still_close(struct uw_target *t, struct thread_still *st)
 {
-	if (st->sched_fd >= 0) {
-		close(st->sched_fd);
-		t->stat_fds--;
-	}
-	if (st->wchan_fd >= 0) {
-		close(st->wchan_fd);
-		t->stat_fds--;
-	}
-	st->sched_fd = st->wchan_fd = -1;
+	sched_files_close(t, &st->files);
 	st->valid = st->holds = st->armed = false;
 }
 
@@ -76,7 +108,7 @@ struct thread_cache *threads_lookup(struct uw_target *t, raddr_t tstate, uint32_
 	}
 	struct thread_cache *tc = &t->threads[t->nthreads++];
 	*tc = (struct thread_cache){.tstate = tstate, .stat_fd = -1, .stat_tid = -1,
-	                            .still = {.sched_fd = -1, .wchan_fd = -1}};
+	                            .still = {.files = SCHED_FILES_NONE}};
 	return tc;
 }
 
@@ -374,33 +406,12 @@ int64_t threads_native_tid(struct uw_target *t, uint64_t pthread)
 /* Open the thread's schedstat and wchan, unless open already; false when they cannot be. */
 static bool threads_still_open(struct uw_target *t, struct thread_still *st)
 {
-	if (st->sched_fd >= 0 && st->wchan_fd >= 0)
+	if (st->files.sched_fd >= 0 && st->files.wchan_fd >= 0)
+		return true;
+	if (sched_files_open(t, &st->files, threads_proc_tid(t, st->tid)))
 		return true;
 	threads_still_close(t, st);
-	if (t->stat_fds + 2 > THREADS_STAT_FDS_MAX)
-		return false;
-	int64_t proc_tid = threads_proc_tid(t, st->tid);
-	if (proc_tid <= 0)
-		return false;
-	char path[96];
-	snprintf(path, sizeof path, "/proc/%d/task/%lld/schedstat", (int)t->pid, (long long)proc_tid);
-	st->sched_fd = open(path, O_RDONLY | O_CLOEXEC);
-	snprintf(path, sizeof path, "/proc/%d/task/%lld/wchan", (int)t->pid, (long long)proc_tid);
-	st->wchan_fd = open(path, O_RDONLY | O_CLOEXEC);
-	t->stat_fds += (st->sched_fd >= 0) + (st->wchan_fd >= 0);
-	if (st->sched_fd < 0 || st->wchan_fd < 0) {
-		threads_still_close(t, st);
-		return false;
-	}
-	return true;
-}
-
-/* Whether the kernel shows the thread asleep off every run queue now. */
-static bool threads_still_off(const struct thread_still *st)
-{
-	char buf[64];
-	ssize_t n = pread(st->wchan_fd, buf, sizeof buf, 0);
-	return n > 0 && !(n == 1 && buf[0] == '0');
+	return false;
 }
 
 void threads_still_begin(struct uw_target *t)
@@ -419,7 +430,7 @@ void threads_still_begin(struct uw_target *t)
 		if (!threads_still_open(t, st))
 			continue;
 		char run[PROC_SCHED_LINE];
-		uint32_t len = proc_sched_line(st->sched_fd, run);   /* e, and a */
+		uint32_t len = proc_sched_line(st->files.sched_fd, run);   /* e, and a */
 		if (st->valid && len && len == st->run_len && memcmp(run, st->run, len) == 0) {
 			st->holds = true;
 			continue;
@@ -430,7 +441,7 @@ void threads_still_begin(struct uw_target *t)
 			continue;
 		}
 		/* A thread on a CPU (or about to be) proves nothing now: its frames are read. */
-		if (!threads_still_off(st)) {                         /* b */
+		if (!sched_files_off(&st->files)) {                         /* b */
 			st->backoff = st->backoff ? st->backoff * 2 : 1;
 			if (st->backoff > THREADS_STILL_BACKOFF_MAX)
 				st->backoff = THREADS_STILL_BACKOFF_MAX;

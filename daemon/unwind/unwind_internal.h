@@ -305,11 +305,27 @@ struct chain_link {
 #define THREADS_STAT_FDS_MAX 256
 
 /*
+ * A thread's /proc/PID/task/TID/schedstat and wchan, kept open for the
+ * kernel's proofs that it stood still (threads.c, still.c); -1 when not.
+ * They stay on the task they were opened for: once it exits they read
+ * nothing, even if its tid is given to another.
+ */
+struct sched_files {
+	int sched_fd, wchan_fd;
+};
+#define SCHED_FILES_NONE ((struct sched_files){.sched_fd = -1, .wchan_fd = -1})
+/* Open both for task proc_tid (the id /proc gives it), unless open; false when they cannot be. */
+bool sched_files_open(struct uw_target *t, struct sched_files *f, int64_t proc_tid);
+void sched_files_close(struct uw_target *t, struct sched_files *f);
+/* Whether the kernel shows the task asleep off every run queue now (its wchan names a function). */
+bool sched_files_off(const struct sched_files *f);
+
+/*
  * What proves that a thread ran no instruction since its stack was read
  * (threads.c; the argument is above threads_still_begin).
  */
 struct thread_still {
-	int sched_fd, wchan_fd; /* /proc/PID/task/TID/schedstat and wchan, kept open; -1 */
+	struct sched_files files;
 	int64_t tid;            /* the thread they are of */
 	bool want;              /* worth proving: a deep stack, its tid known */
 	/* Samples left before looking again at a thread last seen on a CPU, and the next such wait. */
@@ -421,7 +437,7 @@ struct walk_gil_ptr {
 #define STILL_PROOFS_WORTH 2
 struct still_task {
 	pid_t tid;
-	int sched_fd, wchan_fd; /* /proc/PID/task/TID/schedstat and wchan, kept open; -1 */
+	struct sched_files files;
 	uint32_t run_len;       /* its schedstat line when armed */
 	char run[PROC_SCHED_LINE];
 };
