@@ -346,6 +346,31 @@ def scenario_move(report_path):
     hold()
 
 
+def spin_deep(n, wake, ack):
+    if n == 0:
+        os.read(wake, 1)  # BLOCK
+        os.write(ack, b"x")
+        while True:
+            pass
+    spin_deep(n - 1, wake, ack)
+
+
+def scenario_move_spin(report_path):
+    """One thread sleeps 600 frames deep on a FIFO (REPORT_PATH.fifo), the
+    rest of the process asleep too; a byte written into it from outside
+    wakes that thread alone, which says so with a byte into another FIFO
+    (REPORT_PATH.ack: a write that does not sleep) and runs on, never to
+    leave its CPU again."""
+    os.mkfifo(report_path + ".fifo")
+    os.mkfifo(report_path + ".ack")
+    # Read-write: neither open waits for the other end.
+    wake = os.open(report_path + ".fifo", os.O_RDWR)
+    ack = os.open(report_path + ".ack", os.O_RDWR)
+    mover = start_worker(spin_deep, "mover", MOVE_DEPTH, wake, ack)
+    start_reporter(report_path, [mover])
+    hold()
+
+
 def ticker():
     while True:
         time.sleep(0.002)
@@ -607,6 +632,7 @@ SCENARIOS = {
     "dive": scenario_dive,
     "move": scenario_move,
     "move_busy": scenario_move_busy,
+    "move_spin": scenario_move_spin,
     "wake": scenario_wake,
     "callbacks": scenario_callbacks,
     "nonascii": scenario_nonascii,

@@ -4,6 +4,7 @@
  * target makes.
  */
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
@@ -153,12 +154,45 @@ static bool proof_seen(const struct python *py, const struct uw_stats *st, enum 
 }
 
 /*
+ * Wakes the target of scenario: SIGUSR1, or for move_spin a byte into its
+ * FIFO (the thread alone wakes).  A descriptor to wait on for move_spin's
+ * answer (-1 for the others, which write REPORT.moved).
+ */
+static int deep_stack_wake(const struct test_target *target, const char *scenario)
+{
+	if (strcmp(scenario, "move_spin") != 0) {
+		cr_assert_eq(kill(target->pid, SIGUSR1), 0);
+		return -1;
+	}
+	char path[PATH_MAX + 8];
+	snprintf(path, sizeof path, "%s.ack", target->report);
+	int ack = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	cr_assert_geq(ack, 0, "%s: %m", path);
+	snprintf(path, sizeof path, "%s.fifo", target->report);
+	int fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+	cr_assert_geq(fd, 0, "%s: %m", path);
+	cr_assert_eq(write(fd, "x", 1), 1, "%s: %m", path);
+	close(fd);
+	return ack;
+}
+
+/* Whether the woken thread said it moved on. */
+static bool deep_stack_moved(int ack, const char *moved)
+{
+	char byte;
+	return ack >= 0 ? read(ack, &byte, 1) == 1 : file_exists(moved);
+}
+
+/*
  * A thread that sleeps 600 frames deep is taken from the caches without its
- * frames being read; woken, it sleeps again on the next line of the same
- * frame, every frame where it was.  From the moment it says so, no sample
- * shows it on the old line.  Alone in a process that sleeps, the kernel
- * proves that nothing of the process ran (scenario move); beside a thread
- * that wakes every 2 ms, only the thread's own proof can hold (move_busy).
+ * frames being read; woken, it goes on at the next line of the same frame,
+ * every frame where it was.  From the moment it says so, no sample shows it
+ * on the old line.  Alone in a process that sleeps, the kernel proves that
+ * nothing of the process ran (scenario move; move_spin, whose thread wakes
+ * alone and runs on without ever leaving its CPU, so no run time of it is
+ * counted until the next tick: only the count of times it was put on a CPU
+ * tells); beside a thread that wakes every 2 ms, only the thread's own
+ * proof can hold (move_busy).
  */
 static void deep_stack_moves(const char *scenario, enum still_proof proof)
 {
@@ -173,7 +207,8 @@ static void deep_stack_moves(const char *scenario, enum still_proof proof)
 		cr_assert_not_null(top);
 		/* The sleeping frame as sample_text spells it: on its first line, then. */
 		char before[PATH_MAX + 64];
-		snprintf(before, sizeof before, " move_deep@%s:%d ",
+		const char *frame = strcmp(scenario, "move_spin") == 0 ? " spin_deep@" : " move_deep@";
+		snprintf(before, sizeof before, "%s%s:%d ", frame,
 		         json_string_value(json_object_get(top, "file")),
 		         (int)json_integer_value(json_object_get(top, "line")));
 		json_decref(report);
@@ -204,21 +239,29 @@ static void deep_stack_moves(const char *scenario, enum still_proof proof)
 			cr_assert_leq(st.process_still, st.samples / 4, "%s: %llu of %llu samples", pys[i].path,
 			             (unsigned long long)st.process_still, (unsigned long long)st.samples);
 
-		cr_assert_eq(kill(target.pid, SIGUSR1), 0);
-		for (int wait = 0; !file_exists(moved); wait++) {
-			cr_assert_lt(wait, 30000, "%s: the thread never said it moved", pys[i].path);
-			/* Sampling on through the move, as a profiler does. */
+		int ack = deep_stack_wake(&target, scenario);
+		for (int wait = 0; !deep_stack_moved(ack, moved); wait++) {
+			cr_assert_lt(wait, 3000000, "%s: the thread never said it moved", pys[i].path);
+			/*
+			 * Sampling on through the move, as a profiler does: back to
+			 * back where the thread runs on, so that the samples right
+			 * after its word fall before the kernel counts its run time.
+			 */
 			uw_sample(t, &s, &err);
-			usleep(1000);
+			if (ack < 0)
+				usleep(1000);
 		}
+		if (ack >= 0)
+			close(ack);
 		for (int round = 0; round < MOVE_SAMPLES_AFTER; round++) {
 			cr_assert_eq(uw_sample(t, &s, &err), 0, "%s: sample: %s", pys[i].path, err.msg);
 			char *text = sample_text(t, &s);
-			cr_assert(strstr(text, " move_deep@") && !strstr(text, before),
+			cr_assert(strstr(text, frame) && !strstr(text, before),
 			          "%s %s: sample %d after the move shows the old stack:\n%s", pys[i].path,
 			          scenario, round, text);
 			free(text);
-			usleep(round < 10 ? 100 : 1000);
+			if (ack < 0)
+				usleep(round < 10 ? 100 : 1000);
 		}
 		uw_sample_free(&s);
 		uw_close(t);
@@ -229,6 +272,11 @@ static void deep_stack_moves(const char *scenario, enum still_proof proof)
 Test(sample, a_deep_stack_that_moves_is_never_kept, .timeout = 300)
 {
 	deep_stack_moves("move", PROOF_PROCESS);
+}
+
+Test(sample, a_deep_stack_that_wakes_alone_and_runs_on_is_never_kept, .timeout = 300)
+{
+	deep_stack_moves("move_spin", PROOF_PROCESS);
 }
 
 Test(sample, a_deep_stack_that_moves_beside_a_busy_thread_is_never_kept, .timeout = 300)
