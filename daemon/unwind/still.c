@@ -229,8 +229,9 @@ void still_arm(struct uw_target *t)
 	still_take_tasks(t, tids, (uint32_t)n);
 	for (uint32_t i = 0; i < ps->ntasks; i++) {
 		struct still_task *k = &ps->tasks[i];
+		/* A task that ended since the listing: the process is not still. */
 		if (!sched_files_open(t, &k->files, k->tid)) {
-			ps->backoff = ps->skip = STILL_BACKOFF_MAX;
+			still_back_off(ps);
 			return;
 		}
 		k->run_len = proc_sched_line(k->files.sched_fd, k->run);     /* a */
