@@ -16,29 +16,39 @@ static bool elf_name_matches(const char *want, const char *name)
 	return strcmp(want, name) == 0;
 }
 
+/*
+ * Fill in the symbols of syms not found yet from one symbol table; *left
+ * counts those still wanted.  A libpython has tens of thousands of symbols
+ * and a lookup wants a dozen: a name is compared only when its first byte
+ * is one of theirs, and the walk stops once all are found.
+ */
 static void elf_scan_symtab(Elf *elf, Elf_Scn *scn, const GElf_Shdr *shdr,
-                            struct elf_symbol *syms, size_t nsyms)
+                            struct elf_symbol *syms, size_t nsyms, size_t *left)
 {
 	Elf_Data *data = elf_getdata(scn, NULL);
 	if (!data || shdr->sh_entsize == 0)
 		return;
+	bool first[256] = {false};
+	for (size_t k = 0; k < nsyms; k++)
+		first[(unsigned char)syms[k].name[0]] = true;
 	size_t count = shdr->sh_size / shdr->sh_entsize;
 	if (count > ELF_MAX_SYMBOLS)
 		count = ELF_MAX_SYMBOLS;
-	for (size_t i = 0; i < count; i++) {
+	for (size_t i = 0; i < count && *left; i++) {
 		GElf_Sym sym;
 		if (!gelf_getsym(data, (int)i, &sym))
 			break;
 		if (sym.st_shndx == SHN_UNDEF || sym.st_name == 0)
 			continue;
 		const char *name = elf_strptr(elf, shdr->sh_link, sym.st_name);
-		if (!name)
+		if (!name || !first[(unsigned char)name[0]])
 			continue;
 		for (size_t k = 0; k < nsyms; k++) {
 			if (!syms[k].found && elf_name_matches(syms[k].name, name)) {
 				syms[k].found = true;
 				syms[k].value = sym.st_value;
 				syms[k].size = sym.st_size;
+				(*left)--;
 			}
 		}
 	}
@@ -73,7 +83,7 @@ int elf_lookup(int fd, struct elf_symbol *syms, size_t nsyms, struct elf_facts *
 		}
 	}
 
-	size_t shstrndx;
+	size_t shstrndx, left = nsyms;
 	if (elf_getshdrstrndx(elf, &shstrndx) == 0) {
 		Elf_Scn *scn = NULL;
 		while ((scn = elf_nextscn(elf, scn)) != NULL) {
@@ -81,7 +91,7 @@ int elf_lookup(int fd, struct elf_symbol *syms, size_t nsyms, struct elf_facts *
 			if (!gelf_getshdr(scn, &shdr))
 				continue;
 			if (shdr.sh_type == SHT_DYNSYM || shdr.sh_type == SHT_SYMTAB) {
-				elf_scan_symtab(elf, scn, &shdr, syms, nsyms);
+				elf_scan_symtab(elf, scn, &shdr, syms, nsyms, &left);
 			} else {
 				const char *name = elf_strptr(elf, shstrndx, shdr.sh_name);
 				if (name && strcmp(name, ".PyRuntime") == 0)
