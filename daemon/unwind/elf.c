@@ -20,7 +20,8 @@ static bool elf_name_matches(const char *want, const char *name)
  * Fill in the symbols of syms not found yet from one symbol table; *left
  * counts those still wanted.  A libpython has tens of thousands of symbols
  * and a lookup wants a dozen: a name is compared only when its first byte
- * is one of theirs, and the walk stops once all are found.
+ * is one of theirs, and the walk stops once all but the spare ones are
+ * found.
  */
 static void elf_scan_symtab(Elf *elf, Elf_Scn *scn, const GElf_Shdr *shdr,
                             struct elf_symbol *syms, size_t nsyms, size_t *left)
@@ -48,7 +49,7 @@ static void elf_scan_symtab(Elf *elf, Elf_Scn *scn, const GElf_Shdr *shdr,
 				syms[k].found = true;
 				syms[k].value = sym.st_value;
 				syms[k].size = sym.st_size;
-				(*left)--;
+				*left -= !syms[k].spare;
 			}
 		}
 	}
@@ -83,7 +84,9 @@ int elf_lookup(int fd, struct elf_symbol *syms, size_t nsyms, struct elf_facts *
 		}
 	}
 
-	size_t shstrndx, left = nsyms;
+	size_t shstrndx, left = 0;
+	for (size_t k = 0; k < nsyms; k++)
+		left += !syms[k].spare;
 	if (elf_getshdrstrndx(elf, &shstrndx) == 0) {
 		Elf_Scn *scn = NULL;
 		while ((scn = elf_nextscn(elf, scn)) != NULL) {

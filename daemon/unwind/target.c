@@ -42,8 +42,15 @@ static void target_symbols(struct elf_symbol syms[SYM_COUNT])
 		[SYM_API_3_8] = "PyCode_NewWithPosOnlyArgs",
 		[SYM_API_ANY] = "Py_Initialize",
 	};
+	/*
+	 * What tells the version where Py_Version is missing (3.8-3.10), and
+	 * whether a file without a runtime is an older Python, is needed only
+	 * then, when the walk goes through every symbol anyway; with Py_Version
+	 * (3.11+) it stops at the exported ones, before the static ones.
+	 */
 	for (int i = 0; i < SYM_COUNT; i++)
-		syms[i] = (struct elf_symbol){.name = names[i]};
+		syms[i] = (struct elf_symbol){.name = names[i],
+		                              .spare = i >= SYM_VERSION_BUFFER};
 }
 
 static bool path_is_libpython(const char *path)

@@ -187,6 +187,7 @@ struct elf_symbol {
 	uint64_t value; /* st_value, unrelocated */
 	uint64_t size;
 	bool found;     /* defined in this file */
+	bool spare;     /* wanted only if met: the walk stops once every other one is found */
 };
 
 struct elf_facts {
