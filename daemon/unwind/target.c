@@ -306,6 +306,12 @@ struct uw_target *uw_open(pid_t pid, struct uw_error *err)
 		uw_fail(err, UW_ENOPROC, "no process with pid %d", (int)pid);
 		return NULL;
 	}
+	/* The unwinder's own process runs no Python: said at once, not after reading all its symbols. */
+	if (pid == getpid()) {
+		uw_fail(err, UW_ENOTPYTHON, "process %d is not a Python process (it is this pyprofd)",
+		        (int)pid);
+		return NULL;
+	}
 	struct uw_target *t = target_new(pid, err);
 	if (!t)
 		return NULL;

@@ -574,6 +574,13 @@ Test(daemon, clear_errors, .timeout = 300)
 	ctl_expect_failure(&d, detach_self, 9, NULL, "a process never attached");
 	const char *attach_self[] = {"attach", pid_text(getpid(), p, sizeof p), NULL};
 	ctl_expect_failure(&d, attach_self, 5, NULL, "a process that is not Python");
+	/* The daemon itself: not Python, and said so by name. */
+	const char *attach_daemon[] = {"attach", pid_text(d.pid, p, sizeof p), NULL};
+	struct run_result r;
+	ctl_run(&d, &r, attach_daemon, NULL);
+	cr_assert(r.exited && r.code == 5 && r.err && strstr(r.err, "it is this pyprofd"),
+	          "attaching the daemon to itself: exit %d: %s", r.code, r.err ? r.err : "");
+	run_result_free(&r);
 	const char *too_fast[] = {"attach", pid_text(getpid(), p, sizeof p), "--rate", "1000000", NULL};
 	ctl_expect_failure(&d, too_fast, 1, NULL, "a rate above the maximum");
 	daemon_stop(&d);
