@@ -255,7 +255,7 @@ static void shares_check(const struct python *py, uint64_t period_ns, double sec
  * tells a frame read while alive from the bytes it left when it returned,
  * so a thread that calls and returns faster than its stack can be read is
  * proven only when a read happens to hold, and the call-heavy phase comes
- * out short there (12 to 26 % of the samples for 40 % of the time at
+ * out short there (12 to 35 % of the samples for 40 % of the time at
  * 1 kHz): it runs by hand, for the figure.
  */
 static bool shares_wanted(const struct python *py)
