@@ -189,13 +189,14 @@ LINK_CTL   = -lprotobuf-c -ljansson -lz -lm
 # ---- tests: one criterion binary per library, each linking that library alone ----
 #
 #   tests/base tests/unwind tests/wire tests/storage tests/export   the libraries' unit tests
+#   tests/shares   the unwinder against a ground truth of shares: run alone (see test:)
 #   tests/daemon tests/client   the programs' modules (libdaemon.a, libctl.a)
 #   tests/system   the programs, run for real: daemon, dump, history, install
 # tests/*.c is the support they share (interpreters, helpers).
 
 TEST_SUPPORT_SRC = tests/helpers.c tests/pythons.c
 TEST_SUPPORT_OBJ = $(call obj,$(TEST_SUPPORT_SRC))
-TEST_SUITES = base unwind wire storage export daemon client system
+TEST_SUITES = base unwind shares wire storage export daemon client system
 test_src = $(wildcard tests/$(1)/*.c)
 test_obj = $(call obj,$(call test_src,$(1)))
 TEST_BINS  = $(TEST_SUITES:%=$(BUILD)/tests/%-tests)
@@ -205,6 +206,7 @@ LIBS_TEST  = $(shell pkg-config --libs criterion jansson 2>/dev/null)
 $(TEST_SUPPORT_OBJ):              LIBINC = $(NO_SQLITE) $(NO_EV) -Itests
 $(call test_obj,base):            LIBINC = $(NO_SQLITE) $(NO_EV) $(NO_PROTOBUF) -Itests $(INC_BASE)
 $(call test_obj,unwind):          LIBINC = $(NO_SQLITE) $(NO_EV) $(NO_PROTOBUF) -Itests $(INC_UNWIND)
+$(call test_obj,shares):          LIBINC = $(NO_SQLITE) $(NO_EV) $(NO_PROTOBUF) -Itests $(INC_UNWIND)
 $(call test_obj,wire):            LIBINC = $(NO_SQLITE) $(NO_EV) -Itests $(INC_WIRE)
 $(call test_obj,storage):         LIBINC = $(NO_EV) $(NO_PROTOBUF) -Itests $(INC_STORE)
 $(call test_obj,export):          LIBINC = $(NO_SQLITE) $(NO_EV) -Itests $(INC_EXPORT)
@@ -307,6 +309,10 @@ $(BUILD)/tests/base-tests: $(call test_obj,base) $(LIBBASE)
 $(BUILD)/tests/unwind-tests: $(call test_obj,unwind) $(TEST_SUPPORT_OBJ) $(LIBUNWIND) $(LIBBASE)
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc -o $@ $^ -lelf $(LIBS_TEST) -lm
+
+$(BUILD)/tests/shares-tests: $(call test_obj,shares) $(TEST_SUPPORT_OBJ) $(LIBUNWIND) $(LIBBASE)
+	$(E) "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lelf $(LIBS_TEST) -lm
 
 $(BUILD)/tests/wire-tests: $(call test_obj,wire) $(LIBWIRE) $(LIBBASE)
 	$(E) "  LD      $@"
@@ -425,7 +431,8 @@ test: deps
 	[ -z "$$cwhy" ] || { $(COLLECTOR_SKIPPED); }; \
 	failed=; for t in $(TEST_BINS); do \
 		echo "== $$t"; \
-		env $(TEST_ENV) $$roots $$t --jobs 2 $(TEST_ARGS) || failed="$$failed $$(basename $$t)"; \
+		jobs=2; case $$t in */shares-tests) jobs=1;; esac; \
+		env $(TEST_ENV) $$roots $$t --jobs $$jobs $(TEST_ARGS) || failed="$$failed $$(basename $$t)"; \
 	done; \
 	[ -z "$$why" ] || { $(PYTHONS_SKIPPED); }; \
 	[ -z "$$cwhy" ] || { $(COLLECTOR_SKIPPED); }; \

@@ -637,6 +637,12 @@ struct walk {
 	/* 3.15: what frames_collect read of the thread state, in the copy the walk used. */
 	raddr_t ts_current, ts_marker;
 	uint64_t ts_marker_seq;
+	/*
+	 * 3.15: the frame the marker was moved up to before this thread's first
+	 * try, after the batch read it (walk_marker_early): ts_marker of that
+	 * try is older than the write.  0: none.
+	 */
+	raddr_t marker_early;
 	uint64_t deadline_ns; /* CLOCK_MONOTONIC; 0: no bound on this sample */
 	bool cut;             /* the deadline passed: the walk stops where it is */
 	uint32_t until_clock; /* frames walked before the clock is looked at again */

@@ -183,6 +183,12 @@ static void walk_marker_after(struct walk *w, struct thread_cache *tc, raddr_t t
 	struct uw_target *t = w->t;
 	raddr_t cur = w->ts_current, mk = w->ts_marker;
 	uint64_t seq = w->ts_marker_seq;
+	/* Moved up before the walk, after the batch read it: nothing here is the marker now. */
+	if (w->marker_early) {
+		tc->anchor = 0;
+		tc->marker_seen = true;
+		return;
+	}
 	bool top_is_frame = n > 0 && raw[0].addr == cur && cur != 0;
 	uint32_t above = walk_frame_index(raw, n, mk);
 	bool in_chain = above < n;
@@ -255,7 +261,9 @@ static bool walk_marker_move_up(struct walk *w, struct thread_cache *tc, raddr_t
 	*wrote = false;
 	if (!frame || L->tstate.frame == LAYOUT_ABSENT || L->tstate.frame >= L->tstate.marker_frame)
 		return false;
-	if (frame != *mk) {
+	if (frame == w->marker_early) {
+		/* Written before this try's walk: looked at now. */
+	} else if (frame != *mk) {
 		if (!walk_marker_write(t, tc, tstate, frame, *seq))
 			return false;
 		*wrote = true;
@@ -414,6 +422,37 @@ static int walk_marker_partial(struct walk *w, struct thread_cache *tc, raddr_t 
 	return 1;
 }
 
+/*
+ * 3.15: a thread whose stack changed since the last sample, with its
+ * marker neither on its innermost frame nor among the frames just below
+ * it last time (where code that calls and returns keeps it), is moved up
+ * to that frame before its walk, not after: should the walk tear, the
+ * frames the thread returned from meanwhile have handed the marker down to
+ * the one it keeps calling from, so the part proven is where the thread
+ * stood as the sample began, not a walk later.  The thread state is the
+ * batch's copy, read before the write.  True when written.
+ */
+static bool walk_marker_early(struct walk *w, struct thread_cache *tc, raddr_t tstate)
+{
+	struct uw_target *t = w->t;
+	const struct py_layout *L = &t->layout;
+	if (L->tstate.frame == LAYOUT_ABSENT)
+		return false;
+	const uint8_t *ts = view_read(t, tstate, L->tstate.size, 0, NULL);
+	if (!ts)
+		return false;
+	raddr_t cur = load_u64(ts, L->tstate.frame), mk = load_u64(ts, L->tstate.marker_frame);
+	if (!cur || mk == cur || !tc->marker_seen)
+		return false;
+	for (uint32_t i = 0; i < tc->n && i <= WALK_MARKER_NEAR; i++)
+		if (tc->chain[tc->n - 1 - i].addr == mk)
+			return false;
+	if (!walk_marker_write(t, tc, tstate, cur, load_u64(ts, L->tstate.marker_seq)))
+		return false;
+	w->marker_early = cur;
+	return true;
+}
+
 /* A thread's reads kept for the proof by equal bytes: more is walked instead. */
 #define WALK_PROOF_MAX_BYTES (256u << 10)
 
@@ -498,6 +537,9 @@ static int walk_thread_stack(struct walk *w, struct thread_cache *tc, raddr_t ts
 	if (walk_same_bytes(w, tc, stack, truncated))
 		return 0;
 	tc->nreads = 0;
+	w->marker_early = 0;
+	if (marker && walk_marker_early(w, tc, tstate))
+		writes++;
 	for (int attempt = 0; attempt < attempts; attempt++) {
 		uint32_t n = 0;
 		w->nraw = start;
@@ -505,6 +547,7 @@ static int walk_thread_stack(struct walk *w, struct thread_cache *tc, raddr_t ts
 		*truncated = false;
 		/* The batch's copy of this stack is what just failed: take a fresh one. */
 		if (attempt > 0) {
+			w->marker_early = 0; /* the fresh copy reads the marker as it is now */
 			t->stats.torn_retries++;
 			if ((rc = view_retry(t, mark, err)) != 0)
 				break;
@@ -572,7 +615,7 @@ static int walk_thread_stack(struct walk *w, struct thread_cache *tc, raddr_t ts
 				break;
 			}
 		} else if (*moving && marker && !w->cut && writes < WALK_MARKER_WRITES && w->ts_current &&
-		           w->ts_current != w->ts_marker &&
+		           w->ts_current != w->ts_marker && w->ts_current != w->marker_early &&
 		           walk_marker_write(t, tc, tstate, w->ts_current, w->ts_marker_seq)) {
 			/* A walk that broke off: the marker moved up to where the thread was, for the next. */
 			writes++;
