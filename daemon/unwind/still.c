@@ -80,6 +80,25 @@ void still_free(struct uw_target *t)
 	still_forget(ps);
 }
 
+/* A sample read whole (nothing cut or left out) into dst, its room kept; 0 or -1. */
+static int still_copy(struct uw_sample *dst, const struct uw_sample *src)
+{
+	if (src->nthreads &&
+	    array_reserve((void **)&dst->threads, &dst->cap, src->nthreads - 1, sizeof *dst->threads,
+	                  NULL) != 0)
+		return -1;
+	if (src->nthreads)
+		memcpy(dst->threads, src->threads, src->nthreads * sizeof *dst->threads);
+	dst->nthreads = src->nthreads;
+	dst->gc_running = src->gc_running;
+	dst->dropped_threads = 0;
+	dst->cut = false;
+	dst->tasks = src->tasks;
+	dst->tasks_cut = src->tasks_cut;
+	dst->tasks_error = src->tasks_error;
+	return 0;
+}
+
 /* The options a kept sample answers for: anything else and it is not the sample asked for. */
 static bool still_same_options(const struct uw_options *a, const struct uw_options *b)
 {
@@ -99,7 +118,9 @@ static bool still_applies(const struct uw_target *t)
 
 /*
  * The process's task ids, sorted, into tids (at most max): their count,
- * max + 1 when there are more, -1 when they could not be listed.
+ * max + 1 when there are more, -1 when they could not be listed.  Not
+ * proc_tasks: that opens the directory anew, a buffer libc allocates at
+ * every arming, where a sample that knows its stacks allocates nothing.
  */
 static int still_list(struct uw_target *t, pid_t *tids, int max)
 {
@@ -187,19 +208,8 @@ bool still_sample(struct uw_target *t, struct uw_sample *s)
 		}
 	}
 	const struct uw_sample *kept = &ps->kept;
-	if (kept->nthreads &&
-	    array_reserve((void **)&s->threads, &s->cap, kept->nthreads - 1, sizeof *s->threads,
-	                  NULL) != 0)
+	if (still_copy(s, kept) != 0)
 		return false;
-	if (kept->nthreads)
-		memcpy(s->threads, kept->threads, kept->nthreads * sizeof *s->threads);
-	s->nthreads = kept->nthreads;
-	s->gc_running = kept->gc_running;
-	s->dropped_threads = 0;
-	s->cut = false;
-	s->tasks = kept->tasks;
-	s->tasks_cut = kept->tasks_cut;
-	s->tasks_error = kept->tasks_error;
 	t->stats.process_still++;
 	t->stats.thread_samples += kept->nthreads;
 	t->stats.steady_hits += kept->nthreads;
@@ -272,18 +282,8 @@ void still_keep(struct uw_target *t, const struct uw_sample *s)
 		frames += t->threads[i].n;
 		stacks += t->threads[i].n > 0;
 	}
-	struct uw_sample *kept = &ps->kept;
-	if (s->nthreads &&
-	    array_reserve((void **)&kept->threads, &kept->cap, s->nthreads - 1, sizeof *kept->threads,
-	                  NULL) != 0)
+	if (still_copy(&ps->kept, s) != 0)
 		return;
-	if (s->nthreads)
-		memcpy(kept->threads, s->threads, s->nthreads * sizeof *s->threads);
-	kept->nthreads = s->nthreads;
-	kept->gc_running = s->gc_running;
-	kept->tasks = s->tasks;
-	kept->tasks_cut = s->tasks_cut;
-	kept->tasks_error = s->tasks_error;
 	ps->kept_frames = frames;
 	ps->kept_stacks = stacks;
 	ps->epoch = t->epoch;

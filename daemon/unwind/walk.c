@@ -186,7 +186,6 @@ static void walk_marker_after(struct walk *w, struct thread_cache *tc, raddr_t t
 	/* Moved up before the walk, after the batch read it: nothing here is the marker now. */
 	if (w->marker_early) {
 		tc->anchor = 0;
-		tc->marker_seen = true;
 		return;
 	}
 	bool top_is_frame = n > 0 && raw[0].addr == cur && cur != 0;
