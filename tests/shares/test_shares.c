@@ -46,6 +46,7 @@
 #include "helpers.h"
 #include "pythons.h"
 #include "unwind.h"
+#include "uw_open.h"
 
 TestSuite(shares, .init = helpers_init, .fini = helpers_fini);
 
@@ -75,21 +76,6 @@ static void shares_truth_read(struct test_target *target, struct shares_truth *o
 		out->spent[i] = json_real_value(json_object_get(spent, shares_phases[i]));
 	out->total = json_real_value(json_object_get(report, "total"));
 	json_decref(report);
-}
-
-static struct uw_target *shares_open(pid_t pid)
-{
-	struct uw_error err = {0};
-	struct uw_target *t = NULL;
-	for (int i = 0; i < 400 && !t; i++) {
-		t = uw_open(pid, &err);
-		if (!t && err.status == UW_ENOTPYTHON)
-			usleep(25 * 1000);
-		else
-			break;
-	}
-	cr_assert_not_null(t, "uw_open(%d): %s", (int)pid, err.msg);
-	return t;
 }
 
 /* Which phase a stack is in: the outermost phase function in it (phase_deep calls phase_plain); -1 none. */
@@ -147,7 +133,7 @@ static void shares_check(const struct python *py, uint64_t period_ns, double sec
 	python_describe(py, what, sizeof what);
 	struct test_target target;
 	json_decref(test_target_start_script(&target, py, "shares.py"));
-	struct uw_target *t = shares_open(target.pid);
+	struct uw_target *t = test_uw_open(target.pid);
 
 	double weights[SHARES_NPHASES + 1] = {0}, weight = 0, weight_sq = 0;
 	uint64_t samples = 0, failed = 0, missing = 0;

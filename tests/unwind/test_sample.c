@@ -17,6 +17,7 @@
 #include "helpers.h"
 #include "pythons.h"
 #include "unwind.h"
+#include "uw_open.h"
 
 /* How long the callgraph target is sampled at most, waiting to see all it is about. */
 #define CALLGRAPH_SAMPLING_MAX_S 30
@@ -52,22 +53,6 @@ static char *sample_text(const struct uw_target *t, const struct uw_sample *s)
 	return out;
 }
 
-/* Opens a target, waiting while it is still starting (no runtime mapped yet). */
-static struct uw_target *open_target(pid_t pid)
-{
-	struct uw_error err = {0};
-	struct uw_target *t = NULL;
-	for (int i = 0; i < 400 && !t; i++) {
-		t = uw_open(pid, &err);
-		if (!t && err.status == UW_ENOTPYTHON)
-			usleep(25 * 1000);
-		else
-			break;
-	}
-	cr_assert_not_null(t, "uw_open(%d): %s", (int)pid, err.msg);
-	return t;
-}
-
 /* A blocked target gives the same stacks with every cache on as with every cache off. */
 Test(sample, frozen_cache_identical, .timeout = 300)
 {
@@ -79,7 +64,7 @@ Test(sample, frozen_cache_identical, .timeout = 300)
 			struct test_target target;
 			test_target_start(&target, &pys[i], scenarios[k]);
 			json_decref(test_target_wait_report(&target, TARGET_READY_TIMEOUT_S));
-			struct uw_target *t = open_target(target.pid);
+			struct uw_target *t = test_uw_open(target.pid);
 
 			struct uw_sample s = {0};
 			struct uw_error err = {0};
@@ -214,7 +199,7 @@ static void deep_stack_moves(const char *scenario, enum still_proof proof)
 		json_decref(report);
 		char moved[PATH_MAX + 8];
 		snprintf(moved, sizeof moved, "%s.moved", target.report);
-		struct uw_target *t = open_target(target.pid);
+		struct uw_target *t = test_uw_open(target.pid);
 		struct uw_options opts = {.cache_budget = 0};
 		uw_configure(t, &opts);
 
@@ -324,7 +309,7 @@ Test(sample, a_stack_that_woke_is_read_in_few_calls, .timeout = 300)
 		cr_assert_gt(tid, 0, "%s: the report names no thread id", pys[i].path);
 		char woke[PATH_MAX + 8];
 		snprintf(woke, sizeof woke, "%s.woke", target.report);
-		struct uw_target *t = open_target(target.pid);
+		struct uw_target *t = test_uw_open(target.pid);
 		struct uw_sample s = {0};
 		struct uw_error err = {0};
 		/* The shallow stack, until the batch is planned from it alone. */
@@ -380,7 +365,7 @@ Test(sample, caches_stay_in_budget, .timeout = 300)
 		const char *args[] = {script, "100000", done, NULL};
 		struct test_target target;
 		test_target_start_python(&target, py, args);
-		struct uw_target *t = open_target(target.pid);
+		struct uw_target *t = test_uw_open(target.pid);
 		struct uw_options opts = {.cache_budget = budget};
 		uw_configure(t, &opts);
 
@@ -513,7 +498,7 @@ static void callgraph_check(const struct python *py, const struct uw_options *op
 		                             second_script, pid, script, seconds, "{report}", NULL};
 		test_target_start_argv(&second, second_argv);
 	}
-	struct uw_target *t = open_target(target.pid);
+	struct uw_target *t = test_uw_open(target.pid);
 	uw_configure(t, opts);
 
 	uint64_t pairs = 0, samples = 0, max_climb = 0;
@@ -655,7 +640,7 @@ static uint64_t moving_check(const struct python *py, bool no_write)
 	python_describe(py, what, sizeof what);
 	struct test_target target;
 	json_decref(test_target_start_script(&target, py, "shares.py"));
-	struct uw_target *t = open_target(target.pid);
+	struct uw_target *t = test_uw_open(target.pid);
 	struct uw_options opts = {.no_write = no_write};
 	uw_configure(t, &opts);
 	struct uw_sample s = {0};

@@ -23,6 +23,7 @@
 #include "helpers.h"
 #include "pythons.h"
 #include "unwind.h"
+#include "uw_open.h"
 
 void *__real_malloc(size_t size);
 void *__real_calloc(size_t n, size_t size);
@@ -54,20 +55,6 @@ void *__wrap_realloc(void *p, size_t size)
 
 TestSuite(steady, .init = helpers_init, .fini = helpers_fini);
 
-static struct uw_target *steady_open(pid_t pid)
-{
-	struct uw_error err = {0};
-	struct uw_target *t = NULL;
-	for (int i = 0; i < 400; i++) {
-		t = uw_open(pid, &err);
-		if (t || err.status != UW_ENOTPYTHON)
-			break;
-		usleep(25 * 1000);
-	}
-	cr_assert_not_null(t, "uw_open(%d): %s", (int)pid, err.msg);
-	return t;
-}
-
 /*
  * Every supported interpreter, twenty blocked threads, every mode: after a few
  * samples have met every code object, a thousand more allocate nothing.
@@ -88,7 +75,7 @@ Test(steady, known_stacks_allocate_nothing, .timeout = 300)
 		struct test_target target;
 		test_target_start(&target, &pys[i], "threads20");
 		json_decref(test_target_wait_report(&target, TARGET_READY_TIMEOUT_S));
-		struct uw_target *t = steady_open(target.pid);
+		struct uw_target *t = test_uw_open(target.pid);
 		struct uw_sample s = {0};
 		for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
 			uw_configure(t, &modes[m]);
@@ -149,7 +136,7 @@ Test(steady, room_a_deep_stack_took_is_given_back, .timeout = 300)
 		struct test_target target;
 		test_target_start(&target, &pys[i], "dive");
 		json_decref(test_target_wait_report(&target, TARGET_READY_TIMEOUT_S));
-		struct uw_target *t = steady_open(target.pid);
+		struct uw_target *t = test_uw_open(target.pid);
 		struct uw_sample s = {0};
 		struct uw_error err = {0};
 		struct uw_stats st;
@@ -225,7 +212,7 @@ Test(steady, an_epoch_ends_with_one_call_that_sees_its_ids, .timeout = 300)
 		struct test_target target;
 		test_target_start(&target, &pys[i], "recursion");
 		json_decref(test_target_wait_report(&target, TARGET_READY_TIMEOUT_S));
-		struct uw_target *t = steady_open(target.pid);
+		struct uw_target *t = test_uw_open(target.pid);
 		struct epoch_watch watch = {0};
 		struct uw_options tight = {.cache_budget = 1, .on_epoch_end = epoch_ended, .epoch_ctx = &watch};
 		uw_configure(t, &tight);
