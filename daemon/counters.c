@@ -21,6 +21,7 @@ const struct stats_counter counters_table[COUNTERS_COUNT] = {
 	{"torn_threads", offsetof(struct uw_stats, torn_threads)},
 	{"torn_returned", offsetof(struct uw_stats, torn_returned)},
 	{"marker_partial", offsetof(struct uw_stats, marker_partial)},
+	{"marker_partial_reread", offsetof(struct uw_stats, marker_partial_reread)},
 	{"cache_resets", offsetof(struct uw_stats, cache_resets)},
 	{"cache_bytes", offsetof(struct uw_stats, cache_bytes)},
 	{"walks_cut", offsetof(struct uw_stats, walks_cut)},

@@ -345,6 +345,7 @@ struct uw_stats {
 	uint64_t marker_written;           /* 3.15: writes of the marker (process_vm_writev) */
 	uint64_t marker_cleared;           /* 3.15: markers found set by an earlier or other profiler, first sight */
 	uint64_t marker_partial;           /* 3.15: thread samples proven up to the marker's frame, moving above it (<moving> on top) */
+	uint64_t marker_partial_reread;    /* 3.15: of those, proven by the walk's own re-read, no read after it */
 	uint64_t marker_foreign;           /* 3.15: markers another profiler wrote over ours (writing pauses) */
 	uint64_t still_proven;             /* 3.8-3.14: thread samples the kernel proved ran nothing since their stack was read */
 	uint64_t process_still;            /* samples the kernel proved no thread of the process ran since one read whole: no memory read */

@@ -643,6 +643,21 @@ struct walk {
 	 * try is older than the write.  0: none.
 	 */
 	raddr_t marker_early;
+	/*
+	 * 3.15: the marker, its sequence and the innermost frame as
+	 * validate_stack's re-read found them, the marker read at both its ends
+	 * (reread_marker_at: where it lies; 0 when the layout has none), and
+	 * whether it stood through it.  A stack that moved under that re-read
+	 * is taken up to a marker proven by it, the moment the other stacks of
+	 * the same sample are proven at, rather than by reads that follow: the
+	 * later a part is proven, the more often the code after it has it.
+	 */
+	raddr_t reread_marker_at;
+	bool reread_marker_read;
+	raddr_t reread_current, reread_marker;
+	uint64_t reread_marker_seq;
+	raddr_t reread_top;       /* the walk's innermost frame, its instruction read in the middle */
+	uint64_t reread_top_pos;
 	uint64_t deadline_ns; /* CLOCK_MONOTONIC; 0: no bound on this sample */
 	bool cut;             /* the deadline passed: the walk stops where it is */
 	uint32_t until_clock; /* frames walked before the clock is looked at again */
@@ -691,6 +706,14 @@ int validate_watch_links(struct walk *w, raddr_t addr, const uint8_t *f, bool wi
  */
 int validate_stack(struct walk *w, uint32_t first, uint32_t nraw, uint32_t common,
                    uint32_t *returned, struct uw_error *err);
+
+/*
+ * 3.15, after validate_stack found the stack moved: whether the re-read,
+ * with the marker standing through it, proved the frames from the walk's
+ * at-th down, and *pos the marked frame's instruction then.
+ */
+bool validate_below_marker(const struct walk *w, uint32_t first, uint32_t nraw, uint32_t at,
+                           uint64_t *pos);
 
 /* chain.c */
 /* How many frames, from the bottom, a chain shares with the thread's last sample. */

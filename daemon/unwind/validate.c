@@ -95,8 +95,9 @@ struct reread {
  * Read again the thread's pointers and the windows of the frames not in
  * the base.  Each window read notes its range and whether it changed.
  */
-static int validate_reread(struct walk *w, struct reread *rr, struct uw_error *err)
+static int validate_reread(struct walk *w, raddr_t top, struct reread *rr, struct uw_error *err)
 {
+	const struct py_layout *L = &w->t->layout;
 	struct check **frames = w->moved;
 	struct remote_range *ranges = w->ranges;
 	uint32_t nframes = 0;
@@ -119,6 +120,13 @@ static int validate_reread(struct walk *w, struct reread *rr, struct uw_error *e
 			total += w->checks[i].len;
 		}
 	rr->ntops = n;
+	/* Right after the pointers: the marker as it was when they were read (walk_marker_partial). */
+	uint32_t marker_range = UINT32_MAX;
+	if (w->reread_marker_at) {
+		marker_range = n;
+		ranges[n++] = (struct remote_range){.addr = w->reread_marker_at, .len = 16};
+		total += 16;
+	}
 	for (uint32_t i = 0; i < nframes;) {
 		raddr_t start = frames[i]->addr, end = start + frames[i]->len;
 		uint32_t j = i;
@@ -132,10 +140,21 @@ static int validate_reread(struct walk *w, struct reread *rr, struct uw_error *e
 		total += end - start;
 		i = j;
 	}
+	/* And where the walk's innermost frame stands, should the marker be on it. */
+	uint32_t top_range = UINT32_MAX;
+	if (marker_range != UINT32_MAX && top && L->frame.instr_ptr != LAYOUT_ABSENT) {
+		top_range = n;
+		ranges[n++] = (struct remote_range){.addr = top + L->frame.instr_ptr, .len = 8};
+		total += 8;
+	}
 	rr->after = n;
 	for (uint32_t i = 0; i < rr->ntops; i++) {
 		ranges[n++] = ranges[i];
 		total += ranges[i].len;
+	}
+	if (marker_range != UINT32_MAX) {
+		ranges[n++] = ranges[marker_range];
+		total += 16;
 	}
 	if (total && array_reserve((void **)&w->buf, &w->buf_cap, total - 1, 1, NULL))
 		return uw_fail(err, UW_ENOMEM, "out of memory");
@@ -146,12 +165,25 @@ static int validate_reread(struct walk *w, struct reread *rr, struct uw_error *e
 	}
 	if (remote_read_batch(&w->t->mem, ranges, n, err) != 0)
 		return -1;
+	raddr_t current = 0;
 	for (uint32_t i = 0, k = 0; i < w->nchecks; i++)
 		if (w->checks[i].role != CHECK_LINKS) {
 			rr->held = rr->held && validate_holds(&w->checks[i], &ranges[k]) &&
 			           validate_holds(&w->checks[i], &ranges[rr->after + k]);
+			if (w->checks[i].role == CHECK_CURRENT && ranges[k].got >= 8)
+				current = load_u64(ranges[k].buf, 0);
 			k++;
 		}
+	/* The marker stood through the re-read: what a part below it rests on. */
+	if (marker_range != UINT32_MAX && ranges[marker_range].got == 16 && ranges[n - 1].got == 16 &&
+	    memcmp(ranges[marker_range].buf, ranges[n - 1].buf, 16) == 0) {
+		w->reread_marker_read = true;
+		w->reread_current = current;
+		w->reread_marker = load_u64(ranges[marker_range].buf, 0);
+		w->reread_marker_seq = load_u64(ranges[marker_range].buf, 8);
+		w->reread_top = top_range != UINT32_MAX && ranges[top_range].got == 8 ? top : 0;
+		w->reread_top_pos = w->reread_top ? load_u64(ranges[top_range].buf, 0) : 0;
+	}
 	for (uint32_t i = 0; i < nframes; i++) {
 		frames[i]->changed = !validate_holds(frames[i], &ranges[frames[i]->range]);
 		rr->held = rr->held && !frames[i]->changed;
@@ -241,7 +273,7 @@ int validate_stack(struct walk *w, uint32_t first, uint32_t nraw, uint32_t commo
 	/* The walk's arrays, grown to this stack once and reused by every later sample. */
 	if (array_reserve((void **)&w->base, &w->base_cap, common, sizeof *w->base, NULL) ||
 	    array_reserve((void **)&w->moved, &w->moved_cap, w->nchecks, sizeof *w->moved, NULL) ||
-	    array_reserve((void **)&w->ranges, &w->ranges_cap, 2 * (size_t)w->nchecks, sizeof *w->ranges,
+	    array_reserve((void **)&w->ranges, &w->ranges_cap, 2 * (size_t)w->nchecks + 3, sizeof *w->ranges,
 	                  NULL))
 		return uw_fail(err, UW_ENOMEM, "out of memory");
 	/* The base: every frame below the one where old and new meet. */
@@ -257,7 +289,8 @@ int validate_stack(struct walk *w, uint32_t first, uint32_t nraw, uint32_t commo
 		             bsearch(&c->frame, base, nbase, sizeof *base, validate_addr_cmp) != NULL;
 	}
 	struct reread rr;
-	if (validate_reread(w, &rr, err) != 0)
+	raddr_t top = nraw && w->raw[first].kind == UW_FRAME_PYTHON ? w->raw[first].addr : 0;
+	if (validate_reread(w, top, &rr, err) != 0)
 		return -1;
 	if (rr.held)
 		return 0;
@@ -268,4 +301,52 @@ int validate_stack(struct walk *w, uint32_t first, uint32_t nraw, uint32_t commo
 	}
 	*returned = (uint32_t)back;
 	return 2;
+}
+
+/*
+ * 3.15: the frames of the walk from the marked one (index at) down, as a
+ * re-read that found the marker the same at both its ends read them: the
+ * marked frame alive through it, the frames below it could not change, and
+ * those the re-read took again (the rest are the last sample's, proven
+ * then) must read as the walk saw them.  The marked frame is where the
+ * re-read found its instruction: read as a caller's, or on its own when it
+ * is the walk's innermost (reread_top).
+ */
+bool validate_below_marker(const struct walk *w, uint32_t first, uint32_t nraw, uint32_t at,
+                           uint64_t *pos)
+{
+	const struct py_layout *L = &w->t->layout;
+	if (!w->reread_marker_read || at >= nraw || L->frame.instr_ptr == LAYOUT_ABSENT)
+		return false;
+	raddr_t marked = w->raw[first + at].addr;
+	/* Checks are in walk order, innermost first: from the marked frame's first on, its own and below. */
+	uint32_t from = 0;
+	while (from < w->nchecks &&
+	       (w->checks[from].role != CHECK_LINKS || w->checks[from].frame != marked))
+		from++;
+	const struct check *instr = NULL;
+	for (uint32_t i = from; i < w->nchecks; i++) {
+		const struct check *c = &w->checks[i];
+		if (c->role != CHECK_LINKS)
+			continue;
+		if (c->frame == marked && c->addr == marked + L->frame.instr_ptr)
+			instr = c; /* it may run on above its callers: where it stood then */
+		else if (c->changed)
+			return false;
+	}
+	if (!instr && marked == w->reread_top) {
+		*pos = w->reread_top_pos; /* innermost in the walk: read on its own */
+		return true;
+	}
+	if (!instr)
+		return false;
+	if (!instr->reread) {
+		*pos = w->raw[first + at].pos; /* in the base: as in the last sample */
+		return true;
+	}
+	const struct remote_range *r = &w->ranges[instr->range];
+	if (instr->addr + 8 > r->addr + r->got)
+		return false;
+	*pos = load_u64(r->buf, instr->addr - r->addr);
+	return true;
 }

@@ -236,6 +236,38 @@ static bool walk_marker_set_live(const struct uw_target *t, const struct thread_
 	       (tc->vouched == mk && tc->vouched_seq == seq);
 }
 
+/*
+ * The marker as validate_stack's re-read found it, when it is one to take
+ * the part from: in the walk's chain (near its top unless this is the last
+ * try) and alive when it was read.  This unwinder's own, with the thread
+ * in that very frame in the same read, is vouched for there, as a look
+ * would (walk_marker_move_up).  A marker found changed with its sequence
+ * standing is left to the looks, which tell another profiler's write.
+ */
+static bool walk_marker_reread(struct walk *w, struct thread_cache *tc, uint32_t walked, bool near,
+                               uint32_t start, raddr_t *mk, uint64_t *seq, uint32_t *at)
+{
+	raddr_t found = w->reread_marker;
+	uint64_t found_seq = w->reread_marker_seq;
+	if (!found)
+		return false;
+	uint32_t index = walk_frame_index(w->raw + start, walked, found);
+	if (index == walked || (near && index > WALK_MARKER_NEAR))
+		return false;
+	if (tc->wrote && found != tc->wrote && found_seq == tc->wrote_seq)
+		return false;
+	if (found == tc->wrote && w->reread_current == found) {
+		tc->vouched = found;
+		tc->vouched_seq = found_seq;
+	}
+	if (!walk_marker_set_live(w->t, tc, found, found_seq))
+		return false;
+	*mk = found;
+	*seq = found_seq;
+	*at = index;
+	return true;
+}
+
 /* Looks at a marker just written, for the thread in the marked frame or the marker handed down. */
 #define WALK_MARKER_LOOKS 3
 
@@ -332,8 +364,12 @@ static int walk_marker_partial(struct walk *w, struct thread_cache *tc, raddr_t 
 	/* The marker's sequence follows it in PyThreadState (3.15). */
 	if (L->tstate.marker_seq != L->tstate.marker_frame + 8)
 		return 0;
-	if (!mk || at == walked || (near && at > WALK_MARKER_NEAR) ||
-	    !walk_marker_set_live(t, tc, mk, seq)) {
+	bool from_reread = w->reread_marker_read &&
+	                   walk_marker_reread(w, tc, walked, near, start, &mk, &seq, &at);
+	if (from_reread) {
+		/* Alive as the re-read found it: no look needed. */
+	} else if (!mk || at == walked || (near && at > WALK_MARKER_NEAR) ||
+	           !walk_marker_set_live(t, tc, mk, seq)) {
 		/*
 		 * Far below where the thread moves (where the code it ran last
 		 * left it), or not to be vouched for: written where the thread
@@ -355,6 +391,20 @@ static int walk_marker_partial(struct walk *w, struct thread_cache *tc, raddr_t 
 	for (uint32_t i = 0; i < part; i++)
 		if (walk[i].kind != UW_FRAME_PYTHON)
 			return 0; /* C between two frames: links the walk did not keep */
+	uint64_t pos;
+	if (from_reread && validate_below_marker(w, start, walked, at, &pos)) {
+		/* The re-read proved the part itself: behind a <moving> frame, in w->raw from start. */
+		if (array_reserve((void **)&w->raw, &w->raw_cap, (size_t)start + part + 1, sizeof *w->raw, NULL))
+			return uw_fail(err, UW_ENOMEM, "out of memory");
+		struct raw_frame *out = w->raw + start;
+		memmove(out + 1, out + at, part * sizeof *out);
+		out[1].pos = pos;
+		out[0] = (struct raw_frame){.kind = UW_FRAME_MOVING};
+		*n = part + 1;
+		t->stats.marker_partial++;
+		t->stats.marker_partial_reread++;
+		return 1;
+	}
 	if (array_reserve((void **)&w->ranges, &w->ranges_cap, part + 2, sizeof *w->ranges, NULL))
 		return uw_fail(err, UW_ENOMEM, "out of memory");
 	/* The marker, the frames outermost first (nearby ones in one range), the marker again. */
@@ -552,6 +602,7 @@ static int walk_thread_stack(struct walk *w, struct thread_cache *tc, raddr_t ts
 				break;
 		}
 		w->torn = w->suspect = false;
+		w->reread_marker_read = false;
 		w->last_try = attempt > 0 && attempt + 1 == attempts && t->thread_attempts == 0;
 		rc = frames_collect(w, tstate, &n, truncated, err);
 		bool collected = rc == 0; /* the walk reached the thread's first frame */
