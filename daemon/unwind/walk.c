@@ -167,6 +167,24 @@ static bool walk_marker_write(struct uw_target *t, struct thread_cache *tc, radd
 }
 
 /*
+ * Whether a marker found changed from the one this unwinder wrote (frame),
+ * its sequence still the one read before the write (seq), reads so again:
+ * another profiler's write.  The interpreter sets the marker a moment
+ * before it bumps the sequence, and a read that falls between the two
+ * looks the same once.
+ */
+static bool walk_marker_foreign(struct uw_target *t, raddr_t tstate, raddr_t frame, uint64_t seq)
+{
+	const struct py_layout *L = &t->layout;
+	uint8_t now[16];
+	if (L->tstate.marker_seq != L->tstate.marker_frame + 8)
+		return true;
+	if (remote_read(&t->mem, tstate + L->tstate.marker_frame, now, sizeof now, NULL) != 0)
+		return false;
+	return load_u64(now, 0) != frame && load_u64(now, 8) == seq;
+}
+
+/*
  * 3.15, after a thread's frames were walked and proven: anchor on the frame
  * the marker pointed at when the walk began, wherever it is in the stack
  * (walk_marker_honour takes the anchor when it is still the innermost), and
@@ -199,7 +217,8 @@ static void walk_marker_after(struct walk *w, struct thread_cache *tc, raddr_t t
 		tc->marker_seen = true;
 		if (mk && mk != cur)
 			t->stats.marker_cleared++;
-	} else if (tc->wrote && mk != tc->wrote && seq == tc->wrote_seq) {
+	} else if (tc->wrote && mk != tc->wrote && seq == tc->wrote_seq &&
+	           walk_marker_foreign(t, tstate, tc->wrote, tc->wrote_seq)) {
 		t->stats.marker_foreign++;
 		t->marker_quiet_until = t->sample_gen + WALK_MARKER_QUIET;
 		tc->wrote = 0;
@@ -312,7 +331,8 @@ static bool walk_marker_move_up(struct walk *w, struct thread_cache *tc, raddr_t
 		raddr_t current = load_u64(now, 0);
 		*mk = load_u64(now, L->tstate.marker_frame - L->tstate.frame);
 		*seq = load_u64(now, L->tstate.marker_seq - L->tstate.frame);
-		if (*mk != frame && *wrote && *seq == seq_before) {
+		if (*mk != frame && *wrote && *seq == seq_before &&
+		    walk_marker_foreign(t, tstate, frame, seq_before)) {
 			/* Changed with no frame popped since it was written: another profiler writes it. */
 			t->stats.marker_foreign++;
 			t->marker_quiet_until = t->sample_gen + WALK_MARKER_QUIET;

@@ -586,6 +586,8 @@ static void callgraph_check(const struct python *py, const struct uw_options *op
 		cr_log_info("%s: CPython's sampler's impossible pairs: %s", what, seen ? seen : "?");
 		free(seen);
 		cr_assert_gt(stats.marker_honoured, 0, "%s: the marker's path never ran", what);
+		/* Its writes over this reader's marker were told from the interpreter's moves. */
+		cr_assert_gt(stats.marker_foreign, 0, "%s: CPython's sampler's writes went unseen", what);
 		json_decref(r);
 		test_target_kill(&second);
 	}
