@@ -216,6 +216,33 @@ static raddr_t validate_stood(const struct walk *w, const struct reread *rr)
 }
 
 /*
+ * Whether the walk's frame at addr and those below it read in the re-read
+ * as the walk saw them, but for addr's own instruction, which may have
+ * moved on (the thread stands in that frame): *instr is its check, NULL
+ * when the walk kept none (the frame was its innermost).
+ */
+static bool validate_held_from(const struct walk *w, raddr_t addr, const struct check **instr)
+{
+	const struct py_layout *L = &w->t->layout;
+	/* Checks are in walk order, innermost first: from the frame's first on, its own and below. */
+	uint32_t from = 0;
+	while (from < w->nchecks &&
+	       (w->checks[from].role != CHECK_LINKS || w->checks[from].frame != addr))
+		from++;
+	*instr = NULL;
+	for (uint32_t i = from; i < w->nchecks; i++) {
+		const struct check *c = &w->checks[i];
+		if (c->role != CHECK_LINKS)
+			continue;
+		if (c->frame == addr && c->addr == addr + L->frame.instr_ptr)
+			*instr = c;
+		else if (c->changed)
+			return false;
+	}
+	return true;
+}
+
+/*
  * A thread whose stack moved under the re-read, but which stood in one
  * frame of the walk's chain through all of it (its pointers the same at
  * both ends), had then the stack from that frame down if those frames
@@ -236,21 +263,9 @@ static int64_t validate_stood_in(struct walk *w, uint32_t first, uint32_t nraw,
 	/* 3.8-3.10: a caller's instruction is not among the bytes read again. */
 	if (returned >= nraw || L->frame.instr_ptr == LAYOUT_ABSENT)
 		return -1;
-	/* Checks are in walk order, innermost first: from the frame's first on, its own and below. */
-	uint32_t from = 0;
-	while (from < w->nchecks &&
-	       (w->checks[from].role != CHECK_LINKS || w->checks[from].frame != current))
-		from++;
-	const struct check *instr = NULL;
-	for (uint32_t i = from; i < w->nchecks; i++) {
-		const struct check *c = &w->checks[i];
-		if (c->role != CHECK_LINKS)
-			continue;
-		if (c->frame == current && c->addr == current + L->frame.instr_ptr)
-			instr = c; /* a caller when walked, it runs now: it moved on */
-		else if (c->changed)
-			return -1;
-	}
+	const struct check *instr;
+	if (!validate_held_from(w, current, &instr))
+		return -1;
 	/* A base frame's instruction was not read again, nor one the read fell short of. */
 	const struct remote_range *r = instr && instr->reread ? &rr->ranges[instr->range] : NULL;
 	if (!r || instr->addr + 8 > r->addr + r->got)
@@ -319,21 +334,9 @@ bool validate_below_marker(const struct walk *w, uint32_t first, uint32_t nraw, 
 	if (!w->reread_marker_read || at >= nraw || L->frame.instr_ptr == LAYOUT_ABSENT)
 		return false;
 	raddr_t marked = w->raw[first + at].addr;
-	/* Checks are in walk order, innermost first: from the marked frame's first on, its own and below. */
-	uint32_t from = 0;
-	while (from < w->nchecks &&
-	       (w->checks[from].role != CHECK_LINKS || w->checks[from].frame != marked))
-		from++;
-	const struct check *instr = NULL;
-	for (uint32_t i = from; i < w->nchecks; i++) {
-		const struct check *c = &w->checks[i];
-		if (c->role != CHECK_LINKS)
-			continue;
-		if (c->frame == marked && c->addr == marked + L->frame.instr_ptr)
-			instr = c; /* it may run on above its callers: where it stood then */
-		else if (c->changed)
-			return false;
-	}
+	const struct check *instr;
+	if (!validate_held_from(w, marked, &instr))
+		return false;
 	if (!instr && marked == w->reread_top) {
 		*pos = w->reread_top_pos; /* innermost in the walk: read on its own */
 		return true;
