@@ -247,7 +247,7 @@ static void shares_check(const struct python *py, uint64_t period_ns, double sec
  * Before 3.15 nothing in a process tells a frame read while alive from the
  * bytes it left when it returned, so a thread that calls and returns faster
  * than its stack can be read is proven only when a read happens to hold,
- * and the call-heavy phase comes out at 12 to 35 % of the samples for 40 %
+ * and the call-heavy phase comes out at 11 to 35 % of the samples for 40 %
  * of the time.  On 3.15 the part below the marker is proven by the very
  * re-read that proves other stacks whole: every phase within 0.8 points of
  * its time, at 1 kHz and back to back, in eight runs on a quiet host.
