@@ -325,7 +325,8 @@ int validate_stack(struct walk *w, uint32_t first, uint32_t nraw, uint32_t commo
  * those the re-read took again (the rest are the last sample's, proven
  * then) must read as the walk saw them.  The marked frame is where the
  * re-read found its instruction: read as a caller's, or on its own when it
- * is the walk's innermost (reread_top).
+ * is the walk's innermost (reread_top); a marked frame of the base had
+ * its instruction read by no re-read, and proves nothing here.
  */
 bool validate_below_marker(const struct walk *w, uint32_t first, uint32_t nraw, uint32_t at,
                            uint64_t *pos)
@@ -341,14 +342,9 @@ bool validate_below_marker(const struct walk *w, uint32_t first, uint32_t nraw, 
 		*pos = w->reread_top_pos; /* innermost in the walk: read on its own */
 		return true;
 	}
-	if (!instr)
-		return false;
-	if (!instr->reread) {
-		*pos = w->raw[first + at].pos; /* in the base: as in the last sample */
-		return true;
-	}
-	const struct remote_range *r = &w->ranges[instr->range];
-	if (instr->addr + 8 > r->addr + r->got)
+	/* A base frame's instruction was not read again, nor one the read fell short of. */
+	const struct remote_range *r = instr && instr->reread ? &w->ranges[instr->range] : NULL;
+	if (!r || instr->addr + 8 > r->addr + r->got)
 		return false;
 	*pos = load_u64(r->buf, instr->addr - r->addr);
 	return true;
