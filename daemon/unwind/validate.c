@@ -95,6 +95,9 @@ struct reread {
  * Read again the thread's pointers and the windows of the frames not in
  * the base.  Each window read notes its range and whether it changed.
  */
+/* How far past the pointer to the innermost frame the marker may lie for one range to hold both. */
+#define VALIDATE_MARKER_SPAN 64
+
 static int validate_reread(struct walk *w, raddr_t top, struct reread *rr, struct uw_error *err)
 {
 	const struct py_layout *L = &w->t->layout;
@@ -114,19 +117,25 @@ static int validate_reread(struct walk *w, raddr_t top, struct reread *rr, struc
 
 	uint32_t n = 0;
 	size_t total = 0;
+	/*
+	 * 3.15: the marker and its sequence lie a few words after the pointer
+	 * to the innermost frame: its range stretches over them, so both ends
+	 * of the re-read tell where the marker stood too (walk_marker_partial).
+	 */
+	uint32_t marker_range = UINT32_MAX;
 	for (uint32_t i = 0; i < w->nchecks; i++)
 		if (w->checks[i].role != CHECK_LINKS) {
-			ranges[n++] = (struct remote_range){.addr = w->checks[i].addr, .len = w->checks[i].len};
-			total += w->checks[i].len;
+			const struct check *c = &w->checks[i];
+			uint32_t len = c->len;
+			if (c->role == CHECK_CURRENT && w->reread_marker_at > c->addr &&
+			    w->reread_marker_at + 16 - c->addr <= VALIDATE_MARKER_SPAN) {
+				marker_range = n;
+				len = (uint32_t)(w->reread_marker_at + 16 - c->addr);
+			}
+			ranges[n++] = (struct remote_range){.addr = c->addr, .len = len};
+			total += len;
 		}
 	rr->ntops = n;
-	/* Right after the pointers: the marker as it was when they were read (walk_marker_partial). */
-	uint32_t marker_range = UINT32_MAX;
-	if (w->reread_marker_at) {
-		marker_range = n;
-		ranges[n++] = (struct remote_range){.addr = w->reread_marker_at, .len = 16};
-		total += 16;
-	}
 	for (uint32_t i = 0; i < nframes;) {
 		raddr_t start = frames[i]->addr, end = start + frames[i]->len;
 		uint32_t j = i;
@@ -140,21 +149,32 @@ static int validate_reread(struct walk *w, raddr_t top, struct reread *rr, struc
 		total += end - start;
 		i = j;
 	}
-	/* And where the walk's innermost frame stands, should the marker be on it. */
-	uint32_t top_range = UINT32_MAX;
+	/*
+	 * And where the walk's innermost frame stands, should the marker be on
+	 * it: in the range of its links when one was read, else on its own.
+	 */
+	raddr_t top_at = 0;
 	if (marker_range != UINT32_MAX && top && L->frame.instr_ptr != LAYOUT_ABSENT) {
-		top_range = n;
-		ranges[n++] = (struct remote_range){.addr = top + L->frame.instr_ptr, .len = 8};
-		total += 8;
+		top_at = top + L->frame.instr_ptr;
+		bool within = false;
+		for (uint32_t i = rr->ntops; i < n && !within; i++)
+			if (ranges[i].addr <= top && top < ranges[i].addr + ranges[i].len &&
+			    top_at + 8 - ranges[i].addr <= ranges[i].len + 256) {
+				if (top_at + 8 > ranges[i].addr + ranges[i].len) {
+					total += top_at + 8 - (ranges[i].addr + ranges[i].len);
+					ranges[i].len = (uint32_t)(top_at + 8 - ranges[i].addr);
+				}
+				within = true;
+			}
+		if (!within) {
+			ranges[n++] = (struct remote_range){.addr = top_at, .len = 8};
+			total += 8;
+		}
 	}
 	rr->after = n;
 	for (uint32_t i = 0; i < rr->ntops; i++) {
 		ranges[n++] = ranges[i];
 		total += ranges[i].len;
-	}
-	if (marker_range != UINT32_MAX) {
-		ranges[n++] = ranges[marker_range];
-		total += 16;
 	}
 	if (total && array_reserve((void **)&w->buf, &w->buf_cap, total - 1, 1, NULL))
 		return uw_fail(err, UW_ENOMEM, "out of memory");
@@ -175,14 +195,23 @@ static int validate_reread(struct walk *w, raddr_t top, struct reread *rr, struc
 			k++;
 		}
 	/* The marker stood through the re-read: what a part below it rests on. */
-	if (marker_range != UINT32_MAX && ranges[marker_range].got == 16 && ranges[n - 1].got == 16 &&
-	    memcmp(ranges[marker_range].buf, ranges[n - 1].buf, 16) == 0) {
-		w->reread_marker_read = true;
-		w->reread_current = current;
-		w->reread_marker = load_u64(ranges[marker_range].buf, 0);
-		w->reread_marker_seq = load_u64(ranges[marker_range].buf, 8);
-		w->reread_top = top_range != UINT32_MAX && ranges[top_range].got == 8 ? top : 0;
-		w->reread_top_pos = w->reread_top ? load_u64(ranges[top_range].buf, 0) : 0;
+	if (marker_range != UINT32_MAX) {
+		const struct remote_range *first = &ranges[marker_range];
+		const struct remote_range *last = &ranges[rr->after + marker_range];
+		uint32_t at = (uint32_t)(w->reread_marker_at - first->addr);
+		if (first->got == first->len && last->got == last->len &&
+		    memcmp(first->buf + at, last->buf + at, 16) == 0) {
+			w->reread_marker_read = true;
+			w->reread_current = current;
+			w->reread_marker = load_u64(first->buf, at);
+			w->reread_marker_seq = load_u64(first->buf, at + 8);
+			w->reread_top = 0;
+			for (uint32_t i = rr->ntops; top_at && i < rr->after && !w->reread_top; i++)
+				if (ranges[i].addr <= top_at && top_at + 8 <= ranges[i].addr + ranges[i].got) {
+					w->reread_top = top;
+					w->reread_top_pos = load_u64(ranges[i].buf, (uint32_t)(top_at - ranges[i].addr));
+				}
+		}
 	}
 	for (uint32_t i = 0; i < nframes; i++) {
 		frames[i]->changed = !validate_holds(frames[i], &ranges[frames[i]->range]);
@@ -288,7 +317,7 @@ int validate_stack(struct walk *w, uint32_t first, uint32_t nraw, uint32_t commo
 	/* The walk's arrays, grown to this stack once and reused by every later sample. */
 	if (array_reserve((void **)&w->base, &w->base_cap, common, sizeof *w->base, NULL) ||
 	    array_reserve((void **)&w->moved, &w->moved_cap, w->nchecks, sizeof *w->moved, NULL) ||
-	    array_reserve((void **)&w->ranges, &w->ranges_cap, 2 * (size_t)w->nchecks + 3, sizeof *w->ranges,
+	    array_reserve((void **)&w->ranges, &w->ranges_cap, 2 * (size_t)w->nchecks + 1, sizeof *w->ranges,
 	                  NULL))
 		return uw_fail(err, UW_ENOMEM, "out of memory");
 	/* The base: every frame below the one where old and new meet. */
