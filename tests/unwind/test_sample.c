@@ -122,6 +122,11 @@ static bool file_exists(const char *path)
 
 /* Samples taken at most while waiting for a sleeping deep stack to be taken without its frames. */
 #define MOVE_SAMPLES_TO_PROVE 400
+/*
+ * Samples at least before the process's own proof is judged beside a busy
+ * thread: the thread's proof can come within five, too few for a share.
+ */
+#define MOVE_SAMPLES_JUDGED 100
 /* Samples after the move that must all show the new stack. */
 #define MOVE_SAMPLES_AFTER 100
 
@@ -207,19 +212,21 @@ static void deep_stack_moves(const char *scenario, enum still_proof proof)
 		struct uw_error err = {0};
 		struct uw_stats st = {0};
 		bool proven = false;
-		for (int round = 0; round < MOVE_SAMPLES_TO_PROVE && !proven; round++) {
+		for (int round = 0; round < MOVE_SAMPLES_TO_PROVE &&
+		                    (!proven || (proof == PROOF_THREAD && round < MOVE_SAMPLES_JUDGED));
+		     round++) {
 			cr_assert_eq(uw_sample(t, &s, &err), 0, "%s: sample: %s", pys[i].path, err.msg);
 			char *text = sample_text(t, &s);
 			cr_assert_not_null(strstr(text, before), "%s: before the move, no%s in:\n%s",
 			                   pys[i].path, before, text);
 			free(text);
 			uw_stats(t, &st);
-			proven = proof_seen(&pys[i], &st, proof);
+			proven = proven || proof_seen(&pys[i], &st, proof);
 			usleep(1000);
 		}
 		cr_assert(proven, "%s %s: the sleeping stack was never taken without its frames",
 		          pys[i].path, scenario);
-		/* Beside a thread that keeps waking, the process as a whole is never still. */
+		/* Beside a thread that keeps waking, the process as a whole is seldom still (1 to 5 in 100). */
 		if (proof == PROOF_THREAD)
 			cr_assert_leq(st.process_still, st.samples / 4, "%s: %llu of %llu samples", pys[i].path,
 			             (unsigned long long)st.process_still, (unsigned long long)st.samples);
