@@ -32,7 +32,7 @@ DEB_PACKAGES = build-essential pkg-config libelf-dev libjansson-dev libcriterion
                libinih-dev libsystemd-dev zlib1g-dev procps util-linux libcap2-bin \
                systemd man-db protobuf-compiler chromium \
                curl ca-certificates python3-jsonschema clang libclang-rt-14-dev mmdebstrap \
-               golang-go libcurl4-openssl-dev
+               golang-go libcurl4-openssl-dev libbpf-dev bpftool linux-libc-dev
 
 # speedscope's file-format schema, which the tests hold the speedscope export
 # to.  It is speedscope's, not ours to commit: make deps fetches the npm package
@@ -67,7 +67,7 @@ COLLECTOR_ROOT     ?= /var/cache/pyprofd/collector
 COLLECTOR_PACKAGES  = golang-go golang-opentelemetry-collector-dev
 COLLECTOR_BIN      ?= $(COLLECTOR_ROOT)-bin/pyprofd-test-collector
 
-PKGS     = libelf jansson libprotobuf-c inih libsystemd sqlite3 zlib libcurl
+PKGS     = libelf jansson libprotobuf-c inih libsystemd sqlite3 zlib libcurl libbpf
 WARN     = -Wall -Wextra -Werror -Wshadow -Wpointer-arith -Wstrict-prototypes \
            -Wmissing-prototypes -Wvla -Wformat=2
 OPT      ?= -O2 -g
@@ -119,7 +119,7 @@ PROTO_C    = $(PROTO:proto/%.proto=$(BUILD)/proto/%.pb-c.c)
 PROTO_H    = $(PROTO_C:.c=.h)
 
 BASE_SRC   = $(wildcard daemon/base/*.c)
-UNWIND_SRC = $(wildcard daemon/unwind/*.c)
+UNWIND_SRC = $(filter-out %.bpf.c,$(wildcard daemon/unwind/*.c))
 WIRE_SRC   = $(wildcard proto/*.c)
 STORE_SRC  = $(wildcard storage/*.c)
 EXPORT_SRC = $(wildcard client/export/*.c)
@@ -181,6 +181,8 @@ $(CTL_OBJ) $(BUILD)/client/main.o:    LIBINC = $(NO_SQLITE) $(NO_EV) $(INC_CTL)
 
 PYPROFD    = $(BUILD)/pyprofd
 CTL        = $(BUILD)/pyprofd-ctl
+# What the unwinder links beyond libc: libelf, and libbpf for its in-kernel reader.
+LINK_UNWIND = -lelf -lbpf
 LIBS_DAEMON = $(LIBDAEMON) $(LIBEXPORT) $(LIBSTORE) $(LIBWIRE) $(LIBUNWIND) $(LIBBASE)
 LIBS_CTL   = $(LIBCTL) $(LIBCLIENT) $(LIBEXPORT) $(LIBWIRE) $(LIBBASE)
 LINK_DAEMON = $(LIBS_ALL)
@@ -272,6 +274,22 @@ $(BUILD)/proto/%.pb-c.o: $(BUILD)/proto/%.pb-c.c | $(POISON_H)
 	$(E) "  CC      $<"
 	$(Q)$(CC) $(filter-out -Wmissing-prototypes -Wshadow,$(CFLAGS)) $(LIBINC) $(PKG_CFLAGS) -c -o $@ $<
 
+# The in-kernel reader's BPF program, compiled by clang for the BPF target and
+# built into the unwinder as a libbpf skeleton (bytes and loader in a header).
+KREAD_BPF_OBJ  = $(BUILD)/daemon/unwind/kread.bpf.o
+KREAD_SKEL     = $(BUILD)/daemon/unwind/kread.skel.h
+BPF_MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null)
+$(KREAD_BPF_OBJ): daemon/unwind/kread.bpf.c daemon/unwind/kread_abi.h
+	@mkdir -p $(@D)
+	$(E) "  BPF     $<"
+	$(Q)clang -O2 -g -Wall -Werror -target bpf -I/usr/include/$(BPF_MULTIARCH) -Idaemon/unwind -c -o $@ $<
+$(KREAD_SKEL): $(KREAD_BPF_OBJ)
+	$(E) "  SKEL    $@"
+	$(Q)bpftool gen skeleton $< name kread > $@.tmp && mv $@.tmp $@
+$(BUILD)/daemon/unwind/kread.o: $(KREAD_SKEL)
+$(BUILD)/daemon/unwind/kread.o: LIBINC += -I$(BUILD)/daemon/unwind
+.SECONDARY: $(KREAD_BPF_OBJ) $(KREAD_SKEL)
+
 $(BUILD)/%.o: %.c | $(PROTO_H) $(POISON_H)
 	@mkdir -p $(@D)
 	$(E) "  CC      $<"
@@ -308,11 +326,11 @@ $(BUILD)/tests/base-tests: $(call test_obj,base) $(LIBBASE)
 # Its allocations are counted (tests/unwind/test_steady.c).
 $(BUILD)/tests/unwind-tests: $(call test_obj,unwind) $(TEST_SUPPORT_OBJ) $(LIBUNWIND) $(LIBBASE)
 	$(E) "  LD      $@"
-	$(Q)$(CC) $(LDFLAGS) -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc -o $@ $^ -lelf $(LIBS_TEST) -lm
+	$(Q)$(CC) $(LDFLAGS) -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc -o $@ $^ $(LINK_UNWIND) $(LIBS_TEST) -lm
 
 $(BUILD)/tests/shares-tests: $(call test_obj,shares) $(TEST_SUPPORT_OBJ) $(LIBUNWIND) $(LIBBASE)
 	$(E) "  LD      $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lelf $(LIBS_TEST) -lm
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LINK_UNWIND) $(LIBS_TEST) -lm
 
 $(BUILD)/tests/wire-tests: $(call test_obj,wire) $(LIBWIRE) $(LIBBASE)
 	$(E) "  LD      $@"

@@ -273,6 +273,9 @@ static int config_set(struct config *c, const char *section, const char *name, c
 			return c->top_window_s = (unsigned)v, 0;
 		if (strcmp(name, "write") == 0 && (strcmp(value, "true") == 0 || strcmp(value, "false") == 0))
 			return c->no_write = strcmp(value, "false") == 0, 0;
+		if (strcmp(name, "kernel_reader") == 0 &&
+		    (strcmp(value, "true") == 0 || strcmp(value, "false") == 0))
+			return c->no_kernel_reader = strcmp(value, "false") == 0, 0;
 	} else if (strcmp(section, "discovery") == 0) {
 		if (strcmp(name, "method") == 0)
 			return procwatch_method_parse(value, &c->discovery_method);

@@ -37,7 +37,7 @@ struct stats_counter {
 	size_t offset; /* of a uint64_t in struct uw_stats */
 };
 extern const struct stats_counter counters_table[];
-#define COUNTERS_COUNT 32
+#define COUNTERS_COUNT 34
 uint64_t counters_value(const struct uw_stats *st, size_t i);
 
 /* record.c */
@@ -484,6 +484,7 @@ struct config {
 	uint64_t max_sample_ns;      /* a sample's walk is cut short past this; 0: never */
 	struct otlp_config otlp;     /* [export.otlp] */
 	bool no_write;               /* [sampling] write = false: never write into a target */
+	bool no_kernel_reader;       /* [sampling] kernel_reader = false: never load the in-kernel reader */
 };
 /* "500ms", "15s", "2m", "1h", "1d", or a bare number of seconds, in [min, max]; 0 or -1. */
 int config_parse_duration(const char *text, double min, double max, double *out);
@@ -686,12 +687,15 @@ struct target {
 	struct target_timings *timings; /* timer lateness and sample cost; NULL once exited */
 	struct target_percentiles final_percentiles; /* theirs when the process exited */
 	struct uw_stats final_stats; /* the engine's counters when the process exited */
+	struct uw_kreader *kreader;  /* the daemon's, or NULL */
 	size_t cache_budget;  /* its unwinder's, a share of the daemon's (targets_share_cache) */
 	ev_tstamp last_used; /* loop time; detached targets are evicted oldest first */
 };
 
+/* kreader: the daemon's in-kernel reader, or NULL; it outlives the target. */
 struct target *target_open(struct ev_loop *loop, struct schedule *schedule,
-                           struct history *history, pid_t pid, struct uw_error *err);
+                           struct history *history, struct uw_kreader *kreader, pid_t pid,
+                           struct uw_error *err);
 
 /*
  * The user who may act on a process besides root, by the kernel's rule for
@@ -952,6 +956,7 @@ struct server {
 	ev_timer flush_timer;
 	struct targets targets;
 	struct schedule schedule; /* the targets' ticks */
+	struct uw_kreader *kreader; /* the in-kernel reader every target shares; NULL without */
 	struct history history;
 	struct queries queries;
 	struct fleet fleet;

@@ -485,6 +485,9 @@ int record_main(int argc, char **argv)
 	profile_init(&prof);
 	o.uw.on_epoch_end = record_on_epoch_end;
 	o.uw.epoch_ctx = &prof;
+	/* Without it (not root), threads whose stacks move under every read go uncounted, as the stats say. */
+	struct uw_error kerr;
+	o.uw.kreader = uw_kreader_open(&kerr);
 	uw_configure(t, &o.uw);
 
 	/* Signals stop the loop where it stands, so the profile is still written. */
@@ -517,5 +520,6 @@ int record_main(int argc, char **argv)
 	profile_free(&prof);
 	free(run.ns);
 	uw_close(t);
+	uw_kreader_close(o.uw.kreader);
 	return status;
 }

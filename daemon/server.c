@@ -341,6 +341,7 @@ static void server_shutdown(struct server *s)
 	exporter_stop(&s->exporter);
 	history_close(&s->history);
 	targets_free(&s->targets);
+	uw_kreader_close(s->kreader); /* after every target that used it */
 	schedule_free(&s->schedule);
 	if (s->listen_fd >= 0) {
 		ev_io_stop(s->loop, &s->accept_watcher);
@@ -432,6 +433,13 @@ int server_main(int argc, char **argv)
 		return EXIT_FAILURE_OTHER;
 	}
 	budget_init(&s.budget, &s);
+	if (!s.config.no_kernel_reader) {
+		struct uw_error kerr = {0};
+		s.kreader = uw_kreader_open(&kerr);
+		if (!s.kreader)
+			log_info("%s; threads whose stacks move under every read go uncounted "
+			         "([sampling] kernel_reader = false hides this)", kerr.msg);
+	}
 
 	ev_io_init(&s.accept_watcher, server_on_accept, s.listen_fd, EV_READ);
 	s.accept_watcher.data = &s;

@@ -266,7 +266,8 @@ void target_lower_owner(struct target *t, const struct uw_process_identity *id)
 }
 
 struct target *target_open(struct ev_loop *loop, struct schedule *schedule,
-                           struct history *history, pid_t pid, struct uw_error *err)
+                           struct history *history, struct uw_kreader *kreader, pid_t pid,
+                           struct uw_error *err)
 {
 	struct uw_process_identity id;
 	if (uw_process_identity(pid, &id, err) != 0)
@@ -280,6 +281,7 @@ struct target *target_open(struct ev_loop *loop, struct schedule *schedule,
 	t->loop = loop;
 	t->schedule = schedule;
 	t->history = history;
+	t->kreader = kreader;
 	schedule_entry_init(&t->tick, target_on_tick, TARGET_FIRST_COST_S);
 	t->pid = pid;
 	t->start_time = id.start_time;
@@ -340,6 +342,7 @@ static void target_configure_unwinder(struct target *t)
 	                          .cache_budget = t->cache_budget,
 	                          .max_sample_ns = t->params.max_sample_ns,
 	                          .no_write = t->params.no_write,
+	                          .kreader = t->kreader,
 	                          .on_epoch_end = target_on_epoch_end,
 	                          .epoch_ctx = t};
 	uw_configure(t->uw, &opts);

@@ -372,6 +372,10 @@ const char *uw_runtime_file(const struct uw_target *t)
 
 void uw_configure(struct uw_target *t, const struct uw_options *options)
 {
+	/* Watches belong to the reader that set them. */
+	if (options->kreader != t->opts.kreader)
+		for (uint32_t i = 0; i < t->nthreads; i++)
+			threads_unwatch(t, &t->threads[i]);
 	t->opts = *options;
 	if (!t->opts.cache_budget)
 		t->opts.cache_budget = UW_DEFAULT_CACHE_BUDGET;

@@ -75,8 +75,17 @@ static void threads_still_close(struct uw_target *t, struct thread_still *st)
 	st->valid = st->holds = st->armed = false;
 }
 
+void threads_unwatch(struct uw_target *t, struct thread_cache *tc)
+{
+	if (tc->kslot >= 0 && t->opts.kreader)
+		kread_unwatch(t->opts.kreader, tc->kslot);
+	tc->kslot = -1;
+	tc->ktid = 0;
+}
+
 static void threads_clear_one(struct uw_target *t, struct thread_cache *tc)
 {
+	threads_unwatch(t, tc);
 	threads_close_stat(t, tc);
 	threads_still_close(t, &tc->still);
 	free(tc->chain);
@@ -108,7 +117,7 @@ struct thread_cache *threads_lookup(struct uw_target *t, raddr_t tstate, uint32_
 	}
 	struct thread_cache *tc = &t->threads[t->nthreads++];
 	*tc = (struct thread_cache){.tstate = tstate, .stat_fd = -1, .stat_tid = -1,
-	                            .still = {.files = SCHED_FILES_NONE}};
+	                            .still = {.files = SCHED_FILES_NONE}, .kslot = -1};
 	return tc;
 }
 
@@ -157,7 +166,7 @@ static int threads_tasks(struct uw_target *t, pid_t **tids, pid_t **own_tids)
  * namespace of its own (a container) that is another number, found once per
  * thread: its state descriptor is kept open after.
  */
-static int64_t threads_proc_tid(struct uw_target *t, int64_t tid)
+int64_t threads_proc_tid(struct uw_target *t, int64_t tid)
 {
 	if (!t->pid_namespace_nested)
 		return tid;

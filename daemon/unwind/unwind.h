@@ -128,6 +128,23 @@ struct uw_snapshot {
 
 struct uw_target;
 
+/*
+ * The in-kernel reader: a BPF program that copies a thread's Python frames
+ * while the thread stands interrupted on its CPU.  A thread whose stack
+ * moves under a read from outside (code that calls and returns faster than
+ * a read, 3.11-3.14) is watched from then on: when a read tears, a timer
+ * of the thread's CPU time is armed for one shot 10 µs of its running
+ * later, and the sample takes the stack the kernel copied then.  Between
+ * tears nothing runs, and nothing ever on the rest of the machine.  One
+ * reader serves every target of a process.  Needs root (CAP_BPF and
+ * CAP_PERFMON).
+ */
+struct uw_kreader;
+/* NULL and *err when the kernel refuses it. */
+struct uw_kreader *uw_kreader_open(struct uw_error *err);
+/* Close every target using it first. */
+void uw_kreader_close(struct uw_kreader *kr);
+
 /* Which threads a sample walks. */
 enum uw_mode {
 	UW_MODE_WALL, /* every thread */
@@ -178,6 +195,7 @@ struct uw_options {
 	uint64_t max_sample_ns;
 	enum uw_async_mode async_mode;
 	uint32_t max_tasks;      /* 0: UW_MAX_TASKS_DEFAULT */
+	struct uw_kreader *kreader; /* NULL: none; it must outlive the target */
 	/*
 	 * Called once at the end of an epoch, before every id is forgotten:
 	 * stack and frame ids of the ending epoch are still valid during the
@@ -348,6 +366,8 @@ struct uw_stats {
 	uint64_t marker_partial_reread;    /* 3.15: of those, proven by the walk's own re-read, no read after it */
 	uint64_t marker_foreign;           /* 3.15: markers another profiler wrote over ours (writing pauses) */
 	uint64_t still_proven;             /* 3.8-3.14: thread samples the kernel proved ran nothing since their stack was read */
+	uint64_t kernel_stacks;            /* 3.11-3.14: thread samples whose stack the in-kernel reader copied */
+	uint64_t kernel_watches;           /* threads the in-kernel reader was set to watch */
 	uint64_t process_still;            /* samples the kernel proved no thread of the process ran since one read whole: no memory read */
 	uint64_t cache_resets;             /* budget reached: everything forgotten */
 	uint64_t walks_cut;                /* samples cut short at max_sample_ns */

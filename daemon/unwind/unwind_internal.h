@@ -394,6 +394,18 @@ struct thread_cache {
 	size_t read_bytes_len, read_bytes_cap;
 	/* 3.8-3.10: the kernel's word that the thread stood still (threads_still_*). */
 	struct thread_still still;
+	/*
+	 * The in-kernel reader's watch of this thread (kread.c): its slot (-1:
+	 * none), the thread id it was taken for, and when its stack last moved
+	 * under a read (the watch ends KREAD_QUIET_NS after).
+	 * A watched thread's shot is armed as each sample begins: should the
+	 * read tear, the copy is of about the moment a read that holds proves.
+	 */
+	int kslot;
+	int64_t ktid;
+	uint64_t ktore;
+	uint64_t karmed; /* its shot armed as this sample began (kread_now_ns); 0: not */
+	uint64_t klast;  /* when its shot was last armed */
 };
 
 /* Ranges read together in one batch, sorted by address, and their bytes. */
@@ -632,6 +644,8 @@ struct walk {
 	uint32_t nchecks;
 	size_t checks_cap;
 	bool torn; /* the walk failed on values read at different moments, not on garbage */
+	bool tore; /* the thread's stack moved under a read this sample (walk_thread_stack) */
+	int64_t native_id; /* the kernel's id of the thread being read, as its process knows it; -1 unknown */
 	bool last_try; /* the last read of a thread that keeps moving: validate_stack judges it */
 	bool suspect;  /* the walk saw signs of a torn read: validate_stack judges what held */
 	/* 3.15: what frames_collect read of the thread state, in the copy the walk used. */
@@ -740,8 +754,45 @@ int tasks_sample(struct walk *w, struct uw_error *err);
 int tasks_snapshot(struct uw_target *t, struct uw_snapshot *out, struct uw_error *err);
 void tasks_free(struct uw_target *t);
 
+/* kread.c: the in-kernel reader (struct uw_kreader, unwind.h) */
+struct kread_frame;
+/*
+ * Watch a thread (tid as /proc names it) of a 3.11+ layout: its slot, or -1
+ * (no slot free, a layout the program cannot walk, the kernel refused).
+ */
+int kread_watch(struct uw_kreader *kr, pid_t tid, raddr_t tstate, const struct py_layout *L);
+void kread_unwatch(struct uw_kreader *kr, int slot);
+/* CLOCK_MONOTONIC, as the program stamps its snapshots. */
+uint64_t kread_now_ns(void);
+/* Arm the watched thread's one shot: the time armed, or 0 when it could not be. */
+uint64_t kread_arm(struct uw_kreader *kr, int slot);
+/*
+ * The snapshot the kernel took of a watched thread, innermost first, when
+ * whole, of that thread state and taken at since_ns or after: *n frames,
+ * valid until the next call.  NULL when there is none (yet).
+ */
+const struct kread_frame *kread_take(struct uw_kreader *kr, int slot, raddr_t tstate,
+                                     uint64_t since_ns, uint32_t *n);
+/* How long a sample waits for the shot after its last read of a thread tore. */
+#define KREAD_WAIT_NS 100000u
+/*
+ * Least time between two shots of a thread.  Arming one costs the kernel an
+ * interrupt of the thread's CPU, and the shot another: tens of µs of the
+ * thread's time in a virtual machine (23 µs of the daemon's for the arm,
+ * about 40 µs of the thread's for both, measured).  Sampling at 1 kHz arms
+ * every sample; back to back, one in many, and the samples between take
+ * what a read proves.
+ */
+#define KREAD_ARM_GAP_NS 500000u
+/* How long a watched thread goes without its stack moving under a read before the watch ends. */
+#define KREAD_QUIET_NS 5000000000u
+
 /* threads.c */
 void threads_free(struct uw_target *t);
+/* The id /proc gives the thread the process knows as tid (another in a pid namespace); -1 none. */
+int64_t threads_proc_tid(struct uw_target *t, int64_t tid);
+/* End the thread's watch by the in-kernel reader, if any. */
+void threads_unwatch(struct uw_target *t, struct thread_cache *tc);
 /* The cache of a thread state; threads come in the same order every sample, so hint nearly always hits. */
 struct thread_cache *threads_lookup(struct uw_target *t, raddr_t tstate, uint32_t hint,
                                     struct uw_error *err);

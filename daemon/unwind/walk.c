@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "kread_abi.h"
 #include "unwind_internal.h"
 
 /*
@@ -580,6 +581,118 @@ static void walk_keep_reads(struct walk *w, struct thread_cache *tc, uint32_t ma
 }
 
 /*
+ * 3.11-3.14: a thread whose stack moved under a read, watched by the
+ * in-kernel reader, its shot armed at `armed`: the stack the kernel copied
+ * while the thread stood interrupted, made into frames as
+ * frames_collect_interp makes a read's.  The copy is whole by how it was
+ * taken, so nothing is re-read; its code objects are decoded as any
+ * walk's.  1 and *stack when taken, 0 when there is none (yet), -1 out of
+ * memory.
+ */
+static int walk_kernel_stack(struct walk *w, struct thread_cache *tc, uint32_t start, uint64_t armed,
+                             uint32_t *stack, bool *truncated, struct uw_error *err)
+{
+	struct uw_target *t = w->t;
+	const struct py_layout *L = &t->layout;
+	uint32_t kn = 0;
+	const struct kread_frame *kf = kread_take(t->opts.kreader, tc->kslot, tc->tstate, armed, &kn);
+	if (!kf)
+		return 0;
+	if (array_reserve((void **)&w->raw, &w->raw_cap, (size_t)start + 2 * kn, sizeof *w->raw, NULL))
+		return uw_fail(err, UW_ENOMEM, "out of memory");
+	struct raw_frame *out = w->raw + start;
+	uint32_t n = 0;
+	bool want_native = t->opts.flags & UW_SNAP_NATIVE, native_pending = false;
+	for (uint32_t i = 0; i < kn; i++) {
+		const struct kread_frame *f = &kf[i];
+		bool shim = (L->frame.owner_cstack != LAYOUT_OWNER_NONE && f->owner == L->frame.owner_cstack) ||
+		            (L->frame.owner_interpreter != LAYOUT_OWNER_NONE &&
+		             f->owner == L->frame.owner_interpreter);
+		if (shim) {
+			native_pending = want_native && n > 0;
+			continue;
+		}
+		/* A generator's frame with no caller: one the thread runs from C, as a read sees it too. */
+		if (i + 1 == kn && L->frame.owner_generator != LAYOUT_OWNER_NONE &&
+		    f->owner == L->frame.owner_generator)
+			return 0;
+		if (!f->code) {
+			/* Popped as the thread stood (3.14+ clear the code): it is in the caller. */
+			if (n == 0 && i + 1 < kn)
+				continue;
+			return 0;
+		}
+		if (native_pending) {
+			out[n++] = (struct raw_frame){.kind = UW_FRAME_NATIVE};
+			native_pending = false;
+		}
+		out[n++] = (struct raw_frame){.addr = f->addr, .code = f->code, .pos = f->instr,
+		                              .kind = UW_FRAME_PYTHON};
+		if (L->frame.is_entry != LAYOUT_ABSENT && f->entry)
+			native_pending = want_native;
+	}
+	struct uw_error bad;
+	uint32_t got = chain_resolve(t, tc, out, n, chain_common(t, tc, out, n), &bad);
+	if (got == INTERN_FAILED) {
+		/* Its code unreadable, or an instruction outside it: not a stack to show. */
+		if (bad.status == UW_ENOMEM)
+			return uw_fail(err, UW_ENOMEM, "%s", bad.msg);
+		tc->n = 0;
+		return 0;
+	}
+	*stack = got;
+	*truncated = false;
+	tc->truncated = false;
+	tc->flags = t->opts.flags;
+	t->stats.kernel_stacks++;
+	return 1;
+}
+
+/* A read of the thread tore, unwatched: it is watched from now on (if it can be) and its shot armed.  The time armed, or 0. */
+static uint64_t walk_kernel_arm(struct walk *w, struct thread_cache *tc)
+{
+	struct uw_target *t = w->t;
+	if (tc->kslot >= 0 && tc->ktid != w->native_id)
+		threads_unwatch(t, tc); /* another thread under this state */
+	if (tc->kslot < 0) {
+		int64_t tid = w->native_id > 0 ? threads_proc_tid(t, w->native_id) : -1;
+		if (tid <= 0 || tid > INT32_MAX)
+			return 0;
+		tc->kslot = kread_watch(t->opts.kreader, (pid_t)tid, tc->tstate, &t->layout);
+		if (tc->kslot < 0)
+			return 0;
+		tc->ktid = w->native_id;
+		t->stats.kernel_watches++;
+	}
+	uint64_t now = kread_now_ns();
+	tc->ktore = now;
+	if (now - tc->klast < KREAD_ARM_GAP_NS)
+		return 0;
+	uint64_t armed = kread_arm(t->opts.kreader, tc->kslot);
+	tc->klast = armed ? armed : tc->klast;
+	return armed;
+}
+
+/*
+ * Every read of the thread tore: the shot comes KREAD_SHOT_NS of its
+ * running after it was armed, which the reads may not have lasted.
+ * Waited for up to KREAD_WAIT_NS (a thread that stopped running has a
+ * stack a read would have proven).  As walk_kernel_stack.
+ */
+static int walk_kernel_wait(struct walk *w, struct thread_cache *tc, uint32_t start, uint64_t armed,
+                            uint32_t *stack, bool *truncated, struct uw_error *err)
+{
+	for (unsigned spins = 0; spins < KREAD_WAIT_NS / 100u; spins++) {
+		int taken = walk_kernel_stack(w, tc, start, armed, stack, truncated, err);
+		if (taken != 0 || kread_now_ns() - armed > KREAD_WAIT_NS)
+			return taken;
+		for (volatile int i = 0; i < 64; i++)
+			;
+	}
+	return 0;
+}
+
+/*
  * A thread's stack, read and proven not torn.  A thread that runs moves its
  * stack every microsecond or so: when the proof fails it is read again,
  * fresh, a few times.  If it keeps moving, *moving says so and the thread
@@ -596,7 +709,13 @@ static int walk_thread_stack(struct walk *w, struct thread_cache *tc, raddr_t ts
 	int rc = -1;
 	*dropped = false;
 	*moving = false;
+	w->tore = false;
 	bool marker = t->layout.tstate.marker && !t->opts.no_cache;
+	/* 3.11-3.14 with an in-kernel reader: a thread that tears gets the kernel's copy. */
+	bool kernel = t->opts.kreader && !marker && t->layout.frame_model == FRAME_MODEL_INTERP;
+	uint64_t armed = tc->karmed;
+	bool waited = false;
+	tc->karmed = 0;
 	unsigned writes = 0;
 	if (marker) {
 		int honoured = walk_marker_honour(w, tc, tstate, stack, truncated, err);
@@ -662,6 +781,24 @@ static int walk_thread_stack(struct walk *w, struct thread_cache *tc, raddr_t ts
 		}
 		if (w->cut || err->status != UW_ECORRUPT || !remote_alive(&t->mem))
 			break;
+		w->tore |= *moving;
+		/*
+		 * The shot armed as the sample began is waited for, once: it comes
+		 * about when a read that holds proves its stack.  One armed now
+		 * would come a read and an arming later, the later in the code
+		 * that follows: it only starts the watch, for the next samples.
+		 */
+		if (*moving && kernel && !armed && !waited)
+			walk_kernel_arm(w, tc);
+		if (*moving && armed && !waited) {
+			waited = true;
+			int taken = walk_kernel_wait(w, tc, start, armed, stack, truncated, err);
+			if (taken != 0) {
+				rc = taken < 0 ? -1 : 0;
+				*moving = false;
+				break;
+			}
+		}
 		/*
 		 * 3.15: moving above a frame the marker proves alive: that part,
 		 * now, rather than a whole stack some reads later (the later, the
@@ -719,6 +856,30 @@ static uint32_t walk_read_pages(const struct uw_target *t, const struct thread_c
 		last_page = (addr + len - 1) >> 12;
 	}
 	return pages < UINT32_MAX ? (uint32_t)pages : UINT32_MAX;
+}
+
+/* As a sample begins, before any read: the shot of every watched thread (see struct thread_cache). */
+static void walk_kernel_arm_watched(struct uw_target *t)
+{
+	uint64_t now = kread_now_ns();
+	for (uint32_t i = 0; i < t->nthreads; i++) {
+		struct thread_cache *tc = &t->threads[i];
+		tc->karmed = 0;
+		if (tc->kslot < 0 || now - tc->klast < KREAD_ARM_GAP_NS)
+			continue;
+		tc->karmed = kread_arm(t->opts.kreader, tc->kslot);
+		tc->klast = tc->karmed ? tc->karmed : tc->klast;
+	}
+}
+
+/*
+ * A watch ends once the thread has gone KREAD_QUIET_NS with no read of it
+ * torn: it keeps a slot and a perf event.
+ */
+static void walk_kernel_quiet(struct walk *w, struct thread_cache *tc)
+{
+	if (tc->kslot >= 0 && !w->tore && tc->karmed && tc->karmed - tc->ktore > KREAD_QUIET_NS)
+		threads_unwatch(w->t, tc);
 }
 
 /* One thread state: its identity, flags and (if the mode selects it) its stack. */
@@ -787,11 +948,13 @@ static int walk_thread(struct walk *w, const struct walk_interp *iv, raddr_t tst
 		t->stats.frame_cache_full_hits += tc->n > 0;
 		t->stats.frames_from_cache += tc->n;
 	} else {
+		w->native_id = native_id;
 		if (walk_thread_stack(w, tc, tstate, may_move, &stack, &truncated, &dropped, &moving,
 		                      &thread_err) != 0) {
 			*err = thread_err;
 			return -1;
 		}
+		walk_kernel_quiet(w, tc);
 		/* Only a stack read whole, as the thread state points to it, is one to keep. */
 		bool whole = !dropped &&
 		             (!top_known || (tc->n ? tc->chain[tc->n - 1].addr == top : top == 0));
@@ -1119,6 +1282,8 @@ int uw_sample(struct uw_target *t, struct uw_sample *s, struct uw_error *err)
 	/* Before the memory is read: the kernel's proofs must come first (see still.c, threads_still_begin). */
 	still_arm(t);
 	threads_still_begin(t);
+	if (t->opts.kreader)
+		walk_kernel_arm_watched(t);
 	if (view_begin(t, err) == 0)
 		rc = walk_interpreters(w, err);
 	/* asyncio's tasks, read once the threads are: a running task's frames are its thread's. */

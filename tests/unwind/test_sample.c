@@ -572,6 +572,12 @@ static void callgraph_check(const struct python *py, const struct uw_options *op
 		cr_assert_gt(stats.marker_written, 0, "%s: the marker was never written", what);
 	if (opts->no_write)
 		cr_assert_eq(stats.marker_written, 0, "%s: written with no_write", what);
+	if (opts->kreader) {
+		cr_log_info("%s: in-kernel reader: %llu threads watched, %llu stacks its copies, %llu torn",
+		            what, (unsigned long long)stats.kernel_watches,
+		            (unsigned long long)stats.kernel_stacks, (unsigned long long)stats.torn_threads);
+		cr_assert_gt(stats.kernel_watches, 0, "%s: the in-kernel reader watched no thread", what);
+	}
 	if (tachyon) {
 		json_t *r = test_target_wait_report(&second, CALLGRAPH_SAMPLING_MAX_S);
 		json_t *impossible = json_object_get(r, "impossible");
@@ -609,12 +615,19 @@ Test(sample, no_impossible_callers, .timeout = 600)
 	struct python pys[PYTHONS_MAX];
 	size_t n = pythons_supported(pys, PYTHONS_MAX);
 	struct uw_options written = {.cache_budget = 0}, unwritten = {.no_write = true};
+	/* 3.11-3.14: with the in-kernel reader too, where threads that tear are watched and shot. */
+	struct uw_error kerr = {0};
+	struct uw_options kernel = {.kreader = uw_kreader_open(&kerr)};
+	cr_assert(kernel.kreader || geteuid() != 0, "the in-kernel reader, as root: %s", kerr.msg);
 	for (size_t i = 0; i < n; i++) {
 		callgraph_check(&pys[i], &written, false);
 		/* 3.15: the marker's path and the proof without it. */
 		if (pys[i].minor >= 15)
 			callgraph_check(&pys[i], &unwritten, false);
+		if (kernel.kreader && pys[i].minor >= 11 && pys[i].minor <= 14)
+			callgraph_check(&pys[i], &kernel, false);
 	}
+	uw_kreader_close(kernel.kreader);
 }
 
 /* CPython 3.15's own sampler reading the same process, both writing the frame-cache marker. */

@@ -1,0 +1,209 @@
+/*
+ * The in-kernel reader's owner: loads kread.bpf.c, watches the threads the
+ * unwinder could not read whole from outside (their stack moved under every
+ * process_vm_readv), and hands back the snapshot the kernel took of each
+ * while it stood interrupted on its CPU.
+ *
+ * A watch is a timer on the thread's own CPU time (a task-clock perf event,
+ * the BPF program attached, its slot as the cookie), disarmed.  When a read
+ * of the thread tears, the timer is armed for one shot, KREAD_SHOT_NS of
+ * the thread's running later (the least the kernel allows): the copy is of
+ * the moment the sample was taken, give or take that, and a watched thread
+ * costs nothing between tears, nor the rest of the machine ever.  The
+ * slots are a BPF array mapped read-only into this process: taking a
+ * snapshot is a copy under a sequence count, no system call.
+ */
+#include <errno.h>
+#include <linux/perf_event.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include "kread_abi.h"
+#include "kread.skel.h"
+#include "unwind_internal.h"
+
+struct uw_kreader {
+	struct kread *skel;
+	int watches_fd;
+	const uint8_t *slots; /* the slots map, mapped read-only */
+	size_t slots_len, slot_stride;
+	uint64_t generation;
+	struct bpf_link *links[KREAD_SLOTS];
+	int fds[KREAD_SLOTS];              /* each link's perf event, to arm it */
+	uint64_t generations[KREAD_SLOTS]; /* of each slot's watch */
+	struct kread_frame copy[KREAD_MAX_FRAMES]; /* the last snapshot taken, for the caller */
+};
+
+/* libbpf's own messages would go to stderr: what failed is told through uw_error. */
+static int kread_quiet(enum libbpf_print_level level, const char *fmt, va_list args)
+{
+	(void)level;
+	(void)fmt;
+	(void)args;
+	return 0;
+}
+
+struct uw_kreader *uw_kreader_open(struct uw_error *err)
+{
+	libbpf_set_print(kread_quiet);
+	struct uw_kreader *kr = calloc(1, sizeof *kr);
+	if (!kr) {
+		uw_fail(err, UW_ENOMEM, "out of memory");
+		return NULL;
+	}
+	kr->skel = kread__open();
+	int rc = kr->skel ? kread__load(kr->skel) : -errno;
+	if (!kr->skel || rc != 0) {
+		int e = kr->skel ? -rc : errno;
+		uw_fail(err, e == EPERM || e == EACCES ? UW_EPERM : UW_EIO,
+		        "in-kernel reader: the kernel refused its BPF program (%s)%s", strerror(e),
+		        e == EPERM || e == EACCES ? ": it needs CAP_BPF and CAP_PERFMON, or root" : "");
+		uw_kreader_close(kr);
+		return NULL;
+	}
+	kr->watches_fd = bpf_map__fd(kr->skel->maps.watches);
+	/* An mmapable array's values lie at a stride of their size rounded up to 8. */
+	kr->slot_stride = (sizeof(struct kread_slot) + 7) & ~(size_t)7;
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	kr->slots_len = (kr->slot_stride * KREAD_SLOTS + page - 1) / page * page;
+	void *m = mmap(NULL, kr->slots_len, PROT_READ, MAP_SHARED, bpf_map__fd(kr->skel->maps.slots), 0);
+	if (m == MAP_FAILED) {
+		uw_fail(err, UW_EIO, "in-kernel reader: mapping its snapshots: %s", strerror(errno));
+		kr->slots_len = 0;
+		uw_kreader_close(kr);
+		return NULL;
+	}
+	kr->slots = m;
+	return kr;
+}
+
+void uw_kreader_close(struct uw_kreader *kr)
+{
+	if (!kr)
+		return;
+	for (unsigned i = 0; i < KREAD_SLOTS; i++)
+		if (kr->links[i])
+			bpf_link__destroy(kr->links[i]);
+	if (kr->slots_len)
+		munmap((void *)kr->slots, kr->slots_len);
+	if (kr->skel)
+		kread__destroy(kr->skel);
+	free(kr);
+}
+
+int kread_watch(struct uw_kreader *kr, pid_t tid, raddr_t tstate, const struct py_layout *L)
+{
+	/* frame.size covers every field the program reads of a frame. */
+	if (tid <= 0 || L->frame_model != FRAME_MODEL_INTERP || L->free_threaded ||
+	    L->frame.size > KREAD_FRAME_BYTES)
+		return -1;
+	int slot = -1;
+	for (int i = 0; i < KREAD_SLOTS && slot < 0; i++)
+		if (!kr->links[i])
+			slot = i;
+	if (slot < 0)
+		return -1;
+	bool cframe = L->tstate.cframe != LAYOUT_ABSENT;
+	struct kread_watch watch = {
+		.tstate = tstate,
+		.code_tag_mask = L->frame.code_tag_mask,
+		.generation = ++kr->generation,
+		.frame = (uint16_t)(cframe ? L->tstate.cframe : L->tstate.frame),
+		.cframe_current = (uint16_t)(cframe ? L->tstate.cframe_current_frame : KREAD_ABSENT),
+		.back = (uint16_t)L->frame.back,
+		.code = (uint16_t)L->frame.code,
+		.instr = (uint16_t)L->frame.instr_ptr,
+		.owner = (uint16_t)L->frame.owner,
+		.is_entry = (uint16_t)(L->frame.is_entry == LAYOUT_ABSENT ? KREAD_ABSENT : L->frame.is_entry),
+		.frame_size = (uint16_t)L->frame.size,
+	};
+	uint32_t key = (uint32_t)slot;
+	if (bpf_map_update_elem(kr->watches_fd, &key, &watch, BPF_ANY) != 0)
+		return -1;
+	/* The thread's own CPU time: the timer runs only while it does; disarmed until a tear. */
+	struct perf_event_attr attr = {
+		.type = PERF_TYPE_SOFTWARE,
+		.size = sizeof attr,
+		.config = PERF_COUNT_SW_TASK_CLOCK,
+		.sample_period = KREAD_SHOT_NS,
+		.disabled = 1,
+	};
+	int fd = (int)syscall(__NR_perf_event_open, &attr, tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	LIBBPF_OPTS(bpf_perf_event_opts, opts, .bpf_cookie = (uint64_t)slot);
+	struct bpf_link *link = bpf_program__attach_perf_event_opts(kr->skel->progs.kread_tick, fd, &opts);
+	if (!link) {
+		close(fd);
+		return -1;
+	}
+	kr->links[slot] = link;
+	kr->fds[slot] = fd;
+	kr->generations[slot] = watch.generation;
+	return slot;
+}
+
+void kread_unwatch(struct uw_kreader *kr, int slot)
+{
+	if (slot < 0 || slot >= KREAD_SLOTS || !kr->links[slot])
+		return;
+	/* The link owns the perf event: destroying it stops the timer. */
+	bpf_link__destroy(kr->links[slot]);
+	kr->links[slot] = NULL;
+	kr->generations[slot] = 0;
+	kr->fds[slot] = -1;
+	struct kread_watch none = {0};
+	uint32_t key = (uint32_t)slot;
+	bpf_map_update_elem(kr->watches_fd, &key, &none, BPF_ANY);
+}
+
+uint64_t kread_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t kread_arm(struct uw_kreader *kr, int slot)
+{
+	if (slot < 0 || slot >= KREAD_SLOTS || !kr->links[slot])
+		return 0;
+	uint64_t now = kread_now_ns();
+	/* One overflow, then the kernel disarms it again (the program returns 1 to count it). */
+	if (ioctl(kr->fds[slot], PERF_EVENT_IOC_REFRESH, 1) != 0)
+		return 0;
+	return now;
+}
+
+const struct kread_frame *kread_take(struct uw_kreader *kr, int slot, raddr_t tstate,
+                                     uint64_t since_ns, uint32_t *n)
+{
+	if (slot < 0 || slot >= KREAD_SLOTS || !kr->links[slot])
+		return NULL;
+	const struct kread_slot *s = (const void *)(kr->slots + (size_t)slot * kr->slot_stride);
+	uint64_t seq = __atomic_load_n(&s->seq, __ATOMIC_ACQUIRE);
+	if (seq & 1)
+		return NULL; /* being written: the thread is on its CPU in the program right now */
+	uint32_t count = s->n;
+	uint64_t taken = s->taken_ns;
+	if (s->status != KREAD_OK || s->generation != kr->generations[slot] || s->tstate != tstate ||
+	    count == 0 || count > KREAD_MAX_FRAMES)
+		return NULL;
+	/* Only the shot the tear armed is of the sample's moment. */
+	if (taken < since_ns)
+		return NULL;
+	memcpy(kr->copy, s->frames, count * sizeof *kr->copy);
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+	if (__atomic_load_n(&s->seq, __ATOMIC_RELAXED) != seq)
+		return NULL;
+	*n = count;
+	return kr->copy;
+}
