@@ -374,6 +374,18 @@ int server_main(int argc, char **argv)
 		return rc;
 	log_init(s.config.log_level);
 	descriptors_explain(&s.config);
+	/*
+	 * Before the socket listens: loading takes tens of milliseconds, and
+	 * processes started meanwhile by whoever saw the socket would all be
+	 * found at once by the first scan, a child before its parent attached.
+	 */
+	if (!s.config.no_kernel_reader) {
+		struct uw_error kerr = {0};
+		s.kreader = uw_kreader_open(&kerr);
+		if (!s.kreader)
+			log_info("%s; threads whose stacks move under every read go uncounted "
+			         "([sampling] kernel_reader = false hides this)", kerr.msg);
+	}
 	signal(SIGPIPE, SIG_IGN);
 #ifdef __GLIBC__
 	/*
@@ -391,6 +403,7 @@ int server_main(int argc, char **argv)
 	if (!s.loop) {
 		fprintf(stderr, "pyprofd: cannot create the event loop\n");
 		config_free(&s.config);
+		uw_kreader_close(s.kreader);
 		return EXIT_FAILURE_OTHER;
 	}
 	/*
@@ -409,6 +422,7 @@ int server_main(int argc, char **argv)
 			close(s.state_fd);
 		ev_loop_destroy(s.loop);
 		config_free(&s.config);
+		uw_kreader_close(s.kreader);
 		return EXIT_FAILURE_OTHER;
 	}
 	s.started = ev_now(s.loop);
@@ -419,6 +433,7 @@ int server_main(int argc, char **argv)
 		close(s.state_fd);
 		ev_loop_destroy(s.loop);
 		config_free(&s.config);
+		uw_kreader_close(s.kreader);
 		return EXIT_FAILURE_OTHER;
 	}
 	if (history_open(&s.history, &s.config, s.state_fd) != 0 ||
@@ -430,16 +445,10 @@ int server_main(int argc, char **argv)
 		close(s.state_fd);
 		ev_loop_destroy(s.loop);
 		config_free(&s.config);
+		uw_kreader_close(s.kreader);
 		return EXIT_FAILURE_OTHER;
 	}
 	budget_init(&s.budget, &s);
-	if (!s.config.no_kernel_reader) {
-		struct uw_error kerr = {0};
-		s.kreader = uw_kreader_open(&kerr);
-		if (!s.kreader)
-			log_info("%s; threads whose stacks move under every read go uncounted "
-			         "([sampling] kernel_reader = false hides this)", kerr.msg);
-	}
 
 	ev_io_init(&s.accept_watcher, server_on_accept, s.listen_fd, EV_READ);
 	s.accept_watcher.data = &s;
