@@ -39,6 +39,7 @@ const struct stats_counter counters_table[COUNTERS_COUNT] = {
 	{"process_still", offsetof(struct uw_stats, process_still)},
 	{"kernel_stacks", offsetof(struct uw_stats, kernel_stacks)},
 	{"kernel_watches", offsetof(struct uw_stats, kernel_watches)},
+	{"kernel_paced", offsetof(struct uw_stats, kernel_paced)},
 };
 
 uint64_t counters_value(const struct uw_stats *st, size_t i)

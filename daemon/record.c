@@ -488,6 +488,8 @@ int record_main(int argc, char **argv)
 	/* Without it (not root), threads whose stacks move under every read go uncounted, as the stats say. */
 	struct uw_error kerr;
 	o.uw.kreader = uw_kreader_open(&kerr);
+	/* Faster than a thread may be shot (2 kHz): each sample waits for its shot, rather than go unshot. */
+	o.uw.kernel_pace = o.rate == 0 || o.rate > 2000;
 	uw_configure(t, &o.uw);
 
 	/* Signals stop the loop where it stands, so the profile is still written. */

@@ -197,6 +197,14 @@ struct uw_options {
 	uint32_t max_tasks;      /* 0: UW_MAX_TASKS_DEFAULT */
 	struct uw_kreader *kreader; /* NULL: none; it must outlive the target */
 	/*
+	 * For samplers faster than a thread may be shot (back to back, or past
+	 * 2 kHz): a sample waits, before it reads, until every watched thread
+	 * may be shot again, so each of its samples is; without it, the
+	 * samples between two shots read such threads as without the reader.
+	 * Never for an event loop's sampler: it blocks the caller up to 500 µs.
+	 */
+	bool kernel_pace;
+	/*
 	 * Called once at the end of an epoch, before every id is forgotten:
 	 * stack and frame ids of the ending epoch are still valid during the
 	 * call, so whoever counted them spells them out there.
@@ -368,6 +376,7 @@ struct uw_stats {
 	uint64_t still_proven;             /* 3.8-3.14: thread samples the kernel proved ran nothing since their stack was read */
 	uint64_t kernel_stacks;            /* 3.11-3.14: thread samples whose stack the in-kernel reader copied */
 	uint64_t kernel_watches;           /* threads the in-kernel reader was set to watch */
+	uint64_t kernel_paced;             /* samples that waited for a shot (kernel_pace) */
 	uint64_t process_still;            /* samples the kernel proved no thread of the process ran since one read whole: no memory read */
 	uint64_t cache_resets;             /* budget reached: everything forgotten */
 	uint64_t walks_cut;                /* samples cut short at max_sample_ns */

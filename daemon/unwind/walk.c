@@ -7,6 +7,7 @@
  * the view (one batched read per sample in steady state); every list
  * walked here comes from remote memory and is bounded.
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -861,7 +862,17 @@ static uint32_t walk_read_pages(const struct uw_target *t, const struct thread_c
 /* As a sample begins, before any read: the shot of every watched thread (see struct thread_cache). */
 static void walk_kernel_arm_watched(struct uw_target *t)
 {
-	uint64_t now = kread_now_ns();
+	uint64_t now = kread_now_ns(), due = 0;
+	for (uint32_t i = 0; t->opts.kernel_pace && i < t->nthreads; i++)
+		if (t->threads[i].kslot >= 0 && t->threads[i].klast + KREAD_ARM_GAP_NS > due)
+			due = t->threads[i].klast + KREAD_ARM_GAP_NS;
+	if (due > now) {
+		struct timespec at = {.tv_sec = (time_t)(due / 1000000000u), .tv_nsec = (long)(due % 1000000000u)};
+		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, NULL) == EINTR)
+			;
+		t->stats.kernel_paced++;
+		now = kread_now_ns();
+	}
 	for (uint32_t i = 0; i < t->nthreads; i++) {
 		struct thread_cache *tc = &t->threads[i];
 		tc->karmed = 0;

@@ -573,10 +573,13 @@ static void callgraph_check(const struct python *py, const struct uw_options *op
 	if (opts->no_write)
 		cr_assert_eq(stats.marker_written, 0, "%s: written with no_write", what);
 	if (opts->kreader) {
-		cr_log_info("%s: in-kernel reader: %llu threads watched, %llu stacks its copies, %llu torn",
+		cr_log_info("%s: in-kernel reader: %llu threads watched, %llu stacks its copies, %llu "
+		            "samples paced, %llu torn",
 		            what, (unsigned long long)stats.kernel_watches,
-		            (unsigned long long)stats.kernel_stacks, (unsigned long long)stats.torn_threads);
+		            (unsigned long long)stats.kernel_stacks, (unsigned long long)stats.kernel_paced,
+		            (unsigned long long)stats.torn_threads);
 		cr_assert_gt(stats.kernel_watches, 0, "%s: the in-kernel reader watched no thread", what);
+		cr_assert_gt(stats.kernel_stacks, 0, "%s: no stack was the kernel's copy", what);
 	}
 	if (tachyon) {
 		json_t *r = test_target_wait_report(&second, CALLGRAPH_SAMPLING_MAX_S);
@@ -615,9 +618,13 @@ Test(sample, no_impossible_callers, .timeout = 600)
 	struct python pys[PYTHONS_MAX];
 	size_t n = pythons_supported(pys, PYTHONS_MAX);
 	struct uw_options written = {.cache_budget = 0}, unwritten = {.no_write = true};
-	/* 3.11-3.14: with the in-kernel reader too, where threads that tear are watched and shot. */
+	/*
+	 * 3.11-3.14: with the in-kernel reader too, where threads that tear are
+	 * watched and shot; paced, as pyprofd record --rate max, so that every
+	 * sample of a watched thread is shot and its copy taken when reads tear.
+	 */
 	struct uw_error kerr = {0};
-	struct uw_options kernel = {.kreader = uw_kreader_open(&kerr)};
+	struct uw_options kernel = {.kreader = uw_kreader_open(&kerr), .kernel_pace = true};
 	cr_assert(kernel.kreader || geteuid() != 0, "the in-kernel reader, as root: %s", kerr.msg);
 	for (size_t i = 0; i < n; i++) {
 		callgraph_check(&pys[i], &written, false);
