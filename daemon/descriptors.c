@@ -18,6 +18,7 @@
 #define DESCRIPTORS_DISCOVERY 1 /* the process-events socket, or the /proc scan's directory */
 /* An attach's /proc files and ELF file, a rules file being saved, a reload, sd_notify. */
 #define DESCRIPTORS_PASSING 8
+/* The in-kernel reader, unless turned off: UW_KREADER_DESCRIPTORS. */
 
 unsigned long long descriptors_raise_limit(void)
 {
@@ -37,7 +38,7 @@ unsigned descriptors_reserved(const struct config *c)
 {
 	return DESCRIPTORS_STDIO + DESCRIPTORS_LISTEN + DESCRIPTORS_LOOP + DESCRIPTORS_WRITER +
 	       QUERIES_MAX * DESCRIPTORS_PER_QUERY + DESCRIPTORS_DISCOVERY + DESCRIPTORS_PASSING +
-	       c->max_connections;
+	       (c->no_kernel_reader ? 0 : UW_KREADER_DESCRIPTORS) + c->max_connections;
 }
 
 int descriptors_fit(struct config *c, char *why, size_t why_len)
@@ -51,10 +52,12 @@ int descriptors_fit(struct config *c, char *why, size_t why_len)
 	if (room == 0) {
 		snprintf(why, why_len,
 		         "a limit of %llu open files (RLIMIT_NOFILE) leaves no room for a single target "
-		         "next to %u connections: %llu descriptors are needed at least; raise the limit "
-		         "(LimitNOFILE= under systemd) or lower max_connections",
+		         "next to %u connections%s: %llu descriptors are needed at least; raise the limit "
+		         "(LimitNOFILE= under systemd) or lower max_connections%s",
 		         (unsigned long long)rl.rlim_cur, c->max_connections,
-		         (unsigned long long)reserved + DESCRIPTORS_PER_TARGET);
+		         c->no_kernel_reader ? "" : " and the in-kernel reader",
+		         (unsigned long long)reserved + DESCRIPTORS_PER_TARGET,
+		         c->no_kernel_reader ? "" : " (or set [sampling] kernel_reader = false)");
 		return -1;
 	}
 	if (room < c->max_targets)

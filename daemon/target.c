@@ -342,7 +342,8 @@ static void target_configure_unwinder(struct target *t)
 	                          .cache_budget = t->cache_budget,
 	                          .max_sample_ns = t->params.max_sample_ns,
 	                          .no_write = t->params.no_write,
-	                          .kreader = t->kreader,
+	                          /* Watches hold a slot and a perf event each: a detached target gives them back. */
+	                          .kreader = t->state == TARGET_SAMPLING ? t->kreader : NULL,
 	                          .on_epoch_end = target_on_epoch_end,
 	                          .epoch_ctx = t};
 	uw_configure(t->uw, &opts);
@@ -378,8 +379,8 @@ void target_start(struct target *t, struct target_params *params)
 	target_params_free(&t->params);
 	t->params = *params;
 	memset(params, 0, sizeof *params);
-	target_configure_unwinder(t);
 	t->state = TARGET_SAMPLING;
+	target_configure_unwinder(t);
 	t->sessions++;
 	t->session_samples = 0;
 	t->session_start = ev_now(loop);
@@ -405,8 +406,11 @@ void target_stop(struct target *t)
 	if (t->state == TARGET_SAMPLING)
 		t->session_end = ev_now(t->loop);
 	target_schedule(t, 0);
-	if (t->state == TARGET_SAMPLING)
+	if (t->state == TARGET_SAMPLING) {
 		t->state = TARGET_DETACHED;
+		if (t->uw)
+			target_configure_unwinder(t);
+	}
 	target_flush(t);
 	t->last_used = ev_now(t->loop);
 }

@@ -30,6 +30,9 @@
 #include "kread.skel.h"
 #include "unwind_internal.h"
 
+_Static_assert(UW_KREADER_DESCRIPTORS >= 8u + 2u * KREAD_SLOTS,
+               "a watch holds its perf event and its link");
+
 struct uw_kreader {
 	struct kread *skel;
 	int watches_fd;
@@ -181,6 +184,14 @@ uint64_t kread_arm(struct uw_kreader *kr, int slot)
 	if (ioctl(kr->fds[slot], PERF_EVENT_IOC_REFRESH, 1) != 0)
 		return 0;
 	return now;
+}
+
+bool kread_fired(const struct uw_kreader *kr, int slot, uint64_t since_ns)
+{
+	if (slot < 0 || slot >= KREAD_SLOTS || !kr->links[slot])
+		return false;
+	const struct kread_slot *s = (const void *)(kr->slots + (size_t)slot * kr->slot_stride);
+	return __atomic_load_n(&s->taken_ns, __ATOMIC_ACQUIRE) >= since_ns;
 }
 
 const struct kread_frame *kread_take(struct uw_kreader *kr, int slot, raddr_t tstate,

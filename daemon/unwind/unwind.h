@@ -132,16 +132,19 @@ struct uw_target;
  * The in-kernel reader: a BPF program that copies a thread's Python frames
  * while the thread stands interrupted on its CPU.  A thread whose stack
  * moves under a read from outside (code that calls and returns faster than
- * a read, 3.11-3.14) is watched from then on: when a read tears, a timer
- * of the thread's CPU time is armed for one shot 10 µs of its running
- * later, and the sample takes the stack the kernel copied then.  Between
- * tears nothing runs, and nothing ever on the rest of the machine.  One
+ * a read, 3.11-3.14) is watched from then on: as each sample begins while
+ * it runs, a timer of its CPU time is armed for one shot 10 µs of its
+ * running later; the shot stands it still while its frames are copied, so
+ * the read under way holds, or the sample takes the copy.  Nothing runs on
+ * a watched thread that waits, nor ever on the rest of the machine.  One
  * reader serves every target of a process.  Needs root (CAP_BPF and
  * CAP_PERFMON).
  */
 struct uw_kreader;
 /* NULL and *err when the kernel refuses it. */
 struct uw_kreader *uw_kreader_open(struct uw_error *err);
+/* Descriptors a reader holds at most: its maps, program and BTF, and two per watched thread. */
+#define UW_KREADER_DESCRIPTORS (8u + 2u * 64u)
 /* Close every target using it first. */
 void uw_kreader_close(struct uw_kreader *kr);
 

@@ -396,16 +396,20 @@ struct thread_cache {
 	struct thread_still still;
 	/*
 	 * The in-kernel reader's watch of this thread (kread.c): its slot (-1:
-	 * none), the thread id it was taken for, and when its stack last moved
-	 * under a read (the watch ends KREAD_QUIET_NS after).
-	 * A watched thread's shot is armed as each sample begins: should the
-	 * read tear, the copy is of about the moment a read that holds proves.
+	 * none) and the thread id it was taken for.  A watched thread that was
+	 * busy last sample (its read tore, its stack changed, or the shot armed
+	 * for it came: it ran) has its shot armed as the next sample begins, so that should
+	 * the read tear, the copy is of about the moment a read that holds
+	 * proves; one that waits is left alone (a read of it holds), and its
+	 * watch ends KREAD_QUIET_NS after it was last busy.
 	 */
 	int kslot;
 	int64_t ktid;
-	uint64_t ktore;
-	uint64_t karmed; /* its shot armed as this sample began (kread_now_ns); 0: not */
-	uint64_t klast;  /* when its shot was last armed */
+	bool kbusy;
+	uint32_t kstack;   /* its stack last sample */
+	uint64_t kbusy_at; /* when it was last busy (kread_now_ns) */
+	uint64_t karmed;   /* its shot armed as this sample began; 0: not */
+	uint64_t klast;    /* when its shot was last armed */
 };
 
 /* Ranges read together in one batch, sorted by address, and their bytes. */
@@ -766,6 +770,8 @@ void kread_unwatch(struct uw_kreader *kr, int slot);
 uint64_t kread_now_ns(void);
 /* Arm the watched thread's one shot: the time armed, or 0 when it could not be. */
 uint64_t kread_arm(struct uw_kreader *kr, int slot);
+/* Whether the watched thread's shot came at since_ns or after: it ran that long since. */
+bool kread_fired(const struct uw_kreader *kr, int slot, uint64_t since_ns);
 /*
  * The snapshot the kernel took of a watched thread, innermost first, when
  * whole, of that thread state and taken at since_ns or after: *n frames,
@@ -784,7 +790,7 @@ const struct kread_frame *kread_take(struct uw_kreader *kr, int slot, raddr_t ts
  * what a read proves.
  */
 #define KREAD_ARM_GAP_NS 500000u
-/* How long a watched thread goes without its stack moving under a read before the watch ends. */
+/* How long a watched thread goes without being busy (see struct thread_cache) before the watch ends. */
 #define KREAD_QUIET_NS 5000000000u
 
 /* threads.c */

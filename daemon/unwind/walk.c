@@ -663,10 +663,10 @@ static uint64_t walk_kernel_arm(struct walk *w, struct thread_cache *tc)
 		if (tc->kslot < 0)
 			return 0;
 		tc->ktid = w->native_id;
+		tc->kbusy_at = kread_now_ns();
 		t->stats.kernel_watches++;
 	}
 	uint64_t now = kread_now_ns();
-	tc->ktore = now;
 	if (now - tc->klast < KREAD_ARM_GAP_NS)
 		return 0;
 	uint64_t armed = kread_arm(t->opts.kreader, tc->kslot);
@@ -716,7 +716,6 @@ static int walk_thread_stack(struct walk *w, struct thread_cache *tc, raddr_t ts
 	bool kernel = t->opts.kreader && !marker && t->layout.frame_model == FRAME_MODEL_INTERP;
 	uint64_t armed = tc->karmed;
 	bool waited = false;
-	tc->karmed = 0;
 	unsigned writes = 0;
 	if (marker) {
 		int honoured = walk_marker_honour(w, tc, tstate, stack, truncated, err);
@@ -863,9 +862,18 @@ static uint32_t walk_read_pages(const struct uw_target *t, const struct thread_c
 static void walk_kernel_arm_watched(struct uw_target *t)
 {
 	uint64_t now = kread_now_ns(), due = 0;
-	for (uint32_t i = 0; t->opts.kernel_pace && i < t->nthreads; i++)
-		if (t->threads[i].kslot >= 0 && t->threads[i].klast + KREAD_ARM_GAP_NS > due)
-			due = t->threads[i].klast + KREAD_ARM_GAP_NS;
+	for (uint32_t i = 0; i < t->nthreads; i++) {
+		struct thread_cache *tc = &t->threads[i];
+		if (tc->kslot < 0)
+			continue;
+		/* The shot armed last sample came: the thread ran since, whatever its stack shows. */
+		if (tc->karmed && kread_fired(t->opts.kreader, tc->kslot, tc->karmed)) {
+			tc->kbusy = true;
+			tc->kbusy_at = now;
+		}
+		if (t->opts.kernel_pace && tc->kbusy && tc->klast + KREAD_ARM_GAP_NS > due)
+			due = tc->klast + KREAD_ARM_GAP_NS;
+	}
 	if (due > now) {
 		struct timespec at = {.tv_sec = (time_t)(due / 1000000000u), .tv_nsec = (long)(due % 1000000000u)};
 		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, NULL) == EINTR)
@@ -876,7 +884,9 @@ static void walk_kernel_arm_watched(struct uw_target *t)
 	for (uint32_t i = 0; i < t->nthreads; i++) {
 		struct thread_cache *tc = &t->threads[i];
 		tc->karmed = 0;
-		if (tc->kslot < 0 || now - tc->klast < KREAD_ARM_GAP_NS)
+		bool busy = tc->kbusy;
+		tc->kbusy = false; /* until its walk finds it busy again (walk_kernel_settle) */
+		if (tc->kslot < 0 || !busy || now - tc->klast < KREAD_ARM_GAP_NS)
 			continue;
 		tc->karmed = kread_arm(t->opts.kreader, tc->kslot);
 		tc->klast = tc->karmed ? tc->karmed : tc->klast;
@@ -884,12 +894,20 @@ static void walk_kernel_arm_watched(struct uw_target *t)
 }
 
 /*
- * A watch ends once the thread has gone KREAD_QUIET_NS with no read of it
- * torn: it keeps a slot and a perf event.
+ * After a watched thread's walk: whether it is busy (struct thread_cache),
+ * and its watch ended once it has not been for KREAD_QUIET_NS: a watch
+ * keeps a slot and a perf event.
  */
-static void walk_kernel_quiet(struct walk *w, struct thread_cache *tc)
+static void walk_kernel_settle(struct walk *w, struct thread_cache *tc, uint32_t stack)
 {
-	if (tc->kslot >= 0 && !w->tore && tc->karmed && tc->karmed - tc->ktore > KREAD_QUIET_NS)
+	if (tc->kslot < 0)
+		return;
+	uint64_t now = kread_now_ns();
+	tc->kbusy = w->tore || stack != tc->kstack;
+	tc->kstack = stack;
+	if (tc->kbusy)
+		tc->kbusy_at = now;
+	else if (now - tc->kbusy_at > KREAD_QUIET_NS)
 		threads_unwatch(w->t, tc);
 }
 
@@ -965,7 +983,7 @@ static int walk_thread(struct walk *w, const struct walk_interp *iv, raddr_t tst
 			*err = thread_err;
 			return -1;
 		}
-		walk_kernel_quiet(w, tc);
+		walk_kernel_settle(w, tc, stack);
 		/* Only a stack read whole, as the thread state points to it, is one to keep. */
 		bool whole = !dropped &&
 		             (!top_known || (tc->n ? tc->chain[tc->n - 1].addr == top : top == 0));

@@ -358,12 +358,14 @@ Test(lifecycle, max_targets_fits_the_descriptor_limit, .timeout = 240)
 	/*
 	 * With [limits] max_connections = 8 the daemon keeps 42 descriptors
 	 * for all but its targets, 2 for each: a hard limit of 48 holds 3.  The
-	 * soft limit of 20 would not even hold the rest.
+	 * soft limit of 20 would not even hold the rest.  The in-kernel reader
+	 * would keep UW_KREADER_DESCRIPTORS more: off here, and on below.
 	 */
 	char dir[PATH_MAX - 64], conf[PATH_MAX];
 	scratch_dir(dir, sizeof dir);
 	snprintf(conf, sizeof conf, "%s/pyprofd.conf", dir);
-	write_text_file(conf, "[limits]\nmax_connections = 8\nmax_targets = 4096\n");
+	write_text_file(conf, "[limits]\nmax_connections = 8\nmax_targets = 4096\n"
+	                      "[sampling]\nkernel_reader = false\n");
 	const char *extra[] = {"--config", conf, NULL};
 	/* For good: raising a hard limit again takes CAP_SYS_RESOURCE; this process ends with the test. */
 	with_nofile(20, 48);
@@ -389,13 +391,23 @@ Test(lifecycle, max_targets_fits_the_descriptor_limit, .timeout = 240)
 	run_result_free(&r);
 	daemon_stop(&d);
 
-	/* A hard limit of 40 holds not even one next to 8 connections: the daemon will not start. */
 	char state[PATH_MAX], sock[PATH_MAX];
 	snprintf(state, sizeof state, "%s/state", dir);
 	snprintf(sock, sizeof sock, "%s/pyprofd.sock", dir);
 	const char *argv[] = {pyprofd_bin(), "--state-dir", state, "--socket", sock, "--config", conf, NULL};
-	with_nofile(40, 40);
 	struct run_opts opts = {.timeout_s = 10};
+
+	/* The in-kernel reader's descriptors count too: 48 held 3 targets without it, none with it. */
+	write_text_file(conf, "[limits]\nmax_connections = 8\nmax_targets = 4096\n");
+	run_command(&r, argv, &opts);
+	cr_assert(r.exited && r.code == 2 && strstr(r.err, "RLIMIT_NOFILE") && strstr(r.err, "kernel_reader"),
+	          "the in-kernel reader's descriptors were not counted: %s", run_describe(&r, why, sizeof why));
+	run_result_free(&r);
+	write_text_file(conf, "[limits]\nmax_connections = 8\nmax_targets = 4096\n"
+	                      "[sampling]\nkernel_reader = false\n");
+
+	/* A hard limit of 40 holds not even one next to 8 connections: the daemon will not start. */
+	with_nofile(40, 40);
 	run_command(&r, argv, &opts);
 	cr_assert(r.exited && r.code == 2 && strstr(r.err, "RLIMIT_NOFILE") && strstr(r.err, "max_connections"),
 	          "the daemon started where no target fits: %s", run_describe(&r, why, sizeof why));
