@@ -41,6 +41,8 @@ static const char record_usage[] =
 	"                      task is sampled too, as an idle stack of its own\n"
 	"  --no-cache          turn every cache off (for comparison)\n"
 	"  --no-write          never write into the target (3.15's frame-cache marker)\n"
+	"  --no-kernel-reader  never load the in-kernel reader (3.11-3.14, as root): threads\n"
+	"                      whose stacks move under every read go uncounted (for comparison)\n"
 	"  -o, --output FILE   write the profile to FILE (default: standard output)\n"
 	"  --format F          collapsed (default), flamegraph (one HTML file), heatmap\n"
 	"                      (the same page with the process's sources, line by line),\n"
@@ -67,6 +69,7 @@ struct record_opts {
 	bool table; /* --format table: counted here, written as pyprofd-ctl writes one */
 	bool stats, stats_json;
 	bool no_idle, per_thread;
+	bool no_kernel_reader;
 };
 
 static int record_parse(int argc, char **argv, struct record_opts *o)
@@ -81,6 +84,7 @@ static int record_parse(int argc, char **argv, struct record_opts *o)
 		{"async-mode", required_argument, NULL, 'M'},
 		{"no-cache", no_argument, NULL, 'C'},
 		{"no-write", no_argument, NULL, 'W'},
+		{"no-kernel-reader", no_argument, NULL, 'K'},
 		{"output", required_argument, NULL, 'o'},
 		{"format", required_argument, NULL, 'f'},
 		{"stats", no_argument, NULL, 's'},
@@ -137,6 +141,7 @@ static int record_parse(int argc, char **argv, struct record_opts *o)
 			break;
 		case 'C': o->uw.no_cache = true; break;
 		case 'W': o->uw.no_write = true; break;
+		case 'K': o->no_kernel_reader = true; break;
 		case 'o': o->output = optarg; break;
 		case 'f':
 			o->table = strcmp(optarg, "table") == 0;
@@ -487,7 +492,7 @@ int record_main(int argc, char **argv)
 	o.uw.epoch_ctx = &prof;
 	/* Without it (not root), threads whose stacks move under every read go uncounted, as the stats say. */
 	struct uw_error kerr;
-	o.uw.kreader = uw_kreader_open(&kerr);
+	o.uw.kreader = o.no_kernel_reader ? NULL : uw_kreader_open(&kerr);
 	/* Faster than a thread may be shot (2 kHz): each sample waits for its shot, rather than go unshot. */
 	o.uw.kernel_pace = o.rate == 0 || o.rate > 2000;
 	uw_configure(t, &o.uw);

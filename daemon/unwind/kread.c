@@ -186,12 +186,12 @@ uint64_t kread_arm(struct uw_kreader *kr, int slot)
 	return now;
 }
 
-bool kread_fired(const struct uw_kreader *kr, int slot, uint64_t since_ns)
+uint64_t kread_shot_at(const struct uw_kreader *kr, int slot)
 {
 	if (slot < 0 || slot >= KREAD_SLOTS || !kr->links[slot])
-		return false;
+		return 0;
 	const struct kread_slot *s = (const void *)(kr->slots + (size_t)slot * kr->slot_stride);
-	return __atomic_load_n(&s->taken_ns, __ATOMIC_ACQUIRE) >= since_ns;
+	return __atomic_load_n(&s->taken_ns, __ATOMIC_ACQUIRE);
 }
 
 const struct kread_frame *kread_take(struct uw_kreader *kr, int slot, raddr_t tstate,

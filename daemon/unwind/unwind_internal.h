@@ -410,6 +410,7 @@ struct thread_cache {
 	uint64_t kbusy_at; /* when it was last busy (kread_now_ns) */
 	uint64_t karmed;   /* its shot armed as this sample began; 0: not */
 	uint64_t klast;    /* when its shot was last armed */
+	uint64_t kshot;    /* when its last shot came, as last looked at */
 };
 
 /* Ranges read together in one batch, sorted by address, and their bytes. */
@@ -770,8 +771,8 @@ void kread_unwatch(struct uw_kreader *kr, int slot);
 uint64_t kread_now_ns(void);
 /* Arm the watched thread's one shot: the time armed, or 0 when it could not be. */
 uint64_t kread_arm(struct uw_kreader *kr, int slot);
-/* Whether the watched thread's shot came at since_ns or after: it ran that long since. */
-bool kread_fired(const struct uw_kreader *kr, int slot, uint64_t since_ns);
+/* When the watched thread's last shot came (kread_now_ns), 0 never: it ran then. */
+uint64_t kread_shot_at(const struct uw_kreader *kr, int slot);
 /*
  * The snapshot the kernel took of a watched thread, innermost first, when
  * whole, of that thread state and taken at since_ns or after: *n frames,

@@ -861,17 +861,15 @@ static uint32_t walk_read_pages(const struct uw_target *t, const struct thread_c
 /* As a sample begins, before any read: the shot of every watched thread (see struct thread_cache). */
 static void walk_kernel_arm_watched(struct uw_target *t)
 {
+	/*
+	 * Paced: until every watched thread may be shot again.  A thread that
+	 * waits is shot no more once its last shot is past (below), so it
+	 * holds a sample back once at most.
+	 */
 	uint64_t now = kread_now_ns(), due = 0;
-	for (uint32_t i = 0; i < t->nthreads; i++) {
-		struct thread_cache *tc = &t->threads[i];
-		if (tc->kslot < 0)
-			continue;
-		/* The shot armed last sample came: the thread ran since, whatever its stack shows. */
-		if (tc->karmed && kread_fired(t->opts.kreader, tc->kslot, tc->karmed)) {
-			tc->kbusy = true;
-			tc->kbusy_at = now;
-		}
-		if (t->opts.kernel_pace && tc->kbusy && tc->klast + KREAD_ARM_GAP_NS > due)
+	for (uint32_t i = 0; t->opts.kernel_pace && i < t->nthreads; i++) {
+		const struct thread_cache *tc = &t->threads[i];
+		if (tc->kslot >= 0 && tc->klast + KREAD_ARM_GAP_NS > due)
 			due = tc->klast + KREAD_ARM_GAP_NS;
 	}
 	if (due > now) {
@@ -884,7 +882,14 @@ static void walk_kernel_arm_watched(struct uw_target *t)
 	for (uint32_t i = 0; i < t->nthreads; i++) {
 		struct thread_cache *tc = &t->threads[i];
 		tc->karmed = 0;
-		bool busy = tc->kbusy;
+		if (tc->kslot < 0)
+			continue;
+		/* A shot came since the last look: the thread ran, whatever its stack shows. */
+		uint64_t shot = kread_shot_at(t->opts.kreader, tc->kslot);
+		bool busy = tc->kbusy || shot > tc->kshot;
+		tc->kshot = shot;
+		if (busy)
+			tc->kbusy_at = now;
 		tc->kbusy = false; /* until its walk finds it busy again (walk_kernel_settle) */
 		if (tc->kslot < 0 || !busy || now - tc->klast < KREAD_ARM_GAP_NS)
 			continue;
