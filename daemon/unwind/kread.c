@@ -168,18 +168,11 @@ void kread_unwatch(struct uw_kreader *kr, int slot)
 	bpf_map_update_elem(kr->watches_fd, &key, &none, BPF_ANY);
 }
 
-uint64_t kread_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 uint64_t kread_arm(struct uw_kreader *kr, int slot)
 {
 	if (slot < 0 || slot >= KREAD_SLOTS || !kr->links[slot])
 		return 0;
-	uint64_t now = kread_now_ns();
+	uint64_t now = unwind_now_ns();
 	/* One overflow, then the kernel disarms it again (the program returns 1 to count it). */
 	if (ioctl(kr->fds[slot], PERF_EVENT_IOC_REFRESH, 1) != 0)
 		return 0;

@@ -151,11 +151,7 @@ struct tasks {
  */
 static bool tasks_over_time(const struct walk *w)
 {
-	if (!w->deadline_ns)
-		return false;
-	struct timespec now;
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	return (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec > w->deadline_ns;
+	return w->deadline_ns && unwind_now_ns() > w->deadline_ns;
 }
 
 bool tasks_wanted(const struct uw_target *t)

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 #include <sys/types.h>
 
 #include "arena.h"
@@ -90,6 +91,14 @@ struct remote_range {
  */
 int remote_read_batch(struct remote *r, struct remote_range *ranges, uint32_t n,
                       struct uw_error *err);
+
+/* CLOCK_MONOTONIC in ns: deadlines, and the in-kernel reader's stamps (bpf_ktime_get_ns). */
+static inline uint64_t unwind_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 /* Little-endian field loads from a local copy of a remote struct. */
 static inline uint64_t load_u64(const uint8_t *base, uint32_t off)
@@ -407,7 +416,7 @@ struct thread_cache {
 	int64_t ktid;
 	bool kbusy;
 	uint32_t kstack;   /* its stack last sample */
-	uint64_t kbusy_at; /* when it was last busy (kread_now_ns) */
+	uint64_t kbusy_at; /* when it was last busy (unwind_now_ns) */
 	uint64_t karmed;   /* its shot armed as this sample began; 0: not */
 	uint64_t klast;    /* when its shot was last armed */
 	uint64_t kshot;    /* when its last shot came, as last looked at */
@@ -767,11 +776,9 @@ struct kread_frame;
  */
 int kread_watch(struct uw_kreader *kr, pid_t tid, raddr_t tstate, const struct py_layout *L);
 void kread_unwatch(struct uw_kreader *kr, int slot);
-/* CLOCK_MONOTONIC, as the program stamps its snapshots. */
-uint64_t kread_now_ns(void);
 /* Arm the watched thread's one shot: the time armed, or 0 when it could not be. */
 uint64_t kread_arm(struct uw_kreader *kr, int slot);
-/* When the watched thread's last shot came (kread_now_ns), 0 never: it ran then. */
+/* When the watched thread's last shot came (unwind_now_ns), 0 never: it ran then. */
 uint64_t kread_shot_at(const struct uw_kreader *kr, int slot);
 /*
  * The snapshot the kernel took of a watched thread, innermost first, when

@@ -30,13 +30,6 @@
  */
 #define WALK_CLOCK_THREAD 16
 
-static uint64_t walk_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 bool walk_over_time(struct walk *w, uint32_t frames)
 {
 	if (w->cut)
@@ -48,7 +41,7 @@ bool walk_over_time(struct walk *w, uint32_t frames)
 		return false;
 	}
 	w->until_clock = WALK_CLOCK_EVERY;
-	w->cut = walk_now_ns() > w->deadline_ns;
+	w->cut = unwind_now_ns() > w->deadline_ns;
 	return w->cut;
 }
 
@@ -663,10 +656,10 @@ static uint64_t walk_kernel_arm(struct walk *w, struct thread_cache *tc)
 		if (tc->kslot < 0)
 			return 0;
 		tc->ktid = w->native_id;
-		tc->kbusy_at = kread_now_ns();
+		tc->kbusy_at = unwind_now_ns();
 		t->stats.kernel_watches++;
 	}
-	uint64_t now = kread_now_ns();
+	uint64_t now = unwind_now_ns();
 	if (now - tc->klast < KREAD_ARM_GAP_NS)
 		return 0;
 	uint64_t armed = kread_arm(t->opts.kreader, tc->kslot);
@@ -685,7 +678,7 @@ static int walk_kernel_wait(struct walk *w, struct thread_cache *tc, uint32_t st
 {
 	for (unsigned spins = 0; spins < KREAD_WAIT_NS / 100u; spins++) {
 		int taken = walk_kernel_stack(w, tc, start, armed, stack, truncated, err);
-		if (taken != 0 || kread_now_ns() - armed > KREAD_WAIT_NS)
+		if (taken != 0 || unwind_now_ns() - armed > KREAD_WAIT_NS)
 			return taken;
 		for (volatile int i = 0; i < 64; i++)
 			;
@@ -866,7 +859,7 @@ static void walk_kernel_arm_watched(struct uw_target *t)
 	 * waits is shot no more once its last shot is past (below), so it
 	 * holds a sample back once at most.
 	 */
-	uint64_t now = kread_now_ns(), due = 0;
+	uint64_t now = unwind_now_ns(), due = 0;
 	for (uint32_t i = 0; t->opts.kernel_pace && i < t->nthreads; i++) {
 		const struct thread_cache *tc = &t->threads[i];
 		if (tc->kslot >= 0 && tc->klast + KREAD_ARM_GAP_NS > due)
@@ -877,7 +870,7 @@ static void walk_kernel_arm_watched(struct uw_target *t)
 		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, NULL) == EINTR)
 			;
 		t->stats.kernel_paced++;
-		now = kread_now_ns();
+		now = unwind_now_ns();
 	}
 	for (uint32_t i = 0; i < t->nthreads; i++) {
 		struct thread_cache *tc = &t->threads[i];
@@ -907,7 +900,7 @@ static void walk_kernel_settle(struct walk *w, struct thread_cache *tc, uint32_t
 {
 	if (tc->kslot < 0)
 		return;
-	uint64_t now = kread_now_ns();
+	uint64_t now = unwind_now_ns();
 	tc->kbusy = w->tore || stack != tc->kstack;
 	tc->kstack = stack;
 	if (tc->kbusy)
@@ -1312,7 +1305,7 @@ int uw_sample(struct uw_target *t, struct uw_sample *s, struct uw_error *err)
 	w->cut = false;
 	/* The clock was just read for the deadline. */
 	w->until_clock = WALK_CLOCK_EVERY;
-	w->deadline_ns = t->opts.max_sample_ns ? walk_now_ns() + t->opts.max_sample_ns : 0;
+	w->deadline_ns = t->opts.max_sample_ns ? unwind_now_ns() + t->opts.max_sample_ns : 0;
 	/* Before the memory is read: the kernel's proofs must come first (see still.c, threads_still_begin). */
 	still_arm(t);
 	threads_still_begin(t);
