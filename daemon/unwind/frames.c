@@ -145,9 +145,7 @@ static int frames_collect_interp(struct walk *w, raddr_t addr, const struct fram
 		if (addr >= live->top && addr < live->end)
 			w->suspect = true;
 		uint8_t owner = f[L->frame.owner];
-		bool shim = (L->frame.owner_cstack != LAYOUT_OWNER_NONE && owner == L->frame.owner_cstack) ||
-		            (L->frame.owner_interpreter != LAYOUT_OWNER_NONE &&
-		             owner == L->frame.owner_interpreter);
+		bool shim = frames_is_shim(L, owner);
 		if (validate_watch_links(w, addr, f, !shim, !shim && *n > 0, err) != 0)
 			return -1;
 		if (!previous && !shim && L->frame.owner_generator != LAYOUT_OWNER_NONE &&

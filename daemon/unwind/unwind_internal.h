@@ -714,6 +714,12 @@ void walk_free(struct uw_target *t);
 size_t walk_room(const struct uw_target *t);
 
 /* frames.c */
+/* 3.11+: a frame owned by C (or by the interpreter, 3.14+): the eval loop was entered from C there. */
+static inline bool frames_is_shim(const struct py_layout *L, uint8_t owner)
+{
+	return (L->frame.owner_cstack != LAYOUT_OWNER_NONE && owner == L->frame.owner_cstack) ||
+	       (L->frame.owner_interpreter != LAYOUT_OWNER_NONE && owner == L->frame.owner_interpreter);
+}
 /* Read one thread's innermost-frame pointer and its frames onto w->raw (*n of them), with checks. */
 int frames_collect(struct walk *w, raddr_t tstate, uint32_t *n, bool *truncated,
                    struct uw_error *err);

@@ -97,6 +97,8 @@ struct reread {
  */
 /* How far past the pointer to the innermost frame the marker may lie for one range to hold both. */
 #define VALIDATE_MARKER_SPAN 64
+/* How far a frame's links range is stretched to take its instruction too, rather than a range of its own. */
+#define VALIDATE_INSTR_STRETCH 256
 
 static int validate_reread(struct walk *w, raddr_t top, struct reread *rr, struct uw_error *err)
 {
@@ -159,7 +161,7 @@ static int validate_reread(struct walk *w, raddr_t top, struct reread *rr, struc
 		bool within = false;
 		for (uint32_t i = rr->ntops; i < n && !within; i++)
 			if (ranges[i].addr <= top && top < ranges[i].addr + ranges[i].len &&
-			    top_at + 8 - ranges[i].addr <= ranges[i].len + 256) {
+			    top_at + 8 - ranges[i].addr <= ranges[i].len + VALIDATE_INSTR_STRETCH) {
 				if (top_at + 8 > ranges[i].addr + ranges[i].len) {
 					total += top_at + 8 - (ranges[i].addr + ranges[i].len);
 					ranges[i].len = (uint32_t)(top_at + 8 - ranges[i].addr);
@@ -245,6 +247,20 @@ static raddr_t validate_stood(const struct walk *w, const struct reread *rr)
 }
 
 /*
+ * The instruction a re-read found for a caller's frame (its check instr):
+ * false when none was read again (a base frame's) or the read fell short.
+ */
+static bool validate_reread_instr(const struct remote_range *ranges, const struct check *instr,
+                                  uint64_t *pos)
+{
+	const struct remote_range *r = instr && instr->reread ? &ranges[instr->range] : NULL;
+	if (!r || instr->addr + 8 > r->addr + r->got)
+		return false;
+	*pos = load_u64(r->buf, (uint32_t)(instr->addr - r->addr));
+	return true;
+}
+
+/*
  * Whether the walk's frame at addr and those below it read in the re-read
  * as the walk saw them, but for addr's own instruction, which may have
  * moved on (the thread stands in that frame): *instr is its check, NULL
@@ -293,13 +309,9 @@ static int64_t validate_stood_in(struct walk *w, uint32_t first, uint32_t nraw,
 	if (returned >= nraw || L->frame.instr_ptr == LAYOUT_ABSENT)
 		return -1;
 	const struct check *instr;
-	if (!validate_held_from(w, current, &instr))
+	if (!validate_held_from(w, current, &instr) ||
+	    !validate_reread_instr(rr->ranges, instr, &w->raw[first + returned].pos))
 		return -1;
-	/* A base frame's instruction was not read again, nor one the read fell short of. */
-	const struct remote_range *r = instr && instr->reread ? &rr->ranges[instr->range] : NULL;
-	if (!r || instr->addr + 8 > r->addr + r->got)
-		return -1;
-	w->raw[first + returned].pos = load_u64(r->buf, instr->addr - r->addr);
 	return returned;
 }
 
@@ -371,10 +383,5 @@ bool validate_below_marker(const struct walk *w, uint32_t first, uint32_t nraw, 
 		*pos = w->reread_top_pos; /* innermost in the walk: read on its own */
 		return true;
 	}
-	/* A base frame's instruction was not read again, nor one the read fell short of. */
-	const struct remote_range *r = instr && instr->reread ? &w->ranges[instr->range] : NULL;
-	if (!r || instr->addr + 8 > r->addr + r->got)
-		return false;
-	*pos = load_u64(r->buf, instr->addr - r->addr);
-	return true;
+	return validate_reread_instr(w->ranges, instr, pos);
 }

@@ -599,10 +599,7 @@ static int walk_kernel_stack(struct walk *w, struct thread_cache *tc, uint32_t s
 	bool want_native = t->opts.flags & UW_SNAP_NATIVE, native_pending = false;
 	for (uint32_t i = 0; i < kn; i++) {
 		const struct kread_frame *f = &kf[i];
-		bool shim = (L->frame.owner_cstack != LAYOUT_OWNER_NONE && f->owner == L->frame.owner_cstack) ||
-		            (L->frame.owner_interpreter != LAYOUT_OWNER_NONE &&
-		             f->owner == L->frame.owner_interpreter);
-		if (shim) {
+		if (frames_is_shim(L, f->owner)) {
 			native_pending = want_native && n > 0;
 			continue;
 		}
@@ -656,10 +653,10 @@ static uint64_t walk_kernel_arm(struct walk *w, struct thread_cache *tc)
 		if (tc->kslot < 0)
 			return 0;
 		tc->ktid = w->native_id;
-		tc->kbusy_at = unwind_now_ns();
 		t->stats.kernel_watches++;
 	}
 	uint64_t now = unwind_now_ns();
+	tc->kbusy_at = now;
 	if (now - tc->klast < KREAD_ARM_GAP_NS)
 		return 0;
 	uint64_t armed = kread_arm(t->opts.kreader, tc->kslot);
@@ -884,7 +881,7 @@ static void walk_kernel_arm_watched(struct uw_target *t)
 		if (busy)
 			tc->kbusy_at = now;
 		tc->kbusy = false; /* until its walk finds it busy again (walk_kernel_settle) */
-		if (tc->kslot < 0 || !busy || now - tc->klast < KREAD_ARM_GAP_NS)
+		if (!busy || now - tc->klast < KREAD_ARM_GAP_NS)
 			continue;
 		tc->karmed = kread_arm(t->opts.kreader, tc->kslot);
 		tc->klast = tc->karmed ? tc->karmed : tc->klast;
