@@ -40,6 +40,7 @@ const struct stats_counter counters_table[COUNTERS_COUNT] = {
 	{"kernel_stacks", offsetof(struct uw_stats, kernel_stacks)},
 	{"kernel_watches", offsetof(struct uw_stats, kernel_watches)},
 	{"kernel_paced", offsetof(struct uw_stats, kernel_paced)},
+	{"kernel_watch_failures", offsetof(struct uw_stats, kernel_watch_failures)},
 };
 
 uint64_t counters_value(const struct uw_stats *st, size_t i)

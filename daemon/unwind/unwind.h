@@ -380,6 +380,7 @@ struct uw_stats {
 	uint64_t kernel_stacks;            /* 3.11-3.14: thread samples whose stack the in-kernel reader copied */
 	uint64_t kernel_watches;           /* threads the in-kernel reader was set to watch */
 	uint64_t kernel_paced;             /* samples that waited for a shot (kernel_pace) */
+	uint64_t kernel_watch_failures;    /* threads that tore but could not be watched: no slot free, or the kernel refused */
 	uint64_t process_still;            /* samples the kernel proved no thread of the process ran since one read whole: no memory read */
 	uint64_t cache_resets;             /* budget reached: everything forgotten */
 	uint64_t walks_cut;                /* samples cut short at max_sample_ns */

@@ -650,8 +650,10 @@ static uint64_t walk_kernel_arm(struct walk *w, struct thread_cache *tc)
 		if (tid <= 0 || tid > INT32_MAX)
 			return 0;
 		tc->kslot = kread_watch(t->opts.kreader, (pid_t)tid, tc->tstate, &t->layout);
-		if (tc->kslot < 0)
+		if (tc->kslot < 0) {
+			t->stats.kernel_watch_failures++;
 			return 0;
+		}
 		tc->ktid = w->native_id;
 		t->stats.kernel_watches++;
 	}
