@@ -70,6 +70,7 @@ struct record_opts {
 	bool stats, stats_json;
 	bool no_idle, per_thread;
 	bool no_kernel_reader;
+	struct uw_error kreader_err; /* why the in-kernel reader could not be loaded */
 };
 
 static int record_parse(int argc, char **argv, struct record_opts *o)
@@ -253,6 +254,9 @@ static json_t *record_stats_json(const struct uw_target *t, struct record_run *r
 	json_object_set_new(j, "code_object_cache_hit_rate",
 	                    json_real(codes ? (double)st.code_cache_hits / (double)codes : 0.0));
 	json_object_set_new(j, "errors", errors);
+	json_object_set_new(j, "kernel_reader", json_string(o->uw.kreader       ? "on"
+	                                                   : o->no_kernel_reader ? "off (--no-kernel-reader)"
+	                                                                         : o->kreader_err.msg));
 	return j;
 }
 
@@ -264,6 +268,8 @@ static void record_stats_print(json_t *j)
 	        json_real_value(json_object_get(j, "samples_per_s")),
 	        json_real_value(json_object_get(j, "us_per_sample_median")),
 	        json_real_value(json_object_get(j, "us_per_sample_p99")));
+	fprintf(stderr, "  %-28s %s\n", "kernel_reader",
+	        json_string_value(json_object_get(j, "kernel_reader")));
 	const char *key;
 	json_t *value;
 	json_object_foreach(j, key, value) {
@@ -490,9 +496,8 @@ int record_main(int argc, char **argv)
 	profile_init(&prof);
 	o.uw.on_epoch_end = record_on_epoch_end;
 	o.uw.epoch_ctx = &prof;
-	/* Without it (not root), threads whose stacks move under every read go uncounted, as the stats say. */
-	struct uw_error kerr;
-	o.uw.kreader = o.no_kernel_reader ? NULL : uw_kreader_open(&kerr);
+	/* Without it (not root), threads whose stacks move under every read go uncounted: the stats say why. */
+	o.uw.kreader = o.no_kernel_reader ? NULL : uw_kreader_open(&o.kreader_err);
 	/* Faster than a thread may be shot (2 kHz): each sample waits for its shot, rather than go unshot. */
 	o.uw.kernel_pace = o.rate == 0 || o.rate > 2000;
 	uw_configure(t, &o.uw);
