@@ -425,7 +425,10 @@ static bool threads_still_open(struct uw_target *t, struct thread_still *st)
 
 void threads_still_begin(struct uw_target *t)
 {
-	bool proves = !t->layout.tstate.marker && !t->opts.no_cache;
+	/* 3.15's marker proves more for less: its threads never want it (threads_still_after). */
+	if (t->layout.tstate.marker)
+		return;
+	bool proves = !t->opts.no_cache;
 	for (uint32_t i = 0; i < t->nthreads; i++) {
 		struct thread_still *st = &t->threads[i].still;
 		st->holds = st->armed = false;
