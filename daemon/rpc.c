@@ -688,9 +688,18 @@ static void rpc_top(struct server *s, struct client *c, const Pyprofd__Request *
 		window = TOP_SECONDS_KEPT - 2;
 	struct rpc_top acc = {.uw = t->uw, .r = r, .arena = a};
 	functions_init(&acc.fs, a);
-	/* Whole seconds: the current one, partly filled, and the `window` before it. */
-	int64_t now = (int64_t)ev_now(s->loop);
-	tally_visit(&t->tally, now - (int64_t)window, rpc_top_count, &acc);
+	/*
+	 * The tally counts whole seconds: the window starts at the one it
+	 * began in, or at the session's first when it began later (a warm
+	 * re-attach keeps the last session's counts), and says the time those
+	 * seconds span up to now, not the window asked.
+	 */
+	double at = ev_now(s->loop);
+	int64_t since = (int64_t)floor(at - (double)window);
+	if (t->session_start > (double)since)
+		since = (int64_t)floor(t->session_start);
+	double span = at - (double)since;
+	tally_visit(&t->tally, since, rpc_top_count, &acc);
 	Pyprofd__TopResult *res = ARENA_MESSAGE(a, Pyprofd__TopResult, PYPROFD__TOP_RESULT__INIT);
 	if (acc.failed || !res || rpc_top_threads(t, &acc, res, a) != 0) {
 		rpc_top_free(&acc);
@@ -709,7 +718,7 @@ static void rpc_top(struct server *s, struct client *c, const Pyprofd__Request *
 	res->idle_samples = acc.idle;
 	rpc_top_free(&acc);
 	res->target = target_to_proto(t, a);
-	res->window_s = window;
+	res->window_s = span > 0 ? span : 0;
 	if (!res->rows || !res->target) {
 		rpc_out_of_memory(resp, a);
 		return;

@@ -101,6 +101,59 @@ Test(operation, sampling_modes, .timeout = 300)
 	daemon_stop(&d);
 }
 
+/*
+ * top's header, samples in so many seconds: as many as the rate gives over
+ * that time (threads x rate x seconds), never the second under way on top
+ * of the window asked, nor the last session's samples after a warm
+ * re-attach.
+ */
+static void expect_top_at_rate(const struct daemon *d, pid_t pid, double rate, double unsampled_s,
+                               const char *when)
+{
+	char p[16];
+	const char *top[] = {"top", pid_text(pid, p, sizeof p), "--once", "--window", "3", NULL};
+	json_t *t = ctl_json(d, top);
+	double span = json_number_value(json_object_get(t, "window_s"));
+	size_t threads = json_array_size(json_object_get(t, "threads"));
+	double samples = (double)jint(t, "samples"), expected = rate * span * (double)threads;
+	cr_assert(threads > 0 && span > 0 && span < 4.0, "%s: %s", when, json_dumps(t, JSON_COMPACT));
+	/*
+	 * A tick or two either way per thread: the loop's first and last of the
+	 * span; and none in the part of its first second before sampling began.
+	 */
+	double least = rate * (span - unsampled_s) * (double)threads;
+	cr_assert(samples <= expected * 1.05 + 2.0 * (double)threads &&
+	          samples >= least * 0.85 - 2.0 * (double)threads,
+	          "%s: top counts %.0f samples of %zu threads in %.2f s at %.0f Hz (%.0f expected)", when,
+	          samples, threads, span, rate, expected);
+	json_decref(t);
+}
+
+Test(operation, top_counts_the_time_it_says, .timeout = 120)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	struct test_target target;
+	test_target_start(&target, &pys[n - 1], "spin");
+	json_decref(test_target_wait_report(&target, TARGET_READY_TIMEOUT_S));
+	struct daemon d;
+	daemon_start(&d, NULL);
+	char p[16];
+	pid_text(target.pid, p, sizeof p);
+	ctl_attach_at(&d, target.pid, "200");
+	pause_ms(4500);
+	expect_top_at_rate(&d, target.pid, 200, 0, "a whole window");
+	const char *detach[] = {"detach", p, NULL};
+	ctl_ok(&d, detach);
+	/* Seconds without samples, then a session shorter than the window: the span is the session's. */
+	pause_ms(2000);
+	ctl_attach_at(&d, target.pid, "200");
+	pause_ms(1200);
+	expect_top_at_rate(&d, target.pid, 200, 1, "1.2 s after a warm re-attach");
+	test_target_kill(&target);
+	daemon_stop(&d);
+}
+
 /* Past the warm budget, a detached target's state is dropped: the next attach starts cold. */
 Test(operation, warm_budget, .timeout = 300)
 {
