@@ -30,6 +30,7 @@ const struct stats_counter counters_table[COUNTERS_COUNT] = {
 	{"scratch_bytes", offsetof(struct uw_stats, scratch_bytes)},
 	{"plans_kept", offsetof(struct uw_stats, plans_kept)},
 	{"pages_read", offsetof(struct uw_stats, pages_read)},
+	{"read_ns", offsetof(struct uw_stats, read_ns)},
 	{"steady_hits", offsetof(struct uw_stats, steady_hits)},
 	{"marker_honoured", offsetof(struct uw_stats, marker_honoured)},
 	{"marker_written", offsetof(struct uw_stats, marker_written)},
@@ -40,6 +41,7 @@ const struct stats_counter counters_table[COUNTERS_COUNT] = {
 	{"kernel_stacks", offsetof(struct uw_stats, kernel_stacks)},
 	{"kernel_watches", offsetof(struct uw_stats, kernel_watches)},
 	{"kernel_paced", offsetof(struct uw_stats, kernel_paced)},
+	{"kernel_paced_ns", offsetof(struct uw_stats, kernel_paced_ns)},
 	{"kernel_watch_failures", offsetof(struct uw_stats, kernel_watch_failures)},
 };
 

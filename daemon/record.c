@@ -244,6 +244,7 @@ static json_t *record_stats_json(const struct uw_target *t, struct record_run *r
 		"readv_calls_per_sample", (double)st.readv_calls / samples, "bytes_per_sample",
 		(double)st.bytes_read / samples);
 	json_object_set_new(j, "pages_per_sample", json_real((double)st.pages_read / samples));
+	json_object_set_new(j, "read_us_per_sample", json_real((double)st.read_ns / 1e3 / samples));
 	for (size_t i = 0; i < COUNTERS_COUNT; i++)
 		json_object_set_new(j, counters_table[i].name,
 		                    json_integer((json_int_t)counters_value(&st, i)));
@@ -342,11 +343,20 @@ static int record_loop(struct uw_target *t, const struct record_opts *o, struct 
 		struct uw_error err; /* uw_sample fills it when it fails: no message cleared per sample */
 		err.status = UW_OK;
 		err.msg[0] = '\0';
+		/* A paced sample's wait for its shots is not the sampler's work: its time leaves it out. */
+		struct uw_stats before, after;
+		if (o->uw.kernel_pace)
+			uw_stats(t, &before);
 		int rc = uw_sample(t, &sample, &err);
 		clock_gettime(CLOCK_MONOTONIC, &b);
 		if (run->nns < RECORD_MAX_TIMINGS &&
 		    array_reserve((void **)&run->ns, &run->ns_cap, run->nns, sizeof *run->ns, NULL) == 0) {
 			double ns = (record_seconds(&b) - record_seconds(&a)) * 1e9;
+			if (o->uw.kernel_pace) {
+				uw_stats(t, &after);
+				ns -= (double)(after.kernel_paced_ns - before.kernel_paced_ns);
+				ns = ns > 0 ? ns : 0;
+			}
 			run->ns[run->nns++] = ns > UINT32_MAX ? UINT32_MAX : (uint32_t)ns;
 		}
 		if (rc != 0) {

@@ -369,6 +369,7 @@ struct uw_stats {
 	uint64_t torn_threads;             /* thread samples with no stack: it kept moving */
 	uint64_t torn_returned;            /* thread samples proven where the thread returned to while its stack was read */
 	uint64_t pages_read;               /* pages the reads touched (the kernel pins each) */
+	uint64_t read_ns;                  /* time spent in process_vm_readv, the kernel's reading */
 	uint64_t steady_hits;              /* thread samples proven unchanged without walking their frames */
 	uint64_t marker_honoured;          /* 3.15: thread samples whose frames below the marker were taken as they were */
 	uint64_t marker_written;           /* 3.15: writes of the marker (process_vm_writev) */
@@ -380,6 +381,7 @@ struct uw_stats {
 	uint64_t kernel_stacks;            /* 3.11-3.14: thread samples whose stack the in-kernel reader copied */
 	uint64_t kernel_watches;           /* threads the in-kernel reader was set to watch */
 	uint64_t kernel_paced;             /* samples that waited for a shot (kernel_pace) */
+	uint64_t kernel_paced_ns;          /* the time they waited, not the sampler's work */
 	uint64_t kernel_watch_failures;    /* threads that tore but could not be watched: no slot free, or the kernel refused */
 	uint64_t process_still;            /* samples the kernel proved no thread of the process ran since one read whole: no memory read */
 	uint64_t cache_resets;             /* budget reached: everything forgotten */

@@ -53,6 +53,7 @@ struct remote {
 	uint64_t calls;
 	uint64_t bytes;
 	uint64_t pages;  /* pages the reads touched (the kernel pins each) */
+	uint64_t read_ns; /* time in process_vm_readv */
 	uint64_t writes;
 };
 

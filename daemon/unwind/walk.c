@@ -869,7 +869,9 @@ static void walk_kernel_arm_watched(struct uw_target *t)
 		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, NULL) == EINTR)
 			;
 		t->stats.kernel_paced++;
-		now = unwind_now_ns();
+		uint64_t woke = unwind_now_ns();
+		t->stats.kernel_paced_ns += woke - now;
+		now = woke;
 	}
 	for (uint32_t i = 0; i < t->nthreads; i++) {
 		struct thread_cache *tc = &t->threads[i];
@@ -1337,6 +1339,7 @@ counted:
 	t->stats.readv_calls = t->mem.calls;
 	t->stats.bytes_read = t->mem.bytes;
 	t->stats.pages_read = t->mem.pages;
+	t->stats.read_ns = t->mem.read_ns;
 	t->stats.cache_bytes = walk_cache_bytes(t);
 	t->stats.scratch_bytes = walk_room(t) + view_room(t);
 	return rc;

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "daemon.h"
 #include "helpers.h"
@@ -254,10 +255,59 @@ Test(record, stats_json_tells_the_timings_and_counters, .timeout = 300)
 	cr_assert_gt(json_integer_value(json_object_get(st, "ok_samples")), 10, "%s", line);
 	cr_assert(median > 0 && median <= p99, "median %.3f, p99 %.3f", median, p99);
 	static const char *const counters[] = {"steady_hits", "pages_read", "marker_honoured",
-	                                       "still_proven", "process_still"};
+	                                       "still_proven", "process_still", "kernel_paced_ns"};
 	for (size_t i = 0; i < COUNT(counters); i++)
 		cr_assert(json_is_integer(json_object_get(st, counters[i])), "no %s in %s", counters[i],
 		          line);
+	/* Reading is part of a sample, and it was timed. */
+	cr_assert_gt(json_integer_value(json_object_get(st, "read_ns")), 0, "%s", line);
+	cr_assert_gt(json_real_value(json_object_get(st, "read_us_per_sample")), 0, "%s", line);
+	json_decref(st);
+	run_result_free(&r);
+	test_target_kill(&target);
+}
+
+/*
+ * Back to back on a thread the in-kernel reader watches (3.12's call-heavy
+ * code, as root), each sample first waits for its shots (kernel_paced):
+ * the stats' time per sample is the sampler's work, the wait left out, so
+ * it stays far below the wall time each sample took.
+ */
+Test(record, a_paced_sample_is_timed_without_its_wait, .timeout = 300)
+{
+	if (geteuid() != 0)
+		cr_skip_test("the in-kernel reader needs root");
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	const struct python *py = NULL;
+	for (size_t i = 0; i < n; i++)
+		if (!pys[i].debug && pys[i].major == 3 && pys[i].minor == 12)
+			py = &pys[i];
+	if (!py)
+		cr_skip_test("no CPython 3.12 here");
+	struct test_target target;
+	json_decref(test_target_start_script(&target, py, "shares.py"));
+	static const char *const args[] = {"--rate", "max", "--duration", "4", "--stats-json", "-o",
+	                                   "/dev/null", NULL};
+	struct run_result r;
+	record(&r, target.pid, args);
+	const char *line = NULL;
+	for (const char *p = r.err; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+		if (*p == '{')
+			line = p;
+	cr_assert_not_null(line, "no JSON on stderr:\n%s", r.err ? r.err : "");
+	json_t *st = json_loads(line, JSON_DISABLE_EOF_CHECK, NULL);
+	cr_assert_not_null(st, "%s", line);
+	cr_assert_str_eq(json_string_value(json_object_get(st, "kernel_reader")), "on", "%s", line);
+	double paced = (double)json_integer_value(json_object_get(st, "kernel_paced"));
+	double samples = (double)json_integer_value(json_object_get(st, "total_samples"));
+	double wall_us = json_real_value(json_object_get(st, "duration_s")) * 1e6 / samples;
+	double median = json_real_value(json_object_get(st, "us_per_sample_median"));
+	/* Most samples waited: the call-heavy phase tears, its thread is watched, and stays so. */
+	cr_assert_gt(paced, samples / 2, "%s", line);
+	cr_assert(median > 0 && median < wall_us / 2,
+	          "a sample's median %.1f us, its wall time %.1f us: the wait counted as work (%s)", median,
+	          wall_us, line);
 	json_decref(st);
 	run_result_free(&r);
 	test_target_kill(&target);
