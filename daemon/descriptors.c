@@ -4,6 +4,7 @@
  * next to everything else the daemon keeps open: a setting past it would
  * only be found out when an attach, an accept or a /proc read fails.
  */
+#include <limits.h>
 #include <stdio.h>
 #include <sys/resource.h>
 
@@ -75,4 +76,15 @@ void descriptors_explain(const struct config *c)
 	         "keeps %u for %u connections, the socket and the database, and %d per target",
 	         c->max_targets_asked, c->max_targets, (unsigned long long)rl.rlim_cur,
 	         descriptors_reserved(c), c->max_connections, DESCRIPTORS_PER_TARGET);
+}
+
+unsigned descriptors_for_proc_files(const struct config *c)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+		return UINT_MAX;
+	/* A target's share of DESCRIPTORS_PER_TARGET beyond its first is such a file: it is pooled here. */
+	rlim_t held = descriptors_reserved(c) + (rlim_t)c->max_targets;
+	rlim_t left = rl.rlim_cur > held ? rl.rlim_cur - held : 0;
+	return left < UINT_MAX ? (unsigned)left : UINT_MAX;
 }

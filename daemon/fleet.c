@@ -330,7 +330,8 @@ static enum fleet_verdict fleet_attach(struct fleet *f, struct fleet_waiting *w,
 		return FLEET_NO_ROOM;
 	}
 	struct uw_error err = {0};
-	struct target *t = target_open(s->loop, &s->schedule, &s->history, s->kreader, facts->pid, &err);
+	struct target *t = target_open(s->loop, &s->schedule, &s->history, s->kreader, &s->proc_fds,
+	                               facts->pid, &err);
 	if (!t) {
 		double waited = ev_now(s->loop) - w->since;
 		bool early = (err.status == UW_ENOTPYTHON && waited < FLEET_GIVE_UP_NOT_PYTHON_S) ||

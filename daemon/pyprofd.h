@@ -515,6 +515,11 @@ unsigned descriptors_reserved(const struct config *c);
 int descriptors_fit(struct config *c, char *why, size_t why_len);
 /* Say in the log why max_targets is lower than configured, if it is. */
 void descriptors_explain(const struct config *c);
+/*
+ * Descriptors left, once everything else and max_targets are provided for,
+ * for the /proc files targets keep open between samples (uw_fd_budget).
+ */
+unsigned descriptors_for_proc_files(const struct config *c);
 
 /* usage.c */
 /* What the daemon's own process uses: CPU seconds (user and system), resident bytes. */
@@ -688,14 +693,18 @@ struct target {
 	struct target_percentiles final_percentiles; /* theirs when the process exited */
 	struct uw_stats final_stats; /* the engine's counters when the process exited */
 	struct uw_kreader *kreader;  /* the daemon's, or NULL */
+	struct uw_fd_budget *proc_fds; /* the daemon's budget of /proc files its targets keep open */
 	size_t cache_budget;  /* its unwinder's, a share of the daemon's (targets_share_cache) */
 	ev_tstamp last_used; /* loop time; detached targets are evicted oldest first */
 };
 
-/* kreader: the daemon's in-kernel reader, or NULL; it outlives the target. */
+/*
+ * kreader: the daemon's in-kernel reader, or NULL; proc_fds: its budget of
+ * /proc files kept open, or NULL; both outlive the target.
+ */
 struct target *target_open(struct ev_loop *loop, struct schedule *schedule,
-                           struct history *history, struct uw_kreader *kreader, pid_t pid,
-                           struct uw_error *err);
+                           struct history *history, struct uw_kreader *kreader,
+                           struct uw_fd_budget *proc_fds, pid_t pid, struct uw_error *err);
 
 /*
  * The user who may act on a process besides root, by the kernel's rule for
@@ -957,6 +966,7 @@ struct server {
 	struct targets targets;
 	struct schedule schedule; /* the targets' ticks */
 	struct uw_kreader *kreader; /* the in-kernel reader every target shares; NULL without */
+	struct uw_fd_budget proc_fds; /* the /proc files targets keep open: what the descriptors leave */
 	struct history history;
 	struct queries queries;
 	struct fleet fleet;

@@ -215,7 +215,8 @@ static void rpc_attach(struct server *s, struct client *c, const Pyprofd__Reques
 			return;
 		}
 		struct uw_error err = {0};
-		t = target_open(s->loop, &s->schedule, &s->history, s->kreader, r->pid, &err);
+		t = target_open(s->loop, &s->schedule, &s->history, s->kreader, &s->proc_fds, r->pid,
+		                &err);
 		if (!t) {
 			uw_error_add_remedy(&err, r->pid);
 			target_params_free(&params);

@@ -288,6 +288,8 @@ static void server_on_reload(struct ev_loop *loop, ev_signal *w, int revents)
 		         s->config.config_path ? s->config.config_path : "", s->config.rules.n,
 		         s->config.rules.n == 1 ? "" : "s");
 		descriptors_explain(&s->config);
+		/* Files kept past a lowered limit close as their threads go; none is opened past it. */
+		s->proc_fds.limit = descriptors_for_proc_files(&s->config);
 		fleet_rules_changed(&s->fleet);
 		budget_configure(&s->budget);
 	} else {
@@ -374,6 +376,7 @@ int server_main(int argc, char **argv)
 		return rc;
 	log_init(s.config.log_level);
 	descriptors_explain(&s.config);
+	s.proc_fds.limit = descriptors_for_proc_files(&s.config);
 	/*
 	 * Before the socket listens: loading takes tens of milliseconds, and
 	 * processes started meanwhile by whoever saw the socket would all be

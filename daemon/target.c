@@ -266,8 +266,8 @@ void target_lower_owner(struct target *t, const struct uw_process_identity *id)
 }
 
 struct target *target_open(struct ev_loop *loop, struct schedule *schedule,
-                           struct history *history, struct uw_kreader *kreader, pid_t pid,
-                           struct uw_error *err)
+                           struct history *history, struct uw_kreader *kreader,
+                           struct uw_fd_budget *proc_fds, pid_t pid, struct uw_error *err)
 {
 	struct uw_process_identity id;
 	if (uw_process_identity(pid, &id, err) != 0)
@@ -282,6 +282,7 @@ struct target *target_open(struct ev_loop *loop, struct schedule *schedule,
 	t->schedule = schedule;
 	t->history = history;
 	t->kreader = kreader;
+	t->proc_fds = proc_fds;
 	schedule_entry_init(&t->tick, target_on_tick, TARGET_FIRST_COST_S);
 	t->pid = pid;
 	t->start_time = id.start_time;
@@ -344,6 +345,8 @@ static void target_configure_unwinder(struct target *t)
 	                          .no_write = t->params.no_write,
 	                          /* Watches hold a slot and a perf event each: a detached target gives them back. */
 	                          .kreader = t->state == TARGET_SAMPLING ? t->kreader : NULL,
+	                          /* A detached target keeps its files open with its warm state, charged still. */
+	                          .fd_budget = t->proc_fds,
 	                          .on_epoch_end = target_on_epoch_end,
 	                          .epoch_ctx = t};
 	uw_configure(t->uw, &opts);

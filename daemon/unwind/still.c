@@ -71,7 +71,7 @@ void still_free(struct uw_target *t)
 	ps->ntasks = 0;
 	if (ps->task_dir) {
 		closedir(ps->task_dir);
-		t->stat_fds--;
+		proc_fds_add(t, -1);
 	}
 	ps->task_dir = NULL;
 	free(ps->kept.threads);
@@ -126,13 +126,13 @@ static int still_list(struct uw_target *t, pid_t *tids, int max)
 {
 	struct process_still *ps = &t->still;
 	if (!ps->task_dir) {
-		if (t->stat_fds >= THREADS_STAT_FDS_MAX)
+		if (!proc_fds_room(t, 1))
 			return -1;
 		char path[64];
 		snprintf(path, sizeof path, "/proc/%d/task", (int)t->pid);
 		if (!(ps->task_dir = opendir(path)))
 			return -1;
-		t->stat_fds++;
+		proc_fds_add(t, 1);
 	} else {
 		rewinddir(ps->task_dir);
 	}

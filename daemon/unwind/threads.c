@@ -20,24 +20,38 @@
 /* stat_fd of a thread whose id /proc does not know (in a pid namespace of its own). */
 #define THREADS_NO_TASK (-2)
 
+bool proc_fds_room(const struct uw_target *t, unsigned n)
+{
+	if (t->stat_fds + n > THREADS_STAT_FDS_MAX)
+		return false;
+	return !t->fd_budget || t->fd_budget->used + n <= t->fd_budget->limit;
+}
+
+void proc_fds_add(struct uw_target *t, int n)
+{
+	t->stat_fds += (uint32_t)n;
+	if (t->fd_budget)
+		t->fd_budget->used += (unsigned)n;
+}
+
 static void threads_close_stat(struct uw_target *t, struct thread_cache *tc)
 {
 	if (tc->stat_fd < 0)
 		return;
 	close(tc->stat_fd);
 	tc->stat_fd = -1;
-	t->stat_fds--;
+	proc_fds_add(t, -1);
 }
 
 void sched_files_close(struct uw_target *t, struct sched_files *f)
 {
 	if (f->sched_fd >= 0) {
 		close(f->sched_fd);
-		t->stat_fds--;
+		proc_fds_add(t, -1);
 	}
 	if (f->wchan_fd >= 0) {
 		close(f->wchan_fd);
-		t->stat_fds--;
+		proc_fds_add(t, -1);
 	}
 	*f = SCHED_FILES_NONE;
 }
@@ -47,14 +61,14 @@ bool sched_files_open(struct uw_target *t, struct sched_files *f, int64_t proc_t
 	if (f->sched_fd >= 0 && f->wchan_fd >= 0)
 		return true;
 	sched_files_close(t, f);
-	if (proc_tid <= 0 || t->stat_fds + 2 > THREADS_STAT_FDS_MAX)
+	if (proc_tid <= 0 || !proc_fds_room(t, 2))
 		return false;
 	char path[96];
 	snprintf(path, sizeof path, "/proc/%d/task/%lld/schedstat", (int)t->pid, (long long)proc_tid);
 	f->sched_fd = open(path, O_RDONLY | O_CLOEXEC);
 	snprintf(path, sizeof path, "/proc/%d/task/%lld/wchan", (int)t->pid, (long long)proc_tid);
 	f->wchan_fd = open(path, O_RDONLY | O_CLOEXEC);
-	t->stat_fds += (f->sched_fd >= 0) + (f->wchan_fd >= 0);
+	proc_fds_add(t, (f->sched_fd >= 0) + (f->wchan_fd >= 0));
 	if (f->sched_fd < 0 || f->wchan_fd < 0) {
 		sched_files_close(t, f);
 		return false;
@@ -205,10 +219,10 @@ char threads_kernel_state(struct uw_target *t, struct thread_cache *tc, int64_t 
 		fd = open(path, O_RDONLY | O_CLOEXEC);
 		if (fd < 0)
 			return '?';
-		if (t->stat_fds < THREADS_STAT_FDS_MAX) {
+		if (proc_fds_room(t, 1)) {
 			tc->stat_fd = fd;
 			tc->stat_tid = tid;
-			t->stat_fds++;
+			proc_fds_add(t, 1);
 		}
 	}
 	char buf[512];

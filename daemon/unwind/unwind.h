@@ -148,6 +148,19 @@ struct uw_kreader *uw_kreader_open(struct uw_error *err);
 /* Close every target using it first. */
 void uw_kreader_close(struct uw_kreader *kr);
 
+/*
+ * A budget of the /proc descriptors targets keep open between samples (a
+ * thread's stat, schedstat and wchan files, a process's task directory),
+ * shared by every target given it: many targets' threads never take the
+ * descriptors a daemon's clients and database need.  Past it a file is
+ * opened for each read and closed again.  The caller owns it, sets limit,
+ * and keeps it alive while a target uses it; used is the targets'.
+ */
+struct uw_fd_budget {
+	unsigned limit;
+	unsigned used;
+};
+
 /* Which threads a sample walks. */
 enum uw_mode {
 	UW_MODE_WALL, /* every thread */
@@ -199,6 +212,7 @@ struct uw_options {
 	enum uw_async_mode async_mode;
 	uint32_t max_tasks;      /* 0: UW_MAX_TASKS_DEFAULT */
 	struct uw_kreader *kreader; /* NULL: none; it must outlive the target */
+	struct uw_fd_budget *fd_budget; /* NULL: a target's own bound (256) alone */
 	/*
 	 * For samplers faster than a thread may be shot (back to back, or past
 	 * 2 kHz): a sample waits, before it reads, until every watched thread

@@ -522,6 +522,7 @@ struct uw_target {
 	uint32_t nthreads;
 	size_t threads_cap;
 	uint32_t stat_fds; /* threads' /proc files kept open (threads.c bounds them) */
+	struct uw_fd_budget *fd_budget; /* the budget stat_fds are charged to, if any */
 	struct walk *walk; /* walk.c's working arrays, reused */
 	struct process_still still;
 
@@ -809,6 +810,10 @@ const struct kread_frame *kread_take(struct uw_kreader *kr, int slot, raddr_t ts
 #define KREAD_QUIET_NS 5000000000u
 
 /* threads.c */
+/* Whether n more /proc files may be kept open: the target's bound and the shared budget. */
+bool proc_fds_room(const struct uw_target *t, unsigned n);
+/* n files kept open (n < 0: closed), counted against both. */
+void proc_fds_add(struct uw_target *t, int n);
 void threads_free(struct uw_target *t);
 /* The id /proc gives the thread the process knows as tid (another in a pid namespace); -1 none. */
 int64_t threads_proc_tid(struct uw_target *t, int64_t tid);

@@ -414,6 +414,85 @@ Test(lifecycle, max_targets_fits_the_descriptor_limit, .timeout = 240)
 	run_result_free(&r);
 }
 
+/* The daemon's descriptors open on files of its targets' threads (/proc/PID/task/...). */
+static int task_files_open(pid_t daemon_pid)
+{
+	char dir[64];
+	snprintf(dir, sizeof dir, "/proc/%d/fd", (int)daemon_pid);
+	DIR *d = opendir(dir);
+	cr_assert_not_null(d, "%s: %s", dir, strerror(errno));
+	int n = 0;
+	const struct dirent *de;
+	while ((de = readdir(d)) != NULL) {
+		char link[PATH_MAX + 64], target[PATH_MAX];
+		snprintf(link, sizeof link, "%s/%s", dir, de->d_name);
+		ssize_t len = readlink(link, target, sizeof target - 1);
+		if (len <= 0)
+			continue;
+		target[len] = '\0';
+		n += strncmp(target, "/proc/", 6) == 0 && strstr(target, "/task/") != NULL;
+	}
+	closedir(d);
+	return n;
+}
+
+/*
+ * The /proc files targets keep open between samples (a thread's stat file
+ * in cpu mode, its schedstat and wchan for a proof) used to be bounded per
+ * target only (256), outside the descriptor budget: two targets of twenty
+ * threads took the descriptors the daemon's clients needed.  Now they share
+ * what the limit leaves once max_targets is provided for, and past it a
+ * file is opened for each read: the targets are sampled and clients served.
+ */
+Test(lifecycle, targets_files_fit_the_descriptor_limit, .timeout = 240)
+{
+	struct python pys[PYTHONS_MAX];
+	pythons_supported(pys, PYTHONS_MAX);
+	enum { TARGETS = 2 };
+	struct test_target t[TARGETS];
+	for (int i = 0; i < TARGETS; i++)
+		test_target_start(&t[i], &pys[0], "threads20");
+	for (int i = 0; i < TARGETS; i++)
+		json_decref(test_target_wait_report(&t[i], TARGET_READY_TIMEOUT_S));
+
+	/* 42 for all but the targets (as above), 2 for each: 48 leave 4 for their files. */
+	char dir[PATH_MAX - 64], conf[PATH_MAX];
+	scratch_dir(dir, sizeof dir);
+	snprintf(conf, sizeof conf, "%s/pyprofd.conf", dir);
+	write_text_file(conf, "[limits]\nmax_connections = 8\nmax_targets = 2\n"
+	                      "[sampling]\nkernel_reader = false\n");
+	const char *extra[] = {"--config", conf, NULL};
+	with_nofile(48, 48);
+	struct daemon d;
+	daemon_start(&d, extra);
+	char p[16];
+	for (int i = 0; i < TARGETS; i++) {
+		/* cpu mode reads every thread's state from /proc at every sample. */
+		const char *attach[] = {"attach", pid_text(t[i].pid, p, sizeof p), "--rate", "100", "--mode",
+		                        "cpu", NULL};
+		ctl_ok(&d, attach);
+	}
+	for (int i = 0; i < TARGETS; i++)
+		json_decref(entry_when(&d, t[i].pid, sampled_a_while, "sampled"));
+	int kept = task_files_open(d.pid);
+	cr_assert_leq(kept, 4, "the targets keep %d /proc files open, past the 4 the limit leaves", kept);
+	/* Every client served: each ctl call is a connection of its own. */
+	static const char *const status[] = {"status", NULL};
+	for (int i = 0; i < 10; i++)
+		json_decref(ctl_json(&d, status));
+	json_t *before = ctl_json(&d, (const char *[]){"list", NULL});
+	pause_ms(1000);
+	json_t *after = ctl_json(&d, (const char *[]){"list", NULL});
+	for (size_t i = 0; i < json_array_size(after); i++)
+		cr_assert_gt(jint(json_array_get(after, i), "samples"), jint(json_array_get(before, i), "samples"),
+		             "a target was not sampled past the limit");
+	json_decref(before);
+	json_decref(after);
+	daemon_stop(&d);
+	for (int i = 0; i < TARGETS; i++)
+		test_target_kill(&t[i]);
+}
+
 /* ---- floods in the log ---- */
 
 /* Lines of one format the log writes a minute before it holds the rest back (daemon/log.c). */
