@@ -330,6 +330,23 @@ Test(lifecycle, exited_targets_give_back_descriptors, .timeout = 600)
 
 /* ---- max_targets and RLIMIT_NOFILE ---- */
 
+/* n targets of the scenario, started and parked. */
+static void start_parked(struct test_target *t, int n, const struct python *py, const char *scenario)
+{
+	for (int i = 0; i < n; i++)
+		test_target_start(&t[i], py, scenario);
+	for (int i = 0; i < n; i++)
+		json_decref(test_target_wait_report(&t[i], TARGET_READY_TIMEOUT_S));
+}
+
+/* A config file holding text, in a scratch directory of its own (dir, when asked, is that). */
+static void scratch_conf(char *conf, size_t len, char *dir, size_t dir_len, const char *text)
+{
+	scratch_dir(dir, dir_len);
+	snprintf(conf, len, "%s/pyprofd.conf", dir);
+	write_text_file(conf, text);
+}
+
 /* The limits a daemon started from now on inherits (and this process keeps). */
 static void with_nofile(rlim_t soft, rlim_t hard)
 {
@@ -350,10 +367,7 @@ Test(lifecycle, max_targets_fits_the_descriptor_limit, .timeout = 240)
 	pythons_supported(pys, PYTHONS_MAX);
 	enum { TARGETS = 4 };
 	struct test_target t[TARGETS];
-	for (int i = 0; i < TARGETS; i++)
-		test_target_start(&t[i], &pys[0], "nested");
-	for (int i = 0; i < TARGETS; i++)
-		json_decref(test_target_wait_report(&t[i], TARGET_READY_TIMEOUT_S));
+	start_parked(t, TARGETS, &pys[0], "nested");
 
 	/*
 	 * With [limits] max_connections = 8 the daemon keeps 42 descriptors
@@ -362,10 +376,8 @@ Test(lifecycle, max_targets_fits_the_descriptor_limit, .timeout = 240)
 	 * would keep UW_KREADER_DESCRIPTORS more: off here, and on below.
 	 */
 	char dir[PATH_MAX - 64], conf[PATH_MAX];
-	scratch_dir(dir, sizeof dir);
-	snprintf(conf, sizeof conf, "%s/pyprofd.conf", dir);
-	write_text_file(conf, "[limits]\nmax_connections = 8\nmax_targets = 4096\n"
-	                      "[sampling]\nkernel_reader = false\n");
+	scratch_conf(conf, sizeof conf, dir, sizeof dir,
+	             "[limits]\nmax_connections = 8\nmax_targets = 4096\n[sampling]\nkernel_reader = false\n");
 	const char *extra[] = {"--config", conf, NULL};
 	/* For good: raising a hard limit again takes CAP_SYS_RESOURCE; this process ends with the test. */
 	with_nofile(20, 48);
@@ -450,17 +462,12 @@ Test(lifecycle, targets_files_fit_the_descriptor_limit, .timeout = 240)
 	pythons_supported(pys, PYTHONS_MAX);
 	enum { TARGETS = 2 };
 	struct test_target t[TARGETS];
-	for (int i = 0; i < TARGETS; i++)
-		test_target_start(&t[i], &pys[0], "threads20");
-	for (int i = 0; i < TARGETS; i++)
-		json_decref(test_target_wait_report(&t[i], TARGET_READY_TIMEOUT_S));
+	start_parked(t, TARGETS, &pys[0], "threads20");
 
 	/* 42 for all but the targets (as above), 2 for each: 48 leave 4 for their files. */
 	char dir[PATH_MAX - 64], conf[PATH_MAX];
-	scratch_dir(dir, sizeof dir);
-	snprintf(conf, sizeof conf, "%s/pyprofd.conf", dir);
-	write_text_file(conf, "[limits]\nmax_connections = 8\nmax_targets = 2\n"
-	                      "[sampling]\nkernel_reader = false\n");
+	scratch_conf(conf, sizeof conf, dir, sizeof dir,
+	             "[limits]\nmax_connections = 8\nmax_targets = 2\n[sampling]\nkernel_reader = false\n");
 	const char *extra[] = {"--config", conf, NULL};
 	with_nofile(48, 48);
 	struct daemon d;

@@ -227,6 +227,20 @@ Test(record, the_daemon_writes_the_same_lines, .timeout = 300)
 	test_target_kill(&t);
 }
 
+/* The stats of a record run's --stats-json: its last line on stderr that is a JSON object; *line is it. */
+static json_t *record_stats(const struct run_result *r, const char **line)
+{
+	*line = NULL;
+	for (const char *p = r->err; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+		if (*p == '{')
+			*line = p;
+	cr_assert_not_null(*line, "no JSON on stderr:\n%s", r->err ? r->err : "");
+	json_error_t jerr;
+	json_t *st = json_loads(*line, JSON_DISABLE_EOF_CHECK, &jerr);
+	cr_assert_not_null(st, "stats are not JSON (%s):\n%s", jerr.text, r->err);
+	return st;
+}
+
 /*
  * --stats-json: a line on stderr is one JSON object with the run's
  * timings in order (the median of the samples' times no more than their
@@ -241,15 +255,8 @@ Test(record, stats_json_tells_the_timings_and_counters, .timeout = 300)
 	static const char *const args[] = {"--stats-json", "-o", "/dev/null", NULL};
 	struct run_result r;
 	record(&r, target.pid, args);
-	/* The last line that is a JSON object. */
-	const char *line = NULL;
-	for (const char *p = r.err; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
-		if (*p == '{')
-			line = p;
-	cr_assert_not_null(line, "no JSON on stderr:\n%s", r.err ? r.err : "");
-	json_error_t jerr;
-	json_t *st = json_loads(line, JSON_DISABLE_EOF_CHECK, &jerr);
-	cr_assert_not_null(st, "stats are not JSON (%s):\n%s", jerr.text, r.err);
+	const char *line;
+	json_t *st = record_stats(&r, &line);
 	double median = json_real_value(json_object_get(st, "us_per_sample_median"));
 	double p99 = json_real_value(json_object_get(st, "us_per_sample_p99"));
 	cr_assert_gt(json_integer_value(json_object_get(st, "ok_samples")), 10, "%s", line);
@@ -291,13 +298,8 @@ Test(record, a_paced_sample_is_timed_without_its_wait, .timeout = 300)
 	                                   "/dev/null", NULL};
 	struct run_result r;
 	record(&r, target.pid, args);
-	const char *line = NULL;
-	for (const char *p = r.err; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
-		if (*p == '{')
-			line = p;
-	cr_assert_not_null(line, "no JSON on stderr:\n%s", r.err ? r.err : "");
-	json_t *st = json_loads(line, JSON_DISABLE_EOF_CHECK, NULL);
-	cr_assert_not_null(st, "%s", line);
+	const char *line;
+	json_t *st = record_stats(&r, &line);
 	cr_assert_str_eq(json_string_value(json_object_get(st, "kernel_reader")), "on", "%s", line);
 	double paced = (double)json_integer_value(json_object_get(st, "kernel_paced"));
 	double samples = (double)json_integer_value(json_object_get(st, "total_samples"));
