@@ -97,6 +97,17 @@ static int frames_collect_objects(struct walk *w, raddr_t addr, uint32_t *n, boo
 			               (unsigned long long)addr);
 		if (!back && load_u64(f, L->frame.gen))
 			return frames_yielded(w, addr, err);
+		/*
+		 * The root: a frame without a caller and no generator's.  A spent
+		 * generator's frame is one too (its link and generator cleared) and,
+		 * kept for the code's next call, runs again as the next generator's
+		 * at the same address: the pointers re-read unchanged and its link
+		 * re-read as it yields (cleared again) would hold.  Its generator
+		 * re-read, set again, does not.
+		 */
+		if (!back && L->frame.gen != LAYOUT_ABSENT &&
+		    validate_watch(w, addr + L->frame.gen, f + L->frame.gen, 8, CHECK_LINKS, addr, err) != 0)
+			return -1;
 		addr = back;
 	}
 	return 0;
