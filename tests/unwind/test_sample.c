@@ -485,6 +485,9 @@ static void callgraph_check(const struct python *py, const struct uw_options *op
 {
 	char script[1024], what[PATH_MAX + 64];
 	python_describe(py, what, sizeof what);
+	/* Which run of the interpreter: a failure says which path took the stack. */
+	strncat(what, opts->kreader ? " with the in-kernel reader" : opts->no_write ? " not writing" : "",
+	        sizeof what - strlen(what) - 1);
 	target_script("callgraph.py", script, sizeof script);
 	const char *args[] = {"-I", script, "{report}", NULL};
 	struct test_target target, second;
