@@ -377,12 +377,11 @@ void uw_configure(struct uw_target *t, const struct uw_options *options)
 		for (uint32_t i = 0; i < t->nthreads; i++)
 			threads_unwatch(t, &t->threads[i]);
 	/* The files kept open are charged to the budget given now. */
-	if (options->fd_budget != t->fd_budget) {
-		if (t->fd_budget)
-			t->fd_budget->used -= t->stat_fds;
+	if (options->fd_budget != t->opts.fd_budget) {
+		if (t->opts.fd_budget)
+			t->opts.fd_budget->used -= t->stat_fds;
 		if (options->fd_budget)
 			options->fd_budget->used += t->stat_fds;
-		t->fd_budget = options->fd_budget;
 	}
 	t->opts = *options;
 	if (!t->opts.cache_budget)

@@ -24,14 +24,15 @@ bool proc_fds_room(const struct uw_target *t, unsigned n)
 {
 	if (t->stat_fds + n > THREADS_STAT_FDS_MAX)
 		return false;
-	return !t->fd_budget || t->fd_budget->used + n <= t->fd_budget->limit;
+	const struct uw_fd_budget *b = t->opts.fd_budget;
+	return !b || b->used + n <= b->limit;
 }
 
 void proc_fds_add(struct uw_target *t, int n)
 {
 	t->stat_fds += (uint32_t)n;
-	if (t->fd_budget)
-		t->fd_budget->used += (unsigned)n;
+	if (t->opts.fd_budget)
+		t->opts.fd_budget->used += (unsigned)n;
 }
 
 static void threads_close_stat(struct uw_target *t, struct thread_cache *tc)

@@ -522,7 +522,6 @@ struct uw_target {
 	uint32_t nthreads;
 	size_t threads_cap;
 	uint32_t stat_fds; /* threads' /proc files kept open (threads.c bounds them) */
-	struct uw_fd_budget *fd_budget; /* the budget stat_fds are charged to, if any */
 	struct walk *walk; /* walk.c's working arrays, reused */
 	struct process_still still;
 
