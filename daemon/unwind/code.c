@@ -222,6 +222,14 @@ static struct code_info *code_decode(struct uw_target *t, raddr_t addr, uint8_t 
 		}
 		ci->bytecode_len = (uint64_t)units * 2;
 	}
+	/* The words of _PyInterpreterFrame before localsplus (3.11's FRAME_SPECIALS_SIZE). */
+	enum { FRAME_SPECIALS_WORDS = 9 };
+	int64_t words = L->code.framesize != LAYOUT_ABSENT ? load_i32(hdr, L->code.framesize)
+	                : L->code.nlocalsplus != LAYOUT_ABSENT
+	                    ? FRAME_SPECIALS_WORDS + (int64_t)load_i32(hdr, L->code.nlocalsplus) +
+	                          load_i32(hdr, L->code.stacksize)
+	                    : 0;
+	ci->frame_bytes = words > 0 && words < (1 << 20) ? (uint64_t)words * 8 : 0;
 
 	if ((ci->name = pyobj_read_str(t, load_u64(hdr, L->code.name), err)) == INTERN_FAILED ||
 	    (ci->file = pyobj_read_str(t, load_u64(hdr, L->code.filename), err)) == INTERN_FAILED)

@@ -113,6 +113,13 @@ static int frames_collect_objects(struct walk *w, raddr_t addr, uint32_t *n, boo
 	return 0;
 }
 
+bool frames_called_from(struct uw_target *t, raddr_t caller, raddr_t caller_code, raddr_t callee)
+{
+	struct uw_error ignored;
+	const struct code_info *ci = caller_code ? code_get(t, caller_code, &ignored) : NULL;
+	return ci && ci->frame_bytes && caller + ci->frame_bytes == callee;
+}
+
 /* The live part of a thread's current data-stack chunk (3.11+): [start, top). */
 struct frames_live {
 	raddr_t top, end; /* end: end of the chunk's allocation */
@@ -130,6 +137,7 @@ static int frames_collect_interp(struct walk *w, raddr_t addr, const struct fram
 	const struct py_layout *L = &t->layout;
 	uint32_t links = 0;
 	bool native_pending = false, callee_inline = false;
+	raddr_t called = 0; /* the innermost frame while its caller calls it (frames_being_called) */
 	bool want_native = t->opts.flags & UW_SNAP_NATIVE;
 
 	while (addr) {
@@ -162,6 +170,22 @@ static int frames_collect_interp(struct walk *w, raddr_t addr, const struct fram
 		if (!previous && !shim && L->frame.owner_generator != LAYOUT_OWNER_NONE &&
 		    owner == L->frame.owner_generator)
 			return frames_yielded(w, addr, err);
+		bool entry = L->frame.is_entry != LAYOUT_ABSENT && f[L->frame.is_entry];
+		if (!previous && !frames_may_be_root(L, owner, entry)) {
+			w->torn = true;
+			return uw_fail(err, UW_ECORRUPT,
+			               "frame 0x%llx has no caller and was not entered from C: read before its link",
+			               (unsigned long long)addr);
+		}
+		/* A generator's frame runs in the generator, not on the data stack: nothing to check it by. */
+		if (called && !shim && owner != L->frame.owner_generator &&
+		    !frames_called_from(t, addr, load_u64(f, L->frame.code) & ~L->frame.code_tag_mask, called)) {
+			w->torn = true;
+			return uw_fail(err, UW_ECORRUPT,
+			               "frame 0x%llx, being called, is linked to a frame it does not follow: a stale link",
+			               (unsigned long long)called);
+		}
+		called = 0;
 		if (shim) {
 			/* The eval loop was entered from C here: C code sits below. */
 			native_pending = want_native && *n > 0;
@@ -215,12 +239,13 @@ static int frames_collect_interp(struct walk *w, raddr_t addr, const struct fram
 			return uw_fail(err, UW_ECORRUPT, "frame 0x%llx has no code: the thread is between frames",
 			               (unsigned long long)addr);
 		}
+		if (*n == 0 && frames_being_called(L, rf.code, rf.pos, entry))
+			called = addr;
 		if (frames_push(w, n, rf, err) != 0)
 			return -1;
-		bool entered = L->frame.is_entry != LAYOUT_ABSENT && f[L->frame.is_entry];
-		if (entered)
+		if (entry)
 			native_pending = want_native; /* 3.11 marks the entered frame itself */
-		callee_inline = !entered;
+		callee_inline = !entry;
 		addr = previous;
 	}
 	return 0;

@@ -57,7 +57,8 @@ static const struct py_layout layout_38 = {
 	          .owner_generator = NO_OWNER, .owner_cstack = NO_OWNER,
 	          .owner_interpreter = NO_OWNER, .code_tag_mask = 0},
 	.code = {.size = 128, .filename = 104, .name = 112, .qualname = ABSENT,
-	         .linetable = 120, .firstlineno = 40, .code_adaptive = ABSENT},
+	         .linetable = 120, .firstlineno = 40, .code_adaptive = ABSENT,
+	         .framesize = ABSENT, .nlocalsplus = ABSENT, .stacksize = ABSENT},
 	.object = {.ob_type = 8},
 	/* 3.8-3.11 still carry the wstr fields, hence the larger headers. */
 	.unicode = {.length = 16, .state = 32, .ascii_size = 48, .compact_size = 72,
@@ -84,7 +85,8 @@ static const struct py_layout layout_39 = {
 	          .owner_generator = NO_OWNER, .owner_cstack = NO_OWNER,
 	          .owner_interpreter = NO_OWNER, .code_tag_mask = 0},
 	.code = {.size = 128, .filename = 104, .name = 112, .qualname = ABSENT,
-	         .linetable = 120, .firstlineno = 40, .code_adaptive = ABSENT},
+	         .linetable = 120, .firstlineno = 40, .code_adaptive = ABSENT,
+	         .framesize = ABSENT, .nlocalsplus = ABSENT, .stacksize = ABSENT},
 	.object = {.ob_type = 8},
 	.unicode = {.length = 16, .state = 32, .ascii_size = 48, .compact_size = 72,
 	            .legacy_data = 72},
@@ -111,7 +113,8 @@ static const struct py_layout layout_310 = {
 	          .owner_generator = NO_OWNER, .owner_cstack = NO_OWNER,
 	          .owner_interpreter = NO_OWNER, .code_tag_mask = 0},
 	.code = {.size = 128, .filename = 104, .name = 112, .qualname = ABSENT,
-	         .linetable = 120, .firstlineno = 40, .code_adaptive = ABSENT},
+	         .linetable = 120, .firstlineno = 40, .code_adaptive = ABSENT,
+	         .framesize = ABSENT, .nlocalsplus = ABSENT, .stacksize = ABSENT},
 	.object = {.ob_type = 8},
 	.unicode = {.length = 16, .state = 32, .ascii_size = 48, .compact_size = 72,
 	            .legacy_data = 72},
@@ -141,7 +144,8 @@ static const struct py_layout layout_311 = {
 	/* code_adaptive is where the bytecode starts, an address we compute and
 	 * never a field we read, so it does not count towards size. */
 	.code = {.size = 144, .filename = 112, .name = 120, .qualname = 128,
-	         .linetable = 136, .firstlineno = 72, .code_adaptive = 184},
+	         .linetable = 136, .firstlineno = 72, .code_adaptive = 184,
+	         .framesize = ABSENT, .nlocalsplus = 76, .stacksize = 68},
 	.object = {.ob_type = 8},
 	.unicode = {.length = 16, .state = 32, .ascii_size = 48, .compact_size = 72,
 	            .legacy_data = 72},
@@ -170,7 +174,8 @@ static const struct py_layout layout_312 = {
 	          .owner_generator = 1, .owner_cstack = 3,
 	          .owner_interpreter = NO_OWNER, .code_tag_mask = 0},
 	.code = {.size = 144, .filename = 112, .name = 120, .qualname = 128,
-	         .linetable = 136, .firstlineno = 68, .code_adaptive = 192},
+	         .linetable = 136, .firstlineno = 68, .code_adaptive = 192,
+	         .framesize = 76, .nlocalsplus = ABSENT, .stacksize = ABSENT},
 	.object = {.ob_type = 8},
 	/* wstr is gone from 3.12 on. */
 	.unicode = {.length = 16, .state = 32, .ascii_size = 40, .compact_size = 56,
@@ -798,6 +803,7 @@ int layout_from_debug_offsets(const uint8_t *raw, size_t len, struct py_layout *
 	l.code.linetable = field(&d, DO_CODE_LINETABLE, 8, co_size, &l.code.size);
 	l.code.firstlineno = field(&d, DO_CODE_FIRSTLINENO, 4, co_size, &l.code.size);
 	l.code.code_adaptive = field(&d, DO_CODE_CO_CODE_ADAPTIVE, 1, co_size, NULL);
+	l.code.framesize = l.code.nlocalsplus = l.code.stacksize = ABSENT; /* frames_being_called: 3.11-3.12 */
 
 	uint64_t ob_size = get_size(&d, DO_PYOBJECT_SIZE);
 	l.object.ob_type = field(&d, DO_PYOBJECT_OB_TYPE, 8, ob_size, NULL);

@@ -117,6 +117,12 @@ struct py_layout {
 		uint32_t linetable;     /* PyObject * (bytes): co_lnotab / co_linetable */
 		uint32_t firstlineno;   /* int */
 		uint32_t code_adaptive; /* start of the bytecode inside the object, 3.11+ */
+		/*
+		 * What a frame of the code takes on the data stack, in words
+		 * (3.11-3.12): co_framesize (3.12), or FRAME_SPECIALS_WORDS and
+		 * co_nlocalsplus and co_stacksize, ints (3.11).
+		 */
+		uint32_t framesize, nlocalsplus, stacksize;
 	} code;
 
 	/* PyObject */

@@ -278,6 +278,7 @@ struct code_info {
 	bool waits;               /* code_known_wait */
 	raddr_t bytecode;         /* first instruction, 3.11+ */
 	uint64_t bytecode_len;    /* bytes of bytecode from there, 3.11+ */
+	uint64_t frame_bytes;     /* what a frame of it takes on the data stack, 3.11-3.12; 0 unknown */
 	struct line_table lines;
 	uint64_t checked_gen;     /* sample it was last validated in */
 	size_t bytes;             /* memory held */
@@ -721,6 +722,44 @@ static inline bool frames_is_shim(const struct py_layout *L, uint8_t owner)
 	return (L->frame.owner_cstack != LAYOUT_OWNER_NONE && owner == L->frame.owner_cstack) ||
 	       (L->frame.owner_interpreter != LAYOUT_OWNER_NONE && owner == L->frame.owner_interpreter);
 }
+/*
+ * 3.11+: whether a frame without a caller can be where a thread's stack
+ * begins.  Every stack begins where C entered the eval loop: 3.11 marks
+ * that frame is_entry, 3.12+ push a shim frame below it.  A Python frame
+ * with no caller and no such mark was read before its link was written
+ * (frames_being_called): alone, it is a stack the thread never had (a lone
+ * <genexpr> on 3.11, about 1 run in 5 of the impossible-callers test).
+ */
+static inline bool frames_may_be_root(const struct py_layout *L, uint8_t owner, bool entry)
+{
+	if (frames_is_shim(L, owner))
+		return true;
+	if (L->frame.is_entry != LAYOUT_ABSENT)
+		return entry;
+	return L->frame.owner_cstack == LAYOUT_OWNER_NONE && L->frame.owner_interpreter == LAYOUT_OWNER_NONE;
+}
+/*
+ * 3.11-3.12: whether a thread's innermost frame is one its caller may still
+ * be calling: it has not run its first instruction (it points at the one
+ * before), and it was not entered from C (3.11 marks those; 3.12 links
+ * them through a shim).  An inline call stores the pointer to the new
+ * frame before the new frame's link back (GCC orders the two so: seen in
+ * the eval loops of 3.11.7 and 3.12.1), and until then the link is what
+ * the data stack held there: a stale frame, or none (a lone <genexpr> on
+ * 3.11, about 1 run in 5 of the impossible-callers test; or a caller of
+ * another thread's).  Its caller is the frame that ends where it begins
+ * (frames_called_from), which no stale link points to but by chance of the
+ * same place.  (3.13+ point at the first instruction until it is done, and
+ * a thread waits there for the GIL: no mark of a call under way.)
+ */
+static inline bool frames_being_called(const struct py_layout *L, raddr_t code, uint64_t pos, bool entry)
+{
+	bool inline_call = L->frame.is_entry != LAYOUT_ABSENT ? !entry : L->minor == 12;
+	return inline_call && L->code.code_adaptive != LAYOUT_ABSENT && code &&
+	       pos + 2 == code + L->code.code_adaptive;
+}
+/* Whether the frame at caller, of code caller_code, ends on the data stack where callee begins. */
+bool frames_called_from(struct uw_target *t, raddr_t caller, raddr_t caller_code, raddr_t callee);
 /* Read one thread's innermost-frame pointer and its frames onto w->raw (*n of them), with checks. */
 int frames_collect(struct walk *w, raddr_t tstate, uint32_t *n, bool *truncated,
                    struct uw_error *err);

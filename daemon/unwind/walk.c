@@ -603,9 +603,13 @@ static int walk_kernel_stack(struct walk *w, struct thread_cache *tc, uint32_t s
 			native_pending = want_native && n > 0;
 			continue;
 		}
-		/* A generator's frame with no caller: one the thread runs from C, as a read sees it too. */
-		if (i + 1 == kn && L->frame.owner_generator != LAYOUT_OWNER_NONE &&
-		    f->owner == L->frame.owner_generator)
+		/*
+		 * A generator's frame with no caller: one the thread runs from C, as
+		 * a read sees it too.  A frame shot before it was linked: as a read.
+		 */
+		if (i + 1 == kn && ((L->frame.owner_generator != LAYOUT_OWNER_NONE &&
+		                     f->owner == L->frame.owner_generator) ||
+		                    !frames_may_be_root(L, f->owner, f->entry)))
 			return 0;
 		if (!f->code) {
 			/* Popped as the thread stood (3.14+ clear the code): it is in the caller. */
@@ -613,6 +617,12 @@ static int walk_kernel_stack(struct walk *w, struct thread_cache *tc, uint32_t s
 				continue;
 			return 0;
 		}
+		/* Being called: taken when it follows the frame it links to, as a read. */
+		if (n == 0 && frames_being_called(L, f->code, f->instr, f->entry) &&
+		    (i + 1 == kn || (!frames_is_shim(L, kf[i + 1].owner) &&
+		                     kf[i + 1].owner != L->frame.owner_generator &&
+		                     !frames_called_from(t, kf[i + 1].addr, kf[i + 1].code, f->addr))))
+			return 0;
 		if (native_pending) {
 			out[n++] = (struct raw_frame){.kind = UW_FRAME_NATIVE};
 			native_pending = false;

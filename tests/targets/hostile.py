@@ -12,13 +12,21 @@ every link still points at something sound and only the whole is wrong:
   many-threads   the main thread sits in a deep recursion, and 4000 copies of
                  its thread state are chained after the real ones: a thread
                  list of sound-looking threads, each with the whole deep stack
+  unlinked       3.11+: the main thread's innermost frame has no caller, and
+                 it is no frame entered from C: as a frame looks when read
+                 before its caller's link is written into it
+  being-called   3.11-3.12: the main thread's innermost frame has not run
+                 its first instruction, and its caller is a frame of another
+                 thread: as a frame looks when read in the instructions
+                 between the pointer to it and its link back, the link still
+                 what the data stack held there
 
 Then it idles in the corrupted state forever (a reader from outside sees it
 unchanged) and writes {"pid": ..., "shape": ...} to REPORT_PATH when ready.
 The corruption is never undone: the process must be killed (SIGKILL), for
 its own interpreter would loop on the lists at exit.
 
-Runs on CPython 3.8 through 3.14.
+Runs on CPython 3.8 through 3.15 (the last two shapes from 3.11).
 """
 
 import ctypes
@@ -103,6 +111,50 @@ def frame_cycle_mid(path):
     frame_cycle_leaf(path)
 
 
+# _PyInterpreterFrame (3.11, 3.12+): its caller, and the instruction before the next.
+FRAME_PREVIOUS = 48 if sys.version_info[:2] == (3, 11) else 8
+FRAME_PREV_INSTR = 56
+# PyCodeObject.co_code_adaptive, where the bytecode starts (3.11, 3.12).
+CODE_ADAPTIVE = {(3, 11): 184, (3, 12): 192}
+
+
+def linked_late(path, shape, bystander):
+    frame = interpreter_frame(sys._getframe())
+
+    def corrupt():
+        # This thread's last instruction before it sleeps is written: then the frame is still.
+        time.sleep(0.2)
+        if shape == "being-called":
+            code = id(linked_late.__code__)
+            u64(frame + FRAME_PREV_INSTR).value = code + CODE_ADAPTIVE[sys.version_info[:2]] - 2
+            u64(frame + FRAME_PREVIOUS).value = bystander
+        else:
+            u64(frame + FRAME_PREVIOUS).value = 0
+        report(path, shape)
+
+    threading.Thread(target=corrupt, daemon=True).start()
+    # Called from here, C: no frame above this one, and nothing of it written while it sleeps.
+    time.sleep(1e6)
+
+
+def calls_late(path, shape, bystander):
+    linked_late(path, shape, bystander)
+
+
+def unlinked(path, shape):
+    parked = threading.Event()
+    frames = {}
+
+    def bystander():
+        frames["bystander"] = interpreter_frame(sys._getframe())
+        parked.set()
+        idle()
+
+    threading.Thread(target=bystander, daemon=True).start()
+    parked.wait()
+    calls_late(path, shape, frames["bystander"])
+
+
 def deep(n, then):
     if n:
         return deep(n - 1, then)
@@ -138,6 +190,8 @@ def main():
         frame_cycle_mid(path)
     elif shape == "many-threads":
         many_threads(path)
+    elif shape in ("unlinked", "being-called"):
+        unlinked(path, shape)
     else:
         sys.exit("hostile.py: unknown shape %r" % shape)
 

@@ -640,6 +640,80 @@ Test(sample, no_impossible_callers, .timeout = 600)
 	uw_kreader_close(kernel.kreader);
 }
 
+/* Samples of a process left in the moment between a call and its link (below). */
+#define LINKED_LATE_SAMPLES 50
+
+/*
+ * 3.11+: a frame read before its caller's link was written into it is no
+ * stack.  tests/targets/hostile.py holds the main thread in that moment
+ * while it sleeps (it cannot be hit on purpose in a running one: the
+ * impossible-callers test met it about 1 run in 5 on 3.11): its innermost
+ * frame with no caller and no mark of an entry from C ("unlinked"), or, on
+ * 3.11-3.12, not yet run and linked to a frame of another thread
+ * ("being-called").  Read as they stand, they are a lone frame and a stack
+ * that runs from one thread's frames into another's.  The thread is
+ * reported, without a stack; the other threads keep theirs.
+ */
+static void linked_late_check(const struct python *py, const char *shape)
+{
+	char script[1024], what[PATH_MAX + 64];
+	python_describe(py, what, sizeof what);
+	target_script("hostile.py", script, sizeof script);
+	const char *args[] = {"-I", script, shape, "{report}", NULL};
+	struct test_target target;
+	test_target_start_python(&target, py, args);
+	json_decref(test_target_wait_report(&target, TARGET_READY_TIMEOUT_S));
+	struct uw_target *t = test_uw_open(target.pid);
+	struct uw_sample s = {0};
+	uint64_t bystanders = 0, stackless = 0;
+	for (int i = 0; i < LINKED_LATE_SAMPLES; i++) {
+		struct uw_error err = {0};
+		cr_assert_eq(uw_sample(t, &s, &err), 0, "%s, %s: sample: %s", what, shape, err.msg);
+		cr_assert_eq(s.nthreads, 2, "%s, %s: %u threads, not the main one and the bystander", what,
+		             shape, s.nthreads);
+		for (uint32_t k = 0; k < s.nthreads; k++) {
+			const char *callee = NULL;
+			bool bystander = false;
+			for (uint32_t st = s.threads[k].stack; st; st = uw_stack_parent(t, st)) {
+				const struct uw_frame *f = uw_frame_get(t, uw_stack_frame(t, st));
+				const char *fn = f->function ? f->function : "?";
+				cr_assert(!callee || strcmp(callee, "linked_late") != 0 || strcmp(fn, "calls_late") == 0,
+				          "%s, %s: a stack shows %s calling linked_late", what, shape, fn);
+				cr_assert(strcmp(fn, "linked_late") != 0 || uw_stack_parent(t, st),
+				          "%s, %s: a stack of linked_late alone", what, shape);
+				bystander = bystander || strcmp(fn, "bystander") == 0;
+				callee = fn;
+			}
+			bystanders += bystander;
+			stackless += !s.threads[k].stack;
+		}
+	}
+	/* The bystander's stack stood; the main thread had none to show. */
+	cr_assert_eq(bystanders, LINKED_LATE_SAMPLES, "%s, %s: the bystander's stack in %llu samples of %d",
+	             what, shape, (unsigned long long)bystanders, LINKED_LATE_SAMPLES);
+	cr_assert_eq(stackless, LINKED_LATE_SAMPLES, "%s, %s: the main thread without a stack in %llu samples of %d",
+	             what, shape, (unsigned long long)stackless, LINKED_LATE_SAMPLES);
+	uw_sample_free(&s);
+	uw_close(t);
+	test_target_kill(&target);
+}
+
+Test(sample, a_frame_read_before_its_link_is_no_stack, .timeout = 300)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX), ran = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (pys[i].minor < 11)
+			continue;
+		linked_late_check(&pys[i], "unlinked");
+		if (pys[i].minor <= 12)
+			linked_late_check(&pys[i], "being-called");
+		ran++;
+	}
+	if (!ran)
+		cr_skip_test("no CPython 3.11+");
+}
+
 /* CPython 3.15's own sampler reading the same process, both writing the frame-cache marker. */
 Test(sample, beside_cpythons_sampler, .timeout = 300)
 {
