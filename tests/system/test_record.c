@@ -280,6 +280,9 @@ Test(record, stats_json_tells_the_timings_and_counters, .timeout = 300)
  * the stats' time per sample is the sampler's work, the wait left out, so
  * it stays far below the wall time each sample took.
  */
+/* Runs of record a host too busy for reads to tear may take. */
+#define PACED_ATTEMPTS 4
+
 Test(record, a_paced_sample_is_timed_without_its_wait, .timeout = 300)
 {
 	if (geteuid() != 0)
@@ -296,21 +299,33 @@ Test(record, a_paced_sample_is_timed_without_its_wait, .timeout = 300)
 	json_decref(test_target_start_script(&target, py, "shares.py"));
 	static const char *const args[] = {"--rate", "max", "--duration", "4", "--stats-json", "-o",
 	                                   "/dev/null", NULL};
-	struct run_result r;
-	record(&r, target.pid, args);
-	const char *line;
-	json_t *st = record_stats(&r, &line);
-	cr_assert_str_eq(json_string_value(json_object_get(st, "kernel_reader")), "on", "%s", line);
-	double paced = (double)json_integer_value(json_object_get(st, "kernel_paced"));
-	double samples = (double)json_integer_value(json_object_get(st, "total_samples"));
-	double wall_us = json_real_value(json_object_get(st, "duration_s")) * 1e6 / samples;
-	double median = json_real_value(json_object_get(st, "us_per_sample_median"));
-	/* Most samples waited: the call-heavy phase tears, its thread is watched, and stays so. */
-	cr_assert_gt(paced, samples / 2, "%s", line);
-	cr_assert(median > 0 && median < wall_us / 2,
-	          "a sample's median %.1f us, its wall time %.1f us: the wait counted as work (%s)", median,
-	          wall_us, line);
-	json_decref(st);
-	run_result_free(&r);
+	/*
+	 * Most samples must wait: the call-heavy phase tears, its thread is
+	 * watched, and stays so.  A read tears only while the target runs
+	 * beside it: on a host whose other CPU is taken (the suite's other
+	 * jobs) the two share one and reads hold, so a run may be tried again.
+	 */
+	for (int attempt = 1;; attempt++) {
+		struct run_result r;
+		record(&r, target.pid, args);
+		const char *line;
+		json_t *st = record_stats(&r, &line);
+		cr_assert_str_eq(json_string_value(json_object_get(st, "kernel_reader")), "on", "%s", line);
+		double paced = (double)json_integer_value(json_object_get(st, "kernel_paced"));
+		double samples = (double)json_integer_value(json_object_get(st, "total_samples"));
+		double wall_us = json_real_value(json_object_get(st, "duration_s")) * 1e6 / samples;
+		double median = json_real_value(json_object_get(st, "us_per_sample_median"));
+		bool waited = paced > samples / 2;
+		cr_assert(waited || attempt < PACED_ATTEMPTS, "%d runs, none paced most samples: %s",
+		          attempt, line);
+		if (waited)
+			cr_assert(median > 0 && median < wall_us / 2,
+			          "a sample's median %.1f us, its wall time %.1f us: the wait counted as work (%s)",
+			          median, wall_us, line);
+		json_decref(st);
+		run_result_free(&r);
+		if (waited)
+			break;
+	}
 	test_target_kill(&target);
 }
