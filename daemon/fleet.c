@@ -425,6 +425,15 @@ static enum fleet_verdict fleet_attach(struct fleet *f, struct fleet_waiting *w,
 	return FLEET_DONE;
 }
 
+/* Whether pid waits, claimed by a rule or its parent, to be attached. */
+static bool fleet_parent_waiting(const struct fleet_state *st, pid_t ppid)
+{
+	for (size_t i = 0; ppid > 1 && i < st->nwaiting; i++)
+		if (st->waiting[i].pid == ppid && st->waiting[i].claimed)
+			return true;
+	return false;
+}
+
 /* One waiting process judged: what becomes of it. */
 static enum fleet_verdict fleet_judge(struct fleet *f, struct fleet_waiting *w)
 {
@@ -461,6 +470,18 @@ static enum fleet_verdict fleet_judge(struct fleet *f, struct fleet_waiting *w)
 	if (claim && claim->exclude && !claim->has_python)
 		goto out;
 	struct target *parent = fleet_parent_target(s, facts.ppid);
+	/*
+	 * A fork child matches its parent's rule too: judged before its parent
+	 * is attached (the parent waiting for its runtime, or for a retry's
+	 * time on a loaded host), it would be attached by the rule rather than
+	 * as the child it is.  Under a rule that follows children it waits for
+	 * its parent, within the same patience (seen in a clean-clone CI).
+	 */
+	if (!parent && claim && claim->children && fleet_parent_waiting(st, facts.ppid) &&
+	    ev_now(s->loop) - w->since < FLEET_GIVE_UP_S) {
+		verdict = FLEET_RETRY;
+		goto out;
+	}
 	if (parent && !(claim && claim->exclude))
 		verdict = fleet_attach(f, w, &facts, NULL, parent);
 	else if (claim)
