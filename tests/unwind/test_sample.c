@@ -557,9 +557,18 @@ static void callgraph_check(const struct python *py, const struct uw_options *op
 				thread_ids[nthread_ids++] = (uint64_t)th->native_id;
 		}
 		clock_gettime(CLOCK_MONOTONIC, &now);
-		/* A slow interpreter (a debug build) starts its threads later: it gets longer. */
+		/*
+		 * A slow interpreter (a debug build) starts its threads later: it
+		 * gets longer.  So does the in-kernel reader on a busy host: it
+		 * copies a stack only when reads tear, which they do only while the
+		 * target runs beside this process.
+		 */
+		struct uw_stats so_far;
+		if (opts->kreader)
+			uw_stats(t, &so_far);
 		seen_enough = pairs > 1000 && max_climb >= 10 && nthread_ids >= 4 &&
-		              (!tachyon || test_target_exited(&second));
+		              (!tachyon || test_target_exited(&second)) &&
+		              (!opts->kreader || so_far.kernel_stacks > 0);
 	} while (now.tv_sec - start.tv_sec < 3 ||
 	         (!seen_enough && now.tv_sec - start.tv_sec < CALLGRAPH_SAMPLING_MAX_S));
 
