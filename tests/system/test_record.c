@@ -305,7 +305,7 @@ Test(record, a_paced_sample_is_timed_without_its_wait, .timeout = 300)
 	 * beside it, and the thread stays watched only while it runs between
 	 * samples: on a host whose CPUs the suite's other jobs take, whole runs
 	 * go by unpaced, so a run is tried again, and a host that never lets
-	 * one through is no verdict on the timing (said in the log).
+	 * one through skips the test: no verdict on the timing.
 	 */
 	for (int attempt = 1;; attempt++) {
 		struct run_result r;
@@ -319,12 +319,12 @@ Test(record, a_paced_sample_is_timed_without_its_wait, .timeout = 300)
 		double median = json_real_value(json_object_get(st, "us_per_sample_median"));
 		bool waited = paced > samples / 2;
 		if (!waited && attempt == PACED_ATTEMPTS) {
-			/* Not a skip: criterion fails a run that skipped. */
-			cr_log_warn("%d runs, none paced most samples (the host too busy), the timing unjudged: %s",
-			            attempt, line);
+			/* Info, not a warning: criterion exits 1 on a run that warned. */
+			cr_log_info("%d runs, none paced most samples (the host too busy): %s", attempt, line);
 			json_decref(st);
 			run_result_free(&r);
-			break;
+			test_target_kill(&target);
+			cr_skip_test("the in-kernel reader paced none of %d runs: the host is too busy", attempt);
 		}
 		if (waited)
 			cr_assert(median > 0 && median < wall_us / 2,
