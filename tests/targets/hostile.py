@@ -88,6 +88,13 @@ def thread_cycle(path):
     idle()
 
 
+# _PyInterpreterFrame (3.11, 3.12+): its caller, and the instruction before the next.
+FRAME_PREVIOUS = 48 if sys.version_info[:2] == (3, 11) else 8
+FRAME_PREV_INSTR = 56
+# PyCodeObject.co_code_adaptive, where the bytecode starts (3.11, 3.12).
+CODE_ADAPTIVE = {(3, 11): 184, (3, 12): 192}
+
+
 def interpreter_frame(frame):
     """3.11+: the _PyInterpreterFrame a frame object stands for (PyObject_HEAD, f_back, f_frame)."""
     return u64(id(frame) + 24).value
@@ -101,21 +108,13 @@ def frame_cycle_leaf(path):
         pythonapi.Py_IncRef(leaf)
         u64(id(mid) + 24).value = id(leaf)
     else:
-        previous = 48 if sys.version_info[:2] == (3, 11) else 8  # _PyInterpreterFrame.previous
-        u64(interpreter_frame(mid) + previous).value = interpreter_frame(leaf)
+        u64(interpreter_frame(mid) + FRAME_PREVIOUS).value = interpreter_frame(leaf)
     report(path, "frame-cycle")
     idle()
 
 
 def frame_cycle_mid(path):
     frame_cycle_leaf(path)
-
-
-# _PyInterpreterFrame (3.11, 3.12+): its caller, and the instruction before the next.
-FRAME_PREVIOUS = 48 if sys.version_info[:2] == (3, 11) else 8
-FRAME_PREV_INSTR = 56
-# PyCodeObject.co_code_adaptive, where the bytecode starts (3.11, 3.12).
-CODE_ADAPTIVE = {(3, 11): 184, (3, 12): 192}
 
 
 def linked_late(path, shape, bystander):
