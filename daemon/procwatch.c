@@ -6,8 +6,14 @@
  * exit as it happens.  Where it cannot be had, /proc is walked every
  * scan interval: a walk reads the directory and, for a pid not seen in the
  * walk before, its stat file once (for its start time, so a reused pid is a
- * new process).  A walk catches processes that live across it; an exec of
- * a known pid is caught by the connector alone.
+ * new process).  A walk catches processes that live across it.
+ *
+ * A walk sees a process at whatever moment it is in, a fork's child before
+ * its exec or a wrapper script before it execs the program it wraps: so for
+ * the first PROCWATCH_EXEC_WATCH_S seconds of its life a process's executable (the file
+ * /proc/PID/exe names, by device and inode: one stat) is looked at again at
+ * every walk, and a change is told as the connector tells an exec.  Past
+ * that, an exec of a known pid is caught by the connector alone.
  *
  * Both begin with one walk that reports every live process, and the
  * connector walks again when the kernel dropped events (a burst overflowed
@@ -23,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -34,11 +41,24 @@
 #define PROCWATCH_WALK_NEW_MAX 8192
 /* Processes a walk keeps track of at most. */
 #define PROCWATCH_KNOWN_MAX (1u << 20)
+/*
+ * How long after its start a process's executable is watched for an exec:
+ * a fork's child execs within moments, a wrapper script after its setup; a
+ * process that runs a new program later than this is missed.
+ */
+#define PROCWATCH_EXEC_WATCH_S 30.0
+
+/* The file a process runs, by device and inode; all zero when it could not be looked at. */
+struct procwatch_exe {
+	dev_t dev;
+	ino_t ino;
+};
 
 struct procwatch_known {
 	pid_t pid;
 	uint64_t start_time;
 	uint64_t walk; /* the walk that last saw it */
+	struct procwatch_exe exe;
 };
 
 struct procwatch_state {
@@ -109,6 +129,38 @@ static struct procwatch_known *procwatch_find(struct procwatch_state *st, size_t
 	return lo < n && st->known[lo].pid == pid ? &st->known[lo] : NULL;
 }
 
+static struct procwatch_exe procwatch_exe_of(pid_t pid)
+{
+	char path[64];
+	struct stat sb;
+	snprintf(path, sizeof path, "/proc/%d/exe", (int)pid);
+	/* A kernel thread, a zombie or a process mid-exec has none to follow: unknown. */
+	if (stat(path, &sb) != 0)
+		return (struct procwatch_exe){0, 0};
+	return (struct procwatch_exe){sb.st_dev, sb.st_ino};
+}
+
+/* Seconds since boot, the clock of a process's start time. */
+static double procwatch_boot_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_BOOTTIME, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* A known young process now runs another file than when last looked at: it exec'd. */
+static bool procwatch_execed(struct procwatch_known *k, double boot_s, double ticks_per_s)
+{
+	if (boot_s - (double)k->start_time / ticks_per_s >= PROCWATCH_EXEC_WATCH_S)
+		return false;
+	struct procwatch_exe exe = procwatch_exe_of(k->pid);
+	if (exe.dev == 0 && exe.ino == 0)
+		return false;
+	bool changed = exe.dev != k->exe.dev || exe.ino != k->exe.ino;
+	k->exe = exe;
+	return changed;
+}
+
 static int procwatch_by_pid(const void *a, const void *b)
 {
 	pid_t x = ((const struct procwatch_known *)a)->pid, y = ((const struct procwatch_known *)b)->pid;
@@ -129,6 +181,9 @@ static void procwatch_walk(struct procwatch_state *st, bool track)
 		return;
 	}
 	uint64_t walk = ++st->walks;
+	double boot_s = procwatch_boot_s();
+	long hz = sysconf(_SC_CLK_TCK);
+	double ticks_per_s = hz > 0 ? (double)hz : 100.0;
 	size_t before = st->nknown, seen = 0, reported = 0;
 	struct dirent *e;
 	while ((e = readdir(dir)) != NULL) {
@@ -145,6 +200,10 @@ static void procwatch_walk(struct procwatch_state *st, bool track)
 		struct procwatch_known *k = procwatch_find(st, before, pid);
 		if (k) {
 			k->walk = walk;
+			if (procwatch_execed(k, boot_s, ticks_per_s)) {
+				st->stats.events++;
+				st->cb.exec(st->ctx, pid);
+			}
 			continue;
 		}
 		if (reported == PROCWATCH_WALK_NEW_MAX)
@@ -156,7 +215,12 @@ static void procwatch_walk(struct procwatch_state *st, bool track)
 		if (st->nknown == PROCWATCH_KNOWN_MAX ||
 		    array_reserve((void **)&st->known, &st->known_cap, st->nknown, sizeof *st->known, NULL) != 0)
 			continue;
-		st->known[st->nknown++] = (struct procwatch_known){pid, id.start_time, walk};
+		st->known[st->nknown++] = (struct procwatch_known){
+			.pid = pid,
+			.start_time = id.start_time,
+			.walk = walk,
+			.exe = procwatch_exe_of(pid),
+		};
 		reported++;
 		if (st->walks > 1) {
 			st->stats.events++;

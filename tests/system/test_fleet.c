@@ -69,6 +69,44 @@ Test(fleet, rule_attaches_what_it_matches_scan)
 	fleet_rule_attaches("scan");
 }
 
+/*
+ * A service started by a wrapper script that sets up, then execs Python: the
+ * wrapper is judged first (no rule matches a shell), and the program it
+ * becomes, under the same pid, is judged again and attached.  A /proc walk
+ * sees no exec happen: it must notice the new program itself.
+ */
+static void fleet_wrapper_exec_attached(const char *method)
+{
+	struct python pys[PYTHONS_MAX];
+	const struct python *py = fleet_python(pys);
+	char config[PATH_MAX], text[512];
+	snprintf(text, sizeof text,
+	         "[discovery]\nmethod = %s\nscan_interval = 100ms\n\n"
+	         "[rule.web]\nmatch.exe = python3*\nmatch.cmdline = fleet-wrapped-[0-9]+\n",
+	         method);
+	struct daemon d;
+	fleet_daemon(&d, text, config, sizeof config);
+	/* Long enough for a walk or two, and a judgement, to see the shell first. */
+	char *const argv[] = {"/bin/sh", "-c", "sleep 0.8; exec \"$0\" -c \"$1\" \"$2\"",
+	                      (char *)py->path, (char *)idle_program, "fleet-wrapped-1", NULL};
+	pid_t pid = spawn_process(argv, NULL);
+	json_t *e = entry_when(&d, pid, fleet_sampling, "the wrapped program attached by its rule");
+	cr_assert_str_eq(jstr(e, "rule"), "web");
+	json_decref(e);
+	fleet_kill(pid);
+	daemon_stop(&d);
+}
+
+Test(fleet, wrapper_exec_into_python_attached_netlink)
+{
+	fleet_wrapper_exec_attached("netlink");
+}
+
+Test(fleet, wrapper_exec_into_python_attached_scan)
+{
+	fleet_wrapper_exec_attached("scan");
+}
+
 /* A service restarted under a new pid comes back under the same labels: its history spans both. */
 Test(fleet, restarted_service_keeps_its_labels_and_history)
 {
