@@ -100,7 +100,7 @@ Test(pages, heatmap_reads_sources_where_the_process_runs, .timeout = 300)
 			rooted = i;
 	const struct python *use[2] = {&pys[0], rooted < n ? &pys[rooted] : NULL};
 	if (!use[1])
-		cr_log_warn("no interpreter in a root of its own (make pythons): only the host's is tried");
+		cr_log_info("no interpreter in a root of its own (make pythons): only the host's is tried");
 	for (size_t k = 0; k < 2 && use[k]; k++) {
 		char why[PATH_MAX];
 		cr_log_info("%s", python_describe(use[k], why, sizeof why));

@@ -168,7 +168,7 @@ static bool layout_of(const struct python *py, struct py_layout *l)
 	dump_runtime(py, &d);
 	size_t size = layout_debug_offsets_size(d.hexversion);
 	if (size == 0) {
-		cr_log_warn("%s: 3.%u build %#llx is a pre-release we do not describe", py->path,
+		cr_log_info("%s: 3.%u build %#llx is a pre-release we do not describe", py->path,
 		            py->minor, d.hexversion);
 		return false;
 	}
@@ -591,7 +591,7 @@ static void check_state(const struct python *py, const struct py_layout *l)
 
 	expect_check(py, out, "interp.main_id");
 	if (strstr(out, "S subinterpreters\n")) {
-		cr_log_warn("%s: no subinterpreter module, interp.id/next of a second "
+		cr_log_info("%s: no subinterpreter module, interp.id/next of a second "
 		            "interpreter not checked", py->path);
 	} else {
 		expect_check(py, out, "interp.new_head");
