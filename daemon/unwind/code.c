@@ -283,6 +283,12 @@ static struct code_info *code_cache_put(struct code_cache *cache, struct code_in
 	return ci;
 }
 
+bool code_checked(const struct uw_target *t, raddr_t addr)
+{
+	const struct code_info *cached = code_cache_find(&t->codes, addr);
+	return cached && !t->opts.no_cache && cached->checked_gen == t->sample_gen;
+}
+
 struct code_info *code_get(struct uw_target *t, raddr_t addr, struct uw_error *err)
 {
 	const struct py_layout *L = &t->layout;

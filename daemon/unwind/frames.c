@@ -120,6 +120,46 @@ bool frames_called_from(struct uw_target *t, raddr_t caller, raddr_t caller_code
 	return ci && ci->frame_bytes && caller + ci->frame_bytes == callee;
 }
 
+/*
+ * 3.15: the frame at addr is the thread's anchor (the frame the marker
+ * pointed at when a proven walk began), and the thread state this walk
+ * read still has the marker on it with the sequence it had then: the
+ * interpreter moves the marker on when it pops or suspends the marked
+ * frame, so that frame stayed on the stack throughout, and its callers
+ * with it, as that walk read them and the chain keeps them.  They are
+ * taken from the chain, not read: a thread that calls and returns above a
+ * deep base reads the frames above its anchor alone, where it read the
+ * whole stack before.  True when the walk is complete so.
+ */
+static bool frames_take_base(struct walk *w, raddr_t addr, raddr_t code, raddr_t previous,
+                             uint32_t *n, struct uw_error *err, int *rc)
+{
+	const struct thread_cache *tc = w->tc;
+	const struct uw_target *t = w->t;
+	*rc = 0;
+	if (!tc || !tc->anchor || addr != tc->anchor || w->ts_marker != addr ||
+	    w->ts_marker_seq != tc->anchor_seq || w->marker_early || tc->truncated ||
+	    tc->flags != t->opts.flags || t->opts.no_cache)
+		return false;
+	/* The anchor's place in the chain (bottom first), looked for from the top. */
+	uint32_t at = tc->n;
+	while (at-- > 0 && tc->chain[at].addr != addr)
+		;
+	if (at >= tc->n || tc->chain[at].code != code || tc->chain[at].kind != UW_FRAME_PYTHON ||
+	    *n + at > UW_MAX_FRAMES)
+		return false;
+	/* Its link as the chain has it (a shim between, not in the chain, is not looked at). */
+	if (at > 0 && tc->chain[at - 1].kind == UW_FRAME_PYTHON && tc->chain[at - 1].addr != previous)
+		return false;
+	for (uint32_t i = at; i-- > 0;) {
+		const struct chain_link *c = &tc->chain[i];
+		struct raw_frame f = {.addr = c->addr, .code = c->code, .pos = c->pos, .kind = c->kind};
+		if ((*rc = frames_push(w, n, f, err)) != 0)
+			return true;
+	}
+	return true;
+}
+
 /* The live part of a thread's current data-stack chunk (3.11+): [start, top). */
 struct frames_live {
 	raddr_t top, end; /* end: end of the chunk's allocation */
@@ -243,6 +283,9 @@ static int frames_collect_interp(struct walk *w, raddr_t addr, const struct fram
 			called = addr;
 		if (frames_push(w, n, rf, err) != 0)
 			return -1;
+		int taken;
+		if (frames_take_base(w, addr, rf.code, previous, n, err, &taken))
+			return taken;
 		if (entry)
 			native_pending = want_native; /* 3.11 marks the entered frame itself */
 		callee_inline = !entry;

@@ -572,6 +572,9 @@ struct uw_target *uw_open_image(const struct uw_image_target *it, struct uw_erro
  */
 struct code_info *code_get(struct uw_target *t, raddr_t addr, struct uw_error *err);
 
+/* Whether code_get of addr would answer from the cache, its header checked this sample already. */
+bool code_checked(const struct uw_target *t, raddr_t addr);
+
 /* The frame id of the instruction at pos in ci (pos as struct chain_link). */
 uint32_t code_frame_at(struct uw_target *t, struct code_info *ci, uint64_t pos);
 
@@ -601,6 +604,14 @@ int view_begin(struct uw_target *t, struct uw_error *err);
  * first, until view_retry_end().  Pointers from earlier retries are invalid.
  */
 uint32_t view_mark(const struct uw_target *t);
+/*
+ * Room for bytes another read of this sample brings in (validate.c's
+ * re-read), to be handed to view_keep once read: later reads of them find
+ * them as a miss's, no read of their own.  NULL when the view would not keep
+ * them (a retry, or its caches off, or no room).
+ */
+uint8_t *view_room_for(struct uw_target *t, raddr_t addr, uint32_t len);
+void view_keep(struct uw_target *t, const struct remote_range *r);
 /* The bytes at addr in this sample's batch, or NULL (nothing read, nothing remembered). */
 const uint8_t *view_batch_bytes(const struct uw_target *t, raddr_t addr, uint32_t len);
 /* The reads made since mark (*n of them), valid until the next read. */
@@ -673,6 +684,12 @@ struct walk {
 	 * try is older than the write.  0: none.
 	 */
 	raddr_t marker_early;
+	/*
+	 * The thread being walked (walk_thread_stack), whose proven frames
+	 * below its anchor the walk takes rather than reads (3.15,
+	 * frames_take_base).  NULL: every frame is read.
+	 */
+	const struct thread_cache *tc;
 	/*
 	 * 3.15: the marker, its sequence and the innermost frame as
 	 * validate_stack's re-read found them, the marker read at both its ends

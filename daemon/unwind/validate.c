@@ -95,12 +95,42 @@ struct reread {
  * Read again the thread's pointers and the windows of the frames not in
  * the base.  Each window read notes its range and whether it changed.
  */
+/* Code objects whose headers one re-read takes along, at most. */
+#define VALIDATE_CODES_MAX 8
+
+/*
+ * The headers of the code objects of the frames new since the last walk
+ * (raw[0, fresh)), which chain_resolve checks next, one read each: taken
+ * along at the end of the re-read instead, after the pointers' second
+ * read, where they change nothing of its proof.  Appended to ranges from
+ * n; their count.
+ */
+static uint32_t validate_codes_along(struct walk *w, const struct raw_frame *raw, uint32_t fresh,
+                                     struct remote_range *ranges, uint32_t n)
+{
+	struct uw_target *t = w->t;
+	uint32_t len = t->layout.code.size, added = 0;
+	for (uint32_t i = 0; i < fresh && added < VALIDATE_CODES_MAX; i++) {
+		raddr_t code = raw[i].code;
+		if (raw[i].kind != UW_FRAME_PYTHON || !code || code_checked(t, code))
+			continue;
+		bool twice = false;
+		for (uint32_t k = 0; k < added && !twice; k++)
+			twice = ranges[n + k].addr == code;
+		uint8_t *room = twice ? NULL : view_room_for(t, code, len);
+		if (room)
+			ranges[n + added++] = (struct remote_range){.addr = code, .len = len, .buf = room};
+	}
+	return added;
+}
+
 /* How far past the pointer to the innermost frame the marker may lie for one range to hold both. */
 #define VALIDATE_MARKER_SPAN 64
 /* How far a frame's links range is stretched to take its instruction too, rather than a range of its own. */
 #define VALIDATE_INSTR_STRETCH 256
 
-static int validate_reread(struct walk *w, raddr_t top, struct reread *rr, struct uw_error *err)
+static int validate_reread(struct walk *w, raddr_t top, const struct raw_frame *raw, uint32_t fresh,
+                           struct reread *rr, struct uw_error *err)
 {
 	const struct py_layout *L = &w->t->layout;
 	struct check **frames = w->moved;
@@ -185,8 +215,11 @@ static int validate_reread(struct walk *w, raddr_t top, struct reread *rr, struc
 		ranges[i].buf = w->buf + off;
 		off += ranges[i].len;
 	}
-	if (remote_read_batch(&w->t->mem, ranges, n, err) != 0)
+	uint32_t codes = validate_codes_along(w, raw, fresh, ranges, n);
+	if (remote_read_batch(&w->t->mem, ranges, n + codes, err) != 0)
 		return -1;
+	for (uint32_t i = n; i < n + codes; i++)
+		view_keep(w->t, &ranges[i]);
 	raddr_t current = 0;
 	for (uint32_t i = 0, k = 0; i < w->nchecks; i++)
 		if (w->checks[i].role != CHECK_LINKS) {
@@ -329,8 +362,8 @@ int validate_stack(struct walk *w, uint32_t first, uint32_t nraw, uint32_t commo
 	/* The walk's arrays, grown to this stack once and reused by every later sample. */
 	if (array_reserve((void **)&w->base, &w->base_cap, common, sizeof *w->base, NULL) ||
 	    array_reserve((void **)&w->moved, &w->moved_cap, w->nchecks, sizeof *w->moved, NULL) ||
-	    array_reserve((void **)&w->ranges, &w->ranges_cap, 2 * (size_t)w->nchecks + 1, sizeof *w->ranges,
-	                  NULL))
+	    array_reserve((void **)&w->ranges, &w->ranges_cap, 2 * (size_t)w->nchecks + 1 + VALIDATE_CODES_MAX,
+	                  sizeof *w->ranges, NULL))
 		return uw_fail(err, UW_ENOMEM, "out of memory");
 	/* The base: every frame below the one where old and new meet. */
 	raddr_t *base = w->base;
@@ -346,7 +379,7 @@ int validate_stack(struct walk *w, uint32_t first, uint32_t nraw, uint32_t commo
 	}
 	struct reread rr;
 	raddr_t top = nraw && w->raw[first].kind == UW_FRAME_PYTHON ? w->raw[first].addr : 0;
-	if (validate_reread(w, top, &rr, err) != 0)
+	if (validate_reread(w, top, w->raw + first, nraw - common, &rr, err) != 0)
 		return -1;
 	if (rr.held)
 		return 0;

@@ -182,6 +182,26 @@ const uint8_t *view_read(struct uw_target *t, raddr_t addr, uint32_t len, uint32
 	return buf;
 }
 
+uint8_t *view_room_for(struct uw_target *t, raddr_t addr, uint32_t len)
+{
+	if (t->opts.no_cache || t->retrying || t->nmissed >= VIEW_MISSED_KEPT || !len)
+		return NULL;
+	/* Already at hand: nothing to read. */
+	if (batch_find(&t->batch, addr, len))
+		return NULL;
+	for (uint32_t i = 0; i < t->nmissed; i++)
+		if (batch_holds(&t->missed[i], addr, len))
+			return NULL;
+	return arena_alloc(&t->scratch, len);
+}
+
+void view_keep(struct uw_target *t, const struct remote_range *r)
+{
+	if (t->opts.no_cache || t->retrying || t->nmissed >= VIEW_MISSED_KEPT || r->got < r->len)
+		return;
+	t->missed[t->nmissed++] = *r;
+}
+
 const uint8_t *view_batch_bytes(const struct uw_target *t, raddr_t addr, uint32_t len)
 {
 	if (t->opts.no_cache || t->retrying)

@@ -716,7 +716,7 @@ static int walk_thread_stack(struct walk *w, struct thread_cache *tc, raddr_t ts
 	bool marker = t->layout.tstate.marker && !t->opts.no_cache;
 	/* 3.11-3.14 with an in-kernel reader: a thread that tears gets the kernel's copy. */
 	bool kernel = t->opts.kreader && !marker && t->layout.frame_model == FRAME_MODEL_INTERP;
-	uint64_t armed = tc->karmed;
+	uint64_t armed = kernel ? tc->karmed : 0;
 	bool waited = false;
 	unsigned writes = 0;
 	if (marker) {
@@ -730,6 +730,7 @@ static int walk_thread_stack(struct walk *w, struct thread_cache *tc, raddr_t ts
 	w->marker_early = 0;
 	if (marker && walk_marker_early(w, tc, tstate))
 		writes++;
+	w->tc = marker ? tc : NULL;
 	for (int attempt = 0; attempt < attempts; attempt++) {
 		uint32_t n = 0;
 		w->nraw = start;
@@ -834,6 +835,7 @@ static int walk_thread_stack(struct walk *w, struct thread_cache *tc, raddr_t ts
 	view_retry_end(t);
 	w->nraw = start;
 	w->last_try = false;
+	w->tc = NULL;
 	return *dropped ? 0 : rc;
 }
 
@@ -1320,7 +1322,8 @@ int uw_sample(struct uw_target *t, struct uw_sample *s, struct uw_error *err)
 	/* Before the memory is read: the kernel's proofs must come first (see still.c, threads_still_begin). */
 	still_arm(t);
 	threads_still_begin(t);
-	if (t->opts.kreader)
+	/* 3.15's marker stands in for the in-kernel reader (walk_thread_stack): no thread is watched. */
+	if (t->opts.kreader && !(t->layout.tstate.marker && !t->opts.no_cache))
 		walk_kernel_arm_watched(t);
 	if (view_begin(t, err) == 0)
 		rc = walk_interpreters(w, err);

@@ -412,6 +412,30 @@ def scenario_wake(report_path):
     hold()
 
 
+# --- a deep stack that calls deeper from where it slept ----------------------
+
+DEEPEN_BASE = 600
+
+
+def deepen_base(n, wake, woke_path):
+    if n == 0:
+        wake_up(wake, woke_path)
+        return
+    deepen_base(n - 1, wake, woke_path)
+
+
+def scenario_deepen(report_path):
+    """As wake, but the thread sleeps under DEEPEN_BASE frames that stay
+    where they are when it wakes to sleep deeper; beside a ticker, so the
+    process as a whole never stands still."""
+    start_worker(ticker, "ticker")
+    wake_read, wake_write = os.pipe()
+    signal.signal(signal.SIGUSR1, lambda signum, frame: os.write(wake_write, b"x"))
+    sleeper = start_worker(deepen_base, "sleeper", DEEPEN_BASE, wake_read, report_path + ".woke")
+    start_reporter(report_path, [sleeper])
+    hold()
+
+
 # --- callbacks from C ----------------------------------------------------------
 
 
@@ -634,6 +658,7 @@ SCENARIOS = {
     "move_busy": scenario_move_busy,
     "move_spin": scenario_move_spin,
     "wake": scenario_wake,
+    "deepen": scenario_deepen,
     "callbacks": scenario_callbacks,
     "nonascii": scenario_nonascii,
     "threads20": scenario_threads20,

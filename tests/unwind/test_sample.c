@@ -346,6 +346,96 @@ Test(sample, a_stack_that_woke_is_read_in_few_calls, .timeout = 300)
 	}
 }
 
+/* Frames stacks.py's "deepen" keeps under the frame its thread wakes in (its DEEPEN_BASE). */
+#define DEEPEN_BASE 600
+
+/*
+ * 3.15: a thread that sleeps under DEEPEN_BASE frames wakes up to call
+ * deeper from the very frame it slept in.  The marker still on that frame
+ * proves the frames below it never moved: the sample reads the frames above
+ * it alone, not the base (a call a frame, for the data-stack chunks the
+ * live read does not cover), and its stack is the one a walk with every
+ * cache off reads.
+ */
+Test(sample, a_deep_base_under_a_woken_frame_is_not_read_again, .timeout = 300)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX), tried = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (pys[i].major != 3 || pys[i].minor < 15)
+			continue;
+		tried++;
+		struct test_target target;
+		test_target_start(&target, &pys[i], "deepen");
+		json_t *report = test_target_wait_report(&target, TARGET_READY_TIMEOUT_S);
+		json_t *sleeper = json_array_get(json_object_get(report, "threads"), 0);
+		long tid = (long)json_integer_value(json_object_get(sleeper, "native_thread_id"));
+		json_decref(report);
+		cr_assert_gt(tid, 0, "%s: the report names no thread id", pys[i].path);
+		char woke[PATH_MAX + 8];
+		snprintf(woke, sizeof woke, "%s.woke", target.report);
+		struct uw_target *t = test_uw_open(target.pid);
+		struct uw_sample s = {0};
+		struct uw_error err = {0};
+		/*
+		 * Each thread's state letter taken from the kernel: no proof that the
+		 * whole process stood still answers for these samples without a
+		 * walk, so the walks mark the frame the thread sleeps in (back to
+		 * back, the ticker sleeps through most samples).
+		 */
+		struct uw_options walked = {.want_on_cpu = true};
+		uw_configure(t, &walked);
+		/* Asleep under its base, until the marker stands on the frame it sleeps in. */
+		for (int k = 0; k < 50; k++)
+			cr_assert_eq(uw_sample(t, &s, &err), 0, "%s: %s", pys[i].path, err.msg);
+		struct uw_stats before, after;
+		uw_stats(t, &before);
+		cr_assert_gt(before.marker_honoured, 0, "%s: the marker's path never ran", pys[i].path);
+
+		cr_assert_eq(kill(target.pid, SIGUSR1), 0);
+		for (int wait = 0; !(file_exists(woke) && thread_on_pipe(target.pid, tid)); wait++) {
+			cr_assert_lt(wait, 30000, "%s: the thread never slept again", pys[i].path);
+			usleep(1000);
+		}
+		uw_stats(t, &before);
+		cr_assert_eq(uw_sample(t, &s, &err), 0, "%s: %s", pys[i].path, err.msg);
+		uw_stats(t, &after);
+		uint64_t pages = after.pages_read - before.pages_read;
+		uint64_t calls = after.readv_calls - before.readv_calls;
+		cr_log_info("%s: the woken sample read %llu pages in %llu calls", pys[i].path,
+		            (unsigned long long)pages, (unsigned long long)calls);
+		/*
+		 * Read again, the base took a call and a page a frame (about 600
+		 * of each); kept, the sample reads the batch, the new frames, their
+		 * new code object and the re-read (about 11 calls, 30 pages).
+		 */
+		cr_assert_lt(pages, DEEPEN_BASE / 6, "%s: %llu pages read for a stack that grew by %d frames",
+		             pys[i].path, (unsigned long long)pages, WAKE_DEPTH);
+		cr_assert_lt(calls, DEEPEN_BASE / 10, "%s: %llu process_vm_readv calls", pys[i].path,
+		             (unsigned long long)calls);
+		uint32_t depth = 0;
+		for (uint32_t k = 0; k < s.nthreads; k++)
+			if (s.threads[k].native_id == tid)
+				depth = uw_stack_depth(t, s.threads[k].stack);
+		cr_assert_geq(depth, DEEPEN_BASE + WAKE_DEPTH, "%s: the woken thread's stack is %u deep",
+		              pys[i].path, depth);
+		char *kept = sample_text(t, &s);
+		struct uw_options uncached = {.no_cache = true};
+		uw_configure(t, &uncached);
+		cr_assert_eq(uw_sample(t, &s, &err), 0, "%s: %s", pys[i].path, err.msg);
+		char *read = sample_text(t, &s);
+		cr_assert_str_eq(kept, read, "%s: the stacks taken with the base kept differ from a "
+		                 "walk with every cache off", pys[i].path);
+		free(kept);
+		free(read);
+		uw_sample_free(&s);
+		uw_close(t);
+		test_target_kill(&target);
+	}
+	if (!tried)
+		cr_skip_test("no CPython 3.15 here (make pythons)");
+}
+
 /*
  * 100 000 code objects made, run and freed over time: the caches reset when
  * they reach their budget, never grow past it, and notice reused addresses.
