@@ -293,6 +293,31 @@ static bool thread_on_pipe(pid_t pid, long tid)
 	return strstr(buf, "pipe") != NULL;
 }
 
+/* A target of stacks.py's "wake" kind started: its sleeping thread's id, and the file it writes as it wakes. */
+static long wake_target_start(struct test_target *target, const struct python *py, const char *scenario,
+                              char *woke, size_t woke_len)
+{
+	test_target_start(target, py, scenario);
+	json_t *report = test_target_wait_report(target, TARGET_READY_TIMEOUT_S);
+	json_t *sleeper = json_array_get(json_object_get(report, "threads"), 0);
+	long tid = (long)json_integer_value(json_object_get(sleeper, "native_thread_id"));
+	json_decref(report);
+	cr_assert_gt(tid, 0, "%s: the report names no thread id", py->path);
+	snprintf(woke, woke_len, "%s.woke", target->report);
+	return tid;
+}
+
+/* Wake it, until it sleeps again, deeper: the file says it woke, the kernel that it waits on its pipe. */
+static void wake_target_wake(const struct test_target *target, const struct python *py, long tid,
+                             const char *woke)
+{
+	cr_assert_eq(kill(target->pid, SIGUSR1), 0);
+	for (int wait = 0; !(file_exists(woke) && thread_on_pipe(target->pid, tid)); wait++) {
+		cr_assert_lt(wait, 30000, "%s: the thread never slept again", py->path);
+		usleep(1000);
+	}
+}
+
 /*
  * A thread that slept two frames deep wakes up to sleep WAKE_DEPTH frames
  * deeper.  The batch, planned from its shallow samples, holds none of the
@@ -308,14 +333,8 @@ Test(sample, a_stack_that_woke_is_read_in_few_calls, .timeout = 300)
 		if (pys[i].minor < 11)
 			continue;
 		struct test_target target;
-		test_target_start(&target, &pys[i], "wake");
-		json_t *report = test_target_wait_report(&target, TARGET_READY_TIMEOUT_S);
-		json_t *sleeper = json_array_get(json_object_get(report, "threads"), 0);
-		long tid = (long)json_integer_value(json_object_get(sleeper, "native_thread_id"));
-		json_decref(report);
-		cr_assert_gt(tid, 0, "%s: the report names no thread id", pys[i].path);
 		char woke[PATH_MAX + 8];
-		snprintf(woke, sizeof woke, "%s.woke", target.report);
+		long tid = wake_target_start(&target, &pys[i], "wake", woke, sizeof woke);
 		struct uw_target *t = test_uw_open(target.pid);
 		struct uw_sample s = {0};
 		struct uw_error err = {0};
@@ -323,12 +342,7 @@ Test(sample, a_stack_that_woke_is_read_in_few_calls, .timeout = 300)
 		for (int k = 0; k < 50; k++)
 			cr_assert_eq(uw_sample(t, &s, &err), 0, "%s: %s", pys[i].path, err.msg);
 
-		cr_assert_eq(kill(target.pid, SIGUSR1), 0);
-		/* Asleep again, deeper: the file says it woke, the kernel that it waits on its pipe. */
-		for (int wait = 0; !(file_exists(woke) && thread_on_pipe(target.pid, tid)); wait++) {
-			cr_assert_lt(wait, 30000, "%s: the thread never slept again", pys[i].path);
-			usleep(1000);
-		}
+		wake_target_wake(&target, &pys[i], tid, woke);
 		struct uw_stats before, after;
 		uw_stats(t, &before);
 		cr_assert_eq(uw_sample(t, &s, &err), 0, "%s: %s", pys[i].path, err.msg);
@@ -366,14 +380,8 @@ Test(sample, a_deep_base_under_a_woken_frame_is_not_read_again, .timeout = 300)
 			continue;
 		tried++;
 		struct test_target target;
-		test_target_start(&target, &pys[i], "deepen");
-		json_t *report = test_target_wait_report(&target, TARGET_READY_TIMEOUT_S);
-		json_t *sleeper = json_array_get(json_object_get(report, "threads"), 0);
-		long tid = (long)json_integer_value(json_object_get(sleeper, "native_thread_id"));
-		json_decref(report);
-		cr_assert_gt(tid, 0, "%s: the report names no thread id", pys[i].path);
 		char woke[PATH_MAX + 8];
-		snprintf(woke, sizeof woke, "%s.woke", target.report);
+		long tid = wake_target_start(&target, &pys[i], "deepen", woke, sizeof woke);
 		struct uw_target *t = test_uw_open(target.pid);
 		struct uw_sample s = {0};
 		struct uw_error err = {0};
@@ -392,11 +400,7 @@ Test(sample, a_deep_base_under_a_woken_frame_is_not_read_again, .timeout = 300)
 		uw_stats(t, &before);
 		cr_assert_gt(before.marker_honoured, 0, "%s: the marker's path never ran", pys[i].path);
 
-		cr_assert_eq(kill(target.pid, SIGUSR1), 0);
-		for (int wait = 0; !(file_exists(woke) && thread_on_pipe(target.pid, tid)); wait++) {
-			cr_assert_lt(wait, 30000, "%s: the thread never slept again", pys[i].path);
-			usleep(1000);
-		}
+		wake_target_wake(&target, &pys[i], tid, woke);
 		uw_stats(t, &before);
 		cr_assert_eq(uw_sample(t, &s, &err), 0, "%s: %s", pys[i].path, err.msg);
 		uw_stats(t, &after);
