@@ -436,6 +436,50 @@ def scenario_deepen(report_path):
     hold()
 
 
+# --- a generator resumed by another caller ----------------------------------
+
+
+def two_callers_helper(wake):
+    os.read(wake, 1)  # BLOCK
+
+
+def two_callers_gen(wake):
+    while True:
+        two_callers_helper(wake)
+        yield
+
+
+def two_callers_a(gen):
+    for _ in gen:
+        return
+
+
+def two_callers_b(gen):
+    for _ in gen:
+        return
+
+
+def two_callers_loop(wake, woke_path):
+    gen = two_callers_gen(wake)
+    two_callers_a(gen)
+    write_json_atomically(woke_path, {"woke": True})
+    two_callers_b(gen)
+
+
+def scenario_two_callers(report_path):
+    """A generator sleeps in a helper, resumed by two_callers_a; SIGUSR1 wakes
+    it to yield, and two_callers_b, whose frame lies where a's did, resumes
+    it to sleep again (REPORT_PATH.woke written between): the generator's
+    frame and the helper's stay at their addresses while their caller
+    changes.  Beside a ticker, so the process as a whole never stands still."""
+    start_worker(ticker, "ticker")
+    wake_read, wake_write = os.pipe()
+    signal.signal(signal.SIGUSR1, lambda signum, frame: os.write(wake_write, b"x"))
+    resumer = start_worker(two_callers_loop, "resumer", wake_read, report_path + ".woke")
+    start_reporter(report_path, [resumer])
+    hold()
+
+
 # --- callbacks from C ----------------------------------------------------------
 
 
@@ -659,6 +703,7 @@ SCENARIOS = {
     "move_spin": scenario_move_spin,
     "wake": scenario_wake,
     "deepen": scenario_deepen,
+    "two_callers": scenario_two_callers,
     "callbacks": scenario_callbacks,
     "nonascii": scenario_nonascii,
     "threads20": scenario_threads20,

@@ -360,6 +360,40 @@ Test(sample, a_stack_that_woke_is_read_in_few_calls, .timeout = 300)
 	}
 }
 
+/* The stack of the thread the kernel knows as tid in sample s; 0 when it is not there. */
+static uint32_t thread_stack(const struct uw_sample *s, long tid)
+{
+	for (uint32_t th = 0; th < s->nthreads; th++)
+		if (s->threads[th].native_id == tid)
+			return s->threads[th].stack;
+	return 0;
+}
+
+/* Whether the stack holds a frame of function name. */
+static bool stack_has(const struct uw_target *t, uint32_t stack, const char *name)
+{
+	for (uint32_t st = stack; st; st = uw_stack_parent(t, st)) {
+		const struct uw_frame *f = uw_frame_get(t, uw_stack_frame(t, st));
+		if (f->function && strcmp(f->function, name) == 0)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * The target opened with each thread's state letter taken from the kernel:
+ * no proof that the whole process stood still then answers for a sample
+ * without a walk, so back to back (where the targets' tickers sleep through
+ * most samples) the walks go on and mark the frame a thread sleeps in.
+ */
+static struct uw_target *open_walked(pid_t pid)
+{
+	struct uw_target *t = test_uw_open(pid);
+	struct uw_options walked = {.want_on_cpu = true};
+	uw_configure(t, &walked);
+	return t;
+}
+
 /* Frames stacks.py's "deepen" keeps under the frame its thread wakes in (its DEEPEN_BASE). */
 #define DEEPEN_BASE 600
 
@@ -382,17 +416,9 @@ Test(sample, a_deep_base_under_a_woken_frame_is_not_read_again, .timeout = 300)
 		struct test_target target;
 		char woke[PATH_MAX + 8];
 		long tid = wake_target_start(&target, &pys[i], "deepen", woke, sizeof woke);
-		struct uw_target *t = test_uw_open(target.pid);
+		struct uw_target *t = open_walked(target.pid);
 		struct uw_sample s = {0};
 		struct uw_error err = {0};
-		/*
-		 * Each thread's state letter taken from the kernel: no proof that the
-		 * whole process stood still answers for these samples without a
-		 * walk, so the walks mark the frame the thread sleeps in (back to
-		 * back, the ticker sleeps through most samples).
-		 */
-		struct uw_options walked = {.want_on_cpu = true};
-		uw_configure(t, &walked);
 		/* Asleep under its base, until the marker stands on the frame it sleeps in. */
 		for (int k = 0; k < 50; k++)
 			cr_assert_eq(uw_sample(t, &s, &err), 0, "%s: %s", pys[i].path, err.msg);
@@ -417,10 +443,7 @@ Test(sample, a_deep_base_under_a_woken_frame_is_not_read_again, .timeout = 300)
 		             pys[i].path, (unsigned long long)pages, WAKE_DEPTH);
 		cr_assert_lt(calls, DEEPEN_BASE / 10, "%s: %llu process_vm_readv calls", pys[i].path,
 		             (unsigned long long)calls);
-		uint32_t depth = 0;
-		for (uint32_t k = 0; k < s.nthreads; k++)
-			if (s.threads[k].native_id == tid)
-				depth = uw_stack_depth(t, s.threads[k].stack);
+		uint32_t depth = uw_stack_depth(t, thread_stack(&s, tid));
 		cr_assert_geq(depth, DEEPEN_BASE + WAKE_DEPTH, "%s: the woken thread's stack is %u deep",
 		              pys[i].path, depth);
 		char *kept = sample_text(t, &s);
@@ -438,6 +461,47 @@ Test(sample, a_deep_base_under_a_woken_frame_is_not_read_again, .timeout = 300)
 	}
 	if (!tried)
 		cr_skip_test("no CPython 3.15 here (make pythons)");
+}
+
+/*
+ * A generator sleeps in a helper under one caller, then yields and is
+ * resumed by another whose frame lies where the first's did: the frames of
+ * the generator and of the helper are back at their addresses, linked as
+ * before, and only the caller below them changed.  Its sample shows the new
+ * caller: a base kept across the yield (3.15's marker taken as still on the
+ * helper's frame, or a stack taken by its frames' addresses) would show the
+ * old one.
+ */
+Test(sample, a_generator_resumed_by_another_caller_is_shown_under_it, .timeout = 300)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	for (size_t i = 0; i < n; i++) {
+		struct test_target target;
+		char woke[PATH_MAX + 8];
+		long tid = wake_target_start(&target, &pys[i], "two_callers", woke, sizeof woke);
+		struct uw_target *t = open_walked(target.pid);
+		struct uw_sample s = {0};
+		struct uw_error err = {0};
+		uint32_t stack = 0;
+		for (int k = 0; k < 50; k++) {
+			cr_assert_eq(uw_sample(t, &s, &err), 0, "%s: %s", pys[i].path, err.msg);
+			stack = thread_stack(&s, tid);
+			cr_assert(stack_has(t, stack, "two_callers_a") && !stack_has(t, stack, "two_callers_b"),
+			          "%s: sample %d is not under the first caller", pys[i].path, k);
+		}
+		wake_target_wake(&target, &pys[i], tid, woke);
+		cr_assert_eq(uw_sample(t, &s, &err), 0, "%s: %s", pys[i].path, err.msg);
+		stack = thread_stack(&s, tid);
+		cr_assert(stack_has(t, stack, "two_callers_helper"), "%s: the helper is not on the stack",
+		          pys[i].path);
+		cr_assert(stack_has(t, stack, "two_callers_b") && !stack_has(t, stack, "two_callers_a"),
+		          "%s: the generator resumed by the second caller is shown under the first",
+		          pys[i].path);
+		uw_sample_free(&s);
+		uw_close(t);
+		test_target_kill(&target);
+	}
 }
 
 /*
