@@ -695,6 +695,18 @@ static int walk_kernel_wait(struct walk *w, struct thread_cache *tc, uint32_t st
 	return 0;
 }
 
+/* 3.15's marker proves stacks (never with the caches off, which it is one of). */
+static bool walk_marker_proves(const struct uw_target *t)
+{
+	return t->layout.tstate.marker && !t->opts.no_cache;
+}
+
+/* 3.11-3.14 with an in-kernel reader: a thread that tears gets the kernel's copy (the marker's stand in for it). */
+static bool walk_kernel_copies(const struct uw_target *t)
+{
+	return t->opts.kreader && !walk_marker_proves(t) && t->layout.frame_model == FRAME_MODEL_INTERP;
+}
+
 /*
  * A thread's stack, read and proven not torn.  A thread that runs moves its
  * stack every microsecond or so: when the proof fails it is read again,
@@ -713,9 +725,8 @@ static int walk_thread_stack(struct walk *w, struct thread_cache *tc, raddr_t ts
 	*dropped = false;
 	*moving = false;
 	w->tore = false;
-	bool marker = t->layout.tstate.marker && !t->opts.no_cache;
-	/* 3.11-3.14 with an in-kernel reader: a thread that tears gets the kernel's copy. */
-	bool kernel = t->opts.kreader && !marker && t->layout.frame_model == FRAME_MODEL_INTERP;
+	bool marker = walk_marker_proves(t);
+	bool kernel = walk_kernel_copies(t);
 	uint64_t armed = kernel ? tc->karmed : 0;
 	bool waited = false;
 	unsigned writes = 0;
@@ -1322,8 +1333,7 @@ int uw_sample(struct uw_target *t, struct uw_sample *s, struct uw_error *err)
 	/* Before the memory is read: the kernel's proofs must come first (see still.c, threads_still_begin). */
 	still_arm(t);
 	threads_still_begin(t);
-	/* 3.15's marker stands in for the in-kernel reader (walk_thread_stack): no thread is watched. */
-	if (t->opts.kreader && !(t->layout.tstate.marker && !t->opts.no_cache))
+	if (walk_kernel_copies(t))
 		walk_kernel_arm_watched(t);
 	if (view_begin(t, err) == 0)
 		rc = walk_interpreters(w, err);
