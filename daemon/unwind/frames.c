@@ -129,35 +129,35 @@ bool frames_called_from(struct uw_target *t, raddr_t caller, raddr_t caller_code
  * with it, as that walk read them and the chain keeps them.  They are
  * taken from the chain, not read: a thread that calls and returns above a
  * deep base reads the frames above its anchor alone, where it read the
- * whole stack before.  True when the walk is complete so.
+ * whole stack before.  1 when the walk is complete so, 0 when it goes on
+ * reading, -1 on error.
  */
-static bool frames_take_base(struct walk *w, raddr_t addr, raddr_t code, raddr_t previous,
-                             uint32_t *n, struct uw_error *err, int *rc)
+static int frames_take_base(struct walk *w, raddr_t addr, raddr_t code, raddr_t previous,
+                            uint32_t *n, struct uw_error *err)
 {
 	const struct thread_cache *tc = w->tc;
 	const struct uw_target *t = w->t;
-	*rc = 0;
 	if (!tc || !tc->anchor || addr != tc->anchor || w->ts_marker != addr ||
 	    w->ts_marker_seq != tc->anchor_seq || w->marker_early || tc->truncated ||
 	    tc->flags != t->opts.flags || t->opts.no_cache)
-		return false;
+		return 0;
 	/* The anchor's place in the chain (bottom first), looked for from the top. */
 	uint32_t at = tc->n;
 	while (at-- > 0 && tc->chain[at].addr != addr)
 		;
 	if (at >= tc->n || tc->chain[at].code != code || tc->chain[at].kind != UW_FRAME_PYTHON ||
 	    *n + at > UW_MAX_FRAMES)
-		return false;
+		return 0;
 	/* Its link as the chain has it (a shim between, not in the chain, is not looked at). */
 	if (at > 0 && tc->chain[at - 1].kind == UW_FRAME_PYTHON && tc->chain[at - 1].addr != previous)
-		return false;
+		return 0;
 	for (uint32_t i = at; i-- > 0;) {
 		const struct chain_link *c = &tc->chain[i];
 		struct raw_frame f = {.addr = c->addr, .code = c->code, .pos = c->pos, .kind = c->kind};
-		if ((*rc = frames_push(w, n, f, err)) != 0)
-			return true;
+		if (frames_push(w, n, f, err) != 0)
+			return -1;
 	}
-	return true;
+	return 1;
 }
 
 /* The live part of a thread's current data-stack chunk (3.11+): [start, top). */
@@ -283,9 +283,9 @@ static int frames_collect_interp(struct walk *w, raddr_t addr, const struct fram
 			called = addr;
 		if (frames_push(w, n, rf, err) != 0)
 			return -1;
-		int taken;
-		if (frames_take_base(w, addr, rf.code, previous, n, err, &taken))
-			return taken;
+		int taken = frames_take_base(w, addr, rf.code, previous, n, err);
+		if (taken != 0)
+			return taken < 0 ? -1 : 0;
 		if (entry)
 			native_pending = want_native; /* 3.11 marks the entered frame itself */
 		callee_inline = !entry;
