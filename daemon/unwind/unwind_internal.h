@@ -607,9 +607,11 @@ uint32_t view_mark(const struct uw_target *t);
 /*
  * Room for bytes another read of this sample brings in (validate.c's
  * re-read), to be handed to view_keep once read: later reads of them find
- * them as a miss's, no read of their own.  NULL when the view would not keep
- * them (a retry, or its caches off, or no room).
+ * them as a miss's, no read of their own.  NULL when they are at hand
+ * already or the view would not keep them (a retry, or its caches off, or
+ * no room: view_keep_room says how many more it keeps).
  */
+uint32_t view_keep_room(const struct uw_target *t);
 uint8_t *view_room_for(struct uw_target *t, raddr_t addr, uint32_t len);
 void view_keep(struct uw_target *t, const struct remote_range *r);
 /* The bytes at addr in this sample's batch, or NULL (nothing read, nothing remembered). */

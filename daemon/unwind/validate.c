@@ -91,10 +91,6 @@ struct reread {
 	bool held;         /* the pointers and the windows all as the walk saw them */
 };
 
-/*
- * Read again the thread's pointers and the windows of the frames not in
- * the base.  Each window read notes its range and whether it changed.
- */
 /* Code objects whose headers one re-read takes along, at most. */
 #define VALIDATE_CODES_MAX 8
 
@@ -109,17 +105,20 @@ static uint32_t validate_codes_along(struct walk *w, const struct raw_frame *raw
                                      struct remote_range *ranges, uint32_t n)
 {
 	struct uw_target *t = w->t;
-	uint32_t len = t->layout.code.size, added = 0;
-	for (uint32_t i = 0; i < fresh && added < VALIDATE_CODES_MAX; i++) {
+	uint32_t len = t->layout.code.size, added = 0, room = view_keep_room(t);
+	/* No more than the view keeps: a header read and dropped would be read again. */
+	if (room > VALIDATE_CODES_MAX)
+		room = VALIDATE_CODES_MAX;
+	for (uint32_t i = 0; i < fresh && added < room; i++) {
 		raddr_t code = raw[i].code;
 		if (raw[i].kind != UW_FRAME_PYTHON || !code || code_checked(t, code))
 			continue;
 		bool twice = false;
 		for (uint32_t k = 0; k < added && !twice; k++)
 			twice = ranges[n + k].addr == code;
-		uint8_t *room = twice ? NULL : view_room_for(t, code, len);
-		if (room)
-			ranges[n + added++] = (struct remote_range){.addr = code, .len = len, .buf = room};
+		uint8_t *buf = twice ? NULL : view_room_for(t, code, len);
+		if (buf)
+			ranges[n + added++] = (struct remote_range){.addr = code, .len = len, .buf = buf};
 	}
 	return added;
 }
@@ -129,6 +128,11 @@ static uint32_t validate_codes_along(struct walk *w, const struct raw_frame *raw
 /* How far a frame's links range is stretched to take its instruction too, rather than a range of its own. */
 #define VALIDATE_INSTR_STRETCH 256
 
+/*
+ * Read again the thread's pointers and the windows of the frames not in
+ * the base (and, after them, the code headers of validate_codes_along).
+ * Each window read notes its range and whether it changed.
+ */
 static int validate_reread(struct walk *w, raddr_t top, const struct raw_frame *raw, uint32_t fresh,
                            struct reread *rr, struct uw_error *err)
 {

@@ -149,6 +149,15 @@ static void view_remember(struct uw_target *t, raddr_t addr, uint32_t len, uint3
 	t->used[t->nused++] = (struct used_range){addr, len, grow};
 }
 
+/* The range read this sample after the batch that holds [addr, addr+len), or NULL. */
+static const struct remote_range *view_missed_find(const struct uw_target *t, raddr_t addr, uint32_t len)
+{
+	for (uint32_t i = 0; i < t->nmissed; i++)
+		if (batch_holds(&t->missed[i], addr, len))
+			return &t->missed[i];
+	return NULL;
+}
+
 const uint8_t *view_read(struct uw_target *t, raddr_t addr, uint32_t len, uint32_t grow,
                          struct uw_error *err)
 {
@@ -163,11 +172,11 @@ const uint8_t *view_read(struct uw_target *t, raddr_t addr, uint32_t len, uint32
 			return r->buf + (addr - r->addr);
 		}
 		/* Bytes read this sample after the batch; never in a retry, which wants fresh ones. */
-		for (uint32_t i = 0; !t->retrying && i < t->nmissed; i++)
-			if (batch_holds(&t->missed[i], addr, len)) {
-				t->stats.prefetch_hits++;
-				return t->missed[i].buf + (addr - t->missed[i].addr);
-			}
+		r = t->retrying ? NULL : view_missed_find(t, addr, len);
+		if (r) {
+			t->stats.prefetch_hits++;
+			return r->buf + (addr - r->addr);
+		}
 		t->stats.prefetch_misses++;
 	}
 	uint8_t *buf = arena_alloc(&t->scratch, len ? len : 1);
@@ -182,22 +191,22 @@ const uint8_t *view_read(struct uw_target *t, raddr_t addr, uint32_t len, uint32
 	return buf;
 }
 
+uint32_t view_keep_room(const struct uw_target *t)
+{
+	return t->opts.no_cache || t->retrying ? 0 : VIEW_MISSED_KEPT - t->nmissed;
+}
+
 uint8_t *view_room_for(struct uw_target *t, raddr_t addr, uint32_t len)
 {
-	if (t->opts.no_cache || t->retrying || t->nmissed >= VIEW_MISSED_KEPT || !len)
-		return NULL;
 	/* Already at hand: nothing to read. */
-	if (batch_find(&t->batch, addr, len))
+	if (!view_keep_room(t) || !len || batch_find(&t->batch, addr, len) || view_missed_find(t, addr, len))
 		return NULL;
-	for (uint32_t i = 0; i < t->nmissed; i++)
-		if (batch_holds(&t->missed[i], addr, len))
-			return NULL;
 	return arena_alloc(&t->scratch, len);
 }
 
 void view_keep(struct uw_target *t, const struct remote_range *r)
 {
-	if (t->opts.no_cache || t->retrying || t->nmissed >= VIEW_MISSED_KEPT || r->got < r->len)
+	if (!view_keep_room(t) || r->got < r->len)
 		return;
 	t->missed[t->nmissed++] = *r;
 }
