@@ -425,7 +425,7 @@ static enum fleet_verdict fleet_attach(struct fleet *f, struct fleet_waiting *w,
 	return FLEET_DONE;
 }
 
-/* Whether pid waits, claimed by a rule or its parent, to be attached. */
+/* Whether ppid waits, claimed by a rule or its parent, to be attached. */
 static bool fleet_parent_waiting(const struct fleet_state *st, pid_t ppid)
 {
 	for (size_t i = 0; ppid > 1 && i < st->nwaiting; i++)

@@ -140,18 +140,30 @@ static struct procwatch_exe procwatch_exe_of(pid_t pid)
 	return (struct procwatch_exe){sb.st_dev, sb.st_ino};
 }
 
-/* Seconds since boot, the clock of a process's start time. */
-static double procwatch_boot_s(void)
+/* The clock a walk judges ages by: seconds since boot, and the start times' ticks a second. */
+struct procwatch_clock {
+	double boot_s;
+	double ticks_per_s;
+};
+
+static struct procwatch_clock procwatch_clock_now(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_BOOTTIME, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+	long hz = sysconf(_SC_CLK_TCK);
+	return (struct procwatch_clock){(double)ts.tv_sec + (double)ts.tv_nsec / 1e9, hz > 0 ? (double)hz : 100.0};
+}
+
+/* Whether a process started at start_time (ticks since boot) is young enough to be watched for an exec. */
+static bool procwatch_young(const struct procwatch_clock *c, uint64_t start_time)
+{
+	return c->boot_s - (double)start_time / c->ticks_per_s < PROCWATCH_EXEC_WATCH_S;
 }
 
 /* A known young process now runs another file than when last looked at: it exec'd. */
-static bool procwatch_execed(struct procwatch_known *k, double boot_s, double ticks_per_s)
+static bool procwatch_execed(struct procwatch_known *k, const struct procwatch_clock *c)
 {
-	if (boot_s - (double)k->start_time / ticks_per_s >= PROCWATCH_EXEC_WATCH_S)
+	if (!procwatch_young(c, k->start_time))
 		return false;
 	struct procwatch_exe exe = procwatch_exe_of(k->pid);
 	if (exe.dev == 0 && exe.ino == 0)
@@ -181,9 +193,7 @@ static void procwatch_walk(struct procwatch_state *st, bool track)
 		return;
 	}
 	uint64_t walk = ++st->walks;
-	double boot_s = procwatch_boot_s();
-	long hz = sysconf(_SC_CLK_TCK);
-	double ticks_per_s = hz > 0 ? (double)hz : 100.0;
+	struct procwatch_clock clock = procwatch_clock_now();
 	size_t before = st->nknown, seen = 0, reported = 0;
 	struct dirent *e;
 	while ((e = readdir(dir)) != NULL) {
@@ -200,7 +210,7 @@ static void procwatch_walk(struct procwatch_state *st, bool track)
 		struct procwatch_known *k = procwatch_find(st, before, pid);
 		if (k) {
 			k->walk = walk;
-			if (procwatch_execed(k, boot_s, ticks_per_s)) {
+			if (procwatch_execed(k, &clock)) {
 				st->stats.events++;
 				st->cb.exec(st->ctx, pid);
 			}
@@ -219,7 +229,9 @@ static void procwatch_walk(struct procwatch_state *st, bool track)
 			.pid = pid,
 			.start_time = id.start_time,
 			.walk = walk,
-			.exe = procwatch_exe_of(pid),
+			/* Past its watch already: no exec of it is looked for. */
+			.exe = procwatch_young(&clock, id.start_time) ? procwatch_exe_of(pid)
+			                                              : (struct procwatch_exe){0, 0},
 		};
 		reported++;
 		if (st->walks > 1) {
