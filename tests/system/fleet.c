@@ -33,6 +33,15 @@ void fleet_daemon(struct daemon *d, const char *config_text, char *config_path, 
 	daemon_start(d, extra);
 }
 
+void fleet_daemon_discovering(struct daemon *d, const char *method, const char *interval, const char *rules)
+{
+	char config[PATH_MAX], text[2048];
+	int n = snprintf(text, sizeof text, "[discovery]\nmethod = %s\nscan_interval = %s\n\n%s", method,
+	                 interval, rules);
+	cr_assert(n > 0 && (size_t)n < sizeof text, "config too long");
+	fleet_daemon(d, text, config, sizeof config);
+}
+
 pid_t fleet_spawn(const struct python *py, const char *marker)
 {
 	char *const argv[] = {(char *)py->path, "-c", (char *)idle_program, (char *)marker, NULL};

@@ -17,6 +17,8 @@ const struct python *fleet_python(struct python pys[PYTHONS_MAX]);
 
 /* The daemon (debug log) with this config file, written into a scratch directory: its path in config_path. */
 void fleet_daemon(struct daemon *d, const char *config_text, char *config_path, size_t len);
+/* fleet_daemon with discovery by method ("netlink" or "scan", walking every interval) and rules. */
+void fleet_daemon_discovering(struct daemon *d, const char *method, const char *interval, const char *rules);
 
 /* py idling in a function, marker in its argv. */
 pid_t fleet_spawn(const struct python *py, const char *marker);

@@ -22,17 +22,13 @@ static void fleet_rule_attaches(const char *method)
 {
 	struct python pys[PYTHONS_MAX];
 	const struct python *py = fleet_python(pys);
-	char config[PATH_MAX], text[1024];
-	snprintf(text, sizeof text,
-	         "[discovery]\nmethod = %s\nscan_interval = 200ms\n\n"
-	         "[rule.web]\n"
-	         "match.exe = python3*     # the interpreter, whatever its minor version\n"
-	         "match.cmdline = fleet-(web|api)-[0-9]+\n"
-	         "rate = 200\n"
-	         "labels = service=web, env=test\n",
-	         method);
 	struct daemon d;
-	fleet_daemon(&d, text, config, sizeof config);
+	fleet_daemon_discovering(&d, method, "200ms",
+	                         "[rule.web]\n"
+	                         "match.exe = python3*     # the interpreter, whatever its minor version\n"
+	                         "match.cmdline = fleet-(web|api)-[0-9]+\n"
+	                         "rate = 200\n"
+	                         "labels = service=web, env=test\n");
 	pid_t web = fleet_spawn(py, "fleet-web-1"), other = fleet_spawn(py, "fleet-other-1");
 	json_t *e = entry_when(&d, web, fleet_sampling, "the matching process attached by its rule");
 	cr_assert_str_eq(jstr(e, "rule"), "web");
@@ -79,13 +75,9 @@ static void fleet_wrapper_exec_attached(const char *method)
 {
 	struct python pys[PYTHONS_MAX];
 	const struct python *py = fleet_python(pys);
-	char config[PATH_MAX], text[512];
-	snprintf(text, sizeof text,
-	         "[discovery]\nmethod = %s\nscan_interval = 100ms\n\n"
-	         "[rule.web]\nmatch.exe = python3*\nmatch.cmdline = fleet-wrapped-[0-9]+\n",
-	         method);
 	struct daemon d;
-	fleet_daemon(&d, text, config, sizeof config);
+	fleet_daemon_discovering(&d, method, "100ms",
+	                         "[rule.web]\nmatch.exe = python3*\nmatch.cmdline = fleet-wrapped-[0-9]+\n");
 	/* Long enough for a walk or two, and a judgement, to see the shell first. */
 	char *const argv[] = {"/bin/sh", "-c", "sleep 0.8; exec \"$0\" -c \"$1\" \"$2\"",
 	                      (char *)py->path, (char *)idle_program, "fleet-wrapped-1", NULL};
