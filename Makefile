@@ -288,7 +288,19 @@ $(KREAD_SKEL): $(KREAD_BPF_OBJ)
 	$(Q)bpftool gen skeleton $< name kread > $@.tmp && mv $@.tmp $@
 $(BUILD)/daemon/unwind/kread.o: $(KREAD_SKEL)
 $(BUILD)/daemon/unwind/kread.o: LIBINC += -I$(BUILD)/daemon/unwind
-.SECONDARY: $(KREAD_BPF_OBJ) $(KREAD_SKEL)
+# The look at which threads ran: a program of its own, as a kernel may refuse it alone.
+KSTILL_BPF_OBJ = $(BUILD)/daemon/unwind/kstill.bpf.o
+KSTILL_SKEL    = $(BUILD)/daemon/unwind/kstill.skel.h
+$(KSTILL_BPF_OBJ): daemon/unwind/kstill.bpf.c daemon/unwind/kstill_abi.h
+	@mkdir -p $(@D)
+	$(E) "  BPF     $<"
+	$(Q)clang -O2 -g -Wall -Werror -target bpf -I/usr/include/$(BPF_MULTIARCH) -Idaemon/unwind -c -o $@ $<
+$(KSTILL_SKEL): $(KSTILL_BPF_OBJ)
+	$(E) "  SKEL    $@"
+	$(Q)bpftool gen skeleton $< name kstill_bpf > $@.tmp && mv $@.tmp $@
+$(BUILD)/daemon/unwind/kstill.o: $(KSTILL_SKEL)
+$(BUILD)/daemon/unwind/kstill.o: LIBINC += -I$(BUILD)/daemon/unwind
+.SECONDARY: $(KREAD_BPF_OBJ) $(KREAD_SKEL) $(KSTILL_BPF_OBJ) $(KSTILL_SKEL)
 
 $(BUILD)/%.o: %.c | $(PROTO_H) $(POISON_H)
 	@mkdir -p $(@D)

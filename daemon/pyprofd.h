@@ -580,6 +580,9 @@ struct schedule {
 	uint64_t wakeups; /* with at least one tick */
 	uint64_t ticks, missed;
 	struct timing *lateness_us; /* of every tick, all entries */
+	/* Called as a wakeup with ticks begins, before any of them (NULL: none). */
+	void (*before_ticks)(void *ctx);
+	void *before_ctx;
 };
 /* CLOCK_MONOTONIC now, in seconds. */
 double schedule_now(void);

@@ -258,6 +258,11 @@ static json_t *record_stats_json(const struct uw_target *t, struct record_run *r
 	json_object_set_new(j, "kernel_reader", json_string(o->uw.kreader       ? "on"
 	                                                   : o->no_kernel_reader ? "off (--no-kernel-reader)"
 	                                                                         : o->kreader_err.msg));
+	/* Whether the kernel tells which threads ran: then no /proc file is read for it. */
+	const char *refused = uw_kreader_look_refused(o->uw.kreader);
+	json_object_set_new(j, "kernel_look", json_string(!o->uw.kreader ? "off"
+	                                                  : refused      ? refused
+	                                                                 : "on"));
 	return j;
 }
 
@@ -271,6 +276,7 @@ static void record_stats_print(json_t *j)
 	        json_real_value(json_object_get(j, "us_per_sample_p99")));
 	fprintf(stderr, "  %-28s %s\n", "kernel_reader",
 	        json_string_value(json_object_get(j, "kernel_reader")));
+	fprintf(stderr, "  %-28s %s\n", "kernel_look", json_string_value(json_object_get(j, "kernel_look")));
 	const char *key;
 	json_t *value;
 	json_object_foreach(j, key, value) {

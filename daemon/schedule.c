@@ -387,8 +387,11 @@ static void schedule_on_timer(struct ev_loop *loop, ev_io *w, int revents)
 		e->at = SCHEDULE_FIRING;
 		s->batch[s->nbatch++] = e;
 	}
-	if (s->nbatch)
+	if (s->nbatch) {
 		s->wakeups++;
+		if (s->before_ticks)
+			s->before_ticks(s->before_ctx);
+	}
 	s->running = true;
 	size_t first = s->nbatch ? (size_t)(s->wakeups % s->nbatch) : 0;
 	for (size_t i = 0; i < s->nbatch; i++) {

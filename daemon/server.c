@@ -253,6 +253,11 @@ static void server_on_accept(struct ev_loop *loop, ev_io *w, int revents)
 	}
 }
 
+static void server_look(void *kreader)
+{
+	uw_kreader_look(kreader);
+}
+
 static void server_on_stop(struct ev_loop *loop, ev_signal *w, int revents)
 {
 	(void)revents;
@@ -388,6 +393,9 @@ int server_main(int argc, char **argv)
 		if (!s.kreader)
 			log_info("%s; threads whose stacks move under every read go uncounted "
 			         "([sampling] kernel_reader = false hides this)", kerr.msg);
+		else if (uw_kreader_look_refused(s.kreader))
+			log_info("%s; whether a thread ran is asked of /proc instead",
+			         uw_kreader_look_refused(s.kreader));
 	}
 	signal(SIGPIPE, SIG_IGN);
 #ifdef __GLIBC__
@@ -439,6 +447,9 @@ int server_main(int argc, char **argv)
 		uw_kreader_close(s.kreader);
 		return EXIT_FAILURE_OTHER;
 	}
+	/* One look at which threads ran serves every target a wakeup samples. */
+	s.schedule.before_ticks = server_look;
+	s.schedule.before_ctx = s.kreader;
 	if (history_open(&s.history, &s.config, s.state_fd) != 0 ||
 	    queries_init(&s.queries, s.loop, &query_sink, &s) != 0 || fleet_init(&s.fleet, &s) != 0 ||
 	    exporter_start(&s.exporter, s.loop, &s, s.history.writer, &s.config) != 0) {

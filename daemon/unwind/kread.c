@@ -43,6 +43,9 @@ struct uw_kreader {
 	int fds[KREAD_SLOTS];              /* each link's perf event, to arm it */
 	uint64_t generations[KREAD_SLOTS]; /* of each slot's watch */
 	struct kread_frame copy[KREAD_MAX_FRAMES]; /* the last snapshot taken, for the caller */
+	/* The look at which threads ran (kstill.c): its own program, which a kernel may refuse alone. */
+	struct kstill *still;
+	struct uw_error still_err;
 };
 
 /* libbpf's own messages would go to stderr: what failed is told through uw_error. */
@@ -85,6 +88,7 @@ struct uw_kreader *uw_kreader_open(struct uw_error *err)
 		return NULL;
 	}
 	kr->slots = m;
+	kr->still = kstill_open(&kr->still_err);
 	return kr;
 }
 
@@ -99,6 +103,7 @@ void uw_kreader_close(struct uw_kreader *kr)
 		munmap((void *)kr->slots, kr->slots_len);
 	if (kr->skel)
 		kread__destroy(kr->skel);
+	kstill_close(kr->still);
 	free(kr);
 }
 
@@ -210,4 +215,20 @@ const struct kread_frame *kread_take(struct uw_kreader *kr, int slot, raddr_t ts
 		return NULL;
 	*n = count;
 	return kr->copy;
+}
+
+struct kstill *kread_still(const struct uw_kreader *kr)
+{
+	return kr ? kr->still : NULL;
+}
+
+void uw_kreader_look(struct uw_kreader *kr)
+{
+	if (kr)
+		kstill_look(kr->still);
+}
+
+const char *uw_kreader_look_refused(const struct uw_kreader *kr)
+{
+	return kr && !kr->still ? kr->still_err.msg : NULL;
 }

@@ -108,7 +108,7 @@ int remote_read_batch(struct remote *r, struct remote_range *ranges, uint32_t n,
 		/* As the kernel would: each range as far as the memory goes, in one call. */
 		r->calls++;
 		for (uint32_t k = 0; k < n; k++)
-			if (ranges[k].len && remote_plausible(ranges[k].addr, ranges[k].len))
+			if (ranges[k].len && !ranges[k].skip && remote_plausible(ranges[k].addr, ranges[k].len))
 				r->bytes += ranges[k].got = (uint32_t)remote_image_copy(
 					r->image, ranges[k].addr, ranges[k].buf, ranges[k].len);
 		return 0;
@@ -117,7 +117,8 @@ int remote_read_batch(struct remote *r, struct remote_range *ranges, uint32_t n,
 		/* Gather the next run of plausible ranges; skip the impossible ones. */
 		uint32_t idx[BATCH_IOV_MAX], count = 0;
 		while (i < n && count < BATCH_IOV_MAX) {
-			if (ranges[i].len > 0 && remote_plausible(ranges[i].addr, ranges[i].len)) {
+			if (ranges[i].len > 0 && !ranges[i].skip &&
+			    remote_plausible(ranges[i].addr, ranges[i].len)) {
 				local[count] = (struct iovec){ranges[i].buf, ranges[i].len};
 				r->pages += remote_pages(ranges[i].addr, ranges[i].len);
 				remote[count] = (struct iovec){(void *)(uintptr_t)ranges[i].addr, ranges[i].len};

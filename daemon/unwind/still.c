@@ -44,18 +44,37 @@
  * costs).  An arming that did not answer STILL_PROOFS_WORTH samples doubles
  * the samples before the next, up to STILL_BACKOFF_MAX, so a process that
  * is seldom still for long pays a fraction of a microsecond a sample for it.
+ *
+ * With the kernel's look (kstill.c) the same facts come for every task at
+ * once, at no cost of their own: the look is taken for the threads anyway.
+ * The process is watched; each look lists its tasks, the kernel's own list,
+ * each with its switch count and whether it is off every run queue.  Armed
+ * when the look before a sample's read saw every task off (a process of up
+ * to KSTILL_TASKS), the proof holds at a later look that lists the very
+ * same tasks with the very same counts: none was switched to, none made,
+ * none ended.  Nothing is read of /proc, and nothing backs off.
  */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kstill_abi.h"
 #include "unwind_internal.h"
 
 static void still_task_close(struct uw_target *t, struct still_task *k)
 {
 	sched_files_close(t, &k->files);
 	k->run_len = 0;
+}
+
+struct kstill *still_look(struct uw_target *t)
+{
+	struct kstill *ks = t->opts.no_cache ? NULL : kread_still(t->opts.kreader);
+	if (!ks || (kstill_looks(ks) == t->kstill_looked && !kstill_look(ks)))
+		return NULL;
+	t->kstill_looked = kstill_looks(ks);
+	return ks;
 }
 
 static void still_forget(struct process_still *ps)
@@ -69,6 +88,9 @@ void still_free(struct uw_target *t)
 	for (uint32_t i = 0; i < ps->ntasks; i++)
 		still_task_close(t, &ps->tasks[i]);
 	ps->ntasks = 0;
+	if (ps->look_proc >= 0)
+		kstill_unwatch(kread_still(t->opts.kreader), ps->look_proc);
+	ps->look_proc = -1;
 	if (ps->task_dir) {
 		closedir(ps->task_dir);
 		proc_fds_add(t, -1);
@@ -184,6 +206,72 @@ static void still_take_tasks(struct uw_target *t, const pid_t *tids, uint32_t n)
 	ps->ntasks = n;
 }
 
+/* The look lists the very tasks the arming look did, with the very same counts: none ran. */
+static bool still_looked_same(const struct uw_target *t)
+{
+	const struct process_still *ps = &t->still;
+	uint32_t n;
+	const struct kstill_task *tasks = kstill_seen(t->look, ps->look_proc, &n);
+	if (!tasks || n != ps->nlooked || n == 0)
+		return false;
+	for (uint32_t i = 0; i < n; i++) {
+		const struct still_seen *was = &ps->looked[i];
+		if (tasks[i].tid != was->tid || tasks[i].switches != was->switches ||
+		    tasks[i].start_ns != was->start_ns)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * The look's arming: every task of the process off its CPU and queues.  The
+ * process is watched from its first sample on, whether or not the proof
+ * applies to it (the threads' proofs take their looks from it too).
+ */
+static void still_arm_looked(struct uw_target *t)
+{
+	struct process_still *ps = &t->still;
+	if (ps->look_proc < 0) {
+		/* Looked at from the next look on. */
+		ps->look_proc = kstill_watch(t->look, t->pid);
+		return;
+	}
+	uint32_t n;
+	const struct kstill_task *tasks = kstill_seen(t->look, ps->look_proc, &n);
+	if (!tasks || n == 0 || n > KSTILL_TASKS || !still_applies(t))
+		return;
+	for (uint32_t i = 0; i < n; i++) {
+		if (tasks[i].state != KSTILL_OFF)
+			return;
+		ps->looked[i] = (struct still_seen){.tid = tasks[i].tid, .switches = tasks[i].switches,
+		                                    .start_ns = tasks[i].start_ns};
+	}
+	ps->nlooked = n;
+	ps->armed = ps->by_look = true;
+}
+
+const struct kstill_task *still_task_seen(const struct uw_target *t, pid_t tid, uint32_t *hint)
+{
+	const struct process_still *ps = &t->still;
+	if (!t->look || ps->look_proc < 0)
+		return NULL;
+	uint32_t n;
+	const struct kstill_task *tasks = kstill_seen(t->look, ps->look_proc, &n);
+	if (!tasks)
+		return NULL;
+	if (n > KSTILL_TASKS)
+		n = KSTILL_TASKS;
+	/* Threads are met in the same order every sample: the hint nearly always holds. */
+	if (*hint < n && tasks[*hint].tid == tid)
+		return &tasks[*hint];
+	for (uint32_t i = 0; i < n; i++)
+		if (tasks[i].tid == tid) {
+			*hint = i;
+			return &tasks[i];
+		}
+	return NULL;
+}
+
 bool still_sample(struct uw_target *t, struct uw_sample *s)
 {
 	struct process_still *ps = &t->still;
@@ -193,7 +281,12 @@ bool still_sample(struct uw_target *t, struct uw_sample *s)
 		still_forget(ps);
 		return false;
 	}
-	for (uint32_t i = 0; i < ps->ntasks; i++) {
+	/* Proven by the look, only the look proves it again; by /proc, only /proc. */
+	if (ps->by_look != (t->look != NULL) || (t->look && !still_looked_same(t))) {
+		still_forget(ps);
+		return false;
+	}
+	for (uint32_t i = 0; i < ps->ntasks && !t->look; i++) {
 		struct still_task *k = &ps->tasks[i];
 		char run[PROC_SCHED_LINE];
 		uint32_t len = proc_sched_line(k->files.sched_fd, run);        /* e */
@@ -223,6 +316,11 @@ void still_arm(struct uw_target *t)
 {
 	struct process_still *ps = &t->still;
 	still_forget(ps);
+	if (t->look) {
+		still_arm_looked(t);
+		return;
+	}
+	ps->by_look = false;
 	if (!still_applies(t))
 		return;
 	if (ps->skip) {
@@ -230,7 +328,7 @@ void still_arm(struct uw_target *t)
 		return;
 	}
 	pid_t tids[STILL_TASKS_MAX], again[STILL_TASKS_MAX];
-	int n = still_list(t, tids, STILL_TASKS_MAX);           /* L0 */
+	int n = still_list(t, tids, STILL_TASKS_MAX);                /* L0 */
 	if (n <= 0 || n > STILL_TASKS_MAX) {
 		/* Too many threads to be worth it (or no listing): look again after the longest wait. */
 		ps->backoff = ps->skip = STILL_BACKOFF_MAX;
@@ -254,7 +352,7 @@ void still_arm(struct uw_target *t)
 			return;
 		}
 	}
-	if (still_list(t, again, STILL_TASKS_MAX) != n ||       /* L1 */
+	if (still_list(t, again, STILL_TASKS_MAX) != n ||            /* L1 */
 	    memcmp(again, tids, (size_t)n * sizeof *tids) != 0) {
 		still_back_off(ps);
 		return;

@@ -250,6 +250,7 @@ static struct uw_target *target_new(pid_t pid, struct uw_error *err)
 		uw_fail(err, UW_ENOMEM, "out of memory");
 		return NULL;
 	}
+	t->still.look_proc = -1;
 	t->pid = pid;
 	t->mem.pid = pid;
 	t->pthread_tid_offset = -1;
@@ -372,10 +373,17 @@ const char *uw_runtime_file(const struct uw_target *t)
 
 void uw_configure(struct uw_target *t, const struct uw_options *options)
 {
-	/* Watches belong to the reader that set them. */
+	/* Watches, and the kernel's looks at threads, belong to the reader that set them. */
 	if (options->kreader != t->opts.kreader)
-		for (uint32_t i = 0; i < t->nthreads; i++)
+		for (uint32_t i = 0; i < t->nthreads; i++) {
 			threads_unwatch(t, &t->threads[i]);
+			threads_still_end(t, &t->threads[i]);
+		}
+	if (options->kreader != t->opts.kreader) {
+		still_free(t);
+		t->kstill_looked = 0;
+		t->look = NULL;
+	}
 	/* The files kept open are charged to the budget given now. */
 	if (options->fd_budget != t->opts.fd_budget) {
 		if (t->opts.fd_budget)

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kstill_abi.h"
 #include "unwind_internal.h"
 
 /* Bytes of struct pthread searched for the kernel thread id (3.8-3.10). */
@@ -87,7 +88,13 @@ bool sched_files_off(const struct sched_files *f)
 static void threads_still_close(struct uw_target *t, struct thread_still *st)
 {
 	sched_files_close(t, &st->files);
+	st->looked = false;
 	st->valid = st->holds = st->armed = false;
+}
+
+void threads_still_end(struct uw_target *t, struct thread_cache *tc)
+{
+	threads_still_close(t, &tc->still);
 }
 
 void threads_unwatch(struct uw_target *t, struct thread_cache *tc)
@@ -132,7 +139,8 @@ struct thread_cache *threads_lookup(struct uw_target *t, raddr_t tstate, uint32_
 	}
 	struct thread_cache *tc = &t->threads[t->nthreads++];
 	*tc = (struct thread_cache){.tstate = tstate, .stat_fd = -1, .stat_tid = -1,
-	                            .still = {.files = SCHED_FILES_NONE}, .kslot = -1};
+	                            .still = {.files = SCHED_FILES_NONE, .proc_tid_of = -1},
+	                            .kslot = -1};
 	return tc;
 }
 
@@ -196,11 +204,41 @@ int64_t threads_proc_tid(struct uw_target *t, int64_t tid)
 	return found;
 }
 
-/* The kernel's state letter of a thread, through a descriptor kept open. */
+/*
+ * What this sample's look saw of the thread tid (as the process knows it):
+ * NULL when it did not tell of it.  /proc's id of it is kept, as finding it in
+ * a pid namespace of the process's own lists the process's tasks.
+ */
+static const struct kstill_task *threads_looked(struct uw_target *t, struct thread_cache *tc, int64_t tid)
+{
+	struct thread_still *st = &tc->still;
+	if (!t->look || tid <= 0)
+		return NULL;
+	if (st->proc_tid_of != tid) {
+		st->proc_tid = threads_proc_tid(t, tid);
+		st->proc_tid_of = tid;
+	}
+	return st->proc_tid > 0 ? still_task_seen(t, (pid_t)st->proc_tid, &st->look_hint) : NULL;
+}
+
+/* What this sample's look saw of the thread (R: on a CPU or a run queue, S: off both), 0 if it did not. */
+static char threads_looked_state(struct uw_target *t, struct thread_cache *tc, int64_t tid)
+{
+	const struct kstill_task *seen = threads_looked(t, tc, tid);
+	if (!seen)
+		return 0;
+	return seen->state == KSTILL_RUNS ? 'R' : seen->state == KSTILL_OFF ? 'S' : 0;
+}
+
+/* The kernel's state letter of a thread: from this sample's look, else through a descriptor kept open. */
 char threads_kernel_state(struct uw_target *t, struct thread_cache *tc, int64_t tid)
 {
 	if (tid <= 0)
 		return '?';
+	/* The kernel's look at the thread, taken as the sample began: no /proc read. */
+	char looked = threads_looked_state(t, tc, tid);
+	if (looked)
+		return looked;
 	if (tc->stat_tid != tid)
 		threads_close_stat(t, tc);
 	/* A thread the namespace's ids did not show is not looked for again every sample. */
@@ -425,6 +463,12 @@ int64_t threads_native_tid(struct uw_target *t, uint64_t pthread)
  * wait that doubles up to THREADS_STILL_BACKOFF_MAX samples while it stays
  * busy.  A whole process whose threads all sleep is proven at once, its
  * memory not read at all (still.c).
+ *
+ * With the in-kernel reader loaded, the kernel's look (kstill.c) gives the
+ * same two facts for every task of every target in one system call: the
+ * count, and whether the task is off every run queue.  Then every thread
+ * is worth proving, 3.15's too (its marker proves the frames below the
+ * innermost, the look the innermost as well), and no /proc file is read.
  */
 
 /* Open the thread's schedstat and wchan, unless open already; false when they cannot be. */
@@ -438,16 +482,47 @@ static bool threads_still_open(struct uw_target *t, struct thread_still *st)
 	return false;
 }
 
+/*
+ * One thread, from the kernel's look: its proof holds, or is armed for the
+ * read to come.  False when the look does not tell of it (a process of more
+ * than KSTILL_TASKS tasks, one not looked at yet).
+ */
+static bool threads_still_seen(struct uw_target *t, struct thread_cache *tc)
+{
+	struct thread_still *st = &tc->still;
+	const struct kstill_task *seen = threads_looked(t, tc, st->tid);
+	if (!seen)
+		return false;
+	if (st->valid && st->looked && seen->switches == st->switches && seen->start_ns == st->start_ns) {
+		st->holds = true;
+		return true;
+	}
+	st->valid = false;
+	if (seen->state == KSTILL_OFF) {
+		st->armed_switches = seen->switches;
+		st->armed_start = seen->start_ns;
+		st->armed = st->armed_looked = true;
+	}
+	return true;
+}
+
 void threads_still_begin(struct uw_target *t)
 {
-	/* 3.15's marker proves more for less: its threads never want it (threads_still_after). */
-	if (t->layout.tstate.marker)
-		return;
 	bool proves = !t->opts.no_cache;
 	for (uint32_t i = 0; i < t->nthreads; i++) {
 		struct thread_still *st = &t->threads[i].still;
 		st->holds = st->armed = false;
 		if (!st->want || !proves)
+			continue;
+		if (t->look && threads_still_seen(t, &t->threads[i]))
+			continue;
+		/*
+		 * Not told of by the look, or no look: /proc's word, for a deep
+		 * stack.  3.15's marker proves more than that is worth.
+		 */
+		if (st->looked)
+			st->valid = st->looked = false;
+		if (t->layout.tstate.marker || !st->deep)
 			continue;
 		if (st->skip) {
 			st->skip--;
@@ -479,6 +554,7 @@ void threads_still_begin(struct uw_target *t)
 		memcpy(st->armed_run, run, len);
 		st->armed_len = len;
 		st->armed = true;
+		st->armed_looked = false;
 	}
 }
 
@@ -499,8 +575,10 @@ void threads_still_after(struct uw_target *t, struct thread_cache *tc, int64_t t
 {
 	struct thread_still *st = &tc->still;
 	bool armed = st->armed;
-	st->want = !t->layout.tstate.marker && !t->opts.no_cache && tid > 0 &&
-	           pages >= THREADS_STILL_MIN_PAGES;
+	/* The kernel's look tells of every thread for a few tens of ns each: every one is worth it. */
+	bool looks = kread_still(t->opts.kreader) != NULL;
+	st->deep = pages >= THREADS_STILL_MIN_PAGES;
+	st->want = !t->opts.no_cache && tid > 0 && (looks || (!t->layout.tstate.marker && st->deep));
 	if (!st->want || st->tid != tid) {
 		/* Another thread under this state, or not worth it: begin again from a. */
 		threads_still_close(t, st);
@@ -510,8 +588,14 @@ void threads_still_after(struct uw_target *t, struct thread_cache *tc, int64_t t
 	st->valid = armed;
 	if (!armed)
 		return;
-	memcpy(st->run, st->armed_run, st->armed_len);
-	st->run_len = st->armed_len;
+	st->looked = st->armed_looked;
+	if (st->looked) {
+		st->switches = st->armed_switches;
+		st->start_ns = st->armed_start;
+	} else {
+		memcpy(st->run, st->armed_run, st->armed_len);
+		st->run_len = st->armed_len;
+	}
 	st->stack = stack;
 	st->truncated = truncated;
 	st->top = top;

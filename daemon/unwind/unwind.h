@@ -143,10 +143,21 @@ struct uw_target;
 struct uw_kreader;
 /* NULL and *err when the kernel refuses it. */
 struct uw_kreader *uw_kreader_open(struct uw_error *err);
-/* Descriptors a reader holds at most: its maps, program and BTF, and two per watched thread. */
-#define UW_KREADER_DESCRIPTORS (8u + 2u * 64u)
+/* Descriptors a reader holds at most: its maps, programs and BTF, and two per watched thread. */
+#define UW_KREADER_DESCRIPTORS (12u + 2u * 64u)
 /* Close every target using it first. */
 void uw_kreader_close(struct uw_kreader *kr);
+/*
+ * The reader also looks, for every target at once, at which threads ran
+ * since their stacks were read (kstill.c): a thread that did not has the
+ * stack read then, and a sample pins none of its frames' pages.  A daemon
+ * looks as each wakeup begins, before its targets are sampled; a target
+ * sampled with no look since its last sample looks itself.  One system
+ * call, about 1 µs and a few tens of ns a task (Linux 6.7 or later).
+ */
+void uw_kreader_look(struct uw_kreader *kr);
+/* Why the kernel refused the look (its program needs the task iterator of Linux 6.7), NULL when it did not. */
+const char *uw_kreader_look_refused(const struct uw_kreader *kr);
 
 /*
  * A budget of the /proc descriptors targets keep open between samples (a
@@ -391,7 +402,7 @@ struct uw_stats {
 	uint64_t marker_partial;           /* 3.15: thread samples proven up to the marker's frame, moving above it (<moving> on top) */
 	uint64_t marker_partial_reread;    /* 3.15: of those, proven by the walk's own re-read, no read after it */
 	uint64_t marker_foreign;           /* 3.15: markers another profiler wrote over ours (writing pauses) */
-	uint64_t still_proven;             /* 3.8-3.14: thread samples the kernel proved ran nothing since their stack was read */
+	uint64_t still_proven;             /* thread samples the kernel proved ran nothing since their stack was read (3.15: with the reader's look) */
 	uint64_t kernel_stacks;            /* 3.11-3.14: thread samples whose stack the in-kernel reader copied */
 	uint64_t kernel_watches;           /* threads the in-kernel reader was set to watch */
 	uint64_t kernel_paced;             /* samples that waited for a shot (kernel_pace) */

@@ -83,6 +83,7 @@ struct remote_range {
 	uint32_t len;
 	uint32_t got;
 	uint8_t *buf;
+	bool skip; /* not read this time (view.c: a thread proven still): got stays 0 */
 };
 
 /*
@@ -326,6 +327,7 @@ struct sched_files {
 	int sched_fd, wchan_fd;
 };
 #define SCHED_FILES_NONE ((struct sched_files){.sched_fd = -1, .wchan_fd = -1})
+
 /* Open both for task proc_tid (the id /proc gives it), unless open; false when they cannot be. */
 bool sched_files_open(struct uw_target *t, struct sched_files *f, int64_t proc_tid);
 void sched_files_close(struct uw_target *t, struct sched_files *f);
@@ -344,6 +346,18 @@ struct thread_still {
 	uint32_t skip, backoff;
 	/* This sample's pre-read: the stack below stood still since it was read. */
 	bool holds;
+	/*
+	 * The kernel's look at the thread (kstill.c, through still.c's watch of
+	 * the process's tasks): what the look before this sample's read saw
+	 * when it was off its CPU (armed_*), then what the look before the
+	 * proven stack's read saw (looked: the proof is the look's, not /proc's).
+	 */
+	bool looked, armed_looked;
+	bool deep;              /* its walk reads THREADS_STILL_MIN_PAGES pages or more: /proc's proof pays */
+	uint64_t armed_switches, armed_start;
+	uint64_t switches, start_ns;
+	int64_t proc_tid, proc_tid_of; /* /proc's id of the thread the process knows as proc_tid_of */
+	uint32_t look_hint;     /* where the look told of it last (still_task_seen) */
 	/* This sample's pre-read: run was read before the thread was seen off every run queue. */
 	bool armed;
 	char armed_run[PROC_SCHED_LINE];
@@ -403,8 +417,10 @@ struct thread_cache {
 	size_t reads_cap;
 	uint8_t *read_bytes;
 	size_t read_bytes_len, read_bytes_cap;
-	/* 3.8-3.10: the kernel's word that the thread stood still (threads_still_*). */
+	/* The kernel's word that the thread stood still (threads_still_*). */
 	struct thread_still still;
+	/* Where this sample's reads of its stack walk lie in the view's list, for the next plan (view_reads_carry). */
+	uint32_t used_from, used_n;
 	/*
 	 * The in-kernel reader's watch of this thread (kread.c): its slot (-1:
 	 * none) and the thread id it was taken for.  A watched thread that was
@@ -427,6 +443,8 @@ struct thread_cache {
 /* Ranges read together in one batch, sorted by address, and their bytes. */
 struct view_batch {
 	struct remote_range *ranges;
+	raddr_t *owners; /* each range's: one thread's alone (used_range.owner), or 0 */
+	size_t owners_cap;
 	uint32_t n;
 	uint32_t last; /* the range the last lookup found (view.c's batch_find_near) */
 	size_t cap;
@@ -442,6 +460,7 @@ struct used_range {
 	raddr_t addr;
 	uint32_t len;
 	uint32_t grow;  /* bytes past the end worth reading too (a stack's top) */
+	raddr_t owner;  /* the thread state whose stack walk read it; 0: the sample's own */
 };
 
 /* walk.c: an interpreter's GIL pointer (3.12+), read once: see walk_gil_ptr. */
@@ -452,8 +471,16 @@ struct walk_gil_ptr {
 };
 #define WALK_GIL_PTRS 8
 
+/* Tasks of one process the kernel's look tells of (kstill_abi.h's KSTILL_TASKS). */
+#define KSTILL_TASKS_TOLD 64
 /* still.c: the kernel's word that no thread of the process ran since a sample (see still.c). */
-/* Tasks a process may have for the proof: each costs a /proc read a sample. */
+struct kstill_task;
+/* A task as the look that armed the proof saw it (kstill.c). */
+struct still_seen {
+	pid_t tid;
+	uint64_t switches, start_ns;
+};
+/* Tasks a process may have for the proof: each costs a /proc read a sample (the kernel's look: KSTILL_TASKS). */
 #define STILL_TASKS_MAX 8
 /* Most samples between two armings of a process that was not still. */
 #define STILL_BACKOFF_MAX 64
@@ -482,7 +509,19 @@ struct process_still {
 	struct uw_options opts; /* and answer these options */
 	uint64_t kept_frames, kept_stacks; /* its frames and stacks, for the counters */
 	struct uw_sample kept;
+	/* The kernel's look at the process (kstill.c): its number there (-1: not watched), and what armed the proof. */
+	int look_proc;
+	bool by_look;           /* the kept sample was proven by the look, not /proc */
+	uint32_t nlooked;
+	struct still_seen looked[KSTILL_TASKS_TOLD];
 };
+/*
+ * As a sample begins: the kernel's look (kstill.c) it takes its proofs
+ * from, one taken since the target's last sample, so after every read that
+ * sample made.  NULL when there is no reader, the kernel refused the look,
+ * or the caches are off.
+ */
+struct kstill *still_look(struct uw_target *t);
 /* Before a sample: true and *s when no task ran since the sample kept (no memory is read). */
 bool still_sample(struct uw_target *t, struct uw_sample *s);
 /* Before the memory read of a sample still_sample did not answer: the proof's first half. */
@@ -490,6 +529,12 @@ void still_arm(struct uw_target *t);
 /* After a sample read whole (not cut): keep it, if armed. */
 void still_keep(struct uw_target *t, const struct uw_sample *s);
 void still_free(struct uw_target *t);
+/*
+ * What this sample's look saw of the process's task tid (as /proc names
+ * it), NULL if it did not see it; *hint: where to look first, and where it
+ * was found.
+ */
+const struct kstill_task *still_task_seen(const struct uw_target *t, pid_t tid, uint32_t *hint);
 
 /* target.c — the opened process; owns everything above. */
 struct uw_target {
@@ -525,6 +570,9 @@ struct uw_target {
 	uint32_t stat_fds; /* threads' /proc files kept open (threads.c bounds them) */
 	struct walk *walk; /* walk.c's working arrays, reused */
 	struct process_still still;
+	uint64_t kstill_looked; /* the kernel's look (kstill.c) this target's last sample took its proofs from */
+	struct kstill *look;    /* this sample's look (still_look), NULL: none */
+	raddr_t view_owner;     /* the thread state whose walk the reads being made are of (0: none) */
 
 	/* The batched read of this sample, planned from the reads of the last. */
 	struct view_batch batch;
@@ -603,6 +651,12 @@ int view_begin(struct uw_target *t, struct uw_error *err);
  * copy of that stack beats a walk frame by frame.  Later reads look in it
  * first, until view_retry_end().  Pointers from earlier retries are invalid.
  */
+/*
+ * A thread proven still makes the reads its last walk made, as far as the
+ * plan the batch came from holds them (*from, *n: where they lie there, and
+ * where they lie now): the next plan is this one again.
+ */
+void view_reads_carry(struct uw_target *t, raddr_t owner, uint32_t *from, uint32_t *n);
 uint32_t view_mark(const struct uw_target *t);
 /*
  * Room for bytes another read of this sample brings in (validate.c's
@@ -833,7 +887,29 @@ int tasks_sample(struct walk *w, struct uw_error *err);
 int tasks_snapshot(struct uw_target *t, struct uw_snapshot *out, struct uw_error *err);
 void tasks_free(struct uw_target *t);
 
+/* kstill.c: the kernel's word on which threads ran (see kstill.c) */
+struct kstill;
+struct kstill_task;
+/* NULL and *err when the kernel refuses its program. */
+struct kstill *kstill_open(struct uw_error *err);
+void kstill_close(struct kstill *ks);
+/* Look at process pid (as /proc names it) from the next look on: its number in the look, or -1. */
+int kstill_watch(struct kstill *ks, pid_t pid);
+void kstill_unwatch(struct kstill *ks, int proc);
+/* Look at every watched process now; false when the kernel would not run the program. */
+bool kstill_look(struct kstill *ks);
+/* Looks taken so far: the number of the last. */
+uint64_t kstill_looks(const struct kstill *ks);
+/*
+ * The tasks the last look saw of a watched process, in the kernel's order:
+ * *ntasks of them, KSTILL_TASKS + 1 when more than KSTILL_TASKS (the first
+ * KSTILL_TASKS told).  NULL when it was not seen (gone, not looked at yet).
+ */
+const struct kstill_task *kstill_seen(const struct kstill *ks, int proc, uint32_t *ntasks);
+
 /* kread.c: the in-kernel reader (struct uw_kreader, unwind.h) */
+/* The reader's look at which threads ran, NULL when the kernel refused it. */
+struct kstill *kread_still(const struct uw_kreader *kr);
 struct kread_frame;
 /*
  * Watch a thread (tid as /proc names it) of a 3.11+ layout: its slot, or -1
@@ -913,6 +989,8 @@ int64_t threads_native_tid(struct uw_target *t, uint64_t pthread);
 /* Most samples a thread seen on a CPU goes without a look at its wchan: busy threads pay little for it. */
 #define THREADS_STILL_BACKOFF_MAX 32
 /* Before a sample's memory is read: whether each thread worth it stood still since last read. */
+/* End the thread's proof: its /proc files closed, its slot in the kernel's look given back. */
+void threads_still_end(struct uw_target *t, struct thread_cache *tc);
 void threads_still_begin(struct uw_target *t);
 /*
  * The stack a thread had when it was last read, when the kernel proves it

@@ -10,6 +10,12 @@
  * is fresh, only the choice of addresses came from the past — and anything
  * the batch missed is read on its own.  Whether what was read hangs together
  * is validate.c's to prove.
+ *
+ * A read made by one thread's walk is tagged with its thread state, and a
+ * range of the batch holding only such reads of one thread with it too:
+ * when the kernel proves that thread ran nothing since (threads_still_*),
+ * its walk is not made, and its ranges are left out of the batch's read
+ * (counted as made, so the plan stands for when it runs again).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -59,17 +65,22 @@ static void batch_plan(struct view_batch *b, struct used_range *used, uint32_t n
 	for (uint32_t i = 0; i < nused;) {
 		raddr_t start = used[i].addr;
 		raddr_t end = start + used[i].len + used[i].grow;
+		raddr_t owner = used[i].owner;
 		for (i++; i < nused && used[i].addr <= end + VIEW_MERGE_GAP; i++) {
 			raddr_t e = used[i].addr + used[i].len + used[i].grow;
 			if (e > end)
 				end = e;
+			if (used[i].owner != owner)
+				owner = 0;
 		}
 		if (end - start > VIEW_PREFETCH_MAX_BYTES || total + (end - start) > VIEW_PREFETCH_MAX_BYTES ||
 		    n >= VIEW_PREFETCH_MAX_RANGES)
 			break;
-		if (array_reserve((void **)&b->ranges, &b->cap, n, sizeof *b->ranges, NULL))
+		if (array_reserve((void **)&b->ranges, &b->cap, n, sizeof *b->ranges, NULL) ||
+		    array_reserve((void **)&b->owners, &b->owners_cap, n, sizeof *b->owners, NULL))
 			break;
-		b->ranges[n++] = (struct remote_range){.addr = start, .len = (uint32_t)(end - start)};
+		b->ranges[n] = (struct remote_range){.addr = start, .len = (uint32_t)(end - start)};
+		b->owners[n++] = owner;
 		total += end - start;
 	}
 	b->n = n;
@@ -127,8 +138,22 @@ static const struct remote_range *batch_find_near(struct view_batch *b, raddr_t 
 static void batch_free(struct view_batch *b)
 {
 	free(b->ranges);
+	free(b->owners);
 	free(b->buf);
 	memset(b, 0, sizeof *b);
+}
+
+/* Whether the thread of tstate is proven to have run nothing since its last walk (hint: where to look first). */
+static bool view_owner_still(const struct uw_target *t, raddr_t tstate, uint32_t *hint)
+{
+	for (uint32_t k = 0; k < t->nthreads; k++) {
+		uint32_t i = (*hint + k) % t->nthreads;
+		if (t->threads[i].tstate == tstate) {
+			*hint = i + 1;
+			return t->threads[i].still.holds;
+		}
+	}
+	return false;
 }
 
 int view_begin(struct uw_target *t, struct uw_error *err)
@@ -137,6 +162,14 @@ int view_begin(struct uw_target *t, struct uw_error *err)
 	t->nmissed = 0;
 	if (t->opts.no_cache || t->batch.n == 0)
 		return 0;
+	bool any = false;
+	for (uint32_t i = 0; i < t->nthreads && !any; i++)
+		any = t->threads[i].still.holds;
+	uint32_t hint = 0;
+	for (uint32_t i = 0; i < t->batch.n; i++) {
+		raddr_t owner = t->batch.owners[i];
+		t->batch.ranges[i].skip = any && owner && view_owner_still(t, owner, &hint);
+	}
 	return batch_fetch(t, &t->batch, err);
 }
 
@@ -146,7 +179,7 @@ static void view_remember(struct uw_target *t, raddr_t addr, uint32_t len, uint3
 		return;
 	if (array_reserve((void **)&t->used, &t->used_cap, t->nused, sizeof *t->used, NULL))
 		return; /* only an optimisation is lost */
-	t->used[t->nused++] = (struct used_range){addr, len, grow};
+	t->used[t->nused++] = (struct used_range){addr, len, grow, t->view_owner};
 }
 
 /* The range read this sample after the batch that holds [addr, addr+len), or NULL. */
@@ -232,6 +265,21 @@ void view_reads_again(struct uw_target *t, const struct used_range *reads, uint3
 		return; /* only an optimisation is lost */
 	memcpy(t->used + t->nused, reads, n * sizeof *reads);
 	t->nused += n;
+}
+
+void view_reads_carry(struct uw_target *t, raddr_t owner, uint32_t *from, uint32_t *n)
+{
+	uint32_t was = *from, count = *n;
+	*from = t->nused;
+	*n = 0;
+	/* Only reads the plan holds as that thread's, where the walk left them. */
+	if (t->opts.no_cache || was > t->nplanned || count > t->nplanned - was)
+		return;
+	for (uint32_t i = 0; i < count; i++)
+		if (t->planned[was + i].owner != owner)
+			return;
+	view_reads_again(t, t->planned + was, count);
+	*n = t->nused - *from;
 }
 
 uint32_t view_mark(const struct uw_target *t)

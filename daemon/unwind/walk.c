@@ -986,22 +986,31 @@ static int walk_thread(struct walk *w, const struct walk_interp *iv, raddr_t tst
 	 */
 	bool may_move = true, moving = false;
 	/*
-	 * 3.8-3.14: the kernel may prove the thread ran nothing since its stack
-	 * was read (3.15's marker proves more for less).  3.11-3.12 keep the
-	 * innermost frame behind cframe: no pointer to check there.
+	 * The kernel may prove the thread ran nothing since its stack was read
+	 * (threads_still_begin): on 3.15 only its look is worth it, the marker
+	 * proving the rest for less.  3.11-3.12 keep the innermost frame behind
+	 * cframe: no pointer to check there.
 	 */
-	bool provable = !L->tstate.marker;
+	bool provable = !L->tstate.marker || kread_still(t->opts.kreader);
 	bool top_known = L->tstate.frame != LAYOUT_ABSENT;
 	raddr_t top = provable && top_known ? load_u64(ts, L->tstate.frame) : 0;
 	if (provable && threads_still_stack(t, tc, native_id, top, &stack, &truncated)) {
+		/* Its reads count for the next plan as if made: the batch keeps them, to skip or read. */
+		view_reads_carry(t, tstate, &tc->used_from, &tc->used_n);
 		t->stats.still_proven++;
 		t->stats.steady_hits++;
 		t->stats.frame_cache_full_hits += tc->n > 0;
 		t->stats.frames_from_cache += tc->n;
 	} else {
 		w->native_id = native_id;
-		if (walk_thread_stack(w, tc, tstate, may_move, &stack, &truncated, &dropped, &moving,
-		                      &thread_err) != 0) {
+		/* What the walk reads is this thread's alone, unless another's reads share its pages. */
+		t->view_owner = tstate;
+		tc->used_from = view_mark(t);
+		int walked = walk_thread_stack(w, tc, tstate, may_move, &stack, &truncated, &dropped,
+		                               &moving, &thread_err);
+		tc->used_n = view_mark(t) - tc->used_from;
+		t->view_owner = 0;
+		if (walked != 0) {
 			*err = thread_err;
 			return -1;
 		}
@@ -1312,6 +1321,7 @@ int uw_sample(struct uw_target *t, struct uw_sample *s, struct uw_error *err)
 	if (walk_intern_markers(t, err) != 0)
 		goto done;
 	s->epoch = t->epoch;
+	t->look = still_look(t);
 	/* Nothing of the process ran since the sample kept: that is this one, no memory read. */
 	if (still_sample(t, s)) {
 		rc = 0;

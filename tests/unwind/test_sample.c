@@ -130,6 +130,24 @@ static bool file_exists(const char *path)
 /* Samples after the move that must all show the new stack. */
 #define MOVE_SAMPLES_AFTER 100
 
+/*
+ * The in-kernel reader with its look at which threads ran (kstill.c), or
+ * NULL when the kernel refuses the look (before Linux 6.7), which is said.
+ * As root the reader itself must load.
+ */
+static struct uw_kreader *look_reader(void)
+{
+	struct uw_error err = {0};
+	struct uw_kreader *kr = uw_kreader_open(&err);
+	cr_assert(kr || geteuid() != 0, "the in-kernel reader, as root: %s", err.msg);
+	if (kr && uw_kreader_look_refused(kr)) {
+		cr_log_info("%s", uw_kreader_look_refused(kr));
+		uw_kreader_close(kr);
+		kr = NULL;
+	}
+	return kr;
+}
+
 /* How a stack that stood still was taken without its frames being read. */
 enum still_proof {
 	PROOF_PROCESS, /* no thread of the process ran (process_still) */
@@ -140,7 +158,8 @@ static bool proof_seen(const struct python *py, const struct uw_stats *st, enum 
 {
 	if (proof == PROOF_PROCESS)
 		return st->process_still > 0;
-	return py->minor >= 15 ? st->marker_honoured > 0 : st->still_proven > 0;
+	/* 3.15 without the kernel's look: the marker. */
+	return st->still_proven > 0 || (py->minor >= 15 && st->marker_honoured > 0);
 }
 
 /*
@@ -182,10 +201,14 @@ static bool deep_stack_moved(int ack, const char *moved)
  * alone and runs on without ever leaving its CPU, so no run time of it is
  * counted until the next tick: only the count of times it was put on a CPU
  * tells); beside a thread that wakes every 2 ms, only the thread's own
- * proof can hold (move_busy).
+ * proof can hold (move_busy).  looked: the proofs are the kernel's look
+ * (kstill.c), not /proc's.
  */
-static void deep_stack_moves(const char *scenario, enum still_proof proof)
+static void deep_stack_moves(const char *scenario, enum still_proof proof, bool looked)
 {
+	struct uw_kreader *kr = looked ? look_reader() : NULL;
+	if (looked && !kr)
+		cr_skip_test("the kernel refused the look at which threads ran");
 	struct python pys[PYTHONS_MAX];
 	size_t n = pythons_supported(pys, PYTHONS_MAX);
 	for (size_t i = 0; i < n; i++) {
@@ -205,7 +228,7 @@ static void deep_stack_moves(const char *scenario, enum still_proof proof)
 		char moved[PATH_MAX + 8];
 		snprintf(moved, sizeof moved, "%s.moved", target.report);
 		struct uw_target *t = test_uw_open(target.pid);
-		struct uw_options opts = {.cache_budget = 0};
+		struct uw_options opts = {.cache_budget = 0, .kreader = kr};
 		uw_configure(t, &opts);
 
 		struct uw_sample s = {0};
@@ -226,8 +249,15 @@ static void deep_stack_moves(const char *scenario, enum still_proof proof)
 		}
 		cr_assert(proven, "%s %s: the sleeping stack was never taken without its frames",
 		          pys[i].path, scenario);
-		/* Beside a thread that keeps waking, the process as a whole is seldom still (1 to 5 in 100). */
-		if (proof == PROOF_THREAD)
+		if (looked)
+			cr_assert_gt(st.still_proven + st.process_still, 0, "%s %s: the look proved nothing",
+			             pys[i].path, scenario);
+		/*
+		 * Beside a thread that keeps waking, /proc's proof of the whole
+		 * process seldom pays and backs off (1 to 5 in 100); the look
+		 * costs nothing more and proves every quiet millisecond.
+		 */
+		if (proof == PROOF_THREAD && !looked)
 			cr_assert_leq(st.process_still, st.samples / 4, "%s: %llu of %llu samples", pys[i].path,
 			             (unsigned long long)st.process_still, (unsigned long long)st.samples);
 
@@ -259,21 +289,37 @@ static void deep_stack_moves(const char *scenario, enum still_proof proof)
 		uw_close(t);
 		test_target_kill(&target);
 	}
+	uw_kreader_close(kr);
 }
 
 Test(sample, a_deep_stack_that_moves_is_never_kept, .timeout = 300)
 {
-	deep_stack_moves("move", PROOF_PROCESS);
+	deep_stack_moves("move", PROOF_PROCESS, false);
 }
 
 Test(sample, a_deep_stack_that_wakes_alone_and_runs_on_is_never_kept, .timeout = 300)
 {
-	deep_stack_moves("move_spin", PROOF_PROCESS);
+	deep_stack_moves("move_spin", PROOF_PROCESS, false);
 }
 
 Test(sample, a_deep_stack_that_moves_beside_a_busy_thread_is_never_kept, .timeout = 300)
 {
-	deep_stack_moves("move_busy", PROOF_THREAD);
+	deep_stack_moves("move_busy", PROOF_THREAD, false);
+}
+
+Test(sample, a_deep_stack_that_moves_is_never_kept_by_the_look, .timeout = 300)
+{
+	deep_stack_moves("move", PROOF_PROCESS, true);
+}
+
+Test(sample, a_deep_stack_that_wakes_alone_and_runs_on_is_never_kept_by_the_look, .timeout = 300)
+{
+	deep_stack_moves("move_spin", PROOF_PROCESS, true);
+}
+
+Test(sample, a_deep_stack_that_moves_beside_a_busy_thread_is_never_kept_by_the_look, .timeout = 300)
+{
+	deep_stack_moves("move_busy", PROOF_THREAD, true);
 }
 
 /* Frames a wake-up adds to the sleeping thread of stacks.py's "wake" (its WAKE_DEPTH). */
@@ -463,6 +509,99 @@ Test(sample, a_deep_base_under_a_woken_frame_is_not_read_again, .timeout = 300)
 		cr_skip_test("no CPython 3.15 here (make pythons)");
 }
 
+/* Samples a look-proven test takes while its sleeper sleeps. */
+#define LOOK_SAMPLES 40
+
+/* Pages and proofs of count samples of t. */
+static void look_samples(struct uw_target *t, const struct python *py, int count, uint64_t *pages,
+                         uint64_t *proven)
+{
+	struct uw_sample s = {0};
+	struct uw_error err = {0};
+	struct uw_stats before, after;
+	uw_stats(t, &before);
+	for (int k = 0; k < count; k++)
+		cr_assert_eq(uw_sample(t, &s, &err), 0, "%s: %s", py->path, err.msg);
+	uw_stats(t, &after);
+	*pages = after.pages_read - before.pages_read;
+	*proven = after.still_proven - before.still_proven;
+	uw_sample_free(&s);
+}
+
+/* A sample of t, and one with every cache off: the same stacks. */
+static void look_matches_uncached(struct uw_target *t, const struct python *py, long tid, const char *when)
+{
+	struct uw_sample s = {0};
+	struct uw_error err = {0};
+	struct uw_options saved;
+	uw_options_get(t, &saved);
+	cr_assert_eq(uw_sample(t, &s, &err), 0, "%s: %s", py->path, err.msg);
+	char *kept = sample_text(t, &s);
+	uint32_t depth = uw_stack_depth(t, thread_stack(&s, tid));
+	struct uw_options uncached = {.no_cache = true, .no_write = true};
+	uw_configure(t, &uncached);
+	cr_assert_eq(uw_sample(t, &s, &err), 0, "%s: %s", py->path, err.msg);
+	char *read = sample_text(t, &s);
+	cr_assert_str_eq(kept, read, "%s, %s: the stacks the kernel's look proved differ from a walk "
+	                 "with every cache off", py->path, when);
+	cr_assert_geq(depth, DEEPEN_BASE, "%s, %s: the sleeper's stack is %u deep", py->path, when, depth);
+	free(kept);
+	free(read);
+	uw_sample_free(&s);
+	uw_configure(t, &saved);
+}
+
+/*
+ * With the kernel's look at which threads ran (kstill.c): a thread asleep
+ * under DEEPEN_BASE frames since its stack was read is proven at every
+ * sample, its frames neither walked nor read (on 3.15, where the marker
+ * alone reads the innermost frame's page at every sample, the look reads
+ * fewer pages); once woken to sleep deeper, its next sample is its new
+ * stack.  Beside a ticker, so that the whole process is never still and the
+ * proof is the thread's own.  Every version.
+ */
+Test(sample, a_thread_asleep_since_its_read_pins_none_of_its_frames, .timeout = 600)
+{
+	struct uw_kreader *kr = look_reader();
+	if (!kr)
+		cr_skip_test("the kernel refused the look at which threads ran");
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	for (size_t i = 0; i < n; i++) {
+		struct test_target target;
+		char woke[PATH_MAX + 8];
+		long tid = wake_target_start(&target, &pys[i], "deepen", woke, sizeof woke);
+		/* Each thread's state from the kernel, so the whole-process proof never answers. */
+		struct uw_options looked = {.kreader = kr, .want_on_cpu = true, .no_write = true};
+		struct uw_options unlooked = {.want_on_cpu = true, .no_write = true};
+		struct uw_target *t = test_uw_open(target.pid), *plain = test_uw_open(target.pid);
+		uw_configure(t, &looked);
+		uw_configure(plain, &unlooked);
+		uint64_t pages, plain_pages, proven, plain_proven;
+		look_samples(t, &pys[i], 10, &pages, &proven);
+		look_samples(plain, &pys[i], 10, &plain_pages, &plain_proven);
+		look_samples(t, &pys[i], LOOK_SAMPLES, &pages, &proven);
+		look_samples(plain, &pys[i], LOOK_SAMPLES, &plain_pages, &plain_proven);
+		cr_log_info("%s: %d samples read %llu pages with the look (%llu thread samples proven), "
+		            "%llu without", pys[i].path, LOOK_SAMPLES, (unsigned long long)pages,
+		            (unsigned long long)proven, (unsigned long long)plain_pages);
+		cr_assert_geq(proven, LOOK_SAMPLES, "%s: %llu thread samples proven in %d samples of a "
+		              "thread asleep", pys[i].path, (unsigned long long)proven, LOOK_SAMPLES);
+		if (pys[i].minor >= 15)
+			cr_assert_lt(pages + LOOK_SAMPLES / 2, plain_pages,
+			             "%s: %llu pages read with the look, %llu without", pys[i].path,
+			             (unsigned long long)pages, (unsigned long long)plain_pages);
+		look_matches_uncached(t, &pys[i], tid, "asleep");
+
+		wake_target_wake(&target, &pys[i], tid, woke);
+		look_matches_uncached(t, &pys[i], tid, "woken to sleep deeper");
+		uw_close(plain);
+		uw_close(t);
+		test_target_kill(&target);
+	}
+	uw_kreader_close(kr);
+}
+
 /*
  * A generator sleeps in a helper under one caller, then yields and is
  * resumed by another whose frame lies where the first's did: the frames of
@@ -643,6 +782,8 @@ static void callgraph_check(const struct python *py, const struct uw_options *op
 {
 	char script[1024], what[PATH_MAX + 64];
 	python_describe(py, what, sizeof what);
+	/* 3.11-3.14: the reader copies the stacks of threads that tear (3.15's marker stands in for it). */
+	bool copies = opts->kreader && py->minor >= 11 && py->minor <= 14;
 	/* Which run of the interpreter: a failure says which path took the stack. */
 	strncat(what, opts->kreader ? " with the in-kernel reader" : opts->no_write ? " not writing" : "",
 	        sizeof what - strlen(what) - 1);
@@ -722,11 +863,10 @@ static void callgraph_check(const struct python *py, const struct uw_options *op
 		 * target runs beside this process.
 		 */
 		struct uw_stats so_far;
-		if (opts->kreader)
+		if (copies)
 			uw_stats(t, &so_far);
 		seen_enough = pairs > 1000 && max_climb >= 10 && nthread_ids >= 4 &&
-		              (!tachyon || test_target_exited(&second)) &&
-		              (!opts->kreader || so_far.kernel_stacks > 0);
+		              (!tachyon || test_target_exited(&second)) && (!copies || so_far.kernel_stacks > 0);
 	} while (now.tv_sec - start.tv_sec < 3 ||
 	         (!seen_enough && now.tv_sec - start.tv_sec < CALLGRAPH_SAMPLING_MAX_S));
 
@@ -742,12 +882,14 @@ static void callgraph_check(const struct python *py, const struct uw_options *op
 		cr_assert_gt(stats.marker_written, 0, "%s: the marker was never written", what);
 	if (opts->no_write)
 		cr_assert_eq(stats.marker_written, 0, "%s: written with no_write", what);
-	if (opts->kreader) {
+	if (opts->kreader)
 		cr_log_info("%s: in-kernel reader: %llu threads watched, %llu stacks its copies, %llu "
-		            "samples paced, %llu torn",
+		            "samples paced, %llu torn; the look proved %llu thread samples, %llu samples",
 		            what, (unsigned long long)stats.kernel_watches,
 		            (unsigned long long)stats.kernel_stacks, (unsigned long long)stats.kernel_paced,
-		            (unsigned long long)stats.torn_threads);
+		            (unsigned long long)stats.torn_threads, (unsigned long long)stats.still_proven,
+		            (unsigned long long)stats.process_still);
+	if (copies) {
 		cr_assert_gt(stats.kernel_watches, 0, "%s: the in-kernel reader watched no thread", what);
 		cr_assert_gt(stats.kernel_stacks, 0, "%s: no stack was the kernel's copy", what);
 	}
@@ -789,9 +931,10 @@ Test(sample, no_impossible_callers, .timeout = 600)
 	size_t n = pythons_supported(pys, PYTHONS_MAX);
 	struct uw_options written = {.cache_budget = 0}, unwritten = {.no_write = true};
 	/*
-	 * 3.11-3.14: with the in-kernel reader too, where threads that tear are
-	 * watched and shot; paced, as pyprofd record --rate max, so that every
-	 * sample of a watched thread is shot and its copy taken when reads tear.
+	 * With the in-kernel reader too: on 3.11-3.14 threads that tear are
+	 * watched and shot, paced, as pyprofd record --rate max, so that every
+	 * sample of a watched thread is shot and its copy taken when reads tear;
+	 * on every version the kernel's look proves threads that did not run.
 	 */
 	struct uw_error kerr = {0};
 	struct uw_options kernel = {.kreader = uw_kreader_open(&kerr), .kernel_pace = true};
@@ -801,7 +944,8 @@ Test(sample, no_impossible_callers, .timeout = 600)
 		/* 3.15: the marker's path and the proof without it. */
 		if (pys[i].minor >= 15)
 			callgraph_check(&pys[i], &unwritten, false);
-		if (kernel.kreader && pys[i].minor >= 11 && pys[i].minor <= 14)
+		/* Every version: the kernel's look at which threads ran proves stacks on all of them. */
+		if (kernel.kreader)
 			callgraph_check(&pys[i], &kernel, false);
 	}
 	uw_kreader_close(kernel.kreader);

@@ -1,0 +1,175 @@
+/*
+ * The kernel's word on which threads ran: the owner of kstill.bpf.c.
+ *
+ * A thread whose innermost frame was read while it slept, and which was
+ * never put on a CPU since, has that frame now: a sample may take its
+ * stack as read then and pin none of its pages.  The kernel knows both
+ * facts for every task; a BPF program run on demand (BPF_PROG_TEST_RUN)
+ * copies them for every task of every watched process into maps mapped
+ * into the daemon, one system call for all of them.  The daemon takes one
+ * such look as a wakeup begins, before any of its targets is read, and a
+ * target sampled with no look since its last sample takes one itself.
+ *
+ * The argument, for one thread (slot s; looks L1 < L2 in time):
+ *
+ *   L1. the thread's switch count is loaded, then it is seen off its CPU
+ *       and off every run queue
+ *   R.  its stack is read, whole                (after L1, before L2)
+ *   L2. its switch count loads as at L1, and the task is the same one
+ *
+ * A task off its queues runs again only once woken (queued) and switched
+ * to, and the scheduler adds one to its count at each switch to a task
+ * that was queued (sched_info_arrive), never taking one off.  So nothing of
+ * the thread ran between L1's look at its state and L2: the stack read at
+ * R is its stack at L2.  Only the thread itself moves its frames (see
+ * threads.c).  A task is matched by its id and the time it began, so an id
+ * given to another task proves nothing; a process is found by its id only
+ * if that is a process's, not a thread's.  A kernel without the program's
+ * kfuncs (the task iterator: Linux 6.7) or its BTF refuses it: then the
+ * proofs are /proc's, as before (threads.c, still.c).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include "kstill_abi.h"
+#include "kstill.skel.h"
+#include "unwind_internal.h"
+
+_Static_assert(KSTILL_TASKS == KSTILL_TASKS_TOLD, "the unwinder keeps as many tasks as a look tells of");
+
+struct kstill {
+	struct kstill_bpf *skel;
+	int prog_fd;
+	struct kstill_proc *procs; /* the maps, mapped: the daemon writes a process's pid */
+	const struct kstill_task *tasks;
+	size_t procs_len, tasks_len;
+	uint32_t nprocs;           /* processes in use lie below this */
+	uint64_t looks;            /* looks taken: a look's number */
+};
+
+/* libbpf's own messages would go to stderr: a kernel that refuses the program is told once, by the caller. */
+static int kstill_quiet(enum libbpf_print_level level, const char *fmt, va_list args)
+{
+	(void)level;
+	(void)fmt;
+	(void)args;
+	return 0;
+}
+
+static void *kstill_map(const struct bpf_map *map, size_t len, int prot)
+{
+	void *m = mmap(NULL, len, prot, MAP_SHARED, bpf_map__fd(map), 0);
+	return m == MAP_FAILED ? NULL : m;
+}
+
+struct kstill *kstill_open(struct uw_error *err)
+{
+	libbpf_set_print(kstill_quiet);
+	struct kstill *ks = calloc(1, sizeof *ks);
+	if (!ks) {
+		uw_fail(err, UW_ENOMEM, "out of memory");
+		return NULL;
+	}
+	ks->skel = kstill_bpf__open();
+	int rc = ks->skel ? kstill_bpf__load(ks->skel) : -errno;
+	if (!ks->skel || rc != 0) {
+		int e = ks->skel ? -rc : errno;
+		uw_fail(err, UW_EIO, "the kernel refused the look at which threads ran (%s; it needs Linux 6.7)",
+		        strerror(e));
+		kstill_close(ks);
+		return NULL;
+	}
+	ks->prog_fd = bpf_program__fd(ks->skel->progs.kstill_look);
+	/* An mmapable array's values lie at a stride of their size rounded up to 8: theirs are multiples. */
+	_Static_assert(sizeof(struct kstill_proc) % 8 == 0 && sizeof(struct kstill_task) % 8 == 0,
+	               "the maps' values lie at their own size");
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	size_t procs_len = (sizeof(struct kstill_proc) * KSTILL_PROCS + page - 1) / page * page;
+	size_t tasks_len = (sizeof(struct kstill_task) * KSTILL_PROCS * KSTILL_TASKS + page - 1) / page * page;
+	ks->procs = kstill_map(ks->skel->maps.procs, procs_len, PROT_READ | PROT_WRITE);
+	ks->procs_len = ks->procs ? procs_len : 0;
+	ks->tasks = kstill_map(ks->skel->maps.tasks, tasks_len, PROT_READ);
+	ks->tasks_len = ks->tasks ? tasks_len : 0;
+	if (!ks->procs || !ks->tasks) {
+		uw_fail(err, UW_EIO, "mapping the looks at which threads ran: %s", strerror(errno));
+		kstill_close(ks);
+		return NULL;
+	}
+	return ks;
+}
+
+void kstill_close(struct kstill *ks)
+{
+	if (!ks)
+		return;
+	if (ks->procs_len)
+		munmap(ks->procs, ks->procs_len);
+	if (ks->tasks_len)
+		munmap((void *)ks->tasks, ks->tasks_len);
+	if (ks->skel)
+		kstill_bpf__destroy(ks->skel);
+	free(ks);
+}
+
+int kstill_watch(struct kstill *ks, pid_t pid)
+{
+	if (!ks || pid <= 0)
+		return -1;
+	/* Bounded by KSTILL_PROCS: the first free entry, else one more. */
+	uint32_t at = 0;
+	while (at < ks->nprocs && ks->procs[at].pid != 0)
+		at++;
+	if (at == KSTILL_PROCS)
+		return -1;
+	if (at == ks->nprocs)
+		ks->nprocs++;
+	/* Unseen until the next look fills it in. */
+	ks->procs[at] = (struct kstill_proc){.pid = pid};
+	return (int)at;
+}
+
+void kstill_unwatch(struct kstill *ks, int proc)
+{
+	if (!ks || proc < 0 || (uint32_t)proc >= ks->nprocs)
+		return;
+	ks->procs[proc] = (struct kstill_proc){0};
+	/* Free entries at the top are given back, so a look goes no further than the processes watched. */
+	while (ks->nprocs && ks->procs[ks->nprocs - 1].pid == 0)
+		ks->nprocs--;
+}
+
+bool kstill_look(struct kstill *ks)
+{
+	if (!ks)
+		return false;
+	ks->skel->bss->kstill_nprocs = ks->nprocs;
+	LIBBPF_OPTS(bpf_test_run_opts, opts);
+	if (bpf_prog_test_run_opts(ks->prog_fd, &opts) != 0)
+		return false;
+	ks->looks++;
+	return true;
+}
+
+uint64_t kstill_looks(const struct kstill *ks)
+{
+	return ks ? ks->looks : 0;
+}
+
+const struct kstill_task *kstill_seen(const struct kstill *ks, int proc, uint32_t *ntasks)
+{
+	*ntasks = 0;
+	if (!ks || proc < 0 || (uint32_t)proc >= ks->nprocs)
+		return NULL;
+	/* The program ran to its end before the look returned: plain loads see what it wrote. */
+	const struct kstill_proc *p = &ks->procs[proc];
+	if (p->state != KSTILL_SEEN)
+		return NULL;
+	*ntasks = p->ntasks;
+	return ks->tasks + (size_t)proc * KSTILL_TASKS;
+}
