@@ -1,7 +1,7 @@
 /*
  * Which threads ran: for every watched process, each of its tasks with the
- * times the scheduler put it on a CPU and whether it is off every run queue
- * now, looked at all at once when the daemon runs the program
+ * times the scheduler switched away from it and whether it is on a CPU,
+ * queued for one, or asleep now, looked at all at once when the daemon runs the program
  * (BPF_PROG_TEST_RUN).  Nothing of it runs on the targets or on the rest of
  * the machine.  A process is found by its id once a look; its tasks are
  * walked under RCU, with no lookup or reference of their own.  Built by
@@ -13,18 +13,24 @@
 
 #include "kstill_abi.h"
 
-struct sched_info {
-	unsigned long pcount;
-} __attribute__((preserve_access_index));
-
+/*
+ * The fields read lie in four cache lines of a task (its state and CPU
+ * flag, its ids, its link to the next, its switch counts and start time):
+ * the look runs with the kernel's caches cold, so each line is most of
+ * its cost.
+ */
 struct task_struct {
+	unsigned int __state;
 	int on_cpu;
-	int on_rq;
 	int pid;
 	int tgid;
+	unsigned long nvcsw;
+	unsigned long nivcsw;
 	__u64 start_time;
-	struct sched_info sched_info;
 } __attribute__((preserve_access_index));
+
+/* The kernel's TASK_RUNNING: runnable, on a CPU or queued for one. */
+#define KSTILL_TASK_RUNNING 0
 
 struct bpf_iter_task {
 	__u64 opaque[3];
@@ -89,17 +95,18 @@ static __always_inline __u32 kstill_tasks_of(struct task_struct *leader, struct 
 		n++;
 		if (!e)
 			continue;
-		__u64 switches = task->sched_info.pcount;
+		int on_cpu = task->on_cpu;
+		unsigned int state = task->__state;
 		/*
-		 * The count is loaded before the task is seen off its queues
-		 * (see kstill.c): a full barrier keeps the loads in that order.
+		 * Whether the task is on a CPU is loaded before its count of
+		 * switches away (see kstill.c): a full barrier keeps the loads
+		 * in that order.
 		 */
 		__sync_fetch_and_add(&p->seq, 1);
-		int on_cpu = task->on_cpu, on_rq = task->on_rq;
+		e->switches = task->nvcsw + task->nivcsw;
 		e->tid = task->pid;
-		e->switches = switches;
 		e->start_ns = task->start_time;
-		e->state = on_cpu || on_rq ? KSTILL_RUNS : KSTILL_OFF;
+		e->state = on_cpu ? KSTILL_RUNS : state == KSTILL_TASK_RUNNING ? KSTILL_QUEUED : KSTILL_OFF;
 	}
 	bpf_iter_task_destroy(&it);
 	bpf_rcu_read_unlock();

@@ -10,18 +10,22 @@
  * such look as a wakeup begins, before any of its targets is read, and a
  * target sampled with no look since its last sample takes one itself.
  *
- * The argument, for one thread (slot s; looks L1 < L2 in time):
+ * The argument, for one thread (looks L1 < L2 in time):
  *
- *   L1. the thread's switch count is loaded, then it is seen off its CPU
- *       and off every run queue
+ *   L1. the thread is seen off its CPU, then its count of switches away
+ *       (nvcsw + nivcsw) is loaded: c
  *   R.  its stack is read, whole                (after L1, before L2)
- *   L2. its switch count loads as at L1, and the task is the same one
+ *   L2. it is seen off its CPU, then its count loads as c, and the task is
+ *       the same one
  *
- * A task off its queues runs again only once woken (queued) and switched
- * to, and the scheduler adds one to its count at each switch to a task
- * that was queued (sched_info_arrive), never taking one off.  So nothing of
- * the thread ran between L1's look at its state and L2: the stack read at
- * R is its stack at L2.  Only the thread itself moves its frames (see
+ * The scheduler adds one to a task's count each time it switches away from
+ * it (__schedule), and never takes one off; the task runs only between
+ * being switched to and switched away.  Suppose it ran an instruction after
+ * L1 loaded its count.  It was on a CPU then, and off it at L2's first
+ * load: it was switched away in between, after L1's count was loaded, so
+ * L2's count is more than c.  (Had it run only before L1's count was
+ * loaded, it was off its CPU again by then, and R is after.)  So nothing of
+ * the thread ran from L1 to L2: the stack read at R is its stack at L2.  Only the thread itself moves its frames (see
  * threads.c).  A task is matched by its id and the time it began, so an id
  * given to another task proves nothing; a process is found by its id only
  * if that is a process's, not a thread's.  A kernel without the program's

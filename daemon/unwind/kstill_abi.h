@@ -16,9 +16,10 @@
 enum kstill_state {
 	KSTILL_UNSEEN = 0, /* not looked at yet */
 	KSTILL_GONE = 1,   /* no such process (or the id is a thread's) */
-	KSTILL_RUNS = 2,   /* a task on a CPU, or on a run queue */
-	KSTILL_OFF = 3,    /* a task asleep, off every run queue */
+	KSTILL_RUNS = 2,   /* a task on a CPU */
+	KSTILL_OFF = 3,    /* a task asleep */
 	KSTILL_SEEN = 4,   /* a process looked at: its tasks follow */
+	KSTILL_QUEUED = 5, /* a task runnable, waiting for a CPU */
 };
 
 /* pid is written by the daemon; the rest by the program at each look. */
@@ -34,8 +35,8 @@ struct kstill_proc {
 /* One task of a process looked at, in the order the kernel lists them (by process i at i * KSTILL_TASKS). */
 struct kstill_task {
 	__s32 tid;
-	__u32 state;       /* KSTILL_RUNS or KSTILL_OFF */
-	__u64 switches;    /* times the task was put on a CPU (sched_info.pcount) */
+	__u32 state;       /* KSTILL_RUNS, KSTILL_QUEUED or KSTILL_OFF */
+	__u64 switches;    /* times the scheduler switched away from the task (nvcsw + nivcsw) */
 	__u64 start_ns;    /* when the task began: a tid given to another reads another */
 };
 

@@ -48,11 +48,12 @@
  * With the kernel's look (kstill.c) the same facts come for every task at
  * once, at no cost of their own: the look is taken for the threads anyway.
  * The process is watched; each look lists its tasks, the kernel's own list,
- * each with its switch count and whether it is off every run queue.  Armed
- * when the look before a sample's read saw every task off (a process of up
- * to KSTILL_TASKS), the proof holds at a later look that lists the very
- * same tasks with the very same counts: none was switched to, none made,
- * none ended.  Nothing is read of /proc, and nothing backs off.
+ * each with its count of switches away and whether it is on a CPU.  Armed
+ * when the look before a sample's read saw every task off its CPU (a
+ * process of up to KSTILL_TASKS), the proof holds at a later look that
+ * lists the very same tasks, off their CPUs, with the very same counts:
+ * none ran (kstill.c), none was made, none ended.  Nothing is read of
+ * /proc, and nothing backs off.
  */
 #include <dirent.h>
 #include <stdio.h>
@@ -206,7 +207,7 @@ static void still_take_tasks(struct uw_target *t, const pid_t *tids, uint32_t n)
 	ps->ntasks = n;
 }
 
-/* The look lists the very tasks the arming look did, with the very same counts: none ran. */
+/* The look lists the very tasks the arming look did, off their CPUs, with the very same counts: none ran. */
 static bool still_looked_same(const struct uw_target *t)
 {
 	const struct process_still *ps = &t->still;
@@ -216,15 +217,15 @@ static bool still_looked_same(const struct uw_target *t)
 		return false;
 	for (uint32_t i = 0; i < n; i++) {
 		const struct still_seen *was = &ps->looked[i];
-		if (tasks[i].tid != was->tid || tasks[i].switches != was->switches ||
-		    tasks[i].start_ns != was->start_ns)
+		if (tasks[i].state == KSTILL_RUNS || tasks[i].tid != was->tid ||
+		    tasks[i].switches != was->switches || tasks[i].start_ns != was->start_ns)
 			return false;
 	}
 	return true;
 }
 
 /*
- * The look's arming: every task of the process off its CPU and queues.  The
+ * The look's arming: every task of the process off its CPU.  The
  * process is watched from its first sample on, whether or not the proof
  * applies to it (the threads' proofs take their looks from it too).
  */
@@ -241,7 +242,7 @@ static void still_arm_looked(struct uw_target *t)
 	if (!tasks || n == 0 || n > KSTILL_TASKS || !still_applies(t))
 		return;
 	for (uint32_t i = 0; i < n; i++) {
-		if (tasks[i].state != KSTILL_OFF)
+		if (tasks[i].state == KSTILL_RUNS)
 			return;
 		ps->looked[i] = (struct still_seen){.tid = tasks[i].tid, .switches = tasks[i].switches,
 		                                    .start_ns = tasks[i].start_ns};

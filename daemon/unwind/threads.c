@@ -221,13 +221,15 @@ static const struct kstill_task *threads_looked(struct uw_target *t, struct thre
 	return st->proc_tid > 0 ? still_task_seen(t, (pid_t)st->proc_tid, &st->look_hint) : NULL;
 }
 
-/* What this sample's look saw of the thread (R: on a CPU or a run queue, S: off both), 0 if it did not. */
+/* What this sample's look saw of the thread (R: on a CPU or queued for one, S: asleep), 0 if it did not. */
 static char threads_looked_state(struct uw_target *t, struct thread_cache *tc, int64_t tid)
 {
 	const struct kstill_task *seen = threads_looked(t, tc, tid);
 	if (!seen)
 		return 0;
-	return seen->state == KSTILL_RUNS ? 'R' : seen->state == KSTILL_OFF ? 'S' : 0;
+	return seen->state == KSTILL_RUNS || seen->state == KSTILL_QUEUED ? 'R'
+	       : seen->state == KSTILL_OFF                                ? 'S'
+	                                                                  : 0;
 }
 
 /* The kernel's state letter of a thread: from this sample's look, else through a descriptor kept open. */
@@ -464,9 +466,9 @@ int64_t threads_native_tid(struct uw_target *t, uint64_t pthread)
  * busy.  A whole process whose threads all sleep is proven at once, its
  * memory not read at all (still.c).
  *
- * With the in-kernel reader loaded, the kernel's look (kstill.c) gives the
- * same two facts for every task of every target in one system call: the
- * count, and whether the task is off every run queue.  Then every thread
+ * With the in-kernel reader loaded, the kernel's look (kstill.c) gives as
+ * much for every task of every target in one system call: a count of its
+ * switches away, and whether it is on a CPU.  Then every thread
  * is worth proving, 3.15's too (its marker proves the frames below the
  * innermost, the look the innermost as well), and no /proc file is read.
  */
@@ -493,12 +495,13 @@ static bool threads_still_seen(struct uw_target *t, struct thread_cache *tc)
 	const struct kstill_task *seen = threads_looked(t, tc, st->tid);
 	if (!seen)
 		return false;
-	if (st->valid && st->looked && seen->switches == st->switches && seen->start_ns == st->start_ns) {
+	if (st->valid && st->looked && seen->state != KSTILL_RUNS && seen->switches == st->switches &&
+	    seen->start_ns == st->start_ns) {
 		st->holds = true;
 		return true;
 	}
 	st->valid = false;
-	if (seen->state == KSTILL_OFF) {
+	if (seen->state != KSTILL_RUNS) {
 		st->armed_switches = seen->switches;
 		st->armed_start = seen->start_ns;
 		st->armed = st->armed_looked = true;
@@ -511,11 +514,13 @@ void threads_still_begin(struct uw_target *t)
 	bool proves = !t->opts.no_cache;
 	for (uint32_t i = 0; i < t->nthreads; i++) {
 		struct thread_still *st = &t->threads[i].still;
-		st->holds = st->armed = false;
+		st->holds = st->armed = st->told = false;
 		if (!st->want || !proves)
 			continue;
-		if (t->look && threads_still_seen(t, &t->threads[i]))
+		if (t->look && threads_still_seen(t, &t->threads[i])) {
+			st->told = true;
 			continue;
+		}
 		/*
 		 * Not told of by the look, or no look: /proc's word, for a deep
 		 * stack.  3.15's marker proves more than that is worth.

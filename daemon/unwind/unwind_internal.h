@@ -353,6 +353,7 @@ struct thread_still {
 	 * proven stack's read saw (looked: the proof is the look's, not /proc's).
 	 */
 	bool looked, armed_looked;
+	bool told;              /* this sample's look told of it: /proc's proof is not wanted */
 	bool deep;              /* its walk reads THREADS_STILL_MIN_PAGES pages or more: /proc's proof pays */
 	uint64_t armed_switches, armed_start;
 	uint64_t switches, start_ns;

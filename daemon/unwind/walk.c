@@ -1018,9 +1018,10 @@ static int walk_thread(struct walk *w, const struct walk_interp *iv, raddr_t tst
 		/* Only a stack read whole, as the thread state points to it, is one to keep. */
 		bool whole = !dropped &&
 		             (!top_known || (tc->n ? tc->chain[tc->n - 1].addr == top : top == 0));
+		/* The pages matter to /proc's proof alone: not counted for a thread the look tells of. */
 		if (provable)
 			threads_still_after(t, tc, whole ? native_id : -1, top, stack, truncated,
-			                    walk_read_pages(t, tc));
+			                    tc->still.told ? THREADS_STILL_MIN_PAGES : walk_read_pages(t, tc));
 	}
 	if (dropped && !moving) {
 		/* Read as garbage every time: no thread to show, and the caller is told why. */
