@@ -274,33 +274,23 @@ $(BUILD)/proto/%.pb-c.o: $(BUILD)/proto/%.pb-c.c | $(POISON_H)
 	$(E) "  CC      $<"
 	$(Q)$(CC) $(filter-out -Wmissing-prototypes -Wshadow,$(CFLAGS)) $(LIBINC) $(PKG_CFLAGS) -c -o $@ $<
 
-# The in-kernel reader's BPF program, compiled by clang for the BPF target and
-# built into the unwinder as a libbpf skeleton (bytes and loader in a header).
-KREAD_BPF_OBJ  = $(BUILD)/daemon/unwind/kread.bpf.o
-KREAD_SKEL     = $(BUILD)/daemon/unwind/kread.skel.h
+# The in-kernel reader's BPF programs (kread: copies a thread's frames;
+# kstill: looks at which threads ran, a program of its own, as a kernel may
+# refuse it alone), compiled by clang for the BPF target and built into the
+# unwinder as libbpf skeletons (bytes and loader in a header).
 BPF_MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null)
-$(KREAD_BPF_OBJ): daemon/unwind/kread.bpf.c daemon/unwind/kread_abi.h
+BPF_SKELS      = $(BUILD)/daemon/unwind/kread.skel.h $(BUILD)/daemon/unwind/kstill.skel.h
+$(BUILD)/daemon/unwind/%.bpf.o: daemon/unwind/%.bpf.c daemon/unwind/%_abi.h
 	@mkdir -p $(@D)
 	$(E) "  BPF     $<"
 	$(Q)clang -O2 -g -Wall -Werror -target bpf -I/usr/include/$(BPF_MULTIARCH) -Idaemon/unwind -c -o $@ $<
-$(KREAD_SKEL): $(KREAD_BPF_OBJ)
+$(BUILD)/daemon/unwind/%.skel.h: $(BUILD)/daemon/unwind/%.bpf.o
 	$(E) "  SKEL    $@"
-	$(Q)bpftool gen skeleton $< name kread > $@.tmp && mv $@.tmp $@
-$(BUILD)/daemon/unwind/kread.o: $(KREAD_SKEL)
-$(BUILD)/daemon/unwind/kread.o: LIBINC += -I$(BUILD)/daemon/unwind
-# The look at which threads ran: a program of its own, as a kernel may refuse it alone.
-KSTILL_BPF_OBJ = $(BUILD)/daemon/unwind/kstill.bpf.o
-KSTILL_SKEL    = $(BUILD)/daemon/unwind/kstill.skel.h
-$(KSTILL_BPF_OBJ): daemon/unwind/kstill.bpf.c daemon/unwind/kstill_abi.h
-	@mkdir -p $(@D)
-	$(E) "  BPF     $<"
-	$(Q)clang -O2 -g -Wall -Werror -target bpf -I/usr/include/$(BPF_MULTIARCH) -Idaemon/unwind -c -o $@ $<
-$(KSTILL_SKEL): $(KSTILL_BPF_OBJ)
-	$(E) "  SKEL    $@"
-	$(Q)bpftool gen skeleton $< name kstill_bpf > $@.tmp && mv $@.tmp $@
-$(BUILD)/daemon/unwind/kstill.o: $(KSTILL_SKEL)
-$(BUILD)/daemon/unwind/kstill.o: LIBINC += -I$(BUILD)/daemon/unwind
-.SECONDARY: $(KREAD_BPF_OBJ) $(KREAD_SKEL) $(KSTILL_BPF_OBJ) $(KSTILL_SKEL)
+	$(Q)bpftool gen skeleton $< name $*_bpf > $@.tmp && mv $@.tmp $@
+$(BUILD)/daemon/unwind/kread.o: $(BUILD)/daemon/unwind/kread.skel.h
+$(BUILD)/daemon/unwind/kstill.o: $(BUILD)/daemon/unwind/kstill.skel.h
+$(BUILD)/daemon/unwind/kread.o $(BUILD)/daemon/unwind/kstill.o: LIBINC += -I$(BUILD)/daemon/unwind
+.SECONDARY: $(BPF_SKELS) $(BPF_SKELS:.skel.h=.bpf.o)
 
 $(BUILD)/%.o: %.c | $(PROTO_H) $(POISON_H)
 	@mkdir -p $(@D)

@@ -34,7 +34,7 @@ _Static_assert(UW_KREADER_DESCRIPTORS >= 8u + 2u * KREAD_SLOTS,
                "a watch holds its perf event and its link");
 
 struct uw_kreader {
-	struct kread *skel;
+	struct kread_bpf *skel;
 	int watches_fd;
 	const uint8_t *slots; /* the slots map, mapped read-only */
 	size_t slots_len, slot_stride;
@@ -65,8 +65,8 @@ struct uw_kreader *uw_kreader_open(struct uw_error *err)
 		uw_fail(err, UW_ENOMEM, "out of memory");
 		return NULL;
 	}
-	kr->skel = kread__open();
-	int rc = kr->skel ? kread__load(kr->skel) : -errno;
+	kr->skel = kread_bpf__open();
+	int rc = kr->skel ? kread_bpf__load(kr->skel) : -errno;
 	if (!kr->skel || rc != 0) {
 		int e = kr->skel ? -rc : errno;
 		uw_fail(err, e == EPERM || e == EACCES ? UW_EPERM : UW_EIO,
@@ -102,7 +102,7 @@ void uw_kreader_close(struct uw_kreader *kr)
 	if (kr->slots_len)
 		munmap((void *)kr->slots, kr->slots_len);
 	if (kr->skel)
-		kread__destroy(kr->skel);
+		kread_bpf__destroy(kr->skel);
 	kstill_close(kr->still);
 	free(kr);
 }

@@ -57,15 +57,6 @@ struct kstill {
 	uint64_t looks;            /* looks taken: a look's number */
 };
 
-/* libbpf's own messages would go to stderr: a kernel that refuses the program is told once, by the caller. */
-static int kstill_quiet(enum libbpf_print_level level, const char *fmt, va_list args)
-{
-	(void)level;
-	(void)fmt;
-	(void)args;
-	return 0;
-}
-
 static void *kstill_map(const struct bpf_map *map, size_t len, int prot)
 {
 	void *m = mmap(NULL, len, prot, MAP_SHARED, bpf_map__fd(map), 0);
@@ -74,7 +65,7 @@ static void *kstill_map(const struct bpf_map *map, size_t len, int prot)
 
 struct kstill *kstill_open(struct uw_error *err)
 {
-	libbpf_set_print(kstill_quiet);
+	/* libbpf's messages are already quiet: the reader that opens this one said so (kread.c). */
 	struct kstill *ks = calloc(1, sizeof *ks);
 	if (!ks) {
 		uw_fail(err, UW_ENOMEM, "out of memory");
