@@ -28,7 +28,8 @@
  * the thread ran from L1 to L2: the stack read at R is its stack at L2.  Only the thread itself moves its frames (see
  * threads.c).  A task is matched by its id and the time it began, so an id
  * given to another task proves nothing; a process is found by its id only
- * if that is a process's, not a thread's.  A kernel without the program's
+ * if that is a process's, not a thread's, and only by a daemon in the
+ * initial pid namespace, whose ids the program's lookup takes.  A kernel without the program's
  * kfuncs (the task iterator: Linux 6.7) or its BTF refuses it: then the
  * proofs are /proc's, as before (threads.c, still.c).
  */
@@ -36,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <bpf/bpf.h>
@@ -63,8 +65,23 @@ static void *kstill_map(const struct bpf_map *map, size_t len, int prot)
 	return m == MAP_FAILED ? NULL : m;
 }
 
+/*
+ * The kernel's own number of the initial pid namespace (PROC_PID_INIT_INO):
+ * the program finds tasks by the ids that namespace gives them.
+ */
+#define KSTILL_INIT_PID_NS_INO 0xeffffffcu
+
 struct kstill *kstill_open(struct uw_error *err)
 {
+	/*
+	 * A daemon in a pid namespace of its own numbers processes otherwise:
+	 * the look would find another process by a target's id.
+	 */
+	struct stat ns;
+	if (stat("/proc/self/ns/pid", &ns) != 0 || ns.st_ino != KSTILL_INIT_PID_NS_INO) {
+		uw_fail(err, UW_EPERM, "no look at which threads ran: the daemon is not in the initial pid namespace");
+		return NULL;
+	}
 	/* libbpf's messages are already quiet: the reader that opens this one said so (kread.c). */
 	struct kstill *ks = calloc(1, sizeof *ks);
 	if (!ks) {
