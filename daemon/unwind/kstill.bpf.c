@@ -1,12 +1,12 @@
 /*
  * Which threads ran: for every watched process, each of its tasks with the
  * times the scheduler switched away from it and whether it is on a CPU,
- * queued for one, or asleep now, looked at all at once when the daemon runs the program
- * (BPF_PROG_TEST_RUN).  Nothing of it runs on the targets or on the rest of
- * the machine.  A process is found by its id once a look; its tasks are
- * walked under RCU, with no lookup or reference of their own.  Built by
- * clang for BPF (see Makefile), loaded by kstill.c; the kernel's fields are
- * found through its BTF, so only the ones read are declared.
+ * queued for one, or asleep now, looked at all at once when the daemon runs
+ * the program (BPF_PROG_TEST_RUN).  Nothing of it runs on the targets or on
+ * the rest of the machine.  A process is found by its id once a look; its
+ * tasks are walked under RCU, with no lookup or reference of their own.
+ * Built by clang for BPF (see Makefile), loaded by kstill.c; the kernel's
+ * fields are found through its BTF, so only the ones read are declared.
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>

@@ -2,13 +2,13 @@
  * The kernel's word on which threads ran: the owner of kstill.bpf.c.
  *
  * A thread whose innermost frame was read while it slept, and which was
- * never put on a CPU since, has that frame now: a sample may take its
- * stack as read then and pin none of its pages.  The kernel knows both
- * facts for every task; a BPF program run on demand (BPF_PROG_TEST_RUN)
- * copies them for every task of every watched process into maps mapped
- * into the daemon, one system call for all of them.  The daemon takes one
- * such look as a wakeup begins, before any of its targets is read, and a
- * target sampled with no look since its last sample takes one itself.
+ * never put on a CPU since, has that frame now: a sample may take its stack
+ * as read then and pin none of its pages.  The kernel knows both facts for
+ * every task; a BPF program run on demand (BPF_PROG_TEST_RUN) copies them
+ * for every task of every watched process into maps mapped into the daemon,
+ * one system call for all of them.  The daemon takes one such look as a
+ * wakeup begins, before any of its targets is read, and a target sampled
+ * with no look since its last sample takes one itself.
  *
  * The argument, for one thread (looks L1 < L2 in time):
  *
@@ -25,13 +25,14 @@
  * load: it was switched away in between, after L1's count was loaded, so
  * L2's count is more than c.  (Had it run only before L1's count was
  * loaded, it was off its CPU again by then, and R is after.)  So nothing of
- * the thread ran from L1 to L2: the stack read at R is its stack at L2.  Only the thread itself moves its frames (see
- * threads.c).  A task is matched by its id and the time it began, so an id
- * given to another task proves nothing; a process is found by its id only
- * if that is a process's, not a thread's, and only by a daemon in the
- * initial pid namespace, whose ids the program's lookup takes.  A kernel without the program's
- * kfuncs (the task iterator: Linux 6.7) or its BTF refuses it: then the
- * proofs are /proc's, as before (threads.c, still.c).
+ * the thread ran from L1 to L2: the stack read at R is its stack at L2.
+ * Only the thread itself moves its frames (see threads.c).  A task is
+ * matched by its id and the time it began, so an id given to another task
+ * proves nothing; a process is found by its id only if that is a process's,
+ * not a thread's, and only by a daemon in the initial pid namespace, whose
+ * ids the program's lookup takes.  A kernel without the program's kfuncs
+ * (the task iterator: Linux 6.7) or its BTF refuses it: then the proofs are
+ * /proc's, as before (threads.c, still.c).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -173,9 +174,11 @@ uint64_t kstill_looks(const struct kstill *ks)
 	return ks ? ks->looks : 0;
 }
 
-const struct kstill_task *kstill_seen(const struct kstill *ks, int proc, uint32_t *ntasks)
+const struct kstill_task *kstill_seen(const struct kstill *ks, int proc, uint32_t *ntasks,
+                                     uint64_t *start_ns)
 {
 	*ntasks = 0;
+	*start_ns = 0;
 	if (!ks || proc < 0 || (uint32_t)proc >= ks->nprocs)
 		return NULL;
 	/* The program ran to its end before the look returned: plain loads see what it wrote. */
@@ -183,5 +186,6 @@ const struct kstill_task *kstill_seen(const struct kstill *ks, int proc, uint32_
 	if (p->state != KSTILL_SEEN)
 		return NULL;
 	*ntasks = p->ntasks;
+	*start_ns = p->start_ns;
 	return ks->tasks + (size_t)proc * KSTILL_TASKS;
 }

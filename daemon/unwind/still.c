@@ -92,6 +92,7 @@ void still_free(struct uw_target *t)
 	if (ps->look_proc >= 0)
 		kstill_unwatch(kread_still(t->opts.kreader), ps->look_proc);
 	ps->look_proc = -1;
+	ps->look_start = 0;
 	if (ps->task_dir) {
 		closedir(ps->task_dir);
 		proc_fds_add(t, -1);
@@ -207,12 +208,27 @@ static void still_take_tasks(struct uw_target *t, const pid_t *tids, uint32_t n)
 	ps->ntasks = n;
 }
 
+/*
+ * The tasks this sample's look saw of the process (*n of them), NULL when
+ * it saw none, or saw a process that began at another time than the one
+ * first found under its pid.
+ */
+static const struct kstill_task *still_looked_tasks(struct uw_target *t, uint32_t *n)
+{
+	struct process_still *ps = &t->still;
+	uint64_t start;
+	const struct kstill_task *tasks = kstill_seen(t->look, ps->look_proc, n, &start);
+	if (tasks && !ps->look_start)
+		ps->look_start = start;
+	return tasks && start == ps->look_start ? tasks : NULL;
+}
+
 /* The look lists the very tasks the arming look did, off their CPUs, with the very same counts: none ran. */
-static bool still_looked_same(const struct uw_target *t)
+static bool still_looked_same(struct uw_target *t)
 {
 	const struct process_still *ps = &t->still;
 	uint32_t n;
-	const struct kstill_task *tasks = kstill_seen(t->look, ps->look_proc, &n);
+	const struct kstill_task *tasks = still_looked_tasks(t, &n);
 	if (!tasks || n != ps->nlooked || n == 0)
 		return false;
 	for (uint32_t i = 0; i < n; i++) {
@@ -238,7 +254,7 @@ static void still_arm_looked(struct uw_target *t)
 		return;
 	}
 	uint32_t n;
-	const struct kstill_task *tasks = kstill_seen(t->look, ps->look_proc, &n);
+	const struct kstill_task *tasks = still_looked_tasks(t, &n);
 	if (!tasks || n == 0 || n > KSTILL_TASKS || !still_applies(t))
 		return;
 	for (uint32_t i = 0; i < n; i++) {
@@ -251,13 +267,13 @@ static void still_arm_looked(struct uw_target *t)
 	ps->armed = ps->by_look = true;
 }
 
-const struct kstill_task *still_task_seen(const struct uw_target *t, pid_t tid, uint32_t *hint)
+const struct kstill_task *still_task_seen(struct uw_target *t, pid_t tid, uint32_t *hint)
 {
 	const struct process_still *ps = &t->still;
 	if (!t->look || ps->look_proc < 0)
 		return NULL;
 	uint32_t n;
-	const struct kstill_task *tasks = kstill_seen(t->look, ps->look_proc, &n);
+	const struct kstill_task *tasks = still_looked_tasks(t, &n);
 	if (!tasks)
 		return NULL;
 	if (n > KSTILL_TASKS)

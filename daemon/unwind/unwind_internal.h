@@ -512,6 +512,7 @@ struct process_still {
 	struct uw_sample kept;
 	/* The kernel's look at the process (kstill.c): its number there (-1: not watched), and what armed the proof. */
 	int look_proc;
+	uint64_t look_start;    /* when the process the look found began (0: not yet found): another pid's is not it */
 	bool by_look;           /* the kept sample was proven by the look, not /proc */
 	uint32_t nlooked;
 	struct still_seen looked[KSTILL_TASKS_TOLD];
@@ -535,7 +536,7 @@ void still_free(struct uw_target *t);
  * it), NULL if it did not see it; *hint: where to look first, and where it
  * was found.
  */
-const struct kstill_task *still_task_seen(const struct uw_target *t, pid_t tid, uint32_t *hint);
+const struct kstill_task *still_task_seen(struct uw_target *t, pid_t tid, uint32_t *hint);
 
 /* target.c — the opened process; owns everything above. */
 struct uw_target {
@@ -904,9 +905,11 @@ uint64_t kstill_looks(const struct kstill *ks);
 /*
  * The tasks the last look saw of a watched process, in the kernel's order:
  * *ntasks of them, KSTILL_TASKS + 1 when more than KSTILL_TASKS (the first
- * KSTILL_TASKS told).  NULL when it was not seen (gone, not looked at yet).
+ * KSTILL_TASKS told), and when the process began.  NULL when it was not
+ * seen (gone, not looked at yet).
  */
-const struct kstill_task *kstill_seen(const struct kstill *ks, int proc, uint32_t *ntasks);
+const struct kstill_task *kstill_seen(const struct kstill *ks, int proc, uint32_t *ntasks,
+                                     uint64_t *start_ns);
 
 /* kread.c: the in-kernel reader (struct uw_kreader, unwind.h) */
 /* The reader's look at which threads ran, NULL when the kernel refused it. */
