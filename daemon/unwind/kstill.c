@@ -44,11 +44,8 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
-#include "kstill_abi.h"
 #include "kstill.skel.h"
 #include "unwind_internal.h"
-
-_Static_assert(KSTILL_TASKS == KSTILL_TASKS_TOLD, "the unwinder keeps as many tasks as a look tells of");
 
 struct kstill {
 	struct kstill_bpf *skel;

@@ -60,7 +60,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kstill_abi.h"
 #include "unwind_internal.h"
 
 static void still_task_close(struct uw_target *t, struct still_task *k)

@@ -374,12 +374,11 @@ const char *uw_runtime_file(const struct uw_target *t)
 void uw_configure(struct uw_target *t, const struct uw_options *options)
 {
 	/* Watches, and the kernel's looks at threads, belong to the reader that set them. */
-	if (options->kreader != t->opts.kreader)
+	if (options->kreader != t->opts.kreader) {
 		for (uint32_t i = 0; i < t->nthreads; i++) {
 			threads_unwatch(t, &t->threads[i]);
 			threads_still_end(t, &t->threads[i]);
 		}
-	if (options->kreader != t->opts.kreader) {
 		still_free(t);
 		t->kstill_looked = 0;
 		t->look = NULL;

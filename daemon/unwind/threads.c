@@ -9,7 +9,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "kstill_abi.h"
 #include "unwind_internal.h"
 
 /* Bytes of struct pthread searched for the kernel thread id (3.8-3.10). */

@@ -16,6 +16,7 @@
 #include "arena.h"
 #include "array.h"
 #include "hash.h"
+#include "kstill_abi.h"
 #include "layout.h"
 #include "linetable.h"
 #include "unwind.h"
@@ -472,10 +473,7 @@ struct walk_gil_ptr {
 };
 #define WALK_GIL_PTRS 8
 
-/* Tasks of one process the kernel's look tells of (kstill_abi.h's KSTILL_TASKS). */
-#define KSTILL_TASKS_TOLD 64
 /* still.c: the kernel's word that no thread of the process ran since a sample (see still.c). */
-struct kstill_task;
 /* A task as the look that armed the proof saw it (kstill.c). */
 struct still_seen {
 	pid_t tid;
@@ -515,7 +513,7 @@ struct process_still {
 	uint64_t look_start;    /* when the process the look found began (0: not yet found): another pid's is not it */
 	bool by_look;           /* the kept sample was proven by the look, not /proc */
 	uint32_t nlooked;
-	struct still_seen looked[KSTILL_TASKS_TOLD];
+	struct still_seen looked[KSTILL_TASKS];
 };
 /*
  * As a sample begins: the kernel's look (kstill.c) it takes its proofs
@@ -891,7 +889,6 @@ void tasks_free(struct uw_target *t);
 
 /* kstill.c: the kernel's word on which threads ran (see kstill.c) */
 struct kstill;
-struct kstill_task;
 /* NULL and *err when the kernel refuses its program. */
 struct kstill *kstill_open(struct uw_error *err);
 void kstill_close(struct kstill *ks);
@@ -993,7 +990,7 @@ int64_t threads_native_tid(struct uw_target *t, uint64_t pthread);
 /* Most samples a thread seen on a CPU goes without a look at its wchan: busy threads pay little for it. */
 #define THREADS_STILL_BACKOFF_MAX 32
 /* Before a sample's memory is read: whether each thread worth it stood still since last read. */
-/* End the thread's proof: its /proc files closed, its slot in the kernel's look given back. */
+/* End the thread's proof: its /proc files closed, the look's word on it forgotten. */
 void threads_still_end(struct uw_target *t, struct thread_cache *tc);
 void threads_still_begin(struct uw_target *t);
 /*
