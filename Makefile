@@ -541,7 +541,7 @@ bench-history: deps
 	$(PYTHON) bench/history.py --pyprofd $(PYPROFD) --ctl $(CTL) --synthetic $$day $(BENCH_ARGS); \
 	rc=$$?; rm -rf $$day; exit $$rc
 
-# The daemon with 10 targets x 4 threads at 100 Hz for 30 s; see bench/daemon.py.
+# The daemon with 10 targets x 4 threads at 100 Hz for 30 s, 3 rounds beside CPython's sampler; see bench/daemon.py.
 bench-daemon: deps
 	$(Q)$(MAKE) --no-print-directory all
 	PYPROFD_PYTHONS_ROOT=$(PYTHONS_ROOT) $(PYTHON) bench/daemon.py --pyprofd $(PYPROFD) --ctl $(CTL) $(BENCH_ARGS)

@@ -13,6 +13,11 @@ target, at the same rate: their CPU % and RSS.  With --collector BIN (the
 collector of make collector) or --otlp URL the daemon also exports to it every
 --interval ([export.otlp]), and the bytes it sent per target-minute are printed.
 
+A host others use moves a figure like this by a third from one minute to the
+next, in both directions: --rounds N (3) measures the daemon and CPython's
+sampler N times, alternating, prints every round's two figures, and their
+medians.  The first round's are printed in full.
+
 Prints figures; never passes or fails on them.
 """
 import argparse
@@ -123,7 +128,8 @@ def stop(procs):
         p.wait()
 
 
-def bench_pyprofd(args, python):
+def bench_pyprofd(args, python, verbose):
+    """The daemon's CPU % of one core over the window; everything else printed when verbose."""
     state = tempfile.mkdtemp(prefix="pyprofd-bench.")
     sock = os.path.join(state, "pyprofd.sock")
     collector, extra = start_export(args, state)
@@ -165,13 +171,16 @@ def bench_pyprofd(args, python):
         shutil.rmtree(state, ignore_errors=True)
 
     elapsed = wall1 - wall0
+    cpu_percent = 100 * (cpu1 - cpu0) / elapsed
+    if not verbose:
+        return cpu_percent
     rates = [(entries[t.pid]["samples"] - samples0[t.pid]) / elapsed for t in targets]
     print("pyprofd daemon: %d targets x 4 threads at %d Hz for %.0f s (%s, Python %s)"
           % (args.targets, args.rate, elapsed, python.path + (" in " + python.root if python.root else ""),
              entries[targets[0].pid]["python_version"]))
     taken = sum(entries[t.pid]["samples"] - samples0[t.pid] for t in targets)
     print("  daemon CPU                %6.2f %% of one core, %.1f us per sample taken"
-          % (100 * (cpu1 - cpu0) / elapsed, 1e6 * (cpu1 - cpu0) / max(1, taken)))
+          % (cpu_percent, 1e6 * (cpu1 - cpu0) / max(1, taken)))
     print("  daemon wakeups            %6.0f /s (voluntary context switches)" % ((sw1 - sw0) / elapsed))
     sched0, sched = status0.get("schedule"), status.get("schedule")
     if sched:
@@ -217,6 +226,7 @@ def bench_pyprofd(args, python):
               % (100 * (export_cpu1 - export_cpu0) / elapsed))
         print("  bytes per target-minute   %6.0f (gzip'd request bodies)"
               % (sent / args.targets / (elapsed / 60)))
+    return cpu_percent
 
 
 def start_export(args, state):
@@ -243,8 +253,9 @@ def start_export(args, state):
     return collector, ["--config", conf]
 
 
-def bench_tachyon(args, python):
-    """CPython's own sampler, one CLI per target, as a host would run it without a daemon."""
+def bench_tachyon(args, python, verbose):
+    """CPython's own sampler, one CLI per target, as a host would run it without a daemon:
+    the CPU % of one core of all copies, None when they did not start."""
     out = tempfile.mkdtemp(prefix="pyprofd-bench-tachyon.")
     targets, samplers = [], []
     try:
@@ -260,7 +271,7 @@ def bench_tachyon(args, python):
         if len(live) < len(samplers):
             print("CPython's sampler: %d of %d copies did not start; no comparison"
                   % (len(samplers) - len(live), len(samplers)))
-            return
+            return None
         cpu0 = sum(cpu_seconds(s.pid) for s in samplers)
         wall0 = time.monotonic()
         time.sleep(args.seconds)
@@ -272,11 +283,15 @@ def bench_tachyon(args, python):
         stop(targets)
         shutil.rmtree(out, ignore_errors=True)
     elapsed = wall1 - wall0
+    cpu_percent = 100 * (cpu1 - cpu0) / elapsed
+    if not verbose:
+        return cpu_percent
     print("CPython %s's own sampler: %d copies of `python3.%d -m profiling.sampling attach -a -r %d`"
           % ("%d.%d.%d" % (python.major, python.minor, python.micro), args.targets, python.minor,
              args.rate))
-    print("  CPU of all copies         %6.2f %% of one core" % (100 * (cpu1 - cpu0) / elapsed))
+    print("  CPU of all copies         %6.2f %% of one core" % cpu_percent)
     print("  RSS of all copies         %6.1f MiB" % (rss / 1024))
+    return cpu_percent
 
 
 def main():
@@ -290,15 +305,30 @@ def main():
     ap.add_argument("--collector", help="an OpenTelemetry Collector binary to run and export to")
     ap.add_argument("--otlp", help="export to this OTLP/HTTP endpoint")
     ap.add_argument("--interval", default="15s", help="the export interval")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="measure the daemon and CPython's sampler this many times, alternating")
     args = ap.parse_args()
 
     pys = pythons.find()
     python = pythons.newest(pys, 15) or pythons.newest(pys)
     if not python:
         sys.exit("no CPython found")
-    bench_pyprofd(args, python)
-    if python.minor >= 15 and not args.no_tachyon:
-        bench_tachyon(args, python)
+    tachyon = python.minor >= 15 and not args.no_tachyon
+    ours, theirs = [], []
+    for round_ in range(max(1, args.rounds)):
+        verbose = round_ == 0
+        ours.append(bench_pyprofd(args, python, verbose))
+        theirs.append(bench_tachyon(args, python, verbose) if tachyon else None)
+        if args.rounds > 1:
+            print("  round %d: pyprofd %5.2f %%%s" % (round_ + 1, ours[-1], "" if theirs[-1] is None else
+                  ", CPython's sampler %5.2f %% (%.2f of it)" % (theirs[-1], ours[-1] / theirs[-1])),
+                  flush=True)
+    if args.rounds > 1:
+        measured = [t for t in theirs if t is not None]
+        print("daemon CPU over %d rounds: pyprofd median %.2f %% (%.2f-%.2f)%s"
+              % (len(ours), statistics.median(ours), min(ours), max(ours), "" if not measured else
+                 ", CPython's sampler median %.2f %% (%.2f-%.2f)"
+                 % (statistics.median(measured), min(measured), max(measured))))
 
 
 if __name__ == "__main__":

@@ -293,6 +293,7 @@ def main():
     ap.add_argument("--sections", default="engines,depths,threads,callheavy,daemon",
                     help="which of engines, depths, threads, callheavy, daemon, all-pythons to run")
     ap.add_argument("--daemon-seconds", type=float, default=10.0)
+    ap.add_argument("--daemon-rounds", type=int, default=3)
     ap.add_argument("--no-counters", dest="counters", action="store_false",
                     help="leave out the engine's counters per sample after each table")
     ap.add_argument("--no-syscalls", dest="syscalls", action="store_false",
@@ -368,9 +369,11 @@ def main():
         print()
 
     if "daemon" in sections:
-        print("The daemon (make bench-daemon, %.0f s):" % args.daemon_seconds, flush=True)
+        print("The daemon (make bench-daemon, %.0f s, %d rounds):" % (args.daemon_seconds, args.daemon_rounds),
+              flush=True)
         subprocess.run([sys.executable, os.path.join(HERE, "daemon.py"), "--pyprofd", args.pyprofd,
-                        "--ctl", args.ctl, "--seconds", str(args.daemon_seconds)])
+                        "--ctl", args.ctl, "--seconds", str(args.daemon_seconds),
+                        "--rounds", str(args.daemon_rounds)])
 
 
 if __name__ == "__main__":
