@@ -10,8 +10,12 @@
 
 /* Processes looked at, over every target. */
 #define KSTILL_PROCS 256
-/* Tasks of one process a look tells of: a process of more is told by count alone. */
-#define KSTILL_TASKS 64
+/*
+ * Tasks of one process a look tells of: a process of more is told by count
+ * alone.  A thread pool of a few hundred, mostly asleep, is where a proof
+ * that a thread ran nothing saves the most pages.
+ */
+#define KSTILL_TASKS 256
 
 enum kstill_state {
 	KSTILL_UNSEEN = 0, /* not looked at yet */

@@ -568,6 +568,30 @@ def scenario_threads20(report_path):
     hold()
 
 
+# --- a pool of sleepers ------------------------------------------------------------
+
+POOL_THREADS = 200
+
+
+def pool_wait():
+    while True:
+        time.sleep(3600)  # BLOCK
+
+
+def pool_worker():
+    pool_wait()
+
+
+def scenario_pool(report_path):
+    """POOL_THREADS threads asleep in a pool beside a ticker that wakes every
+    2 ms, so the process as a whole never stands still: a thread pool of a
+    service between requests.  The report waits on the first sleeper."""
+    start_worker(ticker, "ticker")
+    idents = [start_worker(pool_worker, "pool-%03d" % i) for i in range(POOL_THREADS)]
+    start_reporter(report_path, idents[:1], extra={"pool": len(idents)})
+    hold()
+
+
 # --- spin ------------------------------------------------------------------------
 
 
@@ -707,6 +731,7 @@ SCENARIOS = {
     "callbacks": scenario_callbacks,
     "nonascii": scenario_nonascii,
     "threads20": scenario_threads20,
+    "pool": scenario_pool,
     "spin": scenario_spin,
     "exiting": scenario_exiting,
     "oddnames": scenario_oddnames,

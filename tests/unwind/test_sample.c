@@ -602,6 +602,62 @@ Test(sample, a_thread_asleep_since_its_read_pins_none_of_its_frames, .timeout = 
 	uw_kreader_close(kr);
 }
 
+/* Threads of the pool scenario (stacks.py's POOL_THREADS): more than a look told of before. */
+#define POOL_THREADS 200
+
+/*
+ * A pool of POOL_THREADS threads asleep beside a ticker (a service's thread
+ * pool between requests): the look tells of every task of a process of up to
+ * KSTILL_TASKS, so nearly every sleeper is proven at every sample, not only
+ * the first few score the look once told of, and the stacks so taken are a
+ * walk's with every cache off.  Every version.
+ */
+Test(sample, a_pool_of_sleepers_is_proven_thread_by_thread, .timeout = 600)
+{
+	struct uw_kreader *kr = look_reader();
+	if (!kr)
+		cr_skip_test("the kernel refused the look at which threads ran");
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	for (size_t i = 0; i < n; i++) {
+		struct test_target target;
+		test_target_start(&target, &pys[i], "pool");
+		json_decref(test_target_wait_report(&target, TARGET_READY_TIMEOUT_S));
+		/* Each thread's state from the kernel, so the whole-process proof never answers. */
+		struct uw_options looked = {.kreader = kr, .want_on_cpu = true, .no_write = true};
+		struct uw_target *t = test_uw_open(target.pid);
+		uw_configure(t, &looked);
+		uint64_t pages, proven;
+		look_samples(t, &pys[i], 10, &pages, &proven);
+		look_samples(t, &pys[i], LOOK_SAMPLES, &pages, &proven);
+		cr_log_info("%s: %d samples of %d sleepers read %llu pages, %llu thread samples proven",
+		            pys[i].path, LOOK_SAMPLES, POOL_THREADS, (unsigned long long)pages,
+		            (unsigned long long)proven);
+		/* A sleeper's one sample in a hundred unproven is slack for a slow host, no more. */
+		cr_assert_geq(proven, (uint64_t)LOOK_SAMPLES * POOL_THREADS * 99 / 100,
+		              "%s: %llu of %d sleepers' samples proven", pys[i].path, (unsigned long long)proven,
+		              LOOK_SAMPLES * POOL_THREADS);
+
+		struct uw_sample s = {0};
+		struct uw_error err = {0};
+		cr_assert_eq(uw_sample(t, &s, &err), 0, "%s: %s", pys[i].path, err.msg);
+		cr_assert_geq(s.nthreads, POOL_THREADS, "%s: %u threads sampled", pys[i].path, s.nthreads);
+		char *kept = sample_text(t, &s);
+		struct uw_options uncached = {.no_cache = true, .no_write = true};
+		uw_configure(t, &uncached);
+		cr_assert_eq(uw_sample(t, &s, &err), 0, "%s: %s", pys[i].path, err.msg);
+		char *read = sample_text(t, &s);
+		cr_assert_str_eq(kept, read, "%s: the stacks the kernel's look proved differ from a walk "
+		                 "with every cache off", pys[i].path);
+		free(kept);
+		free(read);
+		uw_sample_free(&s);
+		uw_close(t);
+		test_target_kill(&target);
+	}
+	uw_kreader_close(kr);
+}
+
 /*
  * A generator sleeps in a helper under one caller, then yields and is
  * resumed by another whose frame lies where the first's did: the frames of
