@@ -54,6 +54,7 @@ struct kstill {
 	const struct kstill_task *tasks;
 	size_t procs_len, tasks_len;
 	uint32_t nprocs;           /* processes in use lie below this */
+	uint32_t nwatched;         /* entries in use: with all KSTILL_PROCS, a watch is refused unsearched */
 	uint64_t looks;            /* looks taken: a look's number */
 };
 
@@ -129,7 +130,8 @@ void kstill_close(struct kstill *ks)
 
 int kstill_watch(struct kstill *ks, pid_t pid)
 {
-	if (!ks || pid <= 0)
+	/* A target past the room asks at every sample: it must not search a full table each time. */
+	if (!ks || pid <= 0 || ks->nwatched == KSTILL_PROCS)
 		return -1;
 	/* Bounded by KSTILL_PROCS: the first free entry, else one more. */
 	uint32_t at = 0;
@@ -141,14 +143,16 @@ int kstill_watch(struct kstill *ks, pid_t pid)
 		ks->nprocs++;
 	/* Unseen until the next look fills it in. */
 	ks->procs[at] = (struct kstill_proc){.pid = pid};
+	ks->nwatched++;
 	return (int)at;
 }
 
 void kstill_unwatch(struct kstill *ks, int proc)
 {
-	if (!ks || proc < 0 || (uint32_t)proc >= ks->nprocs)
+	if (!ks || proc < 0 || (uint32_t)proc >= ks->nprocs || ks->procs[proc].pid == 0)
 		return;
 	ks->procs[proc] = (struct kstill_proc){0};
+	ks->nwatched--;
 	/* Free entries at the top are given back, so a look goes no further than the processes watched. */
 	while (ks->nprocs && ks->procs[ks->nprocs - 1].pid == 0)
 		ks->nprocs--;

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "helpers.h"
+#include "kstill_abi.h"
 #include "pythons.h"
 #include "unwind.h"
 #include "uw_open.h"
@@ -655,6 +656,60 @@ Test(sample, a_pool_of_sleepers_is_proven_thread_by_thread, .timeout = 600)
 		uw_close(t);
 		test_target_kill(&target);
 	}
+	uw_kreader_close(kr);
+}
+
+/* Thread samples proven in count samples of t. */
+static uint64_t look_proven(struct uw_target *t, const struct python *py, int count)
+{
+	uint64_t pages, proven;
+	look_samples(t, py, count, &pages, &proven);
+	return proven;
+}
+
+/*
+ * The look watches KSTILL_PROCS processes at most.  A target past them
+ * proves nothing through it, and takes the entry a closed target gives
+ * back at its next sample.  The sleeper is two frames deep, too shallow for
+ * /proc's proof, and each thread's state is asked for, so that the process's
+ * is not tried: only the look proves it.  One interpreter: the table is the
+ * daemon's, whatever the version.
+ */
+Test(sample, a_target_past_the_looks_room_takes_an_entry_given_back, .timeout = 300)
+{
+	struct uw_kreader *kr = look_reader();
+	if (!kr)
+		cr_skip_test("the kernel refused the look at which threads ran");
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	cr_assert_gt(n, 0);
+	const struct python *py = &pys[n - 1];
+	struct test_target target;
+	char woke[PATH_MAX + 8];
+	wake_target_start(&target, py, "wake", woke, sizeof woke);
+	struct uw_options looked = {.kreader = kr, .want_on_cpu = true, .no_write = true};
+	static struct uw_target *watched[KSTILL_PROCS];
+	for (int i = 0; i < KSTILL_PROCS; i++) {
+		watched[i] = test_uw_open(target.pid);
+		uw_configure(watched[i], &looked);
+		look_proven(watched[i], py, 1); /* watched from its first sample on */
+	}
+	struct uw_target *past = test_uw_open(target.pid);
+	uw_configure(past, &looked);
+	cr_assert_eq(look_proven(past, py, 10), 0, "%s: a target past the look's %d processes proved "
+	             "a thread through it", py->path, KSTILL_PROCS);
+	cr_assert_gt(look_proven(watched[0], py, 3), 0, "%s: a watched target proves nothing", py->path);
+
+	uw_close(watched[KSTILL_PROCS / 2]);
+	watched[KSTILL_PROCS / 2] = NULL;
+	look_proven(past, py, 2); /* the entry taken, then the thread armed */
+	cr_assert_gt(look_proven(past, py, 5), 0, "%s: the entry a closed target gave back was not "
+	             "taken", py->path);
+	uw_close(past);
+	for (int i = 0; i < KSTILL_PROCS; i++)
+		if (watched[i])
+			uw_close(watched[i]);
+	test_target_kill(&target);
 	uw_kreader_close(kr);
 }
 
