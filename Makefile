@@ -275,11 +275,11 @@ $(BUILD)/proto/%.pb-c.o: $(BUILD)/proto/%.pb-c.c | $(POISON_H)
 	$(Q)$(CC) $(filter-out -Wmissing-prototypes -Wshadow,$(CFLAGS)) $(LIBINC) $(PKG_CFLAGS) -c -o $@ $<
 
 # The in-kernel reader's BPF programs (kread: copies a thread's frames;
-# kstill: looks at which threads ran, a program of its own, as a kernel may
-# refuse it alone), compiled by clang for the BPF target and built into the
+# kstill: looks at which threads ran; kcopy: copies a process as it falls
+# quiet; each a program of its own, as a kernel may refuse it alone), compiled by clang for the BPF target and built into the
 # unwinder as libbpf skeletons (bytes and loader in a header).
 BPF_MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null)
-BPF_SKELS      = $(BUILD)/daemon/unwind/kread.skel.h $(BUILD)/daemon/unwind/kstill.skel.h
+BPF_SKELS      = $(BUILD)/daemon/unwind/kread.skel.h $(BUILD)/daemon/unwind/kstill.skel.h $(BUILD)/daemon/unwind/kcopy.skel.h
 $(BUILD)/daemon/unwind/%.bpf.o: daemon/unwind/%.bpf.c daemon/unwind/%_abi.h
 	@mkdir -p $(@D)
 	$(E) "  BPF     $<"
@@ -289,7 +289,8 @@ $(BUILD)/daemon/unwind/%.skel.h: $(BUILD)/daemon/unwind/%.bpf.o
 	$(Q)bpftool gen skeleton $< name $*_bpf > $@.tmp && mv $@.tmp $@
 $(BUILD)/daemon/unwind/kread.o: $(BUILD)/daemon/unwind/kread.skel.h
 $(BUILD)/daemon/unwind/kstill.o: $(BUILD)/daemon/unwind/kstill.skel.h
-$(BUILD)/daemon/unwind/kread.o $(BUILD)/daemon/unwind/kstill.o: LIBINC += -I$(BUILD)/daemon/unwind
+$(BUILD)/daemon/unwind/kcopy.o: $(BUILD)/daemon/unwind/kcopy.skel.h
+$(BUILD)/daemon/unwind/kread.o $(BUILD)/daemon/unwind/kstill.o $(BUILD)/daemon/unwind/kcopy.o: LIBINC += -I$(BUILD)/daemon/unwind
 .SECONDARY: $(BPF_SKELS) $(BPF_SKELS:.skel.h=.bpf.o)
 
 $(BUILD)/%.o: %.c | $(PROTO_H) $(POISON_H)

@@ -38,6 +38,7 @@ const struct stats_counter counters_table[COUNTERS_COUNT] = {
 	{"marker_foreign", offsetof(struct uw_stats, marker_foreign)},
 	{"still_proven", offsetof(struct uw_stats, still_proven)},
 	{"process_still", offsetof(struct uw_stats, process_still)},
+	{"kernel_copies", offsetof(struct uw_stats, kernel_copies)},
 	{"kernel_stacks", offsetof(struct uw_stats, kernel_stacks)},
 	{"kernel_watches", offsetof(struct uw_stats, kernel_watches)},
 	{"kernel_paced", offsetof(struct uw_stats, kernel_paced)},

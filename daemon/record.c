@@ -44,6 +44,9 @@ static const char record_usage[] =
 	"  --no-kernel-reader  never load the in-kernel reader (as root): threads whose stacks\n"
 	"                      move under every read go uncounted (3.11-3.14), and /proc, not\n"
 	"                      the kernel's look, proves which threads ran (for comparison)\n"
+	"  --no-kernel-copy    never have the kernel copy the target as it falls quiet (its\n"
+	"                      threads then pay nothing as they sleep; a sample after they ran\n"
+	"                      reads their memory from outside)\n"
 	"  -o, --output FILE   write the profile to FILE (default: standard output)\n"
 	"  --format F          collapsed (default), flamegraph (one HTML file), heatmap\n"
 	"                      (the same page with the process's sources, line by line),\n"
@@ -71,6 +74,7 @@ struct record_opts {
 	bool stats, stats_json;
 	bool no_idle, per_thread;
 	bool no_kernel_reader;
+	bool no_kernel_copy;
 	struct uw_error kreader_err; /* why the in-kernel reader could not be loaded */
 };
 
@@ -87,6 +91,7 @@ static int record_parse(int argc, char **argv, struct record_opts *o)
 		{"no-cache", no_argument, NULL, 'C'},
 		{"no-write", no_argument, NULL, 'W'},
 		{"no-kernel-reader", no_argument, NULL, 'K'},
+		{"no-kernel-copy", no_argument, NULL, 'Q'},
 		{"output", required_argument, NULL, 'o'},
 		{"format", required_argument, NULL, 'f'},
 		{"stats", no_argument, NULL, 's'},
@@ -144,6 +149,7 @@ static int record_parse(int argc, char **argv, struct record_opts *o)
 		case 'C': o->uw.no_cache = true; break;
 		case 'W': o->uw.no_write = true; break;
 		case 'K': o->no_kernel_reader = true; break;
+		case 'Q': o->no_kernel_copy = true; break;
 		case 'o': o->output = optarg; break;
 		case 'f':
 			o->table = strcmp(optarg, "table") == 0;
@@ -263,6 +269,11 @@ static json_t *record_stats_json(const struct uw_target *t, struct record_run *r
 	const char *refused = uw_kreader_look_refused(o->uw.kreader);
 	json_object_set_new(j, "kernel_look", json_string(!o->uw.kreader ? "off"
 	                                                  : refused      ? refused
+	                                                                 : "on"));
+	/* Whether the kernel copies a process as it falls quiet: then a sample after a burst pins no page. */
+	const char *uncopied = uw_kreader_copy_refused(o->uw.kreader);
+	json_object_set_new(j, "kernel_copy", json_string(!o->uw.kreader ? "off"
+	                                                  : uncopied     ? uncopied
 	                                                                 : "on"));
 	return j;
 }
@@ -515,6 +526,8 @@ int record_main(int argc, char **argv)
 	o.uw.epoch_ctx = &prof;
 	/* Without it (not root), threads whose stacks move under every read go uncounted: the stats say why. */
 	o.uw.kreader = o.no_kernel_reader ? NULL : uw_kreader_open(&o.kreader_err);
+	if (o.no_kernel_copy)
+		uw_kreader_copy_off(o.uw.kreader);
 	/* Faster than a thread may be shot (2 kHz): each sample waits for its shot, rather than go unshot. */
 	o.uw.kernel_pace = o.rate == 0 || o.rate > 2000;
 	uw_configure(t, &o.uw);

@@ -46,6 +46,9 @@ struct uw_kreader {
 	/* The look at which threads ran (kstill.c): its own program, which a kernel may refuse alone. */
 	struct kstill *still;
 	struct uw_error still_err;
+	/* The copy of a process as it falls quiet (kcopy.c): its own program, which a kernel may refuse alone. */
+	struct kcopy *copier;
+	struct uw_error copier_err;
 };
 
 /* libbpf's own messages would go to stderr: what failed is told through uw_error. */
@@ -80,8 +83,8 @@ struct uw_kreader *uw_kreader_open(struct uw_error *err)
 	kr->slot_stride = (sizeof(struct kread_slot) + 7) & ~(size_t)7;
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
 	kr->slots_len = (kr->slot_stride * KREAD_SLOTS + page - 1) / page * page;
-	void *m = mmap(NULL, kr->slots_len, PROT_READ, MAP_SHARED, bpf_map__fd(kr->skel->maps.slots), 0);
-	if (m == MAP_FAILED) {
+	void *m = kernel_map_mmap(kr->skel->maps.slots, kr->slots_len, PROT_READ);
+	if (!m) {
 		uw_fail(err, UW_EIO, "in-kernel reader: mapping its snapshots: %s", strerror(errno));
 		kr->slots_len = 0;
 		uw_kreader_close(kr);
@@ -89,6 +92,9 @@ struct uw_kreader *uw_kreader_open(struct uw_error *err)
 	}
 	kr->slots = m;
 	kr->still = kstill_open(&kr->still_err);
+	/* Its copies are taken only on the look's word: without the look, no copier. */
+	if (kr->still)
+		kr->copier = kcopy_open(&kr->copier_err);
 	return kr;
 }
 
@@ -103,6 +109,7 @@ void uw_kreader_close(struct uw_kreader *kr)
 		munmap((void *)kr->slots, kr->slots_len);
 	if (kr->skel)
 		kread_bpf__destroy(kr->skel);
+	kcopy_close(kr->copier);
 	kstill_close(kr->still);
 	free(kr);
 }
@@ -222,6 +229,11 @@ struct kstill *kread_still(const struct uw_kreader *kr)
 	return kr ? kr->still : NULL;
 }
 
+struct kcopy *kread_copier(const struct uw_kreader *kr)
+{
+	return kr ? kr->copier : NULL;
+}
+
 void uw_kreader_look(struct uw_kreader *kr)
 {
 	if (kr)
@@ -231,4 +243,20 @@ void uw_kreader_look(struct uw_kreader *kr)
 const char *uw_kreader_look_refused(const struct uw_kreader *kr)
 {
 	return kr && !kr->still ? kr->still_err.msg : NULL;
+}
+
+const char *uw_kreader_copy_refused(const struct uw_kreader *kr)
+{
+	if (!kr || kr->copier)
+		return NULL;
+	return kr->still ? kr->copier_err.msg : kr->still_err.msg;
+}
+
+void uw_kreader_copy_off(struct uw_kreader *kr)
+{
+	if (!kr || !kr->copier)
+		return;
+	kcopy_close(kr->copier);
+	kr->copier = NULL;
+	uw_fail(&kr->copier_err, UW_EPERM, "off");
 }

@@ -58,7 +58,7 @@ struct kstill {
 	uint64_t looks;            /* looks taken: a look's number */
 };
 
-static void *kstill_map(const struct bpf_map *map, size_t len, int prot)
+void *kernel_map_mmap(const struct bpf_map *map, size_t len, int prot)
 {
 	void *m = mmap(NULL, len, prot, MAP_SHARED, bpf_map__fd(map), 0);
 	return m == MAP_FAILED ? NULL : m;
@@ -103,9 +103,9 @@ struct kstill *kstill_open(struct uw_error *err)
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
 	size_t procs_len = (sizeof(struct kstill_proc) * KSTILL_PROCS + page - 1) / page * page;
 	size_t tasks_len = (sizeof(struct kstill_task) * KSTILL_PROCS * KSTILL_TASKS + page - 1) / page * page;
-	ks->procs = kstill_map(ks->skel->maps.procs, procs_len, PROT_READ | PROT_WRITE);
+	ks->procs = kernel_map_mmap(ks->skel->maps.procs, procs_len, PROT_READ | PROT_WRITE);
 	ks->procs_len = ks->procs ? procs_len : 0;
-	ks->tasks = kstill_map(ks->skel->maps.tasks, tasks_len, PROT_READ);
+	ks->tasks = kernel_map_mmap(ks->skel->maps.tasks, tasks_len, PROT_READ);
 	ks->tasks_len = ks->tasks ? tasks_len : 0;
 	if (!ks->procs || !ks->tasks) {
 		uw_fail(err, UW_EIO, "mapping the looks at which threads ran: %s", strerror(errno));

@@ -171,6 +171,8 @@ int remote_write(struct remote *r, raddr_t addr, const void *buf, size_t len, st
 	struct iovec remote = {.iov_base = (void *)(uintptr_t)addr, .iov_len = len};
 	r->writes++;
 	ssize_t n = process_vm_writev(r->pid, &local, 1, &remote, 1, 0);
+	/* After the write, failed or not: a copy begun before may hold what it overwrote. */
+	r->wrote_ns = unwind_now_ns();
 	if (n == (ssize_t)len)
 		return 0;
 	if (n < 0 && errno == ESRCH)

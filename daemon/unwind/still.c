@@ -91,6 +91,11 @@ void still_free(struct uw_target *t)
 	if (ps->look_proc >= 0)
 		kstill_unwatch(kread_still(t->opts.kreader), ps->look_proc);
 	ps->look_proc = -1;
+	kcopy_release(kread_copier(t->opts.kreader), ps->copy_slot);
+	ps->copy_slot = -1;
+	ps->copy_generation = 0;
+	ps->copy_current = false;
+	ps->copy_sampled_ns = ps->copy_interval_ns = ps->copy_quiet_seen = ps->copy_quiet_x256 = 0;
 	ps->look_start = 0;
 	if (ps->task_dir) {
 		closedir(ps->task_dir);
@@ -264,6 +269,14 @@ static void still_arm_looked(struct uw_target *t)
 	}
 	ps->nlooked = n;
 	ps->armed = ps->by_look = true;
+}
+
+const struct kstill_task *still_tasks(struct uw_target *t, uint32_t *n)
+{
+	*n = 0;
+	if (!t->look || t->still.look_proc < 0)
+		return NULL;
+	return still_looked_tasks(t, n);
 }
 
 const struct kstill_task *still_task_seen(struct uw_target *t, pid_t tid, uint32_t *hint)

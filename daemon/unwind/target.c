@@ -251,6 +251,7 @@ static struct uw_target *target_new(pid_t pid, struct uw_error *err)
 		return NULL;
 	}
 	t->still.look_proc = -1;
+	t->still.copy_slot = -1;
 	t->pid = pid;
 	t->mem.pid = pid;
 	t->pthread_tid_offset = -1;

@@ -143,8 +143,8 @@ struct uw_target;
 struct uw_kreader;
 /* NULL and *err when the kernel refuses it. */
 struct uw_kreader *uw_kreader_open(struct uw_error *err);
-/* Descriptors a reader holds at most: its maps, programs and BTF, and two per watched thread. */
-#define UW_KREADER_DESCRIPTORS (12u + 2u * 64u)
+/* Descriptors a reader holds at most: its maps, programs and BTF, two per watched thread, one per copied task. */
+#define UW_KREADER_DESCRIPTORS (12u + 2u * 64u + 128u)
 /* Close every target using it first. */
 void uw_kreader_close(struct uw_kreader *kr);
 /*
@@ -158,6 +158,13 @@ void uw_kreader_close(struct uw_kreader *kr);
 void uw_kreader_look(struct uw_kreader *kr);
 /* Why the kernel refused the look (its program needs the task iterator of Linux 6.7), NULL when it did not. */
 const char *uw_kreader_look_refused(const struct uw_kreader *kr);
+/*
+ * Why the kernel refused its copy of a process as it falls quiet (kcopy.c;
+ * taken only on the look's word, so refused with it), NULL when it did not.
+ */
+const char *uw_kreader_copy_refused(const struct uw_kreader *kr);
+/* No copies from now on (before any target is sampled with the reader): the targets pay nothing for them. */
+void uw_kreader_copy_off(struct uw_kreader *kr);
 
 /*
  * A budget of the /proc descriptors targets keep open between samples (a
@@ -408,6 +415,7 @@ struct uw_stats {
 	uint64_t kernel_paced;             /* samples that waited for a shot (kernel_pace) */
 	uint64_t kernel_paced_ns;          /* the time they waited, not the sampler's work */
 	uint64_t kernel_watch_failures;    /* threads that tore but could not be watched: no slot free, or the kernel refused */
+	uint64_t kernel_copies;            /* samples whose batched read was the kernel's copy of the process as it fell quiet: no page pinned */
 	uint64_t process_still;            /* samples the kernel proved no thread of the process ran since one read whole: no memory read */
 	uint64_t cache_resets;             /* budget reached: everything forgotten */
 	uint64_t walks_cut;                /* samples cut short at max_sample_ns */

@@ -56,6 +56,7 @@ struct remote {
 	uint64_t pages;  /* pages the reads touched (the kernel pins each) */
 	uint64_t read_ns; /* time in process_vm_readv */
 	uint64_t writes;
+	uint64_t wrote_ns; /* when a write last returned (unwind_now_ns): a copy begun before may be stale */
 };
 
 /*
@@ -447,6 +448,8 @@ struct view_batch {
 	struct remote_range *ranges;
 	raddr_t *owners; /* each range's: one thread's alone (used_range.owner), or 0 */
 	size_t owners_cap;
+	uint32_t *used_lens; /* each range's bytes the reads used, from its start: the rest is room to grow */
+	size_t used_lens_cap;
 	uint32_t n;
 	uint32_t last; /* the range the last lookup found (view.c's batch_find_near) */
 	size_t cap;
@@ -512,6 +515,12 @@ struct process_still {
 	int look_proc;
 	uint64_t look_start;    /* when the process the look found began (0: not yet found): another pid's is not it */
 	bool by_look;           /* the kept sample was proven by the look, not /proc */
+	/* The kernel's copy of the process as it falls quiet (kcopy.c): its slot (-1: none), and the plan copied. */
+	int copy_slot;
+	uint64_t copy_generation;
+	bool copy_current;      /* the plan copied is the batch's */
+	/* When copies are made (view_copy_window): the last sample's time, and averages over samples. */
+	uint64_t copy_sampled_ns, copy_interval_ns, copy_quiet_seen, copy_quiet_x256;
 	uint32_t nlooked;
 	struct still_seen looked[KSTILL_TASKS];
 };
@@ -535,6 +544,8 @@ void still_free(struct uw_target *t);
  * was found.
  */
 const struct kstill_task *still_task_seen(struct uw_target *t, pid_t tid, uint32_t *hint);
+/* Every task this sample's look saw of the process (*n), NULL when it saw none. */
+const struct kstill_task *still_tasks(struct uw_target *t, uint32_t *n);
 
 /* target.c — the opened process; owns everything above. */
 struct uw_target {
@@ -643,6 +654,11 @@ uint32_t pyobj_read_str(struct uw_target *t, raddr_t addr, struct uw_error *err)
  */
 const uint8_t *view_read(struct uw_target *t, raddr_t addr, uint32_t len, uint32_t grow,
                          struct uw_error *err);
+/*
+ * As a sample begins, on its look's word: when the kernel copies the
+ * process before the next one (view.c).
+ */
+void view_copy_window(struct uw_target *t);
 /* Start a sample: issue the batched read planned by the last one. */
 int view_begin(struct uw_target *t, struct uw_error *err);
 /*
@@ -890,6 +906,9 @@ void tasks_free(struct uw_target *t);
 /* kstill.c: the kernel's word on which threads ran (see kstill.c) */
 struct kstill;
 /* NULL and *err when the kernel refuses its program. */
+struct bpf_map;
+/* A BPF array made with BPF_F_MMAPABLE, len bytes of it mapped with prot (MAP_SHARED), or NULL. */
+void *kernel_map_mmap(const struct bpf_map *map, size_t len, int prot);
 struct kstill *kstill_open(struct uw_error *err);
 void kstill_close(struct kstill *ks);
 /* Look at process pid (as /proc names it) from the next look on: its number in the look, or -1. */
@@ -908,7 +927,43 @@ uint64_t kstill_looks(const struct kstill *ks);
 const struct kstill_task *kstill_seen(const struct kstill *ks, int proc, uint32_t *ntasks,
                                      uint64_t *start_ns);
 
+/* kcopy.c: the kernel's copy of a process as it falls quiet (see kcopy.c) */
+struct kcopy;
+struct kcopy *kcopy_open(struct uw_error *err);
+void kcopy_close(struct kcopy *kc);
+/* A slot for a process, or -1 (none free, or no copier). */
+int kcopy_claim(struct kcopy *kc);
+void kcopy_release(struct kcopy *kc, int slot);
+/* Watch the process's tasks as this sample's look lists them (n of them): the ones that end are let go. */
+void kcopy_follow(struct kcopy *kc, int slot, const struct kstill_task *tasks, uint32_t n);
+/*
+ * Copy these ranges (a sample's batch plan), each as far as its reads used
+ * (used_lens: the room to grow is left to a read), from now on: the plan's
+ * generation, 0 when it is not copied.  owners: the task id (as /proc names
+ * it) of the thread whose stack each holds, or 0.
+ */
+uint64_t kcopy_plan(struct kcopy *kc, int slot, const struct remote_range *ranges, const uint32_t *used_lens,
+                    const pid_t *owners, uint32_t n);
+/* The times a switch away left the slot's process quiet, so far (a copy may be made at each). */
+uint64_t kcopy_quiet(const struct kcopy *kc, int slot);
+/*
+ * Copies of the slot's process are made from from_ns on (CLOCK_MONOTONIC),
+ * none before, and hold the stack of a thread only if it was switched away
+ * since since_ns (a sample's look).
+ */
+void kcopy_window(struct kcopy *kc, int slot, uint64_t since_ns, uint64_t from_ns);
+/*
+ * Fill the ranges (the plan of that generation, their buffers given) from
+ * the slot's copy, each as far as the plan copied it (got), when it was taken after after_ns and the look (tasks, n)
+ * proves nothing of the process ran since: true then, else false and the
+ * ranges are to be read.
+ */
+bool kcopy_take(struct kcopy *kc, int slot, uint64_t generation, uint64_t after_ns,
+                const struct kstill_task *tasks, uint32_t n, struct remote_range *ranges, uint32_t nranges);
+
 /* kread.c: the in-kernel reader (struct uw_kreader, unwind.h) */
+/* The reader's copier of processes as they fall quiet, NULL when the kernel refused it. */
+struct kcopy *kread_copier(const struct uw_kreader *kr);
 /* The reader's look at which threads ran, NULL when the kernel refused it. */
 struct kstill *kread_still(const struct uw_kreader *kr);
 struct kread_frame;

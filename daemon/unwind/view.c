@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kcopy_abi.h"
 #include "unwind_internal.h"
 
 /* Ranges closer than this are read as one. */
@@ -35,8 +36,8 @@ static int used_cmp(const void *a, const void *b)
 	return x->addr < y->addr ? -1 : x->addr > y->addr;
 }
 
-/* Read a planned batch. */
-static int batch_fetch(struct uw_target *t, struct view_batch *b, struct uw_error *err)
+/* Room for a planned batch's bytes, each range given its place in it. */
+static int batch_room(struct view_batch *b, struct uw_error *err)
 {
 	size_t total = 0;
 	for (uint32_t i = 0; i < b->n; i++)
@@ -53,6 +54,14 @@ static int batch_fetch(struct uw_target *t, struct view_batch *b, struct uw_erro
 		b->ranges[i].buf = b->buf + off;
 		off += b->ranges[i].len;
 	}
+	return 0;
+}
+
+/* Read a planned batch. */
+static int batch_fetch(struct uw_target *t, struct view_batch *b, struct uw_error *err)
+{
+	if (batch_room(b, err) != 0)
+		return -1;
 	return remote_read_batch(&t->mem, b->ranges, b->n, err);
 }
 
@@ -64,12 +73,14 @@ static void batch_plan(struct view_batch *b, struct used_range *used, uint32_t n
 	size_t total = 0;
 	for (uint32_t i = 0; i < nused;) {
 		raddr_t start = used[i].addr;
-		raddr_t end = start + used[i].len + used[i].grow;
+		raddr_t end = start + used[i].len + used[i].grow, used_end = start + used[i].len;
 		raddr_t owner = used[i].owner;
 		for (i++; i < nused && used[i].addr <= end + VIEW_MERGE_GAP; i++) {
 			raddr_t e = used[i].addr + used[i].len + used[i].grow;
 			if (e > end)
 				end = e;
+			if (used[i].addr + used[i].len > used_end)
+				used_end = used[i].addr + used[i].len;
 			if (used[i].owner != owner)
 				owner = 0;
 		}
@@ -77,9 +88,11 @@ static void batch_plan(struct view_batch *b, struct used_range *used, uint32_t n
 		    n >= VIEW_PREFETCH_MAX_RANGES)
 			break;
 		if (array_reserve((void **)&b->ranges, &b->cap, n, sizeof *b->ranges, NULL) ||
-		    array_reserve((void **)&b->owners, &b->owners_cap, n, sizeof *b->owners, NULL))
+		    array_reserve((void **)&b->owners, &b->owners_cap, n, sizeof *b->owners, NULL) ||
+		    array_reserve((void **)&b->used_lens, &b->used_lens_cap, n, sizeof *b->used_lens, NULL))
 			break;
 		b->ranges[n] = (struct remote_range){.addr = start, .len = (uint32_t)(end - start)};
+		b->used_lens[n] = (uint32_t)(used_end - start);
 		b->owners[n++] = owner;
 		total += end - start;
 	}
@@ -139,21 +152,110 @@ static void batch_free(struct view_batch *b)
 {
 	free(b->ranges);
 	free(b->owners);
+	free(b->used_lens);
 	free(b->buf);
 	memset(b, 0, sizeof *b);
 }
 
-/* Whether the thread of tstate is proven to have run nothing since its last walk (hint: where to look first). */
-static bool view_owner_still(const struct uw_target *t, raddr_t tstate, uint32_t *hint)
+/* The thread of tstate, NULL if there is none (hint: where to look first). */
+static const struct thread_cache *view_owner(const struct uw_target *t, raddr_t tstate, uint32_t *hint)
 {
 	for (uint32_t k = 0; k < t->nthreads; k++) {
 		uint32_t i = (*hint + k) % t->nthreads;
 		if (t->threads[i].tstate == tstate) {
 			*hint = i + 1;
-			return t->threads[i].still.holds;
+			return &t->threads[i];
 		}
 	}
-	return false;
+	return NULL;
+}
+
+/* Whether the thread of tstate is proven to have run nothing since its last walk (hint: where to look first). */
+static bool view_owner_still(const struct uw_target *t, raddr_t tstate, uint32_t *hint)
+{
+	const struct thread_cache *tc = view_owner(t, tstate, hint);
+	return tc && tc->still.holds;
+}
+
+/* The batch's plan, for the kernel to copy at the process's next fall into quiet (kcopy.c). */
+static void view_copy_plan(struct uw_target *t)
+{
+	struct process_still *ps = &t->still;
+	if (ps->copy_slot < 0)
+		return;
+	/*
+	 * Each range of one thread's stack by its task, as the look knows it:
+	 * the kernel copies it only after the thread ran.  A plan of more
+	 * ranges than a copy holds is none.
+	 */
+	pid_t owners[KCOPY_RANGES];
+	uint32_t n = t->batch.n <= KCOPY_RANGES ? t->batch.n : 0, hint = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		const struct thread_cache *tc = t->batch.owners[i] ? view_owner(t, t->batch.owners[i], &hint) : NULL;
+		owners[i] = tc && tc->still.proc_tid_of > 0 && tc->still.proc_tid > 0 ? (pid_t)tc->still.proc_tid : 0;
+	}
+	ps->copy_generation = kcopy_plan(kread_copier(t->opts.kreader), ps->copy_slot, t->batch.ranges,
+	                                 t->batch.used_lens, owners, n);
+	ps->copy_current = true;
+}
+
+/*
+ * Quiet moments a sample's copy window holds, on average, times 256.  Only
+ * the last copy before a sample is taken, and a copy costs the target
+ * about a sixth of what the read it saves costs the daemon (a few
+ * kilobytes, their cache lines cold, against pinning their pages): so
+ * copies are made only in the stretch before the next sample that holds
+ * about two of the process's quiet moments (e^-2 of samples find none in
+ * it, and are read), not at every one since the last sample.
+ */
+#define VIEW_COPY_QUIET_X256 512u
+
+void view_copy_window(struct uw_target *t)
+{
+	struct process_still *ps = &t->still;
+	struct kcopy *kc = kread_copier(t->opts.kreader);
+	if (!kc || ps->copy_slot < 0)
+		return;
+	uint64_t now = unwind_now_ns(), quiet = kcopy_quiet(kc, ps->copy_slot);
+	if (ps->copy_sampled_ns && now > ps->copy_sampled_ns) {
+		/* Averages over about the last eight samples: the time between them, and the quiet moments in it. */
+		uint64_t gap = now - ps->copy_sampled_ns, seen = (quiet - ps->copy_quiet_seen) * 256u;
+		ps->copy_interval_ns = ps->copy_interval_ns ? (7 * ps->copy_interval_ns + gap) / 8 : gap;
+		ps->copy_quiet_x256 = (7 * ps->copy_quiet_x256 + seen) / 8;
+	}
+	ps->copy_sampled_ns = now;
+	ps->copy_quiet_seen = quiet;
+	uint64_t interval = ps->copy_interval_ns, window = interval;
+	if (ps->copy_quiet_x256 > VIEW_COPY_QUIET_X256)
+		window = interval * VIEW_COPY_QUIET_X256 / ps->copy_quiet_x256;
+	kcopy_window(kc, ps->copy_slot, now, now + interval - window);
+}
+
+/*
+ * The batch from the kernel's copy of the process, taken as it last fell
+ * quiet, when this sample's look proves nothing of it ran since (kcopy.c):
+ * not a page pinned.  The tasks it copies at are the look's from now on.
+ */
+static bool view_from_copy(struct uw_target *t, struct uw_error *err)
+{
+	struct process_still *ps = &t->still;
+	struct kcopy *kc = kread_copier(t->opts.kreader);
+	uint32_t n;
+	const struct kstill_task *tasks = kc ? still_tasks(t, &n) : NULL;
+	if (!tasks)
+		return false;
+	/* Copied once the look knows its tasks; a process past the copier's room asks at every sample. */
+	if (ps->copy_slot < 0 && (ps->copy_slot = kcopy_claim(kc)) < 0)
+		return false;
+	kcopy_follow(kc, ps->copy_slot, tasks, n);
+	if (!ps->copy_current)
+		view_copy_plan(t);
+	if (!ps->copy_generation || batch_room(&t->batch, err) != 0 ||
+	    !kcopy_take(kc, ps->copy_slot, ps->copy_generation, t->mem.wrote_ns, tasks, n, t->batch.ranges,
+	                t->batch.n))
+		return false;
+	t->stats.kernel_copies++;
+	return true;
 }
 
 int view_begin(struct uw_target *t, struct uw_error *err)
@@ -162,6 +264,11 @@ int view_begin(struct uw_target *t, struct uw_error *err)
 	t->nmissed = 0;
 	if (t->opts.no_cache || t->batch.n == 0)
 		return 0;
+	if (view_from_copy(t, err)) {
+		for (uint32_t i = 0; i < t->batch.n; i++)
+			t->batch.ranges[i].skip = false;
+		return 0;
+	}
 	bool any = false;
 	for (uint32_t i = 0; i < t->nthreads && !any; i++)
 		any = t->threads[i].still.holds;
@@ -328,6 +435,8 @@ static void view_replan(struct uw_target *t)
 		t->nplanned = t->nused;
 	}
 	batch_plan(&t->batch, t->used, t->nused);
+	t->still.copy_current = false;
+	view_copy_plan(t);
 }
 
 void view_end(struct uw_target *t, bool plan_next)

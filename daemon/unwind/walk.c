@@ -1323,6 +1323,7 @@ int uw_sample(struct uw_target *t, struct uw_sample *s, struct uw_error *err)
 		goto done;
 	s->epoch = t->epoch;
 	t->look = still_look(t);
+	view_copy_window(t);
 	/* Nothing of the process ran since the sample kept: that is this one, no memory read. */
 	if (still_sample(t, s)) {
 		rc = 0;

@@ -27,7 +27,7 @@ Test(config, file_then_flags)
 	config_file(dir, sizeof dir, file, sizeof file,
 	            "[limits]\nmax_connections = 10\nmax_targets = 7\nmax_connections_per_uid = 4\n"
 	            "root_reserved_connections = 20\nidle_timeout_s = 30\nrequest_timeout_s = 2\n"
-	            "[sampling]\ndefault_rate_hz = 50\nmax_rate_hz = 500\n"
+	            "[sampling]\ndefault_rate_hz = 50\nmax_rate_hz = 500\nkernel_copy = false\n"
 	            "[storage]\nflush_interval_s = 3\nretention = 600:60,7200:600\n");
 	char *argv[] = {"serve", "--state-dir", dir, "--max-targets", "9", NULL};
 	struct config c;
@@ -41,6 +41,8 @@ Test(config, file_then_flags)
 	cr_assert_eq(c.max_targets, 9, "a flag beats the file");
 	cr_assert_eq(c.default_rate_hz, 50);
 	cr_assert_eq(c.max_rate_hz, 500);
+	cr_assert(c.no_kernel_copy, "kernel_copy = false");
+	cr_assert(!c.no_kernel_reader, "the reader stays on without its copies");
 	cr_assert_eq(c.flush_interval_s, 3.0);
 	cr_assert_eq(c.nretention, 2);
 	cr_assert_eq(c.retention_age_s[1], 7200.0);
@@ -61,6 +63,7 @@ Test(config, bad_settings_are_refused)
 		"[nosection]\nx = 1\n",                    /* unknown section */
 		"[storage]\nretention = 600:7\n",          /* not a multiple of the finest bucket */
 		"[storage]\nretention = 600:60,300:600\n", /* ages must grow */
+		"[sampling]\nkernel_copy = no\n",         /* true or false */
 		"this is not ini\n",
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -262,7 +262,8 @@ Test(record, stats_json_tells_the_timings_and_counters, .timeout = 300)
 	cr_assert_gt(json_integer_value(json_object_get(st, "ok_samples")), 10, "%s", line);
 	cr_assert(median > 0 && median <= p99, "median %.3f, p99 %.3f", median, p99);
 	static const char *const counters[] = {"steady_hits", "pages_read", "marker_honoured",
-	                                       "still_proven", "process_still", "kernel_paced_ns"};
+	                                       "still_proven", "process_still", "kernel_paced_ns",
+	                                       "kernel_copies"};
 	for (size_t i = 0; i < COUNT(counters); i++)
 		cr_assert(json_is_integer(json_object_get(st, counters[i])), "no %s in %s", counters[i],
 		          line);
@@ -335,5 +336,56 @@ Test(record, a_paced_sample_is_timed_without_its_wait, .timeout = 300)
 		if (waited)
 			break;
 	}
+	test_target_kill(&target);
+}
+
+/*
+ * A target whose threads nap between rounds of calls (a service between
+ * requests) falls quiet many times a second: recorded as root, some of its
+ * samples are the kernel's copies of it (kcopy.c), and none with
+ * --no-kernel-copy, which says so.  The newest interpreter: the copy is the
+ * daemon's, whatever the version (the unwinder's tests run every one).
+ */
+Test(record, a_target_fallen_quiet_is_copied_unless_told_not_to, .timeout = 300)
+{
+	if (geteuid() != 0)
+		cr_skip_test("the in-kernel reader needs root");
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	cr_assert_gt(n, 0);
+	char script[1024];
+	target_script("callgraph.py", script, sizeof script);
+	const char *target_args[] = {"-I", script, "--naps", "{report}", NULL};
+	struct test_target target;
+	test_target_start_python(&target, &pys[n - 1], target_args);
+	json_decref(test_target_wait_report(&target, TARGET_READY_TIMEOUT_S));
+	static const char *const copied[] = {"--rate", "100", "--duration", "2", "--stats-json", "-o",
+	                                     "/dev/null", NULL};
+	static const char *const uncopied[] = {"--rate", "100", "--duration", "2", "--no-kernel-copy",
+	                                       "--stats-json", "-o", "/dev/null", NULL};
+	struct run_result r;
+	const char *line;
+	record(&r, target.pid, copied);
+	json_t *st = record_stats(&r, &line);
+	const char *look = json_string_value(json_object_get(st, "kernel_look"));
+	if (!look || strcmp(look, "on") != 0) {
+		cr_log_info("%s", line);
+		json_decref(st);
+		run_result_free(&r);
+		test_target_kill(&target);
+		cr_skip_test("the kernel refused the look at which threads ran");
+	}
+	cr_assert_str_eq(json_string_value(json_object_get(st, "kernel_copy")), "on", "%s", line);
+	cr_assert_gt(json_integer_value(json_object_get(st, "kernel_copies")), 0, "%s", line);
+	json_decref(st);
+	run_result_free(&r);
+
+	record(&r, target.pid, uncopied);
+	st = record_stats(&r, &line);
+	cr_assert_str_eq(json_string_value(json_object_get(st, "kernel_copy")), "off", "%s", line);
+	cr_assert_eq(json_integer_value(json_object_get(st, "kernel_copies")), 0, "%s", line);
+	cr_assert_gt(json_integer_value(json_object_get(st, "ok_samples")), 100, "%s", line);
+	json_decref(st);
+	run_result_free(&r);
 	test_target_kill(&target);
 }

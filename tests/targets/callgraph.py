@@ -4,6 +4,8 @@ short calls), and worker threads start and end, so a sampler that mixes two
 moments of a stack would show a pair that cannot exist.
 
     python callgraph.py REPORT    (runs until killed; writes EDGES to REPORT as JSON once warm)
+    python callgraph.py --naps REPORT  (the same, every thread napping between calls: the
+                                  process falls quiet many times a second, its stacks elsewhere each time)
     python callgraph.py --edges   (prints EDGES as JSON)
 """
 import json
@@ -14,6 +16,8 @@ import time
 
 # Iterations of busy work in every function: calls come every few microseconds.
 WORK = 100
+# Seconds each thread sleeps between two rounds of calls (--naps).
+NAP = 0.0
 
 EDGES = {
     "<module>": ["main"],
@@ -103,6 +107,8 @@ def worker(n):
     for i in range(n):
         alpha(i)
         beta(i)
+        if NAP:
+            time.sleep(NAP)
 
 
 def spawn(i):
@@ -117,6 +123,8 @@ def main(report):
     while True:
         i += 1
         driver(i)
+        if NAP:
+            time.sleep(NAP)
         if i % 500 == 0:
             threads = [t for t in threads if t.is_alive()]
             if len(threads) < 4:
@@ -132,5 +140,8 @@ def main(report):
 if __name__ == "__main__":
     if sys.argv[1:] == ["--edges"]:
         print(json.dumps(EDGES))
+    elif sys.argv[1:2] == ["--naps"]:
+        NAP = 0.0005
+        main(sys.argv[2] if len(sys.argv) > 2 else None)
     else:
         main(sys.argv[1] if len(sys.argv) > 1 else None)

@@ -412,6 +412,90 @@ def scenario_wake(report_path):
     hold()
 
 
+# --- a thread that sleeps at one depth, then another --------------------------
+
+STEPS_DEPTHS = (3, 9)
+
+
+def step_down(n, wake, woke_path, count):
+    if n == 0:
+        write_json_atomically(woke_path, {"woke": count})
+        os.read(wake, 1)  # BLOCK
+        return
+    step_down(n - 1, wake, woke_path, count)
+
+
+def stepper(wake, woke_path):
+    count = 0
+    while True:
+        step_down(STEPS_DEPTHS[count % 2], wake, woke_path, count)
+        count += 1
+
+
+def spawned_sleeper(count, never, spawned_path):
+    # Long after the thread that started it fell asleep: nothing else runs as this one moves on.
+    time.sleep(0.05)
+    write_json_atomically(spawned_path, {"spawned": count, "tid": threading.get_native_id()})
+    os.read(never, 1)  # BLOCK
+
+
+def scenario_steps(report_path):
+    """One thread sleeps on a pipe STEPS_DEPTHS frames deep in turn: each
+    SIGUSR1 moves it to the other depth, and REPORT_PATH.woke counts its moves
+    just before it sleeps again (a service's burst of work between sleeps).
+    Each SIGUSR2 starts one more thread that sleeps a moment, then on a pipe
+    too, and REPORT_PATH.spawned counts them (with the newest one's id) just
+    before it does."""
+    wake_read, wake_write = os.pipe()
+    never_read, _never_write = os.pipe()
+    spawned = [0]
+
+    def spawn(signum, frame):
+        spawned[0] += 1
+        start_worker(spawned_sleeper, "spawned", spawned[0], never_read, report_path + ".spawned")
+
+    signal.signal(signal.SIGUSR1, lambda signum, frame: os.write(wake_write, b"x"))
+    signal.signal(signal.SIGUSR2, spawn)
+    sleeper = start_worker(stepper, "sleeper", wake_read, report_path + ".woke")
+    start_reporter(report_path, [sleeper])
+    hold()
+
+
+# --- a thread moved on by one that ends -------------------------------------
+
+
+def handoff_sleeper(wake, moved_path):
+    moved = 0
+    while True:
+        write_json_atomically(moved_path, {"moved": moved})
+        os.read(wake, 1)  # BLOCK
+        moved += 1
+        write_json_atomically(moved_path, {"moved": moved})
+        os.read(wake, 1)  # BLOCK
+        moved += 1
+
+
+def handoff_waker(wake_write):
+    os.write(wake_write, b"x")
+    # Busy while the sleeper moves on and sleeps again, then gone: no thread
+    # of the process is switched away from its CPU after the move.
+    end = time.monotonic() + 0.03
+    while time.monotonic() < end:
+        pass
+
+
+def scenario_handoff(report_path):
+    """One thread sleeps on a pipe at one line of a frame, then another, in
+    turn.  Each SIGUSR1 starts a thread that moves it on to the other line
+    and spins on a CPU meanwhile, then ends; REPORT_PATH.moved counts the
+    sleeper's moves just before it sleeps again."""
+    wake_read, wake_write = os.pipe()
+    signal.signal(signal.SIGUSR1, lambda signum, frame: start_worker(handoff_waker, "waker", wake_write))
+    sleeper = start_worker(handoff_sleeper, "sleeper", wake_read, report_path + ".moved")
+    start_reporter(report_path, [sleeper])
+    hold()
+
+
 # --- a deep stack that calls deeper from where it slept ----------------------
 
 DEEPEN_BASE = 600
@@ -726,6 +810,8 @@ SCENARIOS = {
     "move_busy": scenario_move_busy,
     "move_spin": scenario_move_spin,
     "wake": scenario_wake,
+    "steps": scenario_steps,
+    "handoff": scenario_handoff,
     "deepen": scenario_deepen,
     "two_callers": scenario_two_callers,
     "callbacks": scenario_callbacks,

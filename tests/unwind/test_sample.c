@@ -4,6 +4,7 @@
  * target makes.
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <signal.h>
@@ -653,6 +654,208 @@ Test(sample, a_pool_of_sleepers_is_proven_thread_by_thread, .timeout = 600)
 	uw_kreader_close(kr);
 }
 
+/* Moves of the steps scenario's sleeper a test makes (stacks.py). */
+#define STEPS_MOVES 20
+
+/* Threads the steps scenario starts in a test (stacks.py). */
+#define STEPS_SPAWNS 5
+
+/* A count in one of the steps scenario's files (key, and *tid if asked), -1 before it is written. */
+static long steps_count(const char *path, const char *key, long *tid)
+{
+	json_t *j = json_load_file(path, 0, NULL);
+	long count = j ? (long)json_integer_value(json_object_get(j, key)) : -1;
+	if (tid)
+		*tid = j ? (long)json_integer_value(json_object_get(j, "tid")) : 0;
+	json_decref(j);
+	return count;
+}
+
+/* A sample of t (taking the kernel's copy or not), and plain's with every cache off: the same stacks. */
+static uint64_t steps_sample_matches(struct uw_target *t, struct uw_target *plain, const struct python *py,
+                                     const char *what, long k, uint32_t *depth, long tid)
+{
+	struct uw_sample s = {0};
+	struct uw_error err = {0};
+	struct uw_stats before, after;
+	uw_stats(t, &before);
+	cr_assert_eq(uw_sample(t, &s, &err), 0, "%s: %s", py->path, err.msg);
+	uw_stats(t, &after);
+	char *kept = sample_text(t, &s);
+	if (depth)
+		*depth = uw_stack_depth(t, thread_stack(&s, tid));
+	cr_assert_eq(uw_sample(plain, &s, &err), 0, "%s: %s", py->path, err.msg);
+	char *read = sample_text(plain, &s);
+	cr_assert_str_eq(kept, read, "%s, %s %ld (%s): the stacks differ from a walk with every cache off",
+	                 py->path, what, k, after.kernel_copies > before.kernel_copies ? "the kernel's copy" : "read");
+	free(kept);
+	free(read);
+	uw_sample_free(&s);
+	return after.kernel_copies - before.kernel_copies;
+}
+
+/*
+ * A thread moves to another depth and sleeps again, as a service's thread
+ * does between requests: the process ran since its last sample, so nothing
+ * proves it still, but it fell quiet as the thread was switched away, and
+ * the kernel copied then what the next sample reads (kcopy.c).  Most
+ * samples take that copy, and each one shows the stacks a walk with every
+ * cache off shows.  Then threads are started, one at a time, each falling
+ * asleep before the kernel watches it: the last copy, made before it began,
+ * is not taken (a copy taken regardless shows one thread too few).  Writing 3.15's marker, as the
+ * daemon does: a copy from before a write is not taken.  Every version.
+ */
+Test(sample, a_process_fallen_quiet_is_read_from_the_kernels_copy, .timeout = 600)
+{
+	struct uw_kreader *kr = look_reader();
+	if (!kr || uw_kreader_copy_refused(kr)) {
+		if (kr)
+			cr_log_info("%s", uw_kreader_copy_refused(kr));
+		uw_kreader_close(kr);
+		cr_skip_test("the kernel refused its copy of a process as it falls quiet");
+	}
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	for (size_t i = 0; i < n; i++) {
+		struct test_target target;
+		char woke[PATH_MAX + 8];
+		long tid = wake_target_start(&target, &pys[i], "steps", woke, sizeof woke);
+		struct uw_options copied = {.kreader = kr}, uncached = {.no_cache = true, .no_write = true};
+		struct uw_target *t = test_uw_open(target.pid), *plain = test_uw_open(target.pid);
+		uw_configure(t, &copied);
+		uw_configure(plain, &uncached);
+		struct uw_sample s = {0};
+		struct uw_error err = {0};
+		/* Watched, its tasks followed, its plan made. */
+		for (int k = 0; k < 3; k++)
+			cr_assert_eq(uw_sample(t, &s, &err), 0, "%s: %s", pys[i].path, err.msg);
+		uint64_t copies = 0, depths[2] = {0, 0};
+		for (long move = 1; move <= STEPS_MOVES; move++) {
+			cr_assert_eq(kill(target.pid, SIGUSR1), 0);
+			for (int wait = 0; !(steps_count(woke, "woke", NULL) == move && thread_on_pipe(target.pid, tid));
+			     wait++) {
+				cr_assert_lt(wait, 30000, "%s: the thread never slept again", pys[i].path);
+				usleep(1000);
+			}
+			/* The main thread, which ran the signal's handler, back asleep too. */
+			usleep(20000);
+			uint32_t depth;
+			copies += steps_sample_matches(t, plain, &pys[i], "move", move, &depth, tid);
+			depths[move % 2] = depth;
+		}
+		char spawned[PATH_MAX + 16];
+		snprintf(spawned, sizeof spawned, "%s.spawned", target.report);
+		for (long spawn = 1; spawn <= STEPS_SPAWNS; spawn++) {
+			cr_assert_eq(kill(target.pid, SIGUSR2), 0);
+			long newest = 0;
+			for (int wait = 0; !(steps_count(spawned, "spawned", &newest) == spawn && newest > 0 &&
+			                     thread_on_pipe(target.pid, newest));
+			     wait++) {
+				cr_assert_lt(wait, 30000, "%s: the new thread never slept", pys[i].path);
+				usleep(1000);
+			}
+			usleep(20000);
+			steps_sample_matches(t, plain, &pys[i], "thread started", spawn, NULL, 0);
+		}
+		cr_log_info("%s: %llu of %d samples after a move were the kernel's copies (depths %llu, %llu)",
+		            pys[i].path, (unsigned long long)copies, STEPS_MOVES, (unsigned long long)depths[0],
+		            (unsigned long long)depths[1]);
+		/* The two depths are six frames apart: each sample saw the move. */
+		cr_assert_eq(depths[0] + 6, depths[1], "%s: depths %llu and %llu", pys[i].path,
+		             (unsigned long long)depths[0], (unsigned long long)depths[1]);
+		/*
+		 * Slack for a host so busy that the process's threads are still on
+		 * a CPU, or waiting for one, as the sample comes (a debug build,
+		 * beside the suite's other jobs): a quarter, where a quiet host
+		 * copies all.
+		 */
+		cr_assert_geq(copies, STEPS_MOVES / 4, "%s: %llu of %d samples after a move were the "
+		              "kernel's copies", pys[i].path, (unsigned long long)copies, STEPS_MOVES);
+		uw_sample_free(&s);
+		uw_close(plain);
+		uw_close(t);
+		test_target_kill(&target);
+	}
+	uw_kreader_close(kr);
+}
+
+/* Moves of the handoff scenario's sleeper a test makes (stacks.py). */
+#define HANDOFF_MOVES 10
+
+/* Whether process pid has n tasks. */
+static bool process_tasks(pid_t pid, int n)
+{
+	char path[64];
+	snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+	DIR *d = opendir(path);
+	if (!d)
+		return false;
+	int count = 0;
+	for (struct dirent *e; (e = readdir(d));)
+		count += e->d_name[0] != '.';
+	closedir(d);
+	return count == n;
+}
+
+/*
+ * A thread is moved on to another line of its frame by a thread that
+ * spins on a CPU meanwhile and then ends: the sleeper's switch away finds
+ * the waker running, so no copy is made, and the waker ends with its event
+ * gone, so none is made then either.  The batch's plan is the same before
+ * and after (the same frame), so the last copy is of the plan a sample
+ * reads: but the sleeper's record is newer, and the copy is not taken (a
+ * copy taken regardless shows the line it slept at before).  Every version.
+ */
+Test(sample, a_copy_from_before_a_thread_ran_is_not_taken, .timeout = 600)
+{
+	struct uw_kreader *kr = look_reader();
+	if (!kr || uw_kreader_copy_refused(kr)) {
+		uw_kreader_close(kr);
+		cr_skip_test("the kernel refused its copy of a process as it falls quiet");
+	}
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	for (size_t i = 0; i < n; i++) {
+		struct test_target target;
+		char moved[PATH_MAX + 8];
+		long tid = wake_target_start(&target, &pys[i], "handoff", moved, sizeof moved);
+		snprintf(moved, sizeof moved, "%s.moved", target.report);
+		/* The reporter gone: the main thread and the sleeper are all there is. */
+		for (int wait = 0; !process_tasks(target.pid, 2); wait++) {
+			cr_assert_lt(wait, 30000, "%s: the reporter never ended", pys[i].path);
+			usleep(1000);
+		}
+		struct uw_options copied = {.kreader = kr}, uncached = {.no_cache = true, .no_write = true};
+		struct uw_target *t = test_uw_open(target.pid), *plain = test_uw_open(target.pid);
+		uw_configure(t, &copied);
+		uw_configure(plain, &uncached);
+		struct uw_sample s = {0};
+		struct uw_error err = {0};
+		for (int k = 0; k < 3; k++)
+			cr_assert_eq(uw_sample(t, &s, &err), 0, "%s: %s", pys[i].path, err.msg);
+		uw_sample_free(&s);
+		uint64_t copies = 0;
+		for (long move = 1; move <= HANDOFF_MOVES; move++) {
+			cr_assert_eq(kill(target.pid, SIGUSR1), 0);
+			/* Moved, asleep again, and the waker gone (the main thread, the sleeper). */
+			for (int wait = 0; !(steps_count(moved, "moved", NULL) == move && thread_on_pipe(target.pid, tid) &&
+			                     process_tasks(target.pid, 2));
+			     wait++) {
+				cr_assert_lt(wait, 30000, "%s: the thread never slept again", pys[i].path);
+				usleep(1000);
+			}
+			usleep(20000);
+			copies += steps_sample_matches(t, plain, &pys[i], "handoff", move, NULL, 0);
+		}
+		cr_log_info("%s: %llu of %d samples after a handoff were the kernel's copies", pys[i].path,
+		            (unsigned long long)copies, HANDOFF_MOVES);
+		uw_close(plain);
+		uw_close(t);
+		test_target_kill(&target);
+	}
+	uw_kreader_close(kr);
+}
+
 /* Thread samples proven in count samples of t. */
 static uint64_t look_proven(struct uw_target *t, const struct python *py, int count)
 {
@@ -881,19 +1084,25 @@ static const char *callgraph_function(const struct uw_frame *f)
  * Sample the callgraph target on py as fast as the engine goes, with opts,
  * and fail on any caller -> callee pair the program does not have.  With
  * tachyon, CPython's own sampler (3.15) reads the same process at the same
- * time, writing the same frame-cache marker.
+ * time, writing the same frame-cache marker.  With naps, every thread of
+ * the target naps between its rounds of calls: the process falls quiet
+ * many times a second, its stacks elsewhere each time, and with the
+ * in-kernel reader some samples must be the kernel's copies (kcopy.c).
  */
-static void callgraph_check(const struct python *py, const struct uw_options *opts, bool tachyon)
+static void callgraph_check(const struct python *py, const struct uw_options *opts, bool tachyon,
+                            bool naps)
 {
 	char script[1024], what[PATH_MAX + 64];
 	python_describe(py, what, sizeof what);
 	/* 3.11-3.14: the reader copies the stacks of threads that tear (3.15's marker stands in for it). */
-	bool copies = opts->kreader && py->minor >= 11 && py->minor <= 14;
+	bool copies = opts->kreader && py->minor >= 11 && py->minor <= 14 && !naps;
+	bool quiet_copies = opts->kreader && naps && !uw_kreader_copy_refused(opts->kreader);
 	/* Which run of the interpreter: a failure says which path took the stack. */
 	strncat(what, opts->kreader ? " with the in-kernel reader" : opts->no_write ? " not writing" : "",
 	        sizeof what - strlen(what) - 1);
+	strncat(what, naps ? ", napping" : "", sizeof what - strlen(what) - 1);
 	target_script("callgraph.py", script, sizeof script);
-	const char *args[] = {"-I", script, "{report}", NULL};
+	const char *args[] = {"-I", script, naps ? "--naps" : "{report}", naps ? "{report}" : NULL, NULL};
 	struct test_target target, second;
 	test_target_start_python(&target, py, args);
 	json_t *report = test_target_wait_report(&target, TARGET_READY_TIMEOUT_S);
@@ -968,10 +1177,11 @@ static void callgraph_check(const struct python *py, const struct uw_options *op
 		 * target runs beside this process.
 		 */
 		struct uw_stats so_far;
-		if (copies)
+		if (copies || quiet_copies)
 			uw_stats(t, &so_far);
 		seen_enough = pairs > 1000 && max_climb >= 10 && nthread_ids >= 4 &&
-		              (!tachyon || test_target_exited(&second)) && (!copies || so_far.kernel_stacks > 0);
+		              (!tachyon || test_target_exited(&second)) && (!copies || so_far.kernel_stacks > 0) &&
+		              (!quiet_copies || so_far.kernel_copies > 100);
 	} while (now.tv_sec - start.tv_sec < 3 ||
 	         (!seen_enough && now.tv_sec - start.tv_sec < CALLGRAPH_SAMPLING_MAX_S));
 
@@ -989,11 +1199,16 @@ static void callgraph_check(const struct python *py, const struct uw_options *op
 		cr_assert_eq(stats.marker_written, 0, "%s: written with no_write", what);
 	if (opts->kreader)
 		cr_log_info("%s: in-kernel reader: %llu threads watched, %llu stacks its copies, %llu "
-		            "samples paced, %llu torn; the look proved %llu thread samples, %llu samples",
+		            "samples paced, %llu torn; the look proved %llu thread samples, %llu samples; "
+		            "%llu of %llu samples the copy of the process as it fell quiet",
 		            what, (unsigned long long)stats.kernel_watches,
 		            (unsigned long long)stats.kernel_stacks, (unsigned long long)stats.kernel_paced,
 		            (unsigned long long)stats.torn_threads, (unsigned long long)stats.still_proven,
-		            (unsigned long long)stats.process_still);
+		            (unsigned long long)stats.process_still, (unsigned long long)stats.kernel_copies,
+		            (unsigned long long)samples);
+	if (quiet_copies)
+		cr_assert_gt(stats.kernel_copies, 100, "%s: %llu samples were the kernel's copies", what,
+		             (unsigned long long)stats.kernel_copies);
 	if (copies) {
 		cr_assert_gt(stats.kernel_watches, 0, "%s: the in-kernel reader watched no thread", what);
 		cr_assert_gt(stats.kernel_stacks, 0, "%s: no stack was the kernel's copy", what);
@@ -1044,14 +1259,19 @@ Test(sample, no_impossible_callers, .timeout = 600)
 	struct uw_error kerr = {0};
 	struct uw_options kernel = {.kreader = uw_kreader_open(&kerr), .kernel_pace = true};
 	cr_assert(kernel.kreader || geteuid() != 0, "the in-kernel reader, as root: %s", kerr.msg);
+	/* As the daemon samples: the marker written, no pacing. */
+	struct uw_options quiet = {.kreader = kernel.kreader};
 	for (size_t i = 0; i < n; i++) {
-		callgraph_check(&pys[i], &written, false);
+		callgraph_check(&pys[i], &written, false, false);
 		/* 3.15: the marker's path and the proof without it. */
 		if (pys[i].minor >= 15)
-			callgraph_check(&pys[i], &unwritten, false);
+			callgraph_check(&pys[i], &unwritten, false, false);
 		/* Every version: the kernel's look at which threads ran proves stacks on all of them. */
 		if (kernel.kreader)
-			callgraph_check(&pys[i], &kernel, false);
+			callgraph_check(&pys[i], &kernel, false, false);
+		/* Every version: samples of a process fallen quiet are the kernel's copies, never a mix of moments. */
+		if (kernel.kreader)
+			callgraph_check(&pys[i], &quiet, false, true);
 	}
 	uw_kreader_close(kernel.kreader);
 }
@@ -1139,7 +1359,7 @@ Test(sample, beside_cpythons_sampler, .timeout = 300)
 	for (size_t i = 0; i < n; i++) {
 		if (pys[i].minor < 15 || pys[i].debug)
 			continue;
-		callgraph_check(&pys[i], &written, true);
+		callgraph_check(&pys[i], &written, true, false);
 		ran++;
 	}
 	if (!ran)
