@@ -13,9 +13,14 @@ target, at the same rate: their CPU % and RSS.  With --collector BIN (the
 collector of make collector) or --otlp URL the daemon also exports to it every
 --interval ([export.otlp]), and the bytes it sent per target-minute are printed.
 
+The kernel's copies of the targets as they fall quiet (kcopy.bpf.c) are paid
+for in the targets: their cost, as the kernel counts it (bpftool, with
+kernel.bpf_stats_enabled on meanwhile), is printed beside the daemon's CPU.
+
 A host others use moves a figure like this by a third from one minute to the
-next, in both directions: --rounds N (3) measures the daemon and CPython's
-sampler N times, alternating, prints every round's two figures, and their
+next, in both directions: --rounds N (3) measures the daemon, the daemon
+without the kernel's copies ([sampling] kernel_copy = false) and CPython's
+sampler N times, alternating, prints every round's figures, and their
 medians.  The first round's are printed in full.
 
 Prints figures; never passes or fails on them.
@@ -113,6 +118,41 @@ def switches(pid):
     return total
 
 
+def bpf_program_runs(name):
+    """(runs, ns) of the kernel's programs called name so far; None when the kernel does not count them."""
+    try:
+        out = subprocess.run(["bpftool", "prog", "show", "--json"], capture_output=True, text=True,
+                             check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    runs = ns = 0
+    for prog in json.loads(out):
+        if prog.get("name") == name:
+            runs += prog.get("run_cnt", 0)
+            ns += prog.get("run_time_ns", 0)
+    return runs, ns
+
+
+class BpfStats:
+    """The kernel's counts of BPF programs' runs and time (kernel.bpf_stats_enabled) while in use."""
+    PATH = "/proc/sys/kernel/bpf_stats_enabled"
+
+    def __enter__(self):
+        try:
+            with open(self.PATH) as f:
+                self.was = f.read().strip()
+            with open(self.PATH, "w") as f:
+                f.write("1")
+        except OSError:
+            self.was = None
+        return self
+
+    def __exit__(self, *exc):
+        if self.was is not None:
+            with open(self.PATH, "w") as f:
+                f.write(self.was)
+
+
 def start_targets(python, n, binds=()):
     workload = os.path.join(HERE, "workloads", "service4.py")
     procs = [python.popen(["-I", workload], binds) for _ in range(n)]
@@ -128,11 +168,17 @@ def stop(procs):
         p.wait()
 
 
-def bench_pyprofd(args, python, verbose):
-    """The daemon's CPU % of one core over the window; everything else printed when verbose."""
+def bench_pyprofd(args, python, verbose, copy=True):
+    """The daemon's CPU % of one core over the window, and the targets' for the kernel's copies
+    (None when the kernel did not count them); everything else printed when verbose."""
     state = tempfile.mkdtemp(prefix="pyprofd-bench.")
     sock = os.path.join(state, "pyprofd.sock")
     collector, extra = start_export(args, state)
+    if not copy:
+        config = os.path.join(state, "pyprofd.conf")
+        with open(config, "w") as f:
+            f.write("[sampling]\nkernel_copy = false\n")
+        extra = extra + ["--config", config]
     daemon = subprocess.Popen([args.pyprofd, "--state-dir", state, "--log-level", "warn"] + extra)
     targets = []
 
@@ -155,8 +201,10 @@ def bench_pyprofd(args, python, verbose):
         export_cpu0 = thread_cpu_seconds(daemon.pid, "otlp-export")
         samples0 = {e["pid"]: e["samples"] for e in ctl("list")}
         stats0 = {t.pid: ctl("stats", str(t.pid)) for t in targets}
+        targets_cpu0, copies0 = sum(cpu_seconds(t.pid) for t in targets), bpf_program_runs("kcopy_switch")
         time.sleep(args.seconds)
         cpu1, sw1, wall1 = cpu_seconds(daemon.pid), switches(daemon.pid), time.monotonic()
+        targets_cpu1, copies1 = sum(cpu_seconds(t.pid) for t in targets), bpf_program_runs("kcopy_switch")
         export_cpu1 = thread_cpu_seconds(daemon.pid, "otlp-export")
         entries = {e["pid"]: e for e in ctl("list")}
         stats = [ctl("stats", str(t.pid)) for t in targets]
@@ -172,8 +220,11 @@ def bench_pyprofd(args, python, verbose):
 
     elapsed = wall1 - wall0
     cpu_percent = 100 * (cpu1 - cpu0) / elapsed
+    copy_percent = None
+    if copies0 and copies1:
+        copy_percent = 100 * (copies1[1] - copies0[1]) / 1e9 / elapsed
     if not verbose:
-        return cpu_percent
+        return cpu_percent, copy_percent
     rates = [(entries[t.pid]["samples"] - samples0[t.pid]) / elapsed for t in targets]
     print("pyprofd daemon: %d targets x 4 threads at %d Hz for %.0f s (%s, Python %s)"
           % (args.targets, args.rate, elapsed, python.path + (" in " + python.root if python.root else ""),
@@ -182,6 +233,12 @@ def bench_pyprofd(args, python, verbose):
     print("  daemon CPU                %6.2f %% of one core, %.1f us per sample taken"
           % (cpu_percent, 1e6 * (cpu1 - cpu0) / max(1, taken)))
     print("  daemon wakeups            %6.0f /s (voluntary context switches)" % ((sw1 - sw0) / elapsed))
+    print("  targets' CPU              %6.2f %% of one core, all %d" % (100 * (targets_cpu1 - targets_cpu0) / elapsed,
+                                                                   args.targets))
+    if copies0 and copies1 and copies1[0] > copies0[0]:
+        runs, ns = copies1[0] - copies0[0], copies1[1] - copies0[1]
+        print("  in the targets: copies    %6.3f %% of one core, %.0f switches away /s, %.0f ns each "
+              "(the kernel's count)" % (copy_percent, runs / elapsed, ns / runs))
     sched0, sched = status0.get("schedule"), status.get("schedule")
     if sched:
         wakeups = sched["wakeups"] - sched0["wakeups"]
@@ -226,7 +283,7 @@ def bench_pyprofd(args, python, verbose):
               % (100 * (export_cpu1 - export_cpu0) / elapsed))
         print("  bytes per target-minute   %6.0f (gzip'd request bodies)"
               % (sent / args.targets / (elapsed / 60)))
-    return cpu_percent
+    return cpu_percent, copy_percent
 
 
 def start_export(args, state):
@@ -273,9 +330,11 @@ def bench_tachyon(args, python, verbose):
                   % (len(samplers) - len(live), len(samplers)))
             return None
         cpu0 = sum(cpu_seconds(s.pid) for s in samplers)
+        targets_cpu0 = sum(cpu_seconds(t.pid) for t in targets)
         wall0 = time.monotonic()
         time.sleep(args.seconds)
         cpu1 = sum(cpu_seconds(s.pid) for s in samplers)
+        targets_cpu1 = sum(cpu_seconds(t.pid) for t in targets)
         wall1 = time.monotonic()
         rss = sum(proc_status(s.pid, "VmRSS") for s in samplers)
     finally:
@@ -290,6 +349,8 @@ def bench_tachyon(args, python, verbose):
           % ("%d.%d.%d" % (python.major, python.minor, python.micro), args.targets, python.minor,
              args.rate))
     print("  CPU of all copies         %6.2f %% of one core" % cpu_percent)
+    print("  targets' CPU              %6.2f %% of one core, all %d" % (100 * (targets_cpu1 - targets_cpu0) / elapsed,
+                                                                   args.targets))
     print("  RSS of all copies         %6.1f MiB" % (rss / 1024))
     return cpu_percent
 
@@ -314,21 +375,33 @@ def main():
     if not python:
         sys.exit("no CPython found")
     tachyon = python.minor >= 15 and not args.no_tachyon
-    ours, theirs = [], []
+    ours, copies, uncopied, theirs = [], [], [], []
     for round_ in range(max(1, args.rounds)):
         verbose = round_ == 0
-        ours.append(bench_pyprofd(args, python, verbose))
+        with BpfStats():
+            cpu, copy = bench_pyprofd(args, python, verbose)
+            ours.append(cpu)
+            copies.append(copy or 0.0)
+            # The same without the kernel's copies: the daemon reads what the targets no longer pay for.
+            uncopied.append(bench_pyprofd(args, python, False, copy=False)[0] if args.rounds > 1 else None)
         theirs.append(bench_tachyon(args, python, verbose) if tachyon else None)
         if args.rounds > 1:
-            print("  round %d: pyprofd %5.2f %%%s" % (round_ + 1, ours[-1], "" if theirs[-1] is None else
+            print("  round %d: pyprofd %5.2f %% (and %.2f %% in the targets for its copies; without "
+                  "copies %.2f %%)%s" % (round_ + 1, ours[-1], copies[-1], uncopied[-1],
+                                         "" if theirs[-1] is None else
                   ", CPython's sampler %5.2f %% (%.2f of it)" % (theirs[-1], ours[-1] / theirs[-1])),
                   flush=True)
     if args.rounds > 1:
         measured = [t for t in theirs if t is not None]
+        totals = [a + b for a, b in zip(ours, copies)]
         print("daemon CPU over %d rounds: pyprofd median %.2f %% (%.2f-%.2f)%s"
               % (len(ours), statistics.median(ours), min(ours), max(ours), "" if not measured else
                  ", CPython's sampler median %.2f %% (%.2f-%.2f)"
                  % (statistics.median(measured), min(measured), max(measured))))
+        print("with its copies in the targets: median %.2f %% (%.2f-%.2f); without copies, the daemon "
+              "alone: median %.2f %% (%.2f-%.2f)"
+              % (statistics.median(totals), min(totals), max(totals), statistics.median(uncopied),
+                 min(uncopied), max(uncopied)))
 
 
 if __name__ == "__main__":
