@@ -70,8 +70,8 @@
 struct kcopy_watch {
 	pid_t tid;
 	uint64_t start_ns;
-	int link_fd;
-	uint32_t index; /* of its record in the slot */
+	int link_fd;    /* -1: the task could not be watched */
+	uint32_t index; /* of its record in the slot (KCOPY_SHARED: none) */
 };
 
 struct kcopy {
@@ -86,6 +86,8 @@ struct kcopy {
 	uint32_t nused;            /* slots in use: with all KCOPY_SLOTS, a claim is refused unsearched */
 	bool used[KCOPY_SLOTS];
 	bool whole[KCOPY_SLOTS];   /* every task the last look listed is watched, in its order */
+	uint64_t unwatched;        /* watches given back so far */
+	uint64_t tried[KCOPY_SLOTS]; /* unwatched when a slot's tasks were last tried */
 	uint32_t nwatched[KCOPY_SLOTS];
 	struct kcopy_watch watched[KCOPY_SLOTS][KCOPY_TASKS];
 };
@@ -134,10 +136,13 @@ struct kcopy *kcopy_open(struct uw_error *err)
 
 static void kcopy_unwatch(struct kcopy *kc, struct kcopy_watch *w)
 {
+	if (w->link_fd < 0)
+		return;
 	/* The link holds the event: closing it stops the program and frees the event. */
 	close(w->link_fd);
 	w->link_fd = -1;
 	kc->nwatches--;
+	kc->unwatched++;
 }
 
 void kcopy_close(struct kcopy *kc)
@@ -249,19 +254,23 @@ static int kcopy_attach(struct kcopy *kc, int slot, uint32_t index, const struct
 	return link;
 }
 
-void kcopy_follow(struct kcopy *kc, int slot, const struct kstill_task *tasks, uint32_t n)
+uint32_t kcopy_follow(struct kcopy *kc, int slot, const struct kstill_task *tasks, uint32_t n)
 {
 	if (!kc || slot < 0 || slot >= KCOPY_SLOTS || !kc->used[slot])
-		return;
+		return 0;
 	struct kcopy_watch *w = kc->watched[slot];
 	uint32_t nw = kc->nwatched[slot];
-	/* The same tasks as at the last sample, in the kernel's order: nearly always. */
-	if (n == nw) {
+	/*
+	 * The same tasks as at the last sample, in the kernel's order: nearly
+	 * always.  One that could not be watched is tried again only once a
+	 * watch was given back (room, or a descriptor), not at every sample.
+	 */
+	if (n == nw && (kc->whole[slot] || kc->tried[slot] == kc->unwatched)) {
 		uint32_t i = 0;
 		while (i < n && w[i].tid == tasks[i].tid && w[i].start_ns == tasks[i].start_ns)
 			i++;
 		if (i == n)
-			return;
+			return 0;
 	}
 	/* A process of more tasks is not copied. */
 	if (n > KCOPY_TASKS)
@@ -274,18 +283,23 @@ void kcopy_follow(struct kcopy *kc, int slot, const struct kstill_task *tasks, u
 	for (uint32_t i = 0; i < n; i++) {
 		found[i] = -1;
 		for (uint32_t j = 0; j < nw && found[i] < 0; j++)
-			if (!kept[j] && w[j].tid == tasks[i].tid && w[j].start_ns == tasks[i].start_ns) {
+			if (!kept[j] && w[j].link_fd >= 0 && w[j].tid == tasks[i].tid &&
+			    w[j].start_ns == tasks[i].start_ns) {
 				kept[j] = true;
 				taken |= 1u << w[j].index;
 				found[i] = (int)j;
 			}
 	}
+	for (uint32_t j = 0; j < nw; j++)
+		if (!kept[j])
+			kcopy_unwatch(kc, &w[j]);
+	kc->tried[slot] = kc->unwatched;
 	struct kcopy_watch next[KCOPY_TASKS];
-	uint32_t nn = 0;
+	uint32_t failed = 0;
 	bool whole = n > 0;
 	for (uint32_t i = 0; i < n; i++) {
 		if (found[i] >= 0) {
-			next[nn++] = w[found[i]];
+			next[i] = w[found[i]];
 			continue;
 		}
 		uint32_t index = 0;
@@ -294,22 +308,22 @@ void kcopy_follow(struct kcopy *kc, int slot, const struct kstill_task *tasks, u
 		int link = index < KCOPY_TASKS && kc->nwatches < KCOPY_WATCHES
 		               ? kcopy_attach(kc, slot, index, &tasks[i])
 		               : -1;
+		/* Kept unwatched, so that the next sample knows the process: it could run unrecorded, so no copy is taken. */
+		next[i] = (struct kcopy_watch){.tid = tasks[i].tid, .start_ns = tasks[i].start_ns,
+		                               .link_fd = link, .index = KCOPY_SHARED};
 		if (link < 0) {
-			/* Unwatched, it could run unrecorded: no copy of the process is taken. */
 			whole = false;
+			failed++;
 			continue;
 		}
 		kc->nwatches++;
 		taken |= 1u << index;
-		next[nn++] = (struct kcopy_watch){.tid = tasks[i].tid, .start_ns = tasks[i].start_ns,
-		                                  .link_fd = link, .index = index};
+		next[i].index = index;
 	}
-	for (uint32_t j = 0; j < nw; j++)
-		if (!kept[j])
-			kcopy_unwatch(kc, &w[j]);
-	memcpy(w, next, nn * sizeof *next);
-	kc->nwatched[slot] = nn;
+	memcpy(w, next, n * sizeof *next);
+	kc->nwatched[slot] = n;
 	kc->whole[slot] = whole;
+	return failed;
 }
 
 uint64_t kcopy_plan(struct kcopy *kc, int slot, const struct remote_range *ranges, const uint32_t *used_lens,

@@ -94,7 +94,6 @@ void still_free(struct uw_target *t)
 	kcopy_release(kread_copier(t->opts.kreader), ps->copy_slot);
 	ps->copy_slot = -1;
 	ps->copy_generation = 0;
-	ps->copy_current = false;
 	ps->copy_sampled_ns = ps->copy_interval_ns = ps->copy_quiet_seen = ps->copy_quiet_x256 = 0;
 	ps->look_start = 0;
 	if (ps->task_dir) {

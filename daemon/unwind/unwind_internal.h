@@ -518,7 +518,6 @@ struct process_still {
 	/* The kernel's copy of the process as it falls quiet (kcopy.c): its slot (-1: none), and the plan copied. */
 	int copy_slot;
 	uint64_t copy_generation;
-	bool copy_current;      /* the plan copied is the batch's */
 	/* When copies are made (view_copy_window): the last sample's time, and averages over samples. */
 	uint64_t copy_sampled_ns, copy_interval_ns, copy_quiet_seen, copy_quiet_x256;
 	uint32_t nlooked;
@@ -934,8 +933,12 @@ void kcopy_close(struct kcopy *kc);
 /* A slot for a process, or -1 (none free, or no copier). */
 int kcopy_claim(struct kcopy *kc);
 void kcopy_release(struct kcopy *kc, int slot);
-/* Watch the process's tasks as this sample's look lists them (n of them): the ones that end are let go. */
-void kcopy_follow(struct kcopy *kc, int slot, const struct kstill_task *tasks, uint32_t n);
+/*
+ * Watch the process's tasks as this sample's look lists them (n of them):
+ * the ones that end are let go.  The tasks that could not be watched now
+ * (no room, or the kernel refused), which leave the process uncopied.
+ */
+uint32_t kcopy_follow(struct kcopy *kc, int slot, const struct kstill_task *tasks, uint32_t n);
 /*
  * Copy these ranges (a sample's batch plan), each as far as its reads used
  * (used_lens: the room to grow is left to a read), from now on: the plan's

@@ -196,7 +196,6 @@ static void view_copy_plan(struct uw_target *t)
 	}
 	ps->copy_generation = kcopy_plan(kread_copier(t->opts.kreader), ps->copy_slot, t->batch.ranges,
 	                                 t->batch.used_lens, owners, n);
-	ps->copy_current = true;
 }
 
 /*
@@ -244,11 +243,16 @@ static bool view_from_copy(struct uw_target *t, struct uw_error *err)
 	const struct kstill_task *tasks = kc ? still_tasks(t, &n) : NULL;
 	if (!tasks)
 		return false;
-	/* Copied once the look knows its tasks; a process past the copier's room asks at every sample. */
-	if (ps->copy_slot < 0 && (ps->copy_slot = kcopy_claim(kc)) < 0)
+	/*
+	 * Copied once the look knows its tasks, the batch's plan given as the
+	 * slot is claimed (later plans as they are made); a process past the
+	 * copier's room asks at every sample.
+	 */
+	bool claimed = ps->copy_slot < 0;
+	if (claimed && (ps->copy_slot = kcopy_claim(kc)) < 0)
 		return false;
-	kcopy_follow(kc, ps->copy_slot, tasks, n);
-	if (!ps->copy_current)
+	t->stats.kernel_copy_watch_failures += kcopy_follow(kc, ps->copy_slot, tasks, n);
+	if (claimed)
 		view_copy_plan(t);
 	if (!ps->copy_generation || batch_room(&t->batch, err) != 0 ||
 	    !kcopy_take(kc, ps->copy_slot, ps->copy_generation, t->mem.wrote_ns, tasks, n, t->batch.ranges,
@@ -435,7 +439,6 @@ static void view_replan(struct uw_target *t)
 		t->nplanned = t->nused;
 	}
 	batch_plan(&t->batch, t->used, t->nused);
-	t->still.copy_current = false;
 	view_copy_plan(t);
 }
 

@@ -263,7 +263,7 @@ Test(record, stats_json_tells_the_timings_and_counters, .timeout = 300)
 	cr_assert(median > 0 && median <= p99, "median %.3f, p99 %.3f", median, p99);
 	static const char *const counters[] = {"steady_hits", "pages_read", "marker_honoured",
 	                                       "still_proven", "process_still", "kernel_paced_ns",
-	                                       "kernel_copies"};
+	                                       "kernel_copies", "kernel_copy_watch_failures"};
 	for (size_t i = 0; i < COUNT(counters); i++)
 		cr_assert(json_is_integer(json_object_get(st, counters[i])), "no %s in %s", counters[i],
 		          line);
@@ -377,6 +377,7 @@ Test(record, a_target_fallen_quiet_is_copied_unless_told_not_to, .timeout = 300)
 	}
 	cr_assert_str_eq(json_string_value(json_object_get(st, "kernel_copy")), "on", "%s", line);
 	cr_assert_gt(json_integer_value(json_object_get(st, "kernel_copies")), 0, "%s", line);
+	cr_assert_eq(json_integer_value(json_object_get(st, "kernel_copy_watch_failures")), 0, "%s", line);
 	json_decref(st);
 	run_result_free(&r);
 
