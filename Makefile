@@ -280,7 +280,7 @@ $(BUILD)/proto/%.pb-c.o: $(BUILD)/proto/%.pb-c.c | $(POISON_H)
 # unwinder as libbpf skeletons (bytes and loader in a header).
 BPF_MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null)
 BPF_SKELS      = $(BUILD)/daemon/unwind/kread.skel.h $(BUILD)/daemon/unwind/kstill.skel.h $(BUILD)/daemon/unwind/kcopy.skel.h
-$(BUILD)/daemon/unwind/%.bpf.o: daemon/unwind/%.bpf.c daemon/unwind/%_abi.h
+$(BUILD)/daemon/unwind/%.bpf.o: daemon/unwind/%.bpf.c daemon/unwind/%_abi.h daemon/unwind/ktasks.bpf.h
 	@mkdir -p $(@D)
 	$(E) "  BPF     $<"
 	$(Q)clang -O2 -g -Wall -Werror -target bpf -I/usr/include/$(BPF_MULTIARCH) -Idaemon/unwind -c -o $@ $<

@@ -19,6 +19,7 @@
 #include <bpf/bpf_helpers.h>
 
 #include "kcopy_abi.h"
+#include "ktasks.bpf.h"
 
 struct task_struct {
 	unsigned int __state;
@@ -28,21 +29,6 @@ struct task_struct {
 	unsigned long nivcsw;
 } __attribute__((preserve_access_index));
 
-struct bpf_iter_task {
-	__u64 opaque[3];
-} __attribute__((aligned(8)));
-
-/* The kernel's TASK_RUNNING: runnable, on a CPU or queued for one. */
-#define KCOPY_TASK_RUNNING 0
-
-/* The kernel's task iterator: every thread of one process (BPF_TASK_ITER_PROC_THREADS). */
-#define KCOPY_ITER_PROC_THREADS 2
-
-extern struct task_struct *bpf_task_acquire(struct task_struct *p) __ksym;
-extern void bpf_task_release(struct task_struct *p) __ksym;
-extern int bpf_iter_task_new(struct bpf_iter_task *it, struct task_struct *task, unsigned int flags) __ksym;
-extern struct task_struct *bpf_iter_task_next(struct bpf_iter_task *it) __ksym;
-extern void bpf_iter_task_destroy(struct bpf_iter_task *it) __ksym;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -84,9 +70,9 @@ static __always_inline __u32 kcopy_quiet_tasks(struct task_struct *me)
 	struct task_struct *task;
 	__u32 n = 0;
 	/* From the leader: from another task the kernel lists only those after it. */
-	bpf_iter_task_new(&it, leader, KCOPY_ITER_PROC_THREADS);
+	bpf_iter_task_new(&it, leader, KTASK_ITER_PROC_THREADS);
 	while ((task = bpf_iter_task_next(&it))) {
-		if (++n > KCOPY_TASKS || (task != me && (task->on_cpu || task->__state == KCOPY_TASK_RUNNING))) {
+		if (++n > KCOPY_TASKS || (task != me && (task->on_cpu || task->__state == KTASK_RUNNING))) {
 			n = 0;
 			break;
 		}

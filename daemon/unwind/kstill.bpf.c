@@ -12,6 +12,7 @@
 #include <bpf/bpf_helpers.h>
 
 #include "kstill_abi.h"
+#include "ktasks.bpf.h"
 
 /*
  * The fields read lie in four cache lines of a task (its state and CPU
@@ -29,25 +30,11 @@ struct task_struct {
 	__u64 start_time;
 } __attribute__((preserve_access_index));
 
-/* The kernel's TASK_RUNNING: runnable, on a CPU or queued for one. */
-#define KSTILL_TASK_RUNNING 0
-
-struct bpf_iter_task {
-	__u64 opaque[3];
-} __attribute__((aligned(8)));
-
 struct bpf_iter_num {
 	__u64 opaque[1];
 } __attribute__((aligned(8)));
 
-/* The kernel's task iterator: every thread of one process (BPF_TASK_ITER_PROC_THREADS). */
-#define KSTILL_ITER_PROC_THREADS 2
-
 extern struct task_struct *bpf_task_from_pid(__s32 pid) __ksym;
-extern void bpf_task_release(struct task_struct *p) __ksym;
-extern int bpf_iter_task_new(struct bpf_iter_task *it, struct task_struct *task, unsigned int flags) __ksym;
-extern struct task_struct *bpf_iter_task_next(struct bpf_iter_task *it) __ksym;
-extern void bpf_iter_task_destroy(struct bpf_iter_task *it) __ksym;
 extern void bpf_rcu_read_lock(void) __ksym;
 extern void bpf_rcu_read_unlock(void) __ksym;
 extern int bpf_iter_num_new(struct bpf_iter_num *it, int start, int end) __ksym;
@@ -84,7 +71,7 @@ static __always_inline __u32 kstill_tasks_of(struct task_struct *leader, struct 
 	struct task_struct *task;
 	__u32 n = 0;
 	bpf_rcu_read_lock();
-	bpf_iter_task_new(&it, leader, KSTILL_ITER_PROC_THREADS);
+	bpf_iter_task_new(&it, leader, KTASK_ITER_PROC_THREADS);
 	while ((task = bpf_iter_task_next(&it))) {
 		if (n >= KSTILL_TASKS) {
 			n = KSTILL_TASKS + 1;
@@ -106,7 +93,7 @@ static __always_inline __u32 kstill_tasks_of(struct task_struct *leader, struct 
 		e->switches = task->nvcsw + task->nivcsw;
 		e->tid = task->pid;
 		e->start_ns = task->start_time;
-		e->state = on_cpu ? KSTILL_RUNS : state == KSTILL_TASK_RUNNING ? KSTILL_QUEUED : KSTILL_OFF;
+		e->state = on_cpu ? KSTILL_RUNS : state == KTASK_RUNNING ? KSTILL_QUEUED : KSTILL_OFF;
 	}
 	bpf_iter_task_destroy(&it);
 	bpf_rcu_read_unlock();
