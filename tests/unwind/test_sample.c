@@ -671,6 +671,38 @@ static long steps_count(const char *path, const char *key, long *tid)
 	return count;
 }
 
+/* The in-kernel reader with its copy of a process as it falls quiet (kcopy.c), or NULL when the kernel refused it. */
+static struct uw_kreader *copy_reader(void)
+{
+	struct uw_kreader *kr = look_reader();
+	if (kr && uw_kreader_copy_refused(kr)) {
+		cr_log_info("%s", uw_kreader_copy_refused(kr));
+		uw_kreader_close(kr);
+		kr = NULL;
+	}
+	return kr;
+}
+
+/*
+ * Two unwinders of process pid: *t with the kernel's copies, as the daemon
+ * samples (its tasks followed and its plan made by a few samples), *plain
+ * with every cache off.
+ */
+static void copy_pair_open(struct uw_kreader *kr, const struct python *py, pid_t pid, struct uw_target **t,
+                           struct uw_target **plain)
+{
+	struct uw_options copied = {.kreader = kr}, uncached = {.no_cache = true, .no_write = true};
+	*t = test_uw_open(pid);
+	*plain = test_uw_open(pid);
+	uw_configure(*t, &copied);
+	uw_configure(*plain, &uncached);
+	struct uw_sample s = {0};
+	struct uw_error err = {0};
+	for (int k = 0; k < 3; k++)
+		cr_assert_eq(uw_sample(*t, &s, &err), 0, "%s: %s", py->path, err.msg);
+	uw_sample_free(&s);
+}
+
 /* A sample of t (taking the kernel's copy or not), and plain's with every cache off: the same stacks. */
 static uint64_t steps_sample_matches(struct uw_target *t, struct uw_target *plain, const struct python *py,
                                      const char *what, long k, uint32_t *depth, long tid)
@@ -707,28 +739,17 @@ static uint64_t steps_sample_matches(struct uw_target *t, struct uw_target *plai
  */
 Test(sample, a_process_fallen_quiet_is_read_from_the_kernels_copy, .timeout = 600)
 {
-	struct uw_kreader *kr = look_reader();
-	if (!kr || uw_kreader_copy_refused(kr)) {
-		if (kr)
-			cr_log_info("%s", uw_kreader_copy_refused(kr));
-		uw_kreader_close(kr);
+	struct uw_kreader *kr = copy_reader();
+	if (!kr)
 		cr_skip_test("the kernel refused its copy of a process as it falls quiet");
-	}
 	struct python pys[PYTHONS_MAX];
 	size_t n = pythons_supported(pys, PYTHONS_MAX);
 	for (size_t i = 0; i < n; i++) {
 		struct test_target target;
 		char woke[PATH_MAX + 8];
 		long tid = wake_target_start(&target, &pys[i], "steps", woke, sizeof woke);
-		struct uw_options copied = {.kreader = kr}, uncached = {.no_cache = true, .no_write = true};
-		struct uw_target *t = test_uw_open(target.pid), *plain = test_uw_open(target.pid);
-		uw_configure(t, &copied);
-		uw_configure(plain, &uncached);
-		struct uw_sample s = {0};
-		struct uw_error err = {0};
-		/* Watched, its tasks followed, its plan made. */
-		for (int k = 0; k < 3; k++)
-			cr_assert_eq(uw_sample(t, &s, &err), 0, "%s: %s", pys[i].path, err.msg);
+		struct uw_target *t, *plain;
+		copy_pair_open(kr, &pys[i], target.pid, &t, &plain);
 		uint64_t copies = 0, depths[2] = {0, 0};
 		for (long move = 1; move <= STEPS_MOVES; move++) {
 			cr_assert_eq(kill(target.pid, SIGUSR1), 0);
@@ -771,7 +792,6 @@ Test(sample, a_process_fallen_quiet_is_read_from_the_kernels_copy, .timeout = 60
 		 */
 		cr_assert_geq(copies, STEPS_MOVES / 4, "%s: %llu of %d samples after a move were the "
 		              "kernel's copies", pys[i].path, (unsigned long long)copies, STEPS_MOVES);
-		uw_sample_free(&s);
 		uw_close(plain);
 		uw_close(t);
 		test_target_kill(&target);
@@ -808,11 +828,9 @@ static bool process_tasks(pid_t pid, int n)
  */
 Test(sample, a_copy_from_before_a_thread_ran_is_not_taken, .timeout = 600)
 {
-	struct uw_kreader *kr = look_reader();
-	if (!kr || uw_kreader_copy_refused(kr)) {
-		uw_kreader_close(kr);
+	struct uw_kreader *kr = copy_reader();
+	if (!kr)
 		cr_skip_test("the kernel refused its copy of a process as it falls quiet");
-	}
 	struct python pys[PYTHONS_MAX];
 	size_t n = pythons_supported(pys, PYTHONS_MAX);
 	for (size_t i = 0; i < n; i++) {
@@ -825,15 +843,8 @@ Test(sample, a_copy_from_before_a_thread_ran_is_not_taken, .timeout = 600)
 			cr_assert_lt(wait, 30000, "%s: the reporter never ended", pys[i].path);
 			usleep(1000);
 		}
-		struct uw_options copied = {.kreader = kr}, uncached = {.no_cache = true, .no_write = true};
-		struct uw_target *t = test_uw_open(target.pid), *plain = test_uw_open(target.pid);
-		uw_configure(t, &copied);
-		uw_configure(plain, &uncached);
-		struct uw_sample s = {0};
-		struct uw_error err = {0};
-		for (int k = 0; k < 3; k++)
-			cr_assert_eq(uw_sample(t, &s, &err), 0, "%s: %s", pys[i].path, err.msg);
-		uw_sample_free(&s);
+		struct uw_target *t, *plain;
+		copy_pair_open(kr, &pys[i], target.pid, &t, &plain);
 		uint64_t copies = 0;
 		for (long move = 1; move <= HANDOFF_MOVES; move++) {
 			cr_assert_eq(kill(target.pid, SIGUSR1), 0);
