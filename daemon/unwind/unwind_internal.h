@@ -658,8 +658,12 @@ const uint8_t *view_read(struct uw_target *t, raddr_t addr, uint32_t len, uint32
  * process before the next one (view.c).
  */
 void view_copy_window(struct uw_target *t);
-/* Start a sample: issue the batched read planned by the last one. */
-int view_begin(struct uw_target *t, struct uw_error *err);
+/*
+ * Start a sample: issue the batched read planned by the last one, or take
+ * the kernel's copy of it when this sample's look (the process's tasks, n
+ * of them: still_tasks) proves it the process's memory now.
+ */
+int view_begin(struct uw_target *t, const struct kstill_task *tasks, uint32_t n, struct uw_error *err);
 /*
  * Read again, in one batch of their own, the reads made since `mark` (the
  * count of reads when one thread's walk began): after a torn read, a fresh

@@ -16,6 +16,10 @@
  * when the kernel proves that thread ran nothing since (threads_still_*),
  * its walk is not made, and its ranges are left out of the batch's read
  * (counted as made, so the plan stands for when it runs again).
+ *
+ * The plan is given to the kernel too, which copies it as the process
+ * falls quiet (kcopy.c): when the look proves nothing ran since, the batch
+ * is that copy, and nothing is read.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -235,13 +239,12 @@ void view_copy_window(struct uw_target *t)
  * quiet, when this sample's look proves nothing of it ran since (kcopy.c):
  * not a page pinned.  The tasks it copies at are the look's from now on.
  */
-static bool view_from_copy(struct uw_target *t, struct uw_error *err)
+static bool view_from_copy(struct uw_target *t, const struct kstill_task *tasks, uint32_t n,
+                           struct uw_error *err)
 {
 	struct process_still *ps = &t->still;
 	struct kcopy *kc = kread_copier(t->opts.kreader);
-	uint32_t n;
-	const struct kstill_task *tasks = kc ? still_tasks(t, &n) : NULL;
-	if (!tasks)
+	if (!kc || !tasks)
 		return false;
 	/*
 	 * Copied once the look knows its tasks, the batch's plan given as the
@@ -262,13 +265,13 @@ static bool view_from_copy(struct uw_target *t, struct uw_error *err)
 	return true;
 }
 
-int view_begin(struct uw_target *t, struct uw_error *err)
+int view_begin(struct uw_target *t, const struct kstill_task *tasks, uint32_t n, struct uw_error *err)
 {
 	t->nused = 0;
 	t->nmissed = 0;
 	if (t->opts.no_cache || t->batch.n == 0)
 		return 0;
-	if (view_from_copy(t, err)) {
+	if (view_from_copy(t, tasks, n, err)) {
 		for (uint32_t i = 0; i < t->batch.n; i++)
 			t->batch.ranges[i].skip = false;
 		return 0;

@@ -1347,7 +1347,9 @@ int uw_sample(struct uw_target *t, struct uw_sample *s, struct uw_error *err)
 	threads_still_begin(t);
 	if (walk_kernel_copies(t))
 		walk_kernel_arm_watched(t);
-	if (view_begin(t, err) == 0)
+	uint32_t ntasks;
+	const struct kstill_task *tasks = still_tasks(t, &ntasks);
+	if (view_begin(t, tasks, ntasks, err) == 0)
 		rc = walk_interpreters(w, err);
 	/* asyncio's tasks, read once the threads are: a running task's frames are its thread's. */
 	if (rc == 0 && !w->cut && tasks_wanted(t))
