@@ -13,15 +13,16 @@ target, at the same rate: their CPU % and RSS.  With --collector BIN (the
 collector of make collector) or --otlp URL the daemon also exports to it every
 --interval ([export.otlp]), and the bytes it sent per target-minute are printed.
 
-The kernel's copies of the targets as they fall quiet (kcopy.bpf.c) are paid
-for in the targets: their cost, as the kernel counts it (bpftool, with
-kernel.bpf_stats_enabled on meanwhile), is printed beside the daemon's CPU.
+The kernel's copies of the targets as they fall quiet (kcopy.bpf.c, [sampling]
+kernel_copy = true) are paid for in the targets: with them, their cost, as the
+kernel counts it (bpftool, with kernel.bpf_stats_enabled on meanwhile), is
+printed beside the daemon's CPU.
 
 A host others use moves a figure like this by a third from one minute to the
-next, in both directions: --rounds N (3) measures the daemon, the daemon
-without the kernel's copies ([sampling] kernel_copy = false) and CPython's
-sampler N times, alternating, prints every round's figures, and their
-medians.  The first round's are printed in full.
+next, in both directions: --rounds N (3) measures the daemon as installed,
+the daemon with the kernel's copies and CPython's sampler N times,
+alternating, prints every round's figures, and their medians.  The first
+round's are printed in full.
 
 Prints figures; never passes or fails on them.
 """
@@ -168,16 +169,16 @@ def stop(procs):
         p.wait()
 
 
-def bench_pyprofd(args, python, verbose, copy=True):
+def bench_pyprofd(args, python, verbose, copy=False):
     """The daemon's CPU % of one core over the window, and the targets' for the kernel's copies
     (None when the kernel did not count them); everything else printed when verbose."""
     state = tempfile.mkdtemp(prefix="pyprofd-bench.")
     sock = os.path.join(state, "pyprofd.sock")
     collector, extra = start_export(args, state)
-    if not copy:
+    if copy:
         config = os.path.join(state, "pyprofd.conf")
         with open(config, "w") as f:
-            f.write("[sampling]\nkernel_copy = false\n")
+            f.write("[sampling]\nkernel_copy = true\n")
         extra = extra + ["--config", config]
     daemon = subprocess.Popen([args.pyprofd, "--state-dir", state, "--log-level", "warn"] + extra)
     targets = []
@@ -226,8 +227,9 @@ def bench_pyprofd(args, python, verbose, copy=True):
     if not verbose:
         return cpu_percent, copy_percent
     rates = [(entries[t.pid]["samples"] - samples0[t.pid]) / elapsed for t in targets]
-    print("pyprofd daemon: %d targets x 4 threads at %d Hz for %.0f s (%s, Python %s)"
-          % (args.targets, args.rate, elapsed, python.path + (" in " + python.root if python.root else ""),
+    print("pyprofd daemon%s: %d targets x 4 threads at %d Hz for %.0f s (%s, Python %s)"
+          % (" with the kernel's copies" if copy else "", args.targets, args.rate, elapsed,
+             python.path + (" in " + python.root if python.root else ""),
              entries[targets[0].pid]["python_version"]))
     taken = sum(entries[t.pid]["samples"] - samples0[t.pid] for t in targets)
     print("  daemon CPU                %6.2f %% of one core, %.1f us per sample taken"
@@ -375,33 +377,34 @@ def main():
     if not python:
         sys.exit("no CPython found")
     tachyon = python.minor >= 15 and not args.no_tachyon
-    ours, copies, uncopied, theirs = [], [], [], []
+    ours, copied, copies, theirs = [], [], [], []
     for round_ in range(max(1, args.rounds)):
         verbose = round_ == 0
-        with BpfStats():
-            cpu, copy = bench_pyprofd(args, python, verbose)
-            ours.append(cpu)
+        ours.append(bench_pyprofd(args, python, verbose)[0])
+        if args.rounds > 1:
+            # The same with the kernel's copies: what the daemon no longer reads, and what the targets pay.
+            with BpfStats():
+                cpu, copy = bench_pyprofd(args, python, verbose, copy=True)
+            copied.append(cpu)
             copies.append(copy or 0.0)
-            # The same without the kernel's copies: the daemon reads what the targets no longer pay for.
-            uncopied.append(bench_pyprofd(args, python, False, copy=False)[0] if args.rounds > 1 else None)
         theirs.append(bench_tachyon(args, python, verbose) if tachyon else None)
         if args.rounds > 1:
-            print("  round %d: pyprofd %5.2f %% (and %.2f %% in the targets for its copies; without "
-                  "copies %.2f %%)%s" % (round_ + 1, ours[-1], copies[-1], uncopied[-1],
-                                         "" if theirs[-1] is None else
+            print("  round %d: pyprofd %5.2f %% (with the kernel's copies %.2f %%, and %.2f %% in the targets "
+                  "for them)%s" % (round_ + 1, ours[-1], copied[-1], copies[-1],
+                                   "" if theirs[-1] is None else
                   ", CPython's sampler %5.2f %% (%.2f of it)" % (theirs[-1], ours[-1] / theirs[-1])),
                   flush=True)
     if args.rounds > 1:
         measured = [t for t in theirs if t is not None]
-        totals = [a + b for a, b in zip(ours, copies)]
+        totals = [a + b for a, b in zip(copied, copies)]
         print("daemon CPU over %d rounds: pyprofd median %.2f %% (%.2f-%.2f)%s"
               % (len(ours), statistics.median(ours), min(ours), max(ours), "" if not measured else
                  ", CPython's sampler median %.2f %% (%.2f-%.2f)"
                  % (statistics.median(measured), min(measured), max(measured))))
-        print("with its copies in the targets: median %.2f %% (%.2f-%.2f); without copies, the daemon "
-              "alone: median %.2f %% (%.2f-%.2f)"
-              % (statistics.median(totals), min(totals), max(totals), statistics.median(uncopied),
-                 min(uncopied), max(uncopied)))
+        print("with the kernel's copies: the daemon median %.2f %% (%.2f-%.2f), and with what they cost the "
+              "targets %.2f %% (%.2f-%.2f)"
+              % (statistics.median(copied), min(copied), max(copied), statistics.median(totals),
+                 min(totals), max(totals)))
 
 
 if __name__ == "__main__":

@@ -277,7 +277,7 @@ static int config_set(struct config *c, const char *section, const char *name, c
 		    (strcmp(value, "true") == 0 || strcmp(value, "false") == 0))
 			return c->no_kernel_reader = strcmp(value, "false") == 0, 0;
 		if (strcmp(name, "kernel_copy") == 0 && (strcmp(value, "true") == 0 || strcmp(value, "false") == 0))
-			return c->no_kernel_copy = strcmp(value, "false") == 0, 0;
+			return c->kernel_copy = strcmp(value, "true") == 0, 0;
 	} else if (strcmp(section, "discovery") == 0) {
 		if (strcmp(name, "method") == 0)
 			return procwatch_method_parse(value, &c->discovery_method);

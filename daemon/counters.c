@@ -40,6 +40,7 @@ const struct stats_counter counters_table[COUNTERS_COUNT] = {
 	{"process_still", offsetof(struct uw_stats, process_still)},
 	{"kernel_copies", offsetof(struct uw_stats, kernel_copies)},
 	{"kernel_copy_watch_failures", offsetof(struct uw_stats, kernel_copy_watch_failures)},
+	{"kernel_copy_pauses", offsetof(struct uw_stats, kernel_copy_pauses)},
 	{"kernel_stacks", offsetof(struct uw_stats, kernel_stacks)},
 	{"kernel_watches", offsetof(struct uw_stats, kernel_watches)},
 	{"kernel_paced", offsetof(struct uw_stats, kernel_paced)},

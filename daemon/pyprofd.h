@@ -37,7 +37,7 @@ struct stats_counter {
 	size_t offset; /* of a uint64_t in struct uw_stats */
 };
 extern const struct stats_counter counters_table[];
-#define COUNTERS_COUNT 40
+#define COUNTERS_COUNT 41
 uint64_t counters_value(const struct uw_stats *st, size_t i);
 
 /* record.c */
@@ -485,7 +485,7 @@ struct config {
 	struct otlp_config otlp;     /* [export.otlp] */
 	bool no_write;               /* [sampling] write = false: never write into a target */
 	bool no_kernel_reader;       /* [sampling] kernel_reader = false: never load the in-kernel reader */
-	bool no_kernel_copy;         /* [sampling] kernel_copy = false: the kernel copies no target as it falls quiet */
+	bool kernel_copy;            /* [sampling] kernel_copy = true: the kernel copies targets as they fall quiet */
 };
 /* "500ms", "15s", "2m", "1h", "1d", or a bare number of seconds, in [min, max]; 0 or -1. */
 int config_parse_duration(const char *text, double min, double max, double *out);

@@ -44,9 +44,10 @@ static const char record_usage[] =
 	"  --no-kernel-reader  never load the in-kernel reader (as root): threads whose stacks\n"
 	"                      move under every read go uncounted (3.11-3.14), and /proc, not\n"
 	"                      the kernel's look, proves which threads ran (for comparison)\n"
-	"  --no-kernel-copy    never have the kernel copy the target as it falls quiet (its\n"
-	"                      threads then pay nothing as they sleep; a sample after they ran\n"
-	"                      reads their memory from outside)\n"
+	"  --kernel-copy       have the kernel copy the target as it falls quiet (as root): a\n"
+	"                      sample after its threads ran then pins none of its pages, but\n"
+	"                      each of its threads pays about a microsecond at every switch\n"
+	"                      away; stopped while they switch away often\n"
 	"  -o, --output FILE   write the profile to FILE (default: standard output)\n"
 	"  --format F          collapsed (default), flamegraph (one HTML file), heatmap\n"
 	"                      (the same page with the process's sources, line by line),\n"
@@ -74,7 +75,7 @@ struct record_opts {
 	bool stats, stats_json;
 	bool no_idle, per_thread;
 	bool no_kernel_reader;
-	bool no_kernel_copy;
+	bool kernel_copy;
 	struct uw_error kreader_err; /* why the in-kernel reader could not be loaded */
 };
 
@@ -91,7 +92,7 @@ static int record_parse(int argc, char **argv, struct record_opts *o)
 		{"no-cache", no_argument, NULL, 'C'},
 		{"no-write", no_argument, NULL, 'W'},
 		{"no-kernel-reader", no_argument, NULL, 'K'},
-		{"no-kernel-copy", no_argument, NULL, 'Q'},
+		{"kernel-copy", no_argument, NULL, 'Q'},
 		{"output", required_argument, NULL, 'o'},
 		{"format", required_argument, NULL, 'f'},
 		{"stats", no_argument, NULL, 's'},
@@ -149,7 +150,7 @@ static int record_parse(int argc, char **argv, struct record_opts *o)
 		case 'C': o->uw.no_cache = true; break;
 		case 'W': o->uw.no_write = true; break;
 		case 'K': o->no_kernel_reader = true; break;
-		case 'Q': o->no_kernel_copy = true; break;
+		case 'Q': o->kernel_copy = true; break;
 		case 'o': o->output = optarg; break;
 		case 'f':
 			o->table = strcmp(optarg, "table") == 0;
@@ -526,7 +527,7 @@ int record_main(int argc, char **argv)
 	o.uw.epoch_ctx = &prof;
 	/* Without it (not root), threads whose stacks move under every read go uncounted: the stats say why. */
 	o.uw.kreader = o.no_kernel_reader ? NULL : uw_kreader_open(&o.kreader_err);
-	if (o.no_kernel_copy)
+	if (!o.kernel_copy)
 		uw_kreader_copy_off(o.uw.kreader);
 	/* Faster than a thread may be shot (2 kHz): each sample waits for its shot, rather than go unshot. */
 	o.uw.kernel_pace = o.rate == 0 || o.rate > 2000;

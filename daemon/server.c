@@ -390,7 +390,7 @@ int server_main(int argc, char **argv)
 	if (!s.config.no_kernel_reader) {
 		struct uw_error kerr = {0};
 		s.kreader = uw_kreader_open(&kerr);
-		if (s.config.no_kernel_copy)
+		if (!s.config.kernel_copy)
 			uw_kreader_copy_off(s.kreader);
 		if (!s.kreader)
 			log_info("%s; threads whose stacks move under every read go uncounted "
@@ -398,7 +398,7 @@ int server_main(int argc, char **argv)
 		else if (uw_kreader_look_refused(s.kreader))
 			log_info("%s; whether a thread ran is asked of /proc instead",
 			         uw_kreader_look_refused(s.kreader));
-		else if (uw_kreader_copy_refused(s.kreader) && !s.config.no_kernel_copy)
+		else if (uw_kreader_copy_refused(s.kreader) && s.config.kernel_copy)
 			log_info("%s; a process that ran since its last sample is read from outside",
 			         uw_kreader_copy_refused(s.kreader));
 	}

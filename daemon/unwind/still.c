@@ -95,6 +95,8 @@ void still_free(struct uw_target *t)
 	ps->copy_slot = -1;
 	ps->copy_generation = 0;
 	ps->copy_sampled_ns = ps->copy_interval_ns = ps->copy_quiet_seen = ps->copy_quiet_x256 = 0;
+	ps->copy_switches_x256 = ps->copy_switches_seen = ps->copy_paused_ns = 0;
+	ps->copy_tasks_seen = 0;
 	ps->look_start = 0;
 	if (ps->task_dir) {
 		closedir(ps->task_dir);

@@ -417,6 +417,7 @@ struct uw_stats {
 	uint64_t kernel_watch_failures;    /* threads that tore but could not be watched: no slot free, or the kernel refused */
 	uint64_t kernel_copies;            /* samples whose batched read was the kernel's copy of the process as it fell quiet: no page pinned */
 	uint64_t kernel_copy_watch_failures; /* tasks the kernel's copy could not watch (no room, or the kernel refused): their process is not copied */
+	uint64_t kernel_copy_pauses;       /* times the kernel's copies of the process stopped: its tasks switched away too often between samples for them to pay */
 	uint64_t process_still;            /* samples the kernel proved no thread of the process ran since one read whole: no memory read */
 	uint64_t cache_resets;             /* budget reached: everything forgotten */
 	uint64_t walks_cut;                /* samples cut short at max_sample_ns */

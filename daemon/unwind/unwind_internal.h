@@ -520,6 +520,13 @@ struct process_still {
 	uint64_t copy_generation;
 	/* When copies are made (view_copy_window): the last sample's time, and averages over samples. */
 	uint64_t copy_sampled_ns, copy_interval_ns, copy_quiet_seen, copy_quiet_x256;
+	/*
+	 * Whether they pay (view_copy_pays): the look's switches away between
+	 * samples, averaged, times 256; their sum and task count at the last
+	 * sample; and when copies were last stopped for it (0: they run).
+	 */
+	uint64_t copy_switches_x256, copy_switches_seen, copy_paused_ns;
+	uint32_t copy_tasks_seen;
 	uint32_t nlooked;
 	struct still_seen looked[KSTILL_TASKS];
 };

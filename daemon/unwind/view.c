@@ -213,13 +213,72 @@ static void view_copy_plan(struct uw_target *t)
  */
 #define VIEW_COPY_QUIET_X256 512u
 
+/*
+ * Whether the process's copies pay.  They cost it at every switch away of
+ * every task (the record, the look at the others) and at each copy, and
+ * spare the daemon one read a sample: on 3.15 (bench/daemon.py) about
+ * 1 us a switch and 3 us of copies a sample in the targets, against about
+ * 4.5 us of reading spared, about even for a service's four threads that
+ * each wake every 20 ms, sampled at 100 Hz (two or three switches a
+ * sample).  A process whose tasks switch away more than eight times
+ * between samples pays two or three times what it spares, and more as it
+ * switches more (two threads handing a token back and forth do it
+ * thousands of times), whatever the rate: its copies stop, its watches
+ * closed, until the look (which counts the switches, the process paying
+ * nothing for it) has seen fewer than four a sample for a while.
+ */
+#define VIEW_COPY_PAUSE_SWITCHES_X256 (8u * 256u)
+#define VIEW_COPY_RESUME_SWITCHES_X256 (4u * 256u)
+#define VIEW_COPY_PAUSED_NS (10ull * 1000000000ull)
+
+static bool view_copy_pays(struct uw_target *t, struct kcopy *kc, uint64_t now)
+{
+	struct process_still *ps = &t->still;
+	uint32_t n;
+	const struct kstill_task *tasks = still_tasks(t, &n);
+	if (tasks) {
+		uint32_t listed = n < KSTILL_TASKS ? n : KSTILL_TASKS;
+		uint64_t sum = 0;
+		for (uint32_t i = 0; i < listed; i++)
+			sum += tasks[i].switches;
+		/*
+		 * Over about the last eight samples, each counted as at most four
+		 * times the bound: one long gap (the first sample's decoding) stops
+		 * nothing, three busy ones in a row do.  A change of tasks is no
+		 * measure.
+		 */
+		if (ps->copy_tasks_seen && n == ps->copy_tasks_seen && sum >= ps->copy_switches_seen) {
+			uint64_t seen = sum - ps->copy_switches_seen, most = 4 * VIEW_COPY_PAUSE_SWITCHES_X256;
+			seen = seen < most / 256u ? seen * 256u : most;
+			ps->copy_switches_x256 = (7 * ps->copy_switches_x256 + seen) / 8;
+		}
+		ps->copy_tasks_seen = n;
+		ps->copy_switches_seen = sum;
+	}
+	if (!ps->copy_paused_ns && ps->copy_switches_x256 > VIEW_COPY_PAUSE_SWITCHES_X256) {
+		kcopy_release(kc, ps->copy_slot);
+		ps->copy_slot = -1;
+		ps->copy_generation = 0;
+		ps->copy_sampled_ns = 0; /* the next slot's counts are its own */
+		ps->copy_paused_ns = now ? now : 1;
+		t->stats.kernel_copy_pauses++;
+	} else if (ps->copy_paused_ns && ps->copy_switches_x256 < VIEW_COPY_RESUME_SWITCHES_X256 &&
+	           now - ps->copy_paused_ns >= VIEW_COPY_PAUSED_NS) {
+		ps->copy_paused_ns = 0;
+	}
+	return !ps->copy_paused_ns;
+}
+
 void view_copy_window(struct uw_target *t)
 {
 	struct process_still *ps = &t->still;
 	struct kcopy *kc = kread_copier(t->opts.kreader);
-	if (!kc || ps->copy_slot < 0)
+	if (!kc)
 		return;
-	uint64_t now = unwind_now_ns(), quiet = kcopy_quiet(kc, ps->copy_slot);
+	uint64_t now = unwind_now_ns();
+	if (!view_copy_pays(t, kc, now) || ps->copy_slot < 0)
+		return;
+	uint64_t quiet = kcopy_quiet(kc, ps->copy_slot);
 	if (ps->copy_sampled_ns && now > ps->copy_sampled_ns) {
 		/* Averages over about the last eight samples: the time between them, and the quiet moments in it. */
 		uint64_t gap = now - ps->copy_sampled_ns, seen = (quiet - ps->copy_quiet_seen) * 256u;
@@ -244,7 +303,7 @@ static bool view_from_copy(struct uw_target *t, const struct kstill_task *tasks,
 {
 	struct process_still *ps = &t->still;
 	struct kcopy *kc = kread_copier(t->opts.kreader);
-	if (!kc || !tasks)
+	if (!kc || !tasks || ps->copy_paused_ns)
 		return false;
 	/*
 	 * Copied once the look knows its tasks, the batch's plan given as the

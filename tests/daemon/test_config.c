@@ -27,7 +27,7 @@ Test(config, file_then_flags)
 	config_file(dir, sizeof dir, file, sizeof file,
 	            "[limits]\nmax_connections = 10\nmax_targets = 7\nmax_connections_per_uid = 4\n"
 	            "root_reserved_connections = 20\nidle_timeout_s = 30\nrequest_timeout_s = 2\n"
-	            "[sampling]\ndefault_rate_hz = 50\nmax_rate_hz = 500\nkernel_copy = false\n"
+	            "[sampling]\ndefault_rate_hz = 50\nmax_rate_hz = 500\nkernel_copy = true\n"
 	            "[storage]\nflush_interval_s = 3\nretention = 600:60,7200:600\n");
 	char *argv[] = {"serve", "--state-dir", dir, "--max-targets", "9", NULL};
 	struct config c;
@@ -41,8 +41,8 @@ Test(config, file_then_flags)
 	cr_assert_eq(c.max_targets, 9, "a flag beats the file");
 	cr_assert_eq(c.default_rate_hz, 50);
 	cr_assert_eq(c.max_rate_hz, 500);
-	cr_assert(c.no_kernel_copy, "kernel_copy = false");
-	cr_assert(!c.no_kernel_reader, "the reader stays on without its copies");
+	cr_assert(c.kernel_copy, "kernel_copy = true");
+	cr_assert(!c.no_kernel_reader, "the reader stays on");
 	cr_assert_eq(c.flush_interval_s, 3.0);
 	cr_assert_eq(c.nretention, 2);
 	cr_assert_eq(c.retention_age_s[1], 7200.0);
@@ -88,6 +88,7 @@ Test(config, reload_keeps_the_running_config_when_the_file_breaks)
 	struct config c;
 	cr_assert_eq(config_load(&c, 3, argv), EXIT_OK);
 	cr_assert_eq(c.max_targets, 5);
+	cr_assert(!c.kernel_copy, "the targets pay for the kernel's copies: only when asked");
 
 	write_text_file(file, "[limits]\nmax_targets = 6\n[daemon]\nstate_dir = /elsewhere\n");
 	cr_assert_eq(config_reload(&c, 3, argv), 0);

@@ -691,6 +691,40 @@ def scenario_spin(report_path):
     hold()
 
 
+# --- pingpong ----------------------------------------------------------------------
+
+
+# Seconds each thread holds the token, asleep, before handing it on.
+PINGPONG_HOLD = [0.0005]
+
+
+def ping(mine, theirs):
+    while True:
+        mine.acquire()
+        time.sleep(PINGPONG_HOLD[0])
+        theirs.release()
+
+
+def scenario_pingpong(report_path):
+    """Two threads hand a token back and forth, each waiting on its own
+    semaphore and holding the token half a millisecond, asleep: thousands
+    of switches away a second, at little CPU, while the main thread sleeps.
+    After SIGUSR1 each holds it 50 ms: a handoff every 50 ms."""
+    signal.signal(signal.SIGUSR1, lambda signum, frame: PINGPONG_HOLD.__setitem__(0, 0.05))
+    first, second = threading.Semaphore(0), threading.Semaphore(0)
+    pinger = start_worker(ping, "ping", first, second)
+    ponger = start_worker(ping, "pong", second, first)
+    first.release()
+    start_reporter(report_path, [threading.get_ident(), pinger, ponger], spinning=[pinger, ponger])
+    hold()
+
+
+def scenario_relay(report_path):
+    """As pingpong once signalled: a handoff every 50 ms from the start."""
+    PINGPONG_HOLD[0] = 0.05
+    scenario_pingpong(report_path)
+
+
 # --- exiting -----------------------------------------------------------------------
 
 # Not one of the stack scenarios: many threads keep building and unwinding deep
@@ -819,6 +853,8 @@ SCENARIOS = {
     "threads20": scenario_threads20,
     "pool": scenario_pool,
     "spin": scenario_spin,
+    "pingpong": scenario_pingpong,
+    "relay": scenario_relay,
     "exiting": scenario_exiting,
     "oddnames": scenario_oddnames,
 }

@@ -778,9 +778,12 @@ Test(sample, a_process_fallen_quiet_is_read_from_the_kernels_copy, .timeout = 60
 			usleep(20000);
 			steps_sample_matches(t, plain, &pys[i], "thread started", spawn, NULL, 0);
 		}
-		cr_log_info("%s: %llu of %d samples after a move were the kernel's copies (depths %llu, %llu)",
+		struct uw_stats stats;
+		uw_stats(t, &stats);
+		cr_log_info("%s: %llu of %d samples after a move were the kernel's copies (depths %llu, %llu; "
+		            "copies stopped %llu times)",
 		            pys[i].path, (unsigned long long)copies, STEPS_MOVES, (unsigned long long)depths[0],
-		            (unsigned long long)depths[1]);
+		            (unsigned long long)depths[1], (unsigned long long)stats.kernel_copy_pauses);
 		/* The two depths are six frames apart: each sample saw the move. */
 		cr_assert_eq(depths[0] + 6, depths[1], "%s: depths %llu and %llu", pys[i].path,
 		             (unsigned long long)depths[0], (unsigned long long)depths[1]);
@@ -793,6 +796,71 @@ Test(sample, a_process_fallen_quiet_is_read_from_the_kernels_copy, .timeout = 60
 		cr_assert_geq(copies, STEPS_MOVES / 4, "%s: %llu of %d samples after a move were the "
 		              "kernel's copies", pys[i].path, (unsigned long long)copies, STEPS_MOVES);
 		uw_close(plain);
+		uw_close(t);
+		test_target_kill(&target);
+	}
+	uw_kreader_close(kr);
+}
+
+/* Samples of t at about 100 Hz, for about ms milliseconds; its stats after them. */
+static struct uw_stats copy_sample_for(struct uw_target *t, const struct python *py, long ms)
+{
+	struct uw_sample s = {0};
+	for (long k = 0; k < ms / 10; k++) {
+		struct uw_error err = {0};
+		cr_assert_eq(uw_sample(t, &s, &err), 0, "%s: %s", py->path, err.msg);
+		usleep(10000);
+	}
+	uw_sample_free(&s);
+	struct uw_stats stats;
+	uw_stats(t, &stats);
+	return stats;
+}
+
+/*
+ * Two threads hand a token back and forth, thousands of switches away a
+ * second: the kernel's copies would cost the process far more than
+ * the reads they spare the sampler (view.c), so after a few samples they
+ * stop, its tasks no longer watched, and none is made while it stays that
+ * busy.  Once a handoff comes only every 50 ms, they start again (on the
+ * newest interpreter alone: it takes the ten seconds they stay stopped).
+ * Every version.
+ */
+Test(sample, copies_stop_for_a_process_that_switches_too_often, .timeout = 600)
+{
+	struct uw_kreader *kr = copy_reader();
+	if (!kr)
+		cr_skip_test("the kernel refused its copy of a process as it falls quiet");
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX), newest = 0;
+	for (size_t i = 0; i < n; i++)
+		if (!pys[i].debug && pys[i].minor > pys[newest].minor)
+			newest = i;
+	for (size_t i = 0; i < n; i++) {
+		struct test_target target;
+		test_target_start(&target, &pys[i], "pingpong");
+		json_decref(test_target_wait_report(&target, 60));
+		struct uw_options copied = {.kreader = kr};
+		struct uw_target *t = test_uw_open(target.pid);
+		uw_configure(t, &copied);
+		struct uw_stats busy = copy_sample_for(t, &pys[i], 500);
+		cr_assert_eq(busy.kernel_copy_pauses, 1, "%s: the copies stopped %llu times in half a second",
+		             pys[i].path, (unsigned long long)busy.kernel_copy_pauses);
+		struct uw_stats still_busy = copy_sample_for(t, &pys[i], 1000);
+		cr_assert_eq(still_busy.kernel_copies, busy.kernel_copies, "%s: %llu copies taken once stopped",
+		             pys[i].path, (unsigned long long)(still_busy.kernel_copies - busy.kernel_copies));
+		cr_assert_eq(still_busy.kernel_copy_pauses, 1, "%s: stopped again", pys[i].path);
+		if (i == newest) {
+			cr_assert_eq(kill(target.pid, SIGUSR1), 0);
+			struct uw_stats calm = still_busy;
+			for (int second = 0; calm.kernel_copies == still_busy.kernel_copies; second++) {
+				cr_assert_lt(second, 30, "%s: no copy in 30 s of a handoff every 50 ms", pys[i].path);
+				calm = copy_sample_for(t, &pys[i], 1000);
+			}
+			cr_log_info("%s: copies again once calm: %llu", pys[i].path,
+			            (unsigned long long)(calm.kernel_copies - still_busy.kernel_copies));
+			cr_assert_eq(calm.kernel_copy_pauses, 1, "%s: stopped again once calm", pys[i].path);
+		}
 		uw_close(t);
 		test_target_kill(&target);
 	}
@@ -1099,7 +1167,11 @@ static const char *callgraph_function(const struct uw_frame *f)
  * the target naps between its rounds of calls: the process falls quiet
  * many times a second, its stacks elsewhere each time, and with the
  * in-kernel reader some samples must be the kernel's copies (kcopy.c).
+ * Sampled back to back, most samples are the look's proof that nothing
+ * ran: the copies are those right after a thread's nap began, a few a
+ * second on a busy host.
  */
+#define CALLGRAPH_QUIET_COPIES 25
 static void callgraph_check(const struct python *py, const struct uw_options *opts, bool tachyon,
                             bool naps)
 {
@@ -1192,7 +1264,7 @@ static void callgraph_check(const struct python *py, const struct uw_options *op
 			uw_stats(t, &so_far);
 		seen_enough = pairs > 1000 && max_climb >= 10 && nthread_ids >= 4 &&
 		              (!tachyon || test_target_exited(&second)) && (!copies || so_far.kernel_stacks > 0) &&
-		              (!quiet_copies || so_far.kernel_copies > 100);
+		              (!quiet_copies || so_far.kernel_copies > CALLGRAPH_QUIET_COPIES);
 	} while (now.tv_sec - start.tv_sec < 3 ||
 	         (!seen_enough && now.tv_sec - start.tv_sec < CALLGRAPH_SAMPLING_MAX_S));
 
@@ -1211,14 +1283,15 @@ static void callgraph_check(const struct python *py, const struct uw_options *op
 	if (opts->kreader)
 		cr_log_info("%s: in-kernel reader: %llu threads watched, %llu stacks its copies, %llu "
 		            "samples paced, %llu torn; the look proved %llu thread samples, %llu samples; "
-		            "%llu of %llu samples the copy of the process as it fell quiet",
+		            "%llu of %llu samples the copy of the process as it fell quiet (its copies stopped "
+		            "%llu times)",
 		            what, (unsigned long long)stats.kernel_watches,
 		            (unsigned long long)stats.kernel_stacks, (unsigned long long)stats.kernel_paced,
 		            (unsigned long long)stats.torn_threads, (unsigned long long)stats.still_proven,
 		            (unsigned long long)stats.process_still, (unsigned long long)stats.kernel_copies,
-		            (unsigned long long)samples);
+		            (unsigned long long)samples, (unsigned long long)stats.kernel_copy_pauses);
 	if (quiet_copies)
-		cr_assert_gt(stats.kernel_copies, 100, "%s: %llu samples were the kernel's copies", what,
+		cr_assert_gt(stats.kernel_copies, CALLGRAPH_QUIET_COPIES, "%s: %llu samples were the kernel's copies", what,
 		             (unsigned long long)stats.kernel_copies);
 	if (copies) {
 		cr_assert_gt(stats.kernel_watches, 0, "%s: the in-kernel reader watched no thread", what);
