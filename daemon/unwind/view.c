@@ -69,10 +69,33 @@ static int batch_fetch(struct uw_target *t, struct view_batch *b, struct uw_erro
 	return remote_read_batch(&t->mem, b->ranges, b->n, err);
 }
 
+/*
+ * Reads come in the walk's order, a few ascending runs (the process's
+ * structures, then each thread's): a sample's few dozen are sorted in place
+ * in a fraction of qsort's time, which a replan of every third sample
+ * paid.  Many (a deep stack's frames, read downwards) go to qsort.
+ */
+#define VIEW_USED_INSERTION_MAX 64u
+
+static void used_sort(struct used_range *used, uint32_t nused)
+{
+	if (nused > VIEW_USED_INSERTION_MAX) {
+		qsort(used, nused, sizeof *used, used_cmp);
+		return;
+	}
+	for (uint32_t i = 1; i < nused; i++) {
+		struct used_range r = used[i];
+		uint32_t j = i;
+		for (; j > 0 && used[j - 1].addr > r.addr; j--)
+			used[j] = used[j - 1];
+		used[j] = r;
+	}
+}
+
 /* Merge reads (sorted here) into a batch's ranges, within the batch bounds. */
 static void batch_plan(struct view_batch *b, struct used_range *used, uint32_t nused)
 {
-	qsort(used, nused, sizeof *used, used_cmp);
+	used_sort(used, nused);
 	uint32_t n = 0;
 	size_t total = 0;
 	for (uint32_t i = 0; i < nused;) {
