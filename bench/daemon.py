@@ -2,7 +2,7 @@
 """Measure the daemon: many targets sampled at once, as a fleet host runs it.
 
 Starts pyprofd in a temporary state directory, attaches it to N targets of
-4 threads each (bench/workloads/service4.py, on CPython 3.15 from the Debian
+4 threads each (bench/workloads/service4.py, or --workload, on CPython 3.15 from the Debian
 root of `make pythons` when there, chrooted, else the newest interpreter found)
 at R Hz for S seconds, and prints: the daemon's CPU % of one core, its wakeups
 per second, µs per sample, achieved rates against the one asked, the lateness
@@ -154,8 +154,8 @@ class BpfStats:
                 f.write(self.was)
 
 
-def start_targets(python, n, binds=()):
-    workload = os.path.join(HERE, "workloads", "service4.py")
+def start_targets(python, n, binds=(), name="service4.py"):
+    workload = os.path.join(HERE, "workloads", name)
     procs = [python.popen(["-I", workload], binds) for _ in range(n)]
     time.sleep(2.0)  # imported, threads started
     return procs
@@ -193,7 +193,7 @@ def bench_pyprofd(args, python, verbose, copy=False):
             if os.path.exists(sock):
                 break
             time.sleep(0.05)
-        targets = start_targets(python, args.targets)
+        targets = start_targets(python, args.targets, name=args.workload)
         for t in targets:
             ctl("attach", str(t.pid), "--rate", str(args.rate))
         time.sleep(1.0)  # the first samples decode everything: measure steady state
@@ -227,8 +227,8 @@ def bench_pyprofd(args, python, verbose, copy=False):
     if not verbose:
         return cpu_percent, copy_percent
     rates = [(entries[t.pid]["samples"] - samples0[t.pid]) / elapsed for t in targets]
-    print("pyprofd daemon%s: %d targets x 4 threads at %d Hz for %.0f s (%s, Python %s)"
-          % (" with the kernel's copies" if copy else "", args.targets, args.rate, elapsed,
+    print("pyprofd daemon%s: %d targets of %s at %d Hz for %.0f s (%s, Python %s)"
+          % (" with the kernel's copies" if copy else "", args.targets, args.workload, args.rate, elapsed,
              python.path + (" in " + python.root if python.root else ""),
              entries[targets[0].pid]["python_version"]))
     taken = sum(entries[t.pid]["samples"] - samples0[t.pid] for t in targets)
@@ -241,6 +241,9 @@ def bench_pyprofd(args, python, verbose, copy=False):
         runs, ns = copies1[0] - copies0[0], copies1[1] - copies0[1]
         print("  in the targets: copies    %6.3f %% of one core, %.0f switches away /s, %.0f ns each "
               "(the kernel's count)" % (copy_percent, runs / elapsed, ns / runs))
+    elif copy and copies0 and copies1:
+        paused = sum(s.get("kernel_copy_pauses", 0) for s in stats)
+        print("  in the targets: copies     none ran (the kernel's count; kernel_copy_pauses %d)" % paused)
     sched0, sched = status0.get("schedule"), status.get("schedule")
     if sched:
         wakeups = sched["wakeups"] - sched0["wakeups"]
@@ -318,7 +321,7 @@ def bench_tachyon(args, python, verbose):
     out = tempfile.mkdtemp(prefix="pyprofd-bench-tachyon.")
     targets, samplers = [], []
     try:
-        targets = start_targets(python, args.targets)
+        targets = start_targets(python, args.targets, name=args.workload)
         for i, t in enumerate(targets):
             samplers.append(python.popen(
                 ["-m", "profiling.sampling", "attach", "-a", "-r", str(args.rate),
@@ -365,6 +368,9 @@ def main():
     ap.add_argument("--rate", type=int, default=100)
     ap.add_argument("--seconds", type=float, default=30)
     ap.add_argument("--no-tachyon", action="store_true", help="leave CPython's sampler out")
+    ap.add_argument("--workload", default="service4.py",
+                    help="the targets' script, of bench/workloads/ (handoff.py: what the kernel's copies "
+                         "would cost a process that switches tens of thousands of times a second)")
     ap.add_argument("--collector", help="an OpenTelemetry Collector binary to run and export to")
     ap.add_argument("--otlp", help="export to this OTLP/HTTP endpoint")
     ap.add_argument("--interval", default="15s", help="the export interval")
