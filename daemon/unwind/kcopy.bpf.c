@@ -29,7 +29,6 @@ struct task_struct {
 	unsigned long nivcsw;
 } __attribute__((preserve_access_index));
 
-
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(map_flags, BPF_F_MMAPABLE);

@@ -661,10 +661,11 @@ uint32_t pyobj_read_str(struct uw_target *t, raddr_t addr, struct uw_error *err)
 const uint8_t *view_read(struct uw_target *t, raddr_t addr, uint32_t len, uint32_t grow,
                          struct uw_error *err);
 /*
- * As a sample begins, on its look's word: when the kernel copies the
- * process before the next one (view.c).
+ * As a sample begins, on its look's word (the process's tasks, n of them:
+ * still_tasks): whether the kernel copies the process, and when, before
+ * the next one (view.c).
  */
-void view_copy_window(struct uw_target *t);
+void view_copy_window(struct uw_target *t, const struct kstill_task *tasks, uint32_t n);
 /*
  * Start a sample: issue the batched read planned by the last one, or take
  * the kernel's copy of it when this sample's look (the process's tasks, n

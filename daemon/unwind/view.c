@@ -254,11 +254,10 @@ static void view_copy_plan(struct uw_target *t)
 #define VIEW_COPY_RESUME_SWITCHES_X256 (4u * 256u)
 #define VIEW_COPY_PAUSED_NS (10ull * 1000000000ull)
 
-static bool view_copy_pays(struct uw_target *t, struct kcopy *kc, uint64_t now)
+static bool view_copy_pays(struct uw_target *t, struct kcopy *kc, const struct kstill_task *tasks, uint32_t n,
+                           uint64_t now)
 {
 	struct process_still *ps = &t->still;
-	uint32_t n;
-	const struct kstill_task *tasks = still_tasks(t, &n);
 	if (tasks) {
 		uint32_t listed = n < KSTILL_TASKS ? n : KSTILL_TASKS;
 		uint64_t sum = 0;
@@ -292,14 +291,14 @@ static bool view_copy_pays(struct uw_target *t, struct kcopy *kc, uint64_t now)
 	return !ps->copy_paused_ns;
 }
 
-void view_copy_window(struct uw_target *t)
+void view_copy_window(struct uw_target *t, const struct kstill_task *tasks, uint32_t n)
 {
 	struct process_still *ps = &t->still;
 	struct kcopy *kc = kread_copier(t->opts.kreader);
 	if (!kc)
 		return;
 	uint64_t now = unwind_now_ns();
-	if (!view_copy_pays(t, kc, now) || ps->copy_slot < 0)
+	if (!view_copy_pays(t, kc, tasks, n, now) || ps->copy_slot < 0)
 		return;
 	uint64_t quiet = kcopy_quiet(kc, ps->copy_slot);
 	if (ps->copy_sampled_ns && now > ps->copy_sampled_ns) {

@@ -1323,7 +1323,10 @@ int uw_sample(struct uw_target *t, struct uw_sample *s, struct uw_error *err)
 		goto done;
 	s->epoch = t->epoch;
 	t->look = still_look(t);
-	view_copy_window(t);
+	/* The look's tasks of the process, for the kernel's copies of it (view.c). */
+	uint32_t ntasks;
+	const struct kstill_task *tasks = still_tasks(t, &ntasks);
+	view_copy_window(t, tasks, ntasks);
 	/* Nothing of the process ran since the sample kept: that is this one, no memory read. */
 	if (still_sample(t, s)) {
 		rc = 0;
@@ -1347,8 +1350,6 @@ int uw_sample(struct uw_target *t, struct uw_sample *s, struct uw_error *err)
 	threads_still_begin(t);
 	if (walk_kernel_copies(t))
 		walk_kernel_arm_watched(t);
-	uint32_t ntasks;
-	const struct kstill_task *tasks = still_tasks(t, &ntasks);
 	if (view_begin(t, tasks, ntasks, err) == 0)
 		rc = walk_interpreters(w, err);
 	/* asyncio's tasks, read once the threads are: a running task's frames are its thread's. */
