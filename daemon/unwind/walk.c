@@ -1299,6 +1299,7 @@ static void walk_trim(struct uw_target *t)
 		return;
 	walk_free(t);
 	view_trim(t);
+	t->stats.scratch_bytes = walk_room(t) + view_room(t);
 }
 
 int uw_sample(struct uw_target *t, struct uw_sample *s, struct uw_error *err)
@@ -1327,10 +1328,15 @@ int uw_sample(struct uw_target *t, struct uw_sample *s, struct uw_error *err)
 	uint32_t ntasks;
 	const struct kstill_task *tasks = still_tasks(t, &ntasks);
 	view_copy_window(t, tasks, ntasks);
-	/* Nothing of the process ran since the sample kept: that is this one, no memory read. */
+	/*
+	 * Nothing of the process ran since the sample kept: that is this one,
+	 * no memory read and no cache grown, so the figures at the end stand as
+	 * the last walk left them (working them out again walked every thread's
+	 * cache, cold by now, at each such sample).
+	 */
 	if (still_sample(t, s)) {
-		rc = 0;
-		goto counted;
+		walk_trim(t);
+		return 0;
 	}
 	if (!t->walk && !(t->walk = calloc(1, sizeof *t->walk))) {
 		uw_fail(err, UW_ENOMEM, "out of memory");
@@ -1372,7 +1378,6 @@ done:
 		if (err->status <= UW_EIO)
 			t->stats.errors[err->status]++;
 	}
-counted:
 	walk_trim(t);
 	t->stats.readv_calls = t->mem.calls;
 	t->stats.bytes_read = t->mem.bytes;
