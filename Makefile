@@ -15,6 +15,7 @@
 #   make bench-hostile what a hostile local user costs the daemon (as root)
 #   make bench-fleet   exec to first sample, discovery's CPU, the CPU budget (as root)
 #   make bench-page    the profile page in headless Chromium on 50,000 stacks
+#   make bench-readv   what one process_vm_readv costs the reader, by pages, hot and cold
 #   make bench-async   cost per sample of async-aware sampling, 1,000 and 100,000 tasks (as root)
 #   make soak       the daemon for SOAK_MINUTES (30) under targets, queries, churn and
 #                   hostile clients: RSS, descriptors, rates and errors every minute
@@ -239,7 +240,7 @@ $(BUILD)/fuzz/%: $(BUILD)/tests/fuzz/%.o $(LIBCTL) $(LIBCLIENT) $(LIBS_DAEMON)
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -fsanitize=fuzzer -o $@ $^ $(LINK_DAEMON)
 
-.PHONY: all deps pythons collector test check sanitize fuzz fuzz-run demo bench bench-daemon bench-history bench-hostile bench-fleet bench-page bench-async soak install clean
+.PHONY: all deps pythons collector test check sanitize fuzz fuzz-run demo bench bench-daemon bench-history bench-hostile bench-fleet bench-page bench-readv bench-async soak install clean
 
 all: $(PYPROFD) $(CTL)
 
@@ -561,6 +562,16 @@ $(BUILD)/bench/page_bench: $(BUILD)/bench/page_bench.o $(LIBEXPORT) $(LIBWIRE) $
 bench-page: deps
 	$(Q)$(MAKE) --no-print-directory $(BUILD)/bench/page_bench
 	$(BUILD)/bench/page_bench $(BENCH_ARGS)
+
+# What one process_vm_readv costs by pages pinned, back to back and 10 ms apart; see bench/readv_cost.c.
+$(BUILD)/bench/readv_cost.o: LIBINC = $(NO_SQLITE) $(NO_EV) $(NO_PROTOBUF)
+$(BUILD)/bench/readv_cost: $(BUILD)/bench/readv_cost.o
+	$(E) "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^
+
+bench-readv:
+	$(Q)$(MAKE) --no-print-directory $(BUILD)/bench/readv_cost
+	$(BUILD)/bench/readv_cost $(BENCH_ARGS)
 
 # Cost per sample of async-aware sampling with 1,000 and 100,000 suspended tasks; see bench/async.py.
 bench-async: deps
