@@ -52,7 +52,7 @@ static void child_loop(volatile unsigned char *mem)
 	}
 }
 
-/* One read of `pages` pages of child k, READ_BYTES from each: 0, or -1 with errno. */
+/* One read of `pages` pages of a child, READ_BYTES from each: 0, or why not (an errno value). */
 static int read_child(pid_t pid, unsigned char *remote, unsigned pages, unsigned char *buf)
 {
 	struct iovec local[CHILD_PAGES], far[CHILD_PAGES];
@@ -61,7 +61,9 @@ static int read_child(pid_t pid, unsigned char *remote, unsigned pages, unsigned
 		far[i] = (struct iovec){remote + (size_t)i * PAGE + 128, READ_BYTES};
 	}
 	ssize_t got = process_vm_readv(pid, local, pages, far, pages, 0);
-	return got == (ssize_t)(pages * READ_BYTES) ? 0 : -1;
+	if (got < 0)
+		return errno;
+	return got == (ssize_t)(pages * READ_BYTES) ? 0 : EIO; /* short: a child gone mid-read */
 }
 
 int main(int argc, char **argv)
@@ -106,14 +108,16 @@ int main(int argc, char **argv)
 		for (int r = 0; r < rounds && rc == 0; r++)
 			for (int k = 0; k < CHILDREN; k++) {
 				double t0 = cpu_ns();
-				rc |= read_child(kids[k], mem, pages, buf);
+				if ((rc = read_child(kids[k], mem, pages, buf)) != 0)
+					break;
 				hot += cpu_ns() - t0;
 			}
 		for (int r = 0; r < rounds && rc == 0; r++) {
 			nanosleep(&gap, NULL);
 			for (int k = 0; k < CHILDREN; k++) {
 				double t0 = cpu_ns();
-				rc |= read_child(kids[k], mem, pages, buf);
+				if ((rc = read_child(kids[k], mem, pages, buf)) != 0)
+					break;
 				double spent = cpu_ns() - t0;
 				if (k == 0)
 					first += spent;
@@ -123,7 +127,7 @@ int main(int argc, char **argv)
 		}
 		if (rc != 0) {
 			fprintf(stderr, "readv_cost: process_vm_readv: %s (root, or ptrace rights over the children)\n",
-			        strerror(errno));
+			        strerror(rc));
 			break;
 		}
 		printf("%6u %14.2f %16.2f %16.2f\n", pages, hot / 1e3 / (rounds * CHILDREN),
