@@ -888,10 +888,21 @@ int otlp_post(void **handle, const struct otlp_config *oc, const char *endpoint,
 	curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
 	curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, otlp_on_progress);
 	curl_easy_setopt(curl, CURLOPT_XFERINFODATA, &progress);
+	char detail[CURL_ERROR_SIZE] = "";
+	curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, detail);
 	CURLcode rc = curl_easy_perform(curl);
 	if (rc != CURLE_OK) {
-		snprintf(why, why_len, "POST %s: %s", url,
-		         rc == CURLE_ABORTED_BY_CALLBACK ? "cancelled" : curl_easy_strerror(rc));
+		/*
+		 * curl's own words for what failed (with the host and port), and
+		 * the errno of a failed connect when it kept one: "Connection
+		 * refused" (nothing listens) and "No route to host" call for
+		 * different fixes, which its code alone does not tell apart.
+		 */
+		long os_errno = 0;
+		curl_easy_getinfo(curl, CURLINFO_OS_ERRNO, &os_errno);
+		snprintf(why, why_len, "POST %s: %s%s%s%s", url,
+		         rc == CURLE_ABORTED_BY_CALLBACK ? "cancelled" : detail[0] ? detail : curl_easy_strerror(rc),
+		         os_errno ? " (" : "", os_errno ? strerror((int)os_errno) : "", os_errno ? ")" : "");
 		goto done;
 	}
 	*wire_bytes += send_len;
