@@ -33,7 +33,7 @@ DEB_PACKAGES = build-essential pkg-config libelf-dev libjansson-dev libcriterion
                libinih-dev libsystemd-dev zlib1g-dev procps util-linux libcap2-bin \
                systemd man-db protobuf-compiler chromium \
                curl ca-certificates python3-jsonschema clang libclang-rt-14-dev mmdebstrap \
-               golang-go libcurl4-openssl-dev libbpf-dev bpftool linux-libc-dev
+               golang-go libcurl4-openssl-dev libbpf-dev bpftool linux-libc-dev libseccomp-dev
 
 # speedscope's file-format schema, which the tests hold the speedscope export
 # to.  It is speedscope's, not ours to commit: make deps fetches the npm package
@@ -203,6 +203,9 @@ TEST_SUITES = base unwind shares wire storage export daemon client system
 test_src = $(wildcard tests/$(1)/*.c)
 test_obj = $(call obj,$(call test_src,$(1)))
 TEST_BINS  = $(TEST_SUITES:%=$(BUILD)/tests/%-tests)
+# Programs the suites run beside pyprofd: unit-sandbox applies pyprofd.service's
+# system call and address family filters as systemd would (tests/sandbox).
+TEST_TOOLS = $(BUILD)/tests/unit-sandbox
 TEST_OBJ   = $(foreach s,$(TEST_SUITES),$(call test_obj,$(s))) $(TEST_SUPPORT_OBJ)
 LIBS_TEST  = $(shell pkg-config --libs criterion jansson 2>/dev/null)
 
@@ -360,6 +363,10 @@ $(BUILD)/tests/system-tests: $(call test_obj,system) $(TEST_SUPPORT_OBJ) $(LIBWI
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lprotobuf-c $(LIBS_TEST) -lm
 
+$(BUILD)/tests/unit-sandbox: $(BUILD)/tests/sandbox/unit_sandbox.o
+	$(E) "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(shell pkg-config --libs libseccomp)
+
 # Installs only what is missing, so it is cheap to depend on.  The speedscope
 # tarball is kept, so each run checks the schema still comes from the pinned
 # bytes; the network is used only when the tarball is missing or wrong.  The
@@ -401,6 +408,7 @@ TEST_ENV = PYPROFD_BIN=$(abspath $(PYPROFD)) PYPROFD_CTL=$(abspath $(CTL)) \
 	PYPROFD_TESTS_DIR=$(abspath tests) \
 	PYPROFD_PYTHONS_CACHE=$(abspath $(BUILD))/tests/pythons.cache \
 	PYPROFD_SPEEDSCOPE_SCHEMA=$(abspath $(SPEEDSCOPE_SCHEMA)) \
+	PYPROFD_UNIT_SANDBOX=$(abspath $(BUILD))/tests/unit-sandbox \
 	LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp):print_suppressions=0
 
 # Builds the root when it is missing or holds another package list; see
@@ -433,7 +441,7 @@ PYTHONS_SKIPPED = echo; \
 	echo
 
 test: deps
-	$(Q)$(MAKE) --no-print-directory all $(TEST_BINS)
+	$(Q)$(MAKE) --no-print-directory all $(TEST_BINS) $(TEST_TOOLS)
 	$(Q)if [ "$$(id -u)" != 0 ]; then \
 		why="only root can run them (chroot)"; \
 	elif $(PYTHONS_READY) || $(MAKE) --no-print-directory pythons; then \

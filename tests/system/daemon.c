@@ -17,7 +17,7 @@
 #define DAEMON_START_TIMEOUT_S 20.0
 #define DAEMON_ARGV_MAX 32
 
-static double mono_now(void)
+double mono_now(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -78,6 +78,8 @@ json_t *wait_target(const struct daemon *d, pid_t pid, bool (*pred)(json_t *entr
 
 /* Small things every daemon test needs. */
 void pause_ms(long ms);
+/* CLOCK_MONOTONIC in seconds. */
+double mono_now(void);
 /* The integer at key; fails the test when there is none. */
 json_int_t jint(json_t *obj, const char *key);
 const char *pid_text(pid_t pid, char *buf, size_t len);
