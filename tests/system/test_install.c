@@ -557,17 +557,24 @@ Test(install, installed_units_verify, .timeout = 300)
 	run_result_free(&r);
 }
 
+/* make install into a new scratch root (its path into root): the installed pyprofd.service's text. */
+static char *installed_service(char *root, size_t len)
+{
+	char path[PATH_MAX];
+	scratch_dir(root, len);
+	install_ok(root);
+	path_join(path, sizeof path, root, UNITDIR "/pyprofd.service");
+	return read_file(path, NULL);
+}
+
 /*
  * Hardening must not hide what pyprofd profiles: verify accepts any valid
  * sandbox, so what the daemon needs from one is checked here.
  */
 Test(install, service_keeps_targets_in_sight, .timeout = 300)
 {
-	char root[PATH_MAX], path[PATH_MAX];
-	scratch_dir(root, sizeof root);
-	install_ok(root);
-	path_join(path, sizeof path, root, UNITDIR "/pyprofd.service");
-	char *text = read_file(path, NULL);
+	char root[PATH_MAX];
+	char *text = installed_service(root, sizeof root);
 
 	/* Each, but at the value given, hides processes from the daemon (see the unit). */
 	static const struct {
@@ -674,16 +681,14 @@ static const struct python *newest_python(struct python *pys, size_t n)
  * in-kernel look off, a missing family stops the OTLP export; the unit once
  * did all three (bpf and perf_event_open, CAP_BPF and CAP_PERFMON, AF_INET).
  * The kernel's copies are asked for too, so that every aid the daemon
- * loads is loaded there.  The mounts (ProtectSystem= and the like) are not set up: they hide
- * nothing the daemon reads but the directories the test gives it instead.
+ * loads is loaded there.  The mounts (ProtectSystem= and the like) are not
+ * set up: they hide nothing the daemon reads but the directories the test
+ * gives it instead.
  */
 Test(install, service_sandbox_keeps_the_daemon_whole, .timeout = 300)
 {
-	char root[PATH_MAX], path[PATH_MAX];
-	scratch_dir(root, sizeof root);
-	install_ok(root);
-	path_join(path, sizeof path, root, UNITDIR "/pyprofd.service");
-	char *text = read_file(path, NULL);
+	char root[PATH_MAX];
+	char *text = installed_service(root, sizeof root);
 	char *calls = unit_allowed_calls(text), *caps = unit_value(text, "CapabilityBoundingSet"),
 	     *families = unit_value(text, "RestrictAddressFamilies");
 	cr_assert(caps && families, "pyprofd.service sets no CapabilityBoundingSet= or RestrictAddressFamilies=");
