@@ -970,6 +970,7 @@ struct server {
 	struct targets targets;
 	struct schedule schedule; /* the targets' ticks */
 	struct uw_kreader *kreader; /* the in-kernel reader every target shares; NULL without */
+	struct uw_error kreader_err; /* why there is none (the kernel's refusal), for status */
 	struct uw_fd_budget proc_fds; /* the /proc files targets keep open: what the descriptors leave */
 	struct history history;
 	struct queries queries;

@@ -263,19 +263,16 @@ static json_t *record_stats_json(const struct uw_target *t, struct record_run *r
 	json_object_set_new(j, "code_object_cache_hit_rate",
 	                    json_real(codes ? (double)st.code_cache_hits / (double)codes : 0.0));
 	json_object_set_new(j, "errors", errors);
-	json_object_set_new(j, "kernel_reader", json_string(o->uw.kreader       ? "on"
-	                                                   : o->no_kernel_reader ? "off (--no-kernel-reader)"
-	                                                                         : o->kreader_err.msg));
-	/* Whether the kernel tells which threads ran: then no /proc file is read for it. */
-	const char *refused = uw_kreader_look_refused(o->uw.kreader);
-	json_object_set_new(j, "kernel_look", json_string(!o->uw.kreader ? "off"
-	                                                  : refused      ? refused
-	                                                                 : "on"));
-	/* Whether the kernel copies a process as it falls quiet: then a sample after a burst pins no page. */
-	const char *uncopied = uw_kreader_copy_refused(o->uw.kreader);
-	json_object_set_new(j, "kernel_copy", json_string(!o->uw.kreader ? "off"
-	                                                  : uncopied     ? uncopied
-	                                                                 : "on"));
+	/*
+	 * Whether the kernel tells which threads ran (then no /proc file is
+	 * read for it), and copies a process as it falls quiet (then a sample
+	 * after a burst pins no page).
+	 */
+	struct uw_kreader_state k =
+		uw_kreader_state(o->uw.kreader, o->no_kernel_reader ? "off (--no-kernel-reader)" : o->kreader_err.msg);
+	json_object_set_new(j, "kernel_reader", json_string(k.reader));
+	json_object_set_new(j, "kernel_look", json_string(k.look));
+	json_object_set_new(j, "kernel_copy", json_string(k.copy));
 	return j;
 }
 

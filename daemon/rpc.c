@@ -529,6 +529,11 @@ static void rpc_status(struct server *s, struct client *c, const Pyprofd__Reques
 	res->schedule_ticks = s->schedule.ticks;
 	res->schedule_missed_ticks = s->schedule.missed;
 	schedule_lateness(&s->schedule, &res->schedule_lateness_us_p50, &res->schedule_lateness_us_p99);
+	struct uw_kreader_state k = uw_kreader_state(
+		s->kreader, s->config.no_kernel_reader ? "off ([sampling] kernel_reader = false)" : s->kreader_err.msg);
+	res->kernel_reader = (char *)k.reader;
+	res->kernel_look = (char *)k.look;
+	res->kernel_copy = (char *)k.copy;
 	res->state_dir = s->config.state_dir;
 	res->socket = s->socket_activated ? (char *)"(from systemd)" : s->config.socket_path;
 	history_status(&s->history, res, a);

@@ -388,13 +388,12 @@ int server_main(int argc, char **argv)
 	 * found at once by the first scan, a child before its parent attached.
 	 */
 	if (!s.config.no_kernel_reader) {
-		struct uw_error kerr = {0};
-		s.kreader = uw_kreader_open(&kerr);
+		s.kreader = uw_kreader_open(&s.kreader_err);
 		if (!s.config.kernel_copy)
 			uw_kreader_copy_off(s.kreader);
 		if (!s.kreader)
 			log_info("%s; threads whose stacks move under every read go uncounted "
-			         "([sampling] kernel_reader = false hides this)", kerr.msg);
+			         "([sampling] kernel_reader = false hides this)", s.kreader_err.msg);
 		else if (uw_kreader_look_refused(s.kreader))
 			log_info("%s; whether a thread ran is asked of /proc instead",
 			         uw_kreader_look_refused(s.kreader));

@@ -252,6 +252,14 @@ const char *uw_kreader_copy_refused(const struct uw_kreader *kr)
 	return kr->still ? kr->copier_err.msg : kr->still_err.msg;
 }
 
+struct uw_kreader_state uw_kreader_state(const struct uw_kreader *kr, const char *without)
+{
+	if (!kr)
+		return (struct uw_kreader_state){without, "off", "off"};
+	const char *look = uw_kreader_look_refused(kr), *copy = uw_kreader_copy_refused(kr);
+	return (struct uw_kreader_state){"on", look ? look : "on", copy ? copy : "on"};
+}
+
 void uw_kreader_copy_off(struct uw_kreader *kr)
 {
 	if (!kr || !kr->copier)

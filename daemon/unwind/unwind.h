@@ -165,6 +165,15 @@ const char *uw_kreader_look_refused(const struct uw_kreader *kr);
 const char *uw_kreader_copy_refused(const struct uw_kreader *kr);
 /* No copies from now on (before any target is sampled with the reader): the targets pay nothing for them. */
 void uw_kreader_copy_off(struct uw_kreader *kr);
+/*
+ * The reader and its two parts as people are told of them: "on", or why
+ * not.  without: why there is no reader (NULL: kr), as the caller knows it
+ * (the kernel's refusal, or the setting that kept it unloaded).
+ */
+struct uw_kreader_state {
+	const char *reader, *look, *copy;
+};
+struct uw_kreader_state uw_kreader_state(const struct uw_kreader *kr, const char *without);
 
 /*
  * A budget of the /proc descriptors targets keep open between samples (a

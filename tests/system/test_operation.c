@@ -272,6 +272,13 @@ Test(operation, runs_as_any_user, .timeout = 300)
 	attach_as_nobody(&d, own.pid, "nobody's daemon attaching to nobody's process");
 	json_decref(entry_when(&d, own.pid, sampled_a_while, "sampled"));
 
+	/* Nor may it load the kernel's aids: status says which right they lack. */
+	static const char *const status_args[] = {"status", NULL};
+	json_t *s = ctl_json(&d, status_args);
+	const char *reader = jstr(json_object_get(s, "kernel"), "reader");
+	cr_expect(strstr(reader, "CAP_BPF"), "nobody's daemon: kernel.reader is '%s'", reader);
+	json_decref(s);
+
 	/* Root may ask, but a daemon without the rights cannot read root's process: it says so. */
 	const char *attach_roots[] = {"attach", rp, NULL};
 	ctl_expect_failure(&d, attach_roots, 4, NULL, "a user's daemon asked for root's process");
