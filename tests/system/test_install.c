@@ -718,7 +718,8 @@ Test(install, service_sandbox_keeps_the_daemon_whole, .timeout = 300)
 	} else
 		cr_log_warn("no collector ($PYPROFD_COLLECTOR): the OTLP export is not tried in the sandbox");
 	snprintf(text_config, sizeof text_config,
-	         "[sampling]\nkernel_copy = true\n[storage]\nflush_interval_s = 2\nbucket_seconds = 1\n%s%s%s",
+	         "[sampling]\nkernel_copy = true\n[storage]\nflush_interval_s = 2\nbucket_seconds = 1\n"
+	         "[rule.sandboxed]\nmatch.cmdline = sandbox_target\nrate = 100\n%s%s%s",
 	         otlp ? "[export.otlp]\nendpoint = " : "", otlp ? url : "",
 	         otlp ? "\ninterval = 1s\ntimeout = 2s\n" : "");
 	snprintf(config, sizeof config, "%s/pyprofd.conf", d.dir);
@@ -741,9 +742,11 @@ Test(install, service_sandbox_keeps_the_daemon_whole, .timeout = 300)
 		pause_ms(20);
 	}
 	close(fd);
-	/* The reader, its look and its copies (asked for in the config) all loaded. */
+	/* The reader, its look and its copies (asked for in the config) all loaded; the process events heard. */
 	static const char *const status[] = {"status", NULL};
 	json_t *st = ctl_json(&d, status), *kernel = json_object_get(st, "kernel");
+	cr_expect_str_eq(jstr(json_object_get(st, "discovery"), "method"), "netlink",
+	                 "in the unit's sandbox the daemon does not hear the kernel's process events");
 	static const char *const aids[] = {"reader", "look", "copy"};
 	for (size_t i = 0; i < COUNT(aids); i++)
 		cr_expect_str_eq(jstr(kernel, aids[i]), "on", "in the unit's sandbox the kernel's %s is %s", aids[i],
@@ -759,20 +762,7 @@ Test(install, service_sandbox_keeps_the_daemon_whole, .timeout = 300)
 	const char *args[] = {script, NULL};
 	pid_t target = spawn_python(py, args, target_log);
 	pid_text(target, p, sizeof p);
-	const char *attach[] = {"attach", p, "--rate", "100", NULL};
-	for (int k = 0;; k++) {
-		struct run_result r;
-		char why[512];
-		ctl_run(&d, &r, attach, NULL);
-		bool ok = r.exited && r.code == 0;
-		run_describe(&r, why, sizeof why);
-		run_result_free(&r);
-		sandboxed_alive(&d, "attaching");
-		if (ok)
-			break;
-		cr_assert(k < 200, "attach %s: %s", p, why);
-		pause_ms(50);
-	}
+	/* Attached by its rule, on the kernel's process events (netlink). */
 	json_decref(entry_when(&d, target, sampled_a_while, "the target sampled a while"));
 	sandboxed_alive(&d, "sampling");
 
