@@ -673,57 +673,34 @@ static const struct python *newest_python(struct python *pys, size_t n)
 }
 
 /*
- * The daemon at work inside the unit's sandbox as systemd would set it up:
- * its capability bounding set (setpriv), its system call filter and address
- * families (unit-sandbox), no new privileges, every value read from the
- * installed unit and the call groups expanded by systemd-analyze.  A call
- * the unit forbids kills the daemon (SIGSYS), a missing capability turns its
- * in-kernel look off, a missing family stops the OTLP export; the unit once
- * did all three (bpf and perf_event_open, CAP_BPF and CAP_PERFMON, AF_INET).
- * The kernel's copies are asked for too, so that every aid the daemon
- * loads is loaded there.  The mounts (ProtectSystem= and the like) are not
- * set up: they hide nothing the daemon reads but the directories the test
- * gives it instead.
+ * The installed daemon started (`pyprofd serve`, as ExecStart= runs it) in
+ * the unit's sandbox as systemd would set it up: its capability bounding
+ * set (setpriv), its system call filter and address families
+ * (unit-sandbox), no new privileges, every value read from the installed
+ * unit (text) and the call groups expanded by systemd-analyze.  The mounts
+ * (ProtectSystem= and the like) are not set up: they hide nothing the
+ * daemon reads but the directories the test gives it instead.
  */
-Test(install, service_sandbox_keeps_the_daemon_whole, .timeout = 300)
+static void sandboxed_daemon_start(struct daemon *d, const char *root, const char *text, const char *config_text)
 {
-	char root[PATH_MAX];
-	char *text = installed_service(root, sizeof root);
 	char *calls = unit_allowed_calls(text), *caps = unit_value(text, "CapabilityBoundingSet"),
 	     *families = unit_value(text, "RestrictAddressFamilies");
 	cr_assert(caps && families, "pyprofd.service sets no CapabilityBoundingSet= or RestrictAddressFamilies=");
 	const char *sandbox = getenv("PYPROFD_UNIT_SANDBOX");
 	cr_assert(sandbox && access(sandbox, X_OK) == 0,
 	          "$PYPROFD_UNIT_SANDBOX names no program: run the suite with `make test`");
-
-	struct daemon d;
-	memset(&d, 0, sizeof d);
-	scratch_dir(d.dir, sizeof d.dir);
-	snprintf(d.state, sizeof d.state, "%s/state", d.dir);
-	snprintf(d.sock, sizeof d.sock, "%s/run/pyprofd.sock", d.dir);
-	snprintf(d.log, sizeof d.log, "%s/daemon.log", d.dir);
+	memset(d, 0, sizeof *d);
+	scratch_dir(d->dir, sizeof d->dir);
+	snprintf(d->state, sizeof d->state, "%s/state", d->dir);
+	snprintf(d->sock, sizeof d->sock, "%s/run/pyprofd.sock", d->dir);
+	snprintf(d->log, sizeof d->log, "%s/daemon.log", d->dir);
 	char calls_path[PATH_MAX + 16], config[PATH_MAX + 16], bset[1024], bin[PATH_MAX];
-	snprintf(calls_path, sizeof calls_path, "%s/calls", d.dir);
+	snprintf(calls_path, sizeof calls_path, "%s/calls", d->dir);
 	write_text_file(calls_path, calls);
+	snprintf(config, sizeof config, "%s/pyprofd.conf", d->dir);
+	write_text_file(config, config_text);
 	bounding_set_arg(caps, bset, sizeof bset);
 	path_join(bin, sizeof bin, root, "/usr/bin/pyprofd");
-
-	struct collector c;
-	bool otlp = collector_bin() != NULL;
-	char url[128], text_config[1024];
-	/* By name: the lookup of the collector's host runs inside the sandbox too. */
-	if (otlp) {
-		collector_start(&c, 0);
-		snprintf(url, sizeof url, "http://localhost:%d", c.port);
-	} else
-		cr_log_warn("no collector ($PYPROFD_COLLECTOR): the OTLP export is not tried in the sandbox");
-	snprintf(text_config, sizeof text_config,
-	         "[sampling]\nkernel_copy = true\n[storage]\nflush_interval_s = 2\nbucket_seconds = 1\n"
-	         "[rule.sandboxed]\nmatch.cmdline = sandbox_target\nrate = 100\n%s%s%s",
-	         otlp ? "[export.otlp]\nendpoint = " : "", otlp ? url : "",
-	         otlp ? "\ninterval = 1s\ntimeout = 2s\n" : "");
-	snprintf(config, sizeof config, "%s/pyprofd.conf", d.dir);
-	write_text_file(config, text_config);
 
 	/* The sanitizers' leak check stops the world with ptrace, which no service needs. */
 	const char *asan = getenv("ASAN_OPTIONS");
@@ -731,18 +708,76 @@ Test(install, service_sandbox_keeps_the_daemon_whole, .timeout = 300)
 	snprintf(asan_options, sizeof asan_options, "%s%sdetect_leaks=0", asan ? asan : "", asan && *asan ? ":" : "");
 	setenv("ASAN_OPTIONS", asan_options, 1);
 	const char *argv[] = {"setpriv", "--bounding-set", bset, "--no-new-privs", "--", sandbox, calls_path,
-	                      families, "--", bin, "serve", "--state-dir", d.state, "--socket", d.sock,
+	                      families, "--", bin, "serve", "--state-dir", d->state, "--socket", d->sock,
 	                      "--config", config, "--log-level", "info", NULL};
-	d.pid = spawn_process((char *const *)argv, d.log);
+	d->pid = spawn_process((char *const *)argv, d->log);
 	double deadline = mono_now() + 30;
 	int fd;
-	while ((fd = daemon_connect(&d)) < 0) {
-		sandboxed_alive(&d, "starting");
-		cr_assert(mono_now() < deadline, "the sandboxed daemon does not listen on %s", d.sock);
+	while ((fd = daemon_connect(d)) < 0) {
+		sandboxed_alive(d, "starting");
+		cr_assert(mono_now() < deadline, "the sandboxed daemon does not listen on %s", d->sock);
 		pause_ms(20);
 	}
 	close(fd);
-	/* The reader, its look and its copies (asked for in the config) all loaded; the process events heard. */
+	free(calls);
+	free(caps);
+	free(families);
+}
+
+/* The collector gets samples of pid from the daemon within a minute; if not, the exporter's last error says why. */
+static void expect_exported(struct daemon *d, const struct collector *c, pid_t pid)
+{
+	struct collector_totals got = {0};
+	double until = mono_now() + 60;
+	do {
+		pause_ms(500);
+		sandboxed_alive(d, "exporting");
+		collector_totals(c, &got);
+	} while (collector_total_of(&got, pid) == 0 && mono_now() < until);
+	if (collector_total_of(&got, pid) > 0)
+		return;
+	static const char *const status[] = {"status", NULL};
+	json_t *st = ctl_json(d, status);
+	json_t *e = json_object_get(json_object_get(st, "export"), "last_error");
+	cr_expect_fail("the collector received nothing of pid %d from the daemon in the unit's sandbox "
+	               "(the exporter's last error: %s)",
+	               (int)pid, json_is_string(e) ? json_string_value(e) : "none");
+	json_decref(st);
+}
+
+/*
+ * The daemon at work inside the unit's sandbox, as a fleet host runs it: it
+ * finds its target by a rule, samples it, dumps it, stores it and exports
+ * it.  A call the unit forbids kills it (SIGSYS), a missing capability turns
+ * its in-kernel aids off, a missing address family stops the export: the
+ * unit as first shipped did all three (it allowed neither bpf nor
+ * perf_event_open, granted neither CAP_BPF nor CAP_PERFMON, and no
+ * AF_INET).  The kernel's copies are asked for too, so that every aid the
+ * daemon may load is loaded there.
+ */
+Test(install, service_sandbox_keeps_the_daemon_whole, .timeout = 300)
+{
+	char root[PATH_MAX];
+	char *text = installed_service(root, sizeof root);
+	struct collector c;
+	bool otlp = collector_bin() != NULL;
+	char url[128], config[1024];
+	/* By name: the lookup of the collector's host runs inside the sandbox too. */
+	if (otlp) {
+		collector_start(&c, 0);
+		snprintf(url, sizeof url, "http://localhost:%d", c.port);
+	} else {
+		cr_log_warn("no collector ($PYPROFD_COLLECTOR): the OTLP export is not tried in the sandbox");
+	}
+	snprintf(config, sizeof config,
+	         "[sampling]\nkernel_copy = true\n[storage]\nflush_interval_s = 2\nbucket_seconds = 1\n"
+	         "[rule.sandboxed]\nmatch.cmdline = sandbox_target\nrate = 100\n%s%s%s",
+	         otlp ? "[export.otlp]\nendpoint = " : "", otlp ? url : "",
+	         otlp ? "\ninterval = 1s\ntimeout = 2s\n" : "");
+	struct daemon d;
+	sandboxed_daemon_start(&d, root, text, config);
+
+	/* The reader, its look and its copies all loaded; the process events heard. */
 	static const char *const status[] = {"status", NULL};
 	json_t *st = ctl_json(&d, status), *kernel = json_object_get(st, "kernel");
 	cr_expect_str_eq(jstr(json_object_get(st, "discovery"), "method"), "netlink",
@@ -755,14 +790,14 @@ Test(install, service_sandbox_keeps_the_daemon_whole, .timeout = 300)
 
 	struct python pys[PYTHONS_MAX];
 	const struct python *py = newest_python(pys, pythons_supported(pys, PYTHONS_MAX));
-	char script[PATH_MAX + 16], target_log[PATH_MAX + 16], p[16];
+	char script[PATH_MAX + 32], target_log[PATH_MAX + 16], p[16];
 	snprintf(script, sizeof script, "%s/sandbox_target.py", d.dir);
 	snprintf(target_log, sizeof target_log, "%s/target.log", d.dir);
 	write_text_file(script, sandbox_program);
 	const char *args[] = {script, NULL};
 	pid_t target = spawn_python(py, args, target_log);
 	pid_text(target, p, sizeof p);
-	/* Attached by its rule, on the kernel's process events (netlink). */
+	/* Attached by its rule, on the kernel's process events. */
 	json_decref(entry_when(&d, target, sampled_a_while, "the target sampled a while"));
 	sandboxed_alive(&d, "sampling");
 
@@ -775,35 +810,16 @@ Test(install, service_sandbox_keeps_the_daemon_whole, .timeout = 300)
 	const char *dump[] = {"dump", p, NULL};
 	json_decref(ctl_json(&d, dump));
 	sandboxed_alive(&d, "dumping");
-
-	if (otlp) {
-		struct collector_totals got = {0};
-		double until = mono_now() + 60;
-		do {
-			pause_ms(500);
-			sandboxed_alive(&d, "exporting");
-			collector_totals(&c, &got);
-		} while (collector_total_of(&got, target) == 0 && mono_now() < until);
-		if (collector_total_of(&got, target) == 0) {
-			st = ctl_json(&d, status);
-			json_t *e = json_object_get(json_object_get(st, "export"), "last_error");
-			cr_expect_fail("the collector received nothing of pid %d from the daemon in the unit's sandbox "
-			               "(the exporter's last error: %s)",
-			               (int)target, json_is_string(e) ? json_string_value(e) : "none");
-			json_decref(st);
-		}
-	}
-	const char *args_pid[] = {"--pid", p, NULL};
-	cr_expect_gt(query_total(&d, args_pid, NULL), 0, "the history holds nothing of pid %d", (int)target);
+	if (otlp)
+		expect_exported(&d, &c, target);
+	const char *by_pid[] = {"--pid", p, NULL};
+	cr_expect_gt(query_total(&d, by_pid, NULL), 0, "the history holds nothing of pid %d", (int)target);
 	kill(target, SIGKILL);
 	waitpid(target, NULL, 0);
 	sandboxed_alive(&d, "querying");
 	daemon_stop(&d);
 	if (otlp)
 		collector_stop(&c, SIGTERM);
-	free(calls);
-	free(caps);
-	free(families);
 	free(text);
 }
 
