@@ -513,7 +513,7 @@ demo: deps
 # reader) per workload, deep stacks, many threads and the daemon's cost, on the
 # interpreters of PYTHONS_ROOT when it is there (as root); see bench/run.py.
 bench: deps
-	$(Q)$(MAKE) --no-print-directory all
+	$(Q)$(MAKE) --no-print-directory all $(BUILD)/bench/wake_cost
 	PYPROFD_PYTHONS_ROOT=$(PYTHONS_ROOT) $(PYTHON) bench/run.py --pyprofd $(PYPROFD) --ctl $(CTL) $(BENCH_ARGS)
 
 # --- install: binaries, systemd units, man pages ---
@@ -553,7 +553,7 @@ bench-history: deps
 
 # The daemon with 10 targets x 4 threads at 100 Hz for 30 s, 3 rounds beside CPython's sampler; see bench/daemon.py.
 bench-daemon: deps
-	$(Q)$(MAKE) --no-print-directory all
+	$(Q)$(MAKE) --no-print-directory all $(BUILD)/bench/wake_cost
 	PYPROFD_PYTHONS_ROOT=$(PYTHONS_ROOT) $(PYTHON) bench/daemon.py --pyprofd $(PYPROFD) --ctl $(CTL) $(BENCH_ARGS)
 
 # Exec to first sample, discovery's CPU idle and in a burst, the CPU budget; see bench/fleet.py.
@@ -580,6 +580,12 @@ $(BUILD)/bench/readv_cost: $(BUILD)/bench/readv_cost.o
 bench-readv:
 	$(Q)$(MAKE) --no-print-directory $(BUILD)/bench/readv_cost
 	$(BUILD)/bench/readv_cost $(BENCH_ARGS)
+
+# What a process that only wakes at the daemon's rate costs here; bench/daemon.py runs it.  See bench/wake_cost.c.
+$(BUILD)/bench/wake_cost.o: LIBINC = $(NO_SQLITE) $(NO_EV) $(NO_PROTOBUF)
+$(BUILD)/bench/wake_cost: $(BUILD)/bench/wake_cost.o
+	$(E) "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^
 
 # Cost per sample of async-aware sampling with 1,000 and 100,000 suspended tasks; see bench/async.py.
 bench-async: deps

@@ -13,6 +13,10 @@ target, at the same rate: their CPU % and RSS.  With --collector BIN (the
 collector of make collector) or --otlp URL the daemon also exports to it every
 --interval ([export.otlp]), and the bytes it sent per target-minute are printed.
 
+Before the daemon samples them, a process that only wakes at the same rate
+beside the same targets (bench/wake_cost.c, built by make bench) shows the
+floor under the daemon's wakeups on this host.
+
 The kernel's copies of the targets as they fall quiet (kcopy.bpf.c, [sampling]
 kernel_copy = true) are paid for in the targets: with them, their cost, as the
 kernel counts it (bpftool, with kernel.bpf_stats_enabled on meanwhile), is
@@ -194,6 +198,10 @@ def bench_pyprofd(args, python, verbose, copy=False):
                 break
             time.sleep(0.05)
         targets = start_targets(python, args.targets, name=args.workload)
+        woke = None
+        if verbose and not copy and args.waker:
+            # The floor under the daemon's wakeups, met beside the same targets before it samples them.
+            woke = subprocess.run([args.waker, str(args.rate), "5"], capture_output=True, text=True).stdout.strip()
         for t in targets:
             ctl("attach", str(t.pid), "--rate", str(args.rate))
         time.sleep(1.0)  # the first samples decode everything: measure steady state
@@ -235,6 +243,8 @@ def bench_pyprofd(args, python, verbose, copy=False):
     print("  daemon CPU                %6.2f %% of one core, %.1f us per sample taken"
           % (cpu_percent, 1e6 * (cpu1 - cpu0) / max(1, taken)))
     print("  daemon wakeups            %6.0f /s (voluntary context switches)" % ((sw1 - sw0) / elapsed))
+    if woke:
+        print("  only waking, beside them  %s (bench/wake_cost.c)" % woke)
     print("  targets' CPU              %6.2f %% of one core, all %d" % (100 * (targets_cpu1 - targets_cpu0) / elapsed,
                                                                    args.targets))
     if copies0 and copies1 and copies1[0] > copies0[0]:
@@ -374,9 +384,14 @@ def main():
     ap.add_argument("--collector", help="an OpenTelemetry Collector binary to run and export to")
     ap.add_argument("--otlp", help="export to this OTLP/HTTP endpoint")
     ap.add_argument("--interval", default="15s", help="the export interval")
+    ap.add_argument("--waker", help="bench/wake_cost.c built (default: beside --pyprofd, when there): "
+                    "what only waking at the same rate costs beside the same targets")
     ap.add_argument("--rounds", type=int, default=3,
                     help="measure the daemon and CPython's sampler this many times, alternating")
     args = ap.parse_args()
+    if args.waker is None:
+        beside = os.path.join(os.path.dirname(args.pyprofd), "bench", "wake_cost")
+        args.waker = beside if os.access(beside, os.X_OK) else None
 
     pys = pythons.find()
     python = pythons.newest(pys, 15) or pythons.newest(pys)
