@@ -891,15 +891,19 @@ int otlp_post(void **handle, const struct otlp_config *oc, const char *endpoint,
 	char detail[CURL_ERROR_SIZE] = "";
 	curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, detail);
 	CURLcode rc = curl_easy_perform(curl);
+	/* The buffer is this call's: the handle outlives it, and curl may write errors later (at cleanup). */
+	curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, NULL);
 	if (rc != CURLE_OK) {
 		/*
 		 * curl's own words for what failed (with the host and port), and
-		 * the errno of a failed connect when it kept one: "Connection
-		 * refused" (nothing listens) and "No route to host" call for
-		 * different fixes, which its code alone does not tell apart.
+		 * the errno of a failed connect: "Connection refused" (nothing
+		 * listens) and "No route to host" call for different fixes, which
+		 * its code alone does not tell apart.  Only then: a handle keeps
+		 * the errno of an earlier transfer's connect.
 		 */
 		long os_errno = 0;
-		curl_easy_getinfo(curl, CURLINFO_OS_ERRNO, &os_errno);
+		if (rc == CURLE_COULDNT_CONNECT)
+			curl_easy_getinfo(curl, CURLINFO_OS_ERRNO, &os_errno);
 		snprintf(why, why_len, "POST %s: %s%s%s%s", url,
 		         rc == CURLE_ABORTED_BY_CALLBACK ? "cancelled" : detail[0] ? detail : curl_easy_strerror(rc),
 		         os_errno ? " (" : "", os_errno ? strerror((int)os_errno) : "", os_errno ? ")" : "");
