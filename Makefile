@@ -571,21 +571,19 @@ bench-page: deps
 	$(Q)$(MAKE) --no-print-directory $(BUILD)/bench/page_bench
 	$(BUILD)/bench/page_bench $(BENCH_ARGS)
 
-# What one process_vm_readv costs by pages pinned, back to back and 10 ms apart; see bench/readv_cost.c.
-$(BUILD)/bench/readv_cost.o: LIBINC = $(NO_SQLITE) $(NO_EV) $(NO_PROTOBUF)
-$(BUILD)/bench/readv_cost: $(BUILD)/bench/readv_cost.o
+# Bench programs of libc alone: what one process_vm_readv costs by pages pinned,
+# back to back and 10 ms apart (bench/readv_cost.c), and what a process that
+# only wakes at the daemon's rate costs here, which bench/daemon.py runs
+# (bench/wake_cost.c).
+BENCH_LIBC = $(BUILD)/bench/readv_cost $(BUILD)/bench/wake_cost
+$(BENCH_LIBC:%=%.o): LIBINC = $(NO_SQLITE) $(NO_EV) $(NO_PROTOBUF)
+$(BENCH_LIBC): %: %.o
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^
 
 bench-readv:
 	$(Q)$(MAKE) --no-print-directory $(BUILD)/bench/readv_cost
 	$(BUILD)/bench/readv_cost $(BENCH_ARGS)
-
-# What a process that only wakes at the daemon's rate costs here; bench/daemon.py runs it.  See bench/wake_cost.c.
-$(BUILD)/bench/wake_cost.o: LIBINC = $(NO_SQLITE) $(NO_EV) $(NO_PROTOBUF)
-$(BUILD)/bench/wake_cost: $(BUILD)/bench/wake_cost.o
-	$(E) "  LD      $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^
 
 # Cost per sample of async-aware sampling with 1,000 and 100,000 suspended tasks; see bench/async.py.
 bench-async: deps
