@@ -201,7 +201,8 @@ def bench_pyprofd(args, python, verbose, copy=False):
         woke = None
         if verbose and not copy and args.waker:
             # The floor under the daemon's wakeups, met beside the same targets before it samples them.
-            woke = subprocess.run([args.waker, str(args.rate), "5"], capture_output=True, text=True).stdout.strip()
+            r = subprocess.run([args.waker, str(args.rate), "5"], capture_output=True, text=True)
+            woke = r.stdout.strip() if r.returncode == 0 else "failed: %s" % (r.stderr.strip() or r.returncode)
         for t in targets:
             ctl("attach", str(t.pid), "--rate", str(args.rate))
         time.sleep(1.0)  # the first samples decode everything: measure steady state
