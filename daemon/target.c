@@ -476,12 +476,17 @@ void target_free(struct target *t)
 /*
  * Whether pid still names the process this target was opened on: gone
  * only when /proc says so (no such process, or another one under the
- * pid); unseen, why in *err, when it could not be looked at.
+ * pid); unseen, why in *err, when it could not be looked at.  Its owner is
+ * read too only while it may yet be lowered (target_lower_owner): for a
+ * target already root's the start time is all, one file of /proc, not two
+ * (the status file is the costlier to make, and every target is looked at
+ * once a second).
  */
 static enum target_sight target_look(const struct target *t, struct uw_process_identity *id,
                                      struct uw_error *err)
 {
-	if (uw_process_identity(t->pid, id, err) != 0)
+	int looked = t->uid != 0 ? uw_process_identity(t->pid, id, err) : uw_process_started(t->pid, id, err);
+	if (looked != 0)
 		return err->status == UW_ENOPROC ? TARGET_GONE : TARGET_UNSEEN;
 	return id->start_time == t->start_time ? TARGET_SEEN : TARGET_GONE;
 }

@@ -365,7 +365,7 @@ static int proc_status_ids(const char *status, const char *key, unsigned ids[4])
 	               : -1;
 }
 
-int uw_process_identity(pid_t pid, struct uw_process_identity *out, struct uw_error *err)
+int uw_process_started(pid_t pid, struct uw_process_identity *out, struct uw_error *err)
 {
 	char path[64], buf[4096];
 	struct proc_stat st;
@@ -380,6 +380,14 @@ int uw_process_identity(pid_t pid, struct uw_process_identity *out, struct uw_er
 		return uw_fail(err, UW_EIO, "process %d has no readable status", (int)pid);
 	out->start_time = st.start_time;
 	out->state = st.state;
+	return 0;
+}
+
+int uw_process_identity(pid_t pid, struct uw_process_identity *out, struct uw_error *err)
+{
+	if (uw_process_started(pid, out, err) != 0)
+		return -1;
+	char path[64], buf[4096];
 	snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
 	struct stat owner;
 	if (proc_read_file_stat(path, buf, sizeof buf, &owner) < 0)

@@ -1,5 +1,6 @@
 /* Reading the target's memory with process_vm_readv, errors mapped to meaning. */
 #include <errno.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/uio.h>
 
@@ -14,6 +15,17 @@ static bool remote_plausible(raddr_t addr, size_t len)
 bool remote_alive(const struct remote *r)
 {
 	return r->image || proc_life(r->pid) != PROC_GONE;
+}
+
+/*
+ * Whether a read that came back torn is worth another try: the process is
+ * not yet reaped.  One kill(2), not remote_alive's file of /proc, which costs
+ * ten times as much and is asked about once every few samples of a busy
+ * thread; a zombie passes, and its next read fails as gone (no memory left).
+ */
+bool remote_may_live(const struct remote *r)
+{
+	return r->image || kill(r->pid, 0) == 0 || errno != ESRCH;
 }
 
 /* Bytes of the image from addr on, at most len of them, contiguous in one segment; 0 if none. */

@@ -282,6 +282,13 @@ struct uw_process_identity {
 int uw_process_identity(pid_t pid, struct uw_process_identity *out, struct uw_error *err);
 
 /*
+ * The start time and state alone, as uw_process_identity gives them (the
+ * rest of *out zeroed), from one file of /proc instead of two: what tells a
+ * process from one given its pid after it, when its owner is not asked.
+ */
+int uw_process_started(pid_t pid, struct uw_process_identity *out, struct uw_error *err);
+
+/*
  * What stands between this process and reading another's memory, and what
  * would let it, for a person: root, CAP_SYS_PTRACE, or Yama's ptrace_scope.
  */

@@ -64,6 +64,8 @@ struct remote {
  * known to be gone (an image always is there).
  */
 bool remote_alive(const struct remote *r);
+/* The same by kill(2) alone, for a retry of a torn read: a zombie passes (its next read fails as gone). */
+bool remote_may_live(const struct remote *r);
 
 /*
  * Read exactly len bytes at addr.  A short read or EFAULT is UW_ECORRUPT

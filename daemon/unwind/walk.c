@@ -793,7 +793,7 @@ static int walk_thread_stack(struct walk *w, struct thread_cache *tc, raddr_t ts
 				walk_keep_reads(w, tc, mark);
 			break;
 		}
-		if (w->cut || err->status != UW_ECORRUPT || !remote_alive(&t->mem))
+		if (w->cut || err->status != UW_ECORRUPT || !remote_may_live(&t->mem))
 			break;
 		w->tore |= *moving;
 		/*
