@@ -32,17 +32,18 @@ DEB_PACKAGES = build-essential pkg-config libelf-dev libjansson-dev libcriterion
                libev-dev libprotobuf-c-dev protobuf-c-compiler libsqlite3-dev \
                libinih-dev libsystemd-dev zlib1g-dev procps util-linux libcap2-bin \
                systemd man-db protobuf-compiler chromium \
-               curl ca-certificates python3-jsonschema clang libclang-rt-14-dev mmdebstrap \
+               ca-certificates python3-jsonschema clang libclang-rt-14-dev mmdebstrap \
                golang-go libcurl4-openssl-dev libbpf-dev bpftool linux-libc-dev libseccomp-dev
 
 # speedscope's file-format schema, which the tests hold the speedscope export
 # to.  It is speedscope's, not ours to commit: make deps fetches the npm package
-# it is published in and keeps only the schema.  The pin is the registry's
+# it is published in (npm pack, from whatever registry the machine's npm is
+# configured with) and keeps only the schema.  The pin is the registry's
 # dist.integrity for this version; a tarball that does not match is refused.
 # Under build/ whatever $(BUILD) is, so make sanitize shares the one copy.
 SPEEDSCOPE_VERSION   = 1.25.0
 SPEEDSCOPE_INTEGRITY = sha512-cpf9HWTZf1ijLXBJrk87Ve/54tnYx6rlf0gUThvn3ook6h63hLXVOQiMf44PT+XoV503cPfvfiT5gP5vojp6Ag==
-SPEEDSCOPE_URL       = https://registry.npmjs.org/speedscope/-/speedscope-$(SPEEDSCOPE_VERSION).tgz
+SPEEDSCOPE_PACKAGE   = speedscope@$(SPEEDSCOPE_VERSION)
 DEPS_DIR             = build/deps
 SPEEDSCOPE_TGZ       = $(DEPS_DIR)/speedscope-$(SPEEDSCOPE_VERSION).tgz
 SPEEDSCOPE_SCHEMA    = $(DEPS_DIR)/speedscope-file-format-schema.json
@@ -376,6 +377,7 @@ deps:
 	@missing=$$(for p in $(DEB_PACKAGES); do \
 		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; \
 	done); \
+	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:" $$missing; \
 		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
@@ -387,18 +389,19 @@ deps:
 	want=$$(printf '%s' '$(patsubst sha512-%,%,$(SPEEDSCOPE_INTEGRITY))' | base64 -d | \
 		od -An -v -tx1 | tr -d ' \n'); \
 	[ $${#want} = 128 ] || { echo "error: SPEEDSCOPE_INTEGRITY is not a sha512 integrity" >&2; exit 1; }; \
-	tmp=$$(mktemp $(DEPS_DIR)/.speedscope.XXXXXX); trap 'rm -f "$$tmp"' EXIT; chmod 644 "$$tmp"; \
+	tmp=$$(mktemp $(DEPS_DIR)/.speedscope.XXXXXX); pack=$$(mktemp -d $(DEPS_DIR)/.pack.XXXXXX); \
+	trap 'rm -rf "$$tmp" "$$pack"' EXIT; chmod 644 "$$tmp"; \
 	if [ ! -f "$$tgz" ] || [ "$$(sha512sum < "$$tgz" | cut -d' ' -f1)" != "$$want" ]; then \
-		echo "fetching $(SPEEDSCOPE_URL)"; \
-		curl -fsSL --proto '=https' --retry 3 -o "$$tmp" $(SPEEDSCOPE_URL); \
-		got=$$(sha512sum < "$$tmp" | cut -d' ' -f1); \
+		echo "fetching $(SPEEDSCOPE_PACKAGE) (npm pack)"; \
+		npm pack --silent --pack-destination "$$pack" $(SPEEDSCOPE_PACKAGE) >/dev/null; \
+		got=$$(sha512sum < "$$pack/speedscope-$(SPEEDSCOPE_VERSION).tgz" | cut -d' ' -f1); \
 		if [ "$$got" != "$$want" ]; then \
-			echo "error: $(SPEEDSCOPE_URL) does not match the pinned hash; refusing it" >&2; \
+			echo "error: $(SPEEDSCOPE_PACKAGE) does not match the pinned hash; refusing it" >&2; \
 			echo "  sha512 expected $$want" >&2; \
 			echo "  sha512 received $$got" >&2; \
 			exit 1; \
 		fi; \
-		mv "$$tmp" "$$tgz"; \
+		mv "$$pack/speedscope-$(SPEEDSCOPE_VERSION).tgz" "$$tgz"; \
 	fi; \
 	tar -xzOf "$$tgz" package/dist/release/file-format-schema.json > "$$tmp"; \
 	cmp -s "$$tmp" "$$schema" || mv "$$tmp" "$$schema"
