@@ -393,7 +393,8 @@ deps:
 	trap 'rm -rf "$$tmp" "$$pack"' EXIT; chmod 644 "$$tmp"; \
 	if [ ! -f "$$tgz" ] || [ "$$(sha512sum < "$$tgz" | cut -d' ' -f1)" != "$$want" ]; then \
 		echo "fetching $(SPEEDSCOPE_PACKAGE) (npm pack)"; \
-		npm pack --silent --pack-destination "$$pack" $(SPEEDSCOPE_PACKAGE) >/dev/null; \
+		npm pack --loglevel=error --pack-destination "$$pack" $(SPEEDSCOPE_PACKAGE) >/dev/null || \
+			{ echo "error: npm pack could not fetch $(SPEEDSCOPE_PACKAGE) (npm's reason above)" >&2; exit 1; }; \
 		got=$$(sha512sum < "$$pack/speedscope-$(SPEEDSCOPE_VERSION).tgz" | cut -d' ' -f1); \
 		if [ "$$got" != "$$want" ]; then \
 			echo "error: $(SPEEDSCOPE_PACKAGE) does not match the pinned hash; refusing it" >&2; \
