@@ -9,7 +9,7 @@ inside the same interpreter: 3.15's and 3.14's `_remote_debugging.RemoteUnwinder
 (pid, all_threads=True)` (3.15 with its frame cache on, `cache_frames=True`),
 3.13's `_testexternalinspection.get_stack_trace(pid)`.  Then on 3.15, deep
 stacks of 10, 100, 1,000 and 3,000 frames and 1, 10, 50 and 200 threads; on
-3.12, call-heavy code against its own account of where its time goes
+3.15 and 3.12, call-heavy code against its own account of where its time goes
 (tests/targets/shares.py), at 1 kHz and back to back, with the in-kernel
 reader and without; and the daemon's own cost (bench/daemon.py, shorter).
 
@@ -230,8 +230,10 @@ def callheavy(args, python):
     """tests/targets/shares.py sampled by pyprofd record: shares against the target's own account."""
     tmp = tempfile.mkdtemp(prefix="pyprofd-bench-")
     report, collapsed = os.path.join(tmp, "report.json"), os.path.join(tmp, "profile.txt")
-    script = os.path.join(HERE, "..", "tests", "targets", "shares.py")
-    proc = python.popen([script, report], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    script = os.path.realpath(os.path.join(HERE, "..", "tests", "targets", "shares.py"))
+    # A chrooted interpreter finds the script and writes its account at the host's paths.
+    proc = python.popen([script, report], binds=(os.path.dirname(script), tmp),
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     row = "{:<16} {:>5} {:>6} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>8} {:>8}"
     print(row.format("python", "rate", "reader", "plain", "calls", "deep", "worst", "samples/s",
                      "cpu us/s.", "torn/s.", "kernel/s."))
@@ -340,12 +342,14 @@ def main():
             compare(args, py15, "%d threads" % n, "many_threads", (n,), counters)
         print_counters(args, counters)
 
-    py12 = pythons.newest(pys, 12)
-    if "callheavy" in sections and py12:
-        print("Call-heavy code on %s (tests/targets/shares.py; each phase's share of the samples "
-              "minus its share of the target's CPU time, in points; the in-kernel reader on and "
-              "off, as root):" % py12.label)
-        callheavy(args, py12)
+    if "callheavy" in sections:
+        for python in (py15, pythons.newest(pys, 12)):
+            if not python:
+                continue
+            print("Call-heavy code on %s (tests/targets/shares.py; each phase's share of the samples "
+                  "minus its share of the target's CPU time, in points; the in-kernel reader on and "
+                  "off, as root):" % python.label)
+            callheavy(args, python)
 
     if "all-pythons" in sections:
         print("pyprofd on every interpreter found (cache on and off):")

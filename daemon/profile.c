@@ -113,14 +113,14 @@ void profile_free(struct profile *p)
 	memset(p, 0, sizeof *p);
 }
 
-int profile_count(struct profile *p, const struct uw_sample *s)
+int profile_count(struct profile *p, const struct uw_sample *s, uint64_t count)
 {
 	for (uint32_t i = 0; i < s->nthreads; i++) {
 		const struct uw_sample_thread *th = &s->threads[i];
 		/* No Python frames, or a stack that would not hold still: nothing to count. */
 		if (!th->stack)
 			continue;
-		if (tally_add(&p->tally, 0, th->thread_id, th->stack, 1, th->idle ? TALLY_IDLE : 0) != 0)
+		if (tally_add(&p->tally, 0, th->thread_id, th->stack, count, th->idle ? TALLY_IDLE : 0) != 0)
 			return -1;
 		thread_table_note(&p->threads, i, th, 0);
 	}

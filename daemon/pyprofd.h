@@ -173,8 +173,8 @@ struct profile {
 };
 void profile_init(struct profile *p);
 void profile_free(struct profile *p);
-/* Count one sample's threads; -1 if out of memory. */
-int profile_count(struct profile *p, const struct uw_sample *s);
+/* Count one sample's threads, each `count` times (the ticks it stands for); -1 if out of memory. */
+int profile_count(struct profile *p, const struct uw_sample *s, uint64_t count);
 /* Spell out what this epoch counted (its ids still valid); -1 if out of memory. */
 int profile_settle(struct profile *p, const struct uw_target *uw);
 /*

@@ -316,3 +316,102 @@ Test(shares, back_to_back, .timeout = 400)
 {
 	shares_each(0, 10.0, 60.0, 2.0);
 }
+
+/*
+ * The product's own path, as a user runs it: `pyprofd record --rate max`,
+ * its collapsed counts against the target's account, with no weighting of
+ * the test's.  Back to back a sample of the call-heavy code takes longer
+ * (its stack moves under the read), so counting reads as they came put
+ * that phase 25 points under its time on 3.15; record counts the ticks of
+ * a grid, each for the read nearest it.
+ */
+static void shares_record_check(const struct python *py, double seconds, double bound)
+{
+	char what[PATH_MAX + 64];
+	python_describe(py, what, sizeof what);
+	struct test_target target;
+	json_decref(test_target_start_script(&target, py, "shares.py"));
+	char dir[PATH_MAX], out[PATH_MAX + 32], pid[16], duration[32];
+	scratch_dir(dir, sizeof dir);
+	snprintf(out, sizeof out, "%s/shares.txt", dir);
+	snprintf(pid, sizeof pid, "%d", (int)target.pid);
+	snprintf(duration, sizeof duration, "%.1f", seconds);
+	const char *argv[] = {pyprofd_bin(), "record", pid, "--rate", "max", "--duration", duration,
+	                      "-o", out, NULL};
+	clockid_t clock;
+	cr_assert_eq(clock_getcpuclockid(target.pid, &clock), 0, "%s: no CPU clock", what);
+	struct shares_truth before, after;
+	shares_truth_read(&target, &before);
+	double cpu_start = shares_cpu(clock);
+	struct run_result r;
+	struct run_opts opts = {.timeout_s = seconds + 60};
+	run_command(&r, argv, &opts);
+	double cpu = shares_cpu(clock) - cpu_start;
+	shares_truth_read(&target, &after);
+	test_target_kill(&target);
+	char why[512];
+	cr_assert(r.exited && r.code == 0, "%s: record: %s", what, run_describe(&r, why, sizeof why));
+	run_result_free(&r);
+
+	size_t len = 0;
+	char *bytes = file_bytes(out, &len);
+	char *text = strndup(bytes, len); /* the bytes end without a NUL */
+	free(bytes);
+	cr_assert_not_null(text);
+	double counts[SHARES_NPHASES + 1] = {0}, all = 0;
+	for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+		char *space = strrchr(line, ' ');
+		cr_assert_not_null(space, "%s: a collapsed line: %s", what, line);
+		double n = atof(space + 1);
+		*space = '\0';
+		/* Root first: the first phase function is the outermost (phase_deep calls phase_plain). */
+		int phase = SHARES_NPHASES;
+		for (char *frame = line; frame && phase == SHARES_NPHASES;
+		     frame = strchr(frame, ';') ? strchr(frame, ';') + 1 : NULL)
+			for (int i = 0; i < SHARES_NPHASES; i++)
+				if (strncmp(frame, shares_phases[i], strlen(shares_phases[i])) == 0 &&
+				    frame[strlen(shares_phases[i])] == ' ')
+					phase = i;
+		counts[phase] += n;
+		all += n;
+	}
+	free(text);
+	cr_assert_gt(all, 0, "%s: nothing counted", what);
+	double total = after.total - before.total;
+	cr_assert_gt(total, 0.5, "%s: the target's account covers %.2f s of CPU", what, total);
+	/* Phases last about a millisecond: no more independent samples than that. */
+	double worth = cpu / SHARES_PHASE_S;
+	for (int i = 0; i < SHARES_NPHASES; i++) {
+		double truth = 100 * (after.spent[i] - before.spent[i]) / total;
+		double seen = 100.0 * counts[i] / all;
+		double noise = SHARES_NOISE_SIGMAS * shares_sigma(truth, worth);
+		double tolerance = noise > bound ? noise : bound;
+		cr_log_info("%s, record --rate max, %s: %.2f %% of the counts, %.2f %% of the time (bound %.2f)",
+		            what, shares_phases[i], seen, truth, tolerance);
+		cr_expect(seen > truth - tolerance && seen < truth + tolerance,
+		          "%s, record --rate max, %s: %.2f %% of the counts, %.2f %% of the time (the bound "
+		          "%.2f%s)",
+		          what, shares_phases[i], seen, truth, tolerance,
+		          noise > bound ? ", widened to the noise of too little of the target's CPU" : "");
+	}
+}
+
+Test(shares, record_back_to_back, .timeout = 400)
+{
+	bool by_hand = getenv("PYPROFD_TEST_SHARES") != NULL;
+#ifdef __SANITIZE_ADDRESS__
+	if (!by_hand)
+		cr_skip_test("under ASan: the reads' timing is not the product's (make test runs it)");
+#endif
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX), ran = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (!shares_wanted(&pys[i], by_hand))
+			continue;
+		shares_record_check(&pys[i], 15.0, 2.0);
+		ran++;
+	}
+	if (!ran)
+		cr_skip_test("no CPython 3.15 (make pythons)%s", geteuid() == 0 || by_hand ? " nor 3.12" : "");
+	cr_log_info("%zu interpreters", ran);
+}

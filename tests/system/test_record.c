@@ -276,6 +276,72 @@ Test(record, stats_json_tells_the_timings_and_counters, .timeout = 300)
 }
 
 /*
+ * What the profile counts is the ticks of a grid, each once, for the read
+ * nearest it (at max rate, a grid of 100 kHz): at 50 Hz and back to back,
+ * over a second, the ticks counted and missed are all the duration holds,
+ * and every thread's stack is counted once for each tick counted, however
+ * many reads were made.  A read counted as it came would make the sums the
+ * number of reads, millions back to back on a parked target.
+ */
+Test(record, every_tick_of_the_grid_is_counted_once, .timeout = 300)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	struct test_target target;
+	test_target_start(&target, &pys[n - 1], "nested"); /* parked: its threads' stacks stay */
+	json_decref(test_target_wait_report(&target, TARGET_READY_TIMEOUT_S));
+	char dir[PATH_MAX], out[PATH_MAX + 32];
+	scratch_dir(dir, sizeof dir);
+	snprintf(out, sizeof out, "%s/ticks.txt", dir);
+	static const char *const rates[] = {"50", "max"};
+	for (size_t i = 0; i < COUNT(rates); i++) {
+		const char *args[] = {"--rate", rates[i], "--per-thread", "--stats-json", "-o", out, NULL};
+		struct run_result r;
+		record(&r, target.pid, args);
+		const char *line;
+		json_t *st = record_stats(&r, &line);
+		double grid = json_real_value(json_object_get(st, "grid_hz"));
+		json_int_t counted = json_integer_value(json_object_get(st, "ticks_counted"));
+		json_int_t missed = json_integer_value(json_object_get(st, "ticks_missed"));
+		json_int_t reads = json_integer_value(json_object_get(st, "ok_samples"));
+		cr_assert_float_eq(grid, i == 0 ? 50.0 : 100000.0, 1e-6, "--rate %s: %s", rates[i], line);
+		/* The helper's --duration 1. */
+		cr_assert_eq(counted + missed, (json_int_t)grid, "--rate %s: %s", rates[i], line);
+		cr_assert_gt(counted, (json_int_t)grid / 2, "--rate %s: %s", rates[i], line);
+		/* Each thread's counts: with --per-thread, each stack's first frame names its thread. */
+		size_t len = 0;
+		char *bytes = file_bytes(out, &len);
+		char *text = strndup(bytes, len); /* the bytes end without a NUL */
+		free(bytes);
+		cr_assert_not_null(text, "%s", out);
+		char threads[16][128];
+		size_t nthreads = 0;
+		long long sum = 0;
+		for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n")) {
+			char *space = strrchr(l, ' ');
+			cr_assert_not_null(space, "a collapsed line: %s", l);
+			sum += atoll(space + 1);
+			size_t first = strcspn(l, ";");
+			size_t t = 0;
+			while (t < nthreads && !(strlen(threads[t]) == first && strncmp(threads[t], l, first) == 0))
+				t++;
+			if (t == nthreads && nthreads < COUNT(threads) && first < sizeof threads[0]) {
+				memcpy(threads[nthreads], l, first);
+				threads[nthreads++][first] = '\0';
+			}
+		}
+		free(text);
+		cr_assert_gt(nthreads, 0, "--rate %s: no thread in the profile", rates[i]);
+		cr_assert_eq(sum, (long long)counted * (long long)nthreads,
+		             "--rate %s: %lld counted over %zu threads, %lld ticks counted, %lld reads",
+		             rates[i], sum, nthreads, (long long)counted, (long long)reads);
+		json_decref(st);
+		run_result_free(&r);
+	}
+	test_target_kill(&target);
+}
+
+/*
  * Back to back on a thread the in-kernel reader watches (3.12's call-heavy
  * code, as root), each sample first waits for its shots (kernel_paced):
  * the stats' time per sample is the sampler's work, the wait left out, so
