@@ -20,7 +20,7 @@
 #define RECORD_SIGNAL_CHECK_EVERY 64
 /* At max rate, the grid whose ticks the profile counts (record_ticks): 10 us apart. */
 #define RECORD_MAX_GRID_HZ 100000
-/* The furthest a tick may lie from the read it is counted for; further, it is missed. */
+/* How far a tick may lie from the read it is counted for (or a period, if longer); further, missed. */
 #define RECORD_TICK_REACH_NS 1000000u
 
 static const char record_usage[] =
@@ -262,8 +262,12 @@ static void record_ticks_init(struct record_ticks *k, struct profile *prof, doub
 	*k = (struct record_ticks){.prof = prof, .pending = -1, .deadline_ns = UINT64_MAX};
 	double hz = rate > 0 ? rate : RECORD_MAX_GRID_HZ;
 	k->period_ns = (uint64_t)(1e9 / hz) ? (uint64_t)(1e9 / hz) : 1;
-	/* At a slow rate a read reaches half way to the ticks beside its own, and no further. */
-	k->reach_ns = k->period_ns / 2 > RECORD_TICK_REACH_NS ? k->period_ns / 2 : RECORD_TICK_REACH_NS;
+	/*
+	 * At a slow rate a read reaches a period: one made late, the machine
+	 * busy, still stands for its own tick, and one beside a stall of the
+	 * sampler's for at most one tick more.
+	 */
+	k->reach_ns = k->period_ns > RECORD_TICK_REACH_NS ? k->period_ns : RECORD_TICK_REACH_NS;
 	k->origin_ns = k->counted_ns = record_ns(start);
 	if (duration > 0)
 		k->deadline_ns = k->origin_ns + (uint64_t)(duration * 1e9);
