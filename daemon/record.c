@@ -240,8 +240,8 @@ struct record_run {
 struct record_ticks {
 	struct profile *prof;
 	struct uw_sample reads[2];
-	int pending;           /* the read whose later ticks are not counted yet: -1 none */
-	int pending_slot;      /* which of reads it is, kept while it is being settled */
+	bool pending;          /* a read whose later ticks are not counted yet */
+	int pending_slot;      /* which of reads it is (the next read goes in the other) */
 	bool pending_ok;       /* a failed read stands for its ticks, and counts nothing */
 	uint64_t pending_ns;   /* when it was taken */
 	uint64_t origin_ns, period_ns, reach_ns;
@@ -256,10 +256,10 @@ static uint64_t record_ns(const struct timespec *ts)
 	return (uint64_t)ts->tv_sec * 1000000000u + (uint64_t)ts->tv_nsec;
 }
 
-static void record_ticks_init(struct record_ticks *k, struct profile *prof, double rate,
-                              double duration, const struct timespec *start)
+/* The grid from `start`, for a record whose profile k->prof already is. */
+static void record_ticks_start(struct record_ticks *k, double rate, double duration,
+                               const struct timespec *start)
 {
-	*k = (struct record_ticks){.prof = prof, .pending = -1, .deadline_ns = UINT64_MAX};
 	double hz = rate > 0 ? rate : RECORD_MAX_GRID_HZ;
 	k->period_ns = (uint64_t)(1e9 / hz) ? (uint64_t)(1e9 / hz) : 1;
 	/*
@@ -269,8 +269,7 @@ static void record_ticks_init(struct record_ticks *k, struct profile *prof, doub
 	 */
 	k->reach_ns = k->period_ns > RECORD_TICK_REACH_NS ? k->period_ns : RECORD_TICK_REACH_NS;
 	k->origin_ns = k->counted_ns = record_ns(start);
-	if (duration > 0)
-		k->deadline_ns = k->origin_ns + (uint64_t)(duration * 1e9);
+	k->deadline_ns = duration > 0 ? k->origin_ns + (uint64_t)(duration * 1e9) : UINT64_MAX;
 }
 
 /* The grid's ticks in [lo, hi). */
@@ -285,16 +284,16 @@ static uint64_t record_ticks_between(const struct record_ticks *k, uint64_t lo, 
 /* The pending read's ticks, up to `until` (the midpoint to the next read, or the end). */
 static void record_ticks_settle(struct record_ticks *k, uint64_t until)
 {
-	if (k->pending < 0)
+	if (!k->pending)
 		return;
-	k->pending = -1;
+	k->pending = false;
 	until = until < k->deadline_ns ? until : k->deadline_ns;
 	uint64_t from = k->counted_ns;
 	if (until <= from)
 		return;
 	/* [from, lo) and [hi, until) are out of the read's reach; [lo, hi) is its own. */
 	uint64_t t = k->pending_ns;
-	uint64_t lo = t - from > k->reach_ns && t > from ? t - k->reach_ns : from;
+	uint64_t lo = t > from + k->reach_ns ? t - k->reach_ns : from;
 	lo = lo < until ? lo : until;
 	uint64_t hi = t + k->reach_ns < until ? t + k->reach_ns : until;
 	hi = hi > lo ? hi : lo;
@@ -312,9 +311,10 @@ static void record_ticks_settle(struct record_ticks *k, uint64_t until)
 /* A read just taken (into reads[slot]) at `at`: the one before it gets its ticks. */
 static void record_ticks_read(struct record_ticks *k, int slot, bool ok, uint64_t at)
 {
-	if (k->pending >= 0)
+	if (k->pending)
 		record_ticks_settle(k, k->pending_ns + (at - k->pending_ns) / 2);
-	k->pending = k->pending_slot = slot;
+	k->pending = true;
+	k->pending_slot = slot;
 	k->pending_ok = ok;
 	k->pending_ns = at;
 }
@@ -465,7 +465,7 @@ static int record_loop(struct uw_target *t, const struct record_opts *o, struct 
 	struct timespec start, next, a, b;
 	clock_gettime(CLOCK_MONOTONIC, &start);
 	run->started_unix = record_unix_now();
-	record_ticks_init(k, k->prof, o->rate, o->duration, &start);
+	record_ticks_start(k, o->rate, o->duration, &start);
 	next = start;
 	double interval = o->rate > 0 ? 1.0 / o->rate : 0;
 	int status = EXIT_OK;
@@ -509,12 +509,9 @@ static int record_loop(struct uw_target *t, const struct record_opts *o, struct 
 			}
 		} else {
 			run->ok++;
-			if (k->prof->failed || k->failed) {
-				fputs("pyprofd: out of memory aggregating samples\n", stderr);
-				status = EXIT_FAILURE_OTHER;
-				break;
-			}
 		}
+		if (k->failed || k->prof->failed)
+			break; /* out of memory counting: said once the loop ends */
 		if (interval > 0) {
 			/* Drift-free: the schedule advances by the interval, not from now. */
 			double when = record_seconds(&next) + interval;
@@ -533,7 +530,7 @@ static int record_loop(struct uw_target *t, const struct record_opts *o, struct 
 	run->ended_unix = record_unix_now();
 	/* The last read's ticks run to the end, but no further than the duration asked. */
 	record_ticks_settle(k, record_ns(&b));
-	if (k->failed && status == EXIT_OK) {
+	if ((k->failed || k->prof->failed) && status == EXIT_OK) {
 		fputs("pyprofd: out of memory aggregating samples\n", stderr);
 		status = EXIT_FAILURE_OTHER;
 	}
@@ -645,7 +642,7 @@ int record_main(int argc, char **argv)
 	}
 	struct profile prof;
 	profile_init(&prof);
-	struct record_ticks ticks = {.prof = &prof, .pending = -1};
+	struct record_ticks ticks = {.prof = &prof};
 	o.uw.on_epoch_end = record_on_epoch_end;
 	o.uw.epoch_ctx = &ticks;
 	/* Without it (not root), threads whose stacks move under every read go uncounted: the stats say why. */
