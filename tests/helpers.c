@@ -678,6 +678,7 @@ char *file_bytes(const char *path, size_t *len)
 	}
 	cr_assert(!ferror(f), "read %s", path);
 	fclose(f);
+	buf[n] = '\0'; /* the last read returned nothing, so n < cap */
 	*len = n;
 	return buf;
 }

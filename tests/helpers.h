@@ -146,7 +146,7 @@ ssize_t target_mem_write(pid_t pid, uint64_t addr, const void *buf, size_t len);
 /* Writes text to path (created or truncated); fails the test on error. */
 void write_text_file(const char *path, const char *text);
 
-/* The whole file, malloc'd, into *len; fails the test if it cannot be read. */
+/* The whole file, malloc'd, into *len, with a NUL after it; fails the test if it cannot be read. */
 char *file_bytes(const char *path, size_t *len);
 
 /* Copies a file (mode 0755); fails the test on error. */

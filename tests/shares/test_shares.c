@@ -256,68 +256,6 @@ static void shares_check(const struct python *py, uint64_t period_ns, double sec
 }
 
 /*
- * 3.15 (the frame-cache marker), and 3.12 (frames on a data stack, no
- * marker) as root, with the in-kernel reader (or by hand with
- * PYPROFD_TEST_SHARES=1).  Back to back, 3.12 is sampled as pyprofd record
- * --rate max samples it: paced (kernel_pace), each sample shot; unpaced,
- * the samples between two shots (KREAD_ARM_GAP_NS apart) read as without
- * the reader, and the call-heavy phase came out 2 to 18 points short.
- *
- * Before 3.15 nothing in a process tells a frame read while alive from the
- * bytes it left when it returned, so from outside alone a thread that calls
- * and returns faster than its stack can be read is proven only when a read
- * happens to hold: the call-heavy phase came out at 11 to 35 % of the
- * samples for 40 % of the time.  With the in-kernel reader, such a thread is
- * shot as each sample begins: the shot stands it still on its CPU while its
- * frames are copied, and the read under way holds (it is proven as every
- * read is), or the copy is taken.  On 3.15 the part below the marker is
- * proven by the very re-read that proves other stacks whole.
- */
-static bool shares_wanted(const struct python *py, bool by_hand)
-{
-	bool kernel = geteuid() == 0 || by_hand;
-	return !py->debug && py->major == 3 && (py->minor == 15 || (kernel && py->minor == 12));
-}
-
-/* Runs check on every interpreter it is wanted on. */
-static void shares_each(uint64_t period_ns, double seconds, double limit, double bound)
-{
-	bool by_hand = getenv("PYPROFD_TEST_SHARES") != NULL;
-#ifdef __SANITIZE_ADDRESS__
-	/*
-	 * The bound is the product's.  Under ASan the reader walks a stack
-	 * several times slower, the deep stack's most (30 frames more), and a
-	 * proof that ends later falls in the phase after more often: the
-	 * phase after the deep one came out 1.3 points over, against 0.6 in
-	 * the build users run.
-	 */
-	if (!by_hand)
-		cr_skip_test("under ASan: the reads' timing is not the product's (make test runs it)");
-#endif
-	struct python pys[PYTHONS_MAX];
-	size_t n = pythons_supported(pys, PYTHONS_MAX), ran = 0;
-	for (size_t i = 0; i < n; i++) {
-		if (!shares_wanted(&pys[i], by_hand))
-			continue;
-		shares_check(&pys[i], period_ns, seconds, limit, bound);
-		ran++;
-	}
-	if (!ran)
-		cr_skip_test("no CPython 3.15 (make pythons)%s", geteuid() == 0 || by_hand ? " nor 3.12" : "");
-	cr_log_info("%zu interpreters", ran);
-}
-
-Test(shares, at_1000_hz, .timeout = 400)
-{
-	shares_each(1000000, 15.0, 90.0, 1.5);
-}
-
-Test(shares, back_to_back, .timeout = 400)
-{
-	shares_each(0, 10.0, 60.0, 2.0);
-}
-
-/*
  * The product's own path, as a user runs it: `pyprofd record --rate max`,
  * its collapsed counts against the target's account, with no weighting of
  * the test's.  Back to back a sample of the call-heavy code takes longer
@@ -354,10 +292,7 @@ static void shares_record_check(const struct python *py, double seconds, double 
 	run_result_free(&r);
 
 	size_t len = 0;
-	char *bytes = file_bytes(out, &len);
-	char *text = strndup(bytes, len); /* the bytes end without a NUL */
-	free(bytes);
-	cr_assert_not_null(text);
+	char *text = file_bytes(out, &len);
 	double counts[SHARES_NPHASES + 1] = {0}, all = 0;
 	for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
 		char *space = strrchr(line, ' ');
@@ -396,10 +331,42 @@ static void shares_record_check(const struct python *py, double seconds, double 
 	}
 }
 
-Test(shares, record_back_to_back, .timeout = 400)
+/*
+ * 3.15 (the frame-cache marker), and 3.12 (frames on a data stack, no
+ * marker) as root, with the in-kernel reader (or by hand with
+ * PYPROFD_TEST_SHARES=1).  Back to back, 3.12 is sampled as pyprofd record
+ * --rate max samples it: paced (kernel_pace), each sample shot; unpaced,
+ * the samples between two shots (KREAD_ARM_GAP_NS apart) read as without
+ * the reader, and the call-heavy phase came out 2 to 18 points short.
+ *
+ * Before 3.15 nothing in a process tells a frame read while alive from the
+ * bytes it left when it returned, so from outside alone a thread that calls
+ * and returns faster than its stack can be read is proven only when a read
+ * happens to hold: the call-heavy phase came out at 11 to 35 % of the
+ * samples for 40 % of the time.  With the in-kernel reader, such a thread is
+ * shot as each sample begins: the shot stands it still on its CPU while its
+ * frames are copied, and the read under way holds (it is proven as every
+ * read is), or the copy is taken.  On 3.15 the part below the marker is
+ * proven by the very re-read that proves other stacks whole.
+ */
+static bool shares_wanted(const struct python *py, bool by_hand)
+{
+	bool kernel = geteuid() == 0 || by_hand;
+	return !py->debug && py->major == 3 && (py->minor == 15 || (kernel && py->minor == 12));
+}
+
+/* Runs a check on every interpreter it is wanted on: the unwinder's, or pyprofd record's (limit unused). */
+static void shares_each(uint64_t period_ns, double seconds, double limit, double bound, bool through_record)
 {
 	bool by_hand = getenv("PYPROFD_TEST_SHARES") != NULL;
 #ifdef __SANITIZE_ADDRESS__
+	/*
+	 * The bound is the product's.  Under ASan the reader walks a stack
+	 * several times slower, the deep stack's most (30 frames more), and a
+	 * proof that ends later falls in the phase after more often: the
+	 * phase after the deep one came out 1.3 points over, against 0.6 in
+	 * the build users run.
+	 */
 	if (!by_hand)
 		cr_skip_test("under ASan: the reads' timing is not the product's (make test runs it)");
 #endif
@@ -408,10 +375,28 @@ Test(shares, record_back_to_back, .timeout = 400)
 	for (size_t i = 0; i < n; i++) {
 		if (!shares_wanted(&pys[i], by_hand))
 			continue;
-		shares_record_check(&pys[i], 15.0, 2.0);
+		if (through_record)
+			shares_record_check(&pys[i], seconds, bound);
+		else
+			shares_check(&pys[i], period_ns, seconds, limit, bound);
 		ran++;
 	}
 	if (!ran)
 		cr_skip_test("no CPython 3.15 (make pythons)%s", geteuid() == 0 || by_hand ? " nor 3.12" : "");
 	cr_log_info("%zu interpreters", ran);
+}
+
+Test(shares, at_1000_hz, .timeout = 400)
+{
+	shares_each(1000000, 15.0, 90.0, 1.5, false);
+}
+
+Test(shares, back_to_back, .timeout = 400)
+{
+	shares_each(0, 10.0, 60.0, 2.0, false);
+}
+
+Test(shares, record_back_to_back, .timeout = 400)
+{
+	shares_each(0, 15.0, 0, 2.0, true);
 }
