@@ -2,13 +2,13 @@
  * vocab — the words both programs and the wire share, one table each: how a
  * failure is named, coded on the wire and reported as an exit status; the
  * sampling modes; the kinds of frames.  The unwinder's enums are the things
- * named (unwind.h); the protocol's are how they travel.
+ * named (unwind_words.h); the protocol's are how they travel.
  */
 #ifndef PYPROFD_VOCAB_H
 #define PYPROFD_VOCAB_H
 
 #include "pyprofd.pb-c.h"
-#include "unwind.h"
+#include "unwind_words.h"
 
 /* The release of both programs: what --version and the status RPC say. */
 #define PYPROFD_VERSION "0.4.0"

@@ -673,7 +673,7 @@ static uint64_t get_size(struct do_values *d, enum dof f)
  * A field of `width` bytes at the published offset `f`, inside a struct of
  * `size` bytes; widens *cover so a read of *cover bytes includes it.
  */
-static uint32_t field(struct do_values *d, enum dof f, unsigned width, uint64_t size,
+static uint32_t do_field(struct do_values *d, enum dof f, unsigned width, uint64_t size,
                       uint32_t *cover)
 {
 	uint64_t off = get(d, f);
@@ -713,25 +713,25 @@ int layout_from_debug_offsets(const uint8_t *raw, size_t len, struct py_layout *
 
 	/* _PyRuntimeState: from 3.12 the GIL and GC state are per interpreter. */
 	uint64_t rt_size = get_size(&d, DO_RUNTIME_SIZE);
-	l.runtime.interpreters_head = field(&d, DO_RUNTIME_INTERPRETERS_HEAD, 8, rt_size,
+	l.runtime.interpreters_head = do_field(&d, DO_RUNTIME_INTERPRETERS_HEAD, 8, rt_size,
 	                                    &l.runtime.size);
 	l.runtime.gil = ABSENT;
 	l.runtime.gc_collecting = ABSENT;
 
 	/* PyInterpreterState */
 	uint64_t is_size = get_size(&d, DO_INTERP_SIZE);
-	l.interp.next = field(&d, DO_INTERP_NEXT, 8, is_size, &l.interp.size);
-	l.interp.id = field(&d, DO_INTERP_ID, 8, is_size, &l.interp.size);
-	l.interp.threads_head = field(&d, DO_INTERP_THREADS_HEAD, 8, is_size, &l.interp.size);
-	l.interp.gil_ptr = field(&d, DO_INTERP_CEVAL_GIL, 8, is_size, &l.interp.size);
+	l.interp.next = do_field(&d, DO_INTERP_NEXT, 8, is_size, &l.interp.size);
+	l.interp.id = do_field(&d, DO_INTERP_ID, 8, is_size, &l.interp.size);
+	l.interp.threads_head = do_field(&d, DO_INTERP_THREADS_HEAD, 8, is_size, &l.interp.size);
+	l.interp.gil_ptr = do_field(&d, DO_INTERP_CEVAL_GIL, 8, is_size, &l.interp.size);
 
 	/* interp->gc is an embedded struct _gc_runtime_state whose own offsets
 	 * are published separately. */
 	uint64_t gc_size = get_size(&d, DO_GC_SIZE);
-	uint32_t gc = field(&d, DO_INTERP_GC, 0, is_size, NULL);
+	uint32_t gc = do_field(&d, DO_INTERP_GC, 0, is_size, NULL);
 	if (gc + gc_size > is_size)
 		d.bad = true;
-	uint32_t gc_collecting = field(&d, DO_GC_COLLECTING, 4, gc_size, NULL);
+	uint32_t gc_collecting = do_field(&d, DO_GC_COLLECTING, 4, gc_size, NULL);
 	l.interp.gc_collecting = gc + gc_collecting;
 	if (!d.bad && l.interp.gc_collecting + 4 > l.interp.size)
 		l.interp.size = l.interp.gc_collecting + 4;
@@ -739,9 +739,9 @@ int layout_from_debug_offsets(const uint8_t *raw, size_t len, struct py_layout *
 	/* The GIL is published as absolute offsets of interp->_gil and of two of
 	 * its fields; the walker reaches it through interp->ceval.gil, which may
 	 * point at another interpreter's, so it needs them relative. */
-	uint32_t gil = field(&d, DO_INTERP_GIL_RUNTIME_STATE, 0, is_size, NULL);
-	uint32_t holder = field(&d, DO_INTERP_GIL_RUNTIME_STATE_HOLDER, 8, is_size, NULL);
-	uint32_t locked = field(&d, DO_INTERP_GIL_RUNTIME_STATE_LOCKED, 4, is_size, NULL);
+	uint32_t gil = do_field(&d, DO_INTERP_GIL_RUNTIME_STATE, 0, is_size, NULL);
+	uint32_t holder = do_field(&d, DO_INTERP_GIL_RUNTIME_STATE_HOLDER, 8, is_size, NULL);
+	uint32_t locked = do_field(&d, DO_INTERP_GIL_RUNTIME_STATE_LOCKED, 4, is_size, NULL);
 	if (holder < gil || locked < gil)
 		d.bad = true;
 	l.gil.last_holder = holder - gil;
@@ -749,31 +749,31 @@ int layout_from_debug_offsets(const uint8_t *raw, size_t len, struct py_layout *
 
 	/* PyThreadState: frames hang off it directly again from 3.13. */
 	uint64_t ts_size = get_size(&d, DO_TSTATE_SIZE);
-	l.tstate.next = field(&d, DO_TSTATE_NEXT, 8, ts_size, &l.tstate.size);
-	l.tstate.interp = field(&d, DO_TSTATE_INTERP, 8, ts_size, &l.tstate.size);
-	l.tstate.frame = field(&d, DO_TSTATE_CURRENT_FRAME, 8, ts_size, &l.tstate.size);
+	l.tstate.next = do_field(&d, DO_TSTATE_NEXT, 8, ts_size, &l.tstate.size);
+	l.tstate.interp = do_field(&d, DO_TSTATE_INTERP, 8, ts_size, &l.tstate.size);
+	l.tstate.frame = do_field(&d, DO_TSTATE_CURRENT_FRAME, 8, ts_size, &l.tstate.size);
 	l.tstate.cframe = ABSENT;
 	l.tstate.cframe_current_frame = ABSENT;
-	l.tstate.thread_id = field(&d, DO_TSTATE_THREAD_ID, 8, ts_size, &l.tstate.size);
-	l.tstate.native_thread_id = field(&d, DO_TSTATE_NATIVE_THREAD_ID, 8, ts_size,
+	l.tstate.thread_id = do_field(&d, DO_TSTATE_THREAD_ID, 8, ts_size, &l.tstate.size);
+	l.tstate.native_thread_id = do_field(&d, DO_TSTATE_NATIVE_THREAD_ID, 8, ts_size,
 	                                  &l.tstate.size);
-	l.tstate.datastack_chunk = field(&d, DO_TSTATE_DATASTACK_CHUNK, 8, ts_size,
+	l.tstate.datastack_chunk = do_field(&d, DO_TSTATE_DATASTACK_CHUNK, 8, ts_size,
 	                                 &l.tstate.size);
 	/* Only with its sequence is the marker usable: before 3.15.0b4 it is left alone. */
 	if (d.have[DO_TSTATE_LAST_PROFILED_FRAME] && d.have[DO_TSTATE_LAST_PROFILED_FRAME_SEQ]) {
 		l.tstate.marker = true;
-		l.tstate.marker_frame = field(&d, DO_TSTATE_LAST_PROFILED_FRAME, 8, ts_size,
+		l.tstate.marker_frame = do_field(&d, DO_TSTATE_LAST_PROFILED_FRAME, 8, ts_size,
 		                              &l.tstate.size);
-		l.tstate.marker_seq = field(&d, DO_TSTATE_LAST_PROFILED_FRAME_SEQ, 8, ts_size,
+		l.tstate.marker_seq = do_field(&d, DO_TSTATE_LAST_PROFILED_FRAME_SEQ, 8, ts_size,
 		                            &l.tstate.size);
 	}
 
 	/* _PyInterpreterFrame */
 	uint64_t fr_size = get_size(&d, DO_FRAME_SIZE);
-	l.frame.back = field(&d, DO_FRAME_PREVIOUS, 8, fr_size, &l.frame.size);
-	l.frame.code = field(&d, DO_FRAME_EXECUTABLE, 8, fr_size, &l.frame.size);
-	l.frame.instr_ptr = field(&d, DO_FRAME_INSTR_PTR, 8, fr_size, &l.frame.size);
-	l.frame.owner = field(&d, DO_FRAME_OWNER, 1, fr_size, &l.frame.size);
+	l.frame.back = do_field(&d, DO_FRAME_PREVIOUS, 8, fr_size, &l.frame.size);
+	l.frame.code = do_field(&d, DO_FRAME_EXECUTABLE, 8, fr_size, &l.frame.size);
+	l.frame.instr_ptr = do_field(&d, DO_FRAME_INSTR_PTR, 8, fr_size, &l.frame.size);
+	l.frame.owner = do_field(&d, DO_FRAME_OWNER, 1, fr_size, &l.frame.size);
 	l.frame.lasti = ABSENT;
 	l.frame.lineno = ABSENT;
 	l.frame.trace = ABSENT;
@@ -797,16 +797,16 @@ int layout_from_debug_offsets(const uint8_t *raw, size_t len, struct py_layout *
 
 	/* PyCodeObject; the bytecode start is an address, not a field to read. */
 	uint64_t co_size = get_size(&d, DO_CODE_SIZE);
-	l.code.filename = field(&d, DO_CODE_FILENAME, 8, co_size, &l.code.size);
-	l.code.name = field(&d, DO_CODE_NAME, 8, co_size, &l.code.size);
-	l.code.qualname = field(&d, DO_CODE_QUALNAME, 8, co_size, &l.code.size);
-	l.code.linetable = field(&d, DO_CODE_LINETABLE, 8, co_size, &l.code.size);
-	l.code.firstlineno = field(&d, DO_CODE_FIRSTLINENO, 4, co_size, &l.code.size);
-	l.code.code_adaptive = field(&d, DO_CODE_CO_CODE_ADAPTIVE, 1, co_size, NULL);
+	l.code.filename = do_field(&d, DO_CODE_FILENAME, 8, co_size, &l.code.size);
+	l.code.name = do_field(&d, DO_CODE_NAME, 8, co_size, &l.code.size);
+	l.code.qualname = do_field(&d, DO_CODE_QUALNAME, 8, co_size, &l.code.size);
+	l.code.linetable = do_field(&d, DO_CODE_LINETABLE, 8, co_size, &l.code.size);
+	l.code.firstlineno = do_field(&d, DO_CODE_FIRSTLINENO, 4, co_size, &l.code.size);
+	l.code.code_adaptive = do_field(&d, DO_CODE_CO_CODE_ADAPTIVE, 1, co_size, NULL);
 	l.code.framesize = l.code.nlocalsplus = l.code.stacksize = ABSENT; /* frames_being_called: 3.11-3.12 */
 
 	uint64_t ob_size = get_size(&d, DO_PYOBJECT_SIZE);
-	l.object.ob_type = field(&d, DO_PYOBJECT_OB_TYPE, 8, ob_size, NULL);
+	l.object.ob_type = do_field(&d, DO_PYOBJECT_OB_TYPE, 8, ob_size, NULL);
 
 	/* Unicode: length and state sit in the PyASCIIObject header, whose size
 	 * is where compact ASCII data begins. */
@@ -821,15 +821,15 @@ int layout_from_debug_offsets(const uint8_t *raw, size_t len, struct py_layout *
 	if (ascii_size == 0 || ascii_size > compact_size || compact_size > un_size ||
 	    un_size - legacy_data < 8)
 		d.bad = true;
-	l.unicode.length = field(&d, DO_UNICODE_LENGTH, 8, ascii_size, NULL);
-	l.unicode.state = field(&d, DO_UNICODE_STATE, 4, ascii_size, NULL);
+	l.unicode.length = do_field(&d, DO_UNICODE_LENGTH, 8, ascii_size, NULL);
+	l.unicode.state = do_field(&d, DO_UNICODE_STATE, 4, ascii_size, NULL);
 	l.unicode.ascii_size = (uint32_t)ascii_size;
 	l.unicode.compact_size = (uint32_t)compact_size;
 	l.unicode.legacy_data = (uint32_t)legacy_data;
 
 	uint64_t by_size = get_size(&d, DO_BYTES_SIZE);
-	l.bytes.ob_size = field(&d, DO_BYTES_OB_SIZE, 8, by_size, NULL);
-	l.bytes.ob_sval = field(&d, DO_BYTES_OB_SVAL, 1, by_size, NULL);
+	l.bytes.ob_size = do_field(&d, DO_BYTES_OB_SIZE, 8, by_size, NULL);
+	l.bytes.ob_sval = do_field(&d, DO_BYTES_OB_SVAL, 1, by_size, NULL);
 
 	if (d.bad)
 		return -1;

@@ -17,7 +17,7 @@
 
 #include "check.h"
 #include "pyprofd.pb-c.h"
-#include "unwind.h"
+#include "unwind_words.h"
 
 
 /*
