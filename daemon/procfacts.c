@@ -268,16 +268,7 @@ int proc_facts_read(pid_t pid, unsigned what, struct proc_facts *out)
 	}
 	out->start_time = id.start_time;
 	out->uid = id.uid[0];
-	char stat[1024];
-	if (uw_proc_read(pid, "stat", stat, sizeof stat) < 0)
-		return proc_facts_fail();
-	const char *after = strrchr(stat, ')');
-	int ppid;
-	if (!after || sscanf(after + 1, " %*c %d", &ppid) != 1) {
-		errno = EIO;
-		return -1;
-	}
-	out->ppid = ppid;
+	out->ppid = id.ppid;
 
 	char link[64];
 	snprintf(link, sizeof link, "/proc/%d/exe", (int)pid);

@@ -31,7 +31,7 @@
 /* The writer connection's page cache, in KiB (a string for its PRAGMA): schema.c says why. */
 #define STORE_WRITER_CACHE_KIB "512"
 
-/* ---- schema.c: connections, pragmas, migrations, errors ---- */
+/* ---- error.c: the store's error messages ---- */
 
 /* "what: sqlite's message" into err (which may be NULL). */
 void store_error_set(struct store_error *err, sqlite3 *db, const char *fmt, ...)
@@ -40,6 +40,8 @@ void store_error_set(struct store_error *err, sqlite3 *db, const char *fmt, ...)
 /* Plain text into err, no SQLite message. */
 void store_error_text(struct store_error *err, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+
+/* ---- schema.c: connections, pragmas, migrations ---- */
 
 /* Runs SQL without results; 0, or -1 and *err. */
 int store_exec(sqlite3 *db, const char *sql, struct store_error *err);

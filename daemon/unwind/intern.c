@@ -173,3 +173,25 @@ uint32_t intern_stack(struct intern *in, uint32_t parent, uint32_t frame)
 	hash_fill(&in->stack_index, slot, hash, id);
 	return id;
 }
+
+/* ---- the prefix tree and frames as callers read them ---- */
+
+uint32_t uw_stack_frame(const struct uw_target *t, uint32_t stack)
+{
+	return stack < t->intern.nstacks ? t->intern.stacks[stack].frame : 0;
+}
+
+uint32_t uw_stack_parent(const struct uw_target *t, uint32_t stack)
+{
+	return stack < t->intern.nstacks ? t->intern.stacks[stack].parent : 0;
+}
+
+uint32_t uw_stack_depth(const struct uw_target *t, uint32_t stack)
+{
+	return stack < t->intern.nstacks ? t->intern.stacks[stack].depth : 0;
+}
+
+const struct uw_frame *uw_frame_get(const struct uw_target *t, uint32_t frame)
+{
+	return frame < t->intern.nframes ? &t->intern.frames[frame] : &t->intern.frames[0];
+}

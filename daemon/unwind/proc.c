@@ -12,6 +12,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include "procstat.h"
 #include "unwind_internal.h"
 
 /* vm.max_map_count defaults to 65530; anything far past it is not a real process. */
@@ -174,28 +175,6 @@ int proc_map_open(pid_t pid, const struct proc_map *m, struct uw_error *err)
 		               (int)pid);
 	return uw_fail(err, UW_EIO, "cannot open %s of process %d: %s", m->path, (int)pid,
 	               mismatch ? "the file at that path is not the one it maps" : strerror(failure));
-}
-
-char proc_stat_state_letter(const char *buf)
-{
-	/* The command name may hold anything, ") " included: the fields start after the last ')'. */
-	const char *close = strrchr(buf, ')');
-	return close && close[1] == ' ' && close[2] != '\0' ? close[2] : '?';
-}
-
-int proc_stat_parse(const char *buf, struct proc_stat *out)
-{
-	const char *close = strrchr(buf, ')');
-	if (proc_stat_state_letter(buf) == '?')
-		return -1;
-	unsigned long long start = 0;
-	out->state = close[2];
-	/* After ") ": state is field 3, the start time field 22. */
-	out->has_start_time =
-		sscanf(close + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d "
-		                  "%*d %*d %llu", &start) == 1;
-	out->start_time = start;
-	return 0;
 }
 
 /*
@@ -380,6 +359,7 @@ int uw_process_started(pid_t pid, struct uw_process_identity *out, struct uw_err
 		return uw_fail(err, UW_EIO, "process %d has no readable status", (int)pid);
 	out->start_time = st.start_time;
 	out->state = st.state;
+	out->ppid = st.ppid;
 	return 0;
 }
 
@@ -500,4 +480,61 @@ void uw_error_add_remedy(struct uw_error *err, pid_t pid)
 	memcpy(err->msg + n + 2, remedy, len);
 	err->msg[n + 2 + len] = ')';
 	err->msg[n + 3 + len] = '\0';
+}
+
+/* ---- /proc files kept open between samples, within the target's bound and the shared budget ---- */
+
+bool proc_fds_room(const struct uw_target *t, unsigned n)
+{
+	if (t->stat_fds + n > THREADS_STAT_FDS_MAX)
+		return false;
+	const struct uw_fd_budget *b = t->opts.fd_budget;
+	return !b || b->used + n <= b->limit;
+}
+
+void proc_fds_add(struct uw_target *t, int n)
+{
+	t->stat_fds += (uint32_t)n;
+	if (t->opts.fd_budget)
+		t->opts.fd_budget->used += (unsigned)n;
+}
+
+void sched_files_close(struct uw_target *t, struct sched_files *f)
+{
+	if (f->sched_fd >= 0) {
+		close(f->sched_fd);
+		proc_fds_add(t, -1);
+	}
+	if (f->wchan_fd >= 0) {
+		close(f->wchan_fd);
+		proc_fds_add(t, -1);
+	}
+	*f = SCHED_FILES_NONE;
+}
+
+bool sched_files_open(struct uw_target *t, struct sched_files *f, int64_t proc_tid)
+{
+	if (f->sched_fd >= 0 && f->wchan_fd >= 0)
+		return true;
+	sched_files_close(t, f);
+	if (proc_tid <= 0 || !proc_fds_room(t, 2))
+		return false;
+	char path[96];
+	snprintf(path, sizeof path, "/proc/%d/task/%lld/schedstat", (int)t->pid, (long long)proc_tid);
+	f->sched_fd = open(path, O_RDONLY | O_CLOEXEC);
+	snprintf(path, sizeof path, "/proc/%d/task/%lld/wchan", (int)t->pid, (long long)proc_tid);
+	f->wchan_fd = open(path, O_RDONLY | O_CLOEXEC);
+	proc_fds_add(t, (f->sched_fd >= 0) + (f->wchan_fd >= 0));
+	if (f->sched_fd < 0 || f->wchan_fd < 0) {
+		sched_files_close(t, f);
+		return false;
+	}
+	return true;
+}
+
+bool sched_files_off(const struct sched_files *f)
+{
+	char buf[64];
+	ssize_t n = pread(f->wchan_fd, buf, sizeof buf, 0);
+	return n > 0 && !(n == 1 && buf[0] == '0');
 }

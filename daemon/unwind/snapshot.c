@@ -1,4 +1,4 @@
-/* The stack prefix tree and frames as callers read them, and whole snapshots for dumps. */
+/* Whole snapshots for dumps: every thread's stack spelled out, and the tasks apart. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -6,26 +6,6 @@
 
 /* A dump wants every thread: a moving one gets this many reads. */
 #define SNAPSHOT_THREAD_ATTEMPTS 12
-
-uint32_t uw_stack_frame(const struct uw_target *t, uint32_t stack)
-{
-	return stack < t->intern.nstacks ? t->intern.stacks[stack].frame : 0;
-}
-
-uint32_t uw_stack_parent(const struct uw_target *t, uint32_t stack)
-{
-	return stack < t->intern.nstacks ? t->intern.stacks[stack].parent : 0;
-}
-
-uint32_t uw_stack_depth(const struct uw_target *t, uint32_t stack)
-{
-	return stack < t->intern.nstacks ? t->intern.stacks[stack].depth : 0;
-}
-
-const struct uw_frame *uw_frame_get(const struct uw_target *t, uint32_t frame)
-{
-	return frame < t->intern.nframes ? &t->intern.frames[frame] : &t->intern.frames[0];
-}
 
 int uw_snapshot(struct uw_target *t, unsigned flags, struct uw_snapshot *out,
                 struct uw_error *err)

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "procstat.h"
 #include "unwind_internal.h"
 
 /* Bytes of struct pthread searched for the kernel thread id (3.8-3.10). */
@@ -20,21 +21,6 @@
 /* stat_fd of a thread whose id /proc does not know (in a pid namespace of its own). */
 #define THREADS_NO_TASK (-2)
 
-bool proc_fds_room(const struct uw_target *t, unsigned n)
-{
-	if (t->stat_fds + n > THREADS_STAT_FDS_MAX)
-		return false;
-	const struct uw_fd_budget *b = t->opts.fd_budget;
-	return !b || b->used + n <= b->limit;
-}
-
-void proc_fds_add(struct uw_target *t, int n)
-{
-	t->stat_fds += (uint32_t)n;
-	if (t->opts.fd_budget)
-		t->opts.fd_budget->used += (unsigned)n;
-}
-
 static void threads_close_stat(struct uw_target *t, struct thread_cache *tc)
 {
 	if (tc->stat_fd < 0)
@@ -42,46 +28,6 @@ static void threads_close_stat(struct uw_target *t, struct thread_cache *tc)
 	close(tc->stat_fd);
 	tc->stat_fd = -1;
 	proc_fds_add(t, -1);
-}
-
-void sched_files_close(struct uw_target *t, struct sched_files *f)
-{
-	if (f->sched_fd >= 0) {
-		close(f->sched_fd);
-		proc_fds_add(t, -1);
-	}
-	if (f->wchan_fd >= 0) {
-		close(f->wchan_fd);
-		proc_fds_add(t, -1);
-	}
-	*f = SCHED_FILES_NONE;
-}
-
-bool sched_files_open(struct uw_target *t, struct sched_files *f, int64_t proc_tid)
-{
-	if (f->sched_fd >= 0 && f->wchan_fd >= 0)
-		return true;
-	sched_files_close(t, f);
-	if (proc_tid <= 0 || !proc_fds_room(t, 2))
-		return false;
-	char path[96];
-	snprintf(path, sizeof path, "/proc/%d/task/%lld/schedstat", (int)t->pid, (long long)proc_tid);
-	f->sched_fd = open(path, O_RDONLY | O_CLOEXEC);
-	snprintf(path, sizeof path, "/proc/%d/task/%lld/wchan", (int)t->pid, (long long)proc_tid);
-	f->wchan_fd = open(path, O_RDONLY | O_CLOEXEC);
-	proc_fds_add(t, (f->sched_fd >= 0) + (f->wchan_fd >= 0));
-	if (f->sched_fd < 0 || f->wchan_fd < 0) {
-		sched_files_close(t, f);
-		return false;
-	}
-	return true;
-}
-
-bool sched_files_off(const struct sched_files *f)
-{
-	char buf[64];
-	ssize_t n = pread(f->wchan_fd, buf, sizeof buf, 0);
-	return n > 0 && !(n == 1 && buf[0] == '0');
 }
 
 static void threads_still_close(struct uw_target *t, struct thread_still *st)

@@ -235,6 +235,7 @@ struct uw_process_identity {
 	uint64_t cap_permitted; /* the capability bits it may take up */
 	bool dumpable;       /* its user may trace it: not set[ug]id, file caps, nor prctl undumpable */
 	char state;          /* 'R', 'S', 'Z', ... */
+	pid_t ppid;          /* its parent */
 };
 
 /*

@@ -142,15 +142,10 @@ struct proc_maps {
 	size_t count;
 };
 
-/* What the one parser of a /proc stat line (a process's or a thread's) reads of it. */
-struct proc_stat {
-	char state;          /* 'R', 'S', ... */
-	bool has_start_time;
-	uint64_t start_time; /* clock ticks after boot */
-};
-int proc_stat_parse(const char *buf, struct proc_stat *out);
-/* The state letter alone of a /proc stat line ('?' if it is not one): no field after it is parsed. */
-char proc_stat_state_letter(const char *buf);
+/* Whether n more /proc files may be kept open: the target's bound and the shared budget. */
+bool proc_fds_room(const struct uw_target *t, unsigned n);
+/* n files kept open (n < 0: closed), counted against both. */
+void proc_fds_add(struct uw_target *t, int n);
 
 /* Parse /proc/PID/maps (bounded). 0, or -1 and *err. */
 int proc_maps_read(pid_t pid, struct proc_maps *out, struct uw_error *err);
@@ -323,7 +318,8 @@ struct chain_link {
 
 /*
  * A thread's /proc/PID/task/TID/schedstat and wchan, kept open for the
- * kernel's proofs that it stood still (threads.c, still.c); -1 when not.
+ * kernel's proofs that it stood still (opened by proc.c, used by threads.c and
+ * still.c); -1 when not.
  * They stay on the task they were opened for: once it exits they read
  * nothing, even if its tid is given to another.
  */
@@ -806,12 +802,28 @@ struct walk {
 
 /* Memory the caches and ids hold, for the budget. */
 size_t walk_cache_bytes(const struct uw_target *t);
+/* Frames walked between two looks at the clock: a look costs about what a frame does. */
+#define WALK_CLOCK_EVERY 256
 /*
  * Whether the sample ran past its deadline (w->cut from then on); frames
  * say how much was walked since the last call, so the clock is read only
- * every few hundred frames.
+ * every few hundred frames.  Inline: walk.c and frames.c both ask it, and
+ * neither is the other's helper.
  */
-bool walk_over_time(struct walk *w, uint32_t frames);
+static inline bool walk_over_time(struct walk *w, uint32_t frames)
+{
+	if (w->cut)
+		return true;
+	if (!w->deadline_ns)
+		return false;
+	if (frames < w->until_clock) {
+		w->until_clock -= frames;
+		return false;
+	}
+	w->until_clock = WALK_CLOCK_EVERY;
+	w->cut = unwind_now_ns() > w->deadline_ns;
+	return w->cut;
+}
 /* The arrays a sample works in, kept between samples. */
 void walk_free(struct uw_target *t);
 /* Bytes they hold. */
@@ -1016,10 +1028,6 @@ const struct kread_frame *kread_take(struct uw_kreader *kr, int slot, raddr_t ts
 #define KREAD_QUIET_NS 5000000000u
 
 /* threads.c */
-/* Whether n more /proc files may be kept open: the target's bound and the shared budget. */
-bool proc_fds_room(const struct uw_target *t, unsigned n);
-/* n files kept open (n < 0: closed), counted against both. */
-void proc_fds_add(struct uw_target *t, int n);
 void threads_free(struct uw_target *t);
 /* The id /proc gives the thread the process knows as tid (another in a pid namespace); -1 none. */
 int64_t threads_proc_tid(struct uw_target *t, int64_t tid);

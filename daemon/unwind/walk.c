@@ -21,29 +21,12 @@
  * most reads, and each walk costs a batched read of its own.
  */
 #define WALK_ATTEMPTS 8
-/* Frames walked between two looks at the clock: a look costs about what a frame does. */
-#define WALK_CLOCK_EVERY 256
 /*
  * What a thread's state and its proofs count for against WALK_CLOCK_EVERY:
  * a look at the clock for every thread cost a steady sample of a few
  * threads as much as reading one of them.
  */
 #define WALK_CLOCK_THREAD 16
-
-bool walk_over_time(struct walk *w, uint32_t frames)
-{
-	if (w->cut)
-		return true;
-	if (!w->deadline_ns)
-		return false;
-	if (frames < w->until_clock) {
-		w->until_clock -= frames;
-		return false;
-	}
-	w->until_clock = WALK_CLOCK_EVERY;
-	w->cut = unwind_now_ns() > w->deadline_ns;
-	return w->cut;
-}
 
 static struct uw_sample_thread *walk_add_thread(struct walk *w, struct uw_error *err)
 {

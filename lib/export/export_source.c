@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "export_int.h"
+#include "procstat.h"
 
 /* The processes tried for one file: its most sampled ones are enough. */
 #define SOURCE_PROCS 4
@@ -122,16 +123,11 @@ static int source_proc_open(int32_t pid, uint64_t start_time)
 		return -1;
 	size_t len;
 	char *stat = source_proc_text(dir, "stat", 4096, &len);
-	/* The command may hold ')' and spaces: the fields follow its last ')'. */
-	char *at = stat ? strrchr(stat, ')') : NULL;
-	unsigned long long started = 0;
-	for (int field = 2; at && field < 22; field++) {
-		at = strchr(at + 1, ' ');
-		if (at && field == 21)
-			started = strtoull(at + 1, NULL, 10);
-	}
+	struct proc_stat st;
+	bool same = stat && proc_stat_parse(stat, &st) == 0 && st.has_start_time &&
+	            st.start_time == start_time;
 	free(stat);
-	if (started != start_time) {
+	if (!same) {
 		close(dir);
 		return -1;
 	}
