@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "client.h"
+#include "duration.h"
 #include "vocab.h"
 
 /* What the command line asked for, before and after the command. */
@@ -100,9 +101,10 @@ extern const char ctl_query_usage[], ctl_diff_usage[];
 int ctl_history_query(struct ctl *ctl, int argc, char **argv);
 int ctl_history_diff(struct ctl *ctl, int argc, char **argv);
 /* "90s", "15m", "2h", "1d" or plain seconds; -1 if it is none of those. */
-double ctl_history_parse_duration(const char *arg);
 /* Unix seconds, or local time YYYY-MM-DDTHH:MM[:SS]; -1 if neither. */
 double ctl_history_parse_time(const char *arg);
+/* The longest duration an option takes: far past any history kept. */
+#define CTL_DURATION_MAX (100 * 365 * 86400.0)
 /* A time of a diff range: as ctl_history_parse_time, "now", or "-D" for D ago; -1 if none. */
 double ctl_history_parse_when(const char *arg, double now);
 /* "FROM..UNTIL" into q's range; EXIT_OK or a usage error. */

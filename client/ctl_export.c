@@ -75,7 +75,7 @@ int ctl_export(struct ctl *ctl, int argc, char **argv)
 			break;
 		}
 		case 's':
-			if ((since = ctl_history_parse_duration(optarg)) < 0)
+			if (duration_parse(optarg, 0, CTL_DURATION_MAX, &since) != 0)
 				status = ctl_usage_error(ctl, "--since takes a duration such as 90s, 15m, 2h or 1d");
 			break;
 		case 'f':

@@ -87,22 +87,6 @@ static int ctl_history_output_close(FILE *out, const char *path, int rc)
 	return path ? EXIT_OK : ctl_finish(EXIT_OK);
 }
 
-/* "90s", "15m", "2h", "1d" or plain seconds; -1 if it is none of those. */
-double ctl_history_parse_duration(const char *arg)
-{
-	char *end;
-	errno = 0;
-	double v = strtod(arg, &end);
-	if (end == arg || errno != 0 || !(v >= 0))
-		return -1;
-	double unit = *end == '\0' || strcmp(end, "s") == 0 ? 1
-	              : strcmp(end, "m") == 0                ? 60
-	              : strcmp(end, "h") == 0                ? 3600
-	              : strcmp(end, "d") == 0                ? 86400
-	                                                     : -1;
-	return unit < 0 ? -1 : v * unit;
-}
-
 /* Unix seconds, or local time YYYY-MM-DDTHH:MM[:SS]; -1 if neither. */
 double ctl_history_parse_time(const char *arg)
 {
@@ -579,7 +563,7 @@ static int ctl_history_query_option(struct ctl *ctl, int opt, void *ctx)
 	struct ctl_history_query_opts *o = ctx;
 	switch (opt) {
 	case 's':
-		if ((o->since = ctl_history_parse_duration(optarg)) < 0)
+		if (duration_parse(optarg, 0, CTL_DURATION_MAX, &o->since) != 0)
 			return ctl_usage_error(ctl, "--since takes a duration such as 90s, 15m, 2h or 1d");
 		return EXIT_OK;
 	case 'f':
@@ -685,8 +669,8 @@ double ctl_history_parse_when(const char *arg, double now)
 	if (strcmp(arg, "now") == 0)
 		return now;
 	if (arg[0] == '-') {
-		double ago = ctl_history_parse_duration(arg + 1);
-		return ago < 0 ? -1 : now - ago;
+		double ago;
+		return duration_parse(arg + 1, 0, CTL_DURATION_MAX, &ago) != 0 ? -1 : now - ago;
 	}
 	return ctl_history_parse_time(arg);
 }

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "duration.h"
 #include "pyprofd.h"
 
 static const char serve_usage[] =
@@ -113,43 +114,12 @@ static int config_parse_uint(const char *text, unsigned long min, unsigned long 
 	return 0;
 }
 
-/*
- * A duration: a number and a unit, "500ms", "15s", "2m", "1h", "1d"; a bare
- * number is seconds (what every setting took before units).  In [min, max]
- * seconds.
- */
-int config_parse_duration(const char *text, double min, double max, double *out)
-{
-	static const struct {
-		const char *unit;
-		double seconds;
-	} units[] = {{"ms", 1e-3}, {"s", 1}, {"m", 60}, {"h", 3600}, {"d", 86400}, {"", 1}};
-	char *end;
-	errno = 0;
-	if (*text < '0' || *text > '9')
-		return -1;
-	double v = strtod(text, &end);
-	if (errno || end == text)
-		return -1;
-	while (*end == ' ')
-		end++;
-	for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
-		if (strcmp(end, units[i].unit) == 0) {
-			double seconds = v * units[i].seconds;
-			if (!(seconds >= min && seconds <= max))
-				return -1;
-			*out = seconds;
-			return 0;
-		}
-	return -1;
-}
-
 /* A duration in whole seconds, for the settings counted in seconds. */
 static int config_parse_seconds(const char *text, unsigned long min, unsigned long max,
                                 unsigned long *out)
 {
 	double seconds;
-	if (config_parse_duration(text, (double)min, (double)max, &seconds) != 0 ||
+	if (duration_parse(text, (double)min, (double)max, &seconds) != 0 ||
 	    seconds != (double)(unsigned long)seconds)
 		return -1;
 	*out = (unsigned long)seconds;
@@ -260,7 +230,7 @@ static int config_set(struct config *c, const char *section, const char *name, c
 			return config_parse_percent(value, &c->uid_cpu_percent);
 		if (strcmp(name, "max_sample_time") == 0) {
 			double seconds;
-			if (config_parse_duration(value, 0, 10, &seconds) != 0)
+			if (duration_parse(value, 0, 10, &seconds) != 0)
 				return -1;
 			return c->max_sample_ns = (uint64_t)(seconds * 1e9), 0;
 		}
@@ -282,7 +252,7 @@ static int config_set(struct config *c, const char *section, const char *name, c
 		if (strcmp(name, "method") == 0)
 			return procwatch_method_parse(value, &c->discovery_method);
 		if (strcmp(name, "scan_interval") == 0)
-			return config_parse_duration(value, 0.05, 60, &c->scan_interval_s);
+			return duration_parse(value, 0.05, 60, &c->scan_interval_s);
 	} else if (strcmp(section, "storage") == 0) {
 		if (strcmp(name, "flush_interval_s") == 0 && config_parse_seconds(value, 1, 3600, &v) == 0)
 			return c->flush_interval_s = (double)v, 0;

@@ -21,6 +21,7 @@
 #include <zlib.h>
 
 #include "otlp_profiles.pb-c.h"
+#include "duration.h"
 #include "pyprofd.h"
 #include "store.h"
 
@@ -167,9 +168,9 @@ int otlp_config_set(struct otlp_config *oc, const char *name, const char *value)
 		return 0;
 	}
 	if (strcmp(name, "interval") == 0)
-		return config_parse_duration(value, 1, 3600, &oc->interval_s);
+		return duration_parse(value, 1, 3600, &oc->interval_s);
 	if (strcmp(name, "timeout") == 0)
-		return config_parse_duration(value, 0.1, 600, &oc->timeout_s);
+		return duration_parse(value, 0.1, 600, &oc->timeout_s);
 	if (strcmp(name, "compression") == 0) {
 		if (strcmp(value, "gzip") != 0 && strcmp(value, "none") != 0)
 			return -1;

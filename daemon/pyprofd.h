@@ -487,8 +487,6 @@ struct config {
 	bool no_kernel_reader;       /* [sampling] kernel_reader = false: never load the in-kernel reader */
 	bool kernel_copy;            /* [sampling] kernel_copy = true: the kernel copies targets as they fall quiet */
 };
-/* "500ms", "15s", "2m", "1h", "1d", or a bare number of seconds, in [min, max]; 0 or -1. */
-int config_parse_duration(const char *text, double min, double max, double *out);
 /*
  * The configuration from defaults, the file and the flags, in that order of
  * strength.  EXIT_OK, or an exit status with the reason printed (--help
