@@ -107,12 +107,13 @@ endif
 # POISON below), so "only storage/ includes sqlite3.h" and "the unwinder has
 # no event loop, database or RPC in it" are checked by every build.
 
-#   base     lib/base         the hash table, array growth, arenas, the unwinder's shared words
-#   unwind   daemon/unwind    the remote unwinder
-#   wire     proto            the RPC contract: generated code, framing, the shared names
-#   store    storage          the SQLite history store
-#   export   lib/export       what users see of a profile: every output format
-#   client   client/client.c  one connection to the daemon
+#   base     base/          the hash table, array growth, arenas, durations, the /proc stat
+#                           line, the unwinder's words the others share
+#   unwind   daemon/unwind/ the remote unwinder
+#   wire     proto/         the RPC contract: generated code, framing, the shared names
+#   store    storage/       the SQLite history store
+#   export   proto/export/  what users see of a profile: every output format
+#   client   client/client.c one connection to the daemon
 # and the programs above them: pyprofd (daemon/) and pyprofd-ctl (client/).
 
 PROTO      = $(wildcard proto/*.proto)
@@ -120,11 +121,11 @@ PROTO      = $(wildcard proto/*.proto)
 PROTO_C    = $(PROTO:proto/%.proto=$(BUILD)/proto/%.pb-c.c)
 PROTO_H    = $(PROTO_C:.c=.h)
 
-BASE_SRC   = $(wildcard lib/base/*.c)
+BASE_SRC   = $(wildcard base/*.c)
 UNWIND_SRC = $(filter-out %.bpf.c,$(wildcard daemon/unwind/*.c))
 WIRE_SRC   = $(wildcard proto/*.c)
 STORE_SRC  = $(wildcard storage/*.c)
-EXPORT_SRC = $(wildcard lib/export/*.c)
+EXPORT_SRC = $(wildcard proto/export/*.c)
 CLIENT_SRC = client/client.c
 # The programs: main.c alone, and their modules as an archive the unit tests link.
 DAEMON_SRC = $(filter-out daemon/main.c,$(wildcard daemon/*.c))
@@ -136,8 +137,8 @@ BASE_OBJ   = $(call obj,$(BASE_SRC))
 UNWIND_OBJ = $(call obj,$(UNWIND_SRC))
 WIRE_OBJ   = $(call obj,$(WIRE_SRC)) $(BUILD)/proto/pyprofd.pb-c.o
 STORE_OBJ  = $(call obj,$(STORE_SRC))
-# The profile page is written as a page (lib/export/page.html) and built in as bytes.
-PAGE_C     = $(BUILD)/lib/export/page.c
+# The profile page is written as a page (proto/export/page.html) and built in as bytes.
+PAGE_C     = $(BUILD)/proto/export/page.c
 EXPORT_OBJ = $(call obj,$(EXPORT_SRC)) $(BUILD)/proto/profile.pb-c.o $(PAGE_C:.c=.o)
 CLIENT_OBJ = $(call obj,$(CLIENT_SRC))
 # The daemon alone speaks OTLP (daemon/otlp.c).
@@ -163,11 +164,11 @@ NO_JSON    = -I$(POISON)/jansson
 POISON_H   = $(POISON)/sqlite/sqlite3.h $(POISON)/ev/ev.h \
              $(POISON)/protobuf/protobuf-c/protobuf-c.h $(POISON)/jansson/jansson.h
 
-INC_BASE   = -Ilib/base
+INC_BASE   = -Ibase
 INC_UNWIND = $(INC_BASE) -Idaemon/unwind
 INC_WIRE   = $(INC_BASE) -Iproto -I$(BUILD)/proto
 INC_STORE  = $(INC_BASE) -Istorage
-INC_EXPORT = $(INC_BASE) $(INC_WIRE) -Ilib/export
+INC_EXPORT = $(INC_BASE) $(INC_WIRE) -Iproto/export
 INC_CLIENT = $(INC_WIRE) -Iclient
 
 $(BASE_OBJ):   LIBINC = $(NO_SQLITE) $(NO_EV) $(NO_PROTOBUF) $(NO_JSON) $(INC_BASE)
@@ -260,8 +261,8 @@ $(POISON)/%.h:
 	@mkdir -p $(@D)
 	$(Q)printf '#error "%s is not for this part of pyprofd: see the layers in the Makefile"\n' $(notdir $@) > $@
 
-# The page as a NUL-ended array, export_page (lib/export/export_int.h).
-$(PAGE_C): lib/export/page.html
+# The page as a NUL-ended array, export_page (proto/export/export_int.h).
+$(PAGE_C): proto/export/page.html
 	@mkdir -p $(@D)
 	$(E) "  GEN     $@"
 	$(Q){ echo '/* Made by make from $<: edit that. */'; \

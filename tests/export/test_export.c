@@ -1,5 +1,5 @@
 /*
- * The export writers (lib/export/export.h) on synthetic profiles.
+ * The export writers (proto/export/export.h) on synthetic profiles.
  *
  * One profile has what real ones have and what breaks careless writers:
  * stacks sharing prefixes, recursion, <native> and <GC> markers, a frame
