@@ -1,7 +1,7 @@
 /*
  * The OTLP exporter: a thread of its own that sends each interval's
  * samples from the history to the collector of [export.otlp], and
- * backfills asked for by hand, each on a thread of its own.  The loop only
+ * backfills asked for by hand, each a job (jobs.c).  The loop only
  * tells it how far the history is complete (after each flush round), hands
  * it the configuration, and reads its status: a collector that never
  * answers holds these threads, never the loop.
@@ -297,87 +297,79 @@ static void *exporter_main(void *arg)
 	return NULL;
 }
 
-/* ---- backfills ---- */
+/* ---- backfills: each a job (jobs.c) ---- */
 
-struct exporter_job {
-	struct exporter_job *next;
-	struct exporter *x;
-	pthread_t thread;
-	uint64_t client_serial, request_id;
+/* What one backfill sends, and where. */
+struct backfill {
+	struct store_writer *writer;
+	const char *host; /* the exporter's: jobs end before it stops */
+	uint64_t request_id;
 	struct otlp_config oc;
 	struct store_query q;
 	char **label_keys, **label_values;
-	/* Results, read by the loop once the thread is done. */
-	bool done;
-	uint32_t processes;
-	uint64_t samples, bytes;
-	char error[256];
 };
 
-static bool exporter_job_cancelled(void *ctx)
-{
-	struct exporter *x = ctx;
-	pthread_mutex_lock(&x->lock);
-	bool stop = x->stop;
-	pthread_mutex_unlock(&x->lock);
-	return stop;
-}
-
-struct exporter_job_targets {
+struct backfill_targets {
 	int64_t *ids;
 	size_t n, cap;
 };
 
-static int exporter_job_target(void *ctx, const struct store_process *p)
+static int backfill_target(void *ctx, const struct store_process *p)
 {
-	struct exporter_job_targets *t = ctx;
+	struct backfill_targets *t = ctx;
 	if (array_reserve((void **)&t->ids, &t->cap, t->n, sizeof *t->ids, NULL) < 0)
 		return 1;
 	t->ids[t->n++] = p->target_id;
 	return 0;
 }
 
-static void *exporter_job_main(void *arg)
+static bool backfill_cancelled(void *job)
 {
-	struct exporter_job *j = arg;
-	pthread_setname_np(pthread_self(), "otlp-backfill");
-	struct exporter *x = j->x;
+	return job_cancelled(job);
+}
+
+/* Every selected process's range, one request each; its result or why it stopped as the answer. */
+static int backfill_run(struct job *job, void *data)
+{
+	struct backfill *b = data;
 	struct store_error err = {{0}};
-	struct exporter_job_targets ts = {0};
+	struct backfill_targets ts = {0};
 	void *http = NULL;
-	struct store_reader *r = store_reader_open_writer(x->writer, &err);
-	store_writer_flush(x->writer);
-	if (!r || store_query_processes(r, &j->q, exporter_job_target, &ts, &err) < 0) {
-		snprintf(j->error, sizeof j->error, "reading the history: %.200s",
+	char error[256] = "";
+	uint32_t processes = 0;
+	uint64_t samples = 0, bytes = 0;
+	struct store_reader *r = store_reader_open_writer(b->writer, &err);
+	store_writer_flush(b->writer);
+	if (!r || store_query_processes(r, &b->q, backfill_target, &ts, &err) < 0) {
+		snprintf(error, sizeof error, "reading the history: %.200s",
 		         err.msg[0] ? err.msg : "out of memory");
 		goto done;
 	}
-	int64_t from = (int64_t)floor(j->q.from_unix);
-	int64_t until = (int64_t)ceil(j->q.until_unix);
-	for (size_t i = 0; i < ts.n && !j->error[0]; i++) {
+	int64_t from = (int64_t)floor(b->q.from_unix);
+	int64_t until = (int64_t)ceil(b->q.until_unix);
+	for (size_t i = 0; i < ts.n && !error[0]; i++) {
 		char why[256] = "";
-		struct otlp_request *q = otlp_request_from_history(r, &j->oc, x->host, ts.ids[i], from,
+		struct otlp_request *q = otlp_request_from_history(r, &b->oc, b->host, ts.ids[i], from,
 		                                                   until, why, sizeof why);
 		uint8_t *body = NULL;
 		size_t len = 0;
 		if (!q || otlp_request_pack(q, &body, &len) < 0) {
-			snprintf(j->error, sizeof j->error, "%.200s", q ? "out of memory" : why);
+			snprintf(error, sizeof error, "%.200s", q ? "out of memory" : why);
 			otlp_request_free(q);
 			break;
 		}
 		int rc = -1;
-		for (int attempt = 0; attempt < BACKFILL_TRIES && rc < 0 && !exporter_job_cancelled(x);
-		     attempt++) {
+		for (int attempt = 0; attempt < BACKFILL_TRIES && rc < 0 && !job_cancelled(job); attempt++) {
 			if (attempt)
 				sleep((unsigned)attempt);
-			rc = otlp_post(&http, &j->oc, j->oc.endpoint, body, len, exporter_job_cancelled, x,
-			               &j->bytes, why, sizeof why);
+			rc = otlp_post(&http, &b->oc, b->oc.endpoint, body, len, backfill_cancelled, job, &bytes,
+			               why, sizeof why);
 		}
 		if (rc < 0)
-			snprintf(j->error, sizeof j->error, "%.200s (after %u processes)", why, j->processes);
+			snprintf(error, sizeof error, "%.200s (after %u processes)", why, processes);
 		else {
-			j->processes++;
-			j->samples += otlp_request_samples(q);
+			processes++;
+			samples += otlp_request_samples(q);
 		}
 		free(body);
 		otlp_request_free(q);
@@ -386,145 +378,108 @@ done:
 	free(ts.ids);
 	store_reader_close(r);
 	otlp_post_free(&http);
-	pthread_mutex_lock(&x->lock);
-	j->done = true;
-	pthread_mutex_unlock(&x->lock);
-	ev_async_send(x->loop, &x->async);
-	return NULL;
-}
-
-static void exporter_job_free(struct exporter_job *j)
-{
-	otlp_config_free(&j->oc);
-	for (size_t i = 0; i < j->q.nlabels; i++) {
-		free(j->label_keys[i]);
-		free(j->label_values[i]);
+	Pyprofd__Response resp = PYPROFD__RESPONSE__INIT;
+	Pyprofd__Error e = PYPROFD__ERROR__INIT;
+	Pyprofd__OtlpExportResult res = PYPROFD__OTLP_EXPORT_RESULT__INIT;
+	resp.id = b->request_id;
+	if (error[0])
+		wire_error(&resp, &e, b->request_id, PYPROFD__ERROR_CODE__ERROR_INTERNAL, error);
+	else {
+		res.processes = processes;
+		res.samples = samples;
+		res.bytes = bytes;
+		resp.result_case = PYPROFD__RESPONSE__RESULT_OTLP_EXPORT;
+		resp.otlp_export = &res;
 	}
-	free(j->label_keys);
-	free(j->label_values);
-	free(j);
+	return job_emit(job, &resp);
 }
 
-/* On the loop: the backfills that finished, answered and freed. */
-static void exporter_on_async(struct ev_loop *loop, ev_async *w, int revents)
+static void backfill_free(void *data)
 {
-	(void)loop, (void)revents;
-	struct exporter *x = w->data;
-	for (struct exporter_job **at = &x->jobs; *at;) {
-		struct exporter_job *j = *at;
-		pthread_mutex_lock(&x->lock);
-		bool done = j->done;
-		pthread_mutex_unlock(&x->lock);
-		if (!done) {
-			at = &j->next;
-			continue;
-		}
-		pthread_join(j->thread, NULL);
-		*at = j->next;
-		x->njobs--;
-		Pyprofd__Response resp = PYPROFD__RESPONSE__INIT;
-		Pyprofd__Error e = PYPROFD__ERROR__INIT;
-		Pyprofd__OtlpExportResult res = PYPROFD__OTLP_EXPORT_RESULT__INIT;
-		resp.id = j->request_id;
-		if (j->error[0])
-			wire_error(&resp, &e, j->request_id, PYPROFD__ERROR_CODE__ERROR_INTERNAL, j->error);
-		else {
-			res.processes = j->processes;
-			res.samples = j->samples;
-			res.bytes = j->bytes;
-			resp.result_case = PYPROFD__RESPONSE__RESULT_OTLP_EXPORT;
-			resp.otlp_export = &res;
-		}
-		uint8_t *frame = NULL;
-		size_t len = 0, cap = 0;
-		bool ok = wire_frame_append(&frame, &len, &cap, &resp.base) == 0;
-		if (ok)
-			server_client_answer_part(x->server, j->client_serial, frame, len);
-		server_client_answer_done(x->server, j->client_serial, ok);
-		free(frame);
-		exporter_job_free(j);
+	struct backfill *b = data;
+	otlp_config_free(&b->oc);
+	for (size_t i = 0; i < b->q.nlabels; i++) {
+		free(b->label_keys[i]);
+		free(b->label_values[i]);
 	}
+	free(b->label_keys);
+	free(b->label_values);
+	free(b);
 }
 
-Pyprofd__ErrorCode exporter_backfill(struct exporter *x, uint64_t client_serial,
-                                     const Pyprofd__Request *req, char *why, size_t why_len)
+static const struct job_type backfill_job_type = {"otlp-backfill", backfill_run, backfill_free};
+
+Pyprofd__ErrorCode exporter_backfill(struct exporter *x, struct jobs *js, uint64_t client_serial,
+                                     uid_t uid, const Pyprofd__Request *req, char *why,
+                                     size_t why_len)
 {
 	const Pyprofd__OtlpExportRequest *r = req->otlp_export;
 	if (!x->writer) {
 		snprintf(why, why_len, "this daemon keeps no history");
 		return PYPROFD__ERROR_CODE__ERROR_INTERNAL;
 	}
-	if (x->njobs >= EXPORTER_JOBS_MAX) {
+	if (jobs_count(js, &backfill_job_type, uid).all >= EXPORTER_JOBS_MAX) {
 		snprintf(why, why_len, "%u backfills run already; try again when one is done",
 		         EXPORTER_JOBS_MAX);
 		return PYPROFD__ERROR_CODE__ERROR_LIMIT;
 	}
-	struct exporter_job *j = calloc(1, sizeof *j);
-	if (!j) {
+	struct backfill *b = calloc(1, sizeof *b);
+	if (!b) {
 		snprintf(why, why_len, "out of memory");
 		return PYPROFD__ERROR_CODE__ERROR_INTERNAL;
 	}
-	j->x = x;
-	j->client_serial = client_serial;
-	j->request_id = req->id;
-	otlp_config_init(&j->oc);
-	if (otlp_config_set(&j->oc, "endpoint", r->endpoint) < 0) {
+	b->writer = x->writer;
+	b->host = x->host;
+	b->request_id = req->id;
+	otlp_config_init(&b->oc);
+	if (otlp_config_set(&b->oc, "endpoint", r->endpoint) < 0) {
 		snprintf(why, why_len, "otlp_export.endpoint '%.200s' is not an http:// or https:// URL",
 		         r->endpoint);
-		exporter_job_free(j);
+		backfill_free(b);
 		return PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST;
 	}
 	/* The configured headers (credentials) go to the configured collector alone. */
 	pthread_mutex_lock(&x->lock);
 	int copied = 0;
 	if (x->config.endpoint && strcmp(x->config.endpoint, r->endpoint) == 0) {
-		otlp_config_free(&j->oc);
-		copied = otlp_config_copy(&j->oc, &x->config);
+		otlp_config_free(&b->oc);
+		copied = otlp_config_copy(&b->oc, &x->config);
 	} else {
-		j->oc.timeout_s = x->config.timeout_s;
-		j->oc.gzip = x->config.gzip;
+		b->oc.timeout_s = x->config.timeout_s;
+		b->oc.gzip = x->config.gzip;
 	}
 	pthread_mutex_unlock(&x->lock);
-	j->q.pid = r->pid;
-	j->q.from_unix = r->from_unix;
-	j->q.until_unix = r->until_unix ? r->until_unix : exporter_wall_now();
+	b->q.pid = r->pid;
+	b->q.from_unix = r->from_unix;
+	b->q.until_unix = r->until_unix ? r->until_unix : exporter_wall_now();
 	if (copied < 0 ||
-	    (r->n_labels && (!(j->label_keys = calloc(r->n_labels, sizeof *j->label_keys)) ||
-	                     !(j->label_values = calloc(r->n_labels, sizeof *j->label_values))))) {
+	    (r->n_labels && (!(b->label_keys = calloc(r->n_labels, sizeof *b->label_keys)) ||
+	                     !(b->label_values = calloc(r->n_labels, sizeof *b->label_values))))) {
 		snprintf(why, why_len, "out of memory");
-		exporter_job_free(j);
+		backfill_free(b);
 		return PYPROFD__ERROR_CODE__ERROR_INTERNAL;
 	}
 	for (size_t i = 0; i < r->n_labels; i++) {
-		j->q.nlabels = i + 1;
-		if (!(j->label_keys[i] = strdup(r->labels[i]->key)) ||
-		    !(j->label_values[i] = strdup(r->labels[i]->value))) {
+		b->q.nlabels = i + 1;
+		if (!(b->label_keys[i] = strdup(r->labels[i]->key)) ||
+		    !(b->label_values[i] = strdup(r->labels[i]->value))) {
 			snprintf(why, why_len, "out of memory");
-			exporter_job_free(j);
+			backfill_free(b);
 			return PYPROFD__ERROR_CODE__ERROR_INTERNAL;
 		}
 	}
-	j->q.label_keys = (const char *const *)j->label_keys;
-	j->q.label_values = (const char *const *)j->label_values;
-	if (pthread_create(&j->thread, NULL, exporter_job_main, j) != 0) {
-		snprintf(why, why_len, "cannot start a thread: %s", strerror(errno));
-		exporter_job_free(j);
+	b->q.label_keys = (const char *const *)b->label_keys;
+	b->q.label_values = (const char *const *)b->label_values;
+	if (jobs_start(js, &backfill_job_type, b, client_serial, uid, why, why_len) != 0)
 		return PYPROFD__ERROR_CODE__ERROR_INTERNAL;
-	}
-	j->next = x->jobs;
-	x->jobs = j;
-	x->njobs++;
 	return PYPROFD__ERROR_CODE__ERROR_UNSPECIFIED;
 }
 
 /* ---- on the loop ---- */
 
-int exporter_start(struct exporter *x, struct ev_loop *loop, void *server,
-                   struct store_writer *writer, const struct config *c)
+int exporter_start(struct exporter *x, struct store_writer *writer, const struct config *c)
 {
 	memset(x, 0, sizeof *x);
-	x->loop = loop;
-	x->server = server;
 	x->writer = writer;
 	x->bucket_seconds = c->bucket_seconds;
 	otlp_config_init(&x->config);
@@ -538,10 +493,6 @@ int exporter_start(struct exporter *x, struct ev_loop *loop, void *server,
 	pthread_condattr_destroy(&attr);
 	if (rc != 0 || pthread_mutex_init(&x->lock, NULL) != 0)
 		return -1;
-	ev_async_init(&x->async, exporter_on_async);
-	x->async.data = x;
-	ev_async_start(loop, &x->async);
-	ev_unref(loop); /* a pending backfill must not keep a stopping loop alive */
 	if (otlp_config_copy(&x->config, &c->otlp) < 0)
 		return -1;
 	x->config_serial = 1;
@@ -599,18 +550,6 @@ void exporter_stop(struct exporter *x)
 	if (x->running)
 		pthread_join(x->thread, NULL);
 	x->running = false;
-	/* Backfills see stop and end within a request's time; their clients are going too. */
-	while (x->jobs) {
-		struct exporter_job *j = x->jobs;
-		pthread_join(j->thread, NULL);
-		x->jobs = j->next;
-		exporter_job_free(j);
-	}
-	x->njobs = 0;
-	if (x->loop) {
-		ev_ref(x->loop);
-		ev_async_stop(x->loop, &x->async);
-	}
 	otlp_config_free(&x->config);
 	pthread_cond_destroy(&x->wake);
 	pthread_mutex_destroy(&x->lock);

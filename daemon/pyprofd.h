@@ -13,6 +13,7 @@
 #include "export.h"
 #include "array.h"
 #include "hash.h"
+#include "jobs.h"
 #include "pyprofd.pb-c.h"
 #include "unwind.h"
 #include "vocab.h"
@@ -779,34 +780,9 @@ void targets_flush(struct targets *ts);
 void targets_free(struct targets *ts);
 
 /* query.c */
-/*
- * History queries running on threads of their own, their answers streamed
- * back to the loop a part at a time: a query runs no further ahead of its
- * client than a bounded queue of parts.
- */
-struct query_job;
+/* History queries, each a job of its own (jobs.c): answered a part at a time. */
 /* Queries running at once, each on a connection of its own. */
 #define QUERIES_MAX 4
-/* Where the loop hands answers: the server's clients. */
-enum query_room { QUERY_CLIENT_GONE, QUERY_CLIENT_FULL, QUERY_CLIENT_READY };
-struct query_sink {
-	/* Whether the client takes a part now, is full (it will say when not), or has left. */
-	enum query_room (*room)(void *ctx, uint64_t client_serial);
-	/* One framed part for a client that had room. */
-	void (*part)(void *ctx, uint64_t client_serial, const uint8_t *bytes, size_t len);
-	/* The answer is whole (ok), or ended without one (out of memory). */
-	void (*done)(void *ctx, uint64_t client_serial, bool ok);
-};
-struct queries {
-	struct ev_loop *loop;
-	pthread_mutex_t lock;
-	pthread_cond_t room;       /* the loop took parts, or cancelled a query */
-	ev_async async;            /* a thread queued a part or finished */
-	struct query_job *running; /* on the loop: started, not collected yet */
-	unsigned nrunning;
-	struct query_sink sink;
-	void *sink_ctx;
-};
 /* Who asks, and of what. */
 struct query_origin {
 	uint64_t client_serial;
@@ -814,21 +790,15 @@ struct query_origin {
 	uid_t uid;
 	struct store_writer *writer; /* the history's: its file is read as it reaches it */
 };
-int queries_init(struct queries *qs, struct ev_loop *loop, const struct query_sink *sink,
-                 void *sink_ctx);
 /*
- * Start a query on a thread of its own: ERROR_UNSPECIFIED, and the answer
- * comes later; or the code of an error with why (then none comes).  r has
- * passed check_request (its strings and time ranges).
+ * Start a query as a job: ERROR_UNSPECIFIED, and the answer comes later;
+ * or the code of an error with why (then none comes).  r has passed
+ * check_request (its strings and time ranges).
  */
-Pyprofd__ErrorCode queries_start(struct queries *qs, const struct query_origin *o,
+Pyprofd__ErrorCode queries_start(struct jobs *js, const struct query_origin *o,
                                  const Pyprofd__QueryRequest *r, char *why, size_t why_len);
-/* The queries of this user running now. */
-unsigned queries_count_of_uid(const struct queries *qs, uid_t uid);
-/* Hand the parts that wait to their clients while they take them (a client made room, or left). */
-void queries_pump(struct queries *qs);
-/* Cancel every running query, wait for its thread and drop its answer (shutdown). */
-void queries_finish(struct queries *qs);
+/* The queries running now: all, this user's, and those of users other than root. */
+struct jobs_count queries_count(const struct jobs *js, uid_t uid);
 
 /* budget.c */
 /* A measured share of one core, and the factor on the asked rates of the targets it covers. */
@@ -866,15 +836,12 @@ void budget_status(const struct budget *b, uid_t peer, Pyprofd__StatusResult *ou
 /* exporter.c */
 /*
  * The OTLP exporter of [export.otlp], on a thread of its own, and the
- * backfills of `pyprofd-ctl export`, each on one of their own.
+ * backfills of `pyprofd-ctl export`, each a job (jobs.c).
  */
-struct exporter_job;
 struct store_export;
 /* Backfills running at once. */
 #define EXPORTER_JOBS_MAX 2
 struct exporter {
-	struct ev_loop *loop;
-	void *server;                /* whose clients backfills answer */
 	struct store_writer *writer; /* NULL: no history, nothing to send */
 	unsigned bucket_seconds;
 	char host[256];              /* host.name */
@@ -897,27 +864,23 @@ struct exporter {
 	struct store_reader *reader;
 	uint64_t file_changes; /* the writer's count when they were opened */
 	void *http;
-	/* On the loop: backfills running, and the async their threads end with. */
-	struct exporter_job *jobs;
-	unsigned njobs;
-	ev_async async;
 };
 /* Start the thread (idle while no endpoint is configured).  0, or -1. */
-int exporter_start(struct exporter *x, struct ev_loop *loop, void *server,
-                   struct store_writer *writer, const struct config *c);
+int exporter_start(struct exporter *x, struct store_writer *writer, const struct config *c);
 /* [export.otlp] as reloaded: a change starts the exporter afresh, cancelling what it was sending. */
 void exporter_configure(struct exporter *x, const struct config *c);
 /* After a flush round at loop time now: the history is complete up to its second. */
 void exporter_flushed(struct exporter *x, double now);
-/* Stop the thread and the backfills (cancelling what they send) and wait for them. */
+/* Stop the thread (cancelling what it sends) and wait for it; backfills are the jobs'. */
 void exporter_stop(struct exporter *x);
 void exporter_status(struct exporter *x, Pyprofd__StatusResult *out, struct arena *a);
 /*
- * Start a backfill (req->otlp_export) on a thread of its own: ERROR_UNSPECIFIED,
- * and the answer goes to the client later; or the code of an error with why.
+ * Start a backfill (req->otlp_export) as a job: ERROR_UNSPECIFIED, and the
+ * answer goes to the client later; or the code of an error with why.
  */
-Pyprofd__ErrorCode exporter_backfill(struct exporter *x, uint64_t client_serial,
-                                     const Pyprofd__Request *req, char *why, size_t why_len);
+Pyprofd__ErrorCode exporter_backfill(struct exporter *x, struct jobs *js, uint64_t client_serial,
+                                     uid_t uid, const Pyprofd__Request *req, char *why,
+                                     size_t why_len);
 
 /* fleet.c */
 /* The processes the daemon finds and attaches by itself (rules, children). */
@@ -971,7 +934,7 @@ struct server {
 	struct uw_error kreader_err; /* why there is none (the kernel's refusal), for status */
 	struct uw_fd_budget proc_fds; /* the /proc files targets keep open: what the descriptors leave */
 	struct history history;
-	struct queries queries;
+	struct jobs jobs; /* queries and backfills */
 	struct fleet fleet;
 	struct budget budget;
 	struct exporter exporter;
@@ -987,9 +950,13 @@ struct server {
 	ev_tstamp started;    /* loop time */
 };
 int server_main(int argc, char **argv);
-/* sd_notify STATUS= with what the daemon is doing. */
-void server_update_status(struct server *s);
-void server_accept_room_freed(struct server *s);
+
+/* notify.c: what systemd is told */
+void notify_ready(const struct server *s);
+void notify_reloading(void);
+void notify_stopping(void);
+/* STATUS= with what the daemon is doing. */
+void notify_status(const struct server *s);
 
 /* server_client.c */
 /* One connected client: its credentials, buffers and requests in flight. */
@@ -1012,12 +979,16 @@ struct client {
 	bool closing; /* flush what is queued, then close */
 	bool paused;  /* a query of its own runs: its later requests wait */
 };
+/* Take connections on s->listen_fd from now on. */
+void server_clients_listen(struct server *s);
+/* Take no more, and let every client go (shutdown). */
+void server_clients_close(struct server *s);
 void server_client_accept(struct server *s, int fd);
 void server_client_free(struct client *c);
 /* Queue one response (packed with its length prefix); -1 if out of memory. */
 int server_client_send(struct client *c, const Pyprofd__Response *resp);
 /* Whether the client with this serial takes a part of its query's answer now. */
-enum query_room server_client_answer_room(void *server, uint64_t client_serial);
+enum job_room server_client_answer_room(void *server, uint64_t client_serial);
 /* A part of a query's answer, framed, for the client with this serial. */
 void server_client_answer_part(void *server, uint64_t client_serial, const uint8_t *bytes,
                                size_t len);

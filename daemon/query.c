@@ -1,19 +1,12 @@
 /*
- * History queries.  SQLite never runs on the loop: each query gets a thread
- * of its own with a read-only connection; it waits for the writer to store
- * what the loop handed it (so the answer includes samples not yet flushed
- * when the query came), counts what the writer still holds in memory from
- * there (while the file cannot be written), aggregates, and packs the
- * answer into framed parts as it goes.
- *
- * Parts reach the loop through a queue of at most QUERY_QUEUE_BYTES, woken
- * by an ev_async; the loop hands them to the sink, with the serial of the
- * client they are for, while that client takes them.  A client that does
- * not read therefore holds its query's thread, not the daemon's memory; a
- * client that leaves cancels its query at the next part.
+ * History queries, each a job (jobs.c).  SQLite never runs on the loop:
+ * each query's thread opens a read-only connection; it waits for the
+ * writer to store what the loop handed it (so the answer includes samples
+ * not yet flushed when the query came), counts what the writer still holds
+ * in memory from there (while the file cannot be written), aggregates, and
+ * packs the answer into framed parts as it goes.
  */
 #include <errno.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,22 +17,10 @@
 #define QUERIES_PER_UID 2
 /* A response part stays under this many bytes; the client's limit is far above. */
 #define QUERY_PART_BYTES (1u << 20)
-/* A query's thread waits while this much of its answer waits for the loop. */
-#define QUERY_QUEUE_BYTES (2u * QUERY_PART_BYTES)
-
-/* One framed response of an answer, on its way to the loop. */
-struct query_part {
-	struct query_part *next;
-	size_t len;
-	uint8_t bytes[];
-};
-
+/* One query: what it asks, and the job that answers it. */
 struct query_job {
-	struct query_job *next_run;  /* in the running list, on the loop */
-	struct queries *queries;
+	struct job *job;
 	struct store_writer *writer; /* what the query waits for and pins */
-	pthread_t thread;
-	uint64_t client_serial;
 	uint64_t request_id;
 	struct store_query q;
 	Pyprofd__QueryAggregate aggregate;
@@ -48,59 +29,20 @@ struct query_job {
 	char **label_keys, **label_values;
 	uint32_t rate_hz; /* of the selected processes' sessions, when they agree */
 	char mode[8];
-	/* Under the queries' lock: the parts not taken yet, and how the query stands. */
-	struct query_part *parts, *parts_tail;
-	size_t queued_bytes;
-	bool cancelled; /* set by the loop: the client left, or the daemon stops */
-	bool finished;  /* set by the thread: nothing more comes */
-	bool failed;    /* not even an error could be queued */
 };
 
 /* ---- on the query's thread ---- */
-
-/* Queue one response for the loop, once there is room; -1 if out of memory or cancelled. */
-static int query_emit(struct query_job *j, const Pyprofd__Response *resp)
-{
-	size_t len = wire_frame_size(&resp->base);
-	struct query_part *p = len ? malloc(sizeof *p + len) : NULL;
-	if (!p)
-		return -1;
-	wire_frame_pack(&resp->base, p->bytes);
-	p->len = len;
-	p->next = NULL;
-	struct queries *qs = j->queries;
-	pthread_mutex_lock(&qs->lock);
-	while (!j->cancelled && j->queued_bytes >= QUERY_QUEUE_BYTES)
-		pthread_cond_wait(&qs->room, &qs->lock);
-	bool cancelled = j->cancelled;
-	if (!cancelled) {
-		if (j->parts_tail)
-			j->parts_tail->next = p;
-		else
-			j->parts = p;
-		j->parts_tail = p;
-		j->queued_bytes += len;
-	}
-	pthread_mutex_unlock(&qs->lock);
-	if (cancelled) {
-		free(p);
-		return -1;
-	}
-	ev_async_send(qs->loop, &qs->async);
-	return 0;
-}
 
 /*
  * The answer ends in an error.  Parts already sent stay sent: the client
  * takes an error as the end of an answer, whatever came before it.
  */
-static void query_answer_error(struct query_job *j, Pyprofd__ErrorCode code, const char *msg)
+static int query_answer_error(struct query_job *j, Pyprofd__ErrorCode code, const char *msg)
 {
 	Pyprofd__Response resp;
 	Pyprofd__Error e;
 	wire_error(&resp, &e, j->request_id, code, msg);
-	if (query_emit(j, &resp) != 0)
-		j->failed = true;
+	return job_emit(j->job, &resp);
 }
 
 /* The answer being built: a part at a time. */
@@ -244,7 +186,7 @@ static int query_flush_part(struct builder *b, bool more)
 	resp.more = more;
 	resp.result_case = PYPROFD__RESPONSE__RESULT_QUERY;
 	resp.query = &res;
-	int rc = query_emit(j, &resp);
+	int rc = job_emit(j->job, &resp);
 	b->first_sent = true;
 	b->nframes = b->nstacks = b->nprocesses = b->nthreads = 0;
 	/* Rows and processes go out of their whole table in order. */
@@ -447,198 +389,58 @@ static int query_answer(struct query_job *j, struct store_reader *r, struct buil
 	}
 }
 
-static void *query_thread(void *arg)
+/* The query's job: its answer, or an error. */
+static int query_run(struct job *job, void *data)
 {
-	struct query_job *j = arg;
-	struct queries *qs = j->queries;
+	struct query_job *j = data;
+	j->job = job;
 	struct store_error err = {{0}};
 	/* What the loop handed over before the query started is in the answer. */
 	store_writer_flush(j->writer);
 	struct store_reader *r = store_reader_open_writer(j->writer, &err);
-	if (!r) {
-		query_answer_error(j, PYPROFD__ERROR_CODE__ERROR_INTERNAL, err.msg);
-	} else {
-		struct builder b = {.job = j};
-		functions_init(&b.fs, &b.rows_arena);
-		/*
-		 * What the writer could not write yet (a full disk, a read-only file)
-		 * is counted from its memory, each sample once.
-		 */
-		struct store_pending *pending = store_reader_pin(r, j->writer, &err);
-		j->q.pending = pending;
-		/* The stored sessions know how every process of the range was sampled, gone or not. */
-		int rc = pending ? store_query_sampling(r, &j->q, &j->rate_hz, j->mode, sizeof j->mode, &err)
-		                 : -1;
-		if (rc != 0 || query_answer(j, r, &b, &err) != 0)
-			query_answer_error(j, PYPROFD__ERROR_CODE__ERROR_INTERNAL,
-			             b.oom || !err.msg[0] ? "the daemon ran out of memory answering the query"
-			                                  : err.msg);
-		store_reader_unpin(r, pending);
-		j->q.pending = NULL;
-		query_builder_free(&b);
-		store_reader_close(r);
-	}
-	pthread_mutex_lock(&qs->lock);
-	j->finished = true;
-	pthread_mutex_unlock(&qs->lock);
-	ev_async_send(qs->loop, &qs->async);
-	return NULL;
+	if (!r)
+		return query_answer_error(j, PYPROFD__ERROR_CODE__ERROR_INTERNAL, err.msg);
+	struct builder b = {.job = j};
+	functions_init(&b.fs, &b.rows_arena);
+	/*
+	 * What the writer could not write yet (a full disk, a read-only file)
+	 * is counted from its memory, each sample once.
+	 */
+	struct store_pending *pending = store_reader_pin(r, j->writer, &err);
+	j->q.pending = pending;
+	/* The stored sessions know how every process of the range was sampled, gone or not. */
+	int rc = pending ? store_query_sampling(r, &j->q, &j->rate_hz, j->mode, sizeof j->mode, &err)
+	                 : -1;
+	if (rc != 0 || query_answer(j, r, &b, &err) != 0)
+		rc = query_answer_error(j, PYPROFD__ERROR_CODE__ERROR_INTERNAL,
+		                        b.oom || !err.msg[0] ? "the daemon ran out of memory answering the query"
+		                                             : err.msg);
+	store_reader_unpin(r, pending);
+	j->q.pending = NULL;
+	query_builder_free(&b);
+	store_reader_close(r);
+	return rc;
 }
 
 /* ---- on the loop ---- */
 
-static void query_parts_free(struct query_part *p)
+static void query_job_free(void *data)
 {
-	while (p) {
-		struct query_part *next = p->next;
-		free(p);
-		p = next;
-	}
-}
-
-static void query_job_free(struct query_job *j)
-{
+	struct query_job *j = data;
 	for (size_t i = 0; i < j->q.nlabels; i++) {
 		free(j->label_keys[i]);
 		free(j->label_values[i]);
 	}
 	free(j->label_keys);
 	free(j->label_values);
-	query_parts_free(j->parts);
 	free(j);
 }
 
-/* Take a job off the running list. */
-static void queries_unlink(struct queries *qs, struct query_job *j)
-{
-	for (struct query_job **p = &qs->running; *p; p = &(*p)->next_run)
-		if (*p == j) {
-			*p = j->next_run;
-			qs->nrunning--;
-			return;
-		}
-}
+static const struct job_type query_job_type = {"query", query_run, query_job_free};
 
-/* Stop a query: its thread ends at its next part, what it queued is dropped. */
-static void queries_cancel(struct queries *qs, struct query_job *j)
+struct jobs_count queries_count(const struct jobs *js, uid_t uid)
 {
-	pthread_mutex_lock(&qs->lock);
-	j->cancelled = true;
-	struct query_part *dropped = j->parts;
-	j->parts = j->parts_tail = NULL;
-	j->queued_bytes = 0;
-	pthread_cond_broadcast(&qs->room);
-	pthread_mutex_unlock(&qs->lock);
-	query_parts_free(dropped);
-}
-
-/*
- * Hand j's parts to its client while it has room; once the thread has
- * finished and every part is out, join it and tell the client the answer
- * ended.  A client that is full says so when it has room again.
- */
-static void queries_pump_job(struct queries *qs, struct query_job *j)
-{
-	for (;;) {
-		if (!j->cancelled) {
-			enum query_room room = qs->sink.room(qs->sink_ctx, j->client_serial);
-			if (room == QUERY_CLIENT_FULL)
-				return;
-			if (room == QUERY_CLIENT_GONE)
-				queries_cancel(qs, j);
-		}
-		pthread_mutex_lock(&qs->lock);
-		struct query_part *p = j->parts;
-		bool finished = j->finished;
-		if (p) {
-			j->parts = p->next;
-			if (!j->parts)
-				j->parts_tail = NULL;
-			j->queued_bytes -= p->len;
-			pthread_cond_broadcast(&qs->room);
-		}
-		pthread_mutex_unlock(&qs->lock);
-		if (!p) {
-			if (!finished)
-				return;
-			pthread_join(j->thread, NULL);
-			queries_unlink(qs, j);
-			if (!j->cancelled)
-				qs->sink.done(qs->sink_ctx, j->client_serial, !j->failed);
-			query_job_free(j);
-			return;
-		}
-		qs->sink.part(qs->sink_ctx, j->client_serial, p->bytes, p->len);
-		free(p);
-	}
-}
-
-void queries_pump(struct queries *qs)
-{
-	for (struct query_job *j = qs->running, *next; j; j = next) {
-		next = j->next_run; /* j may be collected */
-		queries_pump_job(qs, j);
-	}
-}
-
-static void queries_on_async(struct ev_loop *loop, ev_async *w, int revents)
-{
-	(void)loop;
-	(void)revents;
-	queries_pump(w->data);
-}
-
-int queries_init(struct queries *qs, struct ev_loop *loop, const struct query_sink *sink,
-                 void *sink_ctx)
-{
-	memset(qs, 0, sizeof *qs);
-	if (pthread_mutex_init(&qs->lock, NULL) != 0)
-		return -1;
-	if (pthread_cond_init(&qs->room, NULL) != 0) {
-		pthread_mutex_destroy(&qs->lock);
-		return -1;
-	}
-	qs->loop = loop;
-	qs->sink = *sink;
-	qs->sink_ctx = sink_ctx;
-	ev_async_init(&qs->async, queries_on_async);
-	qs->async.data = qs;
-	ev_async_start(loop, &qs->async);
-	return 0;
-}
-
-void queries_finish(struct queries *qs)
-{
-	/* A thread may wait for room that no client will make: cancel, then join. */
-	for (struct query_job *j = qs->running; j; j = j->next_run)
-		queries_cancel(qs, j);
-	while (qs->running) {
-		struct query_job *j = qs->running;
-		pthread_join(j->thread, NULL);
-		queries_unlink(qs, j);
-		query_job_free(j);
-	}
-	ev_async_stop(qs->loop, &qs->async);
-	pthread_cond_destroy(&qs->room);
-	pthread_mutex_destroy(&qs->lock);
-}
-
-/* Queries running for uid. */
-static unsigned queries_of_uid(const struct queries *qs, uid_t uid, unsigned *not_root)
-{
-	unsigned n = 0;
-	*not_root = 0;
-	for (const struct query_job *j = qs->running; j; j = j->next_run) {
-		n += j->q.uid == uid;
-		*not_root += j->q.uid != 0;
-	}
-	return n;
-}
-
-unsigned queries_count_of_uid(const struct queries *qs, uid_t uid)
-{
-	unsigned not_root;
-	return queries_of_uid(qs, uid, &not_root);
+	return jobs_count(js, &query_job_type, uid);
 }
 
 /* The label strings of a request, copied into the job. */
@@ -662,7 +464,7 @@ static int query_copy_labels(struct query_job *j, const Pyprofd__QueryRequest *r
 	return 0;
 }
 
-Pyprofd__ErrorCode queries_start(struct queries *qs, const struct query_origin *o,
+Pyprofd__ErrorCode queries_start(struct jobs *js, const struct query_origin *o,
                                  const Pyprofd__QueryRequest *r, char *why, size_t why_len)
 {
 	/* Its time ranges were checked with its strings, as every request's are (check_request). */
@@ -677,17 +479,17 @@ Pyprofd__ErrorCode queries_start(struct queries *qs, const struct query_origin *
 		snprintf(why, why_len, "unknown aggregate %d", (int)r->aggregate);
 		return PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST;
 	}
-	if (qs->nrunning >= QUERIES_MAX) {
+	struct jobs_count running = queries_count(js, o->uid);
+	if (running.all >= QUERIES_MAX) {
 		snprintf(why, why_len, "%d queries are already running", QUERIES_MAX);
 		return PYPROFD__ERROR_CODE__ERROR_LIMIT;
 	}
 	/* No user can take every query thread: root always finds one. */
-	unsigned not_root, mine = queries_of_uid(qs, o->uid, &not_root);
-	if (o->uid != 0 && mine >= QUERIES_PER_UID) {
+	if (o->uid != 0 && running.of_uid >= QUERIES_PER_UID) {
 		snprintf(why, why_len, "this user already runs %d queries, the most one user may", QUERIES_PER_UID);
 		return PYPROFD__ERROR_CODE__ERROR_LIMIT;
 	}
-	if (o->uid != 0 && not_root >= QUERIES_MAX - 1) {
+	if (o->uid != 0 && running.not_root >= QUERIES_MAX - 1) {
 		snprintf(why, why_len, "%d queries of users other than root are running (one is kept for root)",
 		         QUERIES_MAX - 1);
 		return PYPROFD__ERROR_CODE__ERROR_LIMIT;
@@ -699,9 +501,7 @@ Pyprofd__ErrorCode queries_start(struct queries *qs, const struct query_origin *
 		snprintf(why, why_len, "the daemon is out of memory");
 		return PYPROFD__ERROR_CODE__ERROR_INTERNAL;
 	}
-	j->queries = qs;
 	j->writer = o->writer;
-	j->client_serial = o->client_serial;
 	j->request_id = o->request_id;
 	j->q.pid = r->pid;
 	j->q.target_id = r->target_id;
@@ -724,14 +524,7 @@ Pyprofd__ErrorCode queries_start(struct queries *qs, const struct query_origin *
 	/* Another user sees the history of its own processes alone. */
 	j->q.by_uid = o->uid != 0;
 	j->q.uid = o->uid;
-	int e = pthread_create(&j->thread, NULL, query_thread, j);
-	if (e != 0) {
-		query_job_free(j);
-		snprintf(why, why_len, "cannot start a query: %s", strerror(e));
+	if (jobs_start(js, &query_job_type, j, o->client_serial, o->uid, why, why_len) != 0)
 		return PYPROFD__ERROR_CODE__ERROR_INTERNAL;
-	}
-	j->next_run = qs->running;
-	qs->running = j;
-	qs->nrunning++;
 	return PYPROFD__ERROR_CODE__ERROR_UNSPECIFIED;
 }

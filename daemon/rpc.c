@@ -473,7 +473,7 @@ static void rpc_status_own(const struct server *s, const struct client *c,
 	}
 	for (const struct client *other = s->clients; other; other = other->next)
 		own->connections += other->uid == c->uid;
-	own->queries_running = queries_count_of_uid(&s->queries, c->uid);
+	own->queries_running = queries_count(&s->jobs, c->uid).of_uid;
 	own->warm_budget_bytes = all->warm_budget_bytes;
 	own->cache_budget_bytes = all->cache_budget_bytes;
 	own->history_cache_budget_bytes = all->history_cache_budget_bytes;
@@ -517,7 +517,7 @@ static void rpc_status(struct server *s, struct client *c, const Pyprofd__Reques
 	res->connections_refused = s->connections_refused;
 	res->connections_timed_out = s->connections_timed_out;
 	res->queued_bytes = s->queued_bytes;
-	res->queries_running = s->queries.nrunning;
+	res->queries_running = queries_count(&s->jobs, 0).all;
 	res->warm_bytes = targets_warm_bytes(&s->targets);
 	res->warm_budget_bytes = s->config.warm_budget_bytes;
 	res->cache_bytes = targets_cache_bytes(&s->targets);
@@ -751,7 +751,7 @@ static void rpc_query(struct server *s, struct client *c, const Pyprofd__Request
 	                         .uid = c->uid,
 	                         .writer = s->history.writer};
 	char why[256];
-	Pyprofd__ErrorCode code = queries_start(&s->queries, &o, req->query, why, sizeof why);
+	Pyprofd__ErrorCode code = queries_start(&s->jobs, &o, req->query, why, sizeof why);
 	if (code != PYPROFD__ERROR_CODE__ERROR_UNSPECIFIED)
 		rpc_error(resp, a, code, "%s", why);
 	else
@@ -771,7 +771,8 @@ static void rpc_otlp_export(struct server *s, struct client *c, const Pyprofd__R
 	/* What was sampled up to now goes to the writer first; the backfill waits for it. */
 	targets_flush(&s->targets);
 	char why[256];
-	Pyprofd__ErrorCode code = exporter_backfill(&s->exporter, c->serial, req, why, sizeof why);
+	Pyprofd__ErrorCode code = exporter_backfill(&s->exporter, &s->jobs, c->serial, c->uid, req, why,
+	                                           sizeof why);
 	if (code != PYPROFD__ERROR_CODE__ERROR_UNSPECIFIED)
 		rpc_error(resp, a, code, "%s", why);
 	else

@@ -20,8 +20,6 @@
 #include "pyprofd.h"
 
 #define LISTEN_BACKLOG 128
-/* How long accepting rests after it failed for want of descriptors or memory. */
-#define ACCEPT_REST_S 1.0
 /* Blocks from this size up are mapped on their own (server_main says why). */
 #define SERVER_MMAP_THRESHOLD (128 * 1024)
 
@@ -170,89 +168,6 @@ static int server_listen(struct server *s)
 	return 0;
 }
 
-/*
- * accept failed for a reason waiting will not fix at once (out of
- * descriptors, mostly): the connection stays queued and the socket stays
- * readable, so retrying now would spin.  Rest a second, and say so once
- * for the whole episode.
- */
-static void server_accept_rest(struct server *s, int err)
-{
-	ev_io_stop(s->loop, &s->accept_watcher);
-	ev_timer_set(&s->accept_pause, ACCEPT_REST_S, 0.0);
-	ev_timer_start(s->loop, &s->accept_pause);
-	if (s->accept_starved)
-		return;
-	s->accept_starved = true;
-	log_warn("cannot accept connections: %s; trying again every %.0f s", strerror(err),
-	         ACCEPT_REST_S);
-}
-
-/*
- * The episode ends when the queue of waiting connections is empty, not at
- * the first accept that works: a descriptor freed for a moment would
- * otherwise start a new episode, and a new warning, at every rest.  (Linux
- * reports EMFILE before it looks at the queue, so an empty queue is seen
- * only with a descriptor to spare.)
- */
-static void server_accept_caught_up(struct server *s)
-{
-	if (!s->accept_starved)
-		return;
-	s->accept_starved = false;
-	log_warn("accepting connections again");
-}
-
-/*
- * Accept again now rather than when the socket next turns readable: a
- * queue that emptied during the rest would otherwise never tell us that
- * the episode is over.  The try is fed through the loop, never made from
- * inside a caller that may be walking the clients.
- */
-static void server_accept_resume(struct server *s)
-{
-	ev_timer_stop(s->loop, &s->accept_pause);
-	ev_io_start(s->loop, &s->accept_watcher);
-	ev_feed_event(s->loop, &s->accept_watcher, EV_READ);
-}
-
-static void server_on_accept_rested(struct ev_loop *loop, ev_timer *w, int revents)
-{
-	(void)loop;
-	(void)revents;
-	server_accept_resume(w->data);
-}
-
-/*
- * A client's descriptor was just released: the rest need not run its
- * course, there is room for one waiting connection now.  Each retry is
- * paid for by a freed descriptor, so this cannot spin.
- */
-void server_accept_room_freed(struct server *s)
-{
-	if (s->accept_starved && ev_is_active(&s->accept_pause))
-		server_accept_resume(s);
-}
-
-static void server_on_accept(struct ev_loop *loop, ev_io *w, int revents)
-{
-	(void)loop;
-	(void)revents;
-	struct server *s = w->data;
-	/* A bounded batch per wakeup: a flood of connections cannot starve the timers. */
-	for (int i = 0; i < 64; i++) {
-		int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-		if (fd < 0) {
-			if (errno == EAGAIN || errno == EWOULDBLOCK)
-				server_accept_caught_up(s);
-			else if (errno != EINTR && errno != ECONNABORTED)
-				server_accept_rest(s, errno);
-			return;
-		}
-		server_client_accept(s, fd);
-	}
-}
-
 static void server_look(void *kreader)
 {
 	uw_kreader_look(kreader);
@@ -281,7 +196,7 @@ static void server_on_reload(struct ev_loop *loop, ev_signal *w, int revents)
 	(void)loop;
 	(void)revents;
 	struct server *s = w->data;
-	sd_notify(0, "RELOADING=1");
+	notify_reloading();
 	if (config_reload(&s->config, s->argc, s->argv) == 0) {
 		log_set_level(s->config.log_level);
 		history_configure(&s->history, &s->config);
@@ -301,8 +216,7 @@ static void server_on_reload(struct ev_loop *loop, ev_signal *w, int revents)
 		log_error("configuration not reloaded: the file has errors (kept the last one)");
 	}
 	targets_trim(&s->targets, s->config.warm_budget_bytes, s->config.max_targets);
-	sd_notify(0, "READY=1");
-	server_update_status(s);
+	notify_ready(s);
 }
 
 /* Once a second: notice processes that exited while detached, hold the budgets. */
@@ -318,30 +232,18 @@ static void server_on_housekeeping(struct ev_loop *loop, ev_timer *w, int revent
 	fleet_housekeeping(&s->fleet);
 	budget_tick(&s->budget);
 	server_clients_expire(s);
-	server_update_status(s);
+	notify_status(s);
 	log_tick();
-}
-
-void server_update_status(struct server *s)
-{
-	unsigned sampling = 0, warm = 0;
-	for (size_t i = 0; i < s->targets.n; i++) {
-		sampling += s->targets.v[i]->state == TARGET_SAMPLING;
-		warm += s->targets.v[i]->state == TARGET_DETACHED;
-	}
-	sd_notifyf(0, "STATUS=sampling %u target%s, %u kept warm, %u client%s", sampling,
-	           sampling == 1 ? "" : "s", warm, s->nclients, s->nclients == 1 ? "" : "s");
 }
 
 static void server_shutdown(struct server *s)
 {
-	sd_notify(0, "STOPPING=1");
-	while (s->clients)
-		server_client_free(s->clients);
+	notify_stopping();
+	server_clients_close(s);
 	fleet_free(&s->fleet);
 	budget_free(&s->budget);
 	/* Everything counted reaches the database before the targets go. */
-	queries_finish(&s->queries);
+	jobs_finish(&s->jobs); /* queries and backfills: cancelled, their threads joined */
 	ev_timer_stop(s->loop, &s->flush_timer);
 	targets_flush(&s->targets);
 	/* What was not sent waits in the history for the next start. */
@@ -351,8 +253,6 @@ static void server_shutdown(struct server *s)
 	uw_kreader_close(s->kreader); /* after every target that used it */
 	schedule_free(&s->schedule);
 	if (s->listen_fd >= 0) {
-		ev_io_stop(s->loop, &s->accept_watcher);
-		ev_timer_stop(s->loop, &s->accept_pause);
 		close(s->listen_fd);
 		if (s->socket_created)
 			unlinkat(s->socket_name ? s->state_fd : AT_FDCWD,
@@ -369,7 +269,7 @@ static void server_shutdown(struct server *s)
 
 int server_main(int argc, char **argv)
 {
-	static const struct query_sink query_sink = {
+	static const struct job_sink job_sink = {
 		server_client_answer_room, server_client_answer_part, server_client_answer_done};
 	struct server s = {.listen_fd = -1, .state_fd = -1, .argc = argc, .argv = argv};
 	/* Before the configuration, which must fit in what it allows. */
@@ -455,8 +355,8 @@ int server_main(int argc, char **argv)
 	s.schedule.before_ticks = server_look;
 	s.schedule.before_ctx = s.kreader;
 	if (history_open(&s.history, &s.config, s.state_fd) != 0 ||
-	    queries_init(&s.queries, s.loop, &query_sink, &s) != 0 || fleet_init(&s.fleet, &s) != 0 ||
-	    exporter_start(&s.exporter, s.loop, &s, s.history.writer, &s.config) != 0) {
+	    jobs_init(&s.jobs, s.loop, &job_sink, &s) != 0 || fleet_init(&s.fleet, &s) != 0 ||
+	    exporter_start(&s.exporter, s.history.writer, &s.config) != 0) {
 		fprintf(stderr, "pyprofd: out of memory\n");
 		schedule_free(&s.schedule);
 		close(s.listen_fd);
@@ -468,11 +368,7 @@ int server_main(int argc, char **argv)
 	}
 	budget_init(&s.budget, &s);
 
-	ev_io_init(&s.accept_watcher, server_on_accept, s.listen_fd, EV_READ);
-	s.accept_watcher.data = &s;
-	ev_io_start(s.loop, &s.accept_watcher);
-	ev_timer_init(&s.accept_pause, server_on_accept_rested, ACCEPT_REST_S, 0.0);
-	s.accept_pause.data = &s;
+	server_clients_listen(&s);
 	ev_timer_init(&s.housekeeping, server_on_housekeeping, 1.0, 1.0);
 	s.housekeeping.data = &s;
 	ev_timer_start(s.loop, &s.housekeeping);
@@ -485,8 +381,7 @@ int server_main(int argc, char **argv)
 	         s.socket_activated ? "a socket from systemd" : s.config.socket_path,
 	         s.socket_activated ? "" : "", s.config.state_dir);
 	fleet_configure(&s.fleet);
-	sd_notify(0, "READY=1");
-	server_update_status(&s);
+	notify_ready(&s);
 
 	ev_run(s.loop, 0);
 

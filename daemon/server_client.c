@@ -1,7 +1,8 @@
 /*
- * The server's view of one client connection: who it is (SO_PEERCRED, taken
- * once on accept), its input and output buffers, and the framing — a 4-byte
- * big-endian length, then one protobuf Request.
+ * The server's view of its clients: accepting them (and resting when the
+ * descriptors run out), and of each connection who it is (SO_PEERCRED,
+ * taken once on accept), its input and output buffers, and the framing — a
+ * 4-byte big-endian length, then one protobuf Request.
  *
  * Input is hostile: a length is checked against the limit before anything
  * is allocated for it; an oversized frame gets an error and the connection
@@ -27,6 +28,8 @@
  */
 #define CLIENT_OUT_HIGH (4u << 20)
 #define CLIENT_OUT_LOW (CLIENT_OUT_HIGH / 2)
+/* How long accepting rests after it failed for want of descriptors or memory. */
+#define ACCEPT_REST_S 1.0
 
 static void server_client_on_read(struct ev_loop *loop, ev_io *w, int revents);
 static void server_client_on_write(struct ev_loop *loop, ev_io *w, int revents);
@@ -122,6 +125,113 @@ void server_client_accept(struct server *s, int fd)
 	log_debug("client connected: uid %d, pid %d", (int)c->uid, (int)c->pid);
 }
 
+/* ---- accepting ---- */
+
+/*
+ * accept failed for a reason waiting will not fix at once (out of
+ * descriptors, mostly): the connection stays queued and the socket stays
+ * readable, so retrying now would spin.  Rest a second, and say so once
+ * for the whole episode.
+ */
+static void server_accept_rest(struct server *s, int err)
+{
+	ev_io_stop(s->loop, &s->accept_watcher);
+	ev_timer_set(&s->accept_pause, ACCEPT_REST_S, 0.0);
+	ev_timer_start(s->loop, &s->accept_pause);
+	if (s->accept_starved)
+		return;
+	s->accept_starved = true;
+	log_warn("cannot accept connections: %s; trying again every %.0f s", strerror(err),
+	         ACCEPT_REST_S);
+}
+
+/*
+ * The episode ends when the queue of waiting connections is empty, not at
+ * the first accept that works: a descriptor freed for a moment would
+ * otherwise start a new episode, and a new warning, at every rest.  (Linux
+ * reports EMFILE before it looks at the queue, so an empty queue is seen
+ * only with a descriptor to spare.)
+ */
+static void server_accept_caught_up(struct server *s)
+{
+	if (!s->accept_starved)
+		return;
+	s->accept_starved = false;
+	log_warn("accepting connections again");
+}
+
+/*
+ * Accept again now rather than when the socket next turns readable: a
+ * queue that emptied during the rest would otherwise never tell us that
+ * the episode is over.  The try is fed through the loop, never made from
+ * inside a caller that may be walking the clients.
+ */
+static void server_accept_resume(struct server *s)
+{
+	ev_timer_stop(s->loop, &s->accept_pause);
+	ev_io_start(s->loop, &s->accept_watcher);
+	ev_feed_event(s->loop, &s->accept_watcher, EV_READ);
+}
+
+static void server_on_accept_rested(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	server_accept_resume(w->data);
+}
+
+/*
+ * A client's descriptor was just released: the rest need not run its
+ * course, there is room for one waiting connection now.  Each retry is
+ * paid for by a freed descriptor, so this cannot spin.
+ */
+static void server_accept_room_freed(struct server *s)
+{
+	if (s->accept_starved && ev_is_active(&s->accept_pause))
+		server_accept_resume(s);
+}
+
+static void server_on_accept(struct ev_loop *loop, ev_io *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	struct server *s = w->data;
+	/* A bounded batch per wakeup: a flood of connections cannot starve the timers. */
+	for (int i = 0; i < 64; i++) {
+		int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				server_accept_caught_up(s);
+			else if (errno != EINTR && errno != ECONNABORTED)
+				server_accept_rest(s, errno);
+			return;
+		}
+		server_client_accept(s, fd);
+	}
+}
+
+/* Take connections on the listening socket from now on. */
+void server_clients_listen(struct server *s)
+{
+	ev_io_init(&s->accept_watcher, server_on_accept, s->listen_fd, EV_READ);
+	s->accept_watcher.data = s;
+	ev_io_start(s->loop, &s->accept_watcher);
+	ev_timer_init(&s->accept_pause, server_on_accept_rested, ACCEPT_REST_S, 0.0);
+	s->accept_pause.data = s;
+}
+
+void server_clients_close(struct server *s)
+{
+	if (s->listen_fd >= 0) {
+		ev_io_stop(s->loop, &s->accept_watcher);
+		ev_timer_stop(s->loop, &s->accept_pause);
+	}
+	while (s->clients)
+		server_client_free(s->clients);
+}
+
+/* ---- one client ---- */
+
 void server_client_free(struct client *c)
 {
 	struct server *s = c->server;
@@ -142,7 +252,7 @@ void server_client_free(struct client *c)
 	free(c);
 	/* Its query may wait for room this client will never make: it finds the client gone. */
 	if (query_under_way)
-		queries_pump(&s->queries);
+		jobs_pump(&s->jobs);
 }
 
 /*
@@ -284,7 +394,7 @@ static void server_client_handle_frame(struct client *c, const unsigned char *pa
 		log_warn("client uid %d: out of memory queueing a response", (int)c->uid);
 		c->closing = true;
 	}
-	server_update_status(c->server);
+	notify_status(c->server);
 	arena_free(&arena);
 	pyprofd__request__free_unpacked(req, NULL);
 }
@@ -409,7 +519,7 @@ static void server_client_on_write(struct ev_loop *loop, ev_io *w, int revents)
 		return;
 	/* Room again: the rest of its answer, or its next requests. */
 	if (c->paused)
-		queries_pump(&c->server->queries);
+		jobs_pump(&c->server->jobs);
 	else
 		server_client_update_reading(c);
 }
@@ -422,12 +532,12 @@ static struct client *server_client_find(struct server *s, uint64_t serial)
 	return c;
 }
 
-enum query_room server_client_answer_room(void *server, uint64_t client_serial)
+enum job_room server_client_answer_room(void *server, uint64_t client_serial)
 {
 	const struct client *c = server_client_find(server, client_serial);
 	if (!c || c->closing)
-		return QUERY_CLIENT_GONE;
-	return server_client_backlog(c) > CLIENT_OUT_HIGH ? QUERY_CLIENT_FULL : QUERY_CLIENT_READY;
+		return JOB_CLIENT_GONE;
+	return server_client_backlog(c) > CLIENT_OUT_HIGH ? JOB_CLIENT_FULL : JOB_CLIENT_READY;
 }
 
 void server_client_answer_part(void *server, uint64_t client_serial, const uint8_t *bytes,

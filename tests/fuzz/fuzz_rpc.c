@@ -147,7 +147,7 @@ static void fuzz_cleanup(void)
 	struct server *s = &fuzz.server;
 	while (s->clients)
 		server_client_free(s->clients);
-	queries_finish(&s->queries);
+	jobs_finish(&s->jobs);
 	history_close(&s->history);
 	fleet_free(&s->fleet);
 	budget_free(&s->budget);
@@ -167,7 +167,7 @@ static void fuzz_cleanup(void)
 /* A server without a socket or signals: what a connection and a query need. */
 static struct server *fuzz_server(void)
 {
-	static const struct query_sink sink = {
+	static const struct job_sink sink = {
 		server_client_answer_room, server_client_answer_part, server_client_answer_done};
 	struct server *s = &fuzz.server;
 	if (s->loop)
@@ -201,7 +201,7 @@ static struct server *fuzz_server(void)
 	/* Attaches and rules schedule samples on it: a schedule never set up armed descriptor 0. */
 	if (!s->loop || s->state_fd < 0 || schedule_init(&s->schedule, s->loop) != 0 ||
 	    history_open(&s->history, &s->config, s->state_fd) != 0 ||
-	    fuzz_history_seed(&s->history) != 0 || queries_init(&s->queries, s->loop, &sink, s) != 0 ||
+	    fuzz_history_seed(&s->history) != 0 || jobs_init(&s->jobs, s->loop, &sink, s) != 0 ||
 	    fleet_init(&s->fleet, s) != 0) {
 		fprintf(stderr, "fuzz_rpc: cannot set up a history in %s\n", fuzz.dir);
 		abort();
@@ -295,8 +295,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	/* While a query runs its thread wakes the loop; the timer bounds a turn that waits. */
 	fuzz.out_len = 0;
 	ev_timer_again(s->loop, &fuzz.turn);
-	for (int i = 0; i < FUZZ_TURNS && (s->clients || s->queries.nrunning); i++) {
-		ev_run(s->loop, s->queries.nrunning ? EVRUN_ONCE : EVRUN_NOWAIT);
+	for (int i = 0; i < FUZZ_TURNS && (s->clients || s->jobs.running); i++) {
+		ev_run(s->loop, s->jobs.running ? EVRUN_ONCE : EVRUN_NOWAIT);
 		fuzz_take_responses(sv[1]);
 	}
 	ev_timer_stop(s->loop, &fuzz.turn);
@@ -306,12 +306,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (s->nclients != 0)
 		abort();
 	/* A query of a client that is gone ends at its next part: none may be left behind. */
-	for (int i = 0; i < FUZZ_DRAIN_TURNS && s->queries.nrunning; i++) {
+	for (int i = 0; i < FUZZ_DRAIN_TURNS && s->jobs.running; i++) {
 		ev_timer_again(s->loop, &fuzz.turn);
 		ev_run(s->loop, EVRUN_ONCE);
 		ev_timer_stop(s->loop, &fuzz.turn);
 	}
-	if (s->queries.nrunning != 0)
+	if (s->jobs.running != 0)
 		abort();
 	targets_free(&s->targets);
 	fuzz_forget_rules(s);
