@@ -14,8 +14,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "client.h"
 #include "array.h"
+#include "client.h"
+#include "clock.h"
 #include "wire.h"
 
 /* A frame buffer starts this small and grows as bytes arrive, not as the length claims. */
@@ -59,13 +60,6 @@ static int client_fail(struct client_error *err, enum client_status status, cons
 	vsnprintf(err->msg, sizeof err->msg, fmt, ap);
 	va_end(ap);
 	return -1;
-}
-
-static int64_t client_now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static void *client_budget_alloc(void *data, size_t size)
@@ -174,7 +168,7 @@ static int client_wait(struct client *c, short events, int64_t deadline, struct 
 	for (;;) {
 		if (c->interrupt && *c->interrupt)
 			return client_fail(err, CLIENT_EINTR, "interrupted");
-		int64_t left = deadline - client_now_ms();
+		int64_t left = deadline - (int64_t)(clock_mono_ns() / 1000000);
 		if (left <= 0)
 			return client_fail(err, CLIENT_ETIMEOUT, "the daemon did not answer within %d s",
 			                   CLIENT_TIMEOUT_MS / 1000);
@@ -190,7 +184,7 @@ static int client_wait(struct client *c, short events, int64_t deadline, struct 
 
 static int client_send(struct client *c, const uint8_t *buf, size_t len, struct client_error *err)
 {
-	int64_t deadline = client_now_ms() + CLIENT_TIMEOUT_MS;
+	int64_t deadline = (int64_t)(clock_mono_ns() / 1000000) + CLIENT_TIMEOUT_MS;
 	size_t done = 0;
 	while (done < len) {
 		ssize_t n = send(c->fd, buf + done, len - done, MSG_NOSIGNAL);
@@ -266,7 +260,7 @@ static int client_frame_admit(uint32_t len, size_t budget, struct client_error *
 static int client_recv_frame(struct client *c, size_t budget, uint8_t **out, size_t *outlen,
                              struct client_error *err)
 {
-	int64_t deadline = client_now_ms() + CLIENT_TIMEOUT_MS;
+	int64_t deadline = (int64_t)(clock_mono_ns() / 1000000) + CLIENT_TIMEOUT_MS;
 	uint8_t hdr[4];
 	ssize_t n = client_read(c, hdr, sizeof hdr, deadline, err);
 	if (n < 0)

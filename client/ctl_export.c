@@ -5,10 +5,12 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "ctl.h"
 
 const char ctl_export_usage[] =
@@ -109,9 +111,7 @@ int ctl_export(struct ctl *ctl, int argc, char **argv)
 			status = ctl_usage_error(ctl, "--since and --from/--until do not go together");
 			goto out;
 		}
-		struct timespec now;
-		clock_gettime(CLOCK_REALTIME, &now);
-		r.from_unix = (double)now.tv_sec - since;
+		r.from_unix = floor(clock_wall_s()) - since;
 	} else if (!r.from_unix) {
 		status = ctl_usage_error(ctl, "--since D or --from T is needed: how far back to send");
 		goto out;

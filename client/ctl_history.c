@@ -6,10 +6,12 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "ctl.h"
 #include "export.h"
 
@@ -623,9 +625,7 @@ int ctl_history_query(struct ctl *ctl, int argc, char **argv)
 			status = ctl_usage_error(ctl, "--since and --from/--until do not go together");
 			goto out;
 		}
-		struct timespec now;
-		clock_gettime(CLOCK_REALTIME, &now);
-		q->from_unix = (double)now.tv_sec - o.since;
+		q->from_unix = floor(clock_wall_s()) - o.since;
 	}
 	if (q->until_unix && q->until_unix < q->from_unix) {
 		status = ctl_usage_error(ctl, "--until is before --from");
@@ -769,10 +769,7 @@ int ctl_history_diff(struct ctl *ctl, int argc, char **argv)
 	struct ctl_history_args h;
 	Pyprofd__QueryRequest *q = &h.q, base = PYPROFD__QUERY_REQUEST__INIT;
 	struct client_reply *reply = NULL;
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	struct ctl_history_diff_opts o = {
-		.compare = q, .base = &base, .now = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9};
+	struct ctl_history_diff_opts o = {.compare = q, .base = &base, .now = clock_wall_s()};
 	int status = ctl_history_parse(ctl, argc, argv, options, ctl_history_diff_option, &o, &h);
 	if (status != EXIT_OK || h.done)
 		goto out;

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "ctl.h"
 #include "export.h"
 
@@ -48,13 +49,6 @@ struct top_screen {
 	struct termios saved;
 	struct sigaction old[TOP_NSIGNALS];
 };
-
-static int64_t top_now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* One TopRequest; its answer, or NULL and *err. */
 static struct client_reply *top_fetch(struct client *c, const struct top_options *o, uint32_t limit,
@@ -313,7 +307,7 @@ static enum top_key top_wait(struct top_screen *s, struct top_options *o, int64_
 	for (;;) {
 		if (top_signal)
 			return TOP_KEY_QUIT;
-		int64_t left = deadline - top_now_ms();
+		int64_t left = deadline - (int64_t)(clock_mono_ns() / 1000000);
 		if (left <= 0)
 			return TOP_KEY_NONE;
 		struct pollfd pfd = {.fd = STDIN_FILENO, .events = POLLIN};
@@ -355,7 +349,7 @@ static int top_live(struct client *c, struct top_options *o)
 	top_screen_enter(&s);
 	client_set_interrupt(c, &top_signal);
 
-	for (int64_t next = top_now_ms();;) {
+	for (int64_t next = (int64_t)(clock_mono_ns() / 1000000);;) {
 		struct winsize ws = {0};
 		size_t rows = TOP_DEFAULT_ROWS, cols = SIZE_MAX;
 		if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_row > 0) {
@@ -376,13 +370,13 @@ static int top_live(struct client *c, struct top_options *o)
 			break;
 
 		next += TOP_INTERVAL_MS;
-		if (next < top_now_ms()) /* the answer took longer than a tick: start afresh */
-			next = top_now_ms() + TOP_INTERVAL_MS;
+		if (next < (int64_t)(clock_mono_ns() / 1000000)) /* the answer took longer than a tick: start afresh */
+			next = (int64_t)(clock_mono_ns() / 1000000) + TOP_INTERVAL_MS;
 		enum top_key key = top_wait(&s, o, next);
 		if (key == TOP_KEY_QUIT)
 			break;
 		if (key == TOP_KEY_REDRAW)
-			next = top_now_ms();
+			next = (int64_t)(clock_mono_ns() / 1000000);
 	}
 
 	top_screen_leave(&s);

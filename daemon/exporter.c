@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "pyprofd.h"
 #include "store.h"
 
@@ -35,20 +36,6 @@
 #define EXPORTER_BACKOFF_MAX_S 60.0
 /* A backfill tries each request this many times before it gives up. */
 #define BACKFILL_TRIES 3
-
-static double exporter_wall_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static double exporter_mono_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 /* The error of the last attempt, for status and the log (under the lock). */
 static void exporter_set_error(struct exporter *x, const char *why)
@@ -69,7 +56,7 @@ static bool exporter_cancelled(void *ctx)
 static int exporter_connect(struct exporter *x, char *why, size_t why_len)
 {
 	struct store_error err = {{0}};
-	if (!x->store && !(x->store = store_export_open(x->writer, &err))) {
+	if (!x->store && !(x->store = store_sinks_open(x->writer, &err))) {
 		snprintf(why, why_len, "opening the history: %.200s", err.msg);
 		return -1;
 	}
@@ -83,18 +70,18 @@ static int exporter_connect(struct exporter *x, char *why, size_t why_len)
 /* Let go of the connections (after an error: the next round opens them again). */
 static void exporter_disconnect(struct exporter *x)
 {
-	store_export_close(x->store);
+	store_sinks_close(x->store);
 	store_reader_close(x->reader);
 	x->store = NULL;
 	x->reader = NULL;
 }
 
 struct exporter_due_list {
-	struct store_export_due *v;
+	struct store_sink_due *v;
 	size_t n, cap;
 };
 
-static int exporter_collect_due(void *ctx, const struct store_export_due *d)
+static int exporter_collect_due(void *ctx, const struct store_sink_due *d)
 {
 	struct exporter_due_list *l = ctx;
 	if (array_reserve((void **)&l->v, &l->cap, l->n, sizeof *l->v, NULL) < 0)
@@ -158,12 +145,12 @@ static int exporter_round(struct exporter *x, const struct otlp_config *oc, int6
 	int64_t complete = flushed_through / bucket * bucket;
 	int64_t sink, sent_until;
 	struct store_error err = {{0}};
-	if (store_export_sink(x->store, oc->endpoint, complete, exporter_wall_now(), &sink, &sent_until,
+	if (store_sink_get(x->store, oc->endpoint, complete, clock_wall_s(), &sink, &sent_until,
 	                      &err) < 0)
 		goto store_failed;
 	uint64_t backlog = 0;
 	if (complete > sent_until &&
-	    store_export_due(x->store, sink, complete, NULL, NULL, &backlog, &err) < 0)
+	    store_sink_due(x->store, sink, complete, NULL, NULL, &backlog, &err) < 0)
 		goto store_failed;
 	pthread_mutex_lock(&x->lock);
 	x->backlog_samples = backlog;
@@ -177,7 +164,7 @@ static int exporter_round(struct exporter *x, const struct otlp_config *oc, int6
 	if (until <= sent_until)
 		until = sent_until + bucket;
 	struct exporter_due_list due = {0};
-	if (store_export_due(x->store, sink, until, exporter_collect_due, &due, NULL, &err) < 0) {
+	if (store_sink_due(x->store, sink, until, exporter_collect_due, &due, NULL, &err) < 0) {
 		free(due.v);
 		goto store_failed;
 	}
@@ -190,13 +177,13 @@ static int exporter_round(struct exporter *x, const struct otlp_config *oc, int6
 			break;
 		}
 		/* Taken: marked at once, so a kill from here on does not send it again. */
-		if (store_export_mark(x->store, sink, due.v[i].target_id, until, &err) < 0) {
+		if (store_sink_mark(x->store, sink, due.v[i].target_id, until, &err) < 0) {
 			free(due.v);
 			goto store_failed;
 		}
 		pthread_mutex_lock(&x->lock);
 		x->samples_sent += samples;
-		x->last_success = exporter_wall_now();
+		x->last_success = clock_wall_s();
 		x->backlog_samples -= x->backlog_samples < due.v[i].samples ? x->backlog_samples
 		                                                             : due.v[i].samples;
 		pthread_mutex_unlock(&x->lock);
@@ -204,7 +191,7 @@ static int exporter_round(struct exporter *x, const struct otlp_config *oc, int6
 	free(due.v);
 	if (rc < 0)
 		return -1;
-	if (store_export_advance(x->store, sink, until, &err) < 0)
+	if (store_sink_advance(x->store, sink, until, &err) < 0)
 		goto store_failed;
 	pthread_mutex_lock(&x->lock);
 	x->sent_until = until;
@@ -241,7 +228,7 @@ static void *exporter_main(void *arg)
 	double backoff = 0, next = 0;
 	pthread_mutex_lock(&x->lock);
 	while (!x->stop) {
-		double now = exporter_mono_now();
+		double now = clock_mono_s();
 		if (!x->config.endpoint || !x->flushed_through) {
 			exporter_wait(x, 0);
 			continue;
@@ -275,7 +262,7 @@ static void *exporter_main(void *arg)
 			backoff = backoff ? backoff * 2 : EXPORTER_BACKOFF_MIN_S;
 			if (backoff > EXPORTER_BACKOFF_MAX_S)
 				backoff = EXPORTER_BACKOFF_MAX_S;
-			next = exporter_mono_now() + backoff;
+			next = clock_mono_s() + backoff;
 			x->requests_failed++;
 			if (!x->failing || strcmp(x->last_error, why) != 0)
 				log_warn("export: %s; trying again in %.0f s", why, backoff);
@@ -287,7 +274,7 @@ static void *exporter_main(void *arg)
 			x->failing = false;
 			x->last_error[0] = '\0';
 			backoff = 0;
-			next = rc > 0 ? 0 : exporter_mono_now() + oc.interval_s;
+			next = rc > 0 ? 0 : clock_mono_s() + oc.interval_s;
 		}
 	}
 	pthread_mutex_unlock(&x->lock);
@@ -451,7 +438,7 @@ Pyprofd__ErrorCode exporter_backfill(struct exporter *x, struct jobs *js, uint64
 	pthread_mutex_unlock(&x->lock);
 	b->q.pid = r->pid;
 	b->q.from_unix = r->from_unix;
-	b->q.until_unix = r->until_unix ? r->until_unix : exporter_wall_now();
+	b->q.until_unix = r->until_unix ? r->until_unix : clock_wall_s();
 	if (copied < 0 ||
 	    (r->n_labels && (!(b->label_keys = calloc(r->n_labels, sizeof *b->label_keys)) ||
 	                     !(b->label_values = calloc(r->n_labels, sizeof *b->label_values))))) {

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "pyprofd.h"
 
 #define LOG_LINE_MAX 1024
@@ -77,13 +78,6 @@ int log_level_parse(const char *name, enum log_level *out)
 const char *log_level_name(enum log_level level)
 {
 	return level_names[level];
-}
-
-static double log_monotonic_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 /* One finished line on stderr, with its level's prefix or the time.  Lock held. */
@@ -163,7 +157,7 @@ void log_msg(enum log_level level, const char *fmt, ...)
 	if (level == LOG_LEVEL_DEBUG) {
 		log_write(level, line);
 	} else {
-		double now = log_monotonic_now();
+		double now = clock_mono_s();
 		struct log_repeats *r = log_repeats_of(fmt, level, now);
 		if (now - r->window_start >= LOG_WINDOW_S)
 			log_window_close(r, now);
@@ -182,7 +176,7 @@ void log_msg(enum log_level level, const char *fmt, ...)
 static void log_sweep(bool all)
 {
 	pthread_mutex_lock(&logger.lock);
-	double now = log_monotonic_now();
+	double now = clock_mono_s();
 	for (size_t i = 0; i < logger.nrepeats;) {
 		struct log_repeats *r = &logger.repeats[i];
 		if (all || now - r->window_start >= LOG_WINDOW_S) {

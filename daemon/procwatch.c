@@ -33,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "pyprofd.h"
 
 /* Messages read per wakeup at most: a fork storm cannot starve the loop's timers. */
@@ -98,13 +99,6 @@ void procwatch_stats(const struct procwatch *w, struct procwatch_stats *out)
 	memset(out, 0, sizeof *out);
 	if (w->state)
 		*out = w->state->stats;
-}
-
-static double procwatch_now_us(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
 }
 
 /* A directory entry that is a pid. */
@@ -186,7 +180,7 @@ static int procwatch_by_pid(const void *a, const void *b)
  */
 static void procwatch_walk(struct procwatch_state *st, bool track)
 {
-	double t0 = procwatch_now_us();
+	double t0 = (clock_mono_s() * 1e6);
 	DIR *dir = opendir("/proc");
 	if (!dir) {
 		log_warn("discovery: cannot read /proc: %s", strerror(errno));
@@ -263,7 +257,7 @@ static void procwatch_walk(struct procwatch_state *st, bool track)
 	}
 	st->stats.scans++;
 	st->stats.processes = (unsigned)seen;
-	st->stats.scan_us_last = procwatch_now_us() - t0;
+	st->stats.scan_us_last = (clock_mono_s() * 1e6) - t0;
 	if (st->stats.scan_us_last > st->stats.scan_us_max)
 		st->stats.scan_us_max = st->stats.scan_us_last;
 }

@@ -10,10 +10,11 @@
 #include <sys/types.h>
 
 #include "arena.h"
-#include "export.h"
 #include "array.h"
+#include "export.h"
 #include "hash.h"
 #include "jobs.h"
+#include "otlp.h"
 #include "pyprofd.pb-c.h"
 #include "unwind.h"
 #include "vocab.h"
@@ -388,62 +389,6 @@ int rules_save_without(const struct rules *rs, size_t at, const char *path, char
                        size_t why_len);
 void rules_free(struct rules *rs);
 
-/* otlp.c */
-/* [export.otlp]: where and how the exporter sends profiles. */
-#define OTLP_DEFAULT_INTERVAL_S 15
-#define OTLP_DEFAULT_TIMEOUT_S 10
-struct otlp_config {
-	char *endpoint; /* http(s)://host:port[/path]; NULL: no export */
-	double interval_s, timeout_s;
-	bool gzip;
-	size_t nheaders; /* sent with every request (auth, tenant) */
-	char **header_names, **header_values;
-	size_t nresource; /* extra resource attributes (resource.KEY = VALUE) */
-	char **resource_keys, **resource_values;
-};
-void otlp_config_init(struct otlp_config *oc);
-void otlp_config_free(struct otlp_config *oc); /* and back to the defaults */
-/* One setting of [export.otlp] by name; 0, or -1 when the name or value is bad. */
-int otlp_config_set(struct otlp_config *oc, const char *name, const char *value);
-/* A copy into to, which holds nothing (initialised or freed); 0, or -1 with to empty. */
-int otlp_config_copy(struct otlp_config *to, const struct otlp_config *from);
-bool otlp_config_equal(const struct otlp_config *a, const struct otlp_config *b);
-/* Once, before any thread sends (libcurl's global state). */
-void otlp_global_init(void);
-/*
- * One ExportProfilesServiceRequest: one process (its resource) over
- * [from, until), its samples added one (thread, stack) at a time.
- */
-struct otlp_request;
-struct store_process;
-struct store_frame;
-struct store_reader;
-struct otlp_request *otlp_request_new(const struct otlp_config *oc, const char *host,
-                                      const struct store_process *p, const char *mode,
-                                      unsigned rate_hz, int64_t from, int64_t until);
-/* frames root first, as the history gives them; -1 out of memory (the request is then spoilt). */
-int otlp_request_sample(struct otlp_request *q, uint64_t thread_id, const struct store_frame *frames,
-                        uint32_t depth, uint64_t count);
-uint64_t otlp_request_samples(const struct otlp_request *q);
-/* The request's bytes (malloc'd).  0, or -1 out of memory. */
-int otlp_request_pack(struct otlp_request *q, uint8_t **out, size_t *len);
-void otlp_request_free(struct otlp_request *q);
-/* A target's samples in buckets starting in [from, until) as a request; NULL and why. */
-struct otlp_request *otlp_request_from_history(struct store_reader *r, const struct otlp_config *oc,
-                                               const char *host, int64_t target_id, int64_t from,
-                                               int64_t until, char *why, size_t why_len);
-/*
- * POST a packed request to endpoint's /v1development/profiles, as oc says
- * (compression, headers, timeout), on the HTTP client *handle (made on
- * first use, reused).  0 when the collector took it all; -1 and why on a
- * failure to connect, a timeout, a status other than 2xx, a partial
- * success, or cancelled() turning true.  *wire_bytes grows by the body sent.
- */
-int otlp_post(void **handle, const struct otlp_config *oc, const char *endpoint, const uint8_t *body,
-              size_t len, bool (*cancelled)(void *ctx), void *cancel_ctx, uint64_t *wire_bytes,
-              char *why, size_t why_len);
-void otlp_post_free(void **handle);
-
 /* config.c */
 struct config {
 	char *state_dir;
@@ -584,8 +529,6 @@ struct schedule {
 	void (*before_ticks)(void *ctx);
 	void *before_ctx;
 };
-/* CLOCK_MONOTONIC now, in seconds. */
-double schedule_now(void);
 /* 0, or -1 with errno. */
 int schedule_init(struct schedule *s, struct ev_loop *loop);
 void schedule_free(struct schedule *s); /* its entries are left off */
@@ -838,7 +781,7 @@ void budget_status(const struct budget *b, uid_t peer, Pyprofd__StatusResult *ou
  * The OTLP exporter of [export.otlp], on a thread of its own, and the
  * backfills of `pyprofd-ctl export`, each a job (jobs.c).
  */
-struct store_export;
+struct store_sinks;
 /* Backfills running at once. */
 #define EXPORTER_JOBS_MAX 2
 struct exporter {
@@ -860,7 +803,7 @@ struct exporter {
 	uint64_t backlog_samples, samples_sent, requests_failed, bytes_sent;
 	int64_t sent_until;
 	/* The thread's own. */
-	struct store_export *store;
+	struct store_sinks *store;
 	struct store_reader *reader;
 	uint64_t file_changes; /* the writer's count when they were opened */
 	void *http;
@@ -1002,8 +945,5 @@ void server_clients_expire(struct server *s);
 /* Answer one request into resp (its nested messages in a); false if the answer comes later. */
 bool rpc_dispatch(struct server *s, struct client *c, const Pyprofd__Request *req,
                   Pyprofd__Response *resp, struct arena *a);
-/* An error response. */
-void rpc_error(Pyprofd__Response *resp, struct arena *a, Pyprofd__ErrorCode code,
-               const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 #endif

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "pyprofd.h"
 
 /* Per-sample timings kept for percentiles; past this many, the rest are not timed. */
@@ -451,20 +452,13 @@ static void record_on_epoch_end(void *ctx, const struct uw_target *t)
 		k->prof->failed = true;
 }
 
-static double record_unix_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return record_seconds(&ts);
-}
-
 /* The sampling loop: until the duration, a stop signal, or the target's exit. */
 static int record_loop(struct uw_target *t, const struct record_opts *o, struct record_ticks *k,
                        struct record_run *run, const sigset_t *stop)
 {
 	struct timespec start, next, a, b;
 	clock_gettime(CLOCK_MONOTONIC, &start);
-	run->started_unix = record_unix_now();
+	run->started_unix = clock_wall_s();
 	record_ticks_start(k, o->rate, o->duration, &start);
 	next = start;
 	double interval = o->rate > 0 ? 1.0 / o->rate : 0;
@@ -527,7 +521,7 @@ static int record_loop(struct uw_target *t, const struct record_opts *o, struct 
 	}
 	clock_gettime(CLOCK_MONOTONIC, &b);
 	run->elapsed = record_seconds(&b) - record_seconds(&start);
-	run->ended_unix = record_unix_now();
+	run->ended_unix = clock_wall_s();
 	/* The last read's ticks run to the end, but no further than the duration asked. */
 	record_ticks_settle(k, record_ns(&b));
 	if ((k->failed || k->prof->failed) && status == EXIT_OK) {

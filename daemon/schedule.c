@@ -48,14 +48,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "pyprofd.h"
-
-double schedule_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static bool schedule_before(const struct schedule_entry *a, const struct schedule_entry *b)
 {
@@ -191,7 +185,7 @@ int schedule_init(struct schedule *s, struct ev_loop *loop)
 		return -1;
 	}
 	/* A whole second: the grid of every rate that divides a second starts on a second. */
-	s->origin = floor(schedule_now());
+	s->origin = floor(clock_mono_s());
 	ev_io_init(&s->watcher, schedule_on_timer, s->fd, EV_READ);
 	s->watcher.data = s;
 	ev_io_start(loop, &s->watcher);
@@ -233,7 +227,7 @@ int schedule_add(struct schedule *s, struct schedule_entry *e, double interval)
 	e->interval = interval;
 	e->phase = schedule_pick_phase(s, e);
 	/* The first tick is the grid's next one: never sooner than a tick from now. */
-	e->tick = schedule_tick_after(s, e, schedule_now() + interval);
+	e->tick = schedule_tick_after(s, e, clock_mono_s() + interval);
 	e->due = schedule_tick_time(s, e, e->tick);
 	e->at = s->n++;
 	s->heap[e->at] = e;
@@ -373,7 +367,7 @@ static void schedule_on_timer(struct ev_loop *loop, ev_io *w, int revents)
 	(void)loop;
 	(void)revents;
 	struct schedule *s = w->data;
-	double now = schedule_now();
+	double now = clock_mono_s();
 	/* Everything due, and what falls due so soon after that a wakeup of its own would cost more. */
 	s->nbatch = 0;
 	while (s->n && s->heap[0]->due <= now + SCHEDULE_EARLY_S) {
@@ -417,7 +411,7 @@ static void schedule_on_timer(struct ev_loop *loop, ev_io *w, int revents)
 		s->ticks++;
 		e->fired++;
 		e->fire(e, now, late);
-		double after = schedule_now();
+		double after = clock_mono_s();
 		/*
 		 * The entry's cost per tick, smoothed: the slot budget weighs it
 		 * (see schedule_pick_phase).  A tick the kernel preempted takes

@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "pyprofd.h"
 #include "store.h"
 
@@ -573,7 +574,7 @@ static void target_sample(struct target *t, double start)
 	err.status = UW_OK;
 	err.msg[0] = '\0';
 	int rc = uw_sample(t->uw, &t->sample, &err);
-	double cost_s = schedule_now() - start;
+	double cost_s = clock_mono_s() - start;
 	timing_add(&t->timings->cost_us, cost_s * 1e6);
 	t->sample_seconds += cost_s; /* charged to its user's budget */
 	if (rc != 0) {

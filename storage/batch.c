@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "storage.h"
 
 struct store_batch *store_batch_new(void)
@@ -71,13 +72,6 @@ static char *batch_strdup(const char *s, bool *ok)
 	return c;
 }
 
-static double batch_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 int store_batch_target(struct store_batch *b, const struct store_target_info *t)
 {
 	if (!b || !t || t->nlabels > STORE_MAX_LABELS ||
@@ -95,7 +89,7 @@ int store_batch_target(struct store_batch *b, const struct store_target_info *t)
 	bt->pid = t->pid;
 	bt->start_time = t->start_time;
 	bt->uid = t->uid;
-	bt->seen = batch_now();
+	bt->seen = clock_wall_s();
 	bt->executable = batch_strdup(t->executable, &ok);
 	bt->command_line = batch_strdup(t->command_line, &ok);
 	bt->python_version = batch_strdup(t->python_version, &ok);

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "storage.h"
 
 /* The writer's memory, as pinned: batches of STORE_MAX_PENDING_BATCHES at most. */
@@ -363,9 +364,7 @@ static double reader_until(const struct store_query *q)
 {
 	if (q->until_unix != 0)
 		return q->until_unix;
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+	return clock_wall_s();
 }
 
 int reader_bind(sqlite3_stmt *st, const struct store_query *q)

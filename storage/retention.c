@@ -289,7 +289,7 @@ int store_retention_run(sqlite3 *db, const struct store_retention_step *steps, s
                         void *yield_ctx, struct store_error *err)
 {
 	int64_t horizon;
-	if (nsteps && export_horizon(db, now, &horizon, err) < 0)
+	if (nsteps && sinks_horizon(db, now, &horizon, err) < 0)
 		return -1;
 	for (size_t i = 0; i < nsteps; i++) {
 		int rc = retention_merge(db, &steps[i], now, horizon, yield, yield_ctx, err);

@@ -381,7 +381,7 @@ int store_retention_run(sqlite3 *db, const struct store_retention_step *steps, s
                         double now, uint64_t max_db_bytes, bool (*yield)(void *ctx),
                         void *yield_ctx, struct store_error *err);
 
-/* ---- export.c: what export sinks were sent ---- */
+/* ---- sinks.c: what each sink (an OTLP endpoint) was sent ---- */
 
 /* Sinks not exported to for this long hold retention back no more. */
 #define STORE_EXPORT_IDLE_S 86400
@@ -390,6 +390,6 @@ int store_retention_run(sqlite3 *db, const struct store_retention_step *steps, s
  * The first bucket start some active sink has yet to send (retention merges
  * nothing from there on), or -1 when no sink holds it back.  0, or -1 and *err.
  */
-int export_horizon(sqlite3 *db, double now, int64_t *horizon, struct store_error *err);
+int sinks_horizon(sqlite3 *db, double now, int64_t *horizon, struct store_error *err);
 
 #endif

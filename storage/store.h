@@ -338,7 +338,7 @@ int store_query_processes(struct store_reader *r, const struct store_query *q,
 int store_query_sampling(struct store_reader *r, const struct store_query *q, uint32_t *rate_hz,
                          char *mode, size_t mode_len, struct store_error *err);
 
-/* ---- export sinks: what was sent where ---- */
+/* ---- sinks: what was sent where (sinks.c) ---- */
 
 /*
  * An exporter's connection to the file w writes, reached as w reaches it,
@@ -346,9 +346,9 @@ int store_query_sampling(struct store_reader *r, const struct store_query *q, ui
  * the export tables; samples are read through a store_reader.  The schema
  * must be this build's (w migrates it once open).  NULL and *err.
  */
-struct store_export;
-struct store_export *store_export_open(struct store_writer *w, struct store_error *err);
-void store_export_close(struct store_export *x);
+struct store_sinks;
+struct store_sinks *store_sinks_open(struct store_writer *w, struct store_error *err);
+void store_sinks_close(struct store_sinks *x);
 
 /*
  * The sink of this name, created when new with everything before `start`
@@ -356,11 +356,11 @@ void store_export_close(struct store_export *x);
  * marked active at `now`.  Its id and the first bucket start it has not
  * sent for every target.  0, or -1 and *err.
  */
-int store_export_sink(struct store_export *x, const char *name, int64_t start, double now,
+int store_sink_get(struct store_sinks *x, const char *name, int64_t start, double now,
                       int64_t *sink, int64_t *sent_until, struct store_error *err);
 
 /* A target with samples a sink has not been sent, in buckets starting in [from, until). */
-struct store_export_due {
+struct store_sink_due {
 	int64_t target_id;
 	pid_t pid;
 	int64_t from;
@@ -371,15 +371,15 @@ struct store_export_due {
  * until, by target id; fn as for store_query_stacks.  *samples (may be
  * NULL) gets their sum.  0, or -1 and *err.
  */
-int store_export_due(struct store_export *x, int64_t sink, int64_t until,
-                     int (*fn)(void *ctx, const struct store_export_due *d), void *ctx,
+int store_sink_due(struct store_sinks *x, int64_t sink, int64_t until,
+                     int (*fn)(void *ctx, const struct store_sink_due *d), void *ctx,
                      uint64_t *samples, struct store_error *err);
 
 /* A target's samples in buckets starting before until are sent to sink.  0, or -1 and *err. */
-int store_export_mark(struct store_export *x, int64_t sink, int64_t target_id, int64_t until,
+int store_sink_mark(struct store_sinks *x, int64_t sink, int64_t target_id, int64_t until,
                       struct store_error *err);
 /* Every target's are: the sink's sent_until moves to until.  0, or -1 and *err. */
-int store_export_advance(struct store_export *x, int64_t sink, int64_t until,
+int store_sink_advance(struct store_sinks *x, int64_t sink, int64_t until,
                          struct store_error *err);
 
 /*

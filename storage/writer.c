@@ -50,6 +50,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "storage.h"
 
 /* Seconds between retries of a failing write or open. */
@@ -99,20 +100,6 @@ struct store_writer {
 	struct store_place place;  /* dirfd: the given one, or opened with each connection (-1 between) */
 	struct store_ids ids;      /* what the connection opened */
 };
-
-static double writer_mono_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static double writer_wall_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 /* Failures that may pass by themselves: the batch is kept and retried. */
 static bool transient(int rc)
@@ -381,7 +368,7 @@ static void writer_take_and_write(struct store_writer *w)
 			if (!w->tail)
 				w->tail = b;
 			queue_enforce_bounds(w);
-			w->retry_at = writer_mono_now() + STORE_RETRY_S;
+			w->retry_at = clock_mono_s() + STORE_RETRY_S;
 		} else {
 			w->st.pending_batches--;
 			w->st.pending_rows -= b->nsamples;
@@ -417,7 +404,7 @@ static void writer_run_retention(struct store_writer *w)
 	pthread_mutex_unlock(&w->lock);
 
 	struct store_error err = {{0}};
-	int rc = store_retention_run(w->ins.db, steps, nsteps, writer_wall_now(), max_db_bytes,
+	int rc = store_retention_run(w->ins.db, steps, nsteps, clock_wall_s(), max_db_bytes,
 	                             retention_should_yield, w, &err);
 	/* The cap deletes strings, frames and stacks no sample uses: a cached id may name a gone row. */
 	insert_forget_ids(&w->ins);
@@ -482,7 +469,7 @@ static void writer_connect(struct store_writer *w)
 		w->st.failing = true;
 		snprintf(w->st.last_error, sizeof w->st.last_error, "%s", err.msg);
 		w->attempts_failed++;
-		w->retry_at = writer_mono_now() + STORE_RETRY_S;
+		w->retry_at = clock_mono_s() + STORE_RETRY_S;
 	}
 	pthread_cond_broadcast(&w->done);
 }
@@ -511,7 +498,7 @@ static void *writer_main(void *arg)
 	struct store_writer *w = arg;
 	pthread_mutex_lock(&w->lock);
 	for (;;) {
-		double now = writer_mono_now();
+		double now = clock_mono_s();
 		bool due = !w->st.failing || w->retry_now || w->stop || now >= w->retry_at;
 		if (!w->ins.db) {
 			/* Closing with nothing to write: no reason to touch the file. */

@@ -230,7 +230,7 @@ static int kcopy_attach(struct kcopy *kc, int slot, uint32_t index, const struct
 	__atomic_fetch_add(&r->seq, 1, __ATOMIC_SEQ_CST);
 	r->switches = task->switches;
 	/* After the look: a copy begun before it proves nothing of this task. */
-	r->at_ns = unwind_now_ns();
+	r->at_ns = clock_mono_ns();
 	__atomic_fetch_add(&r->seq, 1, __ATOMIC_SEQ_CST);
 	struct perf_event_attr attr = {
 		.type = PERF_TYPE_SOFTWARE,

@@ -184,7 +184,7 @@ uint64_t kread_arm(struct uw_kreader *kr, int slot)
 {
 	if (slot < 0 || slot >= KREAD_SLOTS || !kr->links[slot])
 		return 0;
-	uint64_t now = unwind_now_ns();
+	uint64_t now = clock_mono_ns();
 	/* One overflow, then the kernel disarms it again (the program returns 1 to count it). */
 	if (ioctl(kr->fds[slot], PERF_EVENT_IOC_REFRESH, 1) != 0)
 		return 0;

@@ -54,10 +54,10 @@ uint64_t remote_pages(raddr_t addr, size_t len)
 static ssize_t remote_readv(struct remote *r, const struct iovec *local, unsigned long nlocal,
                             const struct iovec *remote, unsigned long nremote)
 {
-	uint64_t start = unwind_now_ns();
+	uint64_t start = clock_mono_ns();
 	ssize_t n = process_vm_readv(r->pid, local, nlocal, remote, nremote, 0);
 	int saved = errno;
-	r->read_ns += unwind_now_ns() - start;
+	r->read_ns += clock_mono_ns() - start;
 	errno = saved;
 	return n;
 }
@@ -184,7 +184,7 @@ int remote_write(struct remote *r, raddr_t addr, const void *buf, size_t len, st
 	r->writes++;
 	ssize_t n = process_vm_writev(r->pid, &local, 1, &remote, 1, 0);
 	/* After the write, failed or not: a copy begun before may hold what it overwrote. */
-	r->wrote_ns = unwind_now_ns();
+	r->wrote_ns = clock_mono_ns();
 	if (n == (ssize_t)len)
 		return 0;
 	if (n < 0 && errno == ESRCH)

@@ -151,7 +151,7 @@ struct tasks {
  */
 static bool tasks_over_time(const struct walk *w)
 {
-	return w->deadline_ns && unwind_now_ns() > w->deadline_ns;
+	return w->deadline_ns && clock_mono_ns() > w->deadline_ns;
 }
 
 bool tasks_wanted(const struct uw_target *t)

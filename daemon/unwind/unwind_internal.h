@@ -15,6 +15,7 @@
 
 #include "arena.h"
 #include "array.h"
+#include "clock.h"
 #include "hash.h"
 #include "kstill_abi.h"
 #include "layout.h"
@@ -97,14 +98,6 @@ struct remote_range {
  */
 int remote_read_batch(struct remote *r, struct remote_range *ranges, uint32_t n,
                       struct uw_error *err);
-
-/* CLOCK_MONOTONIC in ns: deadlines, and the in-kernel reader's stamps (bpf_ktime_get_ns). */
-static inline uint64_t unwind_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* Little-endian field loads from a local copy of a remote struct. */
 static inline uint64_t load_u64(const uint8_t *base, uint32_t off)
@@ -821,7 +814,7 @@ static inline bool walk_over_time(struct walk *w, uint32_t frames)
 		return false;
 	}
 	w->until_clock = WALK_CLOCK_EVERY;
-	w->cut = unwind_now_ns() > w->deadline_ns;
+	w->cut = clock_mono_ns() > w->deadline_ns;
 	return w->cut;
 }
 /* The arrays a sample works in, kept between samples. */

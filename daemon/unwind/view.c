@@ -297,7 +297,7 @@ void view_copy_window(struct uw_target *t, const struct kstill_task *tasks, uint
 	struct kcopy *kc = kread_copier(t->opts.kreader);
 	if (!kc)
 		return;
-	uint64_t now = unwind_now_ns();
+	uint64_t now = clock_mono_ns();
 	if (!view_copy_pays(t, kc, tasks, n, now) || ps->copy_slot < 0)
 		return;
 	uint64_t quiet = kcopy_quiet(kc, ps->copy_slot);

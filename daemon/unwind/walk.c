@@ -650,7 +650,7 @@ static uint64_t walk_kernel_arm(struct walk *w, struct thread_cache *tc)
 		tc->ktid = w->native_id;
 		t->stats.kernel_watches++;
 	}
-	uint64_t now = unwind_now_ns();
+	uint64_t now = clock_mono_ns();
 	tc->kbusy_at = now;
 	if (now - tc->klast < KREAD_ARM_GAP_NS)
 		return 0;
@@ -670,7 +670,7 @@ static int walk_kernel_wait(struct walk *w, struct thread_cache *tc, uint32_t st
 {
 	for (unsigned spins = 0; spins < KREAD_WAIT_NS / 100u; spins++) {
 		int taken = walk_kernel_stack(w, tc, start, armed, stack, truncated, err);
-		if (taken != 0 || unwind_now_ns() - armed > KREAD_WAIT_NS)
+		if (taken != 0 || clock_mono_ns() - armed > KREAD_WAIT_NS)
 			return taken;
 		for (volatile int i = 0; i < 64; i++)
 			;
@@ -864,7 +864,7 @@ static void walk_kernel_arm_watched(struct uw_target *t)
 	 * waits is shot no more once its last shot is past (below), so it
 	 * holds a sample back once at most.
 	 */
-	uint64_t now = unwind_now_ns(), due = 0;
+	uint64_t now = clock_mono_ns(), due = 0;
 	for (uint32_t i = 0; t->opts.kernel_pace && i < t->nthreads; i++) {
 		const struct thread_cache *tc = &t->threads[i];
 		if (tc->kslot >= 0 && tc->klast + KREAD_ARM_GAP_NS > due)
@@ -875,7 +875,7 @@ static void walk_kernel_arm_watched(struct uw_target *t)
 		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, NULL) == EINTR)
 			;
 		t->stats.kernel_paced++;
-		uint64_t woke = unwind_now_ns();
+		uint64_t woke = clock_mono_ns();
 		t->stats.kernel_paced_ns += woke - now;
 		now = woke;
 	}
@@ -907,7 +907,7 @@ static void walk_kernel_settle(struct walk *w, struct thread_cache *tc, uint32_t
 {
 	if (tc->kslot < 0)
 		return;
-	uint64_t now = unwind_now_ns();
+	uint64_t now = clock_mono_ns();
 	tc->kbusy = w->tore || stack != tc->kstack;
 	tc->kstack = stack;
 	if (tc->kbusy)
@@ -1333,7 +1333,7 @@ int uw_sample(struct uw_target *t, struct uw_sample *s, struct uw_error *err)
 	w->cut = false;
 	/* The clock was just read for the deadline. */
 	w->until_clock = WALK_CLOCK_EVERY;
-	w->deadline_ns = t->opts.max_sample_ns ? unwind_now_ns() + t->opts.max_sample_ns : 0;
+	w->deadline_ns = t->opts.max_sample_ns ? clock_mono_ns() + t->opts.max_sample_ns : 0;
 	/* Before the memory is read: the kernel's proofs must come first (see still.c, threads_still_begin). */
 	still_arm(t);
 	threads_still_begin(t);
