@@ -2,6 +2,7 @@
 #ifndef PYPROFD_CTL_H
 #define PYPROFD_CTL_H
 
+#include <getopt.h>
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -9,6 +10,7 @@
 
 #include "client.h"
 #include "duration.h"
+#include "export.h"
 #include "vocab.h"
 
 /* What the command line asked for, before and after the command. */
@@ -92,24 +94,74 @@ int ctl_live_status(struct ctl *ctl, int argc, char **argv);
 extern const char ctl_rules_usage[];
 int ctl_rules(struct ctl *ctl, int argc, char **argv);
 
-/* ctl_export.c */
-extern const char ctl_export_usage[];
-int ctl_export(struct ctl *ctl, int argc, char **argv);
+/* ctl_backfill.c: the export command, a range of the history sent to a collector */
+extern const char ctl_backfill_usage[];
+int ctl_backfill(struct ctl *ctl, int argc, char **argv);
 
-/* ctl_history.c */
-extern const char ctl_query_usage[], ctl_diff_usage[];
-int ctl_history_query(struct ctl *ctl, int argc, char **argv);
-int ctl_history_diff(struct ctl *ctl, int argc, char **argv);
-/* "90s", "15m", "2h", "1d" or plain seconds; -1 if it is none of those. */
+/* ctl_history.c: what query and diff share */
+/* The options ctl_history_option reads, after each command's own; last, as they end the table. */
+#define CTL_HISTORY_OPTIONS                                                                        \
+	{"no-idle", no_argument, NULL, 'I'},                                                       \
+	{"pid", required_argument, NULL, 'p'}, {"label", required_argument, NULL, 'l'},              \
+		{"thread", required_argument, NULL, 't'}, {"target", required_argument, NULL, 'T'},  \
+		{"output", required_argument, NULL, 'o'}, {"limit", required_argument, NULL, 'n'},   \
+		CTL_COMMON_OPTIONS
+
+/* What query and diff take alike: which processes and threads, --limit, -o. */
+struct ctl_history_args {
+	Pyprofd__QueryRequest q;
+	Pyprofd__Label *labels; /* every label is one argument, so argc bounds their number */
+	Pyprofd__Label **label_ptrs;
+	const char *output;
+	bool done; /* --help was printed */
+};
+/*
+ * Room for the labels, then argv's options into h; each one neither shares
+ * goes to the command's own(ctl, opt, ctx).  EXIT_OK (h->done after --help)
+ * or the first error, said on stderr; h is freed by the caller either way.
+ */
+int ctl_history_parse(struct ctl *ctl, int argc, char **argv, const struct option *options,
+                      int (*own)(struct ctl *ctl, int opt, void *ctx), void *ctx,
+                      struct ctl_history_args *h);
+void ctl_history_args_free(struct ctl_history_args *h);
 /* Unix seconds, or local time YYYY-MM-DDTHH:MM[:SS]; -1 if neither. */
 double ctl_history_parse_time(const char *arg);
 /* The longest duration an option takes: far past any history kept. */
 #define CTL_DURATION_MAX (100 * 365 * 86400.0)
+/* A page's time slots: about one per 5 pixels of a wide screen. */
+#define CTL_HISTORY_PAGE_SLOTS 240
+/* -o's file, or standard output without one; NULL (said on stderr) if it cannot be written. */
+FILE *ctl_history_output_open(const char *path);
+/* Closes what ctl_history_output_open gave after a writer returned rc; the exit status. */
+int ctl_history_output_close(FILE *out, const char *path, int rc);
+/* The processes an answer lists, as a table or JSON; 0 or -1. */
+int ctl_history_processes(const struct client_reply *reply, bool json, FILE *out);
+/* A function table or diff answered in parts, written as one table; 0 or -1. */
+int ctl_history_table(const struct client_reply *reply, const char *name, bool diff, bool json,
+                      FILE *out);
+/*
+ * Answers to stack queries (all parts of each; a diff's base range last,
+ * marked base) written in an export format; 0 or -1.
+ */
+int ctl_history_export(const struct client_reply *const *replies, size_t nreplies, bool diff,
+                       const char *name, enum export_format format, bool per_thread, FILE *out);
+/* An empty answer to a selection that no process of the history ever matched: said on stderr. */
+void ctl_history_warn_unmatched(const struct ctl *ctl, const Pyprofd__QueryRequest *q);
+/* What a selection is called in a title: its target, pid or first label. */
+void ctl_history_name(const Pyprofd__QueryRequest *q, char *name, size_t len);
+
+/* ctl_query.c */
+extern const char ctl_query_usage[];
+int ctl_query(struct ctl *ctl, int argc, char **argv);
+
+/* ctl_diff.c */
+extern const char ctl_diff_usage[];
+int ctl_diff(struct ctl *ctl, int argc, char **argv);
 /* A time of a diff range: as ctl_history_parse_time, "now", or "-D" for D ago; -1 if none. */
-double ctl_history_parse_when(const char *arg, double now);
+double ctl_diff_parse_when(const char *arg, double now);
 /* "FROM..UNTIL" into q's range; EXIT_OK or a usage error. */
-int ctl_history_parse_range(const struct ctl *ctl, const char *option, const char *arg, double now,
-                            Pyprofd__QueryRequest *q);
+int ctl_diff_parse_range(const struct ctl *ctl, const char *option, const char *arg, double now,
+                         Pyprofd__QueryRequest *q);
 
 /* fields.c */
 enum field_type {

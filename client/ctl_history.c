@@ -1,6 +1,8 @@
 /*
- * pyprofd-ctl's commands on the history: query (stacks in any format, a
- * table of functions, the processes a range has samples of) and diff.
+ * What pyprofd-ctl's commands on the history (query: ctl_query.c, diff:
+ * ctl_diff.c) share: the options that select processes, threads and the
+ * output, and the answers written out as a table of functions, the
+ * processes, or a profile in any export format.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -15,60 +17,8 @@
 #include "ctl.h"
 #include "export.h"
 
-const char ctl_query_usage[] =
-	"usage: pyprofd-ctl query [--pid P | --target ID] [--label K=V]... [--since D | --from T [--until T]]\n"
-	"                         [--thread TID] [--format F] [--limit N] [-o FILE]\n"
-	"\n"
-	"What the history holds: the stored samples of the selected processes in a time\n"
-	"range, aggregated by stack (samples not yet written to the database included).\n"
-	"A user other than root sees only its own processes.\n"
-	"\n"
-	"  --pid P           one process (by pid; every process that had it)\n"
-	"  --target ID       one process by its id in the history (--format processes)\n"
-	"  --label K=V       processes attached with this label; repeat: all must match\n"
-	"  --since D         the last D: 90s, 15m, 2h, 1d (default: everything stored)\n"
-	"  --from T, --until T\n"
-	"                    a range: unix seconds, or local time YYYY-MM-DDTHH:MM[:SS]\n"
-	"  --thread TID      one thread (threading.get_ident())\n"
-	"  --format F        collapsed (default), flamegraph (one HTML file), heatmap (the\n"
-	"                    same page with the sources, read now, line by line),\n"
-	"                    speedscope, pprof (gzip'd protobuf), gecko, table (top\n"
-	"                    functions, counted by\n"
-	"                    the daemon; with --json one object: {name, mode, from, until,\n"
-	"                    samples, functions_found, functions: [{function, file, own,\n"
-	"                    total, own_percent, total_percent}]}), json, or processes\n"
-	"                    (which processes the range has samples of, and their\n"
-	"                    target ids; with --json an array of objects: {target_id,\n"
-	"                    pid, uid, executable, command_line, python_version,\n"
-	"                    labels, first, last, samples})\n"
-	"  --limit N         table: the first N functions (default: all)\n"
-	"  -o, --output FILE write there instead of standard output\n";
-
-const char ctl_diff_usage[] =
-	"usage: pyprofd-ctl diff [--pid P | --target ID] [--label K=V]... [--thread TID] [--limit N]\n"
-	"                        --base FROM..UNTIL --compare FROM..UNTIL [--format F] [--json]\n"
-	"                        [-o FILE]\n"
-	"\n"
-	"Two ranges of the history side by side: each function's share of the samples\n"
-	"(own and total) in the base range and in the compared one, the functions whose\n"
-	"own share changed most first.  Shares, not counts, so ranges of different\n"
-	"lengths compare fairly.  A time is unix seconds, local YYYY-MM-DDTHH:MM[:SS],\n"
-	"now, or -D for D ago (-90s, -15m, -2h, -1d): --base -2h..-1h --compare -1h..now.\n"
-	"The daemon counts and orders; one request answers both ranges.\n"
-	"\n"
-	"  --format F        table (default), or flamegraph: the compared range's graph,\n"
-	"                    each frame coloured by how its share of the samples moved\n"
-	"                    (red: up, blue: down), or heatmap: the same with sources\n"
-	"  --limit N         the first N functions (default: all)\n"
-	"  --json            one JSON object: {base_samples, compare_samples,\n"
-	"                    functions_found, functions:\n"
-	"                    [{function, file, base_own, base_total, compare_own,\n"
-	"                    compare_total, own_percent_change, total_percent_change}]}\n";
-
-/* --- query --- */
-
 /* -o's file, or standard output without one; NULL (said on stderr) if it cannot be written. */
-static FILE *ctl_history_output_open(const char *path)
+FILE *ctl_history_output_open(const char *path)
 {
 	FILE *out = path ? fopen(path, "wb") : stdout;
 	if (!out)
@@ -77,7 +27,7 @@ static FILE *ctl_history_output_open(const char *path)
 }
 
 /* Closes what ctl_history_output_open gave after a writer returned rc; the exit status. */
-static int ctl_history_output_close(FILE *out, const char *path, int rc)
+int ctl_history_output_close(FILE *out, const char *path, int rc)
 {
 	if (path && fclose(out) != 0)
 		rc = -1;
@@ -108,23 +58,6 @@ double ctl_history_parse_time(const char *arg)
 	return t == (time_t)-1 ? -1 : (double)t;
 }
 
-/* The options ctl_history_option reads, after each command's own; last, as they end the table. */
-#define CTL_HISTORY_OPTIONS                                                                        \
-	{"no-idle", no_argument, NULL, 'I'},                                                       \
-	{"pid", required_argument, NULL, 'p'}, {"label", required_argument, NULL, 'l'},              \
-		{"thread", required_argument, NULL, 't'}, {"target", required_argument, NULL, 'T'},  \
-		{"output", required_argument, NULL, 'o'}, {"limit", required_argument, NULL, 'n'},   \
-		CTL_COMMON_OPTIONS
-
-/* What query and diff take alike: which processes and threads, --limit, -o. */
-struct ctl_history_args {
-	Pyprofd__QueryRequest q;
-	Pyprofd__Label *labels; /* every label is one argument, so argc bounds their number */
-	Pyprofd__Label **label_ptrs;
-	const char *output;
-	bool done; /* --help was printed */
-};
-
 /* Room for the labels; EXIT_OK, or EXIT_FAILURE_OTHER said on stderr. */
 static int ctl_history_args_init(struct ctl_history_args *h, int argc)
 {
@@ -139,7 +72,7 @@ static int ctl_history_args_init(struct ctl_history_args *h, int argc)
 	return EXIT_OK;
 }
 
-static void ctl_history_args_free(struct ctl_history_args *h)
+void ctl_history_args_free(struct ctl_history_args *h)
 {
 	free(h->labels);
 	free(h->label_ptrs);
@@ -221,9 +154,9 @@ static int ctl_history_option(struct ctl *ctl, int opt, char **argv, struct ctl_
  * goes to the command's own(ctl, opt, ctx).  EXIT_OK (h->done after --help)
  * or the first error, said on stderr; h is freed by the caller either way.
  */
-static int ctl_history_parse(struct ctl *ctl, int argc, char **argv, const struct option *options,
-                             int (*own)(struct ctl *ctl, int opt, void *ctx), void *ctx,
-                             struct ctl_history_args *h)
+int ctl_history_parse(struct ctl *ctl, int argc, char **argv, const struct option *options,
+                      int (*own)(struct ctl *ctl, int opt, void *ctx), void *ctx,
+                      struct ctl_history_args *h)
 {
 	int status = ctl_history_args_init(h, argc), opt;
 	while (status == EXIT_OK && !h->done &&
@@ -279,7 +212,7 @@ static int ctl_history_process_row(const Pyprofd__StoredProcess *p, FILE *out)
 }
 
 /* The processes a range has samples of (every part), as a table or one JSON array. */
-static int ctl_history_processes(const struct client_reply *reply, bool json, FILE *out)
+int ctl_history_processes(const struct client_reply *reply, bool json, FILE *out)
 {
 	if (json) {
 		json_t *list = json_array();
@@ -307,8 +240,8 @@ static int ctl_history_processes(const struct client_reply *reply, bool json, FI
 }
 
 /* A function table or diff answered in parts, written as one table; 0 or -1. */
-static int ctl_history_table(const struct client_reply *reply, const char *name, bool diff, bool json,
-                           FILE *out)
+int ctl_history_table(const struct client_reply *reply, const char *name, bool diff, bool json,
+                      FILE *out)
 {
 	size_t n = 0;
 	for (size_t p = 0; p < reply->nparts; p++)
@@ -379,17 +312,14 @@ static void ctl_history_profile_free(struct ctl_history_profile *h)
 	export_sources_free(&h->sources);
 }
 
-/* A page's time slots: about one per 5 pixels of a wide screen. */
-#define CTL_HISTORY_PAGE_SLOTS 240
-
 /*
  * Answers to stack queries (all parts of each; a diff's base range last,
  * marked base) as the export writers take them.  The first answer heads
  * the profile; a heatmap gets the sources of its files, read here (see
  * export_sources_read).
  */
-static int ctl_history_export(const struct client_reply *const *replies, size_t nreplies, bool diff,
-                              const char *name, enum export_format format, bool per_thread, FILE *out)
+int ctl_history_export(const struct client_reply *const *replies, size_t nreplies, bool diff,
+                       const char *name, enum export_format format, bool per_thread, FILE *out)
 {
 	size_t nframes = 0, nstacks = 0, nthreads = 0, nlabels = 0, nrefs = 0;
 	for (size_t k = 0; k < nreplies; k++)
@@ -502,7 +432,7 @@ out:
  * the history ever had matches it (a typo in a label is the usual cause),
  * say so on stderr.  The answer itself stands: an empty range is no error.
  */
-static void ctl_history_warn_unmatched(const struct ctl *ctl, const Pyprofd__QueryRequest *q)
+void ctl_history_warn_unmatched(const struct ctl *ctl, const Pyprofd__QueryRequest *q)
 {
 	if (!q->pid && !q->target_id && !q->n_labels)
 		return;
@@ -542,7 +472,7 @@ static void ctl_history_warn_unmatched(const struct ctl *ctl, const Pyprofd__Que
 }
 
 /* What a selection is called in a title: its target, pid or first label. */
-static void ctl_history_name(const Pyprofd__QueryRequest *q, char *name, size_t len)
+void ctl_history_name(const Pyprofd__QueryRequest *q, char *name, size_t len)
 {
 	if (q->target_id)
 		snprintf(name, len, "target %lld", (long long)q->target_id);
@@ -552,254 +482,3 @@ static void ctl_history_name(const Pyprofd__QueryRequest *q, char *name, size_t 
 		snprintf(name, len, "%s=%s", q->labels[0]->key, q->labels[0]->value);
 }
 
-/* The options only query takes. */
-struct ctl_history_query_opts {
-	Pyprofd__QueryRequest *q;
-	bool table, processes, per_thread;
-	enum export_format format;
-	double since;
-};
-
-static int ctl_history_query_option(struct ctl *ctl, int opt, void *ctx)
-{
-	struct ctl_history_query_opts *o = ctx;
-	switch (opt) {
-	case 's':
-		if (duration_parse(optarg, 0, CTL_DURATION_MAX, &o->since) != 0)
-			return ctl_usage_error(ctl, "--since takes a duration such as 90s, 15m, 2h or 1d");
-		return EXIT_OK;
-	case 'f':
-	case 'u': {
-		double t = ctl_history_parse_time(optarg);
-		if (t < 0)
-			return ctl_usage_error(ctl, "--%s takes unix seconds or YYYY-MM-DDTHH:MM[:SS]",
-			                       opt == 'f' ? "from" : "until");
-		*(opt == 'f' ? &o->q->from_unix : &o->q->until_unix) = t;
-		return EXIT_OK;
-	}
-	case 'F':
-		/* The table is counted by the daemon; the other formats are written from stacks. */
-		o->table = strcmp(optarg, "table") == 0;
-		o->processes = strcmp(optarg, "processes") == 0;
-		if (!o->table && !o->processes && export_format_parse(optarg, &o->format) != 0)
-			return ctl_usage_error(ctl, "unknown format '%s'", optarg);
-		return EXIT_OK;
-	case 'P':
-		o->per_thread = true;
-		return EXIT_OK;
-	}
-	return EXIT_OK;
-}
-
-int ctl_history_query(struct ctl *ctl, int argc, char **argv)
-{
-	static const struct option options[] = {
-		{"since", required_argument, NULL, 's'}, {"from", required_argument, NULL, 'f'},
-		{"until", required_argument, NULL, 'u'}, {"format", required_argument, NULL, 'F'},
-		{"per-thread", no_argument, NULL, 'P'},
-		CTL_HISTORY_OPTIONS,
-	};
-	struct ctl_history_args h;
-	Pyprofd__QueryRequest *q = &h.q;
-	struct ctl_history_query_opts o = {.q = q, .format = EXPORT_COLLAPSED, .since = -1};
-	char name[256] = "all processes";
-	int status = ctl_history_parse(ctl, argc, argv, options, ctl_history_query_option, &o, &h);
-	if (status != EXIT_OK || h.done)
-		goto out;
-	if (q->limit && !o.table) {
-		status = ctl_usage_error(ctl, "--limit goes with --format table");
-		goto out;
-	}
-	if (o.table)
-		q->aggregate = PYPROFD__QUERY_AGGREGATE__QUERY_FUNCTIONS;
-	if (o.processes)
-		q->aggregate = PYPROFD__QUERY_AGGREGATE__QUERY_PROCESSES;
-	/* Stacks come per thread, with the threads' names and their processes' labels. */
-	q->split_threads = !o.table && !o.processes;
-	/* A page draws the samples over time: they come in slots. */
-	if (!o.table && !o.processes && (o.format == EXPORT_FLAMEGRAPH || o.format == EXPORT_HEATMAP))
-		q->time_slots = CTL_HISTORY_PAGE_SLOTS;
-	ctl_history_name(q, name, sizeof name);
-	if (o.since >= 0) {
-		if (q->from_unix || q->until_unix) {
-			status = ctl_usage_error(ctl, "--since and --from/--until do not go together");
-			goto out;
-		}
-		q->from_unix = floor(clock_wall_s()) - o.since;
-	}
-	if (q->until_unix && q->until_unix < q->from_unix) {
-		status = ctl_usage_error(ctl, "--until is before --from");
-		goto out;
-	}
-
-	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
-	req.body_case = PYPROFD__REQUEST__BODY_QUERY;
-	req.query = q;
-	struct client_reply *reply = ctl_call(ctl, &req, &status);
-	if (!reply)
-		goto out;
-	FILE *out = ctl_history_output_open(h.output);
-	if (!out) {
-		status = EXIT_FAILURE_OTHER;
-	} else {
-		const Pyprofd__QueryResult *head = reply->parts[0]->query;
-		if (!o.table && !o.processes && head->total && !head->rate_hz)
-			fputs("pyprofd-ctl: the selected processes were sampled at different rates or in "
-			      "different modes; times assume 100 Hz wall-clock samples\n",
-			      stderr);
-		int rc = o.table       ? ctl_history_table(reply, name, false, ctl->json, out)
-		         : o.processes ? ctl_history_processes(reply, ctl->json, out)
-		                     : ctl_history_export((const struct client_reply *const[]){reply}, 1,
-		                                          false, name, o.format, o.per_thread, out);
-		status = ctl_history_output_close(out, h.output, rc);
-		if (status == EXIT_OK && !head->total && !head->n_processes)
-			ctl_history_warn_unmatched(ctl, q);
-	}
-	client_reply_free(reply);
-out:
-	ctl_history_args_free(&h);
-	return status;
-}
-
-/* --- diff --- */
-
-/* A time of a diff range: as ctl_history_parse_time, or "now", or "-D" for D ago; -1 if none. */
-double ctl_history_parse_when(const char *arg, double now)
-{
-	if (strcmp(arg, "now") == 0)
-		return now;
-	if (arg[0] == '-') {
-		double ago;
-		return duration_parse(arg + 1, 0, CTL_DURATION_MAX, &ago) != 0 ? -1 : now - ago;
-	}
-	return ctl_history_parse_time(arg);
-}
-
-/* "FROM..UNTIL" into q; EXIT_OK or a usage error. */
-int ctl_history_parse_range(const struct ctl *ctl, const char *option, const char *arg, double now,
-                       Pyprofd__QueryRequest *q)
-{
-	const char *dots = strstr(arg, "..");
-	char from[64];
-	if (!dots || (size_t)(dots - arg) >= sizeof from)
-		return ctl_usage_error(ctl, "%s takes FROM..UNTIL, not '%s'", option, arg);
-	memcpy(from, arg, (size_t)(dots - arg));
-	from[dots - arg] = '\0';
-	double a = ctl_history_parse_when(from, now), b = ctl_history_parse_when(dots + 2, now);
-	if (a < 0 || b < 0 || b < a)
-		return ctl_usage_error(ctl, "%s: '%s' is not a range of times (FROM..UNTIL)", option, arg);
-	q->from_unix = a;
-	q->until_unix = b > a ? b : a + 1e-6;
-	return EXIT_OK;
-}
-
-/* The ranges and format only diff takes. */
-struct ctl_history_diff_opts {
-	Pyprofd__QueryRequest *compare, *base;
-	double now;
-	bool have_base, have_compare;
-	bool page; /* a flamegraph or heatmap, not the table */
-	enum export_format format;
-};
-
-static int ctl_history_diff_option(struct ctl *ctl, int opt, void *ctx)
-{
-	struct ctl_history_diff_opts *o = ctx;
-	int status = EXIT_OK;
-	if (opt == 'b') {
-		status = ctl_history_parse_range(ctl, "--base", optarg, o->now, o->base);
-		o->have_base = status == EXIT_OK;
-	} else if (opt == 'c') {
-		status = ctl_history_parse_range(ctl, "--compare", optarg, o->now, o->compare);
-		o->have_compare = status == EXIT_OK;
-	} else if (opt == 'F') {
-		o->page = strcmp(optarg, "table") != 0;
-		if (o->page && (export_format_parse(optarg, &o->format) != 0 ||
-		                (o->format != EXPORT_FLAMEGRAPH && o->format != EXPORT_HEATMAP)))
-			status = ctl_usage_error(ctl, "diff writes table, flamegraph or heatmap, not '%s'", optarg);
-	}
-	return status;
-}
-
-/*
- * diff as a page: the stacks of the compared range and of the base range,
- * one query each with the same selection, drawn as the compared range's
- * graph coloured by the change.  The exit status.
- */
-static int ctl_history_diff_page(struct ctl *ctl, struct ctl_history_args *h,
-                                 const Pyprofd__QueryRequest *base_range, enum export_format format)
-{
-	Pyprofd__QueryRequest *q = &h->q, base = *q;
-	q->aggregate = base.aggregate = PYPROFD__QUERY_AGGREGATE__QUERY_STACKS;
-	q->split_threads = base.split_threads = true;
-	base.from_unix = base_range->from_unix;
-	base.until_unix = base_range->until_unix;
-	Pyprofd__Request req = PYPROFD__REQUEST__INIT, base_req = PYPROFD__REQUEST__INIT;
-	req.body_case = base_req.body_case = PYPROFD__REQUEST__BODY_QUERY;
-	req.query = q;
-	base_req.query = &base;
-	int status;
-	struct client_reply *compared = ctl_call(ctl, &req, &status), *based = NULL;
-	if (compared && (based = ctl_call(ctl, &base_req, &status))) {
-		char name[256] = "all processes";
-		ctl_history_name(q, name, sizeof name);
-		FILE *out = ctl_history_output_open(h->output);
-		status = out ? ctl_history_output_close(
-		                       out, h->output,
-		                       ctl_history_export((const struct client_reply *const[]){compared, based},
-		                                          2, true, name, format, false, out))
-		             : EXIT_FAILURE_OTHER;
-		if (status == EXIT_OK && !compared->parts[0]->query->total && !based->parts[0]->query->total)
-			ctl_history_warn_unmatched(ctl, q);
-	}
-	client_reply_free(compared);
-	client_reply_free(based);
-	return status;
-}
-
-int ctl_history_diff(struct ctl *ctl, int argc, char **argv)
-{
-	static const struct option options[] = {
-		{"base", required_argument, NULL, 'b'},
-		{"compare", required_argument, NULL, 'c'},
-		{"format", required_argument, NULL, 'F'},
-		CTL_HISTORY_OPTIONS,
-	};
-	/* The compared range is the query's own; the base range rides along in base_*. */
-	struct ctl_history_args h;
-	Pyprofd__QueryRequest *q = &h.q, base = PYPROFD__QUERY_REQUEST__INIT;
-	struct client_reply *reply = NULL;
-	struct ctl_history_diff_opts o = {.compare = q, .base = &base, .now = clock_wall_s()};
-	int status = ctl_history_parse(ctl, argc, argv, options, ctl_history_diff_option, &o, &h);
-	if (status != EXIT_OK || h.done)
-		goto out;
-	if (!o.have_base || !o.have_compare) {
-		status = ctl_usage_error(ctl, "diff needs --base and --compare");
-		goto out;
-	}
-	if (o.page) {
-		status = q->limit ? ctl_usage_error(ctl, "--limit goes with the table")
-		         : ctl->json ? ctl_usage_error(ctl, "--json goes with the table")
-		                     : ctl_history_diff_page(ctl, &h, &base, o.format);
-		goto out;
-	}
-	q->aggregate = PYPROFD__QUERY_AGGREGATE__QUERY_DIFF;
-	q->base_from_unix = base.from_unix;
-	q->base_until_unix = base.until_unix;
-	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
-	req.body_case = PYPROFD__REQUEST__BODY_QUERY;
-	req.query = q;
-	if (!(reply = ctl_call(ctl, &req, &status)))
-		goto out;
-	FILE *out = ctl_history_output_open(h.output);
-	status = out ? ctl_history_output_close(out, h.output,
-	                                        ctl_history_table(reply, NULL, true, ctl->json, out))
-	             : EXIT_FAILURE_OTHER;
-	const Pyprofd__QueryResult *head = reply->parts[0]->query;
-	if (status == EXIT_OK && !head->total && !head->base_total)
-		ctl_history_warn_unmatched(ctl, q);
-out:
-	client_reply_free(reply);
-	ctl_history_args_free(&h);
-	return status;
-}

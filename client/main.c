@@ -10,9 +10,9 @@ static const struct ctl_command main_commands[] = {
 	{"attach", ctl_live_attach, ctl_attach_usage}, {"detach", ctl_live_detach, ctl_detach_usage},
 	{"list", ctl_live_list, ctl_list_usage},       {"dump", ctl_live_dump, ctl_dump_usage},
 	{"stats", ctl_live_stats, ctl_stats_usage},    {"status", ctl_live_status, ctl_status_usage},
-	{"top", top_main, ctl_top_usage},             {"query", ctl_history_query, ctl_query_usage},
-	{"diff", ctl_history_diff, ctl_diff_usage},   {"rules", ctl_rules, ctl_rules_usage},
-	{"export", ctl_export, ctl_export_usage},
+	{"top", top_main, ctl_top_usage},             {"query", ctl_query, ctl_query_usage},
+	{"diff", ctl_diff, ctl_diff_usage},   {"rules", ctl_rules, ctl_rules_usage},
+	{"export", ctl_backfill, ctl_backfill_usage},
 };
 
 int main(int argc, char **argv)

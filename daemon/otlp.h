@@ -14,7 +14,7 @@ struct store_process;
 struct store_frame;
 struct store_reader;
 
-/* [export.otlp]: where and how the exporter sends profiles. */
+/* [export.otlp]: where and how the OTLP sender sends profiles. */
 #define OTLP_DEFAULT_INTERVAL_S 15
 #define OTLP_DEFAULT_TIMEOUT_S 10
 struct otlp_config {

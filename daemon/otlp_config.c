@@ -1,4 +1,4 @@
-/* The [export.otlp] settings: where and how the exporter sends profiles. */
+/* The [export.otlp] settings: where and how the OTLP sender sends profiles. */
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -165,7 +165,7 @@ int otlp_config_set(struct otlp_config *oc, const char *name, const char *value)
 	return -1;
 }
 
-/* Two configurations send alike (the exporter starts over when they do not). */
+/* Two configurations send alike (the sender starts over when they do not). */
 bool otlp_config_equal(const struct otlp_config *a, const struct otlp_config *b)
 {
 	if ((a->endpoint == NULL) != (b->endpoint == NULL) ||

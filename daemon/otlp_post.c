@@ -2,7 +2,7 @@
  * A packed request's POST to a collector's /v1development/profiles, with
  * libcurl: compressed, with the configured headers, within the timeout, a
  * partial success read from the answer as the failure it is.  Used by the
- * exporter's thread and by backfills; nothing here runs on the loop.
+ * sender's thread and by backfills; nothing here runs on the loop.
  */
 #include <curl/curl.h>
 #include <errno.h>

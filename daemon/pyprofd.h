@@ -776,15 +776,10 @@ void budget_apply(struct budget *b, struct target *t);
 /* The budgets' state; a peer other than root sees its own user alone. */
 void budget_status(const struct budget *b, uid_t peer, Pyprofd__StatusResult *out, struct arena *a);
 
-/* exporter.c */
-/*
- * The OTLP exporter of [export.otlp], on a thread of its own, and the
- * backfills of `pyprofd-ctl export`, each a job (jobs.c).
- */
+/* otlp_sender.c */
+/* The OTLP sender of [export.otlp], on a thread of its own. */
 struct store_sinks;
-/* Backfills running at once. */
-#define EXPORTER_JOBS_MAX 2
-struct exporter {
+struct otlp_sender {
 	struct store_writer *writer; /* NULL: no history, nothing to send */
 	unsigned bucket_seconds;
 	char host[256];              /* host.name */
@@ -809,21 +804,27 @@ struct exporter {
 	void *http;
 };
 /* Start the thread (idle while no endpoint is configured).  0, or -1. */
-int exporter_start(struct exporter *x, struct store_writer *writer, const struct config *c);
-/* [export.otlp] as reloaded: a change starts the exporter afresh, cancelling what it was sending. */
-void exporter_configure(struct exporter *x, const struct config *c);
+int otlp_sender_start(struct otlp_sender *x, struct store_writer *writer, const struct config *c);
+/* [export.otlp] as reloaded: a change starts the sender afresh, cancelling what it was sending. */
+void otlp_sender_configure(struct otlp_sender *x, const struct config *c);
 /* After a flush round at loop time now: the history is complete up to its second. */
-void exporter_flushed(struct exporter *x, double now);
+void otlp_sender_flushed(struct otlp_sender *x, double now);
 /* Stop the thread (cancelling what it sends) and wait for it; backfills are the jobs'. */
-void exporter_stop(struct exporter *x);
-void exporter_status(struct exporter *x, Pyprofd__StatusResult *out, struct arena *a);
+void otlp_sender_stop(struct otlp_sender *x);
+void otlp_sender_status(struct otlp_sender *x, Pyprofd__StatusResult *out, struct arena *a);
+
+/* otlp_backfill.c */
+/* Backfills running at once. */
+#define OTLP_BACKFILLS_MAX 2
 /*
  * Start a backfill (req->otlp_export) as a job: ERROR_UNSPECIFIED, and the
- * answer goes to the client later; or the code of an error with why.
+ * answer goes to the client later; or the code of an error with why.  The
+ * sender lends its history, its host name and, for its own collector, its
+ * headers.
  */
-Pyprofd__ErrorCode exporter_backfill(struct exporter *x, struct jobs *js, uint64_t client_serial,
-                                     uid_t uid, const Pyprofd__Request *req, char *why,
-                                     size_t why_len);
+Pyprofd__ErrorCode otlp_backfill_start(struct otlp_sender *x, struct jobs *js,
+                                       uint64_t client_serial, uid_t uid,
+                                       const Pyprofd__Request *req, char *why, size_t why_len);
 
 /* fleet.c */
 /* The processes the daemon finds and attaches by itself (rules, children). */
@@ -880,7 +881,7 @@ struct server {
 	struct jobs jobs; /* queries and backfills */
 	struct fleet fleet;
 	struct budget budget;
-	struct exporter exporter;
+	struct otlp_sender otlp;
 	struct client *clients;
 	unsigned nclients;
 	uint64_t next_client_serial;

@@ -39,7 +39,7 @@ void rpc_otlp_export(struct server *s, struct client *c, const Pyprofd__Request 
 	/* What was sampled up to now goes to the writer first; the backfill waits for it. */
 	targets_flush(&s->targets);
 	char why[256];
-	Pyprofd__ErrorCode code = exporter_backfill(&s->exporter, &s->jobs, c->serial, c->uid, req, why,
+	Pyprofd__ErrorCode code = otlp_backfill_start(&s->otlp, &s->jobs, c->serial, c->uid, req, why,
 	                                           sizeof why);
 	if (code != PYPROFD__ERROR_CODE__ERROR_UNSPECIFIED)
 		rpc_error(resp, a, code, "%s", why);

@@ -102,7 +102,7 @@ void rpc_status(struct server *s, struct client *c, const Pyprofd__Request *req,
 	history_status(&s->history, res, a);
 	fleet_status(&s->fleet, res);
 	budget_status(&s->budget, c->uid, res, a);
-	exporter_status(&s->exporter, res, a);
+	otlp_sender_status(&s->otlp, res, a);
 	if (own != res)
 		rpc_status_own(s, c, res, own);
 	resp->result_case = PYPROFD__RESPONSE__RESULT_STATUS;

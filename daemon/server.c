@@ -188,7 +188,7 @@ static void server_on_flush_timer(struct ev_loop *loop, ev_timer *w, int revents
 	struct server *s = w->data;
 	targets_flush(&s->targets);
 	history_flushed(&s->history, &s->config);
-	exporter_flushed(&s->exporter, ev_now(s->loop));
+	otlp_sender_flushed(&s->otlp, ev_now(s->loop));
 }
 
 static void server_on_reload(struct ev_loop *loop, ev_signal *w, int revents)
@@ -200,7 +200,7 @@ static void server_on_reload(struct ev_loop *loop, ev_signal *w, int revents)
 	if (config_reload(&s->config, s->argc, s->argv) == 0) {
 		log_set_level(s->config.log_level);
 		history_configure(&s->history, &s->config);
-		exporter_configure(&s->exporter, &s->config);
+		otlp_sender_configure(&s->otlp, &s->config);
 		/* An active watcher's repeat may change; ev_timer_again restarts it with the new one. */
 		s->flush_timer.repeat = s->config.flush_interval_s;
 		ev_timer_again(s->loop, &s->flush_timer);
@@ -247,7 +247,7 @@ static void server_shutdown(struct server *s)
 	ev_timer_stop(s->loop, &s->flush_timer);
 	targets_flush(&s->targets);
 	/* What was not sent waits in the history for the next start. */
-	exporter_stop(&s->exporter);
+	otlp_sender_stop(&s->otlp);
 	history_close(&s->history);
 	targets_free(&s->targets);
 	uw_kreader_close(s->kreader); /* after every target that used it */
@@ -356,7 +356,7 @@ int server_main(int argc, char **argv)
 	s.schedule.before_ctx = s.kreader;
 	if (history_open(&s.history, &s.config, s.state_fd) != 0 ||
 	    jobs_init(&s.jobs, s.loop, &job_sink, &s) != 0 || fleet_init(&s.fleet, &s) != 0 ||
-	    exporter_start(&s.exporter, s.history.writer, &s.config) != 0) {
+	    otlp_sender_start(&s.otlp, s.history.writer, &s.config) != 0) {
 		fprintf(stderr, "pyprofd: out of memory\n");
 		schedule_free(&s.schedule);
 		close(s.listen_fd);

@@ -341,7 +341,7 @@ int store_query_sampling(struct store_reader *r, const struct store_query *q, ui
 /* ---- sinks: what was sent where (sinks.c) ---- */
 
 /*
- * An exporter's connection to the file w writes, reached as w reaches it,
+ * The OTLP sender's connection to the file w writes, reached as w reaches it,
  * for what each sink (an OTLP endpoint, by name) was sent.  It writes only
  * the export tables; samples are read through a store_reader.  The schema
  * must be this build's (w migrates it once open).  NULL and *err.
@@ -352,7 +352,7 @@ void store_sinks_close(struct store_sinks *x);
 
 /*
  * The sink of this name, created when new with everything before `start`
- * taken as sent (an exporter starts from now, not from the whole history),
+ * taken as sent (a sender starts from now, not from the whole history),
  * marked active at `now`.  Its id and the first bucket start it has not
  * sent for every target.  0, or -1 and *err.
  */

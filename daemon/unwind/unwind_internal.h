@@ -544,7 +544,7 @@ const struct kstill_task *still_task_seen(struct uw_target *t, pid_t tid, uint32
 /* Every task this sample's look saw of the process (*n), NULL when it saw none. */
 const struct kstill_task *still_tasks(struct uw_target *t, uint32_t *n);
 
-/* target.c — the opened process; owns everything above. */
+/* open.c — the opened process; owns everything above. */
 struct uw_target {
 	pid_t pid;
 	struct remote mem;
@@ -611,7 +611,7 @@ struct uw_target {
 	bool none_looked;
 };
 
-/* target.c */
+/* open.c */
 /* Where an image's runtime and types are, as uw_open finds them in a process. */
 struct uw_image_target {
 	const struct remote_image *image;

@@ -120,18 +120,18 @@ Test(parse, durations_and_times)
 	                .tm_sec = 5, .tm_isdst = -1};
 	cr_assert_eq(local, (double)mktime(&tm));
 	cr_assert_lt(ctl_history_parse_time("yesterday"), 0);
-	cr_assert_eq(ctl_history_parse_when("now", 1000), 1000);
-	cr_assert_eq(ctl_history_parse_when("-2h", 10000), 10000 - 7200);
+	cr_assert_eq(ctl_diff_parse_when("now", 1000), 1000);
+	cr_assert_eq(ctl_diff_parse_when("-2h", 10000), 10000 - 7200);
 }
 
 Test(parse, ranges)
 {
 	struct ctl ctl = {0};
 	Pyprofd__QueryRequest q = PYPROFD__QUERY_REQUEST__INIT;
-	cr_assert_eq(ctl_history_parse_range(&ctl, "--base", "-2h..-1h", 10000, &q), EXIT_OK);
+	cr_assert_eq(ctl_diff_parse_range(&ctl, "--base", "-2h..-1h", 10000, &q), EXIT_OK);
 	cr_assert_eq(q.from_unix, 10000 - 7200);
 	cr_assert_eq(q.until_unix, 10000 - 3600);
-	cr_assert_eq(ctl_history_parse_range(&ctl, "--base", "-1h..-2h", 10000, &q), EXIT_USAGE,
+	cr_assert_eq(ctl_diff_parse_range(&ctl, "--base", "-1h..-2h", 10000, &q), EXIT_USAGE,
 	             "a range ending before it starts");
-	cr_assert_eq(ctl_history_parse_range(&ctl, "--base", "now", 10000, &q), EXIT_USAGE);
+	cr_assert_eq(ctl_diff_parse_range(&ctl, "--base", "now", 10000, &q), EXIT_USAGE);
 }

@@ -13,7 +13,7 @@
 #include "clock.h"
 #include "ctl.h"
 
-const char ctl_export_usage[] =
+const char ctl_backfill_usage[] =
 	"usage: pyprofd-ctl export --otlp URL [--pid P | --label K=V]... [--since D | --from T [--until T]]\n"
 	"\n"
 	"The daemon sends the history of the selected processes over the range to the\n"
@@ -28,7 +28,7 @@ const char ctl_export_usage[] =
 	"  --from T, --until T  unix seconds or local YYYY-MM-DDTHH:MM[:SS]\n"
 	"  --json            the result as one JSON object: processes, samples, bytes\n";
 
-int ctl_export(struct ctl *ctl, int argc, char **argv)
+int ctl_backfill(struct ctl *ctl, int argc, char **argv)
 {
 	static const struct option options[] = {
 		{"otlp", required_argument, NULL, 'o'}, {"pid", required_argument, NULL, 'p'},

@@ -27,7 +27,7 @@ enum {
 	SYM_COUNT
 };
 
-static void target_symbols(struct elf_symbol syms[SYM_COUNT])
+static void open_symbols(struct elf_symbol syms[SYM_COUNT])
 {
 	static const char *const names[SYM_COUNT] = {
 		[SYM_RUNTIME] = "_PyRuntime",
@@ -97,7 +97,7 @@ static uint64_t version_parse(const char *s)
  * 3.13+: the runtime describes itself.  1 and the layout when _PyRuntime
  * starts with _Py_DebugOffsets, 0 when it does not, -1 and *err.
  */
-static int target_debug_layout(struct uw_target *t, struct uw_error *err)
+static int open_debug_layout(struct uw_target *t, struct uw_error *err)
 {
 	uint8_t head[24];
 	if (remote_read(&t->mem, t->runtime, head, sizeof head, err) != 0)
@@ -121,10 +121,10 @@ static int target_debug_layout(struct uw_target *t, struct uw_error *err)
 	return 0;
 }
 
-static int target_resolve_version(struct uw_target *t, const struct elf_symbol *syms,
-                                  uint64_t bias, struct uw_error *err)
+static int open_resolve_version(struct uw_target *t, const struct elf_symbol *syms,
+                                uint64_t bias, struct uw_error *err)
 {
-	int described = target_debug_layout(t, err);
+	int described = open_debug_layout(t, err);
 	if (described != 0)
 		return described < 0 ? -1 : 0;
 
@@ -165,7 +165,7 @@ static int target_resolve_version(struct uw_target *t, const struct elf_symbol *
 }
 
 /* The walk reads datastack_top beside datastack_chunk: make the thread-state read cover it. */
-static void target_fit_layout(struct py_layout *L)
+static void open_fit_layout(struct py_layout *L)
 {
 	uint32_t off = L->tstate.datastack_chunk;
 	if (off != LAYOUT_ABSENT && L->tstate.size < off + 16)
@@ -173,8 +173,8 @@ static void target_fit_layout(struct py_layout *L)
 }
 
 /* Find the ELF file holding _PyRuntime among the executable and libpython. */
-static int target_find_runtime(struct uw_target *t, const struct proc_maps *maps,
-                               struct uw_error *err)
+static int open_find_runtime(struct uw_target *t, const struct proc_maps *maps,
+                             struct uw_error *err)
 {
 	const struct proc_map *candidates[2] = {NULL, NULL};
 	for (size_t i = 0; i < maps->count && !candidates[0]; i++)
@@ -202,7 +202,7 @@ static int target_find_runtime(struct uw_target *t, const struct proc_maps *maps
 			continue;
 		struct elf_symbol syms[SYM_COUNT];
 		struct elf_facts facts;
-		target_symbols(syms);
+		open_symbols(syms);
 		int fd = proc_map_open(t->pid, m, err);
 		if (fd < 0)
 			return -1;
@@ -228,9 +228,9 @@ static int target_find_runtime(struct uw_target *t, const struct proc_maps *maps
 		t->runtime_file = strdup(m->path);
 		if (!t->runtime_file)
 			return uw_fail(err, UW_ENOMEM, "out of memory");
-		if (target_resolve_version(t, syms, bias, err) != 0)
+		if (open_resolve_version(t, syms, bias, err) != 0)
 			return -1;
-		target_fit_layout(&t->layout);
+		open_fit_layout(&t->layout);
 		return 0;
 	}
 	if (saw_python)
@@ -243,7 +243,7 @@ static int target_find_runtime(struct uw_target *t, const struct proc_maps *maps
 }
 
 /* A target with nothing resolved yet; NULL and *err. */
-static struct uw_target *target_new(pid_t pid, struct uw_error *err)
+static struct uw_target *open_new_target(pid_t pid, struct uw_error *err)
 {
 	struct uw_target *t = calloc(1, sizeof *t);
 	if (!t) {
@@ -268,7 +268,7 @@ static struct uw_target *target_new(pid_t pid, struct uw_error *err)
 struct uw_target *uw_open_image(const struct uw_image_target *it, struct uw_error *err)
 {
 	/* No process: pid -1 names none, so nothing of /proc is mistaken for the image's. */
-	struct uw_target *t = target_new(-1, err);
+	struct uw_target *t = open_new_target(-1, err);
 	if (!t)
 		return NULL;
 	t->mem.image = it->image;
@@ -278,7 +278,7 @@ struct uw_target *uw_open_image(const struct uw_image_target *it, struct uw_erro
 	t->bytes_type = it->bytes_type;
 	t->frame_type = it->frame_type;
 	t->runtime_file = strdup("(memory image)");
-	int described = t->runtime_file ? target_debug_layout(t, err) : -1;
+	int described = t->runtime_file ? open_debug_layout(t, err) : -1;
 	const struct py_layout *layout = layout_for_minor(it->minor);
 	if (described == 0 && layout) {
 		t->layout = *layout;
@@ -294,7 +294,7 @@ struct uw_target *uw_open_image(const struct uw_image_target *it, struct uw_erro
 		uw_close(t);
 		return NULL;
 	}
-	target_fit_layout(&t->layout);
+	open_fit_layout(&t->layout);
 	return t;
 }
 
@@ -314,7 +314,7 @@ struct uw_target *uw_open(pid_t pid, struct uw_error *err)
 		        (int)pid);
 		return NULL;
 	}
-	struct uw_target *t = target_new(pid, err);
+	struct uw_target *t = open_new_target(pid, err);
 	if (!t)
 		return NULL;
 
@@ -323,7 +323,7 @@ struct uw_target *uw_open(pid_t pid, struct uw_error *err)
 		uw_close(t);
 		return NULL;
 	}
-	int rc = target_find_runtime(t, &maps, err);
+	int rc = open_find_runtime(t, &maps, err);
 	proc_maps_free(&maps);
 	t->pid_namespace_nested = proc_pid_namespace_nested(pid);
 	if (rc != 0) {

@@ -1,7 +1,7 @@
 /*
- * The OTLP exporter: a thread of its own that sends each interval's
- * samples from the history to the collector of [export.otlp], and
- * backfills asked for by hand, each a job (jobs.c).  The loop only
+ * The OTLP sender: a thread of its own that sends each interval's samples
+ * from the history to the collector of [export.otlp].  (Backfills asked
+ * for by hand are jobs of their own: otlp_backfill.c.)  The loop only
  * tells it how far the history is complete (after each flush round), hands
  * it the configuration, and reads its status: a collector that never
  * answers holds these threads, never the loop.
@@ -16,7 +16,7 @@
  * save what a kill between the collector's answer and the mark (a few
  * milliseconds) sends again.  Each failure waits longer before the next
  * try (1 s, doubling, at most a minute), and a round sends at most
- * EXPORTER_ROUND_S of history, so catching up after a long outage goes a
+ * SENDER_ROUND_S of history, so catching up after a long outage goes a
  * bounded piece at a time.
  */
 #include <errno.h>
@@ -31,21 +31,19 @@
 #include "store.h"
 
 /* History one round sends at most: catching up goes a piece at a time. */
-#define EXPORTER_ROUND_S 600
-#define EXPORTER_BACKOFF_MIN_S 1.0
-#define EXPORTER_BACKOFF_MAX_S 60.0
-/* A backfill tries each request this many times before it gives up. */
-#define BACKFILL_TRIES 3
+#define SENDER_ROUND_S 600
+#define SENDER_BACKOFF_MIN_S 1.0
+#define SENDER_BACKOFF_MAX_S 60.0
 
 /* The error of the last attempt, for status and the log (under the lock). */
-static void exporter_set_error(struct exporter *x, const char *why)
+static void sender_set_error(struct otlp_sender *x, const char *why)
 {
 	snprintf(x->last_error, sizeof x->last_error, "%s", why);
 }
 
-static bool exporter_cancelled(void *ctx)
+static bool sender_cancelled(void *ctx)
 {
-	struct exporter *x = ctx;
+	struct otlp_sender *x = ctx;
 	pthread_mutex_lock(&x->lock);
 	bool stop = x->stop || x->config_serial != x->round_serial;
 	pthread_mutex_unlock(&x->lock);
@@ -53,7 +51,7 @@ static bool exporter_cancelled(void *ctx)
 }
 
 /* The store connections of the thread, opened when first needed. */
-static int exporter_connect(struct exporter *x, char *why, size_t why_len)
+static int sender_connect(struct otlp_sender *x, char *why, size_t why_len)
 {
 	struct store_error err = {{0}};
 	if (!x->store && !(x->store = store_sinks_open(x->writer, &err))) {
@@ -68,7 +66,7 @@ static int exporter_connect(struct exporter *x, char *why, size_t why_len)
 }
 
 /* Let go of the connections (after an error: the next round opens them again). */
-static void exporter_disconnect(struct exporter *x)
+static void sender_disconnect(struct otlp_sender *x)
 {
 	store_sinks_close(x->store);
 	store_reader_close(x->reader);
@@ -76,14 +74,14 @@ static void exporter_disconnect(struct exporter *x)
 	x->reader = NULL;
 }
 
-struct exporter_due_list {
+struct sender_due_list {
 	struct store_sink_due *v;
 	size_t n, cap;
 };
 
-static int exporter_collect_due(void *ctx, const struct store_sink_due *d)
+static int sender_collect_due(void *ctx, const struct store_sink_due *d)
 {
-	struct exporter_due_list *l = ctx;
+	struct sender_due_list *l = ctx;
 	if (array_reserve((void **)&l->v, &l->cap, l->n, sizeof *l->v, NULL) < 0)
 		return 1;
 	l->v[l->n++] = *d;
@@ -91,7 +89,7 @@ static int exporter_collect_due(void *ctx, const struct store_sink_due *d)
 }
 
 /* One target's range as one request, sent.  0, or -1 and why. */
-static int exporter_send_target(struct exporter *x, const struct otlp_config *oc, int64_t target_id,
+static int sender_send_target(struct otlp_sender *x, const struct otlp_config *oc, int64_t target_id,
                                 int64_t from, int64_t until, uint64_t *samples, char *why,
                                 size_t why_len)
 {
@@ -106,7 +104,7 @@ static int exporter_send_target(struct exporter *x, const struct otlp_config *oc
 	if (otlp_request_pack(q, &body, &len) < 0)
 		snprintf(why, why_len, "out of memory");
 	else
-		rc = otlp_post(&x->http, oc, oc->endpoint, body, len, exporter_cancelled, x, &bytes, why,
+		rc = otlp_post(&x->http, oc, oc->endpoint, body, len, sender_cancelled, x, &bytes, why,
 		               why_len);
 	*samples = otlp_request_samples(q);
 	free(body);
@@ -119,10 +117,10 @@ static int exporter_send_target(struct exporter *x, const struct otlp_config *oc
 
 /*
  * One round: what the history holds complete and the sink was not sent
- * yet, up to EXPORTER_ROUND_S of it.  0 when the sink is up to date, 1
+ * yet, up to SENDER_ROUND_S of it.  0 when the sink is up to date, 1
  * when more is due at once, -1 and why on a failure.
  */
-static int exporter_round(struct exporter *x, const struct otlp_config *oc, int64_t flushed_through,
+static int sender_round(struct otlp_sender *x, const struct otlp_config *oc, int64_t flushed_through,
                           char *why, size_t why_len)
 {
 	/* What the loop handed the writer up to the last flush round is in the file once this returns. */
@@ -131,7 +129,7 @@ static int exporter_round(struct exporter *x, const struct otlp_config *oc, int6
 	store_writer_status(x->writer, &ws);
 	/* The file was replaced under the writer: this thread's connections still read the old one. */
 	if (ws.file_changes != x->file_changes) {
-		exporter_disconnect(x);
+		sender_disconnect(x);
 		x->file_changes = ws.file_changes;
 	}
 	if (!ws.open || ws.failing || ws.pending_batches) {
@@ -139,7 +137,7 @@ static int exporter_round(struct exporter *x, const struct otlp_config *oc, int6
 		         ws.failing ? ws.last_error : "");
 		return -1;
 	}
-	if (exporter_connect(x, why, why_len) < 0)
+	if (sender_connect(x, why, why_len) < 0)
 		return -1;
 	int64_t bucket = x->bucket_seconds ? x->bucket_seconds : 10;
 	int64_t complete = flushed_through / bucket * bucket;
@@ -159,19 +157,19 @@ static int exporter_round(struct exporter *x, const struct otlp_config *oc, int6
 	if (complete <= sent_until)
 		return 0;
 	int64_t until = complete;
-	if (until - sent_until > EXPORTER_ROUND_S)
-		until = (sent_until + EXPORTER_ROUND_S) / bucket * bucket;
+	if (until - sent_until > SENDER_ROUND_S)
+		until = (sent_until + SENDER_ROUND_S) / bucket * bucket;
 	if (until <= sent_until)
 		until = sent_until + bucket;
-	struct exporter_due_list due = {0};
-	if (store_sink_due(x->store, sink, until, exporter_collect_due, &due, NULL, &err) < 0) {
+	struct sender_due_list due = {0};
+	if (store_sink_due(x->store, sink, until, sender_collect_due, &due, NULL, &err) < 0) {
 		free(due.v);
 		goto store_failed;
 	}
 	int rc = 0;
 	for (size_t i = 0; i < due.n && rc == 0; i++) {
 		uint64_t samples = 0;
-		if (exporter_send_target(x, oc, due.v[i].target_id, due.v[i].from, until, &samples, why,
+		if (sender_send_target(x, oc, due.v[i].target_id, due.v[i].from, until, &samples, why,
 		                         why_len) < 0) {
 			rc = -1;
 			break;
@@ -201,12 +199,12 @@ static int exporter_round(struct exporter *x, const struct otlp_config *oc, int6
 	return until < complete ? 1 : 0;
 store_failed:
 	snprintf(why, why_len, "the history: %.200s", err.msg);
-	exporter_disconnect(x);
+	sender_disconnect(x);
 	return -1;
 }
 
 /* Waits on the condition until the monotonic time `until` (or a signal); under the lock. */
-static void exporter_wait(struct exporter *x, double until)
+static void sender_wait(struct otlp_sender *x, double until)
 {
 	if (until <= 0) {
 		pthread_cond_wait(&x->wake, &x->lock);
@@ -218,9 +216,9 @@ static void exporter_wait(struct exporter *x, double until)
 	pthread_cond_timedwait(&x->wake, &x->lock, &ts);
 }
 
-static void *exporter_main(void *arg)
+static void *sender_main(void *arg)
 {
-	struct exporter *x = arg;
+	struct otlp_sender *x = arg;
 	/* Its own name, so top -H and the benchmark tell its cost from the loop's. */
 	pthread_setname_np(pthread_self(), "otlp-export");
 	struct otlp_config oc;
@@ -230,15 +228,15 @@ static void *exporter_main(void *arg)
 	while (!x->stop) {
 		double now = clock_mono_s();
 		if (!x->config.endpoint || !x->flushed_through) {
-			exporter_wait(x, 0);
+			sender_wait(x, 0);
 			continue;
 		}
 		if (x->round_serial != x->config_serial) {
 			/* A new configuration starts afresh: now, not after the old one's backoff. */
 			otlp_config_free(&oc);
 			if (otlp_config_copy(&oc, &x->config) < 0) {
-				exporter_set_error(x, "out of memory");
-				exporter_wait(x, now + EXPORTER_BACKOFF_MAX_S);
+				sender_set_error(x, "out of memory");
+				sender_wait(x, now + SENDER_BACKOFF_MAX_S);
 				continue;
 			}
 			x->round_serial = x->config_serial;
@@ -247,27 +245,27 @@ static void *exporter_main(void *arg)
 			x->last_error[0] = '\0';
 		}
 		if (now < next) {
-			exporter_wait(x, next);
+			sender_wait(x, next);
 			continue;
 		}
 		int64_t flushed = x->flushed_through;
 		uint64_t serial = x->round_serial;
 		pthread_mutex_unlock(&x->lock);
 		char why[256] = "";
-		int rc = exporter_round(x, &oc, flushed, why, sizeof why);
+		int rc = sender_round(x, &oc, flushed, why, sizeof why);
 		pthread_mutex_lock(&x->lock);
 		if (serial != x->config_serial)
 			continue; /* reconfigured meanwhile: what failed was cancelled */
 		if (rc < 0) {
-			backoff = backoff ? backoff * 2 : EXPORTER_BACKOFF_MIN_S;
-			if (backoff > EXPORTER_BACKOFF_MAX_S)
-				backoff = EXPORTER_BACKOFF_MAX_S;
+			backoff = backoff ? backoff * 2 : SENDER_BACKOFF_MIN_S;
+			if (backoff > SENDER_BACKOFF_MAX_S)
+				backoff = SENDER_BACKOFF_MAX_S;
 			next = clock_mono_s() + backoff;
 			x->requests_failed++;
 			if (!x->failing || strcmp(x->last_error, why) != 0)
 				log_warn("export: %s; trying again in %.0f s", why, backoff);
 			x->failing = true;
-			exporter_set_error(x, why);
+			sender_set_error(x, why);
 		} else {
 			if (x->failing)
 				log_info("export: %s takes profiles again", oc.endpoint);
@@ -279,192 +277,14 @@ static void *exporter_main(void *arg)
 	}
 	pthread_mutex_unlock(&x->lock);
 	otlp_config_free(&oc);
-	exporter_disconnect(x);
+	sender_disconnect(x);
 	otlp_post_free(&x->http);
 	return NULL;
 }
 
-/* ---- backfills: each a job (jobs.c) ---- */
-
-/* What one backfill sends, and where. */
-struct backfill {
-	struct store_writer *writer;
-	const char *host; /* the exporter's: jobs end before it stops */
-	uint64_t request_id;
-	struct otlp_config oc;
-	struct store_query q;
-	char **label_keys, **label_values;
-};
-
-struct backfill_targets {
-	int64_t *ids;
-	size_t n, cap;
-};
-
-static int backfill_target(void *ctx, const struct store_process *p)
-{
-	struct backfill_targets *t = ctx;
-	if (array_reserve((void **)&t->ids, &t->cap, t->n, sizeof *t->ids, NULL) < 0)
-		return 1;
-	t->ids[t->n++] = p->target_id;
-	return 0;
-}
-
-static bool backfill_cancelled(void *job)
-{
-	return job_cancelled(job);
-}
-
-/* Every selected process's range, one request each; its result or why it stopped as the answer. */
-static int backfill_run(struct job *job, void *data)
-{
-	struct backfill *b = data;
-	struct store_error err = {{0}};
-	struct backfill_targets ts = {0};
-	void *http = NULL;
-	char error[256] = "";
-	uint32_t processes = 0;
-	uint64_t samples = 0, bytes = 0;
-	struct store_reader *r = store_reader_open_writer(b->writer, &err);
-	store_writer_flush(b->writer);
-	if (!r || store_query_processes(r, &b->q, backfill_target, &ts, &err) < 0) {
-		snprintf(error, sizeof error, "reading the history: %.200s",
-		         err.msg[0] ? err.msg : "out of memory");
-		goto done;
-	}
-	int64_t from = (int64_t)floor(b->q.from_unix);
-	int64_t until = (int64_t)ceil(b->q.until_unix);
-	for (size_t i = 0; i < ts.n && !error[0]; i++) {
-		char why[256] = "";
-		struct otlp_request *q = otlp_request_from_history(r, &b->oc, b->host, ts.ids[i], from,
-		                                                   until, why, sizeof why);
-		uint8_t *body = NULL;
-		size_t len = 0;
-		if (!q || otlp_request_pack(q, &body, &len) < 0) {
-			snprintf(error, sizeof error, "%.200s", q ? "out of memory" : why);
-			otlp_request_free(q);
-			break;
-		}
-		int rc = -1;
-		for (int attempt = 0; attempt < BACKFILL_TRIES && rc < 0 && !job_cancelled(job); attempt++) {
-			if (attempt)
-				sleep((unsigned)attempt);
-			rc = otlp_post(&http, &b->oc, b->oc.endpoint, body, len, backfill_cancelled, job, &bytes,
-			               why, sizeof why);
-		}
-		if (rc < 0)
-			snprintf(error, sizeof error, "%.200s (after %u processes)", why, processes);
-		else {
-			processes++;
-			samples += otlp_request_samples(q);
-		}
-		free(body);
-		otlp_request_free(q);
-	}
-done:
-	free(ts.ids);
-	store_reader_close(r);
-	otlp_post_free(&http);
-	Pyprofd__Response resp = PYPROFD__RESPONSE__INIT;
-	Pyprofd__Error e = PYPROFD__ERROR__INIT;
-	Pyprofd__OtlpExportResult res = PYPROFD__OTLP_EXPORT_RESULT__INIT;
-	resp.id = b->request_id;
-	if (error[0])
-		wire_error(&resp, &e, b->request_id, PYPROFD__ERROR_CODE__ERROR_INTERNAL, error);
-	else {
-		res.processes = processes;
-		res.samples = samples;
-		res.bytes = bytes;
-		resp.result_case = PYPROFD__RESPONSE__RESULT_OTLP_EXPORT;
-		resp.otlp_export = &res;
-	}
-	return job_emit(job, &resp);
-}
-
-static void backfill_free(void *data)
-{
-	struct backfill *b = data;
-	otlp_config_free(&b->oc);
-	for (size_t i = 0; i < b->q.nlabels; i++) {
-		free(b->label_keys[i]);
-		free(b->label_values[i]);
-	}
-	free(b->label_keys);
-	free(b->label_values);
-	free(b);
-}
-
-static const struct job_type backfill_job_type = {"otlp-backfill", backfill_run, backfill_free};
-
-Pyprofd__ErrorCode exporter_backfill(struct exporter *x, struct jobs *js, uint64_t client_serial,
-                                     uid_t uid, const Pyprofd__Request *req, char *why,
-                                     size_t why_len)
-{
-	const Pyprofd__OtlpExportRequest *r = req->otlp_export;
-	if (!x->writer) {
-		snprintf(why, why_len, "this daemon keeps no history");
-		return PYPROFD__ERROR_CODE__ERROR_INTERNAL;
-	}
-	if (jobs_count(js, &backfill_job_type, uid).all >= EXPORTER_JOBS_MAX) {
-		snprintf(why, why_len, "%u backfills run already; try again when one is done",
-		         EXPORTER_JOBS_MAX);
-		return PYPROFD__ERROR_CODE__ERROR_LIMIT;
-	}
-	struct backfill *b = calloc(1, sizeof *b);
-	if (!b) {
-		snprintf(why, why_len, "out of memory");
-		return PYPROFD__ERROR_CODE__ERROR_INTERNAL;
-	}
-	b->writer = x->writer;
-	b->host = x->host;
-	b->request_id = req->id;
-	otlp_config_init(&b->oc);
-	if (otlp_config_set(&b->oc, "endpoint", r->endpoint) < 0) {
-		snprintf(why, why_len, "otlp_export.endpoint '%.200s' is not an http:// or https:// URL",
-		         r->endpoint);
-		backfill_free(b);
-		return PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST;
-	}
-	/* The configured headers (credentials) go to the configured collector alone. */
-	pthread_mutex_lock(&x->lock);
-	int copied = 0;
-	if (x->config.endpoint && strcmp(x->config.endpoint, r->endpoint) == 0) {
-		otlp_config_free(&b->oc);
-		copied = otlp_config_copy(&b->oc, &x->config);
-	} else {
-		b->oc.timeout_s = x->config.timeout_s;
-		b->oc.gzip = x->config.gzip;
-	}
-	pthread_mutex_unlock(&x->lock);
-	b->q.pid = r->pid;
-	b->q.from_unix = r->from_unix;
-	b->q.until_unix = r->until_unix ? r->until_unix : clock_wall_s();
-	if (copied < 0 ||
-	    (r->n_labels && (!(b->label_keys = calloc(r->n_labels, sizeof *b->label_keys)) ||
-	                     !(b->label_values = calloc(r->n_labels, sizeof *b->label_values))))) {
-		snprintf(why, why_len, "out of memory");
-		backfill_free(b);
-		return PYPROFD__ERROR_CODE__ERROR_INTERNAL;
-	}
-	for (size_t i = 0; i < r->n_labels; i++) {
-		b->q.nlabels = i + 1;
-		if (!(b->label_keys[i] = strdup(r->labels[i]->key)) ||
-		    !(b->label_values[i] = strdup(r->labels[i]->value))) {
-			snprintf(why, why_len, "out of memory");
-			backfill_free(b);
-			return PYPROFD__ERROR_CODE__ERROR_INTERNAL;
-		}
-	}
-	b->q.label_keys = (const char *const *)b->label_keys;
-	b->q.label_values = (const char *const *)b->label_values;
-	if (jobs_start(js, &backfill_job_type, b, client_serial, uid, why, why_len) != 0)
-		return PYPROFD__ERROR_CODE__ERROR_INTERNAL;
-	return PYPROFD__ERROR_CODE__ERROR_UNSPECIFIED;
-}
-
 /* ---- on the loop ---- */
 
-int exporter_start(struct exporter *x, struct store_writer *writer, const struct config *c)
+int otlp_sender_start(struct otlp_sender *x, struct store_writer *writer, const struct config *c)
 {
 	memset(x, 0, sizeof *x);
 	x->writer = writer;
@@ -485,7 +305,7 @@ int exporter_start(struct exporter *x, struct store_writer *writer, const struct
 	x->config_serial = 1;
 	if (!writer)
 		return 0;
-	if (pthread_create(&x->thread, NULL, exporter_main, x) != 0)
+	if (pthread_create(&x->thread, NULL, sender_main, x) != 0)
 		return -1;
 	x->running = true;
 	if (x->config.endpoint)
@@ -493,7 +313,7 @@ int exporter_start(struct exporter *x, struct store_writer *writer, const struct
 	return 0;
 }
 
-void exporter_configure(struct exporter *x, const struct config *c)
+void otlp_sender_configure(struct otlp_sender *x, const struct config *c)
 {
 	pthread_mutex_lock(&x->lock);
 	if (!otlp_config_equal(&x->config, &c->otlp)) {
@@ -514,7 +334,7 @@ void exporter_configure(struct exporter *x, const struct config *c)
 	pthread_mutex_unlock(&x->lock);
 }
 
-void exporter_flushed(struct exporter *x, double now)
+void otlp_sender_flushed(struct otlp_sender *x, double now)
 {
 	pthread_mutex_lock(&x->lock);
 	int64_t second = (int64_t)floor(now);
@@ -528,7 +348,7 @@ void exporter_flushed(struct exporter *x, double now)
 	pthread_mutex_unlock(&x->lock);
 }
 
-void exporter_stop(struct exporter *x)
+void otlp_sender_stop(struct otlp_sender *x)
 {
 	pthread_mutex_lock(&x->lock);
 	x->stop = true;
@@ -542,7 +362,7 @@ void exporter_stop(struct exporter *x)
 	pthread_mutex_destroy(&x->lock);
 }
 
-void exporter_status(struct exporter *x, Pyprofd__StatusResult *out, struct arena *a)
+void otlp_sender_status(struct otlp_sender *x, Pyprofd__StatusResult *out, struct arena *a)
 {
 	pthread_mutex_lock(&x->lock);
 	out->export_endpoint = arena_strdup(a, x->config.endpoint ? x->config.endpoint : "");
