@@ -78,70 +78,32 @@ static struct server *fleet_server(struct fleet *f)
 
 /* A label set being built: a later put of a key replaces the earlier value. */
 struct fleet_labels {
-	size_t n;
-	char *keys[PROC_FACTS_LABELS_MAX + 16], *values[PROC_FACTS_LABELS_MAX + 16];
-	bool failed;
+	struct labels l;
+	bool failed; /* out of memory on the way: nothing is given */
 };
 
+/* key = value, unless value is empty (nothing found is no label). */
 static void fleet_labels_put(struct fleet_labels *l, const char *key, const char *value)
 {
-	if (!value || !*value || l->failed)
-		return;
-	for (size_t i = 0; i < l->n; i++)
-		if (strcmp(l->keys[i], key) == 0) {
-			char *copy = strdup(value);
-			if (!copy) {
-				l->failed = true;
-				return;
-			}
-			free(l->values[i]);
-			l->values[i] = copy;
-			return;
-		}
-	if (l->n == sizeof l->keys / sizeof l->keys[0])
-		return;
-	l->keys[l->n] = strdup(key);
-	l->values[l->n] = strdup(value);
-	if (!l->keys[l->n] || !l->values[l->n]) {
-		free(l->keys[l->n]);
-		free(l->values[l->n]);
+	if (value && *value && !l->failed && labels_put(&l->l, key, value) != 0)
 		l->failed = true;
-		return;
-	}
-	l->n++;
 }
 
-static void fleet_labels_put_all(struct fleet_labels *l, size_t n, char *const *keys,
-                                 char *const *values)
+static void fleet_labels_put_all(struct fleet_labels *l, const struct labels *from)
 {
-	for (size_t i = 0; i < n; i++)
-		fleet_labels_put(l, keys[i], values[i]);
+	for (size_t i = 0; i < from->n; i++)
+		fleet_labels_put(l, from->keys[i], from->values[i]);
 }
 
 /* Into params (which owns them from then on); -1 if out of memory. */
 static int fleet_labels_give(struct fleet_labels *l, struct target_params *p)
 {
 	if (l->failed) {
-		for (size_t i = 0; i < l->n; i++) {
-			free(l->keys[i]);
-			free(l->values[i]);
-		}
-		l->n = 0;
+		labels_free(&l->l);
 		return -1;
 	}
-	p->label_keys = calloc(l->n ? l->n : 1, sizeof *p->label_keys);
-	p->label_values = calloc(l->n ? l->n : 1, sizeof *p->label_values);
-	if (!p->label_keys || !p->label_values) {
-		free(p->label_keys);
-		free(p->label_values);
-		p->label_keys = p->label_values = NULL;
-		l->failed = true;
-		return fleet_labels_give(l, p);
-	}
-	memcpy(p->label_keys, l->keys, l->n * sizeof *l->keys);
-	memcpy(p->label_values, l->values, l->n * sizeof *l->values);
-	p->nlabels = l->n;
-	l->n = 0;
+	p->labels = l->l;
+	l->l = (struct labels){0};
 	return 0;
 }
 
@@ -168,24 +130,18 @@ int fleet_hand_labels(pid_t pid, const char *python_version, const struct target
 	struct fleet_labels l = {0};
 	if (proc_facts_read(pid, PROC_FACTS_ENVIRONMENT, &facts) == 0) {
 		fleet_labels_found(&l, &facts, python_version);
-		fleet_labels_put_all(&l, facts.nlabels, facts.label_keys, facts.label_values);
+		fleet_labels_put_all(&l, &facts.labels);
 	}
 	proc_facts_free(&facts);
 	/* Attached again without labels: it keeps those it had, but no rule's or parent's. */
-	if (!p->nlabels && before)
-		for (size_t i = 0; i < before->nlabels; i++)
-			if (strcmp(before->label_keys[i], "rule") != 0 && strcmp(before->label_keys[i], "parent") != 0)
-				fleet_labels_put(&l, before->label_keys[i], before->label_values[i]);
+	if (!p->labels.n && before)
+		for (size_t i = 0; i < before->labels.n; i++)
+			if (strcmp(before->labels.keys[i], "rule") != 0 &&
+			    strcmp(before->labels.keys[i], "parent") != 0)
+				fleet_labels_put(&l, before->labels.keys[i], before->labels.values[i]);
 	/* What the person attaching said wins over what was found. */
-	fleet_labels_put_all(&l, p->nlabels, p->label_keys, p->label_values);
-	for (size_t i = 0; i < p->nlabels; i++) {
-		free(p->label_keys[i]);
-		free(p->label_values[i]);
-	}
-	free(p->label_keys);
-	free(p->label_values);
-	p->nlabels = 0;
-	p->label_keys = p->label_values = NULL;
+	fleet_labels_put_all(&l, &p->labels);
+	labels_free(&p->labels);
 	return fleet_labels_give(&l, p);
 }
 
@@ -385,8 +341,7 @@ static enum fleet_verdict fleet_attach(struct fleet *f, struct fleet_waiting *w,
 		params.rate_hz = parent->params.rate_hz;
 		params.mode = parent->params.mode;
 		params.async_mode = parent->params.async_mode;
-		fleet_labels_put_all(&l, parent->params.nlabels, parent->params.label_keys,
-		                     parent->params.label_values);
+		fleet_labels_put_all(&l, &parent->params.labels);
 		char pid_text[16];
 		snprintf(pid_text, sizeof pid_text, "%d", (int)parent->pid);
 		fleet_labels_put(&l, "parent", pid_text);
@@ -396,9 +351,9 @@ static enum fleet_verdict fleet_attach(struct fleet *f, struct fleet_waiting *w,
 		if (rule->has_mode)
 			params.mode = rule->mode;
 		params.async_mode = rule->async_mode;
-		fleet_labels_put_all(&l, rule->nlabels, rule->label_keys, rule->label_values);
+		fleet_labels_put_all(&l, &rule->labels);
 		/* A service's own labels say more about it than a rule written for many. */
-		fleet_labels_put_all(&l, facts->nlabels, facts->label_keys, facts->label_values);
+		fleet_labels_put_all(&l, &facts->labels);
 		fleet_labels_put(&l, "rule", rule->name);
 	}
 	if (params.rate_hz > s->config.max_rate_hz)
@@ -619,8 +574,8 @@ static void fleet_reconsider(struct fleet *f, struct target *t)
 		                               .no_write = s->config.no_write};
 		struct fleet_labels l = {0};
 		fleet_labels_found(&l, &facts, t->python_version);
-		fleet_labels_put_all(&l, rule->nlabels, rule->label_keys, rule->label_values);
-		fleet_labels_put_all(&l, facts.nlabels, facts.label_keys, facts.label_values);
+		fleet_labels_put_all(&l, &rule->labels);
+		fleet_labels_put_all(&l, &facts.labels);
 		fleet_labels_put(&l, "rule", rule->name);
 		char *name = strdup(rule->name);
 		if (params.rate_hz > s->config.max_rate_hz)
@@ -635,7 +590,7 @@ static void fleet_reconsider(struct fleet *f, struct target *t)
 			/* A new session only when something it samples by changed. */
 			if (params.rate_hz != t->params.rate_hz || params.mode != t->params.mode ||
 			    params.async_mode != t->params.async_mode ||
-			    params.nlabels != t->params.nlabels)
+			    params.labels.n != t->params.labels.n)
 				target_start(t, &params);
 			else {
 				target_params_free(&t->params);

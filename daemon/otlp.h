@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "labels.h"
+
 struct store_process;
 struct store_frame;
 struct store_reader;
@@ -21,10 +23,8 @@ struct otlp_config {
 	char *endpoint; /* http(s)://host:port[/path]; NULL: no export */
 	double interval_s, timeout_s;
 	bool gzip;
-	size_t nheaders; /* sent with every request (auth, tenant) */
-	char **header_names, **header_values;
-	size_t nresource; /* extra resource attributes (resource.KEY = VALUE) */
-	char **resource_keys, **resource_values;
+	struct labels headers;  /* sent with every request (auth, tenant) */
+	struct labels resource; /* extra resource attributes (resource.KEY = VALUE) */
 };
 void otlp_config_init(struct otlp_config *oc);
 void otlp_config_free(struct otlp_config *oc); /* and back to the defaults */

@@ -24,7 +24,7 @@ struct backfill {
 	uint64_t request_id;
 	struct otlp_config oc;
 	struct store_query q;
-	char **label_keys, **label_values;
+	struct labels labels; /* the selection's, which q borrows */
 };
 
 struct backfill_targets {
@@ -116,12 +116,7 @@ static void backfill_free(void *data)
 {
 	struct backfill *b = data;
 	otlp_config_free(&b->oc);
-	for (size_t i = 0; i < b->q.nlabels; i++) {
-		free(b->label_keys[i]);
-		free(b->label_values[i]);
-	}
-	free(b->label_keys);
-	free(b->label_values);
+	labels_free(&b->labels);
 	free(b);
 }
 
@@ -170,24 +165,17 @@ Pyprofd__ErrorCode otlp_backfill_start(struct otlp_sender *x, struct jobs *js, u
 	b->q.pid = r->pid;
 	b->q.from_unix = r->from_unix;
 	b->q.until_unix = r->until_unix ? r->until_unix : clock_wall_s();
-	if (copied < 0 ||
-	    (r->n_labels && (!(b->label_keys = calloc(r->n_labels, sizeof *b->label_keys)) ||
-	                     !(b->label_values = calloc(r->n_labels, sizeof *b->label_values))))) {
+	bool ok = copied == 0;
+	for (size_t i = 0; ok && i < r->n_labels; i++)
+		ok = labels_add(&b->labels, r->labels[i]->key, r->labels[i]->value) == 0;
+	if (!ok) {
 		snprintf(why, why_len, "out of memory");
 		backfill_free(b);
 		return PYPROFD__ERROR_CODE__ERROR_INTERNAL;
 	}
-	for (size_t i = 0; i < r->n_labels; i++) {
-		b->q.nlabels = i + 1;
-		if (!(b->label_keys[i] = strdup(r->labels[i]->key)) ||
-		    !(b->label_values[i] = strdup(r->labels[i]->value))) {
-			snprintf(why, why_len, "out of memory");
-			backfill_free(b);
-			return PYPROFD__ERROR_CODE__ERROR_INTERNAL;
-		}
-	}
-	b->q.label_keys = (const char *const *)b->label_keys;
-	b->q.label_values = (const char *const *)b->label_values;
+	b->q.nlabels = b->labels.n;
+	b->q.label_keys = (const char *const *)b->labels.keys;
+	b->q.label_values = (const char *const *)b->labels.values;
 	if (jobs_start(js, &backfill_job_type, b, client_serial, uid, why, why_len) != 0)
 		return PYPROFD__ERROR_CODE__ERROR_INTERNAL;
 	return PYPROFD__ERROR_CODE__ERROR_UNSPECIFIED;

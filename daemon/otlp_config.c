@@ -12,18 +12,8 @@
 void otlp_config_free(struct otlp_config *oc)
 {
 	free(oc->endpoint);
-	for (size_t i = 0; i < oc->nheaders; i++) {
-		free(oc->header_names[i]);
-		free(oc->header_values[i]);
-	}
-	for (size_t i = 0; i < oc->nresource; i++) {
-		free(oc->resource_keys[i]);
-		free(oc->resource_values[i]);
-	}
-	free(oc->header_names);
-	free(oc->header_values);
-	free(oc->resource_keys);
-	free(oc->resource_values);
+	labels_free(&oc->headers);
+	labels_free(&oc->resource);
 	*oc = (struct otlp_config){.interval_s = OTLP_DEFAULT_INTERVAL_S,
 	                           .timeout_s = OTLP_DEFAULT_TIMEOUT_S, .gzip = true};
 }
@@ -34,38 +24,12 @@ void otlp_config_init(struct otlp_config *oc)
 	otlp_config_free(oc);
 }
 
-/* Appends (key, value) to the pair arrays, replacing a value of the same key.  0 or -1. */
-static int otlp_pairs_set(char ***keys, char ***values, size_t *n, const char *key, size_t key_len,
-                          const char *value)
+/* key = value into pairs, past OTLP_MAX_PAIRS keys refused; 0 or -1. */
+static int otlp_pairs_put(struct labels *pairs, const char *key, const char *value)
 {
-	for (size_t i = 0; i < *n; i++)
-		if (strlen((*keys)[i]) == key_len && memcmp((*keys)[i], key, key_len) == 0) {
-			char *v = strdup(value);
-			if (!v)
-				return -1;
-			free((*values)[i]);
-			(*values)[i] = v;
-			return 0;
-		}
-	if (*n >= OTLP_MAX_PAIRS)
+	if (pairs->n >= OTLP_MAX_PAIRS && !labels_get(pairs, key))
 		return -1;
-	char **k = realloc(*keys, (*n + 1) * sizeof **keys);
-	if (k)
-		*keys = k;
-	char **v = realloc(*values, (*n + 1) * sizeof **values);
-	if (v)
-		*values = v;
-	if (!k || !v)
-		return -1;
-	(*keys)[*n] = strndup(key, key_len);
-	(*values)[*n] = strdup(value);
-	if (!(*keys)[*n] || !(*values)[*n]) {
-		free((*keys)[*n]);
-		free((*values)[*n]);
-		return -1;
-	}
-	(*n)++;
-	return 0;
+	return labels_put(pairs, key, value);
 }
 
 /* An HTTP header name: a token (RFC 9110), not one curl or the protocol sets. */
@@ -109,8 +73,10 @@ static int otlp_config_headers(struct otlp_config *oc, const char *text)
 				return -1;
 		memcpy(value, v, (size_t)(v_end - v));
 		value[v_end - v] = '\0';
-		if (otlp_pairs_set(&oc->header_names, &oc->header_values, &oc->nheaders, name,
-		                   (size_t)(name_end - name), value) < 0)
+		char key[129]; /* otlp_header_name_ok held it to 128 */
+		memcpy(key, name, (size_t)(name_end - name));
+		key[name_end - name] = '\0';
+		if (otlp_pairs_put(&oc->headers, key, value) < 0)
 			return -1;
 		p += len;
 		if (*p == ',')
@@ -159,8 +125,7 @@ int otlp_config_set(struct otlp_config *oc, const char *name, const char *value)
 		const char *key = name + 9;
 		if (strlen(key) > 255 || strlen(value) > 4096)
 			return -1;
-		return otlp_pairs_set(&oc->resource_keys, &oc->resource_values, &oc->nresource, key,
-		                      strlen(key), value);
+		return otlp_pairs_put(&oc->resource, key, value);
 	}
 	return -1;
 }
@@ -168,20 +133,10 @@ int otlp_config_set(struct otlp_config *oc, const char *name, const char *value)
 /* Two configurations send alike (the sender starts over when they do not). */
 bool otlp_config_equal(const struct otlp_config *a, const struct otlp_config *b)
 {
-	if ((a->endpoint == NULL) != (b->endpoint == NULL) ||
-	    (a->endpoint && strcmp(a->endpoint, b->endpoint) != 0) || a->interval_s != b->interval_s ||
-	    a->timeout_s != b->timeout_s || a->gzip != b->gzip || a->nheaders != b->nheaders ||
-	    a->nresource != b->nresource)
-		return false;
-	for (size_t i = 0; i < a->nheaders; i++)
-		if (strcmp(a->header_names[i], b->header_names[i]) ||
-		    strcmp(a->header_values[i], b->header_values[i]))
-			return false;
-	for (size_t i = 0; i < a->nresource; i++)
-		if (strcmp(a->resource_keys[i], b->resource_keys[i]) ||
-		    strcmp(a->resource_values[i], b->resource_values[i]))
-			return false;
-	return true;
+	return (a->endpoint == NULL) == (b->endpoint == NULL) &&
+	       (!a->endpoint || strcmp(a->endpoint, b->endpoint) == 0) && a->interval_s == b->interval_s &&
+	       a->timeout_s == b->timeout_s && a->gzip == b->gzip &&
+	       labels_equal(&a->headers, &b->headers) && labels_equal(&a->resource, &b->resource);
 }
 
 int otlp_config_copy(struct otlp_config *to, const struct otlp_config *from)
@@ -190,20 +145,11 @@ int otlp_config_copy(struct otlp_config *to, const struct otlp_config *from)
 	to->interval_s = from->interval_s;
 	to->timeout_s = from->timeout_s;
 	to->gzip = from->gzip;
-	if (from->endpoint && !(to->endpoint = strdup(from->endpoint)))
-		goto fail;
-	for (size_t i = 0; i < from->nheaders; i++)
-		if (otlp_pairs_set(&to->header_names, &to->header_values, &to->nheaders,
-		                   from->header_names[i], strlen(from->header_names[i]),
-		                   from->header_values[i]) < 0)
-			goto fail;
-	for (size_t i = 0; i < from->nresource; i++)
-		if (otlp_pairs_set(&to->resource_keys, &to->resource_values, &to->nresource,
-		                   from->resource_keys[i], strlen(from->resource_keys[i]),
-		                   from->resource_values[i]) < 0)
-			goto fail;
+	if ((from->endpoint && !(to->endpoint = strdup(from->endpoint))) ||
+	    labels_copy(&to->headers, &from->headers) != 0 ||
+	    labels_copy(&to->resource, &from->resource) != 0) {
+		otlp_config_free(to);
+		return -1;
+	}
 	return 0;
-fail:
-	otlp_config_free(to);
-	return -1;
 }

@@ -131,9 +131,9 @@ int otlp_post(void **handle, const struct otlp_config *oc, const char *endpoint,
 		headers = curl_slist_append(headers, "Content-Encoding: gzip");
 	/* No "Expect: 100-continue": a collector answers the whole request in one go. */
 	headers = curl_slist_append(headers, "Expect:");
-	for (size_t i = 0; headers && i < oc->nheaders; i++) {
+	for (size_t i = 0; headers && i < oc->headers.n; i++) {
 		char line[1200];
-		snprintf(line, sizeof line, "%s: %s", oc->header_names[i], oc->header_values[i]);
+		snprintf(line, sizeof line, "%s: %s", oc->headers.keys[i], oc->headers.values[i]);
 		headers = curl_slist_append(headers, line);
 	}
 	if (!headers) {

@@ -272,8 +272,8 @@ static int otlp_request_resource(struct otlp_request *q, const struct otlp_confi
 	rc |= otlp_resource_add(q, "process.owner.uid", otlp_value_int(q, p->uid));
 	if (container && *container && strcmp(container, "*") != 0)
 		rc |= otlp_resource_add(q, "container.id", otlp_value_string(q, container));
-	for (size_t i = 0; oc && i < oc->nresource; i++)
-		rc |= otlp_resource_add(q, oc->resource_keys[i], otlp_value_string(q, oc->resource_values[i]));
+	for (size_t i = 0; oc && i < oc->resource.n; i++)
+		rc |= otlp_resource_add(q, oc->resource.keys[i], otlp_value_string(q, oc->resource.values[i]));
 	if (service && *service)
 		rc |= otlp_resource_add(q, "service.name", otlp_value_string(q, service));
 	for (size_t i = 0; i < p->nlabels; i++)

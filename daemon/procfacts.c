@@ -25,12 +25,7 @@
 void proc_facts_free(struct proc_facts *f)
 {
 	free(f->cmdline);
-	for (size_t i = 0; i < f->nlabels; i++) {
-		free(f->label_keys[i]);
-		free(f->label_values[i]);
-	}
-	free(f->label_keys);
-	free(f->label_values);
+	labels_free(&f->labels);
 	memset(f, 0, sizeof *f);
 }
 
@@ -52,34 +47,11 @@ bool proc_facts_label_ok(const char *key, const char *value)
 /* One label into f, the last of a repeated key winning; -1 out of memory. */
 static int proc_facts_put_label(struct proc_facts *f, const char *key, const char *value)
 {
-	for (size_t i = 0; i < f->nlabels; i++)
-		if (strcmp(f->label_keys[i], key) == 0) {
-			char *copy = strdup(value);
-			if (!copy)
-				return -1;
-			free(f->label_values[i]);
-			f->label_values[i] = copy;
-			return 0;
-		}
-	if (f->nlabels == PROC_FACTS_LABELS_MAX) {
+	if (f->labels.n == PROC_FACTS_LABELS_MAX && !labels_get(&f->labels, key)) {
 		f->bad_labels++;
 		return 0;
 	}
-	if (!f->label_keys) {
-		f->label_keys = calloc(PROC_FACTS_LABELS_MAX, sizeof *f->label_keys);
-		f->label_values = calloc(PROC_FACTS_LABELS_MAX, sizeof *f->label_values);
-		if (!f->label_keys || !f->label_values)
-			return -1;
-	}
-	char *k = strdup(key), *v = strdup(value);
-	if (!k || !v) {
-		free(k);
-		free(v);
-		return -1;
-	}
-	f->label_keys[f->nlabels] = k;
-	f->label_values[f->nlabels++] = v;
-	return 0;
+	return labels_put(&f->labels, key, value);
 }
 
 /* s[0..len) without the blanks around it, into out (NUL-terminated); false if too long. */

@@ -14,6 +14,7 @@
 #include "export.h"
 #include "hash.h"
 #include "jobs.h"
+#include "labels.h"
 #include "otlp.h"
 #include "pyprofd.pb-c.h"
 #include "unwind.h"
@@ -258,9 +259,7 @@ struct proc_facts {
 	char *cmdline;       /* the arguments joined by spaces, cut at 4 KiB; never NULL after a read */
 	char unit[PROC_FACTS_NAME_MAX];      /* the systemd unit of its cgroup ("api.service"); "" */
 	char container[PROC_FACTS_NAME_MAX]; /* the container id of its cgroup; "" */
-	/* PYPROFD_LABELS=k=v,k=v from its environment (only with PROC_FACTS_ENVIRONMENT) */
-	size_t nlabels;
-	char **label_keys, **label_values;
+	struct labels labels; /* PYPROFD_LABELS=k=v,k=v from its environment (only with PROC_FACTS_ENVIRONMENT) */
 	unsigned bad_labels; /* entries of PYPROFD_LABELS that were not k=v, or too many or too long */
 };
 #define PROC_FACTS_ENVIRONMENT 1u /* also read /proc/PID/environ (larger; only when attaching) */
@@ -336,8 +335,7 @@ struct rule {
 	char *name;
 	char *source; /* the file it was read from, or "rpc" */
 	unsigned line; /* of its section in that file; 0 for rpc */
-	size_t nsettings, settings_cap;
-	char **keys, **values;
+	struct labels settings; /* as written, the last of a repeated key in place of the first */
 	/* What the match.* settings mean; unset ones hold for every process. */
 	char *exe_glob, *unit_glob;
 	char *container; /* "*": any container; else an id prefix */
@@ -350,8 +348,7 @@ struct rule {
 	bool has_mode;
 	enum uw_mode mode;
 	enum uw_async_mode async_mode; /* async = true: running, or async_mode's */
-	size_t nlabels;
-	char **label_keys, **label_values;
+	struct labels labels;
 	bool children; /* Python children follow their parent */
 	bool exclude;  /* a match is never attached */
 };
@@ -589,8 +586,7 @@ struct target_params {
 	bool no_write;  /* never write into the target (attach --no-write, [sampling] write = false) */
 	double duration_s;
 	uint64_t max_sample_ns; /* a walk past this is cut short ([limits] max_sample_time); 0: never */
-	size_t nlabels;
-	char **label_keys, **label_values;
+	struct labels labels;
 };
 
 /* Percentiles of a target's timer lateness and sample cost. */

@@ -26,7 +26,7 @@ struct query_job {
 	Pyprofd__QueryAggregate aggregate;
 	uint32_t limit;
 	double base_from, base_until; /* QUERY_DIFF */
-	char **label_keys, **label_values;
+	struct labels labels; /* the selection's, which q borrows */
 	uint32_t rate_hz; /* of the selected processes' sessions, when they agree */
 	char mode[8];
 };
@@ -427,12 +427,7 @@ static int query_run(struct job *job, void *data)
 static void query_job_free(void *data)
 {
 	struct query_job *j = data;
-	for (size_t i = 0; i < j->q.nlabels; i++) {
-		free(j->label_keys[i]);
-		free(j->label_values[i]);
-	}
-	free(j->label_keys);
-	free(j->label_values);
+	labels_free(&j->labels);
 	free(j);
 }
 
@@ -443,24 +438,15 @@ struct jobs_count queries_count(const struct jobs *js, uid_t uid)
 	return jobs_count(js, &query_job_type, uid);
 }
 
-/* The label strings of a request, copied into the job. */
+/* The label strings of a request, copied into the job for q to borrow. */
 static int query_copy_labels(struct query_job *j, const Pyprofd__QueryRequest *r)
 {
-	if (!r->n_labels)
-		return 0;
-	j->label_keys = calloc(r->n_labels, sizeof *j->label_keys);
-	j->label_values = calloc(r->n_labels, sizeof *j->label_values);
-	if (!j->label_keys || !j->label_values)
-		return -1;
-	for (size_t i = 0; i < r->n_labels; i++) {
-		j->label_keys[i] = strdup(r->labels[i]->key);
-		j->label_values[i] = strdup(r->labels[i]->value);
-		j->q.nlabels = i + 1;
-		if (!j->label_keys[i] || !j->label_values[i])
+	for (size_t i = 0; i < r->n_labels; i++)
+		if (labels_add(&j->labels, r->labels[i]->key, r->labels[i]->value) != 0)
 			return -1;
-	}
-	j->q.label_keys = (const char *const *)j->label_keys;
-	j->q.label_values = (const char *const *)j->label_values;
+	j->q.nlabels = j->labels.n;
+	j->q.label_keys = (const char *const *)j->labels.keys;
+	j->q.label_values = (const char *const *)j->labels.values;
 	return 0;
 }
 

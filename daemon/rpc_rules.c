@@ -15,17 +15,17 @@ static Pyprofd__RulesResult *rpc_rules_list(const struct rules *rs, struct arena
 	for (size_t i = 0; i < rs->n; i++) {
 		const struct rule *r = &rs->v[i];
 		Pyprofd__Rule *p = ARENA_MESSAGE(a, Pyprofd__Rule, PYPROFD__RULE__INIT);
-		if (!p || !(p->settings = arena_alloc(a, (r->nsettings ? r->nsettings : 1) * sizeof *p->settings)))
+		if (!p || !(p->settings = arena_alloc(a, (r->settings.n ? r->settings.n : 1) * sizeof *p->settings)))
 			return NULL;
 		p->name = r->name;
 		p->source = r->source;
 		p->line = r->line;
-		for (size_t k = 0; k < r->nsettings; k++) {
+		for (size_t k = 0; k < r->settings.n; k++) {
 			Pyprofd__RuleSetting *kv = ARENA_MESSAGE(a, Pyprofd__RuleSetting, PYPROFD__RULE_SETTING__INIT);
 			if (!kv)
 				return NULL;
-			kv->key = r->keys[k];
-			kv->value = r->values[k];
+			kv->key = r->settings.keys[k];
+			kv->value = r->settings.values[k];
 			p->settings[p->n_settings++] = kv;
 		}
 		res->rules[res->n_rules++] = p;

@@ -56,25 +56,12 @@ static int rpc_attach_params(struct server *s, const Pyprofd__AttachRequest *req
 			return -1;
 		}
 	}
-	if (req->n_labels) {
-		p->label_keys = calloc(req->n_labels, sizeof *p->label_keys);
-		p->label_values = calloc(req->n_labels, sizeof *p->label_values);
-		if (!p->label_keys || !p->label_values) {
+	for (size_t i = 0; i < req->n_labels; i++)
+		if (labels_put(&p->labels, req->labels[i]->key, req->labels[i]->value) != 0) {
 			target_params_free(p);
 			rpc_out_of_memory(resp, a);
 			return -1;
 		}
-		for (size_t i = 0; i < req->n_labels; i++) {
-			p->label_keys[i] = strdup(req->labels[i]->key);
-			p->label_values[i] = strdup(req->labels[i]->value);
-			p->nlabels++;
-			if (!p->label_keys[i] || !p->label_values[i]) {
-				target_params_free(p);
-				rpc_out_of_memory(resp, a);
-				return -1;
-			}
-		}
-	}
 	return 0;
 }
 

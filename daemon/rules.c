@@ -39,12 +39,7 @@ void rule_init(struct rule *r)
 
 void rule_free(struct rule *r)
 {
-	for (size_t i = 0; i < r->nsettings; i++) {
-		free(r->keys[i]);
-		free(r->values[i]);
-	}
-	free(r->keys);
-	free(r->values);
+	labels_free(&r->settings);
 	free(r->name);
 	free(r->source);
 	free(r->exe_glob);
@@ -52,12 +47,7 @@ void rule_free(struct rule *r)
 	free(r->container);
 	if (r->has_cmdline)
 		regfree(&r->cmdline);
-	for (size_t i = 0; i < r->nlabels; i++) {
-		free(r->label_keys[i]);
-		free(r->label_values[i]);
-	}
-	free(r->label_keys);
-	free(r->label_values);
+	labels_free(&r->labels);
 	memset(r, 0, sizeof *r);
 }
 
@@ -170,23 +160,15 @@ static int rule_set_labels(struct rule *r, const char *value, char *why, size_t 
 		         PROC_FACTS_LABELS_MAX);
 		return -1;
 	}
-	for (size_t i = 0; i < parsed.nlabels; i++)
-		if (strcmp(parsed.label_keys[i], "rule") == 0 || strcmp(parsed.label_keys[i], "parent") == 0) {
-			snprintf(why, why_len, "the label '%s' is the daemon's to set", parsed.label_keys[i]);
+	for (size_t i = 0; i < parsed.labels.n; i++)
+		if (strcmp(parsed.labels.keys[i], "rule") == 0 || strcmp(parsed.labels.keys[i], "parent") == 0) {
+			snprintf(why, why_len, "the label '%s' is the daemon's to set", parsed.labels.keys[i]);
 			proc_facts_free(&parsed);
 			return -1;
 		}
-	for (size_t i = 0; i < r->nlabels; i++) {
-		free(r->label_keys[i]);
-		free(r->label_values[i]);
-	}
-	free(r->label_keys);
-	free(r->label_values);
-	r->nlabels = parsed.nlabels;
-	r->label_keys = parsed.label_keys;
-	r->label_values = parsed.label_values;
-	parsed.nlabels = 0;
-	parsed.label_keys = parsed.label_values = NULL;
+	labels_free(&r->labels);
+	r->labels = parsed.labels;
+	parsed.labels = (struct labels){0};
 	proc_facts_free(&parsed);
 	return 0;
 }
@@ -313,25 +295,9 @@ int rule_set(struct rule *r, const char *key, const char *value, unsigned max_ra
 	if (rule_apply(r, key, value, max_rate_hz, why, why_len) != 0)
 		return -1;
 	/* Kept as written, the last of a repeated key in place of the first. */
-	for (size_t i = 0; i < r->nsettings; i++)
-		if (strcmp(r->keys[i], key) == 0)
-			return rule_set_string(&r->values[i], value);
-	if (r->nsettings == RULE_SETTINGS_MAX)
+	if (r->settings.n == RULE_SETTINGS_MAX && !labels_get(&r->settings, key))
 		return snprintf(why, why_len, "a rule has at most %d settings", RULE_SETTINGS_MAX), -1;
-	if (array_reserve((void **)&r->keys, &r->settings_cap, r->nsettings, sizeof *r->keys, NULL) != 0)
-		return -1;
-	char **values = realloc(r->values, r->settings_cap * sizeof *values);
-	if (!values)
-		return -1;
-	r->values = values;
-	if (!(r->keys[r->nsettings] = strdup(key)))
-		return -1;
-	if (!(r->values[r->nsettings] = strdup(value))) {
-		free(r->keys[r->nsettings]);
-		return -1;
-	}
-	r->nsettings++;
-	return 0;
+	return labels_put(&r->settings, key, value);
 }
 
 int rule_finish(const struct rule *r, char *why, size_t why_len)
@@ -453,8 +419,8 @@ void rules_free(struct rules *rs)
 static void rules_write_one(FILE *out, const struct rule *r)
 {
 	fprintf(out, "\n[rule.%s]\n", r->name);
-	for (size_t i = 0; i < r->nsettings; i++)
-		fprintf(out, "%s = %s\n", r->keys[i], r->values[i]);
+	for (size_t i = 0; i < r->settings.n; i++)
+		fprintf(out, "%s = %s\n", r->settings.keys[i], r->settings.values[i]);
 }
 
 /* The file of RPC rules, with `skip` left out and `extra` at `at`; see rules_save_with. */

@@ -157,9 +157,9 @@ static struct store_batch *target_batch(struct target *t)
 		.executable = t->executable,
 		.command_line = t->command_line,
 		.python_version = t->python_version,
-		.nlabels = t->params.nlabels,
-		.label_keys = (const char *const *)t->params.label_keys,
-		.label_values = (const char *const *)t->params.label_values,
+		.nlabels = t->params.labels.n,
+		.label_keys = (const char *const *)t->params.labels.keys,
+		.label_values = (const char *const *)t->params.labels.values,
 	};
 	tb.target = store_batch_target(tb.b, &info);
 	double detached_at = t->state == TARGET_SAMPLING ? 0 : t->session_end;
@@ -314,12 +314,7 @@ struct target *target_open(struct ev_loop *loop, struct schedule *schedule,
 
 void target_params_free(struct target_params *p)
 {
-	for (size_t i = 0; i < p->nlabels; i++) {
-		free(p->label_keys[i]);
-		free(p->label_values[i]);
-	}
-	free(p->label_keys);
-	free(p->label_values);
+	labels_free(&p->labels);
 	memset(p, 0, sizeof *p);
 }
 
@@ -373,12 +368,10 @@ void target_start(struct target *t, struct target_params *params)
 {
 	struct ev_loop *loop = t->loop;
 	/* Attached again without labels: the process keeps its labels, and its history under them. */
-	if (!params->nlabels) {
-		params->nlabels = t->params.nlabels;
-		params->label_keys = t->params.label_keys;
-		params->label_values = t->params.label_values;
-		t->params.nlabels = 0;
-		t->params.label_keys = t->params.label_values = NULL;
+	if (!params->labels.n) {
+		labels_free(&params->labels);
+		params->labels = t->params.labels;
+		t->params.labels = (struct labels){0};
 	}
 	target_params_free(&t->params);
 	t->params = *params;
@@ -681,16 +674,16 @@ Pyprofd__Target *target_to_proto(const struct target *t, struct arena *a)
 	p->attached_at = t->attached_at;
 	p->duration_s = t->params.duration_s;
 	p->sessions = t->sessions;
-	if (t->params.nlabels) {
-		p->labels = arena_alloc(a, t->params.nlabels * sizeof *p->labels);
+	if (t->params.labels.n) {
+		p->labels = arena_alloc(a, t->params.labels.n * sizeof *p->labels);
 		if (!p->labels)
 			return NULL;
-		for (size_t i = 0; i < t->params.nlabels; i++) {
+		for (size_t i = 0; i < t->params.labels.n; i++) {
 			Pyprofd__Label *l = ARENA_MESSAGE(a, Pyprofd__Label, PYPROFD__LABEL__INIT);
 			if (!l)
 				return NULL;
-			l->key = arena_strdup(a, t->params.label_keys[i]);
-			l->value = arena_strdup(a, t->params.label_values[i]);
+			l->key = arena_strdup(a, t->params.labels.keys[i]);
+			l->value = arena_strdup(a, t->params.labels.values[i]);
 			p->labels[p->n_labels++] = l;
 		}
 	}

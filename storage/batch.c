@@ -22,12 +22,7 @@ static void batch_target_clear(struct batch_target *t)
 	free(t->executable);
 	free(t->command_line);
 	free(t->python_version);
-	for (size_t k = 0; k < t->nlabels; k++) {
-		free(t->label_keys[k]);
-		free(t->label_values[k]);
-	}
-	free(t->label_keys);
-	free(t->label_values);
+	labels_free(&t->labels);
 }
 
 void store_batch_free(struct store_batch *b)
@@ -93,16 +88,8 @@ int store_batch_target(struct store_batch *b, const struct store_target_info *t)
 	bt->executable = batch_strdup(t->executable, &ok);
 	bt->command_line = batch_strdup(t->command_line, &ok);
 	bt->python_version = batch_strdup(t->python_version, &ok);
-	if (t->nlabels) {
-		bt->label_keys = calloc(t->nlabels, sizeof *bt->label_keys);
-		bt->label_values = calloc(t->nlabels, sizeof *bt->label_values);
-		ok = ok && bt->label_keys && bt->label_values;
-		for (size_t k = 0; ok && k < t->nlabels; k++) {
-			bt->label_keys[k] = batch_strdup(t->label_keys[k], &ok);
-			bt->label_values[k] = batch_strdup(t->label_values[k], &ok);
-			bt->nlabels = k + 1;
-		}
-	}
+	for (size_t k = 0; ok && k < t->nlabels; k++)
+		ok = labels_add(&bt->labels, t->label_keys[k], t->label_values[k]) == 0;
 	if (!ok) {
 		batch_target_clear(bt);
 		return -1;

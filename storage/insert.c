@@ -264,15 +264,15 @@ int insert_bind_thread(sqlite3_stmt *s, int64_t target, const struct batch_threa
 int insert_labels(sqlite3_stmt *del, sqlite3_stmt *add, int64_t target, const struct batch_target *t)
 {
 	/* Declared without labels (attached again without them): it keeps the ones it has. */
-	if (!t->nlabels)
+	if (!t->labels.n)
 		return SQLITE_OK;
 	int rc = sqlite3_bind_int64(del, 1, target);
 	if (rc != SQLITE_OK || (rc = insert_step(del, NULL)) != SQLITE_OK)
 		return rc;
-	for (size_t k = 0; k < t->nlabels; k++) {
+	for (size_t k = 0; k < t->labels.n; k++) {
 		if ((rc = sqlite3_bind_int64(add, 1, target)) != SQLITE_OK ||
-		    (rc = sqlite3_bind_text(add, 2, t->label_keys[k], -1, SQLITE_STATIC)) != SQLITE_OK ||
-		    (rc = sqlite3_bind_text(add, 3, t->label_values[k], -1, SQLITE_STATIC)) != SQLITE_OK ||
+		    (rc = sqlite3_bind_text(add, 2, t->labels.keys[k], -1, SQLITE_STATIC)) != SQLITE_OK ||
+		    (rc = sqlite3_bind_text(add, 3, t->labels.values[k], -1, SQLITE_STATIC)) != SQLITE_OK ||
 		    (rc = insert_step(add, NULL)) != SQLITE_OK)
 			return rc;
 	}

@@ -215,7 +215,7 @@ static int reader_copy_batch(sqlite3_stmt *const *st, const struct store_batch *
 		if ((rc = insert_bind_target(st[COPY_TARGET], t)) == SQLITE_OK &&
 		    (rc = insert_step(st[COPY_TARGET], &ids[i])) == SQLITE_OK &&
 		    (rc = insert_labels(st[COPY_LABELS_DEL], st[COPY_LABEL_ADD], ids[i], t)) == SQLITE_OK &&
-		    t->nlabels && (rc = sqlite3_bind_int64(st[COPY_LABELLED], 1, ids[i])) == SQLITE_OK)
+		    t->labels.n && (rc = sqlite3_bind_int64(st[COPY_LABELLED], 1, ids[i])) == SQLITE_OK)
 			rc = insert_step(st[COPY_LABELLED], NULL);
 	}
 	for (size_t i = 0; rc == SQLITE_OK && i < b->nsessions; i++) {

@@ -15,6 +15,7 @@
 #include "arena.h"
 #include "array.h"
 #include "hash.h"
+#include "labels.h"
 #include "store.h"
 
 /* The schema version this code writes; user_version past it is refused. */
@@ -146,8 +147,7 @@ struct batch_target {
 	int64_t uid;
 	char *executable, *command_line, *python_version; /* may be NULL */
 	double seen;                                     /* wall clock when declared */
-	size_t nlabels;
-	char **label_keys, **label_values;
+	struct labels labels;
 };
 
 struct batch_session {

@@ -31,12 +31,12 @@ Test(otlp, settings_read_and_refused)
 	cr_expect_eq(otlp_config_set(&oc, "compression", "none"), 0);
 	cr_expect(!oc.gzip);
 	cr_expect_eq(otlp_config_set(&oc, "headers", "X-Scope-OrgID=team-a, Authorization = Bearer x y"), 0);
-	cr_assert_eq(oc.nheaders, 2);
-	cr_expect_str_eq(oc.header_names[1], "Authorization");
-	cr_expect_str_eq(oc.header_values[1], "Bearer x y");
+	cr_assert_eq(oc.headers.n, 2);
+	cr_expect_str_eq(oc.headers.keys[1], "Authorization");
+	cr_expect_str_eq(oc.headers.values[1], "Bearer x y");
 	cr_expect_eq(otlp_config_set(&oc, "resource.deployment.environment", "prod"), 0);
-	cr_assert_eq(oc.nresource, 1);
-	cr_expect_str_eq(oc.resource_keys[0], "deployment.environment");
+	cr_assert_eq(oc.resource.n, 1);
+	cr_expect_str_eq(oc.resource.keys[0], "deployment.environment");
 
 	static const char *const bad[][2] = {
 		{"endpoint", "collector:4318"},      {"endpoint", "ftp://collector"},
