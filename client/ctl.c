@@ -150,6 +150,18 @@ int ctl_no_operand(const struct ctl *ctl, int argc, char **argv)
 	return EXIT_OK;
 }
 
+int ctl_parse_label(const struct ctl *ctl, char *arg, Pyprofd__Label *l)
+{
+	char *eq = strchr(arg, '=');
+	if (!eq || eq == arg)
+		return ctl_usage_error(ctl, "--label takes KEY=VALUE, not '%s'", arg);
+	*eq = '\0';
+	pyprofd__label__init(l);
+	l->key = arg;
+	l->value = eq + 1;
+	return EXIT_OK;
+}
+
 /* A whole number in [min, UINT32_MAX]; EXIT_OK or a usage error. */
 int ctl_parse_u32(const struct ctl *ctl, const char *option, const char *arg, uint32_t min,
                          uint32_t *out)

@@ -48,6 +48,11 @@ int ctl_parse_pid(const struct ctl *ctl, const char *arg, int32_t *pid);
 /* The single PID operand left after the options. */
 int ctl_pid_operand(const struct ctl *ctl, int argc, char **argv, int32_t *pid);
 int ctl_no_operand(const struct ctl *ctl, int argc, char **argv);
+/*
+ * --label KEY=VALUE into l, arg split in place (l borrows it: argv outlives
+ * the command); EXIT_OK or a usage error.
+ */
+int ctl_parse_label(const struct ctl *ctl, char *arg, Pyprofd__Label *l);
 /* A whole number in [min, UINT32_MAX]; EXIT_OK or a usage error. */
 int ctl_parse_u32(const struct ctl *ctl, const char *option, const char *arg, uint32_t min,
                   uint32_t *out);

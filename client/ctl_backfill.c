@@ -62,20 +62,12 @@ int ctl_backfill(struct ctl *ctl, int argc, char **argv)
 			r.pid = (int32_t)u;
 			break;
 		}
-		case 'l': {
-			char *eq = strchr(optarg, '=');
-			if (!eq || eq == optarg) {
-				status = ctl_usage_error(ctl, "--label takes KEY=VALUE, not '%s'", optarg);
-				break;
+		case 'l':
+			if ((status = ctl_parse_label(ctl, optarg, &labels[r.n_labels])) == EXIT_OK) {
+				r.labels[r.n_labels] = &labels[r.n_labels];
+				r.n_labels++;
 			}
-			*eq = '\0';
-			Pyprofd__Label *l = &labels[r.n_labels];
-			pyprofd__label__init(l);
-			l->key = optarg;
-			l->value = eq + 1;
-			r.labels[r.n_labels++] = l;
 			break;
-		}
 		case 's':
 			if (duration_parse(optarg, 0, CTL_DURATION_MAX, &since) != 0)
 				status = ctl_usage_error(ctl, "--since takes a duration such as 90s, 15m, 2h or 1d");

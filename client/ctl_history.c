@@ -96,16 +96,11 @@ static int ctl_history_option(struct ctl *ctl, int opt, char **argv, struct ctl_
 		return status;
 	}
 	case 'l': {
-		char *eq = strchr(optarg, '=');
-		if (!eq || eq == optarg)
-			return ctl_usage_error(ctl, "--label takes KEY=VALUE, not '%s'", optarg);
-		*eq = '\0';
 		Pyprofd__Label *l = &h->labels[q->n_labels];
-		pyprofd__label__init(l);
-		l->key = optarg;
-		l->value = eq + 1;
-		q->labels[q->n_labels++] = l;
-		return EXIT_OK;
+		int status = ctl_parse_label(ctl, optarg, l);
+		if (status == EXIT_OK)
+			q->labels[q->n_labels++] = l;
+		return status;
 	}
 	case 'T': {
 		char *end;

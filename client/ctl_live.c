@@ -160,23 +160,12 @@ int ctl_live_attach(struct ctl *ctl, int argc, char **argv)
 					ctl, "--duration takes a positive number of seconds, not '%s'", optarg);
 			break;
 		}
-		case 'l': {
-			char *eq = strchr(optarg, '=');
-			if (!eq || eq == optarg) {
-				status = ctl_usage_error(ctl, "--label takes KEY=VALUE, not '%s'", optarg);
-				break;
-			}
-			Pyprofd__Label *l = &labels[a.n_labels];
-			pyprofd__label__init(l);
-			l->key = strndup(optarg, (size_t)(eq - optarg));
-			l->value = eq + 1;
-			label_ptrs[a.n_labels++] = l;
-			if (!l->key) {
-				fputs("pyprofd-ctl: out of memory\n", stderr);
-				status = EXIT_FAILURE_OTHER;
+		case 'l':
+			if ((status = ctl_parse_label(ctl, optarg, &labels[a.n_labels])) == EXIT_OK) {
+				label_ptrs[a.n_labels] = &labels[a.n_labels];
+				a.n_labels++;
 			}
 			break;
-		}
 		case 'n': a.native = true; break;
 		case 'g': a.gc = true; break;
 		case 'W': a.no_write = true; break;
@@ -208,8 +197,6 @@ int ctl_live_attach(struct ctl *ctl, int argc, char **argv)
 	req.attach = &a;
 	status = ctl_call_shown(ctl, argc, argv, &req, &a.pid, ctl_live_attach_show);
 out:
-	for (size_t i = 0; i < a.n_labels; i++)
-		free(labels[i].key);
 	free(labels);
 	free(label_ptrs);
 	return status;

@@ -13,6 +13,7 @@
  */
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +21,7 @@
 #include <time.h>
 
 #include "clock.h"
-#include "pyprofd.h"
+#include "log.h"
 
 #define LOG_LINE_MAX 1024
 #define LOG_WINDOW_S 60.0

@@ -1,16 +1,21 @@
 /*
  * OTLP profiles: the [export.otlp] settings (otlp_config.c), a history
- * range as an ExportProfilesServiceRequest (otlp_request.c), and its POST
- * to a collector (otlp_post.c).
+ * range as an ExportProfilesServiceRequest (otlp_request.c), its POST to a
+ * collector (otlp_post.c), the sender that ships the history as it is
+ * written (otlp_sender.c) and the backfills asked for by hand
+ * (otlp_backfill.c).
  */
 #ifndef PYPROFD_OTLP_H
 #define PYPROFD_OTLP_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "labels.h"
+#include "pyprofd.pb-c.h"
 
 struct store_process;
 struct store_frame;
@@ -65,5 +70,60 @@ int otlp_post(void **handle, const struct otlp_config *oc, const char *endpoint,
               size_t len, bool (*cancelled)(void *ctx), void *cancel_ctx, uint64_t *wire_bytes,
               char *why, size_t why_len);
 void otlp_post_free(void **handle);
+
+/* ---- otlp_sender.c: the sender of [export.otlp], on a thread of its own ---- */
+
+struct config;
+struct jobs;
+struct store_writer;
+struct arena;
+struct store_sinks;
+struct otlp_sender {
+	struct store_writer *writer; /* NULL: no history, nothing to send */
+	unsigned bucket_seconds;
+	char host[256];              /* host.name */
+	pthread_t thread;
+	bool running;
+	pthread_mutex_t lock;
+	pthread_cond_t wake;
+	/* Under the lock. */
+	struct otlp_config config;
+	uint64_t config_serial, round_serial; /* the configuration's, and the one the thread sends by */
+	bool stop;
+	int64_t flushed_through; /* every sample of a second before this is handed to the writer */
+	double last_success;     /* unix time */
+	char last_error[256];
+	bool failing;
+	uint64_t backlog_samples, samples_sent, requests_failed, bytes_sent;
+	int64_t sent_until;
+	/* The thread's own. */
+	struct store_sinks *store;
+	struct store_reader *reader;
+	uint64_t file_changes; /* the writer's count when they were opened */
+	void *http;
+};
+/* Start the thread (idle while no endpoint is configured).  0, or -1. */
+int otlp_sender_start(struct otlp_sender *x, struct store_writer *writer, const struct config *c);
+/* [export.otlp] as reloaded: a change starts the sender afresh, cancelling what it was sending. */
+void otlp_sender_configure(struct otlp_sender *x, const struct config *c);
+/* After a flush round at loop time now: the history is complete up to its second. */
+void otlp_sender_flushed(struct otlp_sender *x, double now);
+/* Stop the thread (cancelling what it sends) and wait for it; backfills are the jobs'. */
+void otlp_sender_stop(struct otlp_sender *x);
+void otlp_sender_status(struct otlp_sender *x, Pyprofd__StatusResult *out, struct arena *a);
+
+/* ---- otlp_backfill.c ---- */
+
+/* Backfills running at once. */
+#define OTLP_BACKFILLS_MAX 2
+/*
+ * Start a backfill (req->otlp_export) as a job: ERROR_UNSPECIFIED, and the
+ * answer goes to the client later; or the code of an error with why.  The
+ * sender lends its history, its host name and, for its own collector, its
+ * headers.
+ */
+Pyprofd__ErrorCode otlp_backfill_start(struct otlp_sender *x, struct jobs *js,
+                                       uint64_t client_serial, uid_t uid,
+                                       const Pyprofd__Request *req, char *why, size_t why_len);
 
 #endif

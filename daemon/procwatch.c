@@ -33,8 +33,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "array.h"
 #include "clock.h"
-#include "pyprofd.h"
+#include "log.h"
+#include "procwatch.h"
+#include "unwind.h"
 
 /* Messages read per wakeup at most: a fork storm cannot starve the loop's timers. */
 #define PROCWATCH_BATCH 256

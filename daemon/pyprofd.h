@@ -15,7 +15,11 @@
 #include "hash.h"
 #include "jobs.h"
 #include "labels.h"
+#include "log.h"
 #include "otlp.h"
+#include "procwatch.h"
+#include "schedule.h"
+#include "tally.h"
 #include "pyprofd.pb-c.h"
 #include "unwind.h"
 #include "vocab.h"
@@ -45,60 +49,6 @@ uint64_t counters_value(const struct uw_stats *st, size_t i);
 
 /* record.c */
 int record_main(int argc, char **argv);
-
-/* tally.c */
-/*
- * Sample counts by (second, thread, stack id), the one count of samples:
- * `top` reads the last seconds of a target's, the history takes what was
- * not handed on yet, `pyprofd record` keeps one for its run.
- */
-struct tally_entry {
-	int64_t second;
-	uint64_t thread_id;
-	uint32_t stack;
-	uint64_t count;  /* samples */
-	uint64_t handed; /* of which handed on already */
-	/* Of count, the samples with each TALLY_* flag; idle_handed of idle handed on already. */
-	uint64_t idle, gil, gc, idle_handed;
-};
-/* What else a sample was: its thread waited, held the GIL, or the collector ran in it. */
-#define TALLY_IDLE 0x1u
-#define TALLY_GIL 0x2u
-#define TALLY_GC 0x4u
-struct tally {
-	struct tally_entry *entries;
-	size_t len, cap;
-	struct hash index;
-	uint64_t unhanded; /* samples not handed on yet */
-};
-/* Entries a tally holds at most: past them, counting fails (a bound, not a target). */
-#define TALLY_MAX_ENTRIES (1u << 24)
-/* Count samples, each with flags (TALLY_*); -1 if out of memory or entries. */
-int tally_add(struct tally *t, int64_t second, uint64_t thread_id, uint32_t stack, uint64_t count,
-              unsigned flags);
-/* The same, *hint the entry this thread's count went to last (kept by the caller; any value at first). */
-int tally_add_hinted(struct tally *t, uint32_t *hint, int64_t second, uint64_t thread_id,
-                     uint32_t stack, uint64_t count, unsigned flags);
-/* Calls fn for every entry of a second from `since` on. */
-void tally_visit(const struct tally *t, int64_t since,
-                 void (*fn)(void *ctx, const struct tally_entry *e), void *ctx);
-/*
- * Hand on what was counted since the last time: fn gets each entry with
- * the count not handed yet (of which e->idle - e->idle_handed idle), until
- * it returns non-zero (that value is returned).  Everything counts as
- * handed afterwards, failed or not.
- */
-int tally_hand(struct tally *t, int (*fn)(void *ctx, const struct tally_entry *e, uint64_t count),
-               void *ctx);
-void tally_mark_handed(struct tally *t);
-/* Room a tally keeps however few its entries: a few seconds of a busy target's stacks. */
-#define TALLY_KEEP_ENTRIES 1024
-/* Forget the entries of seconds before `before` that were handed on (and room left idle). */
-void tally_prune(struct tally *t, int64_t before);
-void tally_clear(struct tally *t);
-/* Bytes it holds. */
-size_t tally_bytes(const struct tally *t);
-void tally_free(struct tally *t);
 
 /* spell.c */
 /* Where spelled-out frames and stacks go: each returns its own index (>= 0), or -1. */
@@ -190,23 +140,6 @@ int profile_export(const struct profile *p, pid_t pid, uint64_t start_time, bool
                    struct export_profile *out);
 void profile_free_export(struct export_profile *out);
 
-/* log.c */
-enum log_level { LOG_LEVEL_ERROR, LOG_LEVEL_WARN, LOG_LEVEL_INFO, LOG_LEVEL_DEBUG };
-void log_init(enum log_level level);
-void log_set_level(enum log_level level);
-int log_level_parse(const char *name, enum log_level *out);
-const char *log_level_name(enum log_level level);
-/* One line; past a few of one format a minute, the rest are counted and summed up later. */
-void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Now and then (once a second): the counts of repeats whose minute is over. */
-void log_tick(void);
-/* At exit: every count not told yet. */
-void log_finish(void);
-#define log_error(...) log_msg(LOG_LEVEL_ERROR, __VA_ARGS__)
-#define log_warn(...) log_msg(LOG_LEVEL_WARN, __VA_ARGS__)
-#define log_info(...) log_msg(LOG_LEVEL_INFO, __VA_ARGS__)
-#define log_debug(...) log_msg(LOG_LEVEL_DEBUG, __VA_ARGS__)
-
 /* functions.c */
 /*
  * Own and total samples per function (qualified name, file and first line) over stacks fed frame
@@ -282,46 +215,6 @@ void proc_facts_parse_cgroup(const char *text, char *unit, size_t unit_len, char
 int proc_facts_parse_labels(const char *value, struct proc_facts *f);
 /* Whether a label key (1 to 128 characters, no '=', ',' or control characters) and value (up to 1024) may be stored. */
 bool proc_facts_label_ok(const char *key, const char *value);
-
-/* procwatch.c */
-/*
- * Processes as they start, exec and exit: the kernel's process-events
- * connector where the daemon may use it, otherwise a bounded scan of /proc.
- */
-enum procwatch_method { PROCWATCH_AUTO, PROCWATCH_NETLINK, PROCWATCH_SCAN };
-struct procwatch_callbacks {
-	/* A new process (not a thread), child of parent. */
-	void (*fork)(void *ctx, pid_t parent, pid_t child);
-	/*
-	 * A process runs a new program, or is seen for the first time (at
-	 * start, in a scan, after events were lost): judge it afresh.
-	 */
-	void (*exec)(void *ctx, pid_t pid);
-	void (*exit)(void *ctx, pid_t pid);
-};
-struct procwatch_stats {
-	uint64_t events;       /* fork, exec and exit delivered */
-	uint64_t scans;        /* walks of /proc, the first and resyncs included */
-	uint64_t lost;         /* times the kernel dropped events (each answered by a scan) */
-	double scan_us_last, scan_us_max;
-	unsigned processes;    /* seen in the last scan */
-};
-struct procwatch_state;
-struct procwatch {
-	struct procwatch_state *state; /* owned; NULL when stopped */
-};
-/*
- * Start watching: every process alive now is reported once through exec,
- * then what changes.  0, or -1 with why (netlink asked for and refused, ...).
- */
-int procwatch_start(struct procwatch *w, struct ev_loop *loop, enum procwatch_method method,
-                    double scan_interval_s, const struct procwatch_callbacks *cb, void *ctx,
-                    char *why, size_t why_len);
-void procwatch_stop(struct procwatch *w);
-/* The method in use: "netlink" or "scan"; "off" when stopped. */
-const char *procwatch_method_name(const struct procwatch *w);
-void procwatch_stats(const struct procwatch *w, struct procwatch_stats *out);
-int procwatch_method_parse(const char *text, enum procwatch_method *out);
 
 /* rules.c */
 /* match.python: the runtime's major.minor against one bound. */
@@ -467,76 +360,6 @@ unsigned descriptors_for_proc_files(const struct config *c);
 /* What the daemon's own process uses: CPU seconds (user and system), resident bytes. */
 double usage_cpu_seconds(void);
 uint64_t usage_rss_bytes(void);
-
-/* timing.c */
-/*
- * The last TIMING_KEEP measurements of something, for percentiles.  Floats,
- * the counters first: each sample writes three of these, and half the
- * cache lines touched is what a float's 7 digits cost a figure of µs.
- */
-#define TIMING_KEEP 4096
-struct timing {
-	uint32_t n, next;
-	float v[TIMING_KEEP];
-};
-void timing_add(struct timing *t, double value);
-double timing_percentile(const struct timing *t, double p); /* 0 when empty */
-
-/* schedule.c */
-/* One thing sampled on the schedule (a target): its grid and what its ticks cost. */
-struct schedule_entry {
-	double interval; /* seconds between ticks */
-	double phase;    /* its slot on the grid of its interval */
-	uint64_t tick;   /* the next tick's index on that grid */
-	double due;      /* CLOCK_MONOTONIC seconds of the next tick */
-	double cost_s;   /* what one tick costs, smoothed: weighed against a slot's budget */
-	size_t at;       /* index in the heap, or SCHEDULE_OFF / SCHEDULE_FIRING */
-	uint64_t fired, missed; /* ticks run; ticks skipped because the loop was behind */
-	/* The tick, started at now (CLOCK_MONOTONIC), late_s after it was due; may remove or re-add the entry. */
-	void (*fire)(struct schedule_entry *e, double now, double late_s);
-};
-#define SCHEDULE_OFF ((size_t)-1)
-#define SCHEDULE_FIRING ((size_t)-2)
-/* Grid slots an interval divides into, each a possible phase. */
-#define SCHEDULE_SLOT_S 0.001
-#define SCHEDULE_SLOTS_MAX 1000
-/* The sampling one wakeup of a slot may take: bounds the lateness of its last tick. */
-#define SCHEDULE_SLOT_BUDGET_S 0.0008
-/* How often entries are placed again by what their ticks cost now. */
-#define SCHEDULE_BALANCE_S 1.0
-/* A tick due this soon after a wakeup is taken with it. */
-#define SCHEDULE_EARLY_S 0.0002
-/* Every entry's ticks on one timer: ticks due at one moment share a wakeup (see schedule.c). */
-struct schedule {
-	struct ev_loop *loop;
-	int fd; /* timerfd, armed at the earliest due tick */
-	ev_io watcher;
-	double origin; /* CLOCK_MONOTONIC seconds every grid starts from */
-	struct schedule_entry **heap; /* by due time */
-	size_t n, cap;
-	struct schedule_entry **batch; /* the wakeup under way */
-	size_t nbatch, batch_cap;
-	bool running;
-	double balanced; /* when entries were last placed again */
-	uint64_t moves;  /* entries placed in another slot by the balance */
-	uint64_t wakeups; /* with at least one tick */
-	uint64_t ticks, missed;
-	struct timing *lateness_us; /* of every tick, all entries */
-	/* Called as a wakeup with ticks begins, before any of them (NULL: none). */
-	void (*before_ticks)(void *ctx);
-	void *before_ctx;
-};
-/* 0, or -1 with errno. */
-int schedule_init(struct schedule *s, struct ev_loop *loop);
-void schedule_free(struct schedule *s); /* its entries are left off */
-void schedule_entry_init(struct schedule_entry *e,
-                         void (*fire)(struct schedule_entry *, double, double), double default_cost_s);
-/* Tick every interval seconds from the next tick of its grid on (again, when scheduled); 0 or -1. */
-int schedule_add(struct schedule *s, struct schedule_entry *e, double interval);
-/* No more ticks (nothing if it has none). */
-void schedule_remove(struct schedule *s, struct schedule_entry *e);
-/* Lateness of the last TIMING_KEEP ticks of every entry. */
-void schedule_lateness(const struct schedule *s, double *p50_us, double *p99_us);
 
 /* statedir.c */
 /*
@@ -771,56 +594,6 @@ void budget_configure(struct budget *b);
 void budget_apply(struct budget *b, struct target *t);
 /* The budgets' state; a peer other than root sees its own user alone. */
 void budget_status(const struct budget *b, uid_t peer, Pyprofd__StatusResult *out, struct arena *a);
-
-/* otlp_sender.c */
-/* The OTLP sender of [export.otlp], on a thread of its own. */
-struct store_sinks;
-struct otlp_sender {
-	struct store_writer *writer; /* NULL: no history, nothing to send */
-	unsigned bucket_seconds;
-	char host[256];              /* host.name */
-	pthread_t thread;
-	bool running;
-	pthread_mutex_t lock;
-	pthread_cond_t wake;
-	/* Under the lock. */
-	struct otlp_config config;
-	uint64_t config_serial, round_serial; /* the configuration's, and the one the thread sends by */
-	bool stop;
-	int64_t flushed_through; /* every sample of a second before this is handed to the writer */
-	double last_success;     /* unix time */
-	char last_error[256];
-	bool failing;
-	uint64_t backlog_samples, samples_sent, requests_failed, bytes_sent;
-	int64_t sent_until;
-	/* The thread's own. */
-	struct store_sinks *store;
-	struct store_reader *reader;
-	uint64_t file_changes; /* the writer's count when they were opened */
-	void *http;
-};
-/* Start the thread (idle while no endpoint is configured).  0, or -1. */
-int otlp_sender_start(struct otlp_sender *x, struct store_writer *writer, const struct config *c);
-/* [export.otlp] as reloaded: a change starts the sender afresh, cancelling what it was sending. */
-void otlp_sender_configure(struct otlp_sender *x, const struct config *c);
-/* After a flush round at loop time now: the history is complete up to its second. */
-void otlp_sender_flushed(struct otlp_sender *x, double now);
-/* Stop the thread (cancelling what it sends) and wait for it; backfills are the jobs'. */
-void otlp_sender_stop(struct otlp_sender *x);
-void otlp_sender_status(struct otlp_sender *x, Pyprofd__StatusResult *out, struct arena *a);
-
-/* otlp_backfill.c */
-/* Backfills running at once. */
-#define OTLP_BACKFILLS_MAX 2
-/*
- * Start a backfill (req->otlp_export) as a job: ERROR_UNSPECIFIED, and the
- * answer goes to the client later; or the code of an error with why.  The
- * sender lends its history, its host name and, for its own collector, its
- * headers.
- */
-Pyprofd__ErrorCode otlp_backfill_start(struct otlp_sender *x, struct jobs *js,
-                                       uint64_t client_serial, uid_t uid,
-                                       const Pyprofd__Request *req, char *why, size_t why_len);
 
 /* fleet.c */
 /* The processes the daemon finds and attaches by itself (rules, children). */

@@ -6,7 +6,7 @@
  * checked before dispatch.
  */
 #include "pyprofd.h"
-#include "rpc.h"
+#include "rpc_handlers.h"
 
 static const struct {
 	Pyprofd__Request__BodyCase body;

@@ -12,7 +12,7 @@
 #include <stdio.h>
 
 #include "pyprofd.h"
-#include "rpc.h"
+#include "rpc_handlers.h"
 
 void rpc_error(Pyprofd__Response *resp, struct arena *a, Pyprofd__ErrorCode code, const char *fmt,
                ...)

@@ -2,7 +2,7 @@
 #include <unistd.h>
 
 #include "pyprofd.h"
-#include "rpc.h"
+#include "rpc_handlers.h"
 
 /* A history query: checked and started here, answered from its thread later. */
 void rpc_query(struct server *s, struct client *c, const Pyprofd__Request *req,

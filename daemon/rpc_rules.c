@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "pyprofd.h"
-#include "rpc.h"
+#include "rpc_handlers.h"
 
 /* Every rule, in the order they are tried. */
 static Pyprofd__RulesResult *rpc_rules_list(const struct rules *rs, struct arena *a)

@@ -2,7 +2,7 @@
 #include <unistd.h>
 
 #include "pyprofd.h"
-#include "rpc.h"
+#include "rpc_handlers.h"
 
 /*
  * What status shows a user other than root (and other than the user the

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "pyprofd.h"
-#include "rpc.h"
+#include "rpc_handlers.h"
 
 #define LABELS_MAX 64
 #define LABEL_KEY_MAX 128

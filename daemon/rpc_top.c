@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "pyprofd.h"
-#include "rpc.h"
+#include "rpc_handlers.h"
 
 #define TOP_ROWS_MAX 1000
 

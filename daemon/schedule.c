@@ -48,8 +48,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "array.h"
 #include "clock.h"
-#include "pyprofd.h"
+#include "log.h"
+#include "schedule.h"
 
 static bool schedule_before(const struct schedule_entry *a, const struct schedule_entry *b)
 {

@@ -317,9 +317,7 @@ int server_main(int argc, char **argv)
 	s.loop = ev_default_loop(EVFLAG_AUTO);
 	if (!s.loop) {
 		fprintf(stderr, "pyprofd: cannot create the event loop\n");
-		config_free(&s.config);
-		uw_kreader_close(s.kreader);
-		return EXIT_FAILURE_OTHER;
+		goto fail_loop;
 	}
 	/*
 	 * Signals first: a client may connect (and an operator signal) as soon as
@@ -332,24 +330,13 @@ int server_main(int argc, char **argv)
 	ev_signal_start(s.loop, &s.sigterm);
 	ev_signal_start(s.loop, &s.sigint);
 	ev_signal_start(s.loop, &s.sighup);
-	if (server_prepare_state_dir(&s) != 0 || server_listen(&s) != 0) {
-		if (s.state_fd >= 0)
-			close(s.state_fd);
-		ev_loop_destroy(s.loop);
-		config_free(&s.config);
-		uw_kreader_close(s.kreader);
-		return EXIT_FAILURE_OTHER;
-	}
+	if (server_prepare_state_dir(&s) != 0 || server_listen(&s) != 0)
+		goto fail_listen;
 	s.started = ev_now(s.loop);
 	s.started_at = ev_time();
 	if (schedule_init(&s.schedule, s.loop) != 0) {
 		fprintf(stderr, "pyprofd: cannot make the sampling timer: %s\n", strerror(errno));
-		close(s.listen_fd);
-		close(s.state_fd);
-		ev_loop_destroy(s.loop);
-		config_free(&s.config);
-		uw_kreader_close(s.kreader);
-		return EXIT_FAILURE_OTHER;
+		goto fail_schedule;
 	}
 	/* One look at which threads ran serves every target a wakeup samples. */
 	s.schedule.before_ticks = server_look;
@@ -359,12 +346,7 @@ int server_main(int argc, char **argv)
 	    otlp_sender_start(&s.otlp, s.history.writer, &s.config) != 0) {
 		fprintf(stderr, "pyprofd: out of memory\n");
 		schedule_free(&s.schedule);
-		close(s.listen_fd);
-		close(s.state_fd);
-		ev_loop_destroy(s.loop);
-		config_free(&s.config);
-		uw_kreader_close(s.kreader);
-		return EXIT_FAILURE_OTHER;
+		goto fail_schedule;
 	}
 	budget_init(&s.budget, &s);
 
@@ -389,4 +371,16 @@ int server_main(int argc, char **argv)
 	log_info("stopped");
 	log_finish();
 	return EXIT_OK;
+
+	/* Undone in the reverse order of the steps that were taken. */
+fail_schedule:
+	close(s.listen_fd);
+fail_listen:
+	if (s.state_fd >= 0)
+		close(s.state_fd);
+	ev_loop_destroy(s.loop);
+fail_loop:
+	config_free(&s.config);
+	uw_kreader_close(s.kreader);
+	return EXIT_FAILURE_OTHER;
 }

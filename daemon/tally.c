@@ -10,7 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pyprofd.h"
+#include "array.h"
+#include "hash.h"
+#include "tally.h"
 
 struct tally_key {
 	int64_t second;

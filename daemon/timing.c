@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pyprofd.h"
+#include "timing.h"
 
 void timing_add(struct timing *t, double value)
 {

@@ -2,8 +2,8 @@
  * What the request handlers share (rpc*.c): who may act on what, the error
  * answers, and each family's handlers, all of one shape.
  */
-#ifndef PYPROFD_RPC_H
-#define PYPROFD_RPC_H
+#ifndef PYPROFD_RPC_HANDLERS_H
+#define PYPROFD_RPC_HANDLERS_H
 
 #include "pyprofd.h"
 
