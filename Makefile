@@ -1,11 +1,12 @@
 # pyprofd — continuous profiler for Python fleets.
 #
-#   make deps       install the Debian packages the build and tests need, fetch
-#                   speedscope's file-format schema (build/deps/) for the tests
+#   make deps       install the Debian packages the build and the demo need
+#   make test-deps  deps, and what the tests alone need: their packages, and
+#                   speedscope's file-format schema (build/deps/)
 #   make            build build/pyprofd and build/pyprofd-ctl
 #   make pythons    the Debian sid root the tests run CPython 3.13-3.15 from (PYTHONS_ROOT)
 #   make collector  the OpenTelemetry Collector the OTLP tests send to (COLLECTOR_BIN)
-#   make test       deps + build + the criterion suite against every CPython found
+#   make test       test-deps + build + the criterion suite against every CPython found
 #   make sanitize   the same suite on an ASan + UBSan build (in build-sanitize/)
 #   make fuzz       build every libFuzzer harness (tests/fuzz) and run each a while
 #   make demo       the daemon attached to a live Python workload: list, top, dump
@@ -28,15 +29,21 @@ BUILD    ?= build
 CC       ?= cc
 PYTHON   ?= python3
 
-DEB_PACKAGES = build-essential pkg-config libelf-dev libjansson-dev libcriterion-dev \
-               libev-dev libprotobuf-c-dev protobuf-c-compiler libsqlite3-dev \
-               libinih-dev libsystemd-dev zlib1g-dev procps util-linux libcap2-bin \
-               systemd man-db protobuf-compiler chromium \
-               ca-certificates python3-jsonschema clang libclang-rt-14-dev mmdebstrap \
-               golang-go libcurl4-openssl-dev libbpf-dev bpftool linux-libc-dev libseccomp-dev
+# What building both programs and running the demo take: a C compiler, the
+# libraries the programs link, clang and bpftool for the in-kernel reader's
+# BPF programs, python3 for the demo's workload.
+DEB_PACKAGES = build-essential pkg-config libelf-dev libjansson-dev libev-dev \
+               libprotobuf-c-dev protobuf-c-compiler libsqlite3-dev libinih-dev \
+               libsystemd-dev zlib1g-dev libcurl4-openssl-dev libbpf-dev bpftool clang \
+               linux-libc-dev python3
+# What the tests (and benchmarks, fuzzing, the pythons and collector roots)
+# take besides: see README.md, Dependencies.
+TEST_DEB_PACKAGES = libcriterion-dev procps util-linux libcap2-bin systemd man-db \
+                    protobuf-compiler chromium ca-certificates python3-jsonschema \
+                    libclang-rt-14-dev mmdebstrap golang-go libseccomp-dev
 
 # speedscope's file-format schema, which the tests hold the speedscope export
-# to.  It is speedscope's, not ours to commit: make deps fetches the npm package
+# to.  It is speedscope's, not ours to commit: make test-deps fetches the npm package
 # it is published in (npm pack, from whatever registry the machine's npm is
 # configured with) and keeps only the schema.  The pin is the registry's
 # dist.integrity for this version; a tarball that does not match is refused.
@@ -245,7 +252,7 @@ $(BUILD)/fuzz/%: $(BUILD)/tests/fuzz/%.o $(LIBCTL) $(LIBCLIENT) $(LIBS_DAEMON)
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -fsanitize=fuzzer -o $@ $^ $(LINK_DAEMON)
 
-.PHONY: all deps pythons collector test check sanitize fuzz fuzz-run demo bench bench-daemon bench-history bench-hostile bench-fleet bench-page bench-readv bench-async soak install clean
+.PHONY: all deps test-deps pythons collector test check sanitize fuzz fuzz-run demo bench bench-daemon bench-history bench-hostile bench-fleet bench-page bench-readv bench-async soak install clean
 
 all: $(PYPROFD) $(CTL)
 
@@ -369,22 +376,30 @@ $(BUILD)/tests/unit-sandbox: $(BUILD)/tests/sandbox/unit_sandbox.o
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(shell pkg-config --libs libseccomp)
 
-# Installs only what is missing, so it is cheap to depend on.  The speedscope
-# tarball is kept, so each run checks the schema still comes from the pinned
-# bytes; the network is used only when the tarball is missing or wrong.  The
-# registry's integrity is base64 and sha512sum prints hex: coreutils converts,
-# so the check needs nothing a minimal Debian lacks.
-deps:
-	@missing=$$(for p in $(DEB_PACKAGES); do \
+# $(call install_missing,PACKAGES[,COMMANDS]): apt-get install the packages not
+# installed yet, and those named like the commands that are missing (npm
+# comes with Node.js where the machine has one, else from Debian).
+install_missing = missing=$$(for p in $(1); do \
 		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; \
 	done); \
-	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
+	for c in $(2); do command -v $$c >/dev/null 2>&1 || missing="$$missing $$c"; done; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:" $$missing; \
 		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 		$$SUDO apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
+
+# Installs only what is missing, so it is cheap to depend on.
+deps:
+	@$(call install_missing,$(DEB_PACKAGES))
+
+# The speedscope tarball is kept, so each run checks the schema still comes
+# from the pinned bytes; the network is used only when the tarball is
+# missing or wrong.  The registry's integrity is base64 and sha512sum prints
+# hex: coreutils converts, so the check needs nothing a minimal Debian lacks.
+test-deps:
+	@$(call install_missing,$(DEB_PACKAGES) $(TEST_DEB_PACKAGES),npm)
 	@set -e; mkdir -p $(DEPS_DIR); \
 	tgz=$(SPEEDSCOPE_TGZ); schema=$(SPEEDSCOPE_SCHEMA); \
 	want=$$(printf '%s' '$(patsubst sha512-%,%,$(SPEEDSCOPE_INTEGRITY))' | base64 -d | \
@@ -418,12 +433,12 @@ TEST_ENV = PYPROFD_BIN=$(abspath $(PYPROFD)) PYPROFD_CTL=$(abspath $(CTL)) \
 
 # Builds the root when it is missing or holds another package list; see
 # tests/pythons-root.sh.  Only root can build it (and run what is in it).
-pythons: deps
+pythons: test-deps
 	$(Q)SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 	$$SUDO sh tests/pythons-root.sh $(PYTHONS_ROOT) "$(PYTHONS_MIRROR)" $(PYTHONS_PACKAGES)
 
 # The root, then the binary; each step keeps what is there when it is current.
-collector: deps
+collector: test-deps
 	$(Q)SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 	$$SUDO env PYPROFD_ROOT_VARIANT=extract PYPROFD_ROOT_NAME=collector \
 		sh tests/pythons-root.sh $(COLLECTOR_ROOT) "$(PYTHONS_MIRROR)" $(COLLECTOR_PACKAGES) && \
@@ -445,7 +460,7 @@ PYTHONS_SKIPPED = echo; \
 	echo "**********************************************************************"; \
 	echo
 
-test: deps
+test: test-deps
 	$(Q)$(MAKE) --no-print-directory all $(TEST_BINS) $(TEST_TOOLS)
 	$(Q)if [ "$$(id -u)" != 0 ]; then \
 		why="only root can run them (chroot)"; \
@@ -480,7 +495,7 @@ sanitize:
 
 # Builds every harness and runs each for FUZZ_SECONDS (or FUZZ_RUNS), keeping what it learnt
 # in build-fuzz/corpus/NAME (seeded from tests/fuzz/seeds/NAME when there).
-fuzz: deps
+fuzz: test-deps
 	$(Q)$(MAKE) --no-print-directory BUILD=build-fuzz CC=clang FUZZ=1 OPT="-O1 -g" fuzz-run
 
 # As root each harness runs in a pid namespace of its own, beside one Python
@@ -517,7 +532,7 @@ demo: deps
 # pyprofd against CPython's own engines (3.15 with its frame cache, 3.14, 3.13's
 # reader) per workload, deep stacks, many threads and the daemon's cost, on the
 # interpreters of PYTHONS_ROOT when it is there (as root); see bench/run.py.
-bench: deps
+bench: test-deps
 	$(Q)$(MAKE) --no-print-directory all $(BUILD)/bench/wake_cost
 	PYPROFD_PYTHONS_ROOT=$(PYTHONS_ROOT) $(PYTHON) bench/run.py --pyprofd $(PYPROFD) --ctl $(CTL) $(BENCH_ARGS)
 
@@ -549,7 +564,7 @@ $(BUILD)/bench/store_bench: $(BUILD)/bench/store_bench.o $(LIBSTORE) $(LIBBASE)
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lsqlite3 -lpthread -lm
 
-bench-history: deps
+bench-history: test-deps
 	$(Q)$(MAKE) --no-print-directory all $(BUILD)/bench/store_bench
 	$(Q)day=$$(mktemp -d /tmp/pyprofd-bench-day.XXXXXX) && \
 	$(BUILD)/bench/store_bench $$day && \
@@ -557,12 +572,12 @@ bench-history: deps
 	rc=$$?; rm -rf $$day; exit $$rc
 
 # The daemon with 10 targets x 4 threads at 100 Hz for 30 s, 3 rounds beside CPython's sampler; see bench/daemon.py.
-bench-daemon: deps
+bench-daemon: test-deps
 	$(Q)$(MAKE) --no-print-directory all $(BUILD)/bench/wake_cost
 	PYPROFD_PYTHONS_ROOT=$(PYTHONS_ROOT) $(PYTHON) bench/daemon.py --pyprofd $(PYPROFD) --ctl $(CTL) $(BENCH_ARGS)
 
 # Exec to first sample, discovery's CPU idle and in a burst, the CPU budget; see bench/fleet.py.
-bench-fleet: deps
+bench-fleet: test-deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(PYTHON) bench/fleet.py --pyprofd $(PYPROFD) --ctl $(CTL) $(BENCH_ARGS)
 
@@ -572,7 +587,7 @@ $(BUILD)/bench/page_bench: $(BUILD)/bench/page_bench.o $(LIBEXPORT) $(LIBWIRE) $
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lprotobuf-c -ljansson -lz -lm
 
-bench-page: deps
+bench-page: test-deps
 	$(Q)$(MAKE) --no-print-directory $(BUILD)/bench/page_bench
 	$(BUILD)/bench/page_bench $(BENCH_ARGS)
 
@@ -591,18 +606,18 @@ bench-readv:
 	$(BUILD)/bench/readv_cost $(BENCH_ARGS)
 
 # Cost per sample of async-aware sampling with 1,000 and 100,000 suspended tasks; see bench/async.py.
-bench-async: deps
+bench-async: test-deps
 	$(Q)$(MAKE) --no-print-directory all
 	PYPROFD_PYTHONS_ROOT=$(PYTHONS_ROOT) $(PYTHON) bench/async.py --pyprofd $(PYPROFD) $(BENCH_ARGS)
 
 # Unread answers, one user's connections, descriptors used up; see bench/hostile.py.
-bench-hostile: deps
+bench-hostile: test-deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(PYTHON) bench/hostile.py --pyprofd $(PYPROFD) --ctl $(CTL) $(BENCH_ARGS)
 
 # The daemon for SOAK_MINUTES under targets, queries, churn and hostile clients; see bench/soak.py.
 SOAK_MINUTES ?= 30
-soak: deps
+soak: test-deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(PYTHON) bench/soak.py --pyprofd $(PYPROFD) --ctl $(CTL) --minutes $(SOAK_MINUTES) $(BENCH_ARGS)
 
