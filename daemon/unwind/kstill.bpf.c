@@ -101,7 +101,7 @@ static __always_inline __u32 kstill_tasks_of(struct task_struct *leader, struct 
 }
 
 SEC("syscall")
-int kstill_look(void *unused)
+int kstill_scan(void *unused)
 {
 	(void)unused;
 	__u32 nprocs = kstill_nprocs < KSTILL_PROCS ? kstill_nprocs : KSTILL_PROCS;

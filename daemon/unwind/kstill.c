@@ -96,7 +96,7 @@ struct kstill *kstill_open(struct uw_error *err)
 		kstill_close(ks);
 		return NULL;
 	}
-	ks->prog_fd = bpf_program__fd(ks->skel->progs.kstill_look);
+	ks->prog_fd = bpf_program__fd(ks->skel->progs.kstill_scan);
 	/* An mmapable array's values lie at a stride of their size rounded up to 8: theirs are multiples. */
 	_Static_assert(sizeof(struct kstill_proc) % 8 == 0 && sizeof(struct kstill_task) % 8 == 0,
 	               "the maps' values lie at their own size");
