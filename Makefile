@@ -148,7 +148,7 @@ STORE_OBJ  = $(call obj,$(STORE_SRC))
 PAGE_C     = $(BUILD)/proto/export/page.c
 EXPORT_OBJ = $(call obj,$(EXPORT_SRC)) $(BUILD)/proto/profile.pb-c.o $(PAGE_C:.c=.o)
 CLIENT_OBJ = $(call obj,$(CLIENT_SRC))
-# The daemon alone speaks OTLP (daemon/otlp.c).
+# The daemon alone speaks OTLP (daemon/otlp_*.c).
 DAEMON_OBJ = $(call obj,$(DAEMON_SRC)) $(BUILD)/proto/otlp_profiles.pb-c.o
 CTL_OBJ    = $(call obj,$(CTL_SRC))
 MAIN_OBJ   = $(call obj,$(MAIN_SRC))
@@ -423,7 +423,7 @@ test-deps:
 	tar -xzOf "$$tgz" package/dist/release/file-format-schema.json > "$$tmp"; \
 	cmp -s "$$tmp" "$$schema" || mv "$$tmp" "$$schema"
 
-# The suites run the real binaries against real interpreters; see README.md, Tests.
+# The suites run the real binaries against real interpreters; see tests/README.md.
 TEST_ENV = PYPROFD_BIN=$(abspath $(PYPROFD)) PYPROFD_CTL=$(abspath $(CTL)) \
 	PYPROFD_TESTS_DIR=$(abspath tests) \
 	PYPROFD_PYTHONS_CACHE=$(abspath $(BUILD))/tests/pythons.cache \

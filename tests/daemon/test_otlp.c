@@ -1,5 +1,5 @@
 /*
- * OTLP profiles as the daemon writes them (daemon/otlp.c): [export.otlp]
+ * OTLP profiles as the daemon writes them (daemon/otlp_config.c, otlp_request.c): [export.otlp]
  * settings read and refused, and a request packed, read back with the same
  * .proto and held to what the specification asks of it: every table
  * starting with its zero value, stacks leaf first, one value and one
