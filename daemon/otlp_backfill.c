@@ -123,8 +123,8 @@ static void backfill_free(void *data)
 static const struct job_type backfill_job_type = {"otlp-backfill", backfill_run, backfill_free};
 
 Pyprofd__ErrorCode otlp_backfill_start(struct otlp_sender *x, struct jobs *js, uint64_t client_serial,
-                                     uid_t uid, const Pyprofd__Request *req, char *why,
-                                     size_t why_len)
+                                       uid_t uid, const Pyprofd__Request *req, char *why,
+                                       size_t why_len)
 {
 	const Pyprofd__OtlpExportRequest *r = req->otlp_export;
 	if (!x->writer) {

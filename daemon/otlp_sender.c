@@ -90,8 +90,8 @@ static int sender_collect_due(void *ctx, const struct store_sink_due *d)
 
 /* One target's range as one request, sent.  0, or -1 and why. */
 static int sender_send_target(struct otlp_sender *x, const struct otlp_config *oc, int64_t target_id,
-                                int64_t from, int64_t until, uint64_t *samples, char *why,
-                                size_t why_len)
+                              int64_t from, int64_t until, uint64_t *samples, char *why,
+                              size_t why_len)
 {
 	struct otlp_request *q = otlp_request_from_history(x->reader, oc, x->host, target_id, from,
 	                                                   until, why, why_len);
@@ -121,7 +121,7 @@ static int sender_send_target(struct otlp_sender *x, const struct otlp_config *o
  * when more is due at once, -1 and why on a failure.
  */
 static int sender_round(struct otlp_sender *x, const struct otlp_config *oc, int64_t flushed_through,
-                          char *why, size_t why_len)
+                        char *why, size_t why_len)
 {
 	/* What the loop handed the writer up to the last flush round is in the file once this returns. */
 	store_writer_flush(x->writer);

@@ -361,7 +361,7 @@ static void query_builder_free(struct builder *b)
 
 /* The answer, sent in parts; 0, or -1 and *err (b->oom says whether memory ran out). */
 static int query_answer(struct query_job *j, struct store_reader *r, struct builder *b,
-                  struct store_error *err)
+                        struct store_error *err)
 {
 	switch (j->aggregate) {
 	case PYPROFD__QUERY_AGGREGATE__QUERY_STACKS:

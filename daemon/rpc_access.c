@@ -50,7 +50,7 @@ bool rpc_may_see(const struct client *c, uid_t owner_uid, gid_t owner_gid)
  * the pid before is forgotten here).  Otherwise an error in resp and -1.
  */
 int rpc_process(struct server *s, const struct client *c, pid_t pid, struct target **t,
-                       Pyprofd__Response *resp, struct arena *a)
+                Pyprofd__Response *resp, struct arena *a)
 {
 	struct uw_error err = {0};
 	struct uw_process_identity id;
@@ -106,7 +106,7 @@ int rpc_process(struct server *s, const struct client *c, pid_t pid, struct targ
 
 /* A known target the client may see, or an error in resp. */
 struct target *rpc_known_target(struct server *s, const struct client *c, pid_t pid,
-                                   Pyprofd__Response *resp, struct arena *a)
+                                Pyprofd__Response *resp, struct arena *a)
 {
 	struct target *t = pid > 0 ? targets_find(&s->targets, pid) : NULL;
 	if (!t) {

@@ -6,7 +6,7 @@
 
 /* A history query: checked and started here, answered from its thread later. */
 void rpc_query(struct server *s, struct client *c, const Pyprofd__Request *req,
-                      Pyprofd__Response *resp, struct arena *a)
+               Pyprofd__Response *resp, struct arena *a)
 {
 	if (!s->history.path) {
 		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_INTERNAL, "this daemon keeps no history");
@@ -28,7 +28,7 @@ void rpc_query(struct server *s, struct client *c, const Pyprofd__Request *req,
 
 /* A backfill to a collector: root's and the daemon's user's; answered from its thread later. */
 void rpc_otlp_export(struct server *s, struct client *c, const Pyprofd__Request *req,
-                            Pyprofd__Response *resp, struct arena *a)
+                     Pyprofd__Response *resp, struct arena *a)
 {
 	/* The daemon would connect where the caller says, with its own network's reach. */
 	if (c->uid != 0 && c->uid != geteuid()) {

@@ -40,7 +40,7 @@ static Pyprofd__RulesResult *rpc_rules_list(const struct rules *rs, struct arena
  * and a full disk changes nothing.
  */
 void rpc_rules(struct server *s, struct client *c, const Pyprofd__Request *req,
-                      Pyprofd__Response *resp, struct arena *a)
+               Pyprofd__Response *resp, struct arena *a)
 {
 	const Pyprofd__RulesRequest *r = req->rules;
 	struct rules *rs = &s->config.rules;

@@ -56,7 +56,7 @@ static void rpc_status_own(const struct server *s, const struct client *c,
 }
 
 void rpc_status(struct server *s, struct client *c, const Pyprofd__Request *req,
-                       Pyprofd__Response *resp, struct arena *a)
+                Pyprofd__Response *resp, struct arena *a)
 {
 	(void)req;
 	Pyprofd__StatusResult *res = ARENA_MESSAGE(a, Pyprofd__StatusResult, PYPROFD__STATUS_RESULT__INIT);

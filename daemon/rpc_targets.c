@@ -12,7 +12,7 @@
 
 /* The attach request as target parameters, checked; -1 with the error in resp. */
 static int rpc_attach_params(struct server *s, const Pyprofd__AttachRequest *req,
-                         struct target_params *p, Pyprofd__Response *resp, struct arena *a)
+                             struct target_params *p, Pyprofd__Response *resp, struct arena *a)
 {
 	memset(p, 0, sizeof *p);
 	p->rate_hz = req->rate_hz ? req->rate_hz : s->config.default_rate_hz;
@@ -74,7 +74,7 @@ static size_t rpc_live_targets(const struct targets *ts)
 }
 
 void rpc_attach(struct server *s, struct client *c, const Pyprofd__Request *req,
-                       Pyprofd__Response *resp, struct arena *a)
+                Pyprofd__Response *resp, struct arena *a)
 {
 	const Pyprofd__AttachRequest *r = req->attach;
 	struct target *t;
@@ -152,7 +152,7 @@ void rpc_attach(struct server *s, struct client *c, const Pyprofd__Request *req,
 }
 
 void rpc_detach(struct server *s, struct client *c, const Pyprofd__Request *req,
-                       Pyprofd__Response *resp, struct arena *a)
+                Pyprofd__Response *resp, struct arena *a)
 {
 	struct target *t = rpc_known_target(s, c, req->detach->pid, resp, a);
 	if (!t)
@@ -184,7 +184,7 @@ void rpc_detach(struct server *s, struct client *c, const Pyprofd__Request *req,
 }
 
 void rpc_list(struct server *s, struct client *c, const Pyprofd__Request *req,
-                     Pyprofd__Response *resp, struct arena *a)
+              Pyprofd__Response *resp, struct arena *a)
 {
 	(void)req;
 	Pyprofd__ListResult *res = ARENA_MESSAGE(a, Pyprofd__ListResult, PYPROFD__LIST_RESULT__INIT);
@@ -208,7 +208,7 @@ void rpc_list(struct server *s, struct client *c, const Pyprofd__Request *req,
 }
 
 void rpc_dump(struct server *s, struct client *c, const Pyprofd__Request *req,
-                     Pyprofd__Response *resp, struct arena *a)
+              Pyprofd__Response *resp, struct arena *a)
 {
 	const Pyprofd__DumpRequest *r = req->dump;
 	struct target *t;
@@ -241,7 +241,7 @@ void rpc_dump(struct server *s, struct client *c, const Pyprofd__Request *req,
 }
 
 void rpc_stats(struct server *s, struct client *c, const Pyprofd__Request *req,
-                      Pyprofd__Response *resp, struct arena *a)
+               Pyprofd__Response *resp, struct arena *a)
 {
 	struct target *t = rpc_known_target(s, c, req->stats->pid, resp, a);
 	if (!t)

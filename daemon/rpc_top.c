@@ -131,7 +131,7 @@ static void rpc_top_free(struct rpc_top *acc)
 }
 
 void rpc_top(struct server *s, struct client *c, const Pyprofd__Request *req,
-                    Pyprofd__Response *resp, struct arena *a)
+             Pyprofd__Response *resp, struct arena *a)
 {
 	const Pyprofd__TopRequest *r = req->top;
 	static const enum functions_order orders[] = {

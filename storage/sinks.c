@@ -100,7 +100,7 @@ fail:
 
 /* Steps a bound statement to its end and resets it; 0, or -1 and *err (what: the step). */
 static int sinks_run(struct store_sinks *x, sqlite3_stmt *st, const char *what,
-                      struct store_error *err)
+                     struct store_error *err)
 {
 	int rc = sqlite3_step(st);
 	sqlite3_reset(st);
@@ -113,7 +113,7 @@ static int sinks_run(struct store_sinks *x, sqlite3_stmt *st, const char *what,
 }
 
 int store_sink_get(struct store_sinks *x, const char *name, int64_t start, double now,
-                      int64_t *sink, int64_t *sent_until, struct store_error *err)
+                   int64_t *sink, int64_t *sent_until, struct store_error *err)
 {
 	sqlite3_stmt *add = x->stmt[SINKS_SINK_ADD], *get = x->stmt[SINKS_SINK_GET];
 	sqlite3_bind_text(add, 1, name, -1, SQLITE_STATIC);
@@ -134,8 +134,8 @@ int store_sink_get(struct store_sinks *x, const char *name, int64_t start, doubl
 }
 
 int store_sink_due(struct store_sinks *x, int64_t sink, int64_t until,
-                     int (*fn)(void *ctx, const struct store_sink_due *d), void *ctx,
-                     uint64_t *samples, struct store_error *err)
+                   int (*fn)(void *ctx, const struct store_sink_due *d), void *ctx,
+                   uint64_t *samples, struct store_error *err)
 {
 	sqlite3_stmt *st = x->stmt[SINKS_DUE];
 	sqlite3_bind_int64(st, 1, sink);
@@ -165,7 +165,7 @@ int store_sink_due(struct store_sinks *x, int64_t sink, int64_t until,
 }
 
 int store_sink_mark(struct store_sinks *x, int64_t sink, int64_t target_id, int64_t until,
-                      struct store_error *err)
+                    struct store_error *err)
 {
 	sqlite3_stmt *st = x->stmt[SINKS_MARK];
 	sqlite3_bind_int64(st, 1, sink);
@@ -175,7 +175,7 @@ int store_sink_mark(struct store_sinks *x, int64_t sink, int64_t target_id, int6
 }
 
 int store_sink_advance(struct store_sinks *x, int64_t sink, int64_t until,
-                         struct store_error *err)
+                       struct store_error *err)
 {
 	/* One transaction: a target's row goes only when the sink's cursor has passed it. */
 	if (store_exec(x->db, "BEGIN IMMEDIATE", err) < 0)

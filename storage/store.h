@@ -357,7 +357,7 @@ void store_sinks_close(struct store_sinks *x);
  * sent for every target.  0, or -1 and *err.
  */
 int store_sink_get(struct store_sinks *x, const char *name, int64_t start, double now,
-                      int64_t *sink, int64_t *sent_until, struct store_error *err);
+                   int64_t *sink, int64_t *sent_until, struct store_error *err);
 
 /* A target with samples a sink has not been sent, in buckets starting in [from, until). */
 struct store_sink_due {
@@ -372,15 +372,15 @@ struct store_sink_due {
  * NULL) gets their sum.  0, or -1 and *err.
  */
 int store_sink_due(struct store_sinks *x, int64_t sink, int64_t until,
-                     int (*fn)(void *ctx, const struct store_sink_due *d), void *ctx,
-                     uint64_t *samples, struct store_error *err);
+                   int (*fn)(void *ctx, const struct store_sink_due *d), void *ctx,
+                   uint64_t *samples, struct store_error *err);
 
 /* A target's samples in buckets starting before until are sent to sink.  0, or -1 and *err. */
 int store_sink_mark(struct store_sinks *x, int64_t sink, int64_t target_id, int64_t until,
-                      struct store_error *err);
+                    struct store_error *err);
 /* Every target's are: the sink's sent_until moves to until.  0, or -1 and *err. */
 int store_sink_advance(struct store_sinks *x, int64_t sink, int64_t until,
-                         struct store_error *err);
+                       struct store_error *err);
 
 /*
  * The threads with samples of a target in buckets starting in [from, until),
