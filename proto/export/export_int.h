@@ -41,7 +41,7 @@ struct export_view {
 	size_t nowned;
 };
 
-/* export.c */
+/* export_format.c */
 /* fputs that reports failure as -1 (errno set by the write). */
 int export_puts(FILE *out, const char *s);
 /* A stack's thread as every format calls it, or NULL when the stack has no thread. */

@@ -37,65 +37,6 @@ int export_format_parse(const char *name, enum export_format *out)
 	return -1;
 }
 
-int export_puts(FILE *out, const char *s)
-{
-	return fputs(s, out) == EOF ? -1 : 0;
-}
-
-size_t export_utf8_seq(const unsigned char *s)
-{
-	if (s[0] < 0x80)
-		return 1;
-	size_t n;
-	uint32_t min;
-	if ((s[0] & 0xe0) == 0xc0) {
-		n = 2;
-		min = 0x80;
-	} else if ((s[0] & 0xf0) == 0xe0) {
-		n = 3;
-		min = 0x800;
-	} else if ((s[0] & 0xf8) == 0xf0) {
-		n = 4;
-		min = 0x10000;
-	} else {
-		return 0;
-	}
-	uint32_t cp = s[0] & (0x7fu >> n);
-	for (size_t i = 1; i < n; i++) {
-		if ((s[i] & 0xc0) != 0x80) /* also stops at the terminating NUL */
-			return 0;
-		cp = cp << 6 | (s[i] & 0x3fu);
-	}
-	if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-		return 0;
-	return n;
-}
-
-char *export_utf8_copy(const char *s)
-{
-	size_t len = strlen(s);
-	if (len > (SIZE_MAX - 1) / 3)
-		return NULL;
-	char *fixed = malloc(len * 3 + 1);
-	if (!fixed)
-		return NULL;
-	size_t o = 0;
-	for (const unsigned char *p = (const unsigned char *)s; *p;) {
-		size_t n = export_utf8_seq(p);
-		if (n) {
-			memcpy(fixed + o, p, n);
-			o += n;
-			p += n;
-		} else {
-			memcpy(fixed + o, "\xef\xbf\xbd", 3);
-			o += 3;
-			p++;
-		}
-	}
-	fixed[o] = '\0';
-	return fixed;
-}
-
 /*
  * s itself when it is valid UTF-8, else a copy with each bad byte replaced by
  * U+FFFD, recorded in the view to be freed.  JSON, protobuf strings and the
@@ -133,11 +74,6 @@ static const char *export_view_thread_title(struct export_view *v, const struct 
 	if (copy)
 		v->owned[v->nowned++] = copy;
 	return copy;
-}
-
-const char *export_stack_thread_title(const struct export_view *v, const struct export_stack *s)
-{
-	return s->thread ? v->thread_title[s->thread - 1] : NULL;
 }
 
 /* Checks everything a writer relies on; 0, or -1 with errno EINVAL. */
