@@ -76,16 +76,25 @@ static struct server *fleet_server(struct fleet *f)
 
 /* ---- labels ---- */
 
+/*
+ * Keys a label set takes at most: a process's own (bounded by proc_facts),
+ * and room for what the daemon and a rule add.  Past it, new keys are left out.
+ */
+#define FLEET_LABELS_MAX (PROC_FACTS_LABELS_MAX + 16)
+
 /* A label set being built: a later put of a key replaces the earlier value. */
 struct fleet_labels {
 	struct labels l;
 	bool failed; /* out of memory on the way: nothing is given */
 };
 
-/* key = value, unless value is empty (nothing found is no label). */
+/* key = value, unless value is empty (nothing found is no label) or the set is full. */
 static void fleet_labels_put(struct fleet_labels *l, const char *key, const char *value)
 {
-	if (value && *value && !l->failed && labels_put(&l->l, key, value) != 0)
+	if (!value || !*value || l->failed ||
+	    (l->l.n == FLEET_LABELS_MAX && !labels_get(&l->l, key)))
+		return;
+	if (labels_put(&l->l, key, value) != 0)
 		l->failed = true;
 }
 
