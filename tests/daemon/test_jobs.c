@@ -125,128 +125,135 @@ static void run_until_idle(struct ev_loop *loop, struct jobs *js, double seconds
 	}
 }
 
+/* A loop, its jobs, and the one client they answer. */
+struct fixture {
+	struct ev_loop *loop;
+	struct jobs js;
+	struct sink k;
+};
+
+static void fixture_open(struct fixture *f, enum job_room room)
+{
+	f->loop = ev_loop_new(EVFLAG_AUTO);
+	cr_assert_not_null(f->loop);
+	f->k = (struct sink){.room = room};
+	cr_assert_eq(jobs_init(&f->js, f->loop, &test_sink, &f->k), 0);
+}
+
+/* The emitter as a job of this type, for this user. */
+static void fixture_start(struct fixture *f, const struct job_type *type, struct emitter *e,
+                          uid_t uid)
+{
+	char why[128];
+	cr_assert_eq(jobs_start(&f->js, type, e, 7, uid, why, sizeof why), 0, "%s", why);
+}
+
+static void fixture_close(struct fixture *f)
+{
+	jobs_finish(&f->js);
+	ev_loop_destroy(f->loop);
+}
+
 Test(jobs, every_part_reaches_the_client_in_order_then_the_end_once)
 {
-	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
-	struct jobs js;
-	struct sink k = {.room = JOB_CLIENT_READY};
-	cr_assert_eq(jobs_init(&js, loop, &test_sink, &k), 0);
+	struct fixture f;
+	fixture_open(&f, JOB_CLIENT_READY);
 	bool freed = false;
 	struct emitter e = {.parts = 20, .freed = &freed};
-	char why[128];
-	cr_assert_eq(jobs_start(&js, &emitter_type, &e, 7, 1000, why, sizeof why), 0, "%s", why);
-	run_until_idle(loop, &js, 30);
-	cr_assert_null(js.running, "the job was collected");
-	cr_expect_eq(k.parts, 20);
-	cr_expect(!k.out_of_order);
-	cr_expect_eq(k.done_calls, 1);
-	cr_expect(k.ok);
+	fixture_start(&f, &emitter_type, &e, 1000);
+	run_until_idle(f.loop, &f.js, 30);
+	cr_assert_null(f.js.running, "the job was collected");
+	cr_expect_eq(f.k.parts, 20);
+	cr_expect(!f.k.out_of_order);
+	cr_expect_eq(f.k.done_calls, 1);
+	cr_expect(f.k.ok);
 	cr_expect(freed, "its data was let go on the loop");
 	cr_expect(!e.cancelled);
-	jobs_finish(&js);
-	ev_loop_destroy(loop);
+	fixture_close(&f);
 }
 
 Test(jobs, a_client_that_takes_nothing_holds_the_thread_at_the_bound)
 {
-	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
-	struct jobs js;
-	struct sink k = {.room = JOB_CLIENT_FULL};
-	cr_assert_eq(jobs_init(&js, loop, &test_sink, &k), 0);
+	struct fixture f;
+	fixture_open(&f, JOB_CLIENT_FULL);
 	bool freed = false;
 	struct emitter e = {.parts = 64, .freed = &freed}; /* 16 MiB, far past the bound */
-	char why[128];
-	cr_assert_eq(jobs_start(&js, &emitter_type, &e, 7, 1000, why, sizeof why), 0, "%s", why);
+	fixture_start(&f, &emitter_type, &e, 1000);
 	/* The queue holds 2 MiB: eight parts, and the ninth waits for room. */
 	double until = clock_mono_s() + 30;
 	while (__atomic_load_n(&e.emitted, __ATOMIC_SEQ_CST) < 8 && clock_mono_s() < until)
-		run_for(loop, 0.05);
-	run_for(loop, 0.5);
+		run_for(f.loop, 0.05);
+	run_for(f.loop, 0.5);
 	unsigned ahead = __atomic_load_n(&e.emitted, __ATOMIC_SEQ_CST);
-	cr_expect_eq(k.parts, 0, "a full client is handed nothing");
+	cr_expect_eq(f.k.parts, 0, "a full client is handed nothing");
 	cr_expect_geq(ahead, 8, "the thread filled the queue");
 	cr_expect_lt(ahead, 16, "the thread ran %u parts ahead of a client that reads none", ahead);
 	/* Room again: the rest comes. */
-	k.room = JOB_CLIENT_READY;
-	jobs_pump(&js);
-	run_until_idle(loop, &js, 30);
-	cr_expect_eq(k.parts, 64);
-	cr_expect(!k.out_of_order);
-	cr_expect_eq(k.done_calls, 1);
-	jobs_finish(&js);
-	ev_loop_destroy(loop);
+	f.k.room = JOB_CLIENT_READY;
+	jobs_pump(&f.js);
+	run_until_idle(f.loop, &f.js, 30);
+	cr_expect_eq(f.k.parts, 64);
+	cr_expect(!f.k.out_of_order);
+	cr_expect_eq(f.k.done_calls, 1);
+	fixture_close(&f);
 }
 
 Test(jobs, a_client_that_leaves_cancels_its_job)
 {
-	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
-	struct jobs js;
-	struct sink k = {.room = JOB_CLIENT_FULL};
-	cr_assert_eq(jobs_init(&js, loop, &test_sink, &k), 0);
+	struct fixture f;
+	fixture_open(&f, JOB_CLIENT_FULL);
 	bool freed = false;
 	struct emitter e = {.parts = 64, .freed = &freed};
-	char why[128];
-	cr_assert_eq(jobs_start(&js, &emitter_type, &e, 7, 1000, why, sizeof why), 0, "%s", why);
-	run_for(loop, 0.2);
-	k.room = JOB_CLIENT_GONE;
-	jobs_pump(&js);
-	run_until_idle(loop, &js, 30);
-	cr_assert_null(js.running, "the cancelled job's thread ended and was joined");
+	fixture_start(&f, &emitter_type, &e, 1000);
+	run_for(f.loop, 0.2);
+	f.k.room = JOB_CLIENT_GONE;
+	jobs_pump(&f.js);
+	run_until_idle(f.loop, &f.js, 30);
+	cr_assert_null(f.js.running, "the cancelled job's thread ended and was joined");
 	cr_expect(e.cancelled, "the thread learnt it was cancelled");
 	cr_expect_lt(e.emitted, 64);
-	cr_expect_eq(k.parts, 0);
-	cr_expect_eq(k.done_calls, 0, "a client that left is told nothing");
+	cr_expect_eq(f.k.parts, 0);
+	cr_expect_eq(f.k.done_calls, 0, "a client that left is told nothing");
 	cr_expect(freed);
-	jobs_finish(&js);
-	ev_loop_destroy(loop);
+	fixture_close(&f);
 }
 
 Test(jobs, stopping_cancels_and_joins_every_job)
 {
-	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
-	struct jobs js;
-	struct sink k = {.room = JOB_CLIENT_FULL};
-	cr_assert_eq(jobs_init(&js, loop, &test_sink, &k), 0);
+	struct fixture f;
+	fixture_open(&f, JOB_CLIENT_FULL);
 	bool freed[3] = {false};
 	struct emitter e[3] = {{.parts = 64, .freed = &freed[0]},
 	                       {.parts = 64, .freed = &freed[1]},
 	                       {.parts = 64, .freed = &freed[2]}};
-	char why[128];
 	for (int i = 0; i < 3; i++)
-		cr_assert_eq(jobs_start(&js, &emitter_type, &e[i], 7, 1000, why, sizeof why), 0, "%s", why);
-	run_for(loop, 0.2);
-	jobs_finish(&js); /* every thread waits for room no client will make */
+		fixture_start(&f, &emitter_type, &e[i], 1000);
+	run_for(f.loop, 0.2);
+	fixture_close(&f); /* every thread waits for room no client will make */
 	for (int i = 0; i < 3; i++) {
 		cr_expect(freed[i]);
 		cr_expect(e[i].cancelled);
 	}
-	cr_expect_eq(k.done_calls, 0);
-	ev_loop_destroy(loop);
+	cr_expect_eq(f.k.done_calls, 0);
 }
 
 Test(jobs, counts_by_type_and_user)
 {
-	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
-	struct jobs js;
-	struct sink k = {.room = JOB_CLIENT_FULL};
-	cr_assert_eq(jobs_init(&js, loop, &test_sink, &k), 0);
+	struct fixture f;
+	fixture_open(&f, JOB_CLIENT_FULL);
 	bool freed[4] = {false};
 	struct emitter e[4];
 	const uid_t uids[4] = {0, 1000, 1000, 1001};
-	char why[128];
 	for (int i = 0; i < 4; i++) {
 		e[i] = (struct emitter){.parts = 64, .freed = &freed[i]};
-		cr_assert_eq(jobs_start(&js, i == 3 ? &other_type : &emitter_type, &e[i], 7, uids[i], why,
-		                        sizeof why),
-		             0, "%s", why);
+		fixture_start(&f, i == 3 ? &other_type : &emitter_type, &e[i], uids[i]);
 	}
-	struct jobs_count n = jobs_count(&js, &emitter_type, 1000);
+	struct jobs_count n = jobs_count(&f.js, &emitter_type, 1000);
 	cr_expect_eq(n.all, 3);
 	cr_expect_eq(n.of_uid, 2);
 	cr_expect_eq(n.not_root, 2);
-	n = jobs_count(&js, &other_type, 1001);
+	n = jobs_count(&f.js, &other_type, 1001);
 	cr_expect_eq(n.all, 1);
 	cr_expect_eq(n.of_uid, 1);
-	jobs_finish(&js);
-	ev_loop_destroy(loop);
+	fixture_close(&f);
 }
