@@ -6,7 +6,6 @@
  * in memory from there (while the file cannot be written), aggregates, and
  * packs the answer into framed parts as it goes.
  */
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,6 +16,7 @@
 #define QUERIES_PER_UID 2
 /* A response part stays under this many bytes; the client's limit is far above. */
 #define QUERY_PART_BYTES (1u << 20)
+
 /* One query: what it asks, and the job that answers it. */
 struct query_job {
 	struct job *job;
