@@ -295,7 +295,7 @@ def bench_pyprofd(args, python, verbose, copy=False):
         print("  OTLP export to %s every %s: %d samples, %d bytes sent, %d failed requests"
               % (args.otlp, args.interval, e.get("samples_sent", 0) - e0.get("samples_sent", 0), sent,
                  e.get("requests_failed", 0) - e0.get("requests_failed", 0)))
-        print("  exporter thread CPU       %6.3f %% of one core (of the daemon's above)"
+        print("  OTLP sender thread CPU    %6.3f %% of one core (of the daemon's above)"
               % (100 * (export_cpu1 - export_cpu0) / elapsed))
         print("  bytes per target-minute   %6.0f (gzip'd request bodies)"
               % (sent / args.targets / (elapsed / 60)))

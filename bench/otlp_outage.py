@@ -71,7 +71,7 @@ def main():
             if os.path.exists(sock):
                 break
             time.sleep(0.05)
-        # The exporter sends from where it starts: the targets come after that.
+        # The OTLP sender sends from where it starts: the targets come after that.
         while not ctl("status")["export"]["sent_until"]:
             time.sleep(0.2)
         workload = os.path.join(HERE, "workloads", "service4.py")
