@@ -12,6 +12,8 @@
 #   make demo       the daemon attached to a live Python workload: list, top, dump
 #   make bench      pyprofd against CPython's own engines, deep stacks, threads, the daemon
 #   make bench-daemon  measure the daemon: 10 targets x 4 threads at 100 Hz on 3.15
+#   make bench-accuracy  each phase's share against the truth: every interpreter, rate, quiet and busy
+#   make bench-ablation  each prover off in turn: µs and pages per sample, the daemon's CPU
 #   make bench-history measure the history store over a synthetic day
 #   make bench-hostile what a hostile local user costs the daemon (as root)
 #   make bench-fleet   exec to first sample, discovery's CPU, the CPU budget (as root)
@@ -30,11 +32,11 @@ CC       ?= cc
 PYTHON   ?= python3
 
 # What building both programs and running the demo take: a C compiler, the
-# libraries the programs link, clang and bpftool for the in-kernel reader's
-# BPF programs, python3 for the demo's workload.
+# libraries the programs link, clang, llvm-strip and bpftool for the
+# unwinder's kernel programs, python3 for the demo's workload.
 DEB_PACKAGES = build-essential pkg-config libelf-dev libjansson-dev libev-dev \
                libprotobuf-c-dev protobuf-c-compiler libsqlite3-dev libinih-dev \
-               libsystemd-dev zlib1g-dev libcurl4-openssl-dev libbpf-dev bpftool clang \
+               libsystemd-dev zlib1g-dev libcurl4-openssl-dev libbpf-dev bpftool clang llvm \
                linux-libc-dev python3
 # What the tests (and benchmarks, fuzzing, the pythons and collector roots)
 # take besides: see README.md, Dependencies.
@@ -129,7 +131,7 @@ PROTO_C    = $(PROTO:proto/%.proto=$(BUILD)/proto/%.pb-c.c)
 PROTO_H    = $(PROTO_C:.c=.h)
 
 BASE_SRC   = $(wildcard base/*.c)
-UNWIND_SRC = $(filter-out %.bpf.c,$(wildcard daemon/unwind/*.c))
+UNWIND_SRC = $(filter-out %.bpf.c,$(wildcard daemon/unwind/*.c daemon/unwind/kernel/*.c))
 WIRE_SRC   = $(wildcard proto/*.c)
 STORE_SRC  = $(wildcard storage/*.c)
 EXPORT_SRC = $(wildcard proto/export/*.c)
@@ -172,7 +174,7 @@ POISON_H   = $(POISON)/sqlite/sqlite3.h $(POISON)/ev/ev.h \
              $(POISON)/protobuf/protobuf-c/protobuf-c.h $(POISON)/jansson/jansson.h
 
 INC_BASE   = -Ibase
-INC_UNWIND = $(INC_BASE) -Idaemon/unwind
+INC_UNWIND = $(INC_BASE) -Idaemon/unwind -Idaemon/unwind/kernel
 INC_WIRE   = $(INC_BASE) -Iproto -I$(BUILD)/proto
 INC_STORE  = $(INC_BASE) -Istorage
 INC_EXPORT = $(INC_BASE) $(INC_WIRE) -Iproto/export
@@ -201,14 +203,13 @@ LINK_CTL   = -lprotobuf-c -ljansson -lz -lm
 # ---- tests: one criterion binary per library, each linking that library alone ----
 #
 #   tests/base tests/unwind tests/wire tests/storage tests/export   the libraries' unit tests
-#   tests/shares   the unwinder against a ground truth of shares: run alone (see test:)
 #   tests/daemon tests/client   the programs' modules (libdaemon.a, libctl.a)
 #   tests/system   the programs, run for real: daemon, dump, history, install
 # tests/*.c is the support they share (interpreters, helpers).
 
 TEST_SUPPORT_SRC = tests/helpers.c tests/pythons.c
 TEST_SUPPORT_OBJ = $(call obj,$(TEST_SUPPORT_SRC))
-TEST_SUITES = base unwind shares wire storage export daemon client system
+TEST_SUITES = base unwind wire storage export daemon client system
 test_src = $(wildcard tests/$(1)/*.c)
 test_obj = $(call obj,$(call test_src,$(1)))
 TEST_BINS  = $(TEST_SUITES:%=$(BUILD)/tests/%-tests)
@@ -221,7 +222,6 @@ LIBS_TEST  = $(shell pkg-config --libs criterion jansson 2>/dev/null)
 $(TEST_SUPPORT_OBJ):              LIBINC = $(NO_SQLITE) $(NO_EV) -Itests
 $(call test_obj,base):            LIBINC = $(NO_SQLITE) $(NO_EV) $(NO_PROTOBUF) -Itests $(INC_BASE)
 $(call test_obj,unwind):          LIBINC = $(NO_SQLITE) $(NO_EV) $(NO_PROTOBUF) -Itests $(INC_UNWIND)
-$(call test_obj,shares):          LIBINC = $(NO_SQLITE) $(NO_EV) $(NO_PROTOBUF) -Itests $(INC_UNWIND)
 $(call test_obj,wire):            LIBINC = $(NO_SQLITE) $(NO_EV) -Itests $(INC_WIRE)
 $(call test_obj,storage):         LIBINC = $(NO_EV) $(NO_PROTOBUF) -Itests $(INC_STORE)
 $(call test_obj,export):          LIBINC = $(NO_SQLITE) $(NO_EV) -Itests $(INC_EXPORT)
@@ -252,7 +252,7 @@ $(BUILD)/fuzz/%: $(BUILD)/tests/fuzz/%.o $(LIBCTL) $(LIBCLIENT) $(LIBS_DAEMON)
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -fsanitize=fuzzer -o $@ $^ $(LINK_DAEMON)
 
-.PHONY: all deps test-deps pythons collector test check sanitize fuzz fuzz-run demo bench bench-daemon bench-history bench-hostile bench-fleet bench-page bench-readv bench-async soak install clean
+.PHONY: all deps test-deps pythons collector test check sanitize fuzz fuzz-run demo bench bench-daemon bench-accuracy bench-ablation bench-history bench-hostile bench-fleet bench-page bench-readv bench-async soak install clean
 
 all: $(PYPROFD) $(CTL)
 
@@ -287,23 +287,27 @@ $(BUILD)/proto/%.pb-c.o: $(BUILD)/proto/%.pb-c.c | $(POISON_H)
 	$(E) "  CC      $<"
 	$(Q)$(CC) $(filter-out -Wmissing-prototypes -Wshadow,$(CFLAGS)) $(LIBINC) $(PKG_CFLAGS) -c -o $@ $<
 
-# The in-kernel reader's BPF programs (kread: copies a thread's frames;
-# kstill: looks at which threads ran; kcopy: copies a process as it falls
-# quiet; each a program of its own, as a kernel may refuse it alone), compiled by clang for the BPF target and built into the
-# unwinder as libbpf skeletons (bytes and loader in a header).
+# The unwinder's kernel programs (daemon/unwind/kernel: kread copies a
+# thread's frames, kstill looks at which threads ran, kcopy copies a process
+# as it falls quiet; each a program of its own, as a kernel may refuse it
+# alone): NAME.bpf.c compiled by clang for the BPF target, its DWARF
+# stripped (the BTF stays), and built into the unwinder as a libbpf
+# skeleton (bytes and loader in a header) that NAME.c includes.
 BPF_MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null)
-BPF_SKELS      = $(BUILD)/daemon/unwind/kread.skel.h $(BUILD)/daemon/unwind/kstill.skel.h $(BUILD)/daemon/unwind/kcopy.skel.h
-$(BUILD)/daemon/unwind/%.bpf.o: daemon/unwind/%.bpf.c daemon/unwind/%_abi.h daemon/unwind/ktasks.bpf.h
+KERNEL_DIR      = daemon/unwind/kernel
+KERNEL_PROGS    = $(patsubst $(KERNEL_DIR)/%.bpf.c,%,$(wildcard $(KERNEL_DIR)/*.bpf.c))
+BPF_SKELS       = $(KERNEL_PROGS:%=$(BUILD)/$(KERNEL_DIR)/%.skel.h)
+KERNEL_LOADERS  = $(KERNEL_PROGS:%=$(BUILD)/$(KERNEL_DIR)/%.o)
+$(BUILD)/$(KERNEL_DIR)/%.bpf.o: $(KERNEL_DIR)/%.bpf.c $(KERNEL_DIR)/%_abi.h $(KERNEL_DIR)/ktasks.bpf.h
 	@mkdir -p $(@D)
 	$(E) "  BPF     $<"
-	$(Q)clang -O2 -g -Wall -Werror -target bpf -I/usr/include/$(BPF_MULTIARCH) -Idaemon/unwind -c -o $@ $<
-$(BUILD)/daemon/unwind/%.skel.h: $(BUILD)/daemon/unwind/%.bpf.o
+	$(Q)clang -O2 -g -Wall -Werror -target bpf -I/usr/include/$(BPF_MULTIARCH) -I$(KERNEL_DIR) -c -o $@.tmp $<
+	$(Q)llvm-strip -g $@.tmp && mv $@.tmp $@
+$(BUILD)/$(KERNEL_DIR)/%.skel.h: $(BUILD)/$(KERNEL_DIR)/%.bpf.o
 	$(E) "  SKEL    $@"
 	$(Q)bpftool gen skeleton $< name $*_bpf > $@.tmp && mv $@.tmp $@
-$(BUILD)/daemon/unwind/kread.o: $(BUILD)/daemon/unwind/kread.skel.h
-$(BUILD)/daemon/unwind/kstill.o: $(BUILD)/daemon/unwind/kstill.skel.h
-$(BUILD)/daemon/unwind/kcopy.o: $(BUILD)/daemon/unwind/kcopy.skel.h
-$(BUILD)/daemon/unwind/kread.o $(BUILD)/daemon/unwind/kstill.o $(BUILD)/daemon/unwind/kcopy.o: LIBINC += -I$(BUILD)/daemon/unwind
+$(KERNEL_LOADERS): $(BUILD)/$(KERNEL_DIR)/%.o: $(BUILD)/$(KERNEL_DIR)/%.skel.h
+$(KERNEL_LOADERS): LIBINC += -I$(BUILD)/$(KERNEL_DIR)
 .SECONDARY: $(BPF_SKELS) $(BPF_SKELS:.skel.h=.bpf.o)
 
 $(BUILD)/%.o: %.c | $(PROTO_H) $(POISON_H)
@@ -343,10 +347,6 @@ $(BUILD)/tests/base-tests: $(call test_obj,base) $(LIBBASE)
 $(BUILD)/tests/unwind-tests: $(call test_obj,unwind) $(TEST_SUPPORT_OBJ) $(LIBUNWIND) $(LIBBASE)
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc -o $@ $^ $(LINK_UNWIND) $(LIBS_TEST) -lm
-
-$(BUILD)/tests/shares-tests: $(call test_obj,shares) $(TEST_SUPPORT_OBJ) $(LIBUNWIND) $(LIBBASE)
-	$(E) "  LD      $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LINK_UNWIND) $(LIBS_TEST) -lm
 
 $(BUILD)/tests/wire-tests: $(call test_obj,wire) $(LIBWIRE) $(LIBBASE)
 	$(E) "  LD      $@"
@@ -481,8 +481,7 @@ test: test-deps
 	[ -z "$$cwhy" ] || { $(COLLECTOR_SKIPPED); }; \
 	failed=; for t in $(TEST_BINS); do \
 		echo "== $$t"; \
-		jobs=2; case $$t in */shares-tests) jobs=1;; esac; \
-		env $(TEST_ENV) $$roots $$t --jobs $$jobs $(TEST_ARGS) || failed="$$failed $$(basename $$t)"; \
+		env $(TEST_ENV) $$roots $$t --jobs 2 $(TEST_ARGS) || failed="$$failed $$(basename $$t)"; \
 	done; \
 	[ -z "$$why" ] || { $(PYTHONS_SKIPPED); }; \
 	[ -z "$$cwhy" ] || { $(COLLECTOR_SKIPPED); }; \
@@ -575,6 +574,14 @@ bench-history: test-deps
 bench-daemon: test-deps
 	$(Q)$(MAKE) --no-print-directory all $(BUILD)/bench/wake_cost
 	PYPROFD_PYTHONS_ROOT=$(PYTHONS_ROOT) $(PYTHON) bench/daemon.py --pyprofd $(PYPROFD) --ctl $(CTL) $(BENCH_ARGS)
+
+# Each phase's share against the truth, every interpreter and rate, quiet and busy; see bench/accuracy.py.
+bench-accuracy: all test-deps
+	PYPROFD_PYTHONS_ROOT=$(PYTHONS_ROOT) $(PYTHON) bench/accuracy.py --pyprofd $(PYPROFD) $(BENCH_ARGS)
+
+# Each prover off in turn: µs and pages per sample, the daemon's CPU; see bench/ablation.py.
+bench-ablation: all test-deps
+	PYPROFD_PYTHONS_ROOT=$(PYTHONS_ROOT) $(PYTHON) bench/ablation.py --pyprofd $(PYPROFD) --ctl $(CTL) $(BENCH_ARGS)
 
 # Exec to first sample, discovery's CPU idle and in a burst, the CPU budget; see bench/fleet.py.
 bench-fleet: test-deps

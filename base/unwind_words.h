@@ -23,7 +23,7 @@ enum uw_frame_kind {
 	UW_FRAME_PYTHON,
 	UW_FRAME_NATIVE, /* C code sits between the Python frames around it */
 	UW_FRAME_GC,     /* the cyclic garbage collector is running */
-	UW_FRAME_MOVING, /* the thread ran on above this frame faster than it could be read (3.15) */
+	UW_FRAME_MOVING, /* the last resort: the thread moved through every read, nothing of it proven */
 };
 
 /* Which threads a sample walks. */

@@ -173,16 +173,19 @@ def stop(procs):
         p.wait()
 
 
-def bench_pyprofd(args, python, verbose, copy=False):
+def bench_pyprofd(args, python, verbose, copy=False, provers_off=None):
     """The daemon's CPU % of one core over the window, and the targets' for the kernel's copies
-    (None when the kernel did not count them); everything else printed when verbose."""
+    (None when the kernel did not count them); everything else printed when verbose.
+    provers_off: [sampling] provers_off, for the ablation bench."""
     state = tempfile.mkdtemp(prefix="pyprofd-bench.")
     sock = os.path.join(state, "pyprofd.sock")
     collector, extra = start_export(args, state)
-    if copy:
+    if copy or provers_off:
         config = os.path.join(state, "pyprofd.conf")
         with open(config, "w") as f:
-            f.write("[sampling]\nkernel_copy = true\n")
+            f.write("[sampling]\n")
+            f.write("kernel_copy = true\n" if copy else "")
+            f.write("provers_off = %s\n" % provers_off if provers_off else "")
         extra = extra + ["--config", config]
     daemon = subprocess.Popen([args.pyprofd, "--state-dir", state, "--log-level", "warn"] + extra)
     targets = []

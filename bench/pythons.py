@@ -1,7 +1,8 @@
 """The CPython interpreters the benchmarks run, and how to start one.
 
-The host's own (pyenv's versions, Debian's /usr/bin/python3.N, PYPROFD_TEST_PYTHONS)
-and, as root, those of the Debian sid root `make pythons` builds (PYPROFD_PYTHONS_ROOT,
+The host's own (pyenv's versions, Debian's /usr/bin/python3.N, PYPROFD_TEST_PYTHONS,
+and builds of CPython's sources installed as PYPROFD_BUILT_PYTHONS/py3*/, by default
+/var/cache/pyprofd/py3.14t and the like) and, as root, those of the Debian sid root `make pythons` builds (PYPROFD_PYTHONS_ROOT,
 /var/cache/pyprofd/sid by default): CPython 3.13, 3.14, 3.15 and 3.15d.  Those run
 chrooted into their root in a mount namespace of their own, with the bench
 directory (and any other directory asked for) bound at the same path inside and
@@ -15,6 +16,7 @@ import subprocess
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_ROOT = "/var/cache/pyprofd/sid"
+DEFAULT_BUILT = "/var/cache/pyprofd"
 
 # In a new mount namespace (private: nothing shows on the host, nothing to undo):
 # ROOT BIND... -- ARGV: each BIND at its own path under ROOT, /proc too, then chroot.
@@ -31,13 +33,20 @@ exec chroot "$root" "$@"
 
 
 class Python:
-    def __init__(self, path, root, major, minor, micro, debug):
+    def __init__(self, path, root, major, minor, micro, debug, free_threaded=False):
         self.path = path    # as its own processes see it (inside root)
         self.root = root    # "" for the host's own
         self.major, self.minor, self.micro, self.debug = major, minor, micro, debug
-        self.label = "%d.%d.%d%s%s" % (major, minor, micro, "d" if debug else "",
-                                       " (sid)" if root else
-                                       " (debian)" if path.startswith("/usr/bin/") else "")
+        self.free_threaded = free_threaded
+        self.label = "%d.%d.%d%s%s%s" % (major, minor, micro, "t" if free_threaded else "",
+                                         "d" if debug else "",
+                                         " (sid)" if root else
+                                         " (debian)" if path.startswith("/usr/bin/") else "")
+
+    def version_tag(self):
+        """3.15, 3.15d, 3.14t: what --pythons options name."""
+        return "%d.%d%s%s" % (self.major, self.minor, "t" if self.free_threaded else "",
+                              "d" if self.debug else "")
 
     def argv(self, args, binds=()):
         """The command that runs this interpreter with args."""
@@ -72,22 +81,27 @@ def _pyenv_root():
 def _ask(path, root):
     probe = Python(path, root, 0, 0, 0, False)
     try:
-        out = probe.run(["-c", "import sys; print(*sys.version_info[:3], "
-                               "int(hasattr(sys, 'gettotalrefcount')))"],
+        out = probe.run(["-c", "import sys, sysconfig; print(*sys.version_info[:3], "
+                               "int(hasattr(sys, 'gettotalrefcount')), "
+                               "int(bool(sysconfig.get_config_var('Py_GIL_DISABLED'))))"],
                         capture_output=True, text=True, timeout=20).stdout.split()
     except (OSError, subprocess.TimeoutExpired):
         return None
-    if len(out) != 4:
+    if len(out) != 5:
         return None
-    major, minor, micro, debug = (int(x) for x in out)
-    return Python(path, root, major, minor, micro, bool(debug))
+    major, minor, micro, debug, free_threaded = (int(x) for x in out)
+    return Python(path, root, major, minor, micro, bool(debug), bool(free_threaded))
 
 
 def find(roots=True):
-    """Every supported CPython (3.8 to 3.15), once each by real path."""
+    """Every CPython from 3.8 on (3.16: the next, to be refused or read), once each by real path."""
     found, seen = [], set()
     candidates = sorted(glob.glob(os.path.join(_pyenv_root(), "versions", "*", "bin", "python3.*[0-9]")))
     candidates += sorted(glob.glob("/usr/bin/python3.*[0-9]"))
+    # Built by hand from CPython's sources (free-threaded, the next version), outside any clone.
+    built = os.environ.get("PYPROFD_BUILT_PYTHONS", DEFAULT_BUILT)
+    candidates += sorted(glob.glob(os.path.join(built, "py3*", "bin", "python3.*[0-9]")) +
+                         glob.glob(os.path.join(built, "py3*", "bin", "python3.*[0-9]t")))
     candidates += [p for p in os.environ.get("PYPROFD_TEST_PYTHONS", "").split(":") if p]
     pairs = [(p, "") for p in candidates]
     root = os.environ.get("PYPROFD_PYTHONS_ROOT", DEFAULT_ROOT)
@@ -98,18 +112,23 @@ def find(roots=True):
             pairs.append((p, root))
     for path, root in pairs:
         real = os.path.realpath(path)
-        if real in seen or not os.access(real, os.X_OK):
+        if not os.access(real, os.X_OK):
             continue
-        seen.add(real)
+        # Once each file: a build installs python3.N and python3.Nt as one, hard-linked.
+        st = os.stat(real)
+        if real in seen or (st.st_dev, st.st_ino) in seen:
+            continue
+        seen.update((real, (st.st_dev, st.st_ino)))
         py = _ask(real[len(root):] if root else real, root)
-        if py and py.major == 3 and 8 <= py.minor <= 15:
+        if py and py.major == 3 and 8 <= py.minor <= 16:
             found.append(py)
     return found
 
 
 def newest(pys, minor=None, debug=False):
     """The newest release build (of that minor version when given): Debian's before pyenv's."""
-    pys = [p for p in pys if p.debug == debug and (minor is None or p.minor == minor)]
+    pys = [p for p in pys if p.debug == debug and not p.free_threaded and p.minor <= 15 and
+           (minor is None or p.minor == minor)]
     return max(pys, key=lambda p: (p.minor, p.micro, bool(p.root)), default=None)
 
 

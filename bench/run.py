@@ -9,9 +9,10 @@ inside the same interpreter: 3.15's and 3.14's `_remote_debugging.RemoteUnwinder
 (pid, all_threads=True)` (3.15 with its frame cache on, `cache_frames=True`),
 3.13's `_testexternalinspection.get_stack_trace(pid)`.  Then on 3.15, deep
 stacks of 10, 100, 1,000 and 3,000 frames and 1, 10, 50 and 200 threads; on
-3.15 and 3.12, call-heavy code against its own account of where its time goes
-(tests/targets/shares.py), at 1 kHz and back to back, with the in-kernel
-reader and without; and the daemon's own cost (bench/daemon.py, shorter).
+every interpreter, call-heavy code against its own account of where its time
+goes, quiet and busy, at 19, 100, 1,000 Hz and back to back, beside CPython's
+sampler (bench/accuracy.py, shorter windows); each prover off in turn
+(bench/ablation.py); and the daemon's own cost (bench/daemon.py, shorter).
 
 Figures: µs of CPU per whole-process sample (the sampler's user + system time
 over its samples), the median of a sample's wall time, `process_vm_readv`
@@ -27,7 +28,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -199,73 +199,6 @@ def compare(args, python, label, workload, wargs=(), counters=None):
     return s, ref
 
 
-CALLHEAVY_PHASES = ("phase_plain", "phase_calls", "phase_deep")
-
-
-def callheavy_truth(report, pid):
-    """The target's own account (tests/targets/shares.py), asked for now."""
-    before = os.stat(report).st_mtime_ns if os.path.exists(report) else 0
-    os.kill(pid, signal.SIGUSR1)
-    for _ in range(200):
-        if os.path.exists(report) and os.stat(report).st_mtime_ns != before:
-            break
-        time.sleep(0.01)
-    with open(report) as f:
-        return json.load(f)
-
-
-def callheavy_seen(collapsed):
-    """Each phase's share of the samples: the outermost phase function of a stack."""
-    counts = dict.fromkeys(CALLHEAVY_PHASES + ("other",), 0)
-    with open(collapsed) as f:
-        for line in f:
-            stack, _, n = line.rstrip("\n").rpartition(" ")
-            names = [frame.split(" (")[0] for frame in stack.split(";")]
-            counts[next((p for p in names if p in CALLHEAVY_PHASES), "other")] += int(n)
-    total = max(1, sum(counts.values()))
-    return {k: 100.0 * v / total for k, v in counts.items()}
-
-
-def callheavy(args, python):
-    """tests/targets/shares.py sampled by pyprofd record: shares against the target's own account."""
-    tmp = tempfile.mkdtemp(prefix="pyprofd-bench-")
-    report, collapsed = os.path.join(tmp, "report.json"), os.path.join(tmp, "profile.txt")
-    script = os.path.realpath(os.path.join(HERE, "..", "tests", "targets", "shares.py"))
-    # A chrooted interpreter finds the script and writes its account at the host's paths.
-    proc = python.popen([script, report], binds=(os.path.dirname(script), tmp),
-                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    row = "{:<16} {:>5} {:>6} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>8} {:>8}"
-    print(row.format("python", "rate", "reader", "plain", "calls", "deep", "worst", "samples/s",
-                     "cpu us/s.", "torn/s.", "kernel/s."))
-    # The issue's window, 15 s: phases last about a millisecond, so samples a
-    # millisecond apart are about independent, and 15,000 of them put the
-    # noise of a 40 % share at 0.4 points; 5 s would be 0.7.
-    seconds = max(args.seconds, 15.0)
-    try:
-        time.sleep(1.5)
-        for rate in ("1000", "max"):
-            for reader in (True, False):
-                a = callheavy_truth(report, proc.pid)
-                s = record(args.pyprofd, proc.pid, seconds, rate=rate, output=collapsed,
-                           extra=() if reader else ("--no-kernel-reader",))
-                b = callheavy_truth(report, proc.pid)
-                total = b["total"] - a["total"]
-                seen = callheavy_seen(collapsed)
-                errors = [seen[p] - 100.0 * (b["spent"][p] - a["spent"][p]) / total
-                          for p in CALLHEAVY_PHASES]
-                n = max(1, s["total_samples"])
-                print(row.format(python.label[:16], rate, "on" if reader else "off",
-                                 *("%+.2f" % e for e in errors), "%.2f" % max(abs(e) for e in errors),
-                                 "%.0f" % (n / seconds), "%.2f" % s["cpu_us_per_sample"],
-                                 "%.3f" % (s.get("torn_threads", 0) / n),
-                                 "%.3f" % (s.get("kernel_stacks", 0) / n)), flush=True)
-    finally:
-        proc.kill()
-        proc.wait()
-        shutil.rmtree(tmp, ignore_errors=True)
-    print()
-
-
 def print_counters(args, rows):
     """Every integer counter of --stats-json, per sample: what the engine reports, new ones too."""
     if not args.counters or not rows:
@@ -292,8 +225,10 @@ def main():
     ap.add_argument("--ctl", default=os.path.join(HERE, "..", "build", "pyprofd-ctl"))
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
-    ap.add_argument("--sections", default="engines,depths,threads,callheavy,daemon",
-                    help="which of engines, depths, threads, callheavy, daemon, all-pythons to run")
+    ap.add_argument("--sections", default="engines,depths,threads,accuracy,ablation,daemon",
+                    help="which of engines, depths, threads, accuracy, ablation, daemon, all-pythons to run")
+    ap.add_argument("--accuracy-scale", type=float, default=0.5,
+                    help="accuracy: multiply its windows (make bench-accuracy runs them whole)")
     ap.add_argument("--daemon-seconds", type=float, default=10.0)
     ap.add_argument("--daemon-rounds", type=int, default=3)
     ap.add_argument("--no-counters", dest="counters", action="store_false",
@@ -342,14 +277,15 @@ def main():
             compare(args, py15, "%d threads" % n, "many_threads", (n,), counters)
         print_counters(args, counters)
 
-    if "callheavy" in sections:
-        for python in (py15, pythons.newest(pys, 12)):
-            if not python:
-                continue
-            print("Call-heavy code on %s (tests/targets/shares.py; each phase's share of the samples "
-                  "minus its share of the target's CPU time, in points; the in-kernel reader on and "
-                  "off, as root):" % python.label)
-            callheavy(args, python)
+    if "accuracy" in sections:
+        print("Accuracy (bench/accuracy.py):", flush=True)
+        subprocess.run([sys.executable, os.path.join(HERE, "accuracy.py"), "--pyprofd", args.pyprofd,
+                        "--scale", str(args.accuracy_scale)])
+
+    if "ablation" in sections:
+        print("Ablation (bench/ablation.py):", flush=True)
+        subprocess.run([sys.executable, os.path.join(HERE, "ablation.py"), "--pyprofd", args.pyprofd,
+                        "--ctl", args.ctl, "--repeat", "1"])
 
     if "all-pythons" in sections:
         print("pyprofd on every interpreter found (cache on and off):")

@@ -248,6 +248,10 @@ static int config_set(struct config *c, const char *section, const char *name, c
 			return c->no_kernel_reader = strcmp(value, "false") == 0, 0;
 		if (strcmp(name, "kernel_copy") == 0 && (strcmp(value, "true") == 0 || strcmp(value, "false") == 0))
 			return c->kernel_copy = strcmp(value, "true") == 0, 0;
+		if (strcmp(name, "provers_off") == 0) {
+			char why[160];
+			return uw_provers_parse(value, &c->provers_off, why, sizeof why) == 0 ? 0 : -1;
+		}
 	} else if (strcmp(section, "discovery") == 0) {
 		if (strcmp(name, "method") == 0)
 			return procwatch_method_parse(value, &c->discovery_method);

@@ -343,7 +343,8 @@ static enum fleet_verdict fleet_attach(struct fleet *f, struct fleet_waiting *w,
 	}
 	struct target_params params = {.rate_hz = s->config.default_rate_hz,
 	                               .max_sample_ns = s->config.max_sample_ns,
-	                               .no_write = s->config.no_write};
+	                               .no_write = s->config.no_write,
+	                               .provers_off = s->config.provers_off};
 	struct fleet_labels l = {0};
 	fleet_labels_found(&l, facts, t->python_version);
 	if (parent) {
@@ -580,7 +581,8 @@ static void fleet_reconsider(struct fleet *f, struct target *t)
 		                               .async_mode = rule->async_mode,
 		                               .flags = t->params.flags,
 		                               .max_sample_ns = s->config.max_sample_ns,
-		                               .no_write = s->config.no_write};
+		                               .no_write = s->config.no_write,
+		                               .provers_off = s->config.provers_off};
 		struct fleet_labels l = {0};
 		fleet_labels_found(&l, &facts, t->python_version);
 		fleet_labels_put_all(&l, &rule->labels);

@@ -322,6 +322,7 @@ struct config {
 	bool no_write;               /* [sampling] write = false: never write into a target */
 	bool no_kernel_reader;       /* [sampling] kernel_reader = false: never load the in-kernel reader */
 	bool kernel_copy;            /* [sampling] kernel_copy = true: the kernel copies targets as they fall quiet */
+	unsigned provers_off;        /* [sampling] provers_off: ways of proving stacks turned off (the ablation bench) */
 };
 /*
  * The configuration from defaults, the file and the flags, in that order of
@@ -407,6 +408,7 @@ struct target_params {
 	enum uw_async_mode async_mode;
 	unsigned flags; /* UW_SNAP_* */
 	bool no_write;  /* never write into the target (attach --no-write, [sampling] write = false) */
+	unsigned provers_off; /* [sampling] provers_off (uw_options.provers_off) */
 	double duration_s;
 	uint64_t max_sample_ns; /* a walk past this is cut short ([limits] max_sample_time); 0: never */
 	struct labels labels;

@@ -55,6 +55,9 @@ static const char record_usage[] =
 	"                      sample after its threads ran then pins none of its pages, but\n"
 	"                      each of its threads pays about a microsecond at every switch\n"
 	"                      away; stopped while they switch away often\n"
+	"  --provers-off LIST  turn off ways of proving a stack, to measure what each buys:\n"
+	"                      look, marker, same_bytes, kernel_reader, process (stacks stay\n"
+	"                      exact, at a higher cost)\n"
 	"  -o, --output FILE   write the profile to FILE (default: standard output)\n"
 	"  --format F          collapsed (default), flamegraph (one HTML file), heatmap\n"
 	"                      (the same page with the process's sources, line by line),\n"
@@ -100,6 +103,7 @@ static int record_parse(int argc, char **argv, struct record_opts *o)
 		{"no-write", no_argument, NULL, 'W'},
 		{"no-kernel-reader", no_argument, NULL, 'K'},
 		{"kernel-copy", no_argument, NULL, 'Q'},
+		{"provers-off", required_argument, NULL, 'X'},
 		{"output", required_argument, NULL, 'o'},
 		{"format", required_argument, NULL, 'f'},
 		{"stats", no_argument, NULL, 's'},
@@ -158,6 +162,14 @@ static int record_parse(int argc, char **argv, struct record_opts *o)
 		case 'W': o->uw.no_write = true; break;
 		case 'K': o->no_kernel_reader = true; break;
 		case 'Q': o->kernel_copy = true; break;
+		case 'X': {
+			char why[160];
+			if (uw_provers_parse(optarg, &o->uw.provers_off, why, sizeof why) != 0) {
+				fprintf(stderr, "pyprofd: --provers-off: %s\n", why);
+				return EXIT_USAGE;
+			}
+			break;
+		}
 		case 'o': o->output = optarg; break;
 		case 'f':
 			o->table = strcmp(optarg, "table") == 0;

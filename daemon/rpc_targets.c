@@ -127,6 +127,7 @@ void rpc_attach(struct server *s, struct client *c, const Pyprofd__Request *req,
 	}
 	params.max_sample_ns = s->config.max_sample_ns;
 	params.no_write = params.no_write || s->config.no_write;
+	params.provers_off = s->config.provers_off;
 	target_start(t, &params);
 	/* One more target sampling: the others' shares of the caches shrink before it grows its own. */
 	targets_share_cache(&s->targets, s->config.cache_budget_bytes);

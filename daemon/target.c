@@ -339,6 +339,7 @@ static void target_configure_unwinder(struct target *t)
 	                          .cache_budget = t->cache_budget,
 	                          .max_sample_ns = t->params.max_sample_ns,
 	                          .no_write = t->params.no_write,
+	                          .provers_off = t->params.provers_off,
 	                          /* Watches hold a slot and a perf event each: a detached target gives them back. */
 	                          .kreader = t->state == TARGET_SAMPLING ? t->kreader : NULL,
 	                          /* A detached target keeps its files open with its warm state, charged still. */

@@ -31,7 +31,8 @@ const char *python_root(const struct python *py, char *buf, size_t len)
 
 const char *python_describe(const struct python *py, char *buf, size_t len)
 {
-	snprintf(buf, len, "%u.%u%s (%s%s)", py->major, py->minor, py->debug ? " debug" : "",
+	snprintf(buf, len, "%u.%u%s%s (%s%s)", py->major, py->minor, py->free_threaded ? "t" : "",
+	         py->debug ? " debug" : "",
 	         py->path,
 	         py->contained ? ", contained" : py->root_len ? ", chrooted" : "");
 	return buf;
@@ -159,7 +160,7 @@ struct pythons_cache {
 	struct pythons_cache_entry {
 		char path[PATH_MAX];
 		unsigned long long dev, ino, size, mtime_ns;
-		unsigned major, minor, debug;
+		unsigned major, minor, build; /* 1: a debug build, 2: free-threaded */
 	} entries[PYTHONS_CACHE_MAX];
 	size_t n;
 	bool changed;
@@ -192,7 +193,7 @@ static void pythons_cache_load(struct pythons_cache *c)
 	/* Paths come last on their line: they hold no newline, and no other field a space. */
 	while (c->n < PYTHONS_CACHE_MAX &&
 	       fscanf(f, "%llu %llu %llu %llu %u %u %u %4095[^\n]", &e->dev, &e->ino, &e->size,
-	              &e->mtime_ns, &e->major, &e->minor, &e->debug, e->path) == 8)
+	              &e->mtime_ns, &e->major, &e->minor, &e->build, e->path) == 8)
 		e = &c->entries[++c->n];
 	fclose(f);
 }
@@ -211,7 +212,7 @@ static void pythons_cache_save(const struct pythons_cache *c)
 	for (size_t i = 0; i < c->n; i++) {
 		const struct pythons_cache_entry *e = &c->entries[i];
 		fprintf(f, "%llu %llu %llu %llu %u %u %u %s\n", e->dev, e->ino, e->size, e->mtime_ns,
-		        e->major, e->minor, e->debug, e->path);
+		        e->major, e->minor, e->build, e->path);
 	}
 	if (fclose(f) != 0 || rename(tmp, file) != 0)
 		remove(tmp);
@@ -222,16 +223,17 @@ static int python_ask_version(struct python *py)
 {
 	static const char *const args[] = {
 		"-c",
-		"import sys; print(sys.version_info[0], sys.version_info[1], "
-		"int(hasattr(sys, 'gettotalrefcount')))",
+		"import sys, sysconfig; print(sys.version_info[0], sys.version_info[1], "
+		"int(hasattr(sys, 'gettotalrefcount')) | 2 * int(bool(sysconfig.get_config_var('Py_GIL_DISABLED'))))",
 		NULL,
 	};
 	pid_t pid;
 	FILE *out = python_popen(py, args, true, &pid);
-	unsigned debug = 0;
-	int n = fscanf(out, "%u %u %u", &py->major, &py->minor, &debug);
+	unsigned build = 0;
+	int n = fscanf(out, "%u %u %u", &py->major, &py->minor, &build);
 	int status = python_pclose(out, pid);
-	py->debug = debug != 0;
+	py->debug = build & 1;
+	py->free_threaded = build & 2;
 	return n == 3 && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
 }
 
@@ -247,7 +249,8 @@ static int python_identify(struct python *py, struct pythons_cache *c)
 		    e->size == key.size && e->mtime_ns == key.mtime_ns) {
 			py->major = e->major;
 			py->minor = e->minor;
-			py->debug = e->debug != 0;
+			py->debug = e->build & 1;
+			py->free_threaded = e->build & 2;
 			return 0;
 		}
 	}
@@ -261,7 +264,7 @@ static int python_identify(struct python *py, struct pythons_cache *c)
 	if (slot < PYTHONS_CACHE_MAX) {
 		key.major = py->major;
 		key.minor = py->minor;
-		key.debug = py->debug;
+		key.build = py->debug | (unsigned)py->free_threaded << 1;
 		c->entries[slot] = key;
 		c->n += slot == c->n;
 		c->changed = true;
@@ -281,8 +284,13 @@ static void pythons_add(struct python *out, size_t max, size_t *n, const char *p
 		snprintf(real, sizeof real, "%s", path);
 	else if (!realpath(path, real))
 		return;
+	/* Once each, by path and by file: a build installs python3.N and python3.Nt as one file. */
+	struct stat st, other;
+	bool known = !root_len && stat(real, &st) == 0;
 	for (size_t i = 0; i < *n; i++)
-		if (strcmp(out[i].path, real) == 0)
+		if (strcmp(out[i].path, real) == 0 ||
+		    (known && !out[i].root_len && stat(out[i].path, &other) == 0 && other.st_dev == st.st_dev &&
+		     other.st_ino == st.st_ino))
 			return;
 	struct python *py = &out[*n];
 	memset(py, 0, sizeof *py);
@@ -349,6 +357,18 @@ size_t pythons_find(struct python *out, size_t max)
 	snprintf(pattern, sizeof pattern, "%s/versions/*/bin/python[23].*[0-9]", root);
 	pythons_add_glob(out, max, &n, pattern, 0, c);
 	pythons_add_glob(out, max, &n, "/usr/bin/python3.*[0-9]", 0, c);
+	/*
+	 * Built by hand from CPython's sources (free-threaded, the next
+	 * version), outside any clone; before the root's, whose newest stays
+	 * the last found (the suites that take one interpreter take it).
+	 */
+	const char *built = getenv("PYPROFD_BUILT_PYTHONS");
+	if (!built)
+		built = PYTHONS_BUILT_DEFAULT;
+	snprintf(pattern, sizeof pattern, "%s/py3*/bin/python3.*[0-9]", built);
+	pythons_add_glob(out, max, &n, pattern, 0, c);
+	snprintf(pattern, sizeof pattern, "%s/py3*/bin/python3.*[0-9]t", built);
+	pythons_add_glob(out, max, &n, pattern, 0, c);
 	pythons_add_root(out, max, &n, c);
 	const char *extra = getenv("PYPROFD_TEST_PYTHONS");
 	if (extra) {

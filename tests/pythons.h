@@ -9,6 +9,8 @@
 #include <sys/types.h>
 
 #define PYTHONS_MAX 32
+/* Where builds of CPython's sources live (PYPROFD_BUILT_PYTHONS): bin/python3.N[t] in DIR/py3.N[t]. */
+#define PYTHONS_BUILT_DEFAULT "/var/cache/pyprofd"
 
 struct python {
 	/* As this process sees it: under root_len bytes of root when it has one. */
@@ -24,6 +26,7 @@ struct python {
 	bool contained;
 	unsigned major, minor;
 	bool debug;     /* a Py_DEBUG build (python3.15d) */
+	bool free_threaded; /* built --disable-gil (python3.14t): no GIL, its own object layout */
 	bool supported; /* 3.8 .. 3.15 */
 };
 

@@ -1,6 +1,6 @@
 /*
- * For the suites that drive the unwinder directly (tests/unwind,
- * tests/shares): open a target as a test does, waiting while it is still
+ * For the suite that drives the unwinder directly (tests/unwind): open a
+ * target as a test does, waiting while it is still
  * starting (no runtime mapped yet).  Header-only, as the shared support
  * (helpers.c) is built without the unwinder's headers.
  */

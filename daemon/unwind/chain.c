@@ -11,7 +11,7 @@
 
 /* How many frames, from the bottom, a chain shares with the thread's last sample. */
 uint32_t chain_common(const struct uw_target *t, const struct thread_cache *tc,
-                             const struct raw_frame *raw, uint32_t n)
+                      const struct raw_frame *raw, uint32_t n)
 {
 	uint32_t common = 0;
 	if (t->opts.no_cache)
@@ -33,8 +33,8 @@ uint32_t chain_common(const struct uw_target *t, const struct thread_cache *tc,
  * only the rest is decoded.
  */
 uint32_t chain_resolve(struct uw_target *t, struct thread_cache *tc,
-                              const struct raw_frame *raw, uint32_t n, uint32_t common,
-                              struct uw_error *err)
+                       const struct raw_frame *raw, uint32_t n, uint32_t common,
+                       struct uw_error *err)
 {
 	if (n > 0 && array_reserve((void **)&tc->chain, &tc->cap, n - 1, sizeof *tc->chain, NULL)) {
 		uw_fail(err, UW_ENOMEM, "out of memory");
@@ -64,19 +64,22 @@ uint32_t chain_resolve(struct uw_target *t, struct thread_cache *tc,
 			struct code_info *ci = code_get(t, r->code, err);
 			if (!ci)
 				return INTERN_FAILED;
+			/* Free-threaded: an instruction of the thread's own copy, as the code's. */
+			uint64_t pos = r->pos;
+			if (r->tlbc && code_tlbc_pos(t, ci, r->tlbc, &pos, err) != 0)
+				return INTERN_FAILED;
 			/*
 			 * A frame caught while being set up (or torn down) can show one
 			 * code and another's instruction: its instruction must be in its
-			 * code.  (Free-threaded builds run per-thread copies of the
-			 * bytecode, which this unwinder does not follow yet.)
+			 * code.
 			 */
-			if (t->layout.lasti_model == LASTI_INSTR_PTR && !t->layout.free_threaded &&
-			    (r->pos + 2 < ci->bytecode || r->pos > ci->bytecode + ci->bytecode_len)) {
+			if (t->layout.lasti_model == LASTI_INSTR_PTR &&
+			    (pos + 2 < ci->bytecode || pos > ci->bytecode + ci->bytecode_len)) {
 				uw_fail(err, UW_ECORRUPT, "frame 0x%llx: instruction outside its code",
 				        (unsigned long long)r->addr);
 				return INTERN_FAILED;
 			}
-			frame = code_frame_at(t, ci, r->pos);
+			frame = code_frame_at(t, ci, pos);
 		}
 		if (frame == INTERN_FAILED || (stack = intern_stack(&t->intern, stack, frame)) == INTERN_FAILED) {
 			uw_fail(err, UW_ENOMEM, "out of memory interning frames");

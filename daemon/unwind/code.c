@@ -341,6 +341,65 @@ static int code_line_at(const struct code_info *ci, int64_t offset)
 	return line_table_lookup(&ci->lines, (uint32_t)offset);
 }
 
+/* Copies of a code's bytecode looked for at most: one a thread, and threads are bounded. */
+#define CODE_TLBC_MAX (1u << 20)
+
+/*
+ * The first instruction of copy `index` of ci's bytecode, read this sample:
+ * a copy is freed with its thread and its index given to the next, so what
+ * was read in another sample may name another copy.  0 and *err when none.
+ */
+static raddr_t code_tlbc_copy(struct uw_target *t, struct code_info *ci, uint32_t index, struct uw_error *err)
+{
+	const struct py_layout *L = &t->layout;
+	unsigned slot = index & (CODE_TLBC_SLOTS - 1);
+	if (ci->tlbc[slot].index == index && ci->tlbc[slot].gen == t->sample_gen && ci->tlbc[slot].copy)
+		return ci->tlbc[slot].copy;
+	/* Read now, not from the cached header: the array moves when it grows for a new thread. */
+	const uint8_t *field = view_read(t, ci->addr + L->code.tlbc, 8, 0, err);
+	if (!field)
+		return 0;
+	raddr_t array = load_u64(field, 0); /* _PyCodeArray: Py_ssize_t size, char *entries[size] */
+	const uint8_t *size = array && index < CODE_TLBC_MAX ? view_read(t, array, 8, 0, err) : NULL;
+	if (!size) {
+		if (!array || index >= CODE_TLBC_MAX)
+			uw_fail(err, UW_ECORRUPT, "code object at 0x%llx has no bytecode copy %u",
+			        (unsigned long long)ci->addr, index);
+		return 0;
+	}
+	if (index >= load_u64(size, 0)) {
+		uw_fail(err, UW_ECORRUPT, "code object at 0x%llx has no bytecode copy %u",
+		        (unsigned long long)ci->addr, index);
+		return 0;
+	}
+	const uint8_t *entry = view_read(t, array + 8 + 8 * (uint64_t)index, 8, 0, err);
+	raddr_t copy = entry ? load_u64(entry, 0) : 0;
+	if (entry && !copy)
+		uw_fail(err, UW_ECORRUPT, "code object at 0x%llx has no bytecode copy %u",
+		        (unsigned long long)ci->addr, index);
+	if (copy) {
+		ci->tlbc[slot].index = index;
+		ci->tlbc[slot].gen = t->sample_gen;
+		ci->tlbc[slot].copy = copy;
+	}
+	return copy;
+}
+
+int code_tlbc_pos(struct uw_target *t, struct code_info *ci, uint32_t index, uint64_t *pos,
+                  struct uw_error *err)
+{
+	if (!index || t->layout.code.tlbc == LAYOUT_ABSENT)
+		return 0;
+	raddr_t copy = code_tlbc_copy(t, ci, index, err);
+	if (!copy)
+		return -1;
+	if (*pos + 2 < copy || *pos > copy + ci->bytecode_len)
+		return uw_fail(err, UW_ECORRUPT, "an instruction outside its thread's copy of code 0x%llx",
+		               (unsigned long long)ci->addr);
+	*pos = ci->bytecode + (*pos - copy);
+	return 0;
+}
+
 /*
  * pos is what the frame holds: 3.11+ the instruction pointer; 3.8-3.10 f_lasti
  * in the low half and, when the frame is traced, f_lineno in the high half.
@@ -350,7 +409,7 @@ static int code_line_of_pos(const struct uw_target *t, const struct code_info *c
 	switch (t->layout.lasti_model) {
 	case LASTI_INSTR_PTR: {
 		int64_t offset = (int64_t)(pos - ci->bytecode);
-		/* Outside the code object: a per-thread bytecode copy (free-threaded builds). */
+		/* Outside the code object: a thread's copy the caller did not map back (code_tlbc_pos). */
 		if (offset > (int64_t)ci->bytecode_len)
 			return -1;
 		return code_line_at(ci, offset);

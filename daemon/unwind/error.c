@@ -1,7 +1,8 @@
 /* Errors of the unwinder: a status and one line for a person. */
+#include <stdarg.h>
 #include <stdio.h>
 
-#include "unwind_internal.h"
+#include "error.h"
 
 int uw_fail(struct uw_error *err, enum uw_status status, const char *fmt, ...)
 {

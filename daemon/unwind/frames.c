@@ -60,7 +60,7 @@ static int frames_yielded(struct walk *w, raddr_t addr, struct uw_error *err)
 
 /* 3.8-3.10: PyFrameObjects linked by f_back.  Innermost first onto w->raw. */
 static int frames_collect_objects(struct walk *w, raddr_t addr, uint32_t *n, bool *truncated,
-                                 struct uw_error *err)
+                                  struct uw_error *err)
 {
 	struct uw_target *t = w->t;
 	const struct py_layout *L = &t->layout;
@@ -137,8 +137,8 @@ static int frames_take_base(struct walk *w, raddr_t addr, raddr_t code, raddr_t 
 {
 	const struct thread_cache *tc = w->tc;
 	const struct uw_target *t = w->t;
-	if (!tc || !tc->anchor || addr != tc->anchor || w->ts_marker != addr ||
-	    w->ts_marker_seq != tc->anchor_seq || w->marker_early || tc->truncated ||
+	if (!tc || !tc->marker.anchor || addr != tc->marker.anchor || w->ts_marker != addr ||
+	    w->ts_marker_seq != tc->marker.anchor_seq || w->marker_early || tc->truncated ||
 	    tc->flags != t->opts.flags || t->opts.no_cache)
 		return 0;
 	/* The anchor's place in the chain (bottom first), looked for from the top. */
@@ -255,7 +255,8 @@ static int frames_collect_interp(struct walk *w, raddr_t addr, const struct fram
 		struct raw_frame rf = {.addr = addr,
 		                       .code = load_u64(f, L->frame.code) & ~L->frame.code_tag_mask,
 		                       .pos = load_u64(f, L->frame.instr_ptr),
-		                       .kind = UW_FRAME_PYTHON};
+		                       .kind = UW_FRAME_PYTHON,
+		                       .tlbc = frames_tlbc(L, f)};
 		/*
 		 * A frame without code is one the thread is entering or leaving
 		 * (3.14+ clear the code of a frame they pop): between frames, the
@@ -334,7 +335,7 @@ static int frames_live_stack(struct walk *w, const uint8_t *ts,
 
 /* Read one thread's innermost-frame pointer and its frames onto w->raw, with checks. */
 int frames_collect(struct walk *w, raddr_t tstate, uint32_t *n, bool *truncated,
-                          struct uw_error *err)
+                   struct uw_error *err)
 {
 	struct uw_target *t = w->t;
 	const struct py_layout *L = &t->layout;

@@ -53,11 +53,11 @@ static const struct py_layout layout_38 = {
 	           .native_thread_id = ABSENT, .datastack_chunk = ABSENT},
 	.frame = {.size = 112, .back = 24, .code = 32, .lasti = 104, .lineno = 108,
 	          .trace = 80, .gen = 96, .instr_ptr = ABSENT, .owner = ABSENT, .is_entry = ABSENT,
-	          .stacktop = ABSENT,
+	          .stacktop = ABSENT, .tlbc_index = ABSENT,
 	          .owner_generator = NO_OWNER, .owner_cstack = NO_OWNER,
 	          .owner_interpreter = NO_OWNER, .code_tag_mask = 0},
 	.code = {.size = 128, .filename = 104, .name = 112, .qualname = ABSENT,
-	         .linetable = 120, .firstlineno = 40, .code_adaptive = ABSENT,
+	         .linetable = 120, .firstlineno = 40, .code_adaptive = ABSENT, .tlbc = ABSENT,
 	         .framesize = ABSENT, .nlocalsplus = ABSENT, .stacksize = ABSENT},
 	.object = {.ob_type = 8},
 	/* 3.8-3.11 still carry the wstr fields, hence the larger headers. */
@@ -81,11 +81,11 @@ static const struct py_layout layout_39 = {
 	           .native_thread_id = ABSENT, .datastack_chunk = ABSENT},
 	.frame = {.size = 112, .back = 24, .code = 32, .lasti = 104, .lineno = 108,
 	          .trace = 80, .gen = 96, .instr_ptr = ABSENT, .owner = ABSENT, .is_entry = ABSENT,
-	          .stacktop = ABSENT,
+	          .stacktop = ABSENT, .tlbc_index = ABSENT,
 	          .owner_generator = NO_OWNER, .owner_cstack = NO_OWNER,
 	          .owner_interpreter = NO_OWNER, .code_tag_mask = 0},
 	.code = {.size = 128, .filename = 104, .name = 112, .qualname = ABSENT,
-	         .linetable = 120, .firstlineno = 40, .code_adaptive = ABSENT,
+	         .linetable = 120, .firstlineno = 40, .code_adaptive = ABSENT, .tlbc = ABSENT,
 	         .framesize = ABSENT, .nlocalsplus = ABSENT, .stacksize = ABSENT},
 	.object = {.ob_type = 8},
 	.unicode = {.length = 16, .state = 32, .ascii_size = 48, .compact_size = 72,
@@ -109,11 +109,11 @@ static const struct py_layout layout_310 = {
 	           .native_thread_id = ABSENT, .datastack_chunk = ABSENT},
 	.frame = {.size = 104, .back = 24, .code = 32, .lasti = 96, .lineno = 100,
 	          .trace = 72, .gen = 88, .instr_ptr = ABSENT, .owner = ABSENT, .is_entry = ABSENT,
-	          .stacktop = ABSENT,
+	          .stacktop = ABSENT, .tlbc_index = ABSENT,
 	          .owner_generator = NO_OWNER, .owner_cstack = NO_OWNER,
 	          .owner_interpreter = NO_OWNER, .code_tag_mask = 0},
 	.code = {.size = 128, .filename = 104, .name = 112, .qualname = ABSENT,
-	         .linetable = 120, .firstlineno = 40, .code_adaptive = ABSENT,
+	         .linetable = 120, .firstlineno = 40, .code_adaptive = ABSENT, .tlbc = ABSENT,
 	         .framesize = ABSENT, .nlocalsplus = ABSENT, .stacksize = ABSENT},
 	.object = {.ob_type = 8},
 	.unicode = {.length = 16, .state = 32, .ascii_size = 48, .compact_size = 72,
@@ -138,13 +138,13 @@ static const struct py_layout layout_311 = {
 	 * Include/internal/pycore_frame.h: THREAD 0, GENERATOR 1, FRAME_OBJECT 2). */
 	.frame = {.size = 70, .back = 48, .code = 32, .lasti = ABSENT, .lineno = ABSENT,
 	          .trace = ABSENT, .gen = ABSENT, .instr_ptr = 56, .owner = 69, .is_entry = 68,
-	          .stacktop = ABSENT,
+	          .stacktop = ABSENT, .tlbc_index = ABSENT,
 	          .owner_generator = 1, .owner_cstack = NO_OWNER,
 	          .owner_interpreter = NO_OWNER, .code_tag_mask = 0},
 	/* code_adaptive is where the bytecode starts, an address we compute and
 	 * never a field we read, so it does not count towards size. */
 	.code = {.size = 144, .filename = 112, .name = 120, .qualname = 128,
-	         .linetable = 136, .firstlineno = 72, .code_adaptive = 184,
+	         .linetable = 136, .firstlineno = 72, .code_adaptive = 184, .tlbc = ABSENT,
 	         .framesize = ABSENT, .nlocalsplus = 76, .stacksize = 68},
 	.object = {.ob_type = 8},
 	.unicode = {.length = 16, .state = 32, .ascii_size = 48, .compact_size = 72,
@@ -170,11 +170,11 @@ static const struct py_layout layout_312 = {
 	 * GENERATOR 1, FRAME_OBJECT 2, CSTACK 3. */
 	.frame = {.size = 71, .back = 8, .code = 0, .lasti = ABSENT, .lineno = ABSENT,
 	          .trace = ABSENT, .gen = ABSENT, .instr_ptr = 56, .owner = 70, .is_entry = ABSENT,
-	          .stacktop = 64,
+	          .stacktop = 64, .tlbc_index = ABSENT,
 	          .owner_generator = 1, .owner_cstack = 3,
 	          .owner_interpreter = NO_OWNER, .code_tag_mask = 0},
 	.code = {.size = 144, .filename = 112, .name = 120, .qualname = 128,
-	         .linetable = 136, .firstlineno = 68, .code_adaptive = 192,
+	         .linetable = 136, .firstlineno = 68, .code_adaptive = 192, .tlbc = ABSENT,
 	         .framesize = 76, .nlocalsplus = ABSENT, .stacksize = ABSENT},
 	.object = {.ob_type = 8},
 	/* wstr is gone from 3.12 on. */
@@ -674,7 +674,7 @@ static uint64_t get_size(struct do_values *d, enum dof f)
  * `size` bytes; widens *cover so a read of *cover bytes includes it.
  */
 static uint32_t do_field(struct do_values *d, enum dof f, unsigned width, uint64_t size,
-                      uint32_t *cover)
+                         uint32_t *cover)
 {
 	uint64_t off = get(d, f);
 	if (off > DO_SANE_CAP || off + width > size) {
@@ -804,6 +804,26 @@ int layout_from_debug_offsets(const uint8_t *raw, size_t len, struct py_layout *
 	l.code.firstlineno = do_field(&d, DO_CODE_FIRSTLINENO, 4, co_size, &l.code.size);
 	l.code.code_adaptive = do_field(&d, DO_CODE_CO_CODE_ADAPTIVE, 1, co_size, NULL);
 	l.code.framesize = l.code.nlocalsplus = l.code.stacksize = ABSENT; /* frames_being_called: 3.11-3.12 */
+	/*
+	 * Free-threaded builds run a copy of the bytecode per thread: the
+	 * frame's tlbc_index picks it from the code's co_tlbc.  Other builds
+	 * list both at offset 0, which means absent.
+	 */
+	l.frame.tlbc_index = l.code.tlbc = ABSENT;
+	if (d.have[DO_GEN_GI_IFRAME] && d.have[DO_GEN_GI_FRAME_STATE] && d.have[DO_FRAME_LOCALSPLUS] &&
+	    d.have[DO_FRAME_STACKPOINTER]) {
+		uint64_t gen_size = get_size(&d, DO_GEN_SIZE);
+		l.coro.iframe = do_field(&d, DO_GEN_GI_IFRAME, 8, gen_size, NULL);
+		l.coro.frame_state = do_field(&d, DO_GEN_GI_FRAME_STATE, 1, gen_size, NULL);
+		l.coro.localsplus = do_field(&d, DO_FRAME_LOCALSPLUS, 8, fr_size, NULL);
+		l.coro.stackpointer = do_field(&d, DO_FRAME_STACKPOINTER, 8, fr_size, NULL);
+		l.coro.known = true;
+	}
+	if (l.free_threaded && d.have[DO_FRAME_TLBC_INDEX] && d.have[DO_CODE_CO_TLBC] &&
+	    get(&d, DO_FRAME_TLBC_INDEX) && get(&d, DO_CODE_CO_TLBC)) {
+		l.frame.tlbc_index = do_field(&d, DO_FRAME_TLBC_INDEX, 4, fr_size, &l.frame.size);
+		l.code.tlbc = do_field(&d, DO_CODE_CO_TLBC, 8, co_size, &l.code.size);
+	}
 
 	uint64_t ob_size = get_size(&d, DO_PYOBJECT_SIZE);
 	l.object.ob_type = do_field(&d, DO_PYOBJECT_OB_TYPE, 8, ob_size, NULL);
@@ -847,13 +867,21 @@ int layout_from_debug_offsets(const uint8_t *raw, size_t len, struct py_layout *
  * object, sys.modules in the interpreter and an instance's attributes.  The frame states are each version's enum of
  * Include/internal/pycore_frame.h.
  */
+/* Every version's objects (a 16-byte PyObject_HEAD): see asyncio_layout.obj. */
+#define ASYNCIO_OBJECTS                                                                     \
+	.obj = {.head = 16, .fut_callback0 = 24, .fut_callbacks = 40, .var_size = 16, .list_items = 24,   \
+	        .tuple_items = 24, .func_closure = 72, .method_self = 24, .cell_ref = 16,               \
+	        .weakref_object = 16, .type_basicsize = 32, .module_dict = 16, .set_mask = 32,          \
+	        .set_table = 40}
+
 #define ASYNCIO_COMMON_3_14                                                                 \
 	.task_size = 168, .fut_state = 104, .task_fut_waiter = 120, .task_coro = 128,        \
 	.task_name = 136, .task_awaited_by = ABSENT, .task_is_task = ABSENT,                 \
 	.task_awaited_by_is_set = ABSENT, .task_node = ABSENT, .ts_running_task = ABSENT,    \
 	.ts_tasks_head = ABSENT, .interp_tasks_head = ABSENT, .gen_iframe = 72,              \
 	.gen_frame_state = 67, .frame_stacktop = ABSENT, .frame_stackpointer = 64,           \
-	.frame_localsplus = 80, .long_size = 16, .long_digit = 24, .long_tagged = true
+	.frame_localsplus = 80, .long_size = 16, .long_digit = 24, .long_tagged = true,      \
+	ASYNCIO_OBJECTS
 
 static const struct asyncio_layout asyncio_layouts[] = {
 	{.minor = 11, .task_size = 176, .fut_state = 88, .task_fut_waiter = 128, .task_coro = 136,
@@ -864,7 +892,7 @@ static const struct asyncio_layout asyncio_layouts[] = {
 	 .state_suspended_hi = -1, .state_executing = 0, .frame_stacktop = 64,
 	 .frame_stackpointer = ABSENT, .frame_localsplus = 72, .interp_modules = 888,
 	 .values_ptr = -32, .values_tagged = false, .long_size = 16, .long_digit = 24,
-	 .long_tagged = false},
+	 .long_tagged = false, ASYNCIO_OBJECTS},
 	{.minor = 12, .task_size = 176, .fut_state = 88, .task_fut_waiter = 128, .task_coro = 136,
 	 .task_name = 144, .task_awaited_by = ABSENT, .task_is_task = ABSENT,
 	 .task_awaited_by_is_set = ABSENT, .task_node = ABSENT, .ts_running_task = ABSENT,
@@ -873,7 +901,7 @@ static const struct asyncio_layout asyncio_layouts[] = {
 	 .state_suspended_hi = -1, .state_executing = 0, .frame_stacktop = 64,
 	 .frame_stackpointer = ABSENT, .frame_localsplus = 72, .interp_modules = 944,
 	 .values_ptr = -24, .values_tagged = true, .long_size = 16, .long_digit = 24,
-	 .long_tagged = true},
+	 .long_tagged = true, ASYNCIO_OBJECTS},
 	{.minor = 13, .task_size = 144, .fut_state = 96, .task_fut_waiter = 112, .task_coro = 120,
 	 .task_name = 128, .task_awaited_by = ABSENT, .task_is_task = ABSENT,
 	 .task_awaited_by_is_set = ABSENT, .task_node = ABSENT, .ts_running_task = ABSENT,
@@ -882,7 +910,7 @@ static const struct asyncio_layout asyncio_layouts[] = {
 	 .state_suspended_hi = -1, .state_executing = 0, .frame_stacktop = 64,
 	 .frame_stackpointer = ABSENT, .frame_localsplus = 72, .interp_modules = 7656,
 	 .values_ptr = 0, .values_tagged = false, .long_size = 16, .long_digit = 24,
-	 .long_tagged = true},
+	 .long_tagged = true, ASYNCIO_OBJECTS},
 	{.minor = 14, ASYNCIO_COMMON_3_14, .state_created = -3, .state_suspended_lo = -2,
 	 .state_suspended_hi = -1, .state_executing = 0},
 	/* 3.15 renumbered the frame states from 0 and added a locked yield-from. */

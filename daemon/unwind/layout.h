@@ -100,6 +100,7 @@ struct py_layout {
 		uint32_t gen;         /* PyObject *f_gen (3.8-3.10): set in a generator's frame */
 		uint32_t instr_ptr;   /* prev_instr (3.11-3.12) / instr_ptr (3.13+) */
 		uint32_t owner;       /* char owner (3.11+) */
+		uint32_t tlbc_index;  /* int32 index of the thread's bytecode copy (free-threaded 3.14+), else ABSENT */
 		uint32_t is_entry;    /* bool is_entry (3.11 only) */
 		uint32_t stacktop;    /* int stacktop, -1 while the frame runs (3.12-3.13) */
 		uint8_t owner_generator;   /* enum values of owner, LAYOUT_OWNER_NONE if absent */
@@ -107,6 +108,17 @@ struct py_layout {
 		uint8_t owner_interpreter; /* 3.14+ interpreter-owned shim frame */
 		uint64_t code_tag_mask;    /* low bits to clear from code (3.14+ _PyStackRef) */
 	} frame;
+
+	/*
+	 * A coroutine's frame as the interpreter's own debug offsets place it
+	 * (3.14+): the asyncio tables' values, for a build whose objects they
+	 * do not describe (free-threaded).  known false: none given.
+	 */
+	struct {
+		bool known;
+		uint32_t iframe, frame_state;    /* PyGenObject: gi_iframe, gi_frame_state */
+		uint32_t localsplus, stackpointer; /* _PyInterpreterFrame */
+	} coro;
 
 	/* PyCodeObject */
 	struct {
@@ -117,6 +129,7 @@ struct py_layout {
 		uint32_t linetable;     /* PyObject * (bytes): co_lnotab / co_linetable */
 		uint32_t firstlineno;   /* int */
 		uint32_t code_adaptive; /* start of the bytecode inside the object, 3.11+ */
+		uint32_t tlbc;          /* _PyCodeArray *co_tlbc: the threads' copies (free-threaded 3.14+), else ABSENT */
 		/*
 		 * What a frame of the code takes on the data stack, in words
 		 * (3.11-3.12): co_framesize (3.12), or FRAME_SPECIALS_WORDS and
@@ -204,7 +217,27 @@ struct asyncio_layout {
 	uint32_t long_size;   /* ob_size (3.11) or lv_tag (3.12+) */
 	uint32_t long_digit;  /* first 30-bit digit */
 	bool long_tagged;     /* lv_tag: digit count << 3 and the sign in the low bits */
+	/*
+	 * The objects a task's callbacks and asyncio's sets are made of, each
+	 * field read where a table here says (every one within
+	 * LAYOUT_ASYNCIO_OBJECT_BYTES of its object).
+	 */
+	struct {
+		uint32_t head;                    /* PyObject_HEAD: an object's first own field */
+		uint32_t fut_callback0, fut_callbacks; /* FutureObj: the first callback, the list of the others */
+		uint32_t var_size;                /* PyVarObject.ob_size */
+		uint32_t list_items, tuple_items; /* PyListObject.ob_item, PyTupleObject.ob_item[] */
+		uint32_t func_closure;            /* PyFunctionObject.func_closure */
+		uint32_t method_self;             /* PyMethodObject.im_self */
+		uint32_t cell_ref;                /* PyCellObject.ob_ref */
+		uint32_t weakref_object;          /* PyWeakReference.wr_object */
+		uint32_t type_basicsize;          /* PyTypeObject.tp_basicsize */
+		uint32_t module_dict;             /* PyModuleObject.md_dict */
+		uint32_t set_mask, set_table;     /* PySetObject */
+	} obj;
 };
+/* Bytes of an object read for the fields of asyncio_layout.obj, at most. */
+#define LAYOUT_ASYNCIO_OBJECT_BYTES 96u
 
 /* The table of asyncio's objects for a minor version, NULL before 3.11. */
 const struct asyncio_layout *layout_asyncio_for_minor(unsigned minor);

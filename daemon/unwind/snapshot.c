@@ -65,7 +65,8 @@ int uw_snapshot(struct uw_target *t, unsigned flags, struct uw_snapshot *out,
 		                         .truncated = st->truncated,
 		                         .unreadable = st->moving};
 		memcpy(th->name, st->name, sizeof th->name);
-		uint32_t depth = uw_stack_depth(t, st->stack);
+		/* Unreadable: its one frame says only that; the snapshot's flag says it plainly. */
+		uint32_t depth = st->moving ? 0 : uw_stack_depth(t, st->stack);
 		th->frames = calloc(depth ? depth : 1, sizeof *th->frames);
 		if (!th->frames) {
 			uw_sample_free(&s);

@@ -44,10 +44,10 @@ void threads_still_end(struct uw_target *t, struct thread_cache *tc)
 
 void threads_unwatch(struct uw_target *t, struct thread_cache *tc)
 {
-	if (tc->kslot >= 0 && t->opts.kreader)
-		kread_unwatch(t->opts.kreader, tc->kslot);
-	tc->kslot = -1;
-	tc->ktid = 0;
+	if (tc->kernel.slot >= 0 && t->opts.kreader)
+		kread_unwatch(t->opts.kreader, tc->kernel.slot);
+	tc->kernel.slot = -1;
+	tc->kernel.tid = 0;
 }
 
 static void threads_clear_one(struct uw_target *t, struct thread_cache *tc)
@@ -56,8 +56,7 @@ static void threads_clear_one(struct uw_target *t, struct thread_cache *tc)
 	threads_close_stat(t, tc);
 	threads_still_close(t, &tc->still);
 	free(tc->chain);
-	free(tc->reads);
-	free(tc->read_bytes);
+	same_bytes_free(&tc->same);
 }
 
 void threads_free(struct uw_target *t)
@@ -71,7 +70,7 @@ void threads_free(struct uw_target *t)
 
 /* Threads are met in the same order every sample, so `hint` nearly always hits. */
 struct thread_cache *threads_lookup(struct uw_target *t, raddr_t tstate, uint32_t hint,
-                                           struct uw_error *err)
+                                    struct uw_error *err)
 {
 	if (hint < t->nthreads && t->threads[hint].tstate == tstate)
 		return &t->threads[hint];
@@ -85,7 +84,7 @@ struct thread_cache *threads_lookup(struct uw_target *t, raddr_t tstate, uint32_
 	struct thread_cache *tc = &t->threads[t->nthreads++];
 	*tc = (struct thread_cache){.tstate = tstate, .stat_fd = -1, .stat_tid = -1,
 	                            .still = {.files = SCHED_FILES_NONE, .proc_tid_of = -1},
-	                            .kslot = -1};
+	                            .kernel = {.slot = -1}};
 	return tc;
 }
 
@@ -110,7 +109,7 @@ size_t threads_bytes(const struct uw_target *t)
 	size_t bytes = t->threads_cap * sizeof *t->threads;
 	for (uint32_t i = 0; i < t->nthreads; i++)
 		bytes += t->threads[i].cap * sizeof *t->threads[i].chain +
-		         t->threads[i].reads_cap * sizeof *t->threads[i].reads + t->threads[i].read_bytes_cap;
+		         t->threads[i].same.cap * sizeof *t->threads[i].same.reads + t->threads[i].same.bytes_cap;
 	return bytes;
 }
 

@@ -212,6 +212,12 @@ struct uw_options {
 	 */
 	bool kernel_pace;
 	/*
+	 * Provers turned off, for measuring what each buys (bench/ablation.py):
+	 * the bits uw_provers_parse makes of a list of names.
+	 * Stacks stay exact without any; they cost more to prove.
+	 */
+	unsigned provers_off;
+	/*
 	 * Called once at the end of an epoch, before every id is forgotten:
 	 * stack and frame ids of the ending epoch are still valid during the
 	 * call, so whoever counted them spells them out there.
@@ -219,6 +225,16 @@ struct uw_options {
 	void (*on_epoch_end)(void *ctx, const struct uw_target *target);
 	void *epoch_ctx;
 };
+
+/*
+ * Names of the provers (look, marker, same_bytes, kernel_reader, and
+ * process: the kernel's word that no thread of the process ran since the
+ * sample kept), comma-separated, into provers_off bits; "none" is 0.  0,
+ * or -1 with why the first unknown one is not a prover.
+ */
+int uw_provers_parse(const char *list, unsigned *off, char *why, size_t why_len);
+/* The process-wide proof (still.c) in provers_off; the thread provers take the bits below. */
+#define UW_PROVER_PROCESS_BIT (1u << 8)
 
 /*
  * A target's caches at most, unless told: room for the code of a large
@@ -378,7 +394,7 @@ struct uw_stats {
 	uint64_t stale_invalidations;      /* cached code objects found replaced */
 	uint64_t stack_rereads;            /* changed stacks the batch could not prove whole: read again to check */
 	uint64_t torn_retries;             /* thread reads redone: the stack moved under them */
-	uint64_t torn_threads;             /* thread samples with no stack: it kept moving */
+	uint64_t torn_threads;             /* thread samples of a lone <moving> frame: it moved through every read */
 	uint64_t torn_returned;            /* thread samples proven where the thread returned to while its stack was read */
 	uint64_t pages_read;               /* pages the reads touched (the kernel pins each) */
 	uint64_t read_ns;                  /* time spent in process_vm_readv, the kernel's reading */
@@ -386,7 +402,7 @@ struct uw_stats {
 	uint64_t marker_honoured;          /* 3.15: thread samples whose frames below the marker were taken as they were */
 	uint64_t marker_written;           /* 3.15: writes of the marker (process_vm_writev) */
 	uint64_t marker_cleared;           /* 3.15: markers found set by an earlier or other profiler, first sight */
-	uint64_t marker_partial;           /* 3.15: thread samples proven up to the marker's frame, moving above it (<moving> on top) */
+	uint64_t marker_partial;           /* 3.15: thread samples proven up to the marker's frame, moving above it (ending at that frame) */
 	uint64_t marker_partial_reread;    /* 3.15: of those, proven by the walk's own re-read, no read after it */
 	uint64_t marker_foreign;           /* 3.15: markers another profiler wrote over ours (writing pauses) */
 	uint64_t still_proven;             /* thread samples the kernel proved ran nothing since their stack was read (3.15: with the reader's look) */

@@ -32,7 +32,7 @@ int validate_watch(struct walk *w, raddr_t addr, const uint8_t *seen, uint32_t l
  * checked too where the layout has one (3.11+).
  */
 int validate_watch_links(struct walk *w, raddr_t addr, const uint8_t *f, bool with_code,
-                             bool caller, struct uw_error *err)
+                         bool caller, struct uw_error *err)
 {
 	const struct py_layout *L = &w->t->layout;
 	if (caller && L->frame.instr_ptr != LAYOUT_ABSENT &&
@@ -156,7 +156,7 @@ static int validate_reread(struct walk *w, raddr_t top, const struct raw_frame *
 	/*
 	 * 3.15: the marker and its sequence lie a few words after the pointer
 	 * to the innermost frame: its range stretches over them, so both ends
-	 * of the re-read tell where the marker stood too (walk_marker_partial).
+	 * of the re-read tell where the marker stood too (marker_partial, prove_marker.c).
 	 */
 	uint32_t marker_range = UINT32_MAX;
 	for (uint32_t i = 0; i < w->nchecks; i++)

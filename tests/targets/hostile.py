@@ -34,6 +34,7 @@ import gc
 import json
 import os
 import sys
+import sysconfig
 import threading
 import time
 
@@ -95,9 +96,13 @@ FRAME_PREV_INSTR = 56
 CODE_ADAPTIVE = {(3, 11): 184, (3, 12): 192}
 
 
+# PyObject_HEAD: 16 bytes, 32 in free-threaded builds (thread id, locks, shared count).
+OBJECT_HEAD = 32 if sysconfig.get_config_var("Py_GIL_DISABLED") else 16
+
+
 def interpreter_frame(frame):
     """3.11+: the _PyInterpreterFrame a frame object stands for (PyObject_HEAD, f_back, f_frame)."""
-    return u64(id(frame) + 24).value
+    return u64(id(frame) + OBJECT_HEAD + 8).value
 
 
 def frame_cycle_leaf(path):

@@ -1,12 +1,15 @@
 """A program that knows where its time goes: it runs three phases in turn,
 each for a random while, and measures the CPU time of each (thread_time:
-what it runs, not how long a loaded machine leaves it waiting).
+what it runs, which sets each phase's length) and its wall time (what a
+sampler of wall time sees: on a loaded machine the phase it was left
+waiting in, too).
 phase_calls does its work through thousands of short calls per millisecond,
 the code whose stack moves while it is read.
 
     python shares.py REPORT   (runs until killed; writes REPORT as JSON when it
                                starts and at each SIGUSR1, with the CPU seconds
-                               spent so far in each phase and in all)
+                               spent so far in each phase and in all, and the
+                               same in wall time)
 
 The report is written only when asked: a file written every few cycles is a
 wait (the file system's) that a sampler sees many times over, and the CPU
@@ -59,10 +62,11 @@ PHASES = [("phase_plain", phase_plain, 0.0006), ("phase_calls", phase_calls, 0.0
           ("phase_deep", phase_deep, 0.0006)]
 
 
-def report_write(path, spent, total):
+def report_write(path, spent, wall):
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
-        json.dump({"spent": spent, "total": total}, f)
+        json.dump({"spent": spent, "total": time.thread_time(),
+                   "spent_wall": wall, "total_wall": time.perf_counter()}, f)
     os.rename(tmp, path)
 
 
@@ -71,21 +75,24 @@ def below(depth, fn, length):
     read); its time is measured inside, where a sample finds it."""
     if depth:
         return below(depth - 1, fn, length)
-    t0 = time.thread_time()
+    t0, w0 = time.thread_time(), time.perf_counter()
     fn(t0 + length)
-    return time.thread_time() - t0
+    return time.thread_time() - t0, time.perf_counter() - w0
 
 
 def main(path):
     rng = random.Random(1)
     spent = {name: 0.0 for name, _, _ in PHASES}
+    wall = dict(spent)
     # The phase under way when asked is left out of its account: a millisecond at most.
-    signal.signal(signal.SIGUSR1, lambda *_: report_write(path, spent, time.thread_time()))
-    report_write(path, spent, time.thread_time())
+    signal.signal(signal.SIGUSR1, lambda *_: report_write(path, spent, wall))
+    report_write(path, spent, wall)
     while True:
         for name, fn, mean in PHASES:
             # Random lengths: no period for a sampler's own to lock onto.
-            spent[name] += below(40, fn, rng.uniform(0.5, 1.5) * mean)
+            cpu, elapsed = below(40, fn, rng.uniform(0.5, 1.5) * mean)
+            spent[name] += cpu
+            wall[name] += elapsed
 
 
 if __name__ == "__main__":

@@ -14,6 +14,28 @@
 
 /* ---- offline: the static tables ------------------------------------------ */
 
+/*
+ * asyncio's tables: every object field the task reader takes lies within the
+ * bytes it reads of an object, past the object's header.
+ */
+Test(layout_tables, asyncio_object_fields_fit_what_is_read)
+{
+	for (unsigned minor = 11; minor <= 15; minor++) {
+		const struct asyncio_layout *l = layout_asyncio_for_minor(minor);
+		cr_assert_not_null(l, "no asyncio table for 3.%u", minor);
+		const uint32_t fields[] = {l->obj.fut_callback0, l->obj.fut_callbacks, l->obj.var_size,
+		                           l->obj.list_items,    l->obj.tuple_items,   l->obj.func_closure,
+		                           l->obj.method_self,   l->obj.cell_ref,      l->obj.weakref_object,
+		                           l->obj.type_basicsize, l->obj.module_dict,  l->obj.set_mask,
+		                           l->obj.set_table,     l->obj.head + 8};
+		for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+			cr_expect_geq(fields[i], l->obj.head, "3.%u: field %zu inside the object's header", minor, i);
+			cr_expect_leq(fields[i] + 8, LAYOUT_ASYNCIO_OBJECT_BYTES, "3.%u: field %zu past what is read",
+			              minor, i);
+		}
+	}
+}
+
 /* Widens *end to cover a field of `width` bytes at `off`, if present. */
 static void span(uint32_t *end, uint32_t off, unsigned width)
 {

@@ -959,7 +959,13 @@ Test(sample, a_target_past_the_looks_room_takes_an_entry_given_back, .timeout = 
 	struct python pys[PYTHONS_MAX];
 	size_t n = pythons_supported(pys, PYTHONS_MAX);
 	cr_assert_gt(n, 0);
+	/*
+	 * The last found with a GIL: a free-threaded build's reads (its
+	 * threads' bytecode copies too) touch pages enough for /proc's proof.
+	 */
 	const struct python *py = &pys[n - 1];
+	for (size_t i = n; i-- > 0 && py->free_threaded;)
+		py = &pys[i];
 	struct test_target target;
 	char woke[PATH_MAX + 8];
 	wake_target_start(&target, py, "wake", woke, sizeof woke);
@@ -1098,6 +1104,9 @@ Test(sample, gc_marker, .timeout = 300)
 	struct python pys[PYTHONS_MAX];
 	size_t n = pythons_supported(pys, PYTHONS_MAX);
 	for (size_t i = 0; i < n; i++) {
+		/* No GIL: which thread collects is not told by its holder, and no <GC> frame is put. */
+		if (pys[i].free_threaded)
+			continue;
 		char dir[512], script[1024], ready[1024];
 		scratch_dir(dir, sizeof dir);
 		target_script("gc_spin.py", script, sizeof script);
@@ -1227,6 +1236,13 @@ static void callgraph_check(const struct python *py, const struct uw_options *op
 			uint64_t climb = 0;
 			const char *callee = NULL;
 			const struct uw_frame *root = NULL;
+			/* Nothing proven: a lone <moving> frame, and no caller to judge. */
+			if (th->moving) {
+				cr_assert(uw_stack_parent(t, th->stack) == 0 &&
+				          uw_frame_get(t, uw_stack_frame(t, th->stack))->kind == UW_FRAME_MOVING,
+				          "%s: a thread flagged moving with a stack", what);
+				continue;
+			}
 			for (uint32_t st = th->stack; st; st = uw_stack_parent(t, st)) {
 				root = uw_frame_get(t, uw_stack_frame(t, st));
 				const char *caller = callgraph_function(root);
@@ -1408,7 +1424,8 @@ static void linked_late_check(const struct python *py, const char *shape)
 				callee = fn;
 			}
 			bystanders += bystander;
-			stackless += !s.threads[k].stack;
+			/* No stack, or the lone <moving> frame of a thread nothing of which was proven. */
+			stackless += !s.threads[k].stack || s.threads[k].moving;
 		}
 	}
 	/* The bystander's stack stood; the main thread had none to show. */
@@ -1455,15 +1472,37 @@ Test(sample, beside_cpythons_sampler, .timeout = 300)
 
 /* Parts of a moving thread among which one at least was proven by the re-read alone. */
 #define MOVING_ENOUGH 20
-/* Seconds the moving thread is sampled at most, waiting for a read that tears. */
+/* Seconds the call-heavy target is sampled at most, waiting for a read that tears (3.15). */
 #define MOVING_SAMPLING_MAX_S 30
 
 /*
- * 3.15: a thread that calls and returns faster than its stack can be read
- * gets, rather than no stack or a later one, the part its frame-cache marker
- * proves, with a <moving> frame on top: innermost, once, above a frame of
- * the call-heavy code or below it (tests/targets/shares.py), and with the
- * marker's writes off, never.
+ * Whether callee may be called by caller in tests/targets/shares.py: the
+ * calls its source makes, and the standard library's below main (its
+ * random draws and its reports).
+ */
+static bool shares_call(const char *caller, const char *callee)
+{
+	static const char *const calls[][2] = {
+	    {"<module>", "main"},       {"main", "below"},          {"below", "below"},
+	    {"below", "phase_plain"},   {"below", "phase_calls"},   {"below", "phase_deep"},
+	    {"phase_calls", "hop"},     {"hop", "tiny"},            {"phase_deep", "nested"},
+	    {"nested", "nested"},       {"nested", "phase_plain"},  {"main", "uniform"},
+	    {"main", "report_write"},
+	};
+	for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++)
+		if (strcmp(caller, calls[i][0]) == 0 && strcmp(callee, calls[i][1]) == 0)
+			return true;
+	/* What the standard library calls is its own. */
+	return strcmp(caller, "uniform") == 0 || strcmp(caller, "report_write") == 0;
+}
+
+/*
+ * Never a wrong stack: every stack of a thread that calls and returns
+ * faster than it can be read is one its source can make, from <module>
+ * down, whatever proved it (a whole read, the part below 3.15's marker,
+ * which ends at the frame that held).  A thread that moved through every
+ * read is counted as a lone <moving> frame, nothing else.  With 3.15's
+ * marker writes off no part is taken.  Returns the parts taken.
  */
 static uint64_t moving_check(const struct python *py, bool no_write)
 {
@@ -1475,72 +1514,108 @@ static uint64_t moving_check(const struct python *py, bool no_write)
 	struct uw_options opts = {.no_write = no_write};
 	uw_configure(t, &opts);
 	struct uw_sample s = {0};
-	uint64_t moving = 0, in_calls = 0;
+	uint64_t lone = 0, in_calls = 0, stacks = 0;
 	struct timespec start, now;
 	clock_gettime(CLOCK_MONOTONIC, &start);
+	struct uw_stats st = {0};
 	do {
 		struct uw_error err = {0};
 		int rc = uw_sample(t, &s, &err);
 		cr_assert(rc == 0 || err.status == UW_ECORRUPT, "%s: sample: %s", what, err.msg);
 		for (uint32_t k = 0; rc == 0 && k < s.nthreads; k++) {
-			bool innermost = true, calls = false;
-			for (uint32_t st = s.threads[k].stack; st; st = uw_stack_parent(t, st)) {
-				const struct uw_frame *f = uw_frame_get(t, uw_stack_frame(t, st));
+			const char *names[UW_MAX_FRAMES];
+			uint32_t depth = 0;
+			for (uint32_t at = s.threads[k].stack; at && depth < UW_MAX_FRAMES; at = uw_stack_parent(t, at)) {
+				const struct uw_frame *f = uw_frame_get(t, uw_stack_frame(t, at));
 				if (f->kind == UW_FRAME_MOVING) {
-					cr_assert(innermost, "%s: a <moving> frame below another frame", what);
-					cr_assert(!no_write, "%s: a <moving> frame with the marker's writes off", what);
-					moving++;
+					cr_assert(depth == 0 && uw_stack_parent(t, at) == 0,
+					          "%s: a <moving> frame with others", what);
+					cr_assert(s.threads[k].moving, "%s: a <moving> frame on a thread not flagged", what);
+					lone++;
 				}
-				calls = calls || (f->function && strcmp(f->function, "phase_calls") == 0);
-				innermost = false;
+				names[depth++] = f->function ? f->function : "?";
 			}
+			cr_assert(!s.threads[k].moving || (depth == 1 && strcmp(names[0], "<moving>") == 0),
+			          "%s: a thread flagged moving with a stack of %u frames", what, depth);
+			if (!depth || s.threads[k].moving)
+				continue;
+			/* names[] is innermost first: each caller, outermost on, calls the next. */
+			cr_assert_str_eq(names[depth - 1], "<module>", "%s: a stack from %s", what, names[depth - 1]);
+			for (uint32_t i = depth - 1; i > 0; i--)
+				cr_assert(shares_call(names[i], names[i - 1]), "%s: %s calls %s at depth %u of %u",
+				          what, names[i], names[i - 1], depth - i, depth);
+			bool calls = false;
+			for (uint32_t i = 0; i < depth; i++)
+				calls = calls || strcmp(names[i], "phase_calls") == 0;
 			in_calls += calls;
+			stacks++;
 		}
 		usleep(1000);
 		clock_gettime(CLOCK_MONOTONIC, &now);
+		uw_stats(t, &st);
 		/* A loaded host runs the target and this reader on one CPU in turn: nothing tears then. */
 	} while (now.tv_sec - start.tv_sec < 3 ||
-	         (!no_write && !moving && now.tv_sec - start.tv_sec < MOVING_SAMPLING_MAX_S));
-	struct uw_stats st;
-	uw_stats(t, &st);
-	cr_assert_eq(st.marker_partial, moving, "%s: %llu partial stacks counted, %llu seen", what,
-	             (unsigned long long)st.marker_partial, (unsigned long long)moving);
+	         (py->minor >= 15 && !no_write && !py->debug && !st.marker_partial &&
+	          now.tv_sec - start.tv_sec < MOVING_SAMPLING_MAX_S));
 	cr_assert_gt(in_calls, 0, "%s: the call-heavy phase never sampled", what);
+	cr_assert_eq(st.torn_threads, lone, "%s: %llu threads counted torn, %llu <moving> frames", what,
+	             (unsigned long long)st.torn_threads, (unsigned long long)lone);
+	if (no_write)
+		cr_assert_eq(st.marker_partial, 0, "%s: a part taken with the marker's writes off", what);
 	/*
 	 * Most parts are proven by the walk's own re-read, when the other
 	 * threads' stacks are, not by reads after it (which land later, in the
 	 * code that follows more often): of a few dozen, some at least.
 	 */
 	cr_assert_leq(st.marker_partial_reread, st.marker_partial, "%s", what);
-	if (moving >= MOVING_ENOUGH)
+	if (st.marker_partial >= MOVING_ENOUGH)
 		cr_assert_gt(st.marker_partial_reread, 0, "%s: none of %llu parts proven by the re-read",
-		             what, (unsigned long long)moving);
-	/* A thread that kept moving kept its part: never left without a stack while none did. */
-	if (!no_write)
-		cr_assert(moving > 0 || st.torn_threads == 0,
-		          "%s: %llu threads left without a stack, none kept its part", what,
-		          (unsigned long long)st.torn_threads);
+		             what, (unsigned long long)st.marker_partial);
+	cr_log_info("%s%s: %llu stacks, %llu parts below the marker, %llu lone <moving>", what,
+	            no_write ? " (no marker writes)" : "", (unsigned long long)stacks,
+	            (unsigned long long)st.marker_partial, (unsigned long long)lone);
 	uw_sample_free(&s);
 	uw_close(t);
 	test_target_kill(&target);
-	return moving;
+	return st.marker_partial;
 }
 
-Test(sample, moving_thread_gets_the_proven_part, .timeout = 180)
+Test(sample, moving_thread_never_gets_a_wrong_stack, .timeout = 400)
 {
 	struct python pys[PYTHONS_MAX];
-	size_t n = pythons_supported(pys, PYTHONS_MAX), ran = 0;
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
 	for (size_t i = 0; i < n; i++) {
-		if (pys[i].minor < 15 || pys[i].debug)
+		moving_check(&pys[i], false);
+		if (pys[i].minor >= 15)
+			moving_check(&pys[i], true);
+	}
+}
+
+/*
+ * A CPython newer than the unwinder knows (one built from CPython's main
+ * branch, when there) is refused by name, never read with a guess at its
+ * layout.
+ */
+Test(sample, a_newer_cpython_is_refused_by_its_version, .timeout = 120)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_find(pys, PYTHONS_MAX), ran = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (pys[i].supported || pys[i].major != 3 || pys[i].minor <= 15)
 			continue;
-		char what[PATH_MAX + 64];
-		python_describe(&pys[i], what, sizeof what);
-		uint64_t kept = moving_check(&pys[i], false);
-		cr_log_info("%s: %llu stacks of a moving thread kept their proven part", what,
-		            (unsigned long long)kept);
-		moving_check(&pys[i], true);
+		struct test_target target;
+		json_decref(test_target_start_script(&target, &pys[i], "shares.py"));
+		struct uw_error err = {0};
+		struct uw_target *t = uw_open(target.pid, &err);
+		char version[32];
+		snprintf(version, sizeof version, "Python %u.%u", pys[i].major, pys[i].minor);
+		cr_assert_null(t, "%s: read as a version it is not", pys[i].path);
+		cr_assert_eq(err.status, UW_EVERSION, "%s: %s", pys[i].path, err.msg);
+		cr_assert_not_null(strstr(err.msg, version), "%s: the refusal does not name %s: %s",
+		                   pys[i].path, version, err.msg);
+		test_target_kill(&target);
 		ran++;
 	}
 	if (!ran)
-		cr_skip_test("no CPython 3.15 (make pythons)");
+		cr_skip_test("no CPython newer than 3.15 (built from CPython's main branch)");
 }

@@ -45,7 +45,7 @@
 #include <bpf/libbpf.h>
 
 #include "kstill.skel.h"
-#include "unwind_internal.h"
+#include "kernel.h"
 
 struct kstill {
 	struct kstill_bpf *skel;
@@ -57,12 +57,6 @@ struct kstill {
 	uint32_t nwatched;         /* entries in use: with all KSTILL_PROCS, a watch is refused unsearched */
 	uint64_t looks;            /* looks taken: a look's number */
 };
-
-void *kernel_map_mmap(const struct bpf_map *map, size_t len, int prot)
-{
-	void *m = mmap(NULL, len, prot, MAP_SHARED, bpf_map__fd(map), 0);
-	return m == MAP_FAILED ? NULL : m;
-}
 
 /*
  * The kernel's own number of the initial pid namespace (PROC_PID_INIT_INO):
@@ -81,18 +75,14 @@ struct kstill *kstill_open(struct uw_error *err)
 		uw_fail(err, UW_EPERM, "no look at which threads ran: the daemon is not in the initial pid namespace");
 		return NULL;
 	}
-	/* libbpf's messages are already quiet: the reader that opens this one said so (kread.c). */
 	struct kstill *ks = calloc(1, sizeof *ks);
 	if (!ks) {
 		uw_fail(err, UW_ENOMEM, "out of memory");
 		return NULL;
 	}
 	ks->skel = kstill_bpf__open();
-	int rc = ks->skel ? kstill_bpf__load(ks->skel) : -errno;
-	if (!ks->skel || rc != 0) {
-		int e = ks->skel ? -rc : errno;
-		uw_fail(err, UW_EIO, "the kernel refused the look at which threads ran (%s; it needs Linux 6.7)",
-		        strerror(e));
+	if (kernel_load(ks->skel ? ks->skel->skeleton : NULL, "the look at which threads ran",
+	                "it needs Linux 6.7", err) != 0) {
 		kstill_close(ks);
 		return NULL;
 	}
@@ -176,7 +166,7 @@ uint64_t kstill_looks(const struct kstill *ks)
 }
 
 const struct kstill_task *kstill_seen(const struct kstill *ks, int proc, uint32_t *ntasks,
-                                     uint64_t *start_ns)
+                                      uint64_t *start_ns)
 {
 	*ntasks = 0;
 	*start_ns = 0;

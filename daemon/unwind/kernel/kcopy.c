@@ -64,7 +64,7 @@
 
 #include "kcopy_abi.h"
 #include "kcopy.skel.h"
-#include "unwind_internal.h"
+#include "kernel.h"
 
 /* A watched task: its link holds the event that runs the program at its switches away. */
 struct kcopy_watch {
@@ -106,11 +106,8 @@ struct kcopy *kcopy_open(struct uw_error *err)
 		return NULL;
 	}
 	kc->skel = kcopy_bpf__open();
-	int rc = kc->skel ? kcopy_bpf__load(kc->skel) : -errno;
-	if (!kc->skel || rc != 0) {
-		int e = kc->skel ? -rc : errno;
-		uw_fail(err, UW_EIO, "the kernel refused the copy of a process as it falls quiet (%s)",
-		        strerror(e));
+	if (kernel_load(kc->skel ? kc->skel->skeleton : NULL, "the copy of a process as it falls quiet",
+	                NULL, err) != 0) {
 		kcopy_close(kc);
 		return NULL;
 	}

@@ -49,6 +49,14 @@ static __always_inline __u64 field_u64(const struct frame_bytes *f, __u32 off)
 	return v;
 }
 
+static __always_inline __u32 field_u32(const struct frame_bytes *f, __u32 off)
+{
+	__u32 v = 0;
+	if (off <= KREAD_FRAME_BYTES - 4)
+		__builtin_memcpy(&v, &f->b[off], 4);
+	return v;
+}
+
 static __always_inline __u8 field_u8(const struct frame_bytes *f, __u32 off)
 {
 	return off < KREAD_FRAME_BYTES ? f->b[off] : 0;
@@ -87,6 +95,7 @@ int kread_tick(struct bpf_perf_event_data *ctx)
 		out->instr = field_u64(f, w->instr);
 		out->owner = field_u8(f, w->owner);
 		out->entry = w->is_entry != KREAD_ABSENT ? field_u8(f, w->is_entry) : 0;
+		out->tlbc = w->tlbc != KREAD_ABSENT ? field_u32(f, w->tlbc) : 0;
 		frame = field_u64(f, w->back);
 		n = i + 1;
 	}

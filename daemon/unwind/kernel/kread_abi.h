@@ -35,6 +35,8 @@ struct kread_watch {
 	__u16 back, code, instr, owner;
 	__u16 is_entry;         /* KREAD_ABSENT but in 3.11 */
 	__u16 frame_size;       /* bytes copied of each frame: every field above */
+	__u16 tlbc;             /* the thread's bytecode copy (free-threaded builds); KREAD_ABSENT: none */
+	__u16 pad[3];
 };
 
 struct kread_frame {
@@ -43,7 +45,8 @@ struct kread_frame {
 	__u64 instr;
 	__u8 owner;
 	__u8 entry;
-	__u8 pad[6];
+	__u8 pad[2];
+	__u32 tlbc;  /* free-threaded builds: the copy of the bytecode instr lies in (0: the code's own) */
 };
 
 /*

@@ -28,7 +28,7 @@
 
 #include "kread_abi.h"
 #include "kread.skel.h"
-#include "unwind_internal.h"
+#include "kernel.h"
 
 _Static_assert(UW_KREADER_DESCRIPTORS >= 8u + 2u * KREAD_SLOTS,
                "a watch holds its perf event and its link");
@@ -52,29 +52,16 @@ struct uw_kreader {
 };
 
 /* libbpf's own messages would go to stderr: what failed is told through uw_error. */
-static int kread_quiet(enum libbpf_print_level level, const char *fmt, va_list args)
-{
-	(void)level;
-	(void)fmt;
-	(void)args;
-	return 0;
-}
-
 struct uw_kreader *uw_kreader_open(struct uw_error *err)
 {
-	libbpf_set_print(kread_quiet);
 	struct uw_kreader *kr = calloc(1, sizeof *kr);
 	if (!kr) {
 		uw_fail(err, UW_ENOMEM, "out of memory");
 		return NULL;
 	}
 	kr->skel = kread_bpf__open();
-	int rc = kr->skel ? kread_bpf__load(kr->skel) : -errno;
-	if (!kr->skel || rc != 0) {
-		int e = kr->skel ? -rc : errno;
-		uw_fail(err, e == EPERM || e == EACCES ? UW_EPERM : UW_EIO,
-		        "in-kernel reader: the kernel refused its BPF program (%s)%s", strerror(e),
-		        e == EPERM || e == EACCES ? ": it needs CAP_BPF and CAP_PERFMON, or root" : "");
+	if (kernel_load(kr->skel ? kr->skel->skeleton : NULL, "in-kernel reader",
+	                "it needs CAP_BPF and CAP_PERFMON, or root", err) != 0) {
 		uw_kreader_close(kr);
 		return NULL;
 	}
@@ -117,8 +104,7 @@ void uw_kreader_close(struct uw_kreader *kr)
 int kread_watch(struct uw_kreader *kr, pid_t tid, raddr_t tstate, const struct py_layout *L)
 {
 	/* frame.size covers every field the program reads of a frame. */
-	if (tid <= 0 || L->frame_model != FRAME_MODEL_INTERP || L->free_threaded ||
-	    L->frame.size > KREAD_FRAME_BYTES)
+	if (tid <= 0 || L->frame_model != FRAME_MODEL_INTERP || L->frame.size > KREAD_FRAME_BYTES)
 		return -1;
 	int slot = -1;
 	for (int i = 0; i < KREAD_SLOTS && slot < 0; i++)
@@ -139,6 +125,7 @@ int kread_watch(struct uw_kreader *kr, pid_t tid, raddr_t tstate, const struct p
 		.owner = (uint16_t)L->frame.owner,
 		.is_entry = (uint16_t)(L->frame.is_entry == LAYOUT_ABSENT ? KREAD_ABSENT : L->frame.is_entry),
 		.frame_size = (uint16_t)L->frame.size,
+		.tlbc = (uint16_t)(L->frame.tlbc_index == LAYOUT_ABSENT ? KREAD_ABSENT : L->frame.tlbc_index),
 	};
 	uint32_t key = (uint32_t)slot;
 	if (bpf_map_update_elem(kr->watches_fd, &key, &watch, BPF_ANY) != 0)

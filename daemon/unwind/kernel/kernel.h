@@ -1,0 +1,132 @@
+/*
+ * The unwinder's kernel programs (this folder), as the rest of the
+ * unwinder uses them: each a BPF program (NAME.bpf.c, built into a libbpf
+ * skeleton) with the C file of the same name that loads and drives it, and
+ * what the two share (NAME_abi.h).  Internal to daemon/unwind.
+ */
+#ifndef PYPROFD_UNWIND_KERNEL_H
+#define PYPROFD_UNWIND_KERNEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "clock.h"
+#include "error.h"
+#include "kstill_abi.h"
+#include "layout.h"
+#include "prove.h"
+#include "remote_range.h"
+#include "unwind.h"
+
+/* load.c: the one loader of the programs below. */
+struct bpf_map;
+struct bpf_object_skeleton;
+/*
+ * A program's skeleton, opened (NULL when that failed, errno saying why),
+ * loaded into the kernel with libbpf's own messages quiet.  0, or -1 and
+ * *err: `what` the kernel refused and `needs` what it takes (both shown).
+ */
+int kernel_load(struct bpf_object_skeleton *skeleton, const char *what, const char *needs,
+                struct uw_error *err);
+/* A BPF array made with BPF_F_MMAPABLE, len bytes of it mapped with prot (MAP_SHARED), or NULL. */
+void *kernel_map_mmap(const struct bpf_map *map, size_t len, int prot);
+
+/* kstill.c: the kernel's word on which threads ran (see kstill.c) */
+struct kstill;
+/* NULL and *err when the kernel refuses its program. */
+struct kstill *kstill_open(struct uw_error *err);
+void kstill_close(struct kstill *ks);
+/* Look at process pid (as /proc names it) from the next look on: its number in the look, or -1. */
+int kstill_watch(struct kstill *ks, pid_t pid);
+void kstill_unwatch(struct kstill *ks, int proc);
+/* Look at every watched process now; false when the kernel would not run the program. */
+bool kstill_look(struct kstill *ks);
+/* Looks taken so far: the number of the last. */
+uint64_t kstill_looks(const struct kstill *ks);
+/*
+ * The tasks the last look saw of a watched process, in the kernel's order:
+ * *ntasks of them, KSTILL_TASKS + 1 when more than KSTILL_TASKS (the first
+ * KSTILL_TASKS told), and when the process began.  NULL when it was not
+ * seen (gone, not looked at yet).
+ */
+const struct kstill_task *kstill_seen(const struct kstill *ks, int proc, uint32_t *ntasks,
+                                     uint64_t *start_ns);
+
+/* kcopy.c: the kernel's copy of a process as it falls quiet (see kcopy.c) */
+struct kcopy;
+struct kcopy *kcopy_open(struct uw_error *err);
+void kcopy_close(struct kcopy *kc);
+/* A slot for a process, or -1 (none free, or no copier). */
+int kcopy_claim(struct kcopy *kc);
+void kcopy_release(struct kcopy *kc, int slot);
+/*
+ * Watch the process's tasks as this sample's look lists them (n of them):
+ * the ones that end are let go.  The tasks that could not be watched now
+ * (no room, or the kernel refused), which leave the process uncopied.
+ */
+uint32_t kcopy_follow(struct kcopy *kc, int slot, const struct kstill_task *tasks, uint32_t n);
+/*
+ * Copy these ranges (a sample's batch plan), each as far as its reads used
+ * (used_lens: the room to grow is left to a read), from now on: the plan's
+ * generation, 0 when it is not copied.  owners: the task id (as /proc names
+ * it) of the thread whose stack each holds, or 0.
+ */
+uint64_t kcopy_plan(struct kcopy *kc, int slot, const struct remote_range *ranges, const uint32_t *used_lens,
+                    const pid_t *owners, uint32_t n);
+/* The times a switch away left the slot's process quiet, so far (a copy may be made at each). */
+uint64_t kcopy_quiet(const struct kcopy *kc, int slot);
+/*
+ * Copies of the slot's process are made from from_ns on (CLOCK_MONOTONIC),
+ * none before, and hold the stack of a thread only if it was switched away
+ * since since_ns (a sample's look).
+ */
+void kcopy_window(struct kcopy *kc, int slot, uint64_t since_ns, uint64_t from_ns);
+/*
+ * Fill the ranges (the plan of that generation, their buffers given) from
+ * the slot's copy, each as far as the plan copied it (got), when it was taken after after_ns and the look (tasks, n)
+ * proves nothing of the process ran since: true then, else false and the
+ * ranges are to be read.
+ */
+bool kcopy_take(struct kcopy *kc, int slot, uint64_t generation, uint64_t after_ns,
+                const struct kstill_task *tasks, uint32_t n, struct remote_range *ranges, uint32_t nranges);
+
+/* kread.c: the in-kernel reader (struct uw_kreader, unwind.h) */
+/* The reader's copier of processes as they fall quiet, NULL when the kernel refused it. */
+struct kcopy *kread_copier(const struct uw_kreader *kr);
+/* The reader's look at which threads ran, NULL when the kernel refused it. */
+struct kstill *kread_still(const struct uw_kreader *kr);
+struct kread_frame;
+/*
+ * Watch a thread (tid as /proc names it) of a 3.11+ layout: its slot, or -1
+ * (no slot free, a layout the program cannot walk, the kernel refused).
+ */
+int kread_watch(struct uw_kreader *kr, pid_t tid, raddr_t tstate, const struct py_layout *L);
+void kread_unwatch(struct uw_kreader *kr, int slot);
+/* Arm the watched thread's one shot: the time armed, or 0 when it could not be. */
+uint64_t kread_arm(struct uw_kreader *kr, int slot);
+/* When the watched thread's last shot came (unwind_now_ns), 0 never: it ran then. */
+uint64_t kread_shot_at(const struct uw_kreader *kr, int slot);
+/*
+ * The snapshot the kernel took of a watched thread, innermost first, when
+ * whole, of that thread state and taken at since_ns or after: *n frames,
+ * valid until the next call.  NULL when there is none (yet).
+ */
+const struct kread_frame *kread_take(struct uw_kreader *kr, int slot, raddr_t tstate,
+                                     uint64_t since_ns, uint32_t *n);
+/* How long a sample waits for the shot after its last read of a thread tore. */
+#define KREAD_WAIT_NS 100000u
+/*
+ * Least time between two shots of a thread.  Arming one costs the kernel an
+ * interrupt of the thread's CPU, and the shot another: tens of µs of the
+ * thread's time in a virtual machine (23 µs of the daemon's for the arm,
+ * about 40 µs of the thread's for both, measured).  Sampling at 1 kHz arms
+ * every sample; back to back, one in many, and the samples between take
+ * what a read proves.
+ */
+#define KREAD_ARM_GAP_NS 500000u
+/* How long a watched thread goes without being busy (see struct thread_cache) before the watch ends. */
+#define KREAD_QUIET_NS 5000000000u
+
+#endif

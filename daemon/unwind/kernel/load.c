@@ -1,0 +1,41 @@
+/*
+ * The one loader of the unwinder's kernel programs: a skeleton opened by
+ * its generated code is loaded here, and a refusal said once, in one form,
+ * with what the program needs.  The mapped arrays the programs answer in
+ * are mapped here too.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include <bpf/libbpf.h>
+
+#include "kernel.h"
+
+/* libbpf's own lines would reach the daemon's log: a refusal is said once, below. */
+static int kernel_quiet(enum libbpf_print_level level, const char *fmt, va_list args)
+{
+	(void)level;
+	(void)fmt;
+	(void)args;
+	return 0;
+}
+
+int kernel_load(struct bpf_object_skeleton *skeleton, const char *what, const char *needs,
+                struct uw_error *err)
+{
+	libbpf_set_print(kernel_quiet);
+	int e = skeleton ? -bpf_object__load_skeleton(skeleton) : errno;
+	if (e == 0)
+		return 0;
+	bool denied = e == EPERM || e == EACCES;
+	return uw_fail(err, denied ? UW_EPERM : UW_EIO, "%s: the kernel refused its BPF program (%s)%s%s",
+	               what, strerror(e), needs ? ": " : "", needs ? needs : "");
+}
+
+void *kernel_map_mmap(const struct bpf_map *map, size_t len, int prot)
+{
+	void *m = mmap(NULL, len, prot, MAP_SHARED, bpf_map__fd(map), 0);
+	return m == MAP_FAILED ? NULL : m;
+}
