@@ -85,7 +85,10 @@ static int kernel_stack(struct walk *w, struct thread_cache *tc, uint32_t start,
 	return 1;
 }
 
-/* A read of the thread tore, unwatched: it is watched from now on (if it can be) and its shot armed.  The time armed, or 0. */
+/*
+ * A read of the thread tore, unwatched: it is watched from now on (if it
+ * can be) and its shot armed.  The time armed, or 0.
+ */
 static uint64_t kernel_arm(struct walk *w, struct thread_cache *tc)
 {
 	struct uw_target *t = w->t;

@@ -477,7 +477,10 @@ static int marker_before(struct walk *w, struct thread_cache *tc, raddr_t tstate
 	return marker_honour(w, tc, tstate, stack, truncated, err);
 }
 
-/* The walk may take the frames below the anchor as proven (frames_take_base), and its marker moves up first. */
+/*
+ * The walk may take the frames below the anchor as proven
+ * (frames_take_base), and the marker moves up first.
+ */
 static void marker_prepare(struct walk *w, struct thread_cache *tc, raddr_t tstate)
 {
 	w->marker_writes = 0;
