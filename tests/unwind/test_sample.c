@@ -826,6 +826,9 @@ static struct uw_stats copy_sample_for(struct uw_target *t, const struct python 
  * newest interpreter alone: it takes the ten seconds they stay stopped).
  * Every version.
  */
+/* Half seconds of sampling the busy handoff is given to stop the copies. */
+#define COPY_PAUSE_WAIT_HALVES 20
+
 Test(sample, copies_stop_for_a_process_that_switches_too_often, .timeout = 600)
 {
 	struct uw_kreader *kr = copy_reader();
@@ -843,9 +846,12 @@ Test(sample, copies_stop_for_a_process_that_switches_too_often, .timeout = 600)
 		struct uw_options copied = {.kreader = kr};
 		struct uw_target *t = test_uw_open(target.pid);
 		uw_configure(t, &copied);
+		/* A loaded host runs the handoff less often: it may take a few half seconds to tell. */
 		struct uw_stats busy = copy_sample_for(t, &pys[i], 500);
-		cr_assert_eq(busy.kernel_copy_pauses, 1, "%s: the copies stopped %llu times in half a second",
-		             pys[i].path, (unsigned long long)busy.kernel_copy_pauses);
+		for (int half = 1; half < COPY_PAUSE_WAIT_HALVES && !busy.kernel_copy_pauses; half++)
+			busy = copy_sample_for(t, &pys[i], 500);
+		cr_assert_eq(busy.kernel_copy_pauses, 1, "%s: the copies stopped %llu times in %d half seconds",
+		             pys[i].path, (unsigned long long)busy.kernel_copy_pauses, COPY_PAUSE_WAIT_HALVES);
 		struct uw_stats still_busy = copy_sample_for(t, &pys[i], 1000);
 		cr_assert_eq(still_busy.kernel_copies, busy.kernel_copies, "%s: %llu copies taken once stopped",
 		             pys[i].path, (unsigned long long)(still_busy.kernel_copies - busy.kernel_copies));
