@@ -120,10 +120,12 @@ static void expect_top_at_rate(const struct daemon *d, pid_t pid, double rate, d
 	/*
 	 * A tick or two either way per thread: the loop's first and last of the
 	 * span; and none in the part of its first second before sampling began.
+	 * Below, a loaded host's missed ticks (a fifth of them beside two CPU
+	 * hogs); a window counted a third short or more still falls under it.
 	 */
 	double least = rate * (span - unsampled_s) * (double)threads;
 	cr_assert(samples <= expected * 1.05 + 2.0 * (double)threads &&
-	          samples >= least * 0.85 - 2.0 * (double)threads,
+	          samples >= least * 0.7 - 2.0 * (double)threads,
 	          "%s: top counts %.0f samples of %zu threads in %.2f s at %.0f Hz (%.0f expected)", when,
 	          samples, threads, span, rate, expected);
 	json_decref(t);
