@@ -200,8 +200,7 @@ static void kernel_after(struct walk *w, struct thread_cache *tc, const struct w
 /* With an in-kernel reader, on frames on the data stack (3.11+); 3.15's marker stands in for it. */
 static bool kernel_serves(const struct uw_target *t)
 {
-	return t->opts.kreader && t->layout.frame_model == FRAME_MODEL_INTERP &&
-	       !(t->layout.tstate.marker && !t->opts.no_cache);
+	return t->opts.kreader && t->layout.frame_model == FRAME_MODEL_INTERP && !prover_marker.serves(t);
 }
 
 static void kernel_prepare(struct walk *w, struct thread_cache *tc, raddr_t tstate)

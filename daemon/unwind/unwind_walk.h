@@ -147,6 +147,7 @@ struct walk {
 	int64_t native_id; /* the kernel's id of the thread being read, as its process knows it; -1 unknown */
 	raddr_t top;       /* its innermost frame as its thread state says, when top_known */
 	bool top_known;
+	unsigned provers;       /* bit i: provers[i] is in use this sample (prover_on) */
 	unsigned marker_writes; /* writes of the thread's marker this sample (prove_marker.c) */
 	uint64_t kernel_armed;  /* its shot armed as the sample began (prove_kernel.c); 0: none */
 	bool kernel_waited;     /* the shot was waited for once */

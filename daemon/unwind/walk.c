@@ -90,6 +90,12 @@ int uw_provers_parse(const char *list, unsigned *off, char *why, size_t why_len)
 	return 0;
 }
 
+/* Whether prover i is in use this sample (w->provers, worked out as the sample began). */
+static inline bool walk_prover_on(const struct walk *w, unsigned i)
+{
+	return w->provers & (1u << i);
+}
+
 /*
  * Read the thread's frames and prove them not torn (validate.c), fresh,
  * up to `attempts` times: a thread that runs moves its stack every
@@ -154,7 +160,7 @@ static int walk_read(struct walk *w, struct thread_cache *tc, raddr_t tstate, ui
 			tc->truncated = *truncated;
 			tc->flags = t->opts.flags;
 			for (unsigned i = 0; i < PROVER_COUNT; i++)
-				if (provers[i]->proven && prover_on(t, i))
+				if (provers[i]->proven && walk_prover_on(w, i))
 					provers[i]->proven(w, tc, tstate, &p);
 			break;
 		}
@@ -166,7 +172,7 @@ static int walk_read(struct walk *w, struct thread_cache *tc, raddr_t tstate, ui
 			                         .last = attempt + 1 == attempts};
 			int taken = 0;
 			for (unsigned i = 0; i < PROVER_COUNT && !taken; i++)
-				if (provers[i]->torn && prover_on(t, i))
+				if (provers[i]->torn && walk_prover_on(w, i))
 					taken = provers[i]->torn(w, tc, tstate, &torn, stack, truncated, err);
 			if (taken != 0) {
 				rc = taken < 0 ? -1 : 0;
@@ -194,13 +200,13 @@ static int walk_thread_stack(struct walk *w, struct thread_cache *tc, raddr_t ts
 	w->tore = false;
 	int proven = 0;
 	for (unsigned i = 0; i < PROVER_COUNT && !proven; i++)
-		if (provers[i]->before && prover_on(t, i))
+		if (provers[i]->before && walk_prover_on(w, i))
 			proven = provers[i]->before(w, tc, tstate, stack, truncated, err);
 	if (proven < 0 || proven == 2)
 		return proven < 0 ? -1 : 0;
 	if (!proven) {
 		for (unsigned i = 0; i < PROVER_COUNT; i++)
-			if (provers[i]->prepare && prover_on(t, i))
+			if (provers[i]->prepare && walk_prover_on(w, i))
 				provers[i]->prepare(w, tc, tstate);
 		uint32_t start = w->nraw;
 		int rc = walk_read(w, tc, tstate, stack, truncated, dropped, moving, err);
@@ -217,7 +223,7 @@ static int walk_thread_stack(struct walk *w, struct thread_cache *tc, raddr_t ts
 	                       .whole = !*dropped && (!w->top_known || (tc->n ? tc->chain[tc->n - 1].addr == w->top
 	                                                                      : w->top == 0))};
 	for (unsigned i = 0; i < PROVER_COUNT; i++)
-		if (provers[i]->after && prover_on(t, i))
+		if (provers[i]->after && walk_prover_on(w, i))
 			provers[i]->after(w, tc, &end);
 	return 0;
 }
@@ -623,7 +629,11 @@ int uw_sample(struct uw_target *t, struct uw_sample *s, struct uw_error *err)
 	if (process_proof)
 		still_arm(t);
 	threads_still_begin(t);
-	if (prover_on(t, PROVER_KERNEL_READER))
+	/* Which provers serve, once a sample rather than at each hook of each thread. */
+	w->provers = 0;
+	for (unsigned i = 0; i < PROVER_COUNT; i++)
+		w->provers |= (unsigned)prover_on(t, i) << i;
+	if (walk_prover_on(w, PROVER_KERNEL_READER))
 		kernel_arm_watched(t);
 	if (view_begin(t, tasks, ntasks, err) == 0)
 		rc = walk_interpreters(w, err);
