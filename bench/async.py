@@ -3,7 +3,10 @@
 
 For every interpreter from 3.11 (the host's, and those of the root named by
 --root, run chrooted), tests/targets/tasks.py parks --tasks suspended tasks
-(1,000 and 100,000 by default); then `pyprofd record --rate max` samples it
+(1,000 and 100,000 by default) while its main task spins on the loop (as a
+service's loop runs while its tasks wait: no sample is proven from the last,
+every one reads the tasks; --target-mode park parks it too); then `pyprofd
+record --rate 1000` samples it
 for --seconds without async, with --async-aware and with --async-mode all,
 and `pyprofd dump --async-aware` reads the whole tree once.  A sample reads
 at most 4,096 tasks (more are counted as cut), so its cost is bounded.
@@ -35,8 +38,8 @@ def root_interpreters(root):
     return found
 
 
-def start(cmd, script, report, tasks):
-    proc = subprocess.Popen(cmd + ["-I", script, report, str(tasks), "park"],
+def start(cmd, script, report, tasks, mode):
+    proc = subprocess.Popen(cmd + ["-I", script, report, str(tasks), mode],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
     while not os.path.exists(report) and time.time() < deadline and proc.poll() is None:
@@ -44,8 +47,8 @@ def start(cmd, script, report, tasks):
     return proc
 
 
-def record(pyprofd, pid, seconds, extra):
-    cmd = [pyprofd, "record", str(pid), "--rate", "max", "--duration", str(seconds),
+def record(pyprofd, pid, seconds, extra, rate):
+    cmd = [pyprofd, "record", str(pid), "--rate", rate, "--duration", str(seconds),
            "--stats-json", "-o", os.devnull] + extra
     out = subprocess.run(cmd, capture_output=True, text=True)
     lines = [l for l in out.stderr.splitlines() if l.startswith("{")]
@@ -58,6 +61,9 @@ def main():
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--tasks", default="1000,100000")
     ap.add_argument("--root", default=os.environ.get("PYPROFD_PYTHONS_ROOT", ""))
+    ap.add_argument("--target-mode", default="spin", choices=("spin", "park"))
+    # At max a sampler that shares the spinning target's CPU finds it still (it waits for that CPU).
+    ap.add_argument("--rate", default="1000", help="record's --rate (default 1000; max)")
     ap.add_argument("--only", default="", help="interpreters whose label starts with one of these, comma-separated")
     args = ap.parse_args()
     pys = [(label, [path], minor) for label, path, minor in interpreters() if minor >= 11]
@@ -82,7 +88,7 @@ def main():
                     inside = None
                     script_in, report_in = TARGET, os.path.join(tmp, "report")
                     report = report_in
-                proc = start(cmd, script_in, report_in, n)
+                proc = start(cmd, script_in, report_in, n, args.target_mode)
                 if not os.path.exists(report):
                     print("%-22s %8d  (the target did not start)" % (label, n))
                     proc.kill()
@@ -90,7 +96,7 @@ def main():
                 pid = json.load(open(report))["pid"] if cmd[0] != "chroot" else proc.pid
                 for mode, extra in (("off", []), ("running", ["--async-aware"]),
                                     ("all", ["--async-mode", "all"])):
-                    st = record(args.pyprofd, pid, args.seconds, extra)
+                    st = record(args.pyprofd, pid, args.seconds, extra, args.rate)
                     if not st:
                         print("%-22s %8d %-10s (record failed)" % (label, n, mode))
                         continue

@@ -45,10 +45,6 @@ void tasks_free(struct uw_target *t)
 	free(ts->frames);
 	free(ts->raw);
 	hash_free(&ts->waiters);
-	free(ts->pf);
-	free(ts->pf_off);
-	free(ts->pf_buf);
-	hash_free(&ts->pf_index);
 	free(ts->batch);
 	free(ts->frontier);
 	free(ts->next_frontier);
@@ -92,7 +88,7 @@ static int tasks_find_debug_offsets(struct uw_target *t, struct tasks *ts, struc
 			continue;
 		uint8_t raw[LAYOUT_ASYNCIO_DEBUG_SIZE];
 		raddr_t addr = m->start - facts.first_load_vaddr + at;
-		if (remote_read(&t->mem, addr, raw, sizeof raw, err) != 0 ||
+		if (tasks_read(t, addr, raw, sizeof raw, err) != 0 ||
 		    layout_asyncio_from_debug(raw, sizeof raw, &ts->L) != 0) {
 			proc_maps_free(&maps);
 			return uw_fail(err, UW_ECORRUPT, "unreadable asyncio debug offsets in %s", m->path);
@@ -217,7 +213,7 @@ static int tasks_read_list(struct walk *w, struct tasks *ts, raddr_t head, uint6
 	struct uw_target *t = w->t;
 	const struct asyncio_layout *L = &ts->L;
 	uint8_t b[8];
-	if (remote_read(&t->mem, head, b, 8, err) != 0)
+	if (tasks_read(t, head, b, 8, err) != 0)
 		return -1;
 	raddr_t node = load_u64(b, 0);
 	while (node && node != head) {
@@ -226,16 +222,14 @@ static int tasks_read_list(struct walk *w, struct tasks *ts, raddr_t head, uint6
 			return 0;
 		}
 		/* A batch of the list: each task says where the next is, so those reads come one by one. */
-		tasks_pf_reset(ts);
+		view_ahead_clear(t);
 		ts->nbatch = 0;
 		while (node && node != head && ts->nbatch < TASKS_BATCH && ts->n + ts->nbatch < max) {
 			raddr_t task = node - L->task_node;
-			uint32_t from = ts->npf;
-			if (tasks_pf_add(ts, task, L->task_size) != 0 || tasks_batch_add(ts, task, err) != 0)
-				return uw_fail(err, UW_ENOMEM, "out of memory");
-			if (tasks_pf_read(t, ts, from, err) != 0)
+			if (view_ahead(t, task, L->task_size, err) != 0 || tasks_batch_add(ts, task, err) != 0 ||
+			    view_ahead_read(t, err) != 0)
 				return -1;
-			const uint8_t *p = tasks_pf_get(ts, task, L->task_size);
+			const uint8_t *p = view_at_hand(t, task, L->task_size);
 			if (!p)
 				return uw_fail(err, UW_ECORRUPT, "task 0x%llx on the task list is unreadable",
 				               (unsigned long long)task);

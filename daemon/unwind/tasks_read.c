@@ -1,9 +1,10 @@
 /*
  * Reading asyncio's tasks: one task (its name, its coroutine chain, the
- * task awaiting it), a level of tasks at a time: the reads of a batch of
- * tasks (then of the coroutines they run, and so on down) are gathered and
- * made in one process_vm_readv, and each task's decoding then finds its
- * bytes there (tasks_pf_get), or reads on its own (tasks_read).
+ * task awaiting it), a level of tasks at a time.  Every read goes through
+ * the sample's view: the reads of a batch of tasks (then of the coroutines
+ * they run, and so on down) are asked for ahead and made in one batch
+ * (view_ahead), each task's decoding then finds its bytes there, and the
+ * view plans the next sample's batched read from them as from the threads'.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,129 +12,73 @@
 
 #include "tasks_state.h"
 
-/* -------- batched reads -------- */
+/* -------- reads -------- */
 
 /*
  * A task costs a handful of small reads (the task, its coroutine, the
  * awaited object on the coroutine's stack, that object's type), and
- * thousands of tasks as many system calls.  So they are read a level at a
- * time for a batch of tasks, in as few process_vm_readv calls as the kernel
- * allows (remote_read_batch), and the readers below find their bytes here;
- * what was not prefetched (a deeper await, a name) is read on its own.
+ * thousands of tasks as many system calls.  So they are asked for ahead a
+ * level at a time for a batch of tasks, and read in as few
+ * process_vm_readv calls as the kernel allows.  In a steady service the
+ * sample's batch holds them already, and nothing is read ahead.
  */
-static bool tasks_pf_equal(const void *ctx, uint32_t id, const void *key)
+int tasks_read(struct uw_target *t, raddr_t addr, void *buf, size_t len, struct uw_error *err)
 {
-	const struct tasks *ts = ctx;
-	return ts->pf[id].addr == *(const raddr_t *)key;
-}
-
-void tasks_pf_reset(struct tasks *ts)
-{
-	ts->npf = 0;
-	ts->pf_used = 0;
-	hash_clear(&ts->pf_index);
-}
-
-/* Ask for len bytes at addr in the next tasks_pf_read; 0, or -1 out of memory. */
-int tasks_pf_add(struct tasks *ts, raddr_t addr, uint32_t len)
-{
-	if (addr < 4096 || (addr & 7) || ts->npf >= TASKS_PF_MAX)
-		return 0;
-	uint32_t h = hash_u64(addr);
-	if (hash_find(&ts->pf_index, h, tasks_pf_equal, ts, &addr) != HASH_NONE)
-		return 0;
-	if (array_reserve((void **)&ts->pf, &ts->pf_cap, ts->npf, sizeof *ts->pf, NULL) ||
-	    array_reserve((void **)&ts->pf_off, &ts->pf_off_cap, ts->npf, sizeof *ts->pf_off, NULL) ||
-	    array_reserve((void **)&ts->pf_buf, &ts->pf_buf_cap, ts->pf_used + len, 1, NULL) ||
-	    hash_reserve(&ts->pf_index, 1) != 0)
+	const uint8_t *p = view_read(t, addr, (uint32_t)len, 0, err);
+	if (!p)
 		return -1;
-	ts->pf[ts->npf] = (struct remote_range){.addr = addr, .len = len};
-	ts->pf_off[ts->npf] = ts->pf_used;
-	ts->pf_used += len;
-	hash_fill(&ts->pf_index, hash_probe(&ts->pf_index, h, tasks_pf_equal, ts, &addr), h, ts->npf);
-	ts->npf++;
+	memcpy(buf, p, len);
 	return 0;
 }
 
-/* Read the ranges asked for since `from`, in one batch. */
-int tasks_pf_read(struct uw_target *t, struct tasks *ts, uint32_t from, struct uw_error *err)
-{
-	for (uint32_t i = from; i < ts->npf; i++)
-		ts->pf[i].buf = ts->pf_buf + ts->pf_off[i];
-	if (from >= ts->npf)
-		return 0;
-	return remote_read_batch(&t->mem, ts->pf + from, ts->npf - from, err);
-}
-
-/* The bytes at addr, from the batch when it holds them whole, else read now. */
-const uint8_t *tasks_pf_get(const struct tasks *ts, raddr_t addr, uint32_t len)
-{
-	uint32_t id = hash_find(&ts->pf_index, hash_u64(addr), tasks_pf_equal, ts, &addr);
-	if (id == HASH_NONE || ts->pf[id].got < len)
-		return NULL;
-	return ts->pf_buf + ts->pf_off[id];
-}
-
-int tasks_read(struct uw_target *t, const struct tasks *ts, raddr_t addr, void *buf,
-               size_t len, struct uw_error *err)
-{
-	const uint8_t *p = tasks_pf_get(ts, addr, (uint32_t)len);
-	if (p) {
-		memcpy(buf, p, len);
-		return 0;
-	}
-	return remote_read(&t->mem, addr, buf, len, err);
-}
-
 /*
- * Read ahead, in a batch each level, what tasks_read_one will read of the
- * tasks in ts->batch: the tasks (unless read already), their coroutines,
- * the top of each suspended coroutine's stack and the objects there, which
- * are the next level's coroutines, for the first few awaits of each task.
+ * Ask ahead, in a batch each level, for what tasks_read_one will read of
+ * the tasks in ts->batch: the tasks (unless read already), their
+ * coroutines, the top of each suspended coroutine's stack and the objects
+ * there, which are the next level's coroutines, for the first few awaits
+ * of each task.
  */
 int tasks_prefetch(struct uw_target *t, struct tasks *ts, bool read_tasks, struct uw_error *err)
 {
 	const struct asyncio_layout *L = &ts->L;
-	uint32_t glen = L->gen_iframe + TASKS_FRAME_BYTES, from = ts->npf, nf = 0;
+	uint32_t glen = L->gen_iframe + TASKS_FRAME_BYTES, nf = 0;
 	for (uint32_t i = 0; read_tasks && i < ts->nbatch; i++)
-		if (tasks_pf_add(ts, ts->batch[i], L->task_size) != 0)
-			return uw_fail(err, UW_ENOMEM, "out of memory");
-	if (tasks_pf_read(t, ts, from, err) != 0)
+		if (view_ahead(t, ts->batch[i], L->task_size, err) != 0)
+			return -1;
+	if (view_ahead_read(t, err) != 0)
 		return -1;
 	if (array_reserve((void **)&ts->frontier, &ts->frontier_cap, 2 * ts->nbatch, sizeof *ts->frontier, NULL) ||
 	    array_reserve((void **)&ts->next_frontier, &ts->next_frontier_cap, 2 * ts->nbatch,
 	                  sizeof *ts->next_frontier, NULL))
 		return uw_fail(err, UW_ENOMEM, "out of memory");
 	for (uint32_t i = 0; i < ts->nbatch; i++) {
-		const uint8_t *task = tasks_pf_get(ts, ts->batch[i], L->task_size);
+		const uint8_t *task = view_at_hand(t, ts->batch[i], L->task_size);
 		if (task && load_u64(task, L->task_coro))
 			ts->frontier[nf++] = load_u64(task, L->task_coro);
 	}
 	for (unsigned level = 0; level < TASKS_PF_LEVELS && nf; level++) {
-		from = ts->npf;
 		for (uint32_t i = 0; i < nf; i++)
-			if (tasks_pf_add(ts, ts->frontier[i], glen) != 0)
-				return uw_fail(err, UW_ENOMEM, "out of memory");
-		if (tasks_pf_read(t, ts, from, err) != 0)
+			if (view_ahead(t, ts->frontier[i], glen, err) != 0)
+				return -1;
+		if (view_ahead_read(t, err) != 0)
 			return -1;
-		from = ts->npf;
 		for (uint32_t i = 0; i < nf; i++) {
-			const uint8_t *g = tasks_pf_get(ts, ts->frontier[i], glen);
+			const uint8_t *g = view_at_hand(t, ts->frontier[i], glen);
 			raddr_t at;
 			uint32_t len;
 			if (g && tasks_stack_top(L, ts->frontier[i] + L->gen_iframe, g + L->gen_iframe, &at, &len) &&
-			    tasks_pf_add(ts, at, len) != 0)
-				return uw_fail(err, UW_ENOMEM, "out of memory");
+			    view_ahead(t, at, len, err) != 0)
+				return -1;
 		}
-		if (tasks_pf_read(t, ts, from, err) != 0)
+		if (view_ahead_read(t, err) != 0)
 			return -1;
 		uint32_t nn = 0;
 		for (uint32_t i = 0; i < nf; i++) {
-			const uint8_t *g = tasks_pf_get(ts, ts->frontier[i], glen), *b;
+			const uint8_t *g = view_at_hand(t, ts->frontier[i], glen), *b;
 			raddr_t at, objs[2];
 			uint32_t len;
 			if (!g || !tasks_stack_top(L, ts->frontier[i] + L->gen_iframe, g + L->gen_iframe, &at, &len) ||
-			    !(b = tasks_pf_get(ts, at, len)))
+			    !(b = view_at_hand(t, at, len)))
 				continue;
 			tasks_stack_objects(b, len, objs);
 			for (int k = 0; k < 2; k++)
@@ -149,11 +94,10 @@ int tasks_prefetch(struct uw_target *t, struct tasks *ts, bool read_tasks, struc
 		nf = nn;
 	}
 	/* The last level's objects: their headers tell a coroutine from a future. */
-	from = ts->npf;
 	for (uint32_t i = 0; i < nf; i++)
-		if (tasks_pf_add(ts, ts->frontier[i], 16) != 0)
-			return uw_fail(err, UW_ENOMEM, "out of memory");
-	return tasks_pf_read(t, ts, from, err);
+		if (view_ahead(t, ts->frontier[i], tasks_head_len(t), err) != 0)
+			return -1;
+	return view_ahead_read(t, err);
 }
 
 int tasks_batch_add(struct tasks *ts, raddr_t task, struct uw_error *err)
@@ -189,7 +133,7 @@ static int tasks_read_small_int(struct uw_target *t, const struct asyncio_layout
 	uint8_t b[LAYOUT_ASYNCIO_OBJECT_BYTES];
 	if (L->long_digit + 8 > sizeof b)
 		return uw_fail(err, UW_ECORRUPT, "task name 0x%llx: an int past what is read", (unsigned long long)obj);
-	if (remote_read(&t->mem, obj, b, L->long_digit + 8, err) != 0)
+	if (tasks_read(t, obj, b, L->long_digit + 8, err) != 0)
 		return -1;
 	uint64_t size = load_u64(b, L->long_size);
 	uint64_t ndigits = L->long_tagged ? size >> 3 : size;
@@ -217,7 +161,7 @@ static int tasks_name(struct uw_target *t, struct tasks *ts, raddr_t obj, uint32
 	/* The object's header, as long as the build's (free-threaded: 32 bytes). */
 	uint8_t hdr[LAYOUT_ASYNCIO_OBJECT_BYTES];
 	uint32_t hdr_len = t->layout.object.ob_type + 8;
-	if (!obj || hdr_len > sizeof hdr || remote_read(&t->mem, obj, hdr, hdr_len, err) != 0)
+	if (!obj || hdr_len > sizeof hdr || tasks_read(t, obj, hdr, hdr_len, err) != 0)
 		return uw_fail(err, UW_ECORRUPT, "task name at 0x%llx unreadable", (unsigned long long)obj);
 	if (load_u64(hdr, t->layout.object.ob_type) == t->unicode_type) {
 		uint32_t s = pyobj_read_str(t, obj, err);
@@ -307,12 +251,12 @@ static raddr_t tasks_awaited_coro(struct uw_target *t, const struct tasks *ts, r
 	raddr_t at, objs[2];
 	uint32_t len;
 	uint8_t b[16];
-	if (!tasks_stack_top(&ts->L, frame, f, &at, &len) || tasks_read(t, ts, at, b, len, NULL) != 0)
+	if (!tasks_stack_top(&ts->L, frame, f, &at, &len) || tasks_read(t, at, b, len, NULL) != 0)
 		return 0;
 	tasks_stack_objects(b, len, objs);
 	for (int i = 0; i < 2; i++) {
 		uint8_t hdr[TASKS_HEAD_MAX];
-		if (objs[i] && tasks_read(t, ts, objs[i], hdr, tasks_head_len(t), NULL) == 0 &&
+		if (objs[i] && tasks_read(t, objs[i], hdr, tasks_head_len(t), NULL) == 0 &&
 		    load_u64(hdr, t->layout.object.ob_type) == coro_type)
 			return objs[i];
 	}
@@ -334,7 +278,7 @@ static int tasks_read_coro(struct uw_target *t, struct tasks *ts, struct task_en
 	for (uint32_t depth = 0; coro && depth < TASKS_MAX_AWAIT_DEPTH; depth++) {
 		uint8_t g[512];
 		uint32_t len = L->gen_iframe + TASKS_FRAME_BYTES;
-		if (len > sizeof g || tasks_read(t, ts, coro, g, len, err) != 0)
+		if (len > sizeof g || tasks_read(t, coro, g, len, err) != 0)
 			return -1;
 		raddr_t type = load_u64(g, P->object.ob_type);
 		if (!coro_type)
@@ -398,7 +342,7 @@ static void tasks_read_awaited_by(struct uw_target *t, const struct tasks *ts, c
 		return;
 	}
 	uint8_t set[LAYOUT_ASYNCIO_OBJECT_BYTES];
-	if (remote_read(&t->mem, by, set, L->obj.set_table + 8, NULL) != 0)
+	if (tasks_read(t, by, set, L->obj.set_table + 8, NULL) != 0)
 		return;
 	uint64_t mask = load_u64(set, L->obj.set_mask);
 	raddr_t table = load_u64(set, L->obj.set_table);
@@ -406,7 +350,7 @@ static void tasks_read_awaited_by(struct uw_target *t, const struct tasks *ts, c
 	if (mask >= TASKS_SET_MAX_SLOTS || (slots & mask) != 0 || !table)
 		return;
 	uint8_t entries[TASKS_SET_MAX_SLOTS * 16];
-	if (remote_read(&t->mem, table, entries, slots * 16, NULL) != 0)
+	if (tasks_read(t, table, entries, slots * 16, NULL) != 0)
 		return;
 	uint32_t k = 0;
 	for (uint64_t i = 0; i < slots && k < TASKS_PARENT_CANDIDATES; i++) {
@@ -437,7 +381,7 @@ int tasks_read_one(struct uw_target *t, struct tasks *ts, raddr_t addr, uint64_t
 	const struct asyncio_layout *L = &ts->L;
 	uint8_t task[512];
 	raddr_t e_waiter, e_callbacks[2];
-	if (L->task_size > sizeof task || tasks_read(t, ts, addr, task, L->task_size, err) != 0)
+	if (L->task_size > sizeof task || tasks_read(t, addr, task, L->task_size, err) != 0)
 		return -1;
 	*next = L->task_node != LAYOUT_ABSENT ? load_u64(task, L->task_node) : 0;
 	if (L->task_is_task != LAYOUT_ABSENT && !task[L->task_is_task])

@@ -18,7 +18,7 @@ static bool tasks_str_is(struct uw_target *t, raddr_t addr, const char *name)
 	size_t len = strlen(name);
 	uint8_t b[128];
 	if (!addr || P->unicode.ascii_size + len > sizeof b ||
-	    remote_read(&t->mem, addr, b, P->unicode.ascii_size + len, NULL) != 0)
+	    tasks_read(t, addr, b, P->unicode.ascii_size + len, NULL) != 0)
 		return false;
 	uint32_t state = load_u32(b, P->unicode.state);
 	/* interned:2 kind:3 compact:1 ascii:1 */
@@ -36,10 +36,10 @@ static bool tasks_str_is(struct uw_target *t, raddr_t addr, const char *name)
 static int tasks_dict_get(struct uw_target *t, raddr_t dict, const char *name, raddr_t *value)
 {
 	uint8_t d[48], k[32];
-	if (!dict || remote_read(&t->mem, dict, d, sizeof d, NULL) != 0 || load_u64(d, 40) != 0)
+	if (!dict || tasks_read(t, dict, d, sizeof d, NULL) != 0 || load_u64(d, 40) != 0)
 		return -1;
 	raddr_t keys = load_u64(d, 32);
-	if (!keys || remote_read(&t->mem, keys, k, sizeof k, NULL) != 0)
+	if (!keys || tasks_read(t, keys, k, sizeof k, NULL) != 0)
 		return -1;
 	unsigned index_bytes_log2 = k[9], kind = k[10];
 	uint64_t n = load_u64(k, 24);
@@ -50,7 +50,7 @@ static int tasks_dict_get(struct uw_target *t, raddr_t dict, const char *name, r
 	uint8_t chunk[256 * 24];
 	for (uint64_t i = 0; i < n; i += 256) {
 		uint64_t m = n - i < 256 ? n - i : 256;
-		if (remote_read(&t->mem, entries + i * entry, chunk, m * entry, NULL) != 0)
+		if (tasks_read(t, entries + i * entry, chunk, m * entry, NULL) != 0)
 			return -1;
 		for (uint64_t j = 0; j < m; j++) {
 			const uint8_t *e = chunk + j * entry;
@@ -70,14 +70,14 @@ static raddr_t tasks_instance_values(struct uw_target *t, const struct asyncio_l
 	if (L->values_ptr == 0) {
 		/* Inline after the object: at its type's basicsize, past the values' header. */
 		uint8_t hdr[TASKS_HEAD_MAX];
-		if (remote_read(&t->mem, obj, hdr, tasks_head_len(t), NULL) != 0 ||
-		    remote_read(&t->mem, load_u64(hdr, t->layout.object.ob_type) + L->obj.type_basicsize,
+		if (tasks_read(t, obj, hdr, tasks_head_len(t), NULL) != 0 ||
+		    tasks_read(t, load_u64(hdr, t->layout.object.ob_type) + L->obj.type_basicsize,
 		                b, 8, NULL) != 0)
 			return 0;
 		uint64_t basicsize = load_u64(b, 0);
 		return basicsize >= 16 && basicsize < 4096 ? obj + basicsize + 8 : 0;
 	}
-	if (remote_read(&t->mem, obj + (raddr_t)(int64_t)L->values_ptr, b, 8, NULL) != 0)
+	if (tasks_read(t, obj + (raddr_t)(int64_t)L->values_ptr, b, 8, NULL) != 0)
 		return 0;
 	raddr_t v = load_u64(b, 0);
 	if (L->values_tagged)
@@ -91,11 +91,11 @@ static raddr_t tasks_attribute_of_type(struct uw_target *t, const struct tasks *
 {
 	raddr_t values = tasks_instance_values(t, &ts->L, obj);
 	uint8_t v[TASKS_MAX_ITEMS * 8], hdr[TASKS_HEAD_MAX];
-	if (!values || remote_read(&t->mem, values, v, sizeof v, NULL) != 0)
+	if (!values || tasks_read(t, values, v, sizeof v, NULL) != 0)
 		return 0;
 	for (uint32_t i = 0; i < TASKS_MAX_ITEMS; i++) {
 		raddr_t o = load_u64(v, i * 8);
-		if (o && remote_read(&t->mem, o, hdr, tasks_head_len(t), NULL) == 0 &&
+		if (o && tasks_read(t, o, hdr, tasks_head_len(t), NULL) == 0 &&
 		    load_u64(hdr, t->layout.object.ob_type) == type)
 			return o;
 	}
@@ -111,14 +111,14 @@ static int tasks_find_sets(struct uw_target *t, struct tasks *ts)
 {
 	const struct py_layout *P = &t->layout;
 	uint8_t b[8];
-	if (remote_read(&t->mem, t->runtime + P->runtime.interpreters_head, b, 8, NULL) != 0)
+	if (tasks_read(t, t->runtime + P->runtime.interpreters_head, b, 8, NULL) != 0)
 		return 0;
 	raddr_t interp = load_u64(b, 0), modules = 0, module = 0, dict = 0, weakset = 0, eager = 0;
-	if (!interp || remote_read(&t->mem, interp + ts->L.interp_modules, b, 8, NULL) != 0)
+	if (!interp || tasks_read(t, interp + ts->L.interp_modules, b, 8, NULL) != 0)
 		return 0;
 	modules = load_u64(b, 0);
 	if (tasks_dict_get(t, modules, "asyncio.tasks", &module) != 1 ||
-	    remote_read(&t->mem, module + ts->L.obj.module_dict, b, 8, NULL) != 0)
+	    tasks_read(t, module + ts->L.obj.module_dict, b, 8, NULL) != 0)
 		return 0;
 	dict = load_u64(b, 0);
 	const char *all = ts->L.minor == 11 ? "_all_tasks" : "_scheduled_tasks";
@@ -129,7 +129,7 @@ static int tasks_find_sets(struct uw_target *t, struct tasks *ts)
 		return 0;
 	if (ts->L.minor >= 12 && tasks_dict_get(t, dict, "_eager_tasks", &eager) == 1) {
 		uint8_t hdr[TASKS_HEAD_MAX];
-		if (remote_read(&t->mem, eager, hdr, tasks_head_len(t), NULL) != 0 ||
+		if (tasks_read(t, eager, hdr, tasks_head_len(t), NULL) != 0 ||
 		    load_u64(hdr, P->object.ob_type) != ts->set_type)
 			eager = 0;
 	}
@@ -149,7 +149,7 @@ static int tasks_read_set(struct walk *w, struct tasks *ts, raddr_t set, bool we
 	struct uw_target *t = w->t;
 	const struct asyncio_layout *L = &ts->L;
 	uint8_t s[LAYOUT_ASYNCIO_OBJECT_BYTES];
-	if (remote_read(&t->mem, set, s, L->obj.set_table + 8, err) != 0)
+	if (tasks_read(t, set, s, L->obj.set_table + 8, err) != 0)
 		return -1;
 	if (load_u64(s, t->layout.object.ob_type) != ts->set_type)
 		return uw_fail(err, UW_ECORRUPT, "asyncio's set of tasks at 0x%llx is no set",
@@ -166,10 +166,10 @@ static int tasks_read_set(struct walk *w, struct tasks *ts, raddr_t set, bool we
 	int rc = 0;
 	for (uint64_t i = 0; i < slots && rc == 0; i += TASKS_SET_CHUNK) {
 		uint64_t m = slots - i < TASKS_SET_CHUNK ? slots - i : TASKS_SET_CHUNK;
-		if ((rc = remote_read(&t->mem, table + i * 16, chunk, m * 16, err)) != 0)
+		if ((rc = tasks_read(t, table + i * 16, chunk, m * 16, err)) != 0)
 			break;
 		/* The chunk's tasks (through their weak references) read together. */
-		tasks_pf_reset(ts);
+		view_ahead_clear(t);
 		ts->nbatch = 0;
 		bool full = false;
 		for (uint64_t j = 0; j < m && !full; j++) {
@@ -181,16 +181,17 @@ static int tasks_read_set(struct walk *w, struct tasks *ts, raddr_t set, bool we
 				ts->cut = full = true;
 				break;
 			}
-			if ((weak && tasks_pf_add(ts, key + L->obj.weakref_object, 8) != 0) ||
+			if ((weak && view_ahead(t, key + L->obj.weakref_object, 8, err) != 0) ||
 			    tasks_batch_add(ts, key, err) != 0) {
-				rc = uw_fail(err, UW_ENOMEM, "out of memory");
+				rc = -1;
 				break;
 			}
 		}
 		if (rc == 0 && weak)
-			rc = tasks_pf_read(t, ts, 0, err);
+			rc = view_ahead_read(t, err);
+		/* Read through the view, found there: the next sample's batch holds them. */
 		for (uint32_t k = 0; rc == 0 && weak && k < ts->nbatch; k++) {
-			const uint8_t *ref = tasks_pf_get(ts, ts->batch[k] + L->obj.weakref_object, 8);
+			const uint8_t *ref = view_read(t, ts->batch[k] + L->obj.weakref_object, 8, 0, NULL);
 			ts->batch[k] = ref ? load_u64(ref, 0) : 0;
 		}
 		if (rc == 0)
@@ -270,16 +271,16 @@ uint32_t tasks_parent_of(struct uw_target *t, const struct tasks *ts, uint32_t i
 	if (e->callbacks[0])
 		cbs[n++] = e->callbacks[0];
 	uint8_t b[LAYOUT_ASYNCIO_OBJECT_BYTES];
-	if (e->callbacks[1] && remote_read(&t->mem, e->callbacks[1], b, L->obj.list_items + 8, NULL) == 0) {
+	if (e->callbacks[1] && tasks_read(t, e->callbacks[1], b, L->obj.list_items + 8, NULL) == 0) {
 		uint64_t size = load_u64(b, L->obj.var_size);
 		uint8_t items[TASKS_MAX_CALLBACKS * 8];
 		if (size > TASKS_MAX_CALLBACKS - 1)
 			size = TASKS_MAX_CALLBACKS - 1;
-		if (size && remote_read(&t->mem, load_u64(b, L->obj.list_items), items, size * 8, NULL) == 0)
+		if (size && tasks_read(t, load_u64(b, L->obj.list_items), items, size * 8, NULL) == 0)
 			for (uint64_t k = 0; k < size; k++) {
 				/* Each is a (callback, context) tuple. */
 				uint8_t tup[LAYOUT_ASYNCIO_OBJECT_BYTES];
-				if (remote_read(&t->mem, load_u64(items, (uint32_t)(k * 8)), tup, L->obj.tuple_items + 8,
+				if (tasks_read(t, load_u64(items, (uint32_t)(k * 8)), tup, L->obj.tuple_items + 8,
 				                NULL) == 0)
 					cbs[n++] = load_u64(tup, L->obj.tuple_items);
 			}
@@ -287,7 +288,7 @@ uint32_t tasks_parent_of(struct uw_target *t, const struct tasks *ts, uint32_t i
 	const raddr_t type_off = t->layout.object.ob_type;
 	for (uint32_t c = 0; c < n; c++) {
 		uint8_t x[LAYOUT_ASYNCIO_OBJECT_BYTES];
-		if (!cbs[c] || remote_read(&t->mem, cbs[c], x, L->obj.func_closure + 8, NULL) != 0)
+		if (!cbs[c] || tasks_read(t, cbs[c], x, L->obj.func_closure + 8, NULL) != 0)
 			continue;
 		raddr_t type = load_u64(x, (uint32_t)type_off);
 		/* Its first two fields: a partial's function and arguments, a method's function and self. */
@@ -299,18 +300,18 @@ uint32_t tasks_parent_of(struct uw_target *t, const struct tasks *ts, uint32_t i
 		/* A closure's cells, or a partial's arguments. */
 		raddr_t tuple = load_u64(x, type == ts->function_type ? L->obj.func_closure : L->obj.head + 8);
 		uint8_t tb[LAYOUT_ASYNCIO_OBJECT_BYTES + TASKS_MAX_ITEMS * 8];
-		if (tuple && remote_read(&t->mem, tuple, tb, L->obj.tuple_items, NULL) == 0 &&
+		if (tuple && tasks_read(t, tuple, tb, L->obj.tuple_items, NULL) == 0 &&
 		    load_u64(tb, (uint32_t)type_off) == ts->tuple_type) {
 			uint64_t size = load_u64(tb, L->obj.var_size);
 			if (size > TASKS_MAX_ITEMS)
 				size = TASKS_MAX_ITEMS;
-			if (size && remote_read(&t->mem, tuple + L->obj.tuple_items, tb + L->obj.tuple_items,
+			if (size && tasks_read(t, tuple + L->obj.tuple_items, tb + L->obj.tuple_items,
 			                        size * 8, NULL) == 0)
 				for (uint64_t k = 0; k < size; k++) {
 					raddr_t item = load_u64(tb, (uint32_t)(L->obj.tuple_items + k * 8));
 					if (type == ts->function_type) {
 						uint8_t cell[LAYOUT_ASYNCIO_OBJECT_BYTES];
-						if (remote_read(&t->mem, item, cell, L->obj.cell_ref + 8, NULL) != 0)
+						if (tasks_read(t, item, cell, L->obj.cell_ref + 8, NULL) != 0)
 							continue;
 						item = load_u64(cell, L->obj.cell_ref);
 					}
@@ -322,7 +323,7 @@ uint32_t tasks_parent_of(struct uw_target *t, const struct tasks *ts, uint32_t i
 		if (type == ts->method_type) {
 			raddr_t values = tasks_instance_values(t, &ts->L, load_u64(x, L->obj.method_self));
 			uint8_t v[TASKS_MAX_ITEMS * 8];
-			if (values && remote_read(&t->mem, values, v, sizeof v, NULL) == 0)
+			if (values && tasks_read(t, values, v, sizeof v, NULL) == 0)
 				for (uint32_t k = 0; k < TASKS_MAX_ITEMS; k++) {
 					raddr_t o = load_u64(v, k * 8);
 					if (o && (p = tasks_find(ts, o)) != HASH_NONE && p != i)

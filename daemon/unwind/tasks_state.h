@@ -27,9 +27,8 @@
 #define TASKS_NONE UINT32_MAX
 /* An object's header read for its type: 16 bytes, 32 in free-threaded builds. */
 #define TASKS_HEAD_MAX 32u
-/* Tasks read together, ranges a batch may ask for, and awaits prefetched a task. */
+/* Tasks read together, and awaits asked for ahead a task. */
 #define TASKS_BATCH 1024u
-#define TASKS_PF_MAX (16u * TASKS_BATCH)
 #define TASKS_PF_LEVELS 4
 
 /* Callbacks of a task looked at, items of a closure or values of an instance. */
@@ -94,14 +93,6 @@ struct tasks {
 	uint64_t sets_looked;   /* sample they were last looked for in */
 	struct hash waiters;    /* future waited on → entry */
 
-	/* Reads of a batch of tasks made together (tasks_pf_*). */
-	struct remote_range *pf;
-	uint32_t *pf_off;       /* where each range's bytes are in pf_buf */
-	uint32_t npf;
-	size_t pf_cap, pf_off_cap;
-	uint8_t *pf_buf;
-	size_t pf_used, pf_buf_cap;
-	struct hash pf_index;   /* address → range */
 	raddr_t *batch;         /* the tasks of the batch being read */
 	uint32_t nbatch;
 	size_t batch_cap;
@@ -125,15 +116,10 @@ uint32_t tasks_find(const struct tasks *ts, raddr_t addr);
 bool tasks_stack_top(const struct asyncio_layout *L, raddr_t frame, const uint8_t *f, raddr_t *addr,
                      uint32_t *len);
 void tasks_stack_objects(const uint8_t *b, uint32_t len, raddr_t out[2]);
-/* A level of tasks read in one batch, or a read on its own. */
-void tasks_pf_reset(struct tasks *ts);
-int tasks_pf_add(struct tasks *ts, raddr_t addr, uint32_t len);
-int tasks_pf_read(struct uw_target *t, struct tasks *ts, uint32_t from, struct uw_error *err);
-const uint8_t *tasks_pf_get(const struct tasks *ts, raddr_t addr, uint32_t len);
+/* A level of tasks asked for ahead through the view, or a read through it. */
 int tasks_prefetch(struct uw_target *t, struct tasks *ts, bool read_tasks, struct uw_error *err);
 int tasks_batch_add(struct tasks *ts, raddr_t task, struct uw_error *err);
-int tasks_read(struct uw_target *t, const struct tasks *ts, raddr_t addr, void *buf, size_t len,
-               struct uw_error *err);
+int tasks_read(struct uw_target *t, raddr_t addr, void *buf, size_t len, struct uw_error *err);
 
 /* tasks_sets.c (3.11-3.13): the task sets, and each task's awaiting one told by its callbacks. */
 int tasks_read_sets(struct walk *w, struct tasks *ts, uint32_t max, struct uw_error *err);

@@ -224,6 +224,19 @@ struct view_batch {
 	size_t buf_cap;
 };
 
+/*
+ * Reads a reader asked for before it needed them (view_ahead: the task
+ * reader, a level of tasks at a time), made in one batch and found by
+ * address.  Their bytes live until the reads ahead are cleared.
+ */
+struct view_ahead {
+	struct remote_range *ranges;
+	uint32_t n, nread;  /* asked, and read */
+	size_t cap;
+	struct hash index;  /* address → range */
+	struct arena bytes;
+};
+
 /* Reads the batch missed that a sample keeps to look in again (see struct uw_target). */
 #define VIEW_MISSED_KEPT 8
 
@@ -381,6 +394,7 @@ struct uw_target {
 	 */
 	struct remote_range missed[VIEW_MISSED_KEPT];
 	uint32_t nmissed;
+	struct view_ahead ahead;
 	struct tasks *tasks; /* tasks.c: asyncio's tasks, NULL until asked for */
 	struct walk_gil_ptr gil_ptrs[WALK_GIL_PTRS]; /* the first interpreters' */
 	raddr_t none_object; /* exception.c: &_Py_NoneStruct, 0 until looked up */

@@ -83,6 +83,19 @@ uint32_t view_mark(const struct uw_target *t);
 uint32_t view_keep_room(const struct uw_target *t);
 uint8_t *view_room_for(struct uw_target *t, raddr_t addr, uint32_t len);
 void view_keep(struct uw_target *t, const struct remote_range *r);
+/*
+ * Reads ahead, for a reader that knows what it will read next (the task
+ * reader, a level of tasks at a time): view_ahead asks for len bytes at
+ * addr (nothing when the sample holds them already), view_ahead_read makes
+ * every read asked since the last in one batch (a range that faults is
+ * left out), and view_read then finds them by their address.  The bytes
+ * live until view_ahead_clear or the sample's end.  0, or -1 and *err.
+ */
+int view_ahead(struct uw_target *t, raddr_t addr, uint32_t len, struct uw_error *err);
+int view_ahead_read(struct uw_target *t, struct uw_error *err);
+void view_ahead_clear(struct uw_target *t);
+/* The bytes at addr this sample holds already (its batch, its misses, its reads ahead), or NULL. */
+const uint8_t *view_at_hand(const struct uw_target *t, raddr_t addr, uint32_t len);
 /* The bytes at addr in this sample's batch, or NULL (nothing read, nothing remembered). */
 const uint8_t *view_batch_bytes(const struct uw_target *t, raddr_t addr, uint32_t len);
 /* The reads made since mark (*n of them), valid until the next read. */

@@ -386,27 +386,110 @@ static const struct remote_range *view_missed_find(const struct uw_target *t, ra
 	return NULL;
 }
 
+/* -------- reads ahead -------- */
+
+/* Ranges one sample may ask for ahead: a garbage task list must not make it huge. */
+#define VIEW_AHEAD_MAX_RANGES (64u * 1024)
+
+static bool ahead_equal(const void *ctx, uint32_t id, const void *key)
+{
+	const struct view_ahead *a = ctx;
+	return a->ranges[id].addr == *(const raddr_t *)key;
+}
+
+/* The range read ahead at exactly addr holding len bytes, or NULL. */
+static const struct remote_range *ahead_find(const struct uw_target *t, raddr_t addr, uint32_t len)
+{
+	const struct view_ahead *a = &t->ahead;
+	if (!a->nread || t->retrying)
+		return NULL;
+	uint32_t id = hash_find(&a->index, hash_u64(addr), ahead_equal, a, &addr);
+	if (id == HASH_NONE || id >= a->nread || a->ranges[id].got < len)
+		return NULL;
+	return &a->ranges[id];
+}
+
+int view_ahead(struct uw_target *t, raddr_t addr, uint32_t len, struct uw_error *err)
+{
+	struct view_ahead *a = &t->ahead;
+	if (addr < 4096 || !len || a->n >= VIEW_AHEAD_MAX_RANGES || view_at_hand(t, addr, len))
+		return 0;
+	uint32_t h = hash_u64(addr);
+	if (hash_find(&a->index, h, ahead_equal, a, &addr) != HASH_NONE)
+		return 0;
+	uint8_t *buf = NULL;
+	if (array_reserve((void **)&a->ranges, &a->cap, a->n, sizeof *a->ranges, NULL) ||
+	    hash_reserve(&a->index, 1) != 0 || !(buf = arena_alloc(&a->bytes, len)))
+		return uw_fail(err, UW_ENOMEM, "out of memory");
+	a->ranges[a->n] = (struct remote_range){.addr = addr, .len = len, .buf = buf};
+	hash_fill(&a->index, hash_probe(&a->index, h, ahead_equal, a, &addr), h, a->n);
+	a->n++;
+	return 0;
+}
+
+int view_ahead_read(struct uw_target *t, struct uw_error *err)
+{
+	struct view_ahead *a = &t->ahead;
+	uint32_t from = a->nread;
+	if (from >= a->n)
+		return 0;
+	a->nread = a->n;
+	return remote_read_batch(&t->mem, a->ranges + from, a->n - from, err);
+}
+
+void view_ahead_clear(struct uw_target *t)
+{
+	struct view_ahead *a = &t->ahead;
+	a->n = a->nread = 0;
+	hash_clear(&a->index);
+	arena_clear(&a->bytes);
+}
+
+static void ahead_free(struct view_ahead *a)
+{
+	free(a->ranges);
+	hash_free(&a->index);
+	arena_free(&a->bytes);
+	memset(a, 0, sizeof *a);
+}
+
+/* -------- reads -------- */
+
+const uint8_t *view_at_hand(const struct uw_target *t, raddr_t addr, uint32_t len)
+{
+	const struct remote_range *r = NULL;
+	if (!t->opts.no_cache && !t->retrying) {
+		r = batch_find(&t->batch, addr, len);
+		if (!r)
+			r = view_missed_find(t, addr, len);
+	}
+	if (!r)
+		r = ahead_find(t, addr, len);
+	return r ? r->buf + (addr - r->addr) : NULL;
+}
+
 const uint8_t *view_read(struct uw_target *t, raddr_t addr, uint32_t len, uint32_t grow,
                          struct uw_error *err)
 {
 	view_remember(t, addr, len, grow);
+	const struct remote_range *r = NULL;
 	if (!t->opts.no_cache) {
 		/* A retry's fresh copy first; the sample's batch still serves the rest. */
-		const struct remote_range *r = t->retrying ? batch_find(&t->retry, addr, len) : NULL;
+		r = t->retrying ? batch_find(&t->retry, addr, len) : NULL;
 		if (!r)
 			r = batch_find_near(&t->batch, addr, len);
-		if (r) {
-			t->stats.prefetch_hits++;
-			return r->buf + (addr - r->addr);
-		}
 		/* Bytes read this sample after the batch; never in a retry, which wants fresh ones. */
-		r = t->retrying ? NULL : view_missed_find(t, addr, len);
-		if (r) {
-			t->stats.prefetch_hits++;
-			return r->buf + (addr - r->addr);
-		}
-		t->stats.prefetch_misses++;
+		if (!r && !t->retrying)
+			r = view_missed_find(t, addr, len);
 	}
+	if (!r)
+		r = ahead_find(t, addr, len);
+	if (r) {
+		t->stats.prefetch_hits++;
+		return r->buf + (addr - r->addr);
+	}
+	if (!t->opts.no_cache)
+		t->stats.prefetch_misses++;
 	uint8_t *buf = arena_alloc(&t->scratch, len ? len : 1);
 	if (!buf) {
 		uw_fail(err, UW_ENOMEM, "out of memory");
@@ -529,6 +612,7 @@ static void view_replan(struct uw_target *t)
 void view_end(struct uw_target *t, bool plan_next)
 {
 	arena_clear(&t->scratch);
+	view_ahead_clear(t);
 	t->nmissed = 0;
 	t->retrying = false;
 	/* A failed sample keeps the last plan: its reads were cut short. */
@@ -544,7 +628,9 @@ size_t view_room(const struct uw_target *t)
 	return t->used_cap * sizeof *t->used + t->retry_used_cap * sizeof *t->retry_used +
 	       t->planned_cap * sizeof *t->planned +
 	       t->batch.cap * sizeof *t->batch.ranges + t->batch.buf_cap +
-	       t->retry.cap * sizeof *t->retry.ranges + t->retry.buf_cap + arena_bytes(&t->scratch);
+	       t->retry.cap * sizeof *t->retry.ranges + t->retry.buf_cap + arena_bytes(&t->scratch) +
+	       t->ahead.cap * sizeof *t->ahead.ranges + t->ahead.index.cap * sizeof *t->ahead.index.slots +
+	       arena_bytes(&t->ahead.bytes);
 }
 
 void view_trim(struct uw_target *t)
@@ -564,6 +650,7 @@ void view_trim(struct uw_target *t)
 	t->batch.buf_cap = 0;
 	batch_free(&t->retry);
 	arena_free(&t->scratch);
+	ahead_free(&t->ahead);
 	free(t->used);
 	free(t->retry_used);
 	t->used = t->retry_used = NULL;
@@ -583,6 +670,7 @@ void view_free(struct uw_target *t)
 	free(t->retry_used);
 	batch_free(&t->batch);
 	batch_free(&t->retry);
+	ahead_free(&t->ahead);
 	free(t->planned);
 	t->planned = NULL;
 	t->nplanned = 0;
