@@ -245,6 +245,10 @@ static int tasks_read_list(struct walk *w, struct tasks *ts, raddr_t head, uint6
 			raddr_t next;
 			if (tasks_read_one(t, ts, ts->batch[i], thread_id, &next, err) != 0)
 				return -1;
+			if (tasks_over_time_at(w, i)) {
+				ts->cut = true;
+				return 0;
+			}
 		}
 	}
 	if (!node)
@@ -409,12 +413,13 @@ int tasks_sample(struct walk *w, struct uw_error *err)
 	int rc = ts->L.task_node != LAYOUT_ABSENT ? tasks_read_all(w, ts, max, &terr)
 	                                          : tasks_read_sets(w, ts, max, &terr);
 	if (rc == 0 && ts->L.task_awaited_by == LAYOUT_ABSENT)
-		rc = tasks_link_callbacks(t, ts, &terr);
+		rc = tasks_link_callbacks(w, ts, &terr);
 	for (uint32_t i = 0; rc == 0 && i < ts->n; i++) {
 		struct task_entry *e = &ts->v[i];
 		for (int k = 0; k < TASKS_PARENT_CANDIDATES && e->parents[k] && e->parent == TASKS_NONE; k++) {
 			uint32_t p = tasks_find(ts, e->parents[k]);
-			if (p != HASH_NONE && p != i)
+			/* A task past a cut (tasks_link_callbacks) is out of the sample, though still indexed. */
+			if (p != HASH_NONE && p != i && p < ts->n)
 				e->parent = p;
 		}
 		if (e->running)

@@ -204,6 +204,10 @@ static int tasks_read_set(struct walk *w, struct tasks *ts, raddr_t set, bool we
 				*err = one;
 				rc = -1;
 			}
+			if (tasks_over_time_at(w, k)) {
+				full = true;
+				break;
+			}
 		}
 		if (rc == 0 && (full || tasks_over_time(w))) {
 			ts->cut = true;
@@ -335,23 +339,33 @@ uint32_t tasks_parent_of(struct uw_target *t, const struct tasks *ts, uint32_t i
 }
 
 /* 3.11-3.13: each task's awaiting task, from what it left on the tasks it awaits. */
-int tasks_link_callbacks(struct uw_target *t, struct tasks *ts, struct uw_error *err)
+int tasks_link_callbacks(const struct walk *w, struct tasks *ts, struct uw_error *err)
 {
+	struct uw_target *t = w->t;
 	hash_clear(&ts->waiters);
 	if (hash_reserve(&ts->waiters, ts->n) != 0)
 		return uw_fail(err, UW_ENOMEM, "out of memory");
 	for (uint32_t i = 0; i < ts->n; i++) {
-		raddr_t w = ts->v[i].waiter;
-		if (!w)
+		raddr_t waiter = ts->v[i].waiter;
+		if (!waiter)
 			continue;
-		uint32_t h = hash_u64(w);
-		struct hash_slot *slot = hash_probe(&ts->waiters, h, tasks_waiter_equal, ts, &w);
+		uint32_t h = hash_u64(waiter);
+		struct hash_slot *slot = hash_probe(&ts->waiters, h, tasks_waiter_equal, ts, &waiter);
 		if (!slot->id)
 			hash_fill(&ts->waiters, slot, h, i);
 	}
-	for (uint32_t i = 0; i < ts->n; i++)
+	for (uint32_t i = 0; i < ts->n; i++) {
 		if (ts->v[i].callbacks[0] || ts->v[i].callbacks[1])
 			ts->v[i].parent = tasks_parent_of(t, ts, i);
+		/* Out of time: the tasks not linked yet leave the sample, which says it was cut. */
+		if (i + 1 < ts->n && tasks_over_time_at(w, i)) {
+			ts->n = i + 1;
+			ts->cut = true;
+		}
+	}
+	for (uint32_t i = 0; ts->cut && i < ts->n; i++)
+		if (ts->v[i].parent != TASKS_NONE && ts->v[i].parent >= ts->n)
+			ts->v[i].parent = TASKS_NONE;
 	return 0;
 }
 

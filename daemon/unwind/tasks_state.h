@@ -29,6 +29,12 @@
 #define TASKS_HEAD_MAX 32u
 /* Tasks read together, and awaits asked for ahead a task. */
 #define TASKS_BATCH 1024u
+/*
+ * Tasks read between two looks at the clock: a task of a deep chain costs
+ * a few microseconds when its reads are not at hand, so a batch alone could
+ * overrun the sample's bound several times over.
+ */
+#define TASKS_CLOCK_EVERY 64u
 #define TASKS_PF_LEVELS 4
 
 /* Callbacks of a task looked at, items of a closure or values of an instance. */
@@ -108,6 +114,11 @@ static inline uint32_t tasks_head_len(const struct uw_target *t)
 
 /* tasks_read.c: the sample's clock, one task read, where an entry is, a coroutine's awaited objects. */
 bool tasks_over_time(const struct walk *w);
+/* The same, looked at once every TASKS_CLOCK_EVERY tasks (i counts them). */
+static inline bool tasks_over_time_at(const struct walk *w, uint32_t i)
+{
+	return (i + 1) % TASKS_CLOCK_EVERY == 0 && tasks_over_time(w);
+}
 /* A frame id onto the frames of the tasks (ts->frames). */
 int tasks_push_frame(struct tasks *ts, uint32_t frame, struct uw_error *err);
 int tasks_read_one(struct uw_target *t, struct tasks *ts, raddr_t addr, uint64_t thread_id, raddr_t *next,
@@ -123,7 +134,7 @@ int tasks_read(struct uw_target *t, raddr_t addr, void *buf, size_t len, struct 
 
 /* tasks_sets.c (3.11-3.13): the task sets, and each task's awaiting one told by its callbacks. */
 int tasks_read_sets(struct walk *w, struct tasks *ts, uint32_t max, struct uw_error *err);
-int tasks_link_callbacks(struct uw_target *t, struct tasks *ts, struct uw_error *err);
+int tasks_link_callbacks(const struct walk *w, struct tasks *ts, struct uw_error *err);
 uint32_t tasks_parent_of(struct uw_target *t, const struct tasks *ts, uint32_t i);
 
 #endif

@@ -222,6 +222,8 @@ struct view_batch {
 	size_t cap;
 	uint8_t *buf;
 	size_t buf_cap;
+	struct used_range *sort_tmp; /* room to sort a plan's reads in (view.c's used_radix) */
+	size_t sort_tmp_cap;
 };
 
 /*

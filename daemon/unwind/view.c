@@ -73,14 +73,48 @@ static int batch_fetch(struct uw_target *t, struct view_batch *b, struct uw_erro
  * Reads come in the walk's order, a few ascending runs (the process's
  * structures, then each thread's): a sample's few dozen are sorted in place
  * in a fraction of qsort's time, which a replan of every third sample
- * paid.  Many (a deep stack's frames, read downwards) go to qsort.
+ * paid.  Many (a deep stack's frames read downwards, a forest of asyncio
+ * tasks, tens of thousands) go to a radix sort on the address: qsort's
+ * calls through a pointer took a third of the daemon's time on a sample of
+ * 4,096 tasks.
  */
 #define VIEW_USED_INSERTION_MAX 64u
+/* Bits of an address sorted by in one pass: six cover 64; a pass whose digit all share is skipped. */
+#define VIEW_RADIX_BITS 11u
 
-static void used_sort(struct used_range *used, uint32_t nused)
+static void used_radix(struct used_range *used, struct used_range *tmp, uint32_t n)
+{
+	struct used_range *from = used, *to = tmp;
+	for (unsigned shift = 0; shift < 64; shift += VIEW_RADIX_BITS) {
+		uint32_t count[1u << VIEW_RADIX_BITS] = {0};
+		const uint64_t mask = (1u << VIEW_RADIX_BITS) - 1;
+		for (uint32_t i = 0; i < n; i++)
+			count[(from[i].addr >> shift) & mask]++;
+		if (count[(from[0].addr >> shift) & mask] == n)
+			continue;
+		uint32_t at = 0;
+		for (uint32_t d = 0; d <= mask; d++) {
+			uint32_t c = count[d];
+			count[d] = at;
+			at += c;
+		}
+		for (uint32_t i = 0; i < n; i++)
+			to[count[(from[i].addr >> shift) & mask]++] = from[i];
+		struct used_range *swap = from;
+		from = to;
+		to = swap;
+	}
+	if (from != used)
+		memcpy(used, from, n * sizeof *used);
+}
+
+static void used_sort(struct view_batch *b, struct used_range *used, uint32_t nused)
 {
 	if (nused > VIEW_USED_INSERTION_MAX) {
-		qsort(used, nused, sizeof *used, used_cmp);
+		if (array_reserve((void **)&b->sort_tmp, &b->sort_tmp_cap, nused - 1, sizeof *b->sort_tmp, NULL))
+			qsort(used, nused, sizeof *used, used_cmp);
+		else
+			used_radix(used, b->sort_tmp, nused);
 		return;
 	}
 	for (uint32_t i = 1; i < nused; i++) {
@@ -95,7 +129,7 @@ static void used_sort(struct used_range *used, uint32_t nused)
 /* Merge reads (sorted here) into a batch's ranges, within the batch bounds. */
 static void batch_plan(struct view_batch *b, struct used_range *used, uint32_t nused)
 {
-	used_sort(used, nused);
+	used_sort(b, used, nused);
 	uint32_t n = 0;
 	size_t total = 0;
 	for (uint32_t i = 0; i < nused;) {
@@ -177,6 +211,7 @@ static const struct remote_range *batch_find_near(struct view_batch *b, raddr_t 
 
 static void batch_free(struct view_batch *b)
 {
+	free(b->sort_tmp);
 	free(b->ranges);
 	free(b->owners);
 	free(b->used_lens);
@@ -628,6 +663,7 @@ size_t view_room(const struct uw_target *t)
 	return t->used_cap * sizeof *t->used + t->retry_used_cap * sizeof *t->retry_used +
 	       t->planned_cap * sizeof *t->planned +
 	       t->batch.cap * sizeof *t->batch.ranges + t->batch.buf_cap +
+	       (t->batch.sort_tmp_cap + t->retry.sort_tmp_cap) * sizeof *t->batch.sort_tmp +
 	       t->retry.cap * sizeof *t->retry.ranges + t->retry.buf_cap + arena_bytes(&t->scratch) +
 	       t->ahead.cap * sizeof *t->ahead.ranges + t->ahead.index.cap * sizeof *t->ahead.index.slots +
 	       arena_bytes(&t->ahead.bytes);
@@ -648,6 +684,9 @@ void view_trim(struct uw_target *t)
 	free(t->batch.buf);
 	t->batch.buf = NULL;
 	t->batch.buf_cap = 0;
+	free(t->batch.sort_tmp);
+	t->batch.sort_tmp = NULL;
+	t->batch.sort_tmp_cap = 0;
 	batch_free(&t->retry);
 	arena_free(&t->scratch);
 	ahead_free(&t->ahead);

@@ -438,3 +438,65 @@ Test(tasks, same_as_cpython_sampler, .timeout = 120)
 	json_decref(dump);
 	test_target_kill(&t);
 }
+
+/*
+ * A chain of 10,000 tasks, each awaiting the next (tests/targets/task_chain.py),
+ * sampled under a per-sample bound far below what reading them takes: the
+ * reader looks at its clock every TASKS_CLOCK_EVERY tasks and stops there,
+ * saying the sample was cut.  It once read a batch of 1,024 (and on
+ * 3.11-3.13 linked every task it had read) before it looked: a sample of
+ * such a chain took 15 ms against a bound of 5.
+ */
+static void tasks_chain_within_bound(const struct python *py)
+{
+	char ctx[PATH_MAX + 128], pyd[PATH_MAX + 64], script[PATH_MAX], config[PATH_MAX], dir[PATH_MAX - 32], p[16];
+	snprintf(ctx, sizeof ctx, "Python %s", python_describe(py, pyd, sizeof pyd));
+	target_script("task_chain.py", script, sizeof script);
+	struct test_target t;
+	const char *args[] = {"-I", script, "{report}", "10000", NULL};
+	test_target_start_python(&t, py, args);
+	json_decref(test_target_wait_report(&t, 120));
+	scratch_dir(dir, sizeof dir);
+	snprintf(config, sizeof config, "%s/pyprofd.conf", dir);
+	write_text_file(config, "[limits]\nmax_sample_time = 0.1ms\n");
+	const char *extra[] = {"--config", config, NULL};
+	struct daemon d;
+	daemon_start(&d, extra);
+	const char *attach[] = {"attach", pid_text(t.pid, p, sizeof p), "--rate", "100", "--async-mode", "all", NULL};
+	ctl_ok(&d, attach);
+	/* Samples that read the tasks: those the kernel did not prove still (the loop spins). */
+	json_int_t read = 0, tasks = 0, cut = 0;
+	for (int i = 0; i < 600 && read < 30; i++) {
+		json_t *stats = ctl_stats_of(&d, t.pid);
+		read = jint(stats, "total_samples") - jint(stats, "process_still");
+		tasks = jint(stats, "tasks_read");
+		cut = jint(stats, "tasks_cut");
+		json_decref(stats);
+		pause_ms(100);
+	}
+	cr_assert_geq(read, 30, "%s: %lld samples read the tasks in a minute", ctx, (long long)read);
+	cr_assert_gt(cut, 0, "%s: no sample of a 10,000-task chain was cut at the bound", ctx);
+	cr_assert_lt(tasks / read, 512, "%s: %lld tasks a sample under a bound of 0.1 ms: the reader did not stop at it",
+	             ctx, (long long)(tasks / read));
+	daemon_stop(&d);
+	test_target_kill(&t);
+}
+
+/* Both readers: asyncio's task sets (3.11-3.13) and the task lists (3.14+), the newest of each. */
+Test(tasks, deep_chain_stops_at_the_sample_bound, .timeout = 300)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	const struct python *sets = NULL, *lists = NULL;
+	for (size_t i = 0; i < n; i++) {
+		if (pys[i].minor >= 11 && pys[i].minor <= 13)
+			sets = &pys[i];
+		if (pys[i].minor >= 14)
+			lists = &pys[i];
+	}
+	cr_assert(sets || lists, "no interpreter from 3.11");
+	if (sets)
+		tasks_chain_within_bound(sets);
+	if (lists)
+		tasks_chain_within_bound(lists);
+}
