@@ -6,7 +6,8 @@
  * is over, their rates are lowered, never below min_rate_hz.  Each user's
  * share ([limits] uid_cpu_percent) covers that user's targets, however they
  * were attached: the time spent sampling them (target_sample counts it) is
- * charged to their uid, and while a uid other than root takes more than its
+ * charged to their real uid (even when the process made itself root's alone
+ * to read), and while a uid other than root takes more than its
  * share, its targets' rates are lowered, down to 1 Hz, so that one user's
  * hostile process cannot take the daemon from everyone else.
  *
@@ -108,7 +109,7 @@ void budget_apply(struct budget *b, struct target *t)
 		floor_hz = c->min_rate_hz;
 		by = "cpu_percent";
 	}
-	const struct budget_user *u = t->uid != 0 ? budget_user_find(b, t->uid) : NULL;
+	const struct budget_user *u = t->charged_uid != 0 ? budget_user_find(b, t->charged_uid) : NULL;
 	if (u && u->gauge.factor < factor) {
 		factor = u->gauge.factor;
 		floor_hz = 1;
@@ -146,7 +147,8 @@ void budget_tick(struct budget *b)
 		b->users[i].spent_s = 0;
 	for (size_t i = 0; i < s->targets.n; i++) {
 		struct target *t = s->targets.v[i];
-		struct budget_user *u = t->uid != 0 && t->sample_seconds > 0 ? budget_user_get(b, t->uid) : NULL;
+		struct budget_user *u =
+			t->charged_uid != 0 && t->sample_seconds > 0 ? budget_user_get(b, t->charged_uid) : NULL;
 		if (u)
 			u->spent_s += t->sample_seconds;
 		t->sample_seconds = 0;

@@ -434,6 +434,12 @@ struct target {
 	 */
 	uid_t uid;
 	gid_t gid;
+	/*
+	 * Whose share of the daemon (CPU budget, target slots) it spends: its
+	 * real uid when first seen, whatever it does to itself later.  A user's
+	 * process made root's alone above still costs that user.
+	 */
+	uid_t charged_uid;
 	char *executable, *command_line;
 	char python_version[32];
 	struct uw_target *uw; /* NULL once exited */

@@ -288,6 +288,7 @@ struct target *target_open(struct ev_loop *loop, struct schedule *schedule,
 	t->pid = pid;
 	t->start_time = id.start_time;
 	target_owner(&id, &t->uid, &t->gid);
+	t->charged_uid = id.uid[0];
 	t->state = TARGET_DETACHED;
 	spell_init(&t->spell, &target_batch_sink, NULL);
 	if (!(t->command_line = target_read_command_line(pid, err))) {

@@ -6,6 +6,7 @@
  * its user's targets are lowered to that user's share of a core while root's
  * keep their rates; the user's rates come back once the process is gone.
  * Nor do its thousands of thread states take the daemon's descriptors.
+ * Making itself not dumpable, under a rule of root's, changes none of it.
  */
 #include <criterion/criterion.h>
 
@@ -136,6 +137,58 @@ Test(budget, a_hostile_user_is_held_to_its_share)
 	e = entry_when(&d, roots.pid, budget_sampling, "sampling");
 	cr_assert(budget_at_asked_rate(e), "root's target was lowered: %s", json_dumps(e, JSON_COMPACT));
 	json_decref(e);
+	daemon_stop(&d);
+}
+
+/*
+ * A user's process attached by root's rule that makes itself not dumpable
+ * is root's alone to read, yet it still spends its user's share: without
+ * that, uid 0 was never budgeted and the process escaped every bound.
+ */
+Test(budget, a_users_undumpable_process_spends_that_users_share)
+{
+	cr_assert_eq(geteuid(), 0, "this test runs as root (it acts as another user)");
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	const struct python *py = python_for_nobody(pys, n);
+	cr_assert_not_null(py, "no interpreter found that the user nobody may run");
+	char script[PATH_MAX], copy[PATH_MAX];
+	target_script("hostile.py", script, sizeof script);
+	const char *hostile_argv[] = {AS_NOBODY, py->path, "-I", bin_for_others(script, copy, sizeof copy),
+	                              "many-threads-undumpable", NULL};
+	struct test_target hostile;
+	test_target_start_argv(&hostile, hostile_argv);
+
+	char dir[PATH_MAX - 32], config[PATH_MAX];
+	scratch_dir(dir, sizeof dir);
+	snprintf(config, sizeof config, "%s/pyprofd.conf", dir);
+	/* No daemon-wide budget: what lowers the target is its user's share or nothing. */
+	write_text_file(config, "[limits]\nuid_cpu_percent = 5\nmax_sample_time = 2ms\ncpu_percent = 0\n\n"
+	                        "[discovery]\nmethod = scan\nscan_interval = 1s\n\n"
+	                        "[rule.costly]\nmatch.cmdline = many-threads-undumpable\nrate = 1000\n");
+	const char *extra[] = {"--config", config, NULL};
+	struct daemon d;
+	daemon_start(&d, extra);
+
+	json_t *e = entry_when(&d, hostile.pid, budget_held_to_share, "lowered to its user's share");
+	cr_assert_eq(jint(e, "uid"), 0, "a process that is not dumpable is not root's alone to read: %s",
+	             json_dumps(e, JSON_COMPACT));
+	json_decref(e);
+
+	/* Its user's budget holds it, as root and the user itself see. */
+	const struct run_opts *seers[] = {NULL, &as_nobody};
+	for (size_t k = 0; k < 2; k++) {
+		json_t *users = budget_users_seen_by(&d, seers[k]);
+		bool over = false;
+		size_t i;
+		json_t *u;
+		json_array_foreach(users, i, u) over = over || (jint(u, "uid") == NOBODY_UID &&
+		                                               json_is_true(json_object_get(u, "over")));
+		cr_assert(over, "status as %s does not show uid %d over its share: %s", k ? "nobody" : "root",
+		          NOBODY_UID, json_dumps(users, JSON_COMPACT));
+		json_decref(users);
+	}
+	test_target_kill(&hostile);
 	daemon_stop(&d);
 }
 

@@ -12,6 +12,9 @@ every link still points at something sound and only the whole is wrong:
   many-threads   the main thread sits in a deep recursion, and 4000 copies of
                  its thread state are chained after the real ones: a thread
                  list of sound-looking threads, each with the whole deep stack
+  many-threads-undumpable
+                 the same, once it made itself not dumpable (prctl), as a
+                 user's process does to pass for root's alone
   unlinked       3.11+: the main thread's innermost frame has no caller, and
                  it is no frame entered from C: as a frame looks when read
                  before its caller's link is written into it
@@ -193,6 +196,10 @@ def main():
     elif shape == "frame-cycle":
         frame_cycle_mid(path)
     elif shape == "many-threads":
+        many_threads(path)
+    elif shape == "many-threads-undumpable":
+        # PR_SET_DUMPABLE is 4: no longer readable by its own user.
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)
         many_threads(path)
     elif shape in ("unlinked", "being-called"):
         unlinked(path, shape)
