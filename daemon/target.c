@@ -254,7 +254,11 @@ void target_lower_owner(struct target *t, const struct uw_process_identity *id)
 	 * Exec of a setuid or file-capability program keeps the pid and start
 	 * time: the user it belonged to may no longer trace it, so it is root's
 	 * now.  Never the other way: its history holds what it did as root.
+	 * A process that is exiting shows its files as root's for want of
+	 * memory, not of rights: it keeps its owner.
 	 */
+	if (id->exiting)
+		return;
 	uid_t uid;
 	gid_t gid;
 	target_owner(id, &uid, &gid);

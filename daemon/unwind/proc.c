@@ -391,9 +391,13 @@ int uw_process_identity(pid_t pid, struct uw_process_identity *out, struct uw_er
 	 * owner is the only place it shows.  Not /proc/PID itself: that
 	 * directory always shows the effective ids (task_dump_owner exempts it).
 	 * A process of root's reads as dumpable either way, and is root's alone
-	 * either way.
+	 * either way.  A process whose memory is gone (exiting, or a zombie)
+	 * has its files given to root too, and status no longer shows its
+	 * memory: that is no sign of privileges.  The owner was taken before
+	 * the read, so memory there means memory when the owner was taken.
 	 */
-	out->dumpable = owner.st_uid == out->uid[1] && owner.st_gid == out->gid[1];
+	out->exiting = out->state == 'Z' || out->state == 'X' || !strstr(buf, "\nVmSize:");
+	out->dumpable = !out->exiting && owner.st_uid == out->uid[1] && owner.st_gid == out->gid[1];
 	return 0;
 }
 

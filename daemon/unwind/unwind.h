@@ -250,6 +250,7 @@ struct uw_process_identity {
 	gid_t gid[4];
 	uint64_t cap_permitted; /* the capability bits it may take up */
 	bool dumpable;       /* its user may trace it: not set[ug]id, file caps, nor prctl undumpable */
+	bool exiting;        /* a zombie, or its memory already gone: dumpable tells nothing then */
 	char state;          /* 'R', 'S', 'Z', ... */
 	pid_t ppid;          /* its parent */
 };

@@ -4,7 +4,7 @@
  * setuid-root interpreter, one with file capabilities, one with another
  * group's ids, one that made itself undumpable) are root's alone, live and
  * in the history, and a process that gains privileges after it was attached
- * becomes root's alone from then on.
+ * becomes root's alone from then on.  One that merely exits stays its user's.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -14,9 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include "daemon.h"
+#include "fleet.h"
 #include "helpers.h"
 
 TestSuite(authz, .init = helpers_init, .fini = helpers_fini);
@@ -367,4 +369,79 @@ Test(authz, gaining_privileges_ends_the_users_access, .timeout = 300)
 	daemon_stop(&d);
 	test_target_kill(&watched);
 	test_target_kill(&asked);
+}
+
+/* Whether pid is a zombie: killed, not yet reaped. */
+static bool authz_is_zombie(pid_t pid)
+{
+	char path[64], buf[512];
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return false;
+	size_t n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	const char *paren = strrchr(buf, ')');
+	return paren && paren[1] == ' ' && paren[2] == 'Z';
+}
+
+/*
+ * A process that exits has no memory left, and the kernel gives its /proc
+ * files to root: the daemon, told of the exit by the process events while
+ * a rule is configured, took that for privileges gained and made the
+ * user's dying processes root's, gone from its `list` and its history.
+ */
+#define AUTHZ_DYING 4
+Test(authz, a_users_process_that_exits_stays_its_own, .timeout = 300)
+{
+	cr_assert_eq(geteuid(), 0, "this test runs as root (it acts as another user)");
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	const struct python *py = python_for_nobody(pys, n);
+	cr_assert_not_null(py, "no interpreter found that the user nobody may run");
+	struct daemon d;
+	fleet_daemon_discovering(&d, "netlink", "1s", "[rule.barrier]\nmatch.cmdline = authz-exit-barrier\n");
+
+	const char *idle[] = {AS_NOBODY, py->path, "-I", "-c", idle_program, NULL};
+	struct test_target dying[AUTHZ_DYING];
+	for (int i = 0; i < AUTHZ_DYING; i++) {
+		test_target_start_argv(&dying[i], idle);
+		attach_as_nobody(&d, dying[i].pid, "nobody's own idle process");
+	}
+	for (int i = 0; i < AUTHZ_DYING; i++)
+		json_decref(entry_when(&d, dying[i].pid, sampled_a_while, "sampled"));
+
+	/* Killed and left unreaped: the daemon hears of each exit while the process is a zombie. */
+	for (int i = 0; i < AUTHZ_DYING; i++)
+		cr_assert(kill(dying[i].pid, SIGKILL) == 0);
+	for (int i = 0; i < AUTHZ_DYING; i++) {
+		int tries = 0;
+		while (!authz_is_zombie(dying[i].pid) && tries++ < 300)
+			pause_ms(100);
+		cr_assert(authz_is_zombie(dying[i].pid), "pid %d did not die", (int)dying[i].pid);
+	}
+	/* The events come in order: once the barrier's exec is handled, so were the exits. */
+	pid_t barrier = fleet_spawn(fleet_python(pys), "authz-exit-barrier");
+	json_decref(fleet_entry_by_marker(&d, "authz-exit-barrier", "the barrier process"));
+	for (int i = 0; i < AUTHZ_DYING; i++) {
+		test_target_kill(&dying[i]);
+		json_t *e = entry_when(&d, dying[i].pid, is_exited, "exited");
+		cr_assert_eq(jint(e, "uid"), NOBODY_UID, "pid %d became another user's as it died: %s",
+		             (int)dying[i].pid, json_dumps(e, JSON_COMPACT));
+		json_decref(e);
+		cr_assert(nobody_lists(&d, dying[i].pid), "nobody no longer lists its own pid %d",
+		          (int)dying[i].pid);
+		/* Its samples reach the history once the writer has them. */
+		json_int_t seen = 0;
+		for (int tries = 0; tries < 300 && !(seen = samples_seen_by(&d, dying[i].pid, &as_nobody)); tries++)
+			pause_ms(100);
+		cr_assert_gt(seen, 0, "nobody sees no history of its own pid %d", (int)dying[i].pid);
+	}
+	char *log = daemon_log(&d);
+	cr_assert_null(strstr(log, "gained privileges"), "a dying process was taken for one that gained "
+	               "privileges:\n%s", log);
+	free(log);
+	fleet_kill(barrier);
+	daemon_stop(&d);
 }
