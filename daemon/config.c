@@ -218,6 +218,8 @@ static int config_set(struct config *c, const char *section, const char *name, c
 			return c->max_pending_requests = (unsigned)v, 0;
 		if (strcmp(name, "max_targets") == 0 && config_parse_uint(value, 1, 65536, &v) == 0)
 			return c->max_targets = (unsigned)v, 0;
+		if (strcmp(name, "max_targets_per_uid") == 0 && config_parse_uint(value, 1, 65536, &v) == 0)
+			return c->max_targets_per_uid = (unsigned)v, 0;
 		if (strcmp(name, "cache_mb") == 0 && config_parse_uint(value, 1, 1u << 20, &v) == 0)
 			return c->cache_budget_bytes = (size_t)v * MB, 0;
 		if (strcmp(name, "warm_budget_mb") == 0 && config_parse_uint(value, 0, 1u << 20, &v) == 0)

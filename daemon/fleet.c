@@ -255,14 +255,6 @@ static void fleet_unhold(struct fleet_state *st, pid_t pid)
 
 /* ---- judging ---- */
 
-static size_t fleet_live_targets(const struct targets *ts)
-{
-	size_t n = 0;
-	for (size_t i = 0; i < ts->n; i++)
-		n += ts->v[i]->state != TARGET_EXITED;
-	return n;
-}
-
 /* The parent's target if it has its children followed. */
 static struct target *fleet_parent_target(struct server *s, pid_t ppid)
 {
@@ -286,12 +278,14 @@ static enum fleet_verdict fleet_attach(struct fleet *f, struct fleet_waiting *w,
 	struct server *s = fleet_server(f);
 	struct fleet_state *st = f->state;
 	targets_trim(&s->targets, s->config.warm_budget_bytes, s->config.max_targets);
-	if (fleet_live_targets(&s->targets) >= s->config.max_targets) {
-		if (!st->room_warned)
-			log_warn("discovery: the daemon profiles its maximum of %u processes; pid %d and any "
-			         "more wait for room",
-			         s->config.max_targets, (int)facts->pid);
-		st->room_warned = true;
+	char full[256];
+	if (targets_room(&s->targets, &s->config, facts->uid, full, sizeof full) != 0) {
+		/* A user at its share is its own affair: only the daemon's whole maximum is warned of. */
+		bool whole = targets_live(&s->targets) >= s->config.max_targets;
+		if (!whole || !st->room_warned)
+			log_msg(whole ? LOG_LEVEL_WARN : LOG_LEVEL_DEBUG, "discovery: %s; pid %d waits for room",
+			        full, (int)facts->pid);
+		st->room_warned |= whole;
 		return FLEET_NO_ROOM;
 	}
 	struct uw_error err = {0};
@@ -664,7 +658,7 @@ void fleet_housekeeping(struct fleet *f)
 	size_t waiting_room = 0;
 	for (size_t i = 0; i < st->nwaiting; i++)
 		waiting_room += st->waiting[i].for_room;
-	if (waiting_room && fleet_live_targets(&s->targets) < s->config.max_targets) {
+	if (waiting_room && targets_live(&s->targets) < s->config.max_targets) {
 		for (size_t i = 0; i < st->nwaiting; i++)
 			if (st->waiting[i].for_room) {
 				st->waiting[i].for_room = false;

@@ -294,6 +294,7 @@ struct config {
 	unsigned max_pending_requests;
 	unsigned max_targets;       /* lowered to what the descriptors allow (descriptors_fit) */
 	unsigned max_targets_asked; /* as configured */
+	unsigned max_targets_per_uid; /* of max_targets, one user's and root's kept; 0: a quarter */
 	size_t cache_budget_bytes;  /* the unwinder caches of the targets sampling, together */
 	size_t warm_budget_bytes;
 	unsigned default_rate_hz;
@@ -536,6 +537,14 @@ void targets_remove(struct targets *ts, struct target *t);
 /* Drop detached state past the budget (oldest first) and exited targets past the cap. */
 void targets_trim(struct targets *ts, size_t warm_budget, size_t max_targets);
 size_t targets_warm_bytes(const struct targets *ts);
+/* Targets not exited: what max_targets bounds. */
+size_t targets_live(const struct targets *ts);
+/*
+ * Whether one more live target charged to uid fits: under max_targets, and
+ * for a user other than root under its share (max_targets_per_uid) with a
+ * share kept for root's own processes.  -1 and why, naming the limit, if not.
+ */
+int targets_room(const struct targets *ts, const struct config *c, uid_t uid, char *why, size_t len);
 /*
  * Every sampling target's unwinder gets an equal share of budget (at most
  * UW_DEFAULT_CACHE_BUDGET), so all of them together never hold more, however

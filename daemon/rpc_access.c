@@ -47,9 +47,10 @@ bool rpc_may_see(const struct client *c, uid_t owner_uid, gid_t owner_gid)
 /*
  * The live process pid, if the client may act on it, and the target the
  * daemon has of it in *t (NULL if none; a target of a process that had
- * the pid before is forgotten here).  Otherwise an error in resp and -1.
+ * the pid before is forgotten here), and its real uid in *real_uid unless
+ * NULL.  Otherwise an error in resp and -1.
  */
-int rpc_process(struct server *s, const struct client *c, pid_t pid, struct target **t,
+int rpc_process(struct server *s, const struct client *c, pid_t pid, struct target **t, uid_t *real_uid,
                 Pyprofd__Response *resp, struct arena *a)
 {
 	struct uw_error err = {0};
@@ -66,6 +67,8 @@ int rpc_process(struct server *s, const struct client *c, pid_t pid, struct targ
 			          (int)pid, err.msg);
 		return -1;
 	}
+	if (real_uid)
+		*real_uid = id.uid[0];
 	uid_t owner_uid;
 	gid_t owner_gid;
 	target_owner(&id, &owner_uid, &owner_gid);

@@ -21,9 +21,10 @@ bool rpc_may_see(const struct client *c, uid_t owner_uid, gid_t owner_gid);
 /*
  * The live process pid, if the client may act on it, and the target the
  * daemon has of it in *t (NULL if none; a target of a process that had
- * the pid before is forgotten here).  Otherwise an error in resp and -1.
+ * the pid before is forgotten here), and its real uid in *real_uid unless
+ * NULL.  Otherwise an error in resp and -1.
  */
-int rpc_process(struct server *s, const struct client *c, pid_t pid, struct target **t,
+int rpc_process(struct server *s, const struct client *c, pid_t pid, struct target **t, uid_t *real_uid,
                 Pyprofd__Response *resp, struct arena *a);
 /* A known target the client may see, or an error in resp. */
 struct target *rpc_known_target(struct server *s, const struct client *c, pid_t pid,

@@ -65,21 +65,14 @@ static int rpc_attach_params(struct server *s, const Pyprofd__AttachRequest *req
 	return 0;
 }
 
-static size_t rpc_live_targets(const struct targets *ts)
-{
-	size_t n = 0;
-	for (size_t i = 0; i < ts->n; i++)
-		n += ts->v[i]->state != TARGET_EXITED;
-	return n;
-}
-
 void rpc_attach(struct server *s, struct client *c, const Pyprofd__Request *req,
                 Pyprofd__Response *resp, struct arena *a)
 {
 	const Pyprofd__AttachRequest *r = req->attach;
 	struct target *t;
 	struct target_params params;
-	if (rpc_process(s, c, r->pid, &t, resp, a) != 0 ||
+	uid_t real_uid;
+	if (rpc_process(s, c, r->pid, &t, &real_uid, resp, a) != 0 ||
 	    rpc_attach_params(s, r, &params, resp, a) != 0)
 		return;
 	if (t && t->state == TARGET_EXITED) {
@@ -90,11 +83,11 @@ void rpc_attach(struct server *s, struct client *c, const Pyprofd__Request *req,
 	bool warm = t && t->state == TARGET_DETACHED;
 	if (!t) {
 		targets_trim(&s->targets, s->config.warm_budget_bytes, s->config.max_targets);
-		if (rpc_live_targets(&s->targets) >= s->config.max_targets) {
+		/* Root's own hand is bounded by max_targets alone: which processes to profile is its call. */
+		char why[256];
+		if (targets_room(&s->targets, &s->config, c->uid == 0 ? 0 : real_uid, why, sizeof why) != 0) {
 			target_params_free(&params);
-			rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_LIMIT,
-			          "the daemon already profiles its maximum of %u processes",
-			          s->config.max_targets);
+			rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_LIMIT, "%s", why);
 			return;
 		}
 		struct uw_error err = {0};
@@ -213,7 +206,7 @@ void rpc_dump(struct server *s, struct client *c, const Pyprofd__Request *req,
 {
 	const Pyprofd__DumpRequest *r = req->dump;
 	struct target *t;
-	if (rpc_process(s, c, r->pid, &t, resp, a) != 0)
+	if (rpc_process(s, c, r->pid, &t, NULL, resp, a) != 0)
 		return;
 	struct uw_error err = {0};
 	/* A known process answers from its warm state; any other is opened for this dump alone. */

@@ -107,6 +107,51 @@ void targets_trim(struct targets *ts, size_t warm_budget, size_t max_targets)
 	}
 }
 
+size_t targets_live(const struct targets *ts)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < ts->n; i++)
+		n += ts->v[i]->state != TARGET_EXITED;
+	return n;
+}
+
+/* One user's share of max_targets, and root's kept: a quarter unless told, never all. */
+static unsigned targets_uid_share(const struct config *c)
+{
+	unsigned share = c->max_targets_per_uid ? c->max_targets_per_uid : c->max_targets / 4;
+	if (share < 1)
+		share = 1;
+	return share < c->max_targets ? share : c->max_targets;
+}
+
+int targets_room(const struct targets *ts, const struct config *c, uid_t uid, char *why, size_t len)
+{
+	size_t live = 0, of_uid = 0, not_root = 0;
+	for (size_t i = 0; i < ts->n; i++) {
+		const struct target *t = ts->v[i];
+		if (t->state == TARGET_EXITED)
+			continue;
+		live++;
+		of_uid += t->charged_uid == uid;
+		not_root += t->charged_uid != 0;
+	}
+	if (live >= c->max_targets)
+		return snprintf(why, len, "the daemon already profiles its maximum of %u processes "
+		                "([limits] max_targets)", c->max_targets), -1;
+	if (uid == 0)
+		return 0;
+	unsigned share = targets_uid_share(c);
+	if (of_uid >= share)
+		return snprintf(why, len, "uid %d already has its share of %u profiled processes "
+		                "([limits] max_targets_per_uid)", (int)uid, share), -1;
+	/* Root's share is kept for root's own processes, whatever the users hold. */
+	if (not_root >= c->max_targets - share)
+		return snprintf(why, len, "users other than root already hold the %u profiled processes "
+		                "open to them; the other %u are kept for root's ([limits] max_targets_per_uid)",
+		                c->max_targets - share, share), -1;
+	return 0;
+}
+
 void targets_flush(struct targets *ts)
 {
 	for (size_t i = 0; i < ts->n; i++)

@@ -25,7 +25,7 @@ Test(config, file_then_flags)
 {
 	char dir[PATH_MAX - 64], file[PATH_MAX];
 	config_file(dir, sizeof dir, file, sizeof file,
-	            "[limits]\nmax_connections = 10\nmax_targets = 7\nmax_connections_per_uid = 4\n"
+	            "[limits]\nmax_connections = 10\nmax_targets = 7\nmax_connections_per_uid = 4\nmax_targets_per_uid = 3\n"
 	            "root_reserved_connections = 20\nidle_timeout_s = 30\nrequest_timeout_s = 2\n"
 	            "[sampling]\ndefault_rate_hz = 50\nmax_rate_hz = 500\nkernel_copy = true\n"
 	            "[storage]\nflush_interval_s = 3\nretention = 600:60,7200:600\n");
@@ -39,6 +39,7 @@ Test(config, file_then_flags)
 	cr_assert_eq(c.idle_timeout_s, 30);
 	cr_assert_eq(c.request_timeout_s, 2);
 	cr_assert_eq(c.max_targets, 9, "a flag beats the file");
+	cr_assert_eq(c.max_targets_per_uid, 3);
 	cr_assert_eq(c.default_rate_hz, 50);
 	cr_assert_eq(c.max_rate_hz, 500);
 	cr_assert(c.kernel_copy, "kernel_copy = true");

@@ -7,6 +7,7 @@
  * keep their rates; the user's rates come back once the process is gone.
  * Nor do its thousands of thread states take the daemon's descriptors.
  * Making itself not dumpable, under a rule of root's, changes none of it.
+ * Nor may one user take every target slot: root and its rules keep theirs.
  */
 #include <criterion/criterion.h>
 
@@ -241,5 +242,63 @@ Test(budget, thousands_of_thread_states_take_few_descriptors)
 	cr_assert_leq(during, before + 256 + 16, "%u descriptors before, %u while sampling 4000 thread states", before,
 	              during);
 	cr_assert(daemon_alive(&d));
+	daemon_stop(&d);
+}
+
+/*
+ * nobody attaching its own sleeping processes until refused: refused at its
+ * share of max_targets (8 here: 2 each), with the limit named, and root can
+ * still attach by hand and by its rule.  Without a share the user filled
+ * max_targets and root was refused.
+ */
+#define BUDGET_SLOTS 8
+Test(budget, a_user_holds_its_share_of_the_targets_alone)
+{
+	cr_assert_eq(geteuid(), 0, "this test runs as root (it acts as another user)");
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	const struct python *py = python_for_nobody(pys, n);
+	cr_assert_not_null(py, "no interpreter found that the user nobody may run");
+	struct daemon d;
+	fleet_daemon_discovering(&d, "netlink", "1s",
+	                         "[limits]\nmax_targets = 8\n\n[rule.roots]\nmatch.cmdline = budget-roots-service\n");
+
+	const char *idle[] = {AS_NOBODY, py->path, "-I", "-c", idle_program, NULL};
+	struct test_target own[BUDGET_SLOTS];
+	for (int i = 0; i < BUDGET_SLOTS; i++)
+		test_target_start_argv(&own[i], idle);
+	attach_as_nobody(&d, own[0].pid, "nobody's first process");
+	int attached = 1;
+	char refusal[512] = "";
+	for (int i = 1; i < BUDGET_SLOTS && !refusal[0]; i++) {
+		char p[16];
+		const char *attach[] = {"attach", pid_text(own[i].pid, p, sizeof p), NULL};
+		struct run_result r;
+		ctl_run(&d, &r, attach, &as_nobody);
+		if (r.exited && r.code == 0)
+			attached++;
+		else
+			snprintf(refusal, sizeof refusal, "%s", r.err ? r.err : "");
+		run_result_free(&r);
+	}
+	cr_assert(refusal[0], "nobody attached all %d of its processes, max_targets", attached);
+	cr_assert_eq(attached, BUDGET_SLOTS / 4, "nobody attached %d processes, not its share", attached);
+	const char *newline = strchr(refusal, '\n');
+	cr_assert(strstr(refusal, "max_targets_per_uid") && (!newline || !newline[1]),
+	          "the refusal does not name the limit in one line: %s", refusal);
+
+	/* Root's own, by hand and by its rule. */
+	const char *root_idle[] = {py->path, "-I", "-c", idle_program, NULL};
+	struct test_target roots;
+	test_target_start_argv(&roots, root_idle);
+	ctl_attach_at(&d, roots.pid, "100");
+	pid_t service = fleet_spawn(fleet_python(pys), "budget-roots-service");
+	json_decref(fleet_entry_by_marker(&d, "budget-roots-service", "root's service, attached by its rule"));
+	json_decref(entry_when(&d, roots.pid, sampled_a_while, "sampled"));
+
+	fleet_kill(service);
+	test_target_kill(&roots);
+	for (int i = 0; i < BUDGET_SLOTS; i++)
+		test_target_kill(&own[i]);
 	daemon_stop(&d);
 }
