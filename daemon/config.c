@@ -298,6 +298,8 @@ struct file_ctx {
 	char skipping[80];  /* a section of that file the config file overrides */
 };
 
+_Static_assert(CONFIG_LINE_MAX <= INI_MAX_LINE - 2, "inih reads no longer line than INI_MAX_LINE - 2");
+
 /* The rule prefix of a section name. */
 #define RULE_SECTION "rule."
 /* Above any max_rate_hz the config may set. */
@@ -313,14 +315,15 @@ static char *config_next_line(char *str, int num, void *stream)
 		return NULL;
 	ctx->line++;
 	size_t len = strlen(str);
-	if (len == (size_t)num - 1 && str[len - 1] != '\n' && !feof(ctx->file)) {
+	bool cut = len == (size_t)num - 1 && str[len - 1] != '\n' && !feof(ctx->file);
+	if (cut || len - (len && str[len - 1] == '\n') > CONFIG_LINE_MAX) {
 		/* inih would take the rest for a line of its own: say what is wrong instead. */
 		int ch;
-		while ((ch = fgetc(ctx->file)) != EOF && ch != '\n')
+		while (cut && (ch = fgetc(ctx->file)) != EOF && ch != '\n')
 			;
 		if (!ctx->bad_line) {
 			ctx->bad_line = ctx->line;
-			snprintf(ctx->why, sizeof ctx->why, "the line is longer than %d characters", num - 2);
+			snprintf(ctx->why, sizeof ctx->why, "the line is longer than %d characters", CONFIG_LINE_MAX);
 		}
 		str[0] = '\0';
 		return str;

@@ -280,6 +280,12 @@ int rules_save_without(const struct rules *rs, size_t at, const char *path, char
 void rules_free(struct rules *rs);
 
 /* config.c */
+/*
+ * The longest line a config file may hold, its newline aside: inih reads
+ * no more, and a rule added by RPC is saved as such a line, so rule_set
+ * refuses a setting that would not fit.
+ */
+#define CONFIG_LINE_MAX 198
 struct config {
 	char *state_dir;
 	char *socket_path;

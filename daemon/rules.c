@@ -281,9 +281,16 @@ int rule_set(struct rule *r, const char *key, const char *value, unsigned max_ra
              size_t why_len)
 {
 	snprintf(why, why_len, "out of memory");
-	if (strlen(value) > 4096)
-		return snprintf(why, why_len, "%s: the value is longer than 4096 bytes", key), -1;
-	/* It must read back the same from a config file, where these start a comment. */
+	/*
+	 * It is saved as the line "KEY=VALUE" (rules_write_one), the shortest a
+	 * config file may hold it in, and must read back the same from there.
+	 */
+	size_t line_len = strlen(key) + 1 + strlen(value);
+	if (line_len > CONFIG_LINE_MAX)
+		return snprintf(why, why_len, "%s: KEY=VALUE is %zu characters, over the %d of a config file's line",
+		                key, line_len, CONFIG_LINE_MAX),
+		       -1;
+	/* There, these start a comment. */
 	for (const char *p = value; *p; p++)
 		if ((unsigned char)*p < 0x20 || *p == 0x7f)
 			return snprintf(why, why_len, "%s: the value holds a control character", key), -1;
@@ -420,7 +427,7 @@ static void rules_write_one(FILE *out, const struct rule *r)
 {
 	fprintf(out, "\n[rule.%s]\n", r->name);
 	for (size_t i = 0; i < r->settings.n; i++)
-		fprintf(out, "%s = %s\n", r->settings.keys[i], r->settings.values[i]);
+		fprintf(out, "%s=%s\n", r->settings.keys[i], r->settings.values[i]);
 }
 
 /* The file of RPC rules, with `skip` left out and `extra` at `at`; see rules_save_with. */

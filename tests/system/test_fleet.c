@@ -218,6 +218,50 @@ Test(fleet, rules_by_rpc_outlive_a_restart)
 	daemon_stop(&d);
 }
 
+/*
+ * The longest setting `rules add` takes is saved as a line the config reader
+ * reads back, so the daemon starts again with it; one byte more is refused
+ * by `rules add` itself, in one line.
+ */
+Test(fleet, the_longest_rule_added_by_rpc_survives_a_restart)
+{
+	char config[PATH_MAX];
+	struct daemon d;
+	fleet_daemon(&d, "[sampling]\ndefault_rate_hz = 10\n", config, sizeof config);
+	/* "match.cmdline=" and the value fill a config file's line, 198 characters. */
+	char longest[198 - sizeof "match.cmdline=" + 1 + 1], setting[256];
+	memset(longest, 'x', sizeof longest - 1);
+	longest[sizeof longest - 1] = '\0';
+	snprintf(setting, sizeof setting, "match.cmdline=%s", longest);
+	cr_assert_eq(strlen(setting), 198);
+	const char *add[] = {"rules", "add", "long", setting, NULL};
+	ctl_ok(&d, add);
+	char over[256];
+	snprintf(over, sizeof over, "%sy", setting);
+	const char *add_over[] = {"rules", "add", "longer", over, NULL};
+	struct run_result r;
+	ctl_run(&d, &r, add_over, NULL);
+	cr_assert(r.exited && r.code == 1, "one byte more: exit %d, %s", r.code, r.err);
+	const char *says = "match.cmdline: KEY=VALUE is 199 characters, over the 198 of a config file's line";
+	cr_assert(strstr(r.err, says) && strchr(r.err, '\n') == r.err + r.err_len - 1,
+	          "one clear line, got: %s", r.err);
+	run_result_free(&r);
+	daemon_stop(&d);
+
+	char state[PATH_MAX];
+	snprintf(state, sizeof state, "%s", d.state);
+	const char *extra[] = {"--config", config, "--state-dir", state, NULL};
+	daemon_start(&d, extra);
+	static const char *const list[] = {"rules", NULL};
+	json_t *doc = ctl_json(&d, list), *rules = json_object_get(doc, "rules");
+	cr_assert_eq(json_array_size(rules), 1, "%s", json_dumps(rules, JSON_COMPACT));
+	json_t *kept = json_array_get(rules, 0);
+	cr_assert_str_eq(jstr(kept, "name"), "long");
+	cr_assert_str_eq(jstr(json_object_get(kept, "settings"), "match.cmdline"), longest);
+	json_decref(doc);
+	daemon_stop(&d);
+}
+
 /* Bad rules are refused, naming the file and the line; a reload keeps the rules that run. */
 Test(fleet, bad_rules_name_file_and_line_and_keep_the_running_ones)
 {
