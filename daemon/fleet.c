@@ -76,23 +76,21 @@ static struct server *fleet_server(struct fleet *f)
 
 /* ---- labels ---- */
 
-/*
- * Keys a label set takes at most: a process's own (bounded by proc_facts),
- * and room for what the daemon and a rule add.  Past it, new keys are left out.
- */
-#define FLEET_LABELS_MAX (PROC_FACTS_LABELS_MAX + 16)
-
 /* A label set being built: a later put of a key replaces the earlier value. */
 struct fleet_labels {
 	struct labels l;
 	bool failed; /* out of memory on the way: nothing is given */
 };
 
-/* key = value, unless value is empty (nothing found is no label) or the set is full. */
+/*
+ * key = value, unless value is empty (nothing found is no label) or the set
+ * is full: the bounds of each kind of label keep it below what the store
+ * takes, and a set past it would never be stored.
+ */
 static void fleet_labels_put(struct fleet_labels *l, const char *key, const char *value)
 {
 	if (!value || !*value || l->failed ||
-	    (l->l.n == FLEET_LABELS_MAX && !labels_get(&l->l, key)))
+	    (l->l.n == TARGET_LABELS_MAX && !labels_get(&l->l, key)))
 		return;
 	if (labels_put(&l->l, key, value) != 0)
 		l->failed = true;
@@ -114,6 +112,16 @@ static int fleet_labels_give(struct fleet_labels *l, struct target_params *p)
 	p->labels = l->l;
 	l->l = (struct labels){0};
 	return 0;
+}
+
+/* Once an attach: the process's own labels that were left out, and why. */
+static void fleet_labels_say_left_out(const struct proc_facts *facts)
+{
+	if (facts->bad_labels)
+		log_warn("pid %d: %u of its own labels (PYPROFD_LABELS) left out: it may give %d, "
+		         "KEY=VALUE, keys up to %d bytes, values up to %d",
+		         (int)facts->pid, facts->bad_labels, LABELS_OWN_MAX, LABELS_OWN_KEY_MAX,
+		         LABELS_OWN_VALUE_MAX);
 }
 
 static const char *fleet_base_name(const char *path)
@@ -140,6 +148,7 @@ int fleet_hand_labels(pid_t pid, const char *python_version, const struct target
 	if (proc_facts_read(pid, PROC_FACTS_ENVIRONMENT, &facts) == 0) {
 		fleet_labels_found(&l, &facts, python_version);
 		fleet_labels_put_all(&l, &facts.labels);
+		fleet_labels_say_left_out(&facts);
 	}
 	proc_facts_free(&facts);
 	/* Attached again without labels: it keeps those it had, but no rule's or parent's. */
@@ -334,6 +343,7 @@ static enum fleet_verdict fleet_attach(struct fleet *f, struct fleet_waiting *w,
 			         (int)facts->pid, rule->name, strerror(why));
 			return FLEET_DONE;
 		}
+		fleet_labels_say_left_out(facts);
 	}
 	struct target_params params = {.rate_hz = s->config.default_rate_hz,
 	                               .max_sample_ns = s->config.max_sample_ns,

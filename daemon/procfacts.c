@@ -44,10 +44,20 @@ bool proc_facts_label_ok(const char *key, const char *value)
 	return true;
 }
 
+/* How many labels, and how long, a text of labels may give. */
+struct proc_facts_bounds {
+	size_t labels, key, value;
+};
+static const struct proc_facts_bounds proc_facts_given = {LABELS_GIVEN_MAX, PROC_FACTS_LABEL_KEY_MAX,
+                                                          PROC_FACTS_LABEL_VALUE_MAX};
+static const struct proc_facts_bounds proc_facts_own = {LABELS_OWN_MAX, LABELS_OWN_KEY_MAX,
+                                                        LABELS_OWN_VALUE_MAX};
+
 /* One label into f, the last of a repeated key winning; -1 out of memory. */
-static int proc_facts_put_label(struct proc_facts *f, const char *key, const char *value)
+static int proc_facts_put_label(struct proc_facts *f, const struct proc_facts_bounds *b, const char *key,
+                                const char *value)
 {
-	if (f->labels.n == PROC_FACTS_LABELS_MAX && !labels_get(&f->labels, key)) {
+	if (f->labels.n >= b->labels && !labels_get(&f->labels, key)) {
 		f->bad_labels++;
 		return 0;
 	}
@@ -68,7 +78,7 @@ static bool proc_facts_trimmed(const char *s, size_t len, char *out, size_t cap)
 	return true;
 }
 
-int proc_facts_parse_labels(const char *value, struct proc_facts *f)
+static int proc_facts_parse(const char *value, const struct proc_facts_bounds *b, struct proc_facts *f)
 {
 	const char *p = value;
 	/* Entries are bounded by the value's length: each one consumes at least its comma. */
@@ -80,9 +90,9 @@ int proc_facts_parse_labels(const char *value, struct proc_facts *f)
 		if (!blank) {
 			if (!eq || !proc_facts_trimmed(p, (size_t)(eq - p), key, sizeof key) ||
 			    !proc_facts_trimmed(eq + 1, len - (size_t)(eq - p) - 1, val, sizeof val) ||
-			    !proc_facts_label_ok(key, val))
+			    !proc_facts_label_ok(key, val) || strlen(key) > b->key || strlen(val) > b->value)
 				f->bad_labels++;
-			else if (proc_facts_put_label(f, key, val) != 0)
+			else if (proc_facts_put_label(f, b, key, val) != 0)
 				return -1;
 		}
 		p += len;
@@ -90,6 +100,11 @@ int proc_facts_parse_labels(const char *value, struct proc_facts *f)
 			p++;
 	}
 	return 0;
+}
+
+int proc_facts_parse_labels(const char *value, struct proc_facts *f)
+{
+	return proc_facts_parse(value, &proc_facts_given, f);
 }
 
 /*
@@ -315,7 +330,7 @@ int proc_facts_read_environment(pid_t pid, struct proc_facts *f)
 		size_t entry = strnlen(env + at, (size_t)(elen - at));
 		if (entry >= sizeof name - 1 && strncmp(env + at, name, sizeof name - 1) == 0) {
 			env[at + (ssize_t)entry] = '\0';
-			if (proc_facts_parse_labels(env + at + sizeof name - 1, f) != 0) {
+			if (proc_facts_parse(env + at + sizeof name - 1, &proc_facts_own, f) != 0) {
 				free(env);
 				errno = ENOMEM;
 				return -1;

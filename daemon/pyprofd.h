@@ -183,7 +183,18 @@ void functions_sort(struct functions *fs, enum functions_order order);
  * put it, and the labels it gives itself in its environment.
  */
 #define PROC_FACTS_NAME_MAX 256
-#define PROC_FACTS_LABELS_MAX 64
+/*
+ * A target's labels, bounded so the whole set fits what the store keeps:
+ * those the daemon finds or sets (exe, python, unit, container, rule,
+ * parent), those a rule or an attach gives, and the process's own
+ * (PYPROFD_LABELS), each own one KEY=VALUE of bounded size.
+ */
+#define LABELS_FOUND_MAX 6
+#define LABELS_GIVEN_MAX 42
+#define LABELS_OWN_MAX 16
+#define LABELS_OWN_KEY_MAX 64
+#define LABELS_OWN_VALUE_MAX 256
+#define TARGET_LABELS_MAX (LABELS_FOUND_MAX + LABELS_GIVEN_MAX + LABELS_OWN_MAX)
 struct proc_facts {
 	pid_t pid, ppid;
 	uint64_t start_time; /* clock ticks after boot, as uw_process_identity gives it */
@@ -193,7 +204,7 @@ struct proc_facts {
 	char unit[PROC_FACTS_NAME_MAX];      /* the systemd unit of its cgroup ("api.service"); "" */
 	char container[PROC_FACTS_NAME_MAX]; /* the container id of its cgroup; "" */
 	struct labels labels; /* PYPROFD_LABELS=k=v,k=v from its environment (only with PROC_FACTS_ENVIRONMENT) */
-	unsigned bad_labels; /* entries of PYPROFD_LABELS that were not k=v, or too many or too long */
+	unsigned bad_labels; /* entries of PYPROFD_LABELS left out: not k=v, too many or too long */
 };
 #define PROC_FACTS_ENVIRONMENT 1u /* also read /proc/PID/environ (larger; only when attaching) */
 /*
@@ -211,7 +222,10 @@ int proc_facts_read_environment(pid_t pid, struct proc_facts *f);
 /* The unit and container of a /proc/PID/cgroup text (v1, v2 or both), each "" when none. */
 void proc_facts_parse_cgroup(const char *text, char *unit, size_t unit_len, char *container,
                              size_t container_len);
-/* PYPROFD_LABELS's value into f's labels (appended); entries that are not valid are counted. */
+/*
+ * A rule's labels setting into f's labels (appended): at most
+ * LABELS_GIVEN_MAX; entries that are not valid are counted.
+ */
 int proc_facts_parse_labels(const char *value, struct proc_facts *f);
 /* Whether a label key (1 to 128 characters, no '=', ',' or control characters) and value (up to 1024) may be stored. */
 bool proc_facts_label_ok(const char *key, const char *value);

@@ -6,7 +6,6 @@
 #include "pyprofd.h"
 #include "rpc_handlers.h"
 
-#define LABELS_MAX 64
 #define LABEL_KEY_MAX 128
 #define LABEL_VALUE_MAX 1024
 
@@ -40,9 +39,9 @@ static int rpc_attach_params(struct server *s, const Pyprofd__AttachRequest *req
 	p->duration_s = req->duration_s;
 	p->flags = (req->native ? UW_SNAP_NATIVE : 0u) | (req->gc ? UW_SNAP_GC : 0u);
 	p->no_write = req->no_write;
-	if (req->n_labels > LABELS_MAX) {
+	if (req->n_labels > LABELS_GIVEN_MAX) {
 		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST, "more than %d labels",
-		          LABELS_MAX);
+		          LABELS_GIVEN_MAX);
 		return -1;
 	}
 	for (size_t i = 0; i < req->n_labels; i++) {

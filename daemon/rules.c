@@ -157,7 +157,7 @@ static int rule_set_labels(struct rule *r, const char *value, char *why, size_t 
 		snprintf(why, why_len,
 		         "labels are KEY=VALUE, separated by commas, at most %d (keys 1 to 128 "
 		         "characters without '=' or ','; values up to 1024)",
-		         PROC_FACTS_LABELS_MAX);
+		         LABELS_GIVEN_MAX);
 		return -1;
 	}
 	for (size_t i = 0; i < parsed.labels.n; i++)

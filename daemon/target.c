@@ -22,6 +22,8 @@
 #include "pyprofd.h"
 #include "store.h"
 
+_Static_assert(TARGET_LABELS_MAX <= STORE_MAX_LABELS, "a target's labels fit what the store keeps of it");
+
 #define CMDLINE_MAX 4096
 
 static char *target_read_executable(pid_t pid)

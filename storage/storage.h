@@ -24,9 +24,6 @@
 /* Stacks deeper than this are corrupt (the unwinder stops at 8192 frames). */
 #define STORE_MAX_DEPTH 8192
 
-/* Labels a target or a query may carry; past this a batch or query is refused. */
-#define STORE_MAX_LABELS 64
-
 /* How long a connection waits on another's lock before SQLITE_BUSY. */
 #define STORE_BUSY_TIMEOUT_MS 5000
 /* The writer connection's page cache, in KiB (a string for its PRAGMA): schema.c says why. */

@@ -23,6 +23,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+/* Labels a target or a query may carry; past this a batch or query is refused. */
+#define STORE_MAX_LABELS 64
+
 struct store_error {
 	char msg[256];
 };

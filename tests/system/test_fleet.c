@@ -527,6 +527,62 @@ Test(fleet, processes_label_themselves_from_their_environment)
 	daemon_stop(&d);
 }
 
+/* How many lines of text hold needle. */
+static unsigned lines_holding(const char *text, const char *needle)
+{
+	unsigned n = 0;
+	for (const char *at = text; (at = strstr(at, needle)); at += strlen(needle))
+		n++;
+	return n;
+}
+
+/*
+ * A process that gives itself 63 labels is stored like any other: it keeps
+ * 16 of them, and the log says once what was left out.
+ */
+Test(fleet, a_process_with_too_many_labels_of_its_own_is_stored)
+{
+	struct python pys[PYTHONS_MAX];
+	const struct python *py = fleet_python(pys);
+	char config[PATH_MAX];
+	struct daemon d;
+	fleet_daemon(&d,
+	             "[storage]\nflush_interval_s = 1\n"
+	             "[rule.many]\nmatch.cmdline = fleet-many-labels\nlabels = service=many\n",
+	             config, sizeof config);
+	char env[4096] = "PYPROFD_LABELS=";
+	for (int i = 0; i < 63; i++)
+		snprintf(env + strlen(env), sizeof env - strlen(env), "%sk%d=v%d", i ? "," : "", i, i);
+	char *const labelled[] = {"env", env, (char *)py->path, "-c", (char *)idle_program, "fleet-many-labels", NULL};
+	pid_t pid = spawn_process(labelled, NULL);
+	json_t *e = entry_when(&d, pid, fleet_sampling, "attached by its rule");
+	json_t *labels = json_object_get(e, "labels");
+	cr_assert_str_eq(fleet_label(e, "service"), "many");
+	cr_assert_str_eq(fleet_label(e, "rule"), "many");
+	cr_assert_str_eq(fleet_label(e, "k15"), "v15", "the first 16 of its own are kept");
+	cr_assert_null(fleet_label(e, "k16"), "past 16 of its own: %s", json_dumps(labels, JSON_COMPACT));
+	cr_assert_leq(json_object_size(labels), 64);
+	json_decref(e);
+
+	json_decref(entry_when(&d, pid, sampled_a_while, "sampled a while"));
+	fleet_kill(pid);
+	daemon_stop(&d);
+	char *log = daemon_log(&d);
+	cr_assert_eq(lines_holding(log, "out of memory"), 0, "%s", log);
+	cr_assert_eq(lines_holding(log, "47 of its own labels (PYPROFD_LABELS) left out"), 1, "%s", log);
+	free(log);
+
+	/* Started again: what a query finds now is what the file holds. */
+	char state[PATH_MAX];
+	snprintf(state, sizeof state, "%s", d.state);
+	const char *extra[] = {"--config", config, "--state-dir", state, NULL};
+	daemon_start(&d, extra);
+	char p[16];
+	const char *by_pid[] = {"--pid", pid_text(pid, p, sizeof p), NULL};
+	cr_assert_gt(query_total(&d, by_pid, NULL), 0, "its samples never reached the file");
+	daemon_stop(&d);
+}
+
 /* match.exe globs the name a program was started by, a symlink's included, as well as the file it runs. */
 Test(fleet, executables_match_by_their_symlink_name)
 {
