@@ -114,6 +114,20 @@ static int fleet_labels_give(struct fleet_labels *l, struct target_params *p)
 	return 0;
 }
 
+/*
+ * The process's own labels, each under LABELS_OWN_PREFIX: a process may
+ * say what it likes of itself, never what the daemon found or a rule gave.
+ */
+static void fleet_labels_own(struct fleet_labels *l, const struct labels *own)
+{
+	for (size_t i = 0; i < own->n && !l->failed; i++) {
+		char key[sizeof LABELS_OWN_PREFIX + LABELS_OWN_KEY_MAX];
+		if (snprintf(key, sizeof key, "%s%s", LABELS_OWN_PREFIX, own->keys[i]) < (int)sizeof key &&
+		    !labels_get(&l->l, key))
+			fleet_labels_put(l, key, own->values[i]);
+	}
+}
+
 /* Once an attach: the process's own labels that were left out, and why. */
 static void fleet_labels_say_left_out(const struct proc_facts *facts)
 {
@@ -147,15 +161,19 @@ int fleet_hand_labels(pid_t pid, const char *python_version, const struct target
 	struct fleet_labels l = {0};
 	if (proc_facts_read(pid, PROC_FACTS_ENVIRONMENT, &facts) == 0) {
 		fleet_labels_found(&l, &facts, python_version);
-		fleet_labels_put_all(&l, &facts.labels);
+		fleet_labels_own(&l, &facts.labels);
 		fleet_labels_say_left_out(&facts);
 	}
 	proc_facts_free(&facts);
-	/* Attached again without labels: it keeps those it had, but no rule's or parent's. */
+	/*
+	 * Attached again without labels: it keeps those it had, but no rule's or
+	 * parent's, and its own as it says them now.
+	 */
 	if (!p->labels.n && before)
 		for (size_t i = 0; i < before->labels.n; i++)
 			if (strcmp(before->labels.keys[i], "rule") != 0 &&
-			    strcmp(before->labels.keys[i], "parent") != 0)
+			    strcmp(before->labels.keys[i], "parent") != 0 &&
+			    !proc_facts_label_is_own(before->labels.keys[i]))
 				fleet_labels_put(&l, before->labels.keys[i], before->labels.values[i]);
 	/* What the person attaching said wins over what was found. */
 	fleet_labels_put_all(&l, &p->labels);
@@ -366,9 +384,8 @@ static enum fleet_verdict fleet_attach(struct fleet *f, struct fleet_waiting *w,
 			params.mode = rule->mode;
 		params.async_mode = rule->async_mode;
 		fleet_labels_put_all(&l, &rule->labels);
-		/* A service's own labels say more about it than a rule written for many. */
-		fleet_labels_put_all(&l, &facts->labels);
 		fleet_labels_put(&l, "rule", rule->name);
+		fleet_labels_own(&l, &facts->labels);
 	}
 	if (params.rate_hz > s->config.max_rate_hz)
 		params.rate_hz = s->config.max_rate_hz;
@@ -590,8 +607,8 @@ static void fleet_reconsider(struct fleet *f, struct target *t)
 		struct fleet_labels l = {0};
 		fleet_labels_found(&l, &facts, t->python_version);
 		fleet_labels_put_all(&l, &rule->labels);
-		fleet_labels_put_all(&l, &facts.labels);
 		fleet_labels_put(&l, "rule", rule->name);
+		fleet_labels_own(&l, &facts.labels);
 		char *name = strdup(rule->name);
 		if (params.rate_hz > s->config.max_rate_hz)
 			params.rate_hz = s->config.max_rate_hz;

@@ -44,6 +44,11 @@ bool proc_facts_label_ok(const char *key, const char *value)
 	return true;
 }
 
+bool proc_facts_label_is_own(const char *key)
+{
+	return strncmp(key, LABELS_OWN_PREFIX, strlen(LABELS_OWN_PREFIX)) == 0;
+}
+
 /* How many labels, and how long, a text of labels may give. */
 struct proc_facts_bounds {
 	size_t labels, key, value;

@@ -187,8 +187,11 @@ void functions_sort(struct functions *fs, enum functions_order order);
  * A target's labels, bounded so the whole set fits what the store keeps:
  * those the daemon finds or sets (exe, python, unit, container, rule,
  * parent), those a rule or an attach gives, and the process's own
- * (PYPROFD_LABELS), each own one KEY=VALUE of bounded size.
+ * (PYPROFD_LABELS), each own one KEY=VALUE of bounded size.  The process's
+ * own are kept under a prefix no other label may take, so a process can
+ * never pass for what the daemon found or a rule said.
  */
+#define LABELS_OWN_PREFIX "self."
 #define LABELS_FOUND_MAX 6
 #define LABELS_GIVEN_MAX 42
 #define LABELS_OWN_MAX 16
@@ -229,6 +232,8 @@ void proc_facts_parse_cgroup(const char *text, char *unit, size_t unit_len, char
 int proc_facts_parse_labels(const char *value, struct proc_facts *f);
 /* Whether a label key (1 to 128 characters, no '=', ',' or control characters) and value (up to 1024) may be stored. */
 bool proc_facts_label_ok(const char *key, const char *value);
+/* Whether a label key is one of a process's own (LABELS_OWN_PREFIX), which nothing else may give. */
+bool proc_facts_label_is_own(const char *key);
 
 /* rules.c */
 /* match.python: the runtime's major.minor against one bound. */

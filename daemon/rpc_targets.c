@@ -54,6 +54,13 @@ static int rpc_attach_params(struct server *s, const Pyprofd__AttachRequest *req
 			          LABEL_KEY_MAX, LABEL_VALUE_MAX);
 			return -1;
 		}
+		if (proc_facts_label_is_own(k)) {
+			rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST,
+			          "the label '%s' is the process's own (PYPROFD_LABELS), under '" LABELS_OWN_PREFIX
+			          "', for it alone to set",
+			          k);
+			return -1;
+		}
 	}
 	for (size_t i = 0; i < req->n_labels; i++)
 		if (labels_put(&p->labels, req->labels[i]->key, req->labels[i]->value) != 0) {

@@ -161,8 +161,12 @@ static int rule_set_labels(struct rule *r, const char *value, char *why, size_t 
 		return -1;
 	}
 	for (size_t i = 0; i < parsed.labels.n; i++)
-		if (strcmp(parsed.labels.keys[i], "rule") == 0 || strcmp(parsed.labels.keys[i], "parent") == 0) {
-			snprintf(why, why_len, "the label '%s' is the daemon's to set", parsed.labels.keys[i]);
+		if (strcmp(parsed.labels.keys[i], "rule") == 0 || strcmp(parsed.labels.keys[i], "parent") == 0 ||
+		    proc_facts_label_is_own(parsed.labels.keys[i])) {
+			snprintf(why, why_len, "the label '%s' is %s to set", parsed.labels.keys[i],
+			         proc_facts_label_is_own(parsed.labels.keys[i])
+			             ? "the process's own (PYPROFD_LABELS), under '" LABELS_OWN_PREFIX "', for it alone"
+			             : "the daemon's");
 			proc_facts_free(&parsed);
 			return -1;
 		}

@@ -484,7 +484,10 @@ Test(fleet, rules_changed_by_sighup_and_rpc_apply_to_running_processes)
 	daemon_stop(&d);
 }
 
-/* A service labels itself (PYPROFD_LABELS); its own labels win over a rule's, a person's over both. */
+/*
+ * A service labels itself (PYPROFD_LABELS): its own labels are kept under
+ * "self.", beside a rule's and a person's, never in their place.
+ */
 Test(fleet, processes_label_themselves_from_their_environment)
 {
 	struct python pys[PYTHONS_MAX];
@@ -498,16 +501,20 @@ Test(fleet, processes_label_themselves_from_their_environment)
 	pid_t ruled = spawn_process(labelled, NULL);
 	json_t *e = entry_when(&d, ruled, fleet_sampling, "attached by its rule");
 	cr_assert_str_eq(fleet_label(e, "service"), "from-rule");
-	cr_assert_str_eq(fleet_label(e, "team"), "core", "the process's own label lost to the rule's");
-	cr_assert_str_eq(fleet_label(e, "tier"), "1");
-	cr_assert_null(fleet_label(e, "not-a-label"));
-	cr_assert_null(fleet_label(e, ""));
+	cr_assert_str_eq(fleet_label(e, "team"), "rule-team", "the process's own label took the rule's");
+	cr_assert_str_eq(fleet_label(e, "self.team"), "core");
+	cr_assert_str_eq(fleet_label(e, "self.tier"), "1");
+	cr_assert_null(fleet_label(e, "tier"));
+	cr_assert_null(fleet_label(e, "self.not-a-label"));
+	cr_assert_null(fleet_label(e, "self."));
 	json_decref(e);
 
 	char *const by_hand[] = {"env", "PYPROFD_LABELS=team=core,tier=1", (char *)py->path, "-c",
 	                         (char *)idle_program, "fleet-env-2", NULL};
 	pid_t hand = spawn_process(by_hand, NULL);
 	char p[16];
+	const char *own_key[] = {"attach", pid_text(hand, p, sizeof p), "--label", "self.tier=9", NULL};
+	ctl_expect_failure(&d, own_key, 1, NULL, "a label under the process's own prefix, given at attach");
 	const char *attach[] = {"attach", pid_text(hand, p, sizeof p), "--label", "tier=9", NULL};
 	for (int i = 0; i < 100; i++) {
 		struct run_result r;
@@ -519,11 +526,91 @@ Test(fleet, processes_label_themselves_from_their_environment)
 		pause_ms(100); /* until its interpreter has started */
 	}
 	e = entry_when(&d, hand, fleet_sampling, "attached by hand");
-	cr_assert_str_eq(fleet_label(e, "team"), "core");
-	cr_assert_str_eq(fleet_label(e, "tier"), "9", "the label given at attach lost to the process's own");
+	cr_assert_str_eq(fleet_label(e, "self.team"), "core");
+	cr_assert_str_eq(fleet_label(e, "tier"), "9");
+	cr_assert_str_eq(fleet_label(e, "self.tier"), "1");
+	cr_assert_null(fleet_label(e, "team"));
 	json_decref(e);
 	fleet_kill(ruled);
 	fleet_kill(hand);
+	daemon_stop(&d);
+}
+
+/* The pids of the processes a query by one label finds (`query --format processes`). */
+static bool query_finds(const struct daemon *d, const char *label, pid_t pid, const struct run_opts *who)
+{
+	const char *args[] = {"query", "--label", label, "--since", "1h", "--format", "processes", "--json", NULL};
+	struct run_result r;
+	ctl_run(d, &r, args, who);
+	char why[512];
+	cr_assert(r.exited && r.code == 0, "query --label %s: %s", label, run_describe(&r, why, sizeof why));
+	json_t *list = json_loadb(r.out, r.out_len, 0, NULL);
+	cr_assert(json_is_array(list), "query --label %s printed no list: %s", label, r.out);
+	run_result_free(&r);
+	bool found = false;
+	size_t i;
+	json_t *proc;
+	json_array_foreach(list, i, proc)
+		found = found || jint(proc, "pid") == pid;
+	json_decref(list);
+	return found;
+}
+
+/*
+ * A plain user's process that claims to be root's payments service (its
+ * service, unit, container, program and pid) keeps what the daemon found
+ * and root's rule gave: root's `query --label service=payments` finds the
+ * real service alone, and the claims are the process's own, under "self.".
+ */
+Test(fleet, a_users_process_cannot_pass_for_another_service)
+{
+	cr_assert_eq(geteuid(), 0, "this test runs as root (it acts as another user)");
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	const struct python *py = python_for_nobody(pys, n);
+	cr_assert_not_null(py, "no interpreter found that the user nobody may run");
+	char config[PATH_MAX];
+	struct daemon d;
+	fleet_daemon(&d,
+	             "[rule.payments]\nmatch.uid = 0\nmatch.cmdline = fleet-claim-payments\nlabels = service=payments\n"
+	             "[rule.users]\nmatch.uid = nobody\nmatch.cmdline = fleet-claim-user\nlabels = service=user-jobs\n",
+	             config, sizeof config);
+	char *const real[] = {(char *)py->path, "-I", "-c", (char *)idle_program, "fleet-claim-payments", NULL};
+	pid_t payments = spawn_process(real, NULL);
+	char *const claiming[] = {"env",
+	                          "PYPROFD_LABELS=service=payments,unit=payments.service,"
+	                          "container=0123456789abcdef0123,exe=payments,python=9.9,pid=1,rule=payments,"
+	                          "team=core",
+	                          AS_NOBODY, (char *)py->path, "-I", "-c", (char *)idle_program, "fleet-claim-user", NULL};
+	pid_t user = spawn_process(claiming, NULL);
+	json_t *e = fleet_entry_by_marker(&d, "fleet-claim-user", "attached by the users' rule");
+	pid_t claimer = (pid_t)jint(e, "pid");
+	cr_assert_eq(claimer, user, "env and setpriv run the interpreter in their own process");
+	cr_assert_eq(jint(e, "uid"), NOBODY_UID);
+	cr_assert_str_eq(fleet_label(e, "service"), "user-jobs", "the process's claim took the rule's service");
+	cr_assert_str_eq(fleet_label(e, "rule"), "users");
+	const char *unit = fleet_label(e, "unit"), *container = fleet_label(e, "container");
+	cr_assert(!unit || strcmp(unit, "payments.service") != 0, "it passed for the unit payments.service");
+	cr_assert(!container || strcmp(container, "0123456789abcdef0123") != 0, "it passed for a container");
+	cr_assert(strncmp(fleet_label(e, "exe"), "python", 6) == 0, "exe: %s", fleet_label(e, "exe"));
+	cr_assert(strcmp(fleet_label(e, "python"), "9.9") != 0, "it passed for another runtime");
+	cr_assert_null(fleet_label(e, "pid"));
+	cr_assert_str_eq(fleet_label(e, "self.service"), "payments");
+	cr_assert_str_eq(fleet_label(e, "self.unit"), "payments.service");
+	cr_assert_str_eq(fleet_label(e, "self.container"), "0123456789abcdef0123");
+	cr_assert_str_eq(fleet_label(e, "self.team"), "core");
+	json_decref(e);
+	json_decref(entry_when(&d, claimer, sampled_a_while, "the claiming process sampled"));
+	json_decref(entry_when(&d, payments, sampled_a_while, "the real service sampled"));
+
+	cr_assert(query_finds(&d, "service=payments", payments, NULL), "root's query lost its service");
+	cr_assert(!query_finds(&d, "service=payments", claimer, NULL),
+	          "root's query by service=payments found nobody's process");
+	cr_assert(query_finds(&d, "self.service=payments", claimer, NULL), "its own labels are not queryable");
+	static const struct run_opts as_nobody = {.drop_privileges = true, .uid = NOBODY_UID, .gid = NOBODY_GID};
+	cr_assert(query_finds(&d, "self.team=core", claimer, &as_nobody), "its user cannot find it by its own label");
+	fleet_kill(user);
+	fleet_kill(payments);
 	daemon_stop(&d);
 }
 
@@ -559,8 +646,8 @@ Test(fleet, a_process_with_too_many_labels_of_its_own_is_stored)
 	json_t *labels = json_object_get(e, "labels");
 	cr_assert_str_eq(fleet_label(e, "service"), "many");
 	cr_assert_str_eq(fleet_label(e, "rule"), "many");
-	cr_assert_str_eq(fleet_label(e, "k15"), "v15", "the first 16 of its own are kept");
-	cr_assert_null(fleet_label(e, "k16"), "past 16 of its own: %s", json_dumps(labels, JSON_COMPACT));
+	cr_assert_str_eq(fleet_label(e, "self.k15"), "v15", "the first 16 of its own are kept");
+	cr_assert_null(fleet_label(e, "self.k16"), "past 16 of its own: %s", json_dumps(labels, JSON_COMPACT));
 	cr_assert_leq(json_object_size(labels), 64);
 	json_decref(e);
 

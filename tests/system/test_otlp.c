@@ -327,6 +327,51 @@ Test(otlp, collector_receives_what_the_history_holds, .timeout = 300)
 }
 
 /*
+ * A plain user's process attached by root's rule, claiming in its
+ * environment the service, unit and container of another: the collector
+ * gets the service the rule gave and no container, and the claims as the
+ * process's own attributes, under "self.".
+ */
+Test(otlp, a_users_claims_reach_the_collector_as_its_own_alone, .timeout = 300)
+{
+	cr_assert_eq(geteuid(), 0, "this test runs as root (it acts as another user)");
+	struct collector c;
+	collector_start(&c, 0);
+	char url[64];
+	struct otlp_test t;
+	otlp_setup(&t, collector_url(&c, url, sizeof url),
+	           "[rule.users]\nmatch.uid = nobody\nmatch.cmdline = otlp-claim-user\nlabels = service=user-jobs\n");
+	wait_exporter_started(&t.d);
+	struct python pys[PYTHONS_MAX];
+	const struct python *py = python_for_nobody(pys, pythons_supported(pys, PYTHONS_MAX));
+	cr_assert_not_null(py, "no interpreter found that the user nobody may run");
+	char *const claiming[] = {"env", "PYPROFD_LABELS=service=payments,container=0123456789abcdef0123,team=core",
+	                          AS_NOBODY, (char *)py->path, "-I", "-c", (char *)idle_program,
+	                          "otlp-claim-user", NULL};
+	t.targets[0] = spawn_process(claiming, NULL);
+	json_decref(entry_when(&t.d, t.targets[0], sampled_a_while, "attached by the users' rule"));
+	kill(t.targets[0], SIGKILL);
+	waitpid(t.targets[0], NULL, 0);
+	json_decref(entry_when(&t.d, t.targets[0], is_exited, "the target exited"));
+	wait_sent_until(&t.d, ceil(wall_now()) + 1, "after the target exited");
+
+	char *log = collector_logs(&c);
+	char p[16], want[128];
+	snprintf(want, sizeof want, "-> process.pid: Int(%s)", pid_text(t.targets[0], p, sizeof p));
+	cr_assert(strstr(log, want), "the collector got nothing of the process:\n%s", log);
+	cr_expect(strstr(log, "-> service.name: Str(user-jobs)"), "not the rule's service:\n%s", log);
+	cr_expect(!strstr(log, "-> service.name: Str(payments)"), "it passed for payments:\n%s", log);
+	cr_expect(!strstr(log, "-> container.id: Str(0123456789abcdef0123)"), "it passed for a container");
+	cr_expect(!strstr(log, "-> service: Str(payments)"), "its claim went out as the service label");
+	cr_expect(strstr(log, "-> self.service: Str(payments)"), "its own label is not sent under self.");
+	cr_expect(strstr(log, "-> self.container: Str(0123456789abcdef0123)"));
+	cr_expect(strstr(log, "-> self.team: Str(core)"));
+	free(log);
+	collector_stop(&c, SIGTERM);
+	otlp_teardown(&t);
+}
+
+/*
  * A collector down when the daemon starts, then up, then killed mid-run
  * and started again: every sample arrives once.
  */
