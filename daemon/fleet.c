@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "pyprofd.h"
 
 /* Waiting processes, at most: past it a burst's later processes are dropped (counted). */
@@ -85,15 +86,24 @@ struct fleet_labels {
 /*
  * key = value, unless value is empty (nothing found is no label) or the set
  * is full: the bounds of each kind of label keep it below what the store
- * takes, and a set past it would never be stored.
+ * takes, and a set past it would never be stored.  A value found in names
+ * the process chose (its program's, a cgroup's) has its bytes that are not
+ * UTF-8 replaced (U+FFFD), as list, query and a collector take UTF-8.
  */
 static void fleet_labels_put(struct fleet_labels *l, const char *key, const char *value)
 {
 	if (!value || !*value || l->failed ||
 	    (l->l.n == TARGET_LABELS_MAX && !labels_get(&l->l, key)))
 		return;
+	char *fixed = NULL;
+	if (check_utf8_prefix((const uint8_t *)value, strlen(value)) != strlen(value) &&
+	    !(value = fixed = export_utf8_copy(value))) {
+		l->failed = true;
+		return;
+	}
 	if (labels_put(&l->l, key, value) != 0)
 		l->failed = true;
+	free(fixed);
 }
 
 static void fleet_labels_put_all(struct fleet_labels *l, const struct labels *from)
@@ -133,7 +143,7 @@ static void fleet_labels_say_left_out(const struct proc_facts *facts)
 {
 	if (facts->bad_labels)
 		log_warn("pid %d: %u of its own labels (PYPROFD_LABELS) left out: it may give %d, "
-		         "KEY=VALUE, keys up to %d bytes, values up to %d",
+		         "KEY=VALUE in UTF-8, keys up to %d bytes, values up to %d",
 		         (int)facts->pid, facts->bad_labels, LABELS_OWN_MAX, LABELS_OWN_KEY_MAX,
 		         LABELS_OWN_VALUE_MAX);
 }

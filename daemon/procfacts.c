@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "pyprofd.h"
 
 #define PROC_FACTS_CMDLINE_MAX 4096
@@ -41,7 +42,9 @@ bool proc_facts_label_ok(const char *key, const char *value)
 	for (const char *p = value; *p; p++)
 		if ((unsigned char)*p < 0x20 || *p == 0x7f)
 			return false;
-	return true;
+	/* What a process says of itself reaches list, query and a collector, which all take UTF-8. */
+	return check_utf8_prefix((const uint8_t *)key, klen) == klen &&
+	       check_utf8_prefix((const uint8_t *)value, vlen) == vlen;
 }
 
 bool proc_facts_label_is_own(const char *key)

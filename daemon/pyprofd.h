@@ -230,7 +230,10 @@ void proc_facts_parse_cgroup(const char *text, char *unit, size_t unit_len, char
  * LABELS_GIVEN_MAX; entries that are not valid are counted.
  */
 int proc_facts_parse_labels(const char *value, struct proc_facts *f);
-/* Whether a label key (1 to 128 characters, no '=', ',' or control characters) and value (up to 1024) may be stored. */
+/*
+ * Whether a label key (1 to 128 bytes, no '=', ',' or control characters)
+ * and value (up to 1024) may be stored: both UTF-8.
+ */
 bool proc_facts_label_ok(const char *key, const char *value);
 /* Whether a label key is one of a process's own (LABELS_OWN_PREFIX), which nothing else may give. */
 bool proc_facts_label_is_own(const char *key);

@@ -155,8 +155,8 @@ static int rule_set_labels(struct rule *r, const char *value, char *why, size_t 
 	if (parsed.bad_labels) {
 		proc_facts_free(&parsed);
 		snprintf(why, why_len,
-		         "labels are KEY=VALUE, separated by commas, at most %d (keys 1 to 128 "
-		         "characters without '=' or ','; values up to 1024)",
+		         "labels are KEY=VALUE, separated by commas, at most %d (UTF-8; keys 1 to 128 "
+		         "bytes without '=' or ','; values up to 1024)",
 		         LABELS_GIVEN_MAX);
 		return -1;
 	}

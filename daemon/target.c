@@ -26,6 +26,10 @@ _Static_assert(TARGET_LABELS_MAX <= STORE_MAX_LABELS, "a target's labels fit wha
 
 #define CMDLINE_MAX 4096
 
+/*
+ * The executable's path, its bytes that are not UTF-8 replaced (U+FFFD):
+ * the process chose the name, and list, query and a collector take UTF-8.
+ */
 static char *target_read_executable(pid_t pid)
 {
 	char path[64], buf[4096];
@@ -34,11 +38,12 @@ static char *target_read_executable(pid_t pid)
 	if (len < 0)
 		return strdup("");
 	buf[len] = '\0';
-	return strdup(buf);
+	return export_utf8_copy(buf);
 }
 
 /*
- * The command line with its NULs as spaces, cut at CMDLINE_MAX bytes; NULL
+ * The command line with its NULs as spaces, cut at CMDLINE_MAX bytes, its
+ * bytes that are not UTF-8 replaced as the executable's are; NULL
  * with *err if it could not be read (then the process is gone, or could not
  * be looked at: an empty line would be kept in its history for good).
  */
@@ -63,7 +68,7 @@ static char *target_read_command_line(pid_t pid, struct uw_error *err)
 		if (buf[i] == '\0')
 			buf[i] = ' ';
 	buf[len] = '\0';
-	char *line = strdup(buf);
+	char *line = export_utf8_copy(buf);
 	if (!line) {
 		err->status = UW_ENOMEM;
 		snprintf(err->msg, sizeof err->msg, "out of memory");

@@ -327,38 +327,51 @@ Test(otlp, collector_receives_what_the_history_holds, .timeout = 300)
 }
 
 /*
+ * A process of nobody's, with its own labels and a marker in its command
+ * line, attached by root's rule and sent to c until it exited; what the
+ * collector logged (freed by the caller).
+ */
+static char *otlp_users_process_sent(struct collector *c, struct otlp_test *t, const char *own_labels,
+                                     const char *marker)
+{
+	cr_assert_eq(geteuid(), 0, "this test runs as root (it acts as another user)");
+	char url[64];
+	otlp_setup(t, collector_url(c, url, sizeof url),
+	           "[rule.users]\nmatch.uid = nobody\nmatch.cmdline = otlp-user-\nlabels = service=user-jobs\n");
+	wait_exporter_started(&t->d);
+	struct python pys[PYTHONS_MAX];
+	const struct python *py = python_for_nobody(pys, pythons_supported(pys, PYTHONS_MAX));
+	cr_assert_not_null(py, "no interpreter found that the user nobody may run");
+	char env[512];
+	snprintf(env, sizeof env, "PYPROFD_LABELS=%s", own_labels);
+	char *const argv[] = {"env", env, AS_NOBODY, (char *)py->path, "-I", "-c", (char *)idle_program,
+	                      (char *)marker, NULL};
+	t->targets[0] = spawn_process(argv, NULL);
+	json_decref(entry_when(&t->d, t->targets[0], sampled_a_while, "attached by the users' rule"));
+	kill(t->targets[0], SIGKILL);
+	waitpid(t->targets[0], NULL, 0);
+	json_decref(entry_when(&t->d, t->targets[0], is_exited, "the target exited"));
+	wait_sent_until(&t->d, ceil(wall_now()) + 1, "after the target exited");
+	char *log = collector_logs(c);
+	char p[16], want[128];
+	snprintf(want, sizeof want, "-> process.pid: Int(%s)", pid_text(t->targets[0], p, sizeof p));
+	cr_assert(strstr(log, want), "the collector got nothing of the process:\n%s", log);
+	return log;
+}
+
+/*
  * A plain user's process attached by root's rule, claiming in its
- * environment the service, unit and container of another: the collector
- * gets the service the rule gave and no container, and the claims as the
+ * environment the service and container of another: the collector gets
+ * the service the rule gave and no container, and the claims as the
  * process's own attributes, under "self.".
  */
 Test(otlp, a_users_claims_reach_the_collector_as_its_own_alone, .timeout = 300)
 {
-	cr_assert_eq(geteuid(), 0, "this test runs as root (it acts as another user)");
 	struct collector c;
 	collector_start(&c, 0);
-	char url[64];
 	struct otlp_test t;
-	otlp_setup(&t, collector_url(&c, url, sizeof url),
-	           "[rule.users]\nmatch.uid = nobody\nmatch.cmdline = otlp-claim-user\nlabels = service=user-jobs\n");
-	wait_exporter_started(&t.d);
-	struct python pys[PYTHONS_MAX];
-	const struct python *py = python_for_nobody(pys, pythons_supported(pys, PYTHONS_MAX));
-	cr_assert_not_null(py, "no interpreter found that the user nobody may run");
-	char *const claiming[] = {"env", "PYPROFD_LABELS=service=payments,container=0123456789abcdef0123,team=core",
-	                          AS_NOBODY, (char *)py->path, "-I", "-c", (char *)idle_program,
-	                          "otlp-claim-user", NULL};
-	t.targets[0] = spawn_process(claiming, NULL);
-	json_decref(entry_when(&t.d, t.targets[0], sampled_a_while, "attached by the users' rule"));
-	kill(t.targets[0], SIGKILL);
-	waitpid(t.targets[0], NULL, 0);
-	json_decref(entry_when(&t.d, t.targets[0], is_exited, "the target exited"));
-	wait_sent_until(&t.d, ceil(wall_now()) + 1, "after the target exited");
-
-	char *log = collector_logs(&c);
-	char p[16], want[128];
-	snprintf(want, sizeof want, "-> process.pid: Int(%s)", pid_text(t.targets[0], p, sizeof p));
-	cr_assert(strstr(log, want), "the collector got nothing of the process:\n%s", log);
+	char *log = otlp_users_process_sent(&c, &t, "service=payments,container=0123456789abcdef0123,team=core",
+	                                    "otlp-user-claims");
 	cr_expect(strstr(log, "-> service.name: Str(user-jobs)"), "not the rule's service:\n%s", log);
 	cr_expect(!strstr(log, "-> service.name: Str(payments)"), "it passed for payments:\n%s", log);
 	cr_expect(!strstr(log, "-> container.id: Str(0123456789abcdef0123)"), "it passed for a container");
@@ -366,6 +379,26 @@ Test(otlp, a_users_claims_reach_the_collector_as_its_own_alone, .timeout = 300)
 	cr_expect(strstr(log, "-> self.service: Str(payments)"), "its own label is not sent under self.");
 	cr_expect(strstr(log, "-> self.container: Str(0123456789abcdef0123)"));
 	cr_expect(strstr(log, "-> self.team: Str(core)"));
+	free(log);
+	collector_stop(&c, SIGTERM);
+	otlp_teardown(&t);
+}
+
+/*
+ * A plain user's process whose command line and own labels hold bytes
+ * that are not UTF-8: the collector takes its profiles, with those bytes
+ * of the command line replaced (U+FFFD) and those labels left out.
+ */
+Test(otlp, a_users_bytes_that_are_not_utf8_reach_the_collector_replaced, .timeout = 300)
+{
+	struct collector c;
+	collector_start(&c, 0);
+	struct otlp_test t;
+	char *log = otlp_users_process_sent(&c, &t, "good=yes,bad=\xff\xfe", "otlp-user-\xff\xfe-end");
+	cr_expect(strstr(log, "otlp-user-\xef\xbf\xbd\xef\xbf\xbd-end"), "the command line replaced:\n%s", log);
+	cr_expect(!strstr(log, "\xff\xfe"), "bytes that are not UTF-8 reached the collector");
+	cr_expect(strstr(log, "-> self.good: Str(yes)"));
+	cr_expect(!strstr(log, "self.bad"), "a label that is not UTF-8 reached the collector");
 	free(log);
 	collector_stop(&c, SIGTERM);
 	otlp_teardown(&t);

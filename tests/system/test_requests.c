@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -188,6 +189,92 @@ Test(requests, strings_are_utf8_without_nul, .timeout = 300)
 	pyprofd__response__free_unpacked(r, NULL);
 	close(fd);
 	daemon_stop(&d);
+	test_target_kill(&t);
+}
+
+/* Whether s is UTF-8 through and through. */
+static bool all_utf8(const char *s)
+{
+	return check_utf8_prefix((const uint8_t *)s, strlen(s)) == strlen(s);
+}
+
+/* A process's strings as an answer gives them: UTF-8 all, its own labels those that were. */
+static void expect_utf8_process(const char *exe, const char *line, Pyprofd__Label **labels, size_t n,
+                                const char *where)
+{
+	cr_assert(all_utf8(exe), "%s: the executable is not UTF-8: %s", where, exe);
+	cr_assert(all_utf8(line), "%s: the command line is not UTF-8: %s", where, line);
+	cr_assert(strstr(exe, "python-\xef\xbf\xbd\xef\xbf\xbd"), "%s: the executable: %s", where, exe);
+	cr_assert(strstr(line, "utf8-marker-\xef\xbf\xbd\xef\xbf\xbd-end"), "%s: the command line: %s", where, line);
+	bool good = false;
+	for (size_t i = 0; i < n; i++) {
+		const char *k = labels[i]->key, *v = labels[i]->value;
+		cr_assert(all_utf8(k) && all_utf8(v), "%s: a label that is not UTF-8: %s=%s", where, k, v);
+		cr_assert(strncmp(k, "self.bad", 8) != 0 && strcmp(v, "bad") != 0, "%s: %s=%s", where, k, v);
+		good = good || (strcmp(k, "self.good") == 0 && strcmp(v, "yes") == 0);
+	}
+	cr_assert(good, "%s: its good label of its own was lost", where);
+}
+
+/*
+ * A plain user's process whose executable, command line and own labels
+ * hold bytes that are not UTF-8: list and the history give its names with
+ * those bytes replaced (U+FFFD) and its labels that are not UTF-8 left out,
+ * said once in the log.
+ */
+Test(requests, a_process_names_itself_in_utf8_alone, .timeout = 300)
+{
+	cr_assert_eq(geteuid(), 0, "this test runs as root (it acts as another user)");
+	char dir[PATH_MAX - 64], exe[PATH_MAX];
+	scratch_dir(dir, sizeof dir);
+	cr_assert(chmod(dir, 0755) == 0);
+	snprintf(exe, sizeof exe, "%s/python-\xff\xfe", dir);
+	/* Debian's static interpreter: a copy runs anywhere, finding its library by PYTHONHOME. */
+	copy_executable("/usr/bin/python3.11", exe);
+	const char *argv[] = {"env", "PYTHONHOME=/usr", "PYPROFD_LABELS=good=yes,bad=\xff\xfe,\xc0\xaf=bad",
+	                      AS_NOBODY, exe, "-c", idle_program, "utf8-marker-\xff\xfe-end", NULL};
+	struct test_target t;
+	test_target_start_argv(&t, argv);
+	static const char *const fast_flush[] = {"--flush-interval", "1", NULL};
+	struct daemon d;
+	daemon_start(&d, fast_flush);
+	attach_as_nobody(&d, t.pid, "nobody attaching its own process");
+	json_decref(entry_when(&d, t.pid, sampled_a_while, "sampled"));
+
+	int fd = daemon_connect(&d);
+	cr_assert(fd >= 0);
+	Pyprofd__ListRequest list = PYPROFD__LIST_REQUEST__INIT;
+	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
+	req.body_case = PYPROFD__REQUEST__BODY_LIST;
+	req.list = &list;
+	Pyprofd__Response *r = call(fd, &req);
+	cr_assert_eq(r->result_case, PYPROFD__RESPONSE__RESULT_LIST);
+	cr_assert_eq(r->list->n_targets, 1);
+	const Pyprofd__Target *target = r->list->targets[0];
+	expect_utf8_process(target->executable, target->command_line, target->labels, target->n_labels, "list");
+	pyprofd__response__free_unpacked(r, NULL);
+
+	pause_ms(1500); /* a flush: the names are in the file, not in memory alone */
+	Pyprofd__QueryRequest query = PYPROFD__QUERY_REQUEST__INIT;
+	query.aggregate = PYPROFD__QUERY_AGGREGATE__QUERY_PROCESSES;
+	req.body_case = PYPROFD__REQUEST__BODY_QUERY;
+	req.query = &query;
+	r = call(fd, &req);
+	cr_assert_eq(r->result_case, PYPROFD__RESPONSE__RESULT_QUERY, "%s",
+	             r->result_case == PYPROFD__RESPONSE__RESULT_ERROR ? r->error->message : "?");
+	cr_assert_eq(r->query->n_processes, 1);
+	const Pyprofd__StoredProcess *p = r->query->processes[0];
+	cr_assert_eq(p->pid, t.pid);
+	expect_utf8_process(p->executable, p->command_line, p->labels, p->n_labels, "query");
+	pyprofd__response__free_unpacked(r, NULL);
+	close(fd);
+	daemon_stop(&d);
+	char *log = daemon_log(&d);
+	char said[128];
+	snprintf(said, sizeof said, "pid %d: 2 of its own labels (PYPROFD_LABELS) left out", (int)t.pid);
+	const char *first = strstr(log, said);
+	cr_assert(first && !strstr(first + 1, said), "not said once: %s\n%s", said, log);
+	free(log);
 	test_target_kill(&t);
 }
 
