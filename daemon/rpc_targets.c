@@ -10,7 +10,7 @@
 #define LABEL_VALUE_MAX 1024
 
 /* The attach request as target parameters, checked; -1 with the error in resp. */
-static int rpc_attach_params(struct server *s, const Pyprofd__AttachRequest *req,
+static int rpc_attach_params(struct server *s, const Pyprofd__AttachRequest *req, bool by_user,
                              struct target_params *p, Pyprofd__Response *resp, struct arena *a)
 {
 	memset(p, 0, sizeof *p);
@@ -62,12 +62,25 @@ static int rpc_attach_params(struct server *s, const Pyprofd__AttachRequest *req
 			return -1;
 		}
 	}
-	for (size_t i = 0; i < req->n_labels; i++)
-		if (labels_put(&p->labels, req->labels[i]->key, req->labels[i]->value) != 0) {
+	/*
+	 * A user other than root speaks for its own process alone: the labels
+	 * it names it with are that process's claims, kept under
+	 * LABELS_OWN_PREFIX as its PYPROFD_LABELS are, so that no user's
+	 * process passes for one of root's services.
+	 */
+	for (size_t i = 0; i < req->n_labels; i++) {
+		char own[sizeof LABELS_OWN_PREFIX + LABEL_KEY_MAX];
+		const char *key = req->labels[i]->key;
+		if (by_user) {
+			snprintf(own, sizeof own, LABELS_OWN_PREFIX "%s", key);
+			key = own;
+		}
+		if (labels_put(&p->labels, key, req->labels[i]->value) != 0) {
 			target_params_free(p);
 			rpc_out_of_memory(resp, a);
 			return -1;
 		}
+	}
 	return 0;
 }
 
@@ -79,7 +92,7 @@ void rpc_attach(struct server *s, struct client *c, const Pyprofd__Request *req,
 	struct target_params params;
 	uid_t real_uid;
 	if (rpc_process(s, c, r->pid, &t, &real_uid, resp, a) != 0 ||
-	    rpc_attach_params(s, r, &params, resp, a) != 0)
+	    rpc_attach_params(s, r, c->uid != 0, &params, resp, a) != 0)
 		return;
 	if (t && t->state == TARGET_EXITED) {
 		targets_remove(&s->targets, t);

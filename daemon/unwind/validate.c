@@ -383,7 +383,9 @@ int validate_stack(struct walk *w, uint32_t first, uint32_t nraw, uint32_t commo
 	}
 	struct reread rr;
 	raddr_t top = nraw && w->raw[first].kind == UW_FRAME_PYTHON ? w->raw[first].addr : 0;
-	if (validate_reread(w, top, w->raw + first, nraw - common, &rr, err) != 0)
+	/* A walk that kept no frame has no array yet: no offset onto a null pointer. */
+	const struct raw_frame *frames = w->raw ? w->raw + first : NULL;
+	if (validate_reread(w, top, frames, nraw - common, &rr, err) != 0)
 		return -1;
 	if (rr.held)
 		return 0;

@@ -609,6 +609,31 @@ Test(fleet, a_users_process_cannot_pass_for_another_service)
 	cr_assert(query_finds(&d, "self.service=payments", claimer, NULL), "its own labels are not queryable");
 	static const struct run_opts as_nobody = {.drop_privileges = true, .uid = NOBODY_UID, .gid = NOBODY_GID};
 	cr_assert(query_finds(&d, "self.team=core", claimer, &as_nobody), "its user cannot find it by its own label");
+
+	/* Nor by naming its process by hand: what a user names it is its own claim too. */
+	char *const by_hand[] = {AS_NOBODY, (char *)py->path, "-I", "-c", (char *)idle_program, "fleet-claim-hand", NULL};
+	pid_t hand = spawn_process(by_hand, NULL);
+	char p[16], why[512];
+	const char *attach[] = {"attach", pid_text(hand, p, sizeof p), "--label", "service=payments", NULL};
+	bool attached = false;
+	for (int i = 0; i < 100 && !attached; i++) {
+		struct run_result r;
+		ctl_run(&d, &r, attach, &as_nobody);
+		attached = r.exited && r.code == 0;
+		if (!attached && i == 99)
+			cr_assert_fail("nobody could not attach its own process: %s", run_describe(&r, why, sizeof why));
+		run_result_free(&r);
+		if (!attached)
+			pause_ms(100); /* until its interpreter has started */
+	}
+	e = entry_when(&d, hand, sampled_a_while, "nobody's hand-attached process sampled");
+	const char *service = fleet_label(e, "service");
+	cr_assert(!service || strcmp(service, "payments") != 0, "nobody's attach named its process service=payments");
+	cr_assert_str_eq(fleet_label(e, "self.service"), "payments", "nobody's attach label is not its own claim");
+	json_decref(e);
+	cr_assert(!query_finds(&d, "service=payments", hand, NULL),
+	          "root's query by service=payments found the process nobody attached with that label");
+	fleet_kill(hand);
 	fleet_kill(user);
 	fleet_kill(payments);
 	daemon_stop(&d);
