@@ -121,6 +121,11 @@ bool tasks_over_time(const struct walk *w)
 	return w->deadline_ns && clock_mono_ns() + w->t->opts.max_sample_ns / 4 > w->deadline_ns;
 }
 
+bool tasks_over_time_at(const struct walk *w, uint32_t i)
+{
+	return (i + 1) % TASKS_CLOCK_EVERY == 0 && tasks_over_time(w);
+}
+
 /* -------- names -------- */
 
 static bool tasks_name_equal(const void *ctx, uint32_t id, const void *key)

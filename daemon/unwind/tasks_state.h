@@ -115,10 +115,7 @@ static inline uint32_t tasks_head_len(const struct uw_target *t)
 /* tasks_read.c: the sample's clock, one task read, where an entry is, a coroutine's awaited objects. */
 bool tasks_over_time(const struct walk *w);
 /* The same, looked at once every TASKS_CLOCK_EVERY tasks (i counts them). */
-static inline bool tasks_over_time_at(const struct walk *w, uint32_t i)
-{
-	return (i + 1) % TASKS_CLOCK_EVERY == 0 && tasks_over_time(w);
-}
+bool tasks_over_time_at(const struct walk *w, uint32_t i);
 /* A frame id onto the frames of the tasks (ts->frames). */
 int tasks_push_frame(struct tasks *ts, uint32_t frame, struct uw_error *err);
 int tasks_read_one(struct uw_target *t, struct tasks *ts, raddr_t addr, uint64_t thread_id, raddr_t *next,
