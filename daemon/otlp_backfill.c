@@ -127,6 +127,11 @@ Pyprofd__ErrorCode otlp_backfill_start(struct otlp_sender *x, struct jobs *js, u
                                        size_t why_len)
 {
 	const Pyprofd__OtlpExportRequest *r = req->otlp_export;
+	/* The history's own bound, said before a job starts, as a query's is. */
+	if (r->n_labels > STORE_MAX_LABELS || r->pid < 0) {
+		snprintf(why, why_len, "an export needs a valid pid and at most %d labels", STORE_MAX_LABELS);
+		return PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST;
+	}
 	if (!x->writer) {
 		snprintf(why, why_len, "this daemon keeps no history");
 		return PYPROFD__ERROR_CODE__ERROR_INTERNAL;

@@ -454,8 +454,8 @@ Pyprofd__ErrorCode queries_start(struct jobs *js, const struct query_origin *o,
                                  const Pyprofd__QueryRequest *r, char *why, size_t why_len)
 {
 	/* Its time ranges were checked with its strings, as every request's are (check_request). */
-	if (r->n_labels > 64 || r->pid < 0) {
-		snprintf(why, why_len, "a query needs a valid pid and at most 64 labels");
+	if (r->n_labels > STORE_MAX_LABELS || r->pid < 0) {
+		snprintf(why, why_len, "a query needs a valid pid and at most %d labels", STORE_MAX_LABELS);
 		return PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST;
 	}
 	bool diff = r->aggregate == PYPROFD__QUERY_AGGREGATE__QUERY_DIFF;

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #define DAEMON_START_TIMEOUT_S 20.0
-#define DAEMON_ARGV_MAX 32
+#define DAEMON_ARGV_MAX 160
 
 double mono_now(void)
 {

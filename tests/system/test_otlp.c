@@ -607,6 +607,19 @@ Test(otlp, backfill_refuses_bad_use_and_reports_failure, .timeout = 120)
 	ctl_expect_failure(&d, no_range, 2, NULL, "without a range");
 	const char *ftp[] = {"export", "--otlp", "ftp://127.0.0.1:9", "--since", "1h", NULL};
 	ctl_expect_failure(&d, ftp, 2, NULL, "not http");
+	/* More labels than the history keeps: a bad request, said before any job reads the history. */
+	const char *many[5 + 65 + 1] = {"export", "--otlp", "http://127.0.0.1:9", "--since", "1h"};
+	char label_text[65][24];
+	for (int i = 0; i < 65; i++) {
+		snprintf(label_text[i], sizeof label_text[i], "--label=k%d=v", i);
+		many[5 + i] = label_text[i];
+	}
+	struct run_result many_r;
+	ctl_run(&d, &many_r, many, NULL);
+	cr_assert(many_r.exited && many_r.code != 0, "an export with 65 labels succeeded");
+	cr_assert(strstr(many_r.err, "at most 64 labels") && !strstr(many_r.err, "reading the history"),
+	          "65 labels were not refused as a bad request: %s", many_r.err);
+	run_result_free(&many_r);
 	char url[64];
 	snprintf(url, sizeof url, "http://127.0.0.1:%d", free_port());
 	const char *nowhere[] = {"export", "--otlp", url, "--since", "1h", NULL};
