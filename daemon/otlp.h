@@ -70,6 +70,12 @@ int otlp_post(void **handle, const struct otlp_config *oc, const char *endpoint,
               size_t len, bool (*cancelled)(void *ctx), void *cancel_ctx, uint64_t *wire_bytes,
               char *why, size_t why_len);
 void otlp_post_free(void **handle);
+/*
+ * The seconds the last answer on handle asked to wait before the next
+ * request (Retry-After, as a collector answers 429 or 503), 0 if it asked
+ * nothing.
+ */
+double otlp_post_retry_after(void *handle);
 
 /* ---- otlp_sender.c: the sender of [export.otlp], on a thread of its own ---- */
 

@@ -209,6 +209,14 @@ done:
 	return result;
 }
 
+double otlp_post_retry_after(void *handle)
+{
+	curl_off_t seconds = 0;
+	if (!handle || curl_easy_getinfo(handle, CURLINFO_RETRY_AFTER, &seconds) != CURLE_OK || seconds < 0)
+		return 0;
+	return (double)seconds;
+}
+
 void otlp_post_free(void **handle)
 {
 	if (*handle)

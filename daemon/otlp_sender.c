@@ -34,6 +34,8 @@
 #define SENDER_ROUND_S 600
 #define SENDER_BACKOFF_MIN_S 1.0
 #define SENDER_BACKOFF_MAX_S 60.0
+/* The longest wait a collector's Retry-After is taken for: past it, a misconfigured one would stall the export. */
+#define SENDER_RETRY_AFTER_MAX_S 3600.0
 
 /* The error of the last attempt, for status and the log (under the lock). */
 static void sender_set_error(struct otlp_sender *x, const char *why)
@@ -260,10 +262,16 @@ static void *sender_main(void *arg)
 			backoff = backoff ? backoff * 2 : SENDER_BACKOFF_MIN_S;
 			if (backoff > SENDER_BACKOFF_MAX_S)
 				backoff = SENDER_BACKOFF_MAX_S;
-			next = clock_mono_s() + backoff;
+			/* A collector that says when to come back (429, 503) is taken at its word. */
+			double wait = otlp_post_retry_after(x->http);
+			if (wait > SENDER_RETRY_AFTER_MAX_S)
+				wait = SENDER_RETRY_AFTER_MAX_S;
+			if (wait < backoff)
+				wait = backoff;
+			next = clock_mono_s() + wait;
 			x->requests_failed++;
 			if (!x->failing || strcmp(x->last_error, why) != 0)
-				log_warn("export: %s; trying again in %.0f s", why, backoff);
+				log_warn("export: %s; trying again in %.0f s", why, wait);
 			x->failing = true;
 			sender_set_error(x, why);
 		} else {

@@ -271,11 +271,13 @@ static void *fake_main(void *arg)
 				}
 				break;
 			}
-			char reply[256];
+			char reply[256], retry[64] = "";
+			if (f->retry_after_s)
+				snprintf(retry, sizeof retry, "Retry-After: %d\r\n", f->retry_after_s);
 			int n = snprintf(reply, sizeof reply,
-			                 "HTTP/1.1 %d Unavailable\r\nContent-Type: text/plain\r\n"
+			                 "HTTP/1.1 %d Unavailable\r\nContent-Type: text/plain\r\n%s"
 			                 "Content-Length: 12\r\n\r\ntry later\r\n\r\n",
-			                 f->status);
+			                 f->status, retry);
 			if (write(conn, reply, (size_t)n) != n)
 				break;
 		}
@@ -289,8 +291,14 @@ static void *fake_main(void *arg)
 
 void fake_collector_start(struct fake_collector *f, int status)
 {
+	fake_collector_start_asking(f, status, 0);
+}
+
+void fake_collector_start_asking(struct fake_collector *f, int status, int retry_after_s)
+{
 	memset(f, 0, sizeof *f);
 	f->status = status;
+	f->retry_after_s = retry_after_s;
 	f->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	cr_assert(f->fd >= 0);
 	int one = 1;

@@ -55,11 +55,14 @@ char *collector_logs(const struct collector *c);
 /* A stand-in that answers every request with status (0: never answers) and counts them. */
 struct fake_collector {
 	int fd, port, status;
+	int retry_after_s; /* said in a Retry-After header when set */
 	pthread_t thread;
 	volatile int requests;
 	volatile bool stop;
 };
 void fake_collector_start(struct fake_collector *f, int status);
+/* The same, asking in Retry-After to wait retry_after_s seconds before the next request. */
+void fake_collector_start_asking(struct fake_collector *f, int status, int retry_after_s);
 void fake_collector_stop(struct fake_collector *f);
 
 #endif

@@ -490,6 +490,42 @@ Test(otlp, collector_answering_503_then_another_by_reload, .timeout = 300)
 }
 
 /*
+ * A collector answering 429 with Retry-After: 60 is asked nothing more for
+ * that minute, where the exporter's own backoff (1, 2, 4 s ...) would have
+ * asked it again within seconds; the log says when it tries again.
+ */
+Test(otlp, collector_asking_to_wait_is_left_alone, .timeout = 120)
+{
+	struct fake_collector busy;
+	fake_collector_start_asking(&busy, 429, 60);
+	char url[64];
+	snprintf(url, sizeof url, "http://127.0.0.1:%d", busy.port);
+	struct otlp_test t;
+	otlp_setup(&t, url, NULL);
+	wait_exporter_started(&t.d);
+	otlp_targets_start(&t);
+	otlp_attach(&t);
+	for (int i = 0; i < 600 && busy.requests == 0; i++)
+		pause_ms(100);
+	cr_assert_gt(busy.requests, 0, "the collector heard nothing");
+	/* Ten seconds: the backoff alone would have tried three more times by now. */
+	pause_ms(10000);
+	cr_expect_eq(busy.requests, 1, "%d requests to a collector that asked to wait a minute", busy.requests);
+	json_t *root, *e = export_status(&t.d, &root);
+	cr_expect(strstr(jstr(e, "last_error"), "HTTP 429"), "last error: %s", jstr(e, "last_error"));
+	json_decref(root);
+	char *log = daemon_log(&t.d);
+	cr_expect(strstr(log, "trying again in 60 s"), "the log does not say the wait: %s", log);
+	free(log);
+	otlp_teardown(&t);
+	fake_collector_stop(&busy);
+	for (int i = 0; i < OTLP_TARGETS; i++) {
+		kill(t.targets[i], SIGKILL);
+		waitpid(t.targets[i], NULL, 0);
+	}
+}
+
+/*
  * A collector that takes requests and never answers: each times out, the
  * daemon serves and samples on, and stops cleanly with a request hanging.
  */
