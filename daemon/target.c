@@ -354,6 +354,7 @@ static void target_configure_unwinder(struct target *t)
 	                          .provers_off = t->params.provers_off,
 	                          /* Watches hold a slot and a perf event each: a detached target gives them back. */
 	                          .kreader = t->state == TARGET_SAMPLING ? t->kreader : NULL,
+	                          .kreader_uid = t->charged_uid,
 	                          /* A detached target keeps its files open with its warm state, charged still. */
 	                          .fd_budget = t->proc_fds,
 	                          .on_epoch_end = target_on_epoch_end,

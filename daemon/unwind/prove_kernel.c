@@ -98,7 +98,7 @@ static uint64_t kernel_arm(struct walk *w, struct thread_cache *tc)
 		int64_t tid = w->native_id > 0 ? threads_proc_tid(t, w->native_id) : -1;
 		if (tid <= 0 || tid > INT32_MAX)
 			return 0;
-		tc->kernel.slot = kread_watch(t->opts.kreader, (pid_t)tid, tc->tstate, &t->layout);
+		tc->kernel.slot = kread_watch(t->opts.kreader, (pid_t)tid, tc->tstate, &t->layout, t->opts.kreader_uid);
 		if (tc->kernel.slot < 0) {
 			t->stats.kernel_watch_failures++;
 			return 0;

@@ -202,6 +202,7 @@ struct uw_options {
 	enum uw_async_mode async_mode;
 	uint32_t max_tasks;      /* 0: UW_MAX_TASKS_DEFAULT */
 	struct uw_kreader *kreader; /* NULL: none; it must outlive the target */
+	uint32_t kreader_uid;       /* whose share of the reader's slots its watches take (0: root's) */
 	struct uw_fd_budget *fd_budget; /* NULL: a target's own bound (256) alone */
 	/*
 	 * For samplers faster than a thread may be shot (back to back, or past

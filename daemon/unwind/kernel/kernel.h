@@ -99,10 +99,18 @@ struct kcopy *kread_copier(const struct uw_kreader *kr);
 struct kstill *kread_still(const struct uw_kreader *kr);
 struct kread_frame;
 /*
- * Watch a thread (tid as /proc names it) of a 3.11+ layout: its slot, or -1
- * (no slot free, a layout the program cannot walk, the kernel refused).
+ * The slots are shared by every target of the reader: a user other than
+ * root holds at most KREAD_USER_SLOTS of them, and all such users together
+ * leave KREAD_USER_SLOTS to root, so that one user's threads (a process
+ * whose reads always tear) cannot take the reader from the rest.
  */
-int kread_watch(struct uw_kreader *kr, pid_t tid, raddr_t tstate, const struct py_layout *L);
+#define KREAD_USER_SLOTS (KREAD_SLOTS / 4)
+/*
+ * Watch a thread (tid as /proc names it) of a 3.11+ layout for uid (whose
+ * share of the slots it takes): its slot, or -1 (no slot free in that
+ * share, a layout the program cannot walk, the kernel refused).
+ */
+int kread_watch(struct uw_kreader *kr, pid_t tid, raddr_t tstate, const struct py_layout *L, uint32_t uid);
 void kread_unwatch(struct uw_kreader *kr, int slot);
 /* Arm the watched thread's one shot: the time armed, or 0 when it could not be. */
 uint64_t kread_arm(struct uw_kreader *kr, int slot);

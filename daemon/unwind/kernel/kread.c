@@ -42,6 +42,7 @@ struct uw_kreader {
 	struct bpf_link *links[KREAD_SLOTS];
 	int fds[KREAD_SLOTS];              /* each link's perf event, to arm it */
 	uint64_t generations[KREAD_SLOTS]; /* of each slot's watch */
+	uint32_t uids[KREAD_SLOTS];        /* whose share each slot's watch takes */
 	struct kread_frame copy[KREAD_MAX_FRAMES]; /* the last snapshot taken, for the caller */
 	/* The look at which threads ran (kstill.c): its own program, which a kernel may refuse alone. */
 	struct kstill *still;
@@ -101,10 +102,26 @@ void uw_kreader_close(struct uw_kreader *kr)
 	free(kr);
 }
 
-int kread_watch(struct uw_kreader *kr, pid_t tid, raddr_t tstate, const struct py_layout *L)
+/* Whether uid may take one more slot (KREAD_USER_SLOTS). */
+static bool kread_share_room(const struct uw_kreader *kr, uint32_t uid)
+{
+	if (uid == 0)
+		return true;
+	unsigned its = 0, users = 0;
+	for (unsigned i = 0; i < KREAD_SLOTS; i++) {
+		if (!kr->links[i] || kr->uids[i] == 0)
+			continue;
+		users++;
+		its += kr->uids[i] == uid;
+	}
+	return its < KREAD_USER_SLOTS && users < KREAD_SLOTS - KREAD_USER_SLOTS;
+}
+
+int kread_watch(struct uw_kreader *kr, pid_t tid, raddr_t tstate, const struct py_layout *L, uint32_t uid)
 {
 	/* frame.size covers every field the program reads of a frame. */
-	if (tid <= 0 || L->frame_model != FRAME_MODEL_INTERP || L->frame.size > KREAD_FRAME_BYTES)
+	if (tid <= 0 || L->frame_model != FRAME_MODEL_INTERP || L->frame.size > KREAD_FRAME_BYTES ||
+	    !kread_share_room(kr, uid))
 		return -1;
 	int slot = -1;
 	for (int i = 0; i < KREAD_SLOTS && slot < 0; i++)
@@ -150,6 +167,7 @@ int kread_watch(struct uw_kreader *kr, pid_t tid, raddr_t tstate, const struct p
 	kr->links[slot] = link;
 	kr->fds[slot] = fd;
 	kr->generations[slot] = watch.generation;
+	kr->uids[slot] = uid;
 	return slot;
 }
 
