@@ -82,7 +82,8 @@ size_t spell_bytes(const struct spell *sp);
 struct target_thread {
 	uint64_t thread_id;
 	int64_t native_id;
-	char name[UW_THREAD_NAME_LEN];
+	char name[UW_THREAD_NAME_LEN];      /* UTF-8 */
+	char seen_name[UW_THREAD_NAME_LEN]; /* as the unwinder gave it: a change is told by it */
 	int64_t last_second; /* loop time it was last sampled with a stack */
 	bool declared;       /* the history has it as it is now */
 	uint32_t tally_hint; /* the tally entry its last sample went to (tally_add_hinted) */

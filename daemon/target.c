@@ -523,6 +523,30 @@ enum target_sight target_check_alive(struct target *t, struct uw_error *err)
 	return TARGET_SEEN;
 }
 
+/*
+ * A thread's name as the kernel gives it (any bytes a program wrote to its
+ * comm), made UTF-8 within its buffer: U+FFFD for bytes that are not, cut
+ * at a whole character, so list, the history and a collector get UTF-8.
+ */
+static void thread_name_utf8(char name[UW_THREAD_NAME_LEN])
+{
+	size_t len = strnlen(name, UW_THREAD_NAME_LEN - 1);
+	name[len] = '\0';
+	if (check_utf8_prefix((const uint8_t *)name, len) == len)
+		return;
+	char *fixed = export_utf8_copy(name);
+	if (!fixed) {
+		name[check_utf8_prefix((const uint8_t *)name, len)] = '\0';
+		return;
+	}
+	size_t fixed_len = strlen(fixed);
+	size_t keep = check_utf8_prefix((const uint8_t *)fixed,
+	                                fixed_len < UW_THREAD_NAME_LEN - 1 ? fixed_len : UW_THREAD_NAME_LEN - 1);
+	memcpy(name, fixed, keep);
+	name[keep] = '\0';
+	free(fixed);
+}
+
 /* Threads come in the same order every sample, so the entry at `hint` nearly always is the one. */
 struct target_thread *thread_table_note(struct thread_table *tt, uint32_t hint,
                                         const struct uw_sample_thread *th, int64_t second)
@@ -541,9 +565,11 @@ struct target_thread *thread_table_note(struct thread_table *tt, uint32_t hint,
 		*at = (struct target_thread){.thread_id = th->thread_id, .tally_hint = UINT32_MAX};
 	}
 	at->last_second = second;
-	if (at->native_id != th->native_id || memcmp(at->name, th->name, sizeof at->name) != 0) {
+	if (at->native_id != th->native_id || memcmp(at->seen_name, th->name, sizeof at->seen_name) != 0) {
 		at->native_id = th->native_id;
+		memcpy(at->seen_name, th->name, sizeof at->seen_name);
 		memcpy(at->name, th->name, sizeof at->name);
+		thread_name_utf8(at->name);
 		at->declared = false;
 	}
 	return at;

@@ -216,11 +216,19 @@ static void expect_utf8_process(const char *exe, const char *line, Pyprofd__Labe
 	cr_assert(good, "%s: its good label of its own was lost", where);
 }
 
+/* A thread that names itself with bytes that are not UTF-8 (its comm), beside the idler. */
+static const char named_thread_program[] =
+	"import threading, time\n"
+	"def named():\n"
+	"    open('/proc/self/task/%d/comm' % threading.get_native_id(), 'wb').write(b'thr-\\xff\\xfe')\n"
+	"    time.sleep(3600)\n"
+	"threading.Thread(target=named, daemon=True).start()\n";
+
 /*
- * A plain user's process whose executable, command line and own labels
- * hold bytes that are not UTF-8: list and the history give its names with
- * those bytes replaced (U+FFFD) and its labels that are not UTF-8 left out,
- * said once in the log.
+ * A plain user's process whose executable, command line, own labels and a
+ * thread's name hold bytes that are not UTF-8: list and the history give
+ * its names with those bytes replaced (U+FFFD) and its labels that are not
+ * UTF-8 left out, said once in the log.
  */
 Test(requests, a_process_names_itself_in_utf8_alone, .timeout = 300)
 {
@@ -231,8 +239,10 @@ Test(requests, a_process_names_itself_in_utf8_alone, .timeout = 300)
 	snprintf(exe, sizeof exe, "%s/python-\xff\xfe", dir);
 	/* Debian's static interpreter: a copy runs anywhere, finding its library by PYTHONHOME. */
 	copy_executable("/usr/bin/python3.11", exe);
+	char program[1024];
+	snprintf(program, sizeof program, "%s%s", named_thread_program, idle_program);
 	const char *argv[] = {"env", "PYTHONHOME=/usr", "PYPROFD_LABELS=good=yes,bad=\xff\xfe,\xc0\xaf=bad",
-	                      AS_NOBODY, exe, "-c", idle_program, "utf8-marker-\xff\xfe-end", NULL};
+	                      AS_NOBODY, exe, "-c", program, "utf8-marker-\xff\xfe-end", NULL};
 	struct test_target t;
 	test_target_start_argv(&t, argv);
 	static const char *const fast_flush[] = {"--flush-interval", "1", NULL};
@@ -247,19 +257,32 @@ Test(requests, a_process_names_itself_in_utf8_alone, .timeout = 300)
 	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
 	req.body_case = PYPROFD__REQUEST__BODY_LIST;
 	req.list = &list;
-	Pyprofd__Response *r = call(fd, &req);
-	cr_assert_eq(r->result_case, PYPROFD__RESPONSE__RESULT_LIST);
-	cr_assert_eq(r->list->n_targets, 1);
-	const Pyprofd__Target *target = r->list->targets[0];
-	expect_utf8_process(target->executable, target->command_line, target->labels, target->n_labels, "list");
-	pyprofd__response__free_unpacked(r, NULL);
+	/* Until the thread that names itself is listed by its name: names are read again now and then. */
+	bool named = false;
+	for (int tries = 0; tries < 300 && !named; tries++) {
+		Pyprofd__Response *r = call(fd, &req);
+		cr_assert_eq(r->result_case, PYPROFD__RESPONSE__RESULT_LIST);
+		cr_assert_eq(r->list->n_targets, 1);
+		const Pyprofd__Target *target = r->list->targets[0];
+		expect_utf8_process(target->executable, target->command_line, target->labels, target->n_labels,
+		                    "list");
+		for (size_t i = 0; i < target->n_threads; i++) {
+			cr_assert(all_utf8(target->threads[i]->name), "list: a thread's name is not UTF-8: %s",
+			          target->threads[i]->name);
+			named = named || strstr(target->threads[i]->name, "thr-\xef\xbf\xbd");
+		}
+		pyprofd__response__free_unpacked(r, NULL);
+		if (!named)
+			pause_ms(100);
+	}
+	cr_assert(named, "list: the thread that named itself is not there by its name");
 
 	pause_ms(1500); /* a flush: the names are in the file, not in memory alone */
 	Pyprofd__QueryRequest query = PYPROFD__QUERY_REQUEST__INIT;
 	query.aggregate = PYPROFD__QUERY_AGGREGATE__QUERY_PROCESSES;
 	req.body_case = PYPROFD__REQUEST__BODY_QUERY;
 	req.query = &query;
-	r = call(fd, &req);
+	Pyprofd__Response *r = call(fd, &req);
 	cr_assert_eq(r->result_case, PYPROFD__RESPONSE__RESULT_QUERY, "%s",
 	             r->result_case == PYPROFD__RESPONSE__RESULT_ERROR ? r->error->message : "?");
 	cr_assert_eq(r->query->n_processes, 1);
