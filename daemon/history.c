@@ -18,7 +18,9 @@ static void history_limits(struct history *h, const struct config *c)
 	store_writer_set_file_limit(h->writer, c->max_file_bytes);
 }
 
-#define HISTORY_FILE "pyprofd.db"
+
+const char *const history_files[] = {HISTORY_FILE, HISTORY_FILE "-wal", HISTORY_FILE "-shm",
+                                     HISTORY_FILE "-journal", NULL};
 
 int history_open(struct history *h, const struct config *c, int state_fd)
 {

@@ -400,7 +400,9 @@ uint64_t usage_rss_bytes(void);
  * alone), opened O_PATH for the files in it to be reached through.  The
  * descriptor, or -1 and why ("state directory PATH: COMPONENT is ...").
  */
-int statedir_open(const char *path, uid_t uid, char *why, size_t len);
+int statedir_open(const char *what, const char *path, uid_t uid, char *why, size_t len);
+/* A file in the directory held open (dir_fd), if there: its user's alone.  0, or -1 and why. */
+int statedir_check_file(int dir_fd, const char *dir, const char *name, uid_t uid, char *why, size_t len);
 
 /* history.c */
 struct server;
@@ -417,6 +419,9 @@ struct history {
 	uint64_t file_changes;       /* the file found deleted or replaced: as last logged */
 	uint64_t lost_samples, flushes;
 };
+/* The database's file in the state directory, and its journals' (NULL-terminated). */
+#define HISTORY_FILE "pyprofd.db"
+extern const char *const history_files[];
 /* The database in the state directory, reached through state_fd (-1: by its path). */
 int history_open(struct history *h, const struct config *c, int state_fd);
 void history_configure(struct history *h, const struct config *c);
@@ -682,7 +687,8 @@ struct server {
 	bool socket_activated;
 	bool socket_created;
 	int state_fd;            /* the state directory, held from the check on (statedir_open) */
-	const char *socket_name; /* the socket's name in it, when it lives there; else NULL */
+	int socket_dir_fd;       /* the socket's directory, checked as the state directory is (-1: none) */
+	const char *socket_name; /* the socket's name in socket_dir_fd; NULL: bound by its path */
 	ev_io accept_watcher;
 	ev_signal sigterm, sigint, sighup;
 	ev_timer housekeeping;

@@ -48,11 +48,16 @@ static int server_make_dirs(const char *path, mode_t mode)
 static int server_prepare_state_dir(struct server *s)
 {
 	char why[PATH_MAX + 256];
-	s->state_fd = statedir_open(s->config.state_dir, geteuid(), why, sizeof why);
+	s->state_fd = statedir_open("state directory", s->config.state_dir, geteuid(), why, sizeof why);
 	if (s->state_fd < 0) {
 		fprintf(stderr, "pyprofd: %s\n", why);
 		return -1;
 	}
+	for (const char *const *f = history_files; *f; f++)
+		if (statedir_check_file(s->state_fd, s->config.state_dir, *f, geteuid(), why, sizeof why) != 0) {
+			fprintf(stderr, "pyprofd: %s\n", why);
+			return -1;
+		}
 	return 0;
 }
 
@@ -115,24 +120,38 @@ static int server_listen(struct server *s)
 	char dir[sizeof addr.sun_path];
 	snprintf(dir, sizeof dir, "%s", path);
 	char *slash = strrchr(dir, '/');
-	if (slash && slash != dir) {
+	const char *name_in_dir = slash ? path + (slash - dir) + 1 : path;
+	if (!slash)
+		snprintf(dir, sizeof dir, ".");
+	else if (slash == dir)
+		dir[1] = '\0';
+	else
 		*slash = '\0';
-		s->socket_name = server_socket_in_state_dir(s, dir, path + (slash - dir) + 1);
+	s->socket_name = server_socket_in_state_dir(s, dir, name_in_dir);
+	s->socket_dir_fd = s->socket_name ? s->state_fd : -1;
+	if (!s->socket_name) {
 		/* Others must reach a system socket; each request is authorized by its peer's uid. */
-		if (!s->socket_name && server_make_dirs(dir, geteuid() == 0 ? 0755 : 0700) != 0) {
+		if (server_make_dirs(dir, geteuid() == 0 ? 0755 : 0700) != 0) {
 			fprintf(stderr, "pyprofd: cannot create %s: %s\n", dir, strerror(errno));
 			return -1;
 		}
+		/* Where the socket goes is no other user's to lead elsewhere, as for the state directory. */
+		char why[PATH_MAX + 256];
+		s->socket_dir_fd = statedir_open("socket directory", dir, geteuid(), why, sizeof why);
+		if (s->socket_dir_fd < 0) {
+			fprintf(stderr, "pyprofd: %s\n", why);
+			return -1;
+		}
+		s->socket_name = name_in_dir;
 	}
-	/* In the state directory, bound through the descriptor the checks were made on. */
-	int len = s->socket_name ? snprintf(addr.sun_path, sizeof addr.sun_path, "/proc/self/fd/%d/%s",
-	                                    s->state_fd, s->socket_name)
-	                         : -1;
+	/* Bound through the descriptor the checks were made on. */
+	int len = snprintf(addr.sun_path, sizeof addr.sun_path, "/proc/self/fd/%d/%s", s->socket_dir_fd,
+	                   s->socket_name);
 	if (len < 0 || len >= (int)sizeof addr.sun_path) {
 		s->socket_name = NULL; /* a path shorter than the descriptor's: bound by its path */
 		memcpy(addr.sun_path, path, strlen(path) + 1);
 	}
-	int at = s->socket_name ? s->state_fd : AT_FDCWD;
+	int at = s->socket_name ? s->socket_dir_fd : AT_FDCWD;
 	const char *name = s->socket_name ? s->socket_name : path;
 	if (server_socket_in_use(addr.sun_path)) {
 		fprintf(stderr, "pyprofd: another daemon is listening on %s\n", path);
@@ -255,9 +274,11 @@ static void server_shutdown(struct server *s)
 	if (s->listen_fd >= 0) {
 		close(s->listen_fd);
 		if (s->socket_created)
-			unlinkat(s->socket_name ? s->state_fd : AT_FDCWD,
+			unlinkat(s->socket_name ? s->socket_dir_fd : AT_FDCWD,
 			         s->socket_name ? s->socket_name : s->config.socket_path, 0);
 	}
+	if (s->socket_dir_fd >= 0 && s->socket_dir_fd != s->state_fd)
+		close(s->socket_dir_fd);
 	close(s->state_fd);
 	ev_signal_stop(s->loop, &s->sigterm);
 	ev_signal_stop(s->loop, &s->sigint);
@@ -271,7 +292,7 @@ int server_main(int argc, char **argv)
 {
 	static const struct job_sink job_sink = {
 		server_client_answer_room, server_client_answer_part, server_client_answer_done};
-	struct server s = {.listen_fd = -1, .state_fd = -1, .argc = argc, .argv = argv};
+	struct server s = {.listen_fd = -1, .state_fd = -1, .socket_dir_fd = -1, .argc = argc, .argv = argv};
 	/* Before the configuration, which must fit in what it allows. */
 	descriptors_raise_limit();
 	int rc = config_load(&s.config, argc, argv);

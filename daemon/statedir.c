@@ -28,6 +28,7 @@
 #define STATEDIR_MAX_LINKS 40
 
 struct statedir_walk {
+	const char *what; /* "state directory", "socket directory": for messages */
 	const char *path; /* as asked for, for messages */
 	uid_t uid;
 	int fd;           /* the directory reached */
@@ -41,7 +42,7 @@ static int statedir_refuse(struct statedir_walk *w, const char *fmt, ...)
 
 static int statedir_refuse(struct statedir_walk *w, const char *fmt, ...)
 {
-	int n = snprintf(w->why, w->len, "state directory %s: ", w->path);
+	int n = snprintf(w->why, w->len, "%s %s: ", w->what, w->path);
 	va_list ap;
 	va_start(ap, fmt);
 	if (n >= 0 && (size_t)n < w->len)
@@ -163,9 +164,35 @@ static int statedir_walk(struct statedir_walk *w, char *rest, int *links)
 	return 0;
 }
 
-int statedir_open(const char *path, uid_t uid, char *why, size_t len)
+/*
+ * A file of the state directory the daemon reads and writes (the history
+ * and its journals), when there: the daemon's user's regular file, with
+ * one link, writable by that user alone.  Another user's file there would
+ * be read and written with the daemon's rights.
+ */
+int statedir_check_file(int dir_fd, const char *dir, const char *name, uid_t uid, char *why, size_t len)
 {
-	struct statedir_walk w = {.path = path, .uid = uid, .fd = -1, .why = why, .len = len};
+	struct stat st;
+	if (fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+		if (errno == ENOENT)
+			return 0;
+		snprintf(why, len, "%s/%s: %s", dir, name, strerror(errno));
+		return -1;
+	}
+	if (!S_ISREG(st.st_mode) || st.st_uid != uid || st.st_nlink != 1 || (st.st_mode & (S_IWGRP | S_IWOTH))) {
+		snprintf(why, len,
+		         "%s/%s must be a regular file of uid %u with one link, writable by its owner alone "
+		         "(it is uid %u's, mode %04o, %lu links)",
+		         dir, name, (unsigned)uid, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777),
+		         (unsigned long)st.st_nlink);
+		return -1;
+	}
+	return 0;
+}
+
+int statedir_open(const char *what, const char *path, uid_t uid, char *why, size_t len)
+{
+	struct statedir_walk w = {.what = what, .path = path, .uid = uid, .fd = -1, .why = why, .len = len};
 	char rest[PATH_MAX];
 	/* A relative path is checked from / too: the working directory is on its way. */
 	char cwd[PATH_MAX];

@@ -455,6 +455,55 @@ Test(operation, refuses_state_dirs_others_could_repoint, .timeout = 120)
 	expect_state_dir_taken(dir, state);
 }
 
+/* pyprofd with extra arguments is refused: exit 1, one line saying why; nothing of it left listening. */
+static void expect_start_refused(const char *const extra[], const char *why, const char *context)
+{
+	const char *argv[12] = {pyprofd_bin()};
+	size_t n = 1;
+	for (size_t i = 0; extra[i] && n + 1 < sizeof argv / sizeof *argv; i++)
+		argv[n++] = extra[i];
+	struct run_result r;
+	run_command(&r, argv, NULL);
+	char desc[512];
+	cr_assert(r.exited && r.code == 1 && r.err_len > 0 && strchr(r.err, '\n') == r.err + r.err_len - 1,
+	          "%s: expected exit 1 and one line, got %s", context, run_describe(&r, desc, sizeof desc));
+	cr_assert(strstr(r.err, why), "%s: the error does not say \"%s\": %s", context, why, r.err);
+	run_result_free(&r);
+}
+
+/*
+ * Where the socket goes and the history the daemon writes are no other
+ * user's either: a socket directory of nobody's, or a history file of
+ * nobody's (or one others may write) in a state directory of root's, is
+ * refused at start, the way a state directory of nobody's is.
+ */
+Test(operation, refuses_socket_dirs_and_histories_of_others, .timeout = 120)
+{
+	cr_assert_eq(geteuid(), 0, "this test runs as root (it gives files to nobody)");
+	char dir[PATH_MAX - 64], state[PATH_MAX], other[PATH_MAX], sock[PATH_MAX + 16], db[PATH_MAX + 16];
+	scratch_dir(dir, sizeof dir);
+	cr_assert(chmod(dir, 0755) == 0);
+	snprintf(state, sizeof state, "%s/state", dir);
+	cr_assert(mkdir(state, 0700) == 0);
+
+	snprintf(other, sizeof other, "%s/nobodys", dir);
+	cr_assert(mkdir(other, 0755) == 0 && chown(other, NOBODY_UID, NOBODY_GID) == 0);
+	snprintf(sock, sizeof sock, "%s/pyprofd.sock", other);
+	const char *socket_of_nobody[] = {"--state-dir", state, "--socket", sock, NULL};
+	expect_start_refused(socket_of_nobody, "socket directory", "a socket in nobody's directory");
+	expect_start_refused(socket_of_nobody, "is owned by uid 65534", "a socket in nobody's directory");
+	struct stat st;
+	cr_assert(stat(sock, &st) != 0, "a socket was made in nobody's directory");
+
+	snprintf(db, sizeof db, "%s/pyprofd.db", state);
+	write_text_file(db, "");
+	cr_assert(chown(db, NOBODY_UID, NOBODY_GID) == 0);
+	const char *history_of_nobody[] = {"--state-dir", state, NULL};
+	expect_start_refused(history_of_nobody, "pyprofd.db must be a regular file of uid 0", "nobody's history");
+	cr_assert(chown(db, 0, 0) == 0 && chmod(db, 0666) == 0);
+	expect_start_refused(history_of_nobody, "writable by its owner alone", "a history others may write");
+}
+
 /*
  * Every stack of a collapsed history pairs caller_N with callee_N of the
  * same source (a sample between the two calls, or proven only up to the
