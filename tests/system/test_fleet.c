@@ -236,7 +236,7 @@ Test(fleet, the_longest_rule_added_by_rpc_survives_a_restart)
 	cr_assert_eq(strlen(setting), 198);
 	const char *add[] = {"rules", "add", "long", setting, NULL};
 	ctl_ok(&d, add);
-	char over[256];
+	char over[sizeof setting + 1];
 	snprintf(over, sizeof over, "%sy", setting);
 	const char *add_over[] = {"rules", "add", "longer", over, NULL};
 	struct run_result r;
