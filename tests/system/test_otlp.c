@@ -508,8 +508,8 @@ Test(otlp, collector_asking_to_wait_is_left_alone, .timeout = 120)
 	for (int i = 0; i < 600 && busy.requests == 0; i++)
 		pause_ms(100);
 	cr_assert_gt(busy.requests, 0, "the collector heard nothing");
-	/* Ten seconds: the backoff alone would have tried three more times by now. */
-	pause_ms(10000);
+	/* Six seconds: the backoff alone (1, 2 s ...) would have tried twice more by now. */
+	pause_ms(6000);
 	cr_expect_eq(busy.requests, 1, "%d requests to a collector that asked to wait a minute", busy.requests);
 	json_t *root, *e = export_status(&t.d, &root);
 	cr_expect(strstr(jstr(e, "last_error"), "HTTP 429"), "last error: %s", jstr(e, "last_error"));

@@ -440,7 +440,7 @@ Test(tasks, same_as_cpython_sampler, .timeout = 120)
 }
 
 /*
- * A chain of 10,000 tasks, each awaiting the next (tests/targets/task_chain.py),
+ * A chain of 5,000 tasks, each awaiting the next (tests/targets/task_chain.py),
  * sampled under a per-sample bound far below what reading them takes: the
  * reader looks at its clock every TASKS_CLOCK_EVERY tasks and stops there,
  * saying the sample was cut.  It once read a batch of 1,024 (and on
@@ -453,7 +453,7 @@ static void tasks_chain_within_bound(const struct python *py)
 	snprintf(ctx, sizeof ctx, "Python %s", python_describe(py, pyd, sizeof pyd));
 	target_script("task_chain.py", script, sizeof script);
 	struct test_target t;
-	const char *args[] = {"-I", script, "{report}", "10000", NULL};
+	const char *args[] = {"-I", script, "{report}", "5000", NULL};
 	test_target_start_python(&t, py, args);
 	json_decref(test_target_wait_report(&t, 120));
 	scratch_dir(dir, sizeof dir);
@@ -475,7 +475,7 @@ static void tasks_chain_within_bound(const struct python *py)
 		pause_ms(100);
 	}
 	cr_assert_geq(read, 30, "%s: %lld samples read the tasks in a minute", ctx, (long long)read);
-	cr_assert_gt(cut, 0, "%s: no sample of a 10,000-task chain was cut at the bound", ctx);
+	cr_assert_gt(cut, 0, "%s: no sample of a 5,000-task chain was cut at the bound", ctx);
 	cr_assert_lt(tasks / read, 512, "%s: %lld tasks a sample under a bound of 0.1 ms: the reader did not stop at it",
 	             ctx, (long long)(tasks / read));
 	daemon_stop(&d);
