@@ -357,12 +357,18 @@ const char idle_program[] =
 /* nobody attaches to its own process pid, retrying while its interpreter starts. */
 void attach_as_nobody(const struct daemon *d, pid_t pid, const char *context)
 {
-	struct run_opts nobody = {.drop_privileges = true, .uid = NOBODY_UID, .gid = NOBODY_GID};
-	char p[16], why[512];
+	char p[16];
 	const char *attach_own[] = {"attach", pid_text(pid, p, sizeof p), "--rate", "100", NULL};
+	attach_as_nobody_argv(d, attach_own, context);
+}
+
+void attach_as_nobody_argv(const struct daemon *d, const char *const attach[], const char *context)
+{
+	struct run_opts nobody = {.drop_privileges = true, .uid = NOBODY_UID, .gid = NOBODY_GID};
+	char why[512];
 	struct run_result r;
 	for (int i = 0; i < 100; i++) {
-		ctl_run(d, &r, attach_own, &nobody);
+		ctl_run(d, &r, attach, &nobody);
 		if (r.exited && r.code == 0)
 			break;
 		/* Until the interpreter has started, it is not yet a Python process. */

@@ -96,6 +96,8 @@ extern const char idle_program[];
 
 /* nobody attaches to its own process pid, retrying while its interpreter starts. */
 void attach_as_nobody(const struct daemon *d, pid_t pid, const char *context);
+/* The same with an attach of its own ({"attach", PID, options..., NULL}). */
+void attach_as_nobody_argv(const struct daemon *d, const char *const attach[], const char *context);
 
 /* An interpreter the unprivileged user may run, or NULL. */
 const struct python *python_for_nobody(const struct python *pys, size_t n);

@@ -94,16 +94,7 @@ Test(budget, a_hostile_user_is_held_to_its_share)
 	attach_as_nobody(&d, benign.pid, "nobody's own idle process");
 	char p[16];
 	const char *attach_hostile[] = {"attach", pid_text(hostile.pid, p, sizeof p), "--rate", "1000", NULL};
-	bool attached = false;
-	for (int i = 0; i < 100 && !attached; i++) {
-		struct run_result r;
-		ctl_run(&d, &r, attach_hostile, &as_nobody);
-		attached = r.exited && r.code == 0;
-		run_result_free(&r);
-		if (!attached)
-			pause_ms(100); /* until its interpreter has started */
-	}
-	cr_assert(attached, "nobody could not attach its own process");
+	attach_as_nobody_argv(&d, attach_hostile, "nobody attaching its own hostile process");
 	ctl_attach_at(&d, roots.pid, "500");
 
 	/* Over its share: every one of nobody's targets is lowered, root's is not. */

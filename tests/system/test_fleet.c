@@ -613,19 +613,9 @@ Test(fleet, a_users_process_cannot_pass_for_another_service)
 	/* Nor by naming its process by hand: what a user names it is its own claim too. */
 	char *const by_hand[] = {AS_NOBODY, (char *)py->path, "-I", "-c", (char *)idle_program, "fleet-claim-hand", NULL};
 	pid_t hand = spawn_process(by_hand, NULL);
-	char p[16], why[512];
+	char p[16];
 	const char *attach[] = {"attach", pid_text(hand, p, sizeof p), "--label", "service=payments", NULL};
-	bool attached = false;
-	for (int i = 0; i < 100 && !attached; i++) {
-		struct run_result r;
-		ctl_run(&d, &r, attach, &as_nobody);
-		attached = r.exited && r.code == 0;
-		if (!attached && i == 99)
-			cr_assert_fail("nobody could not attach its own process: %s", run_describe(&r, why, sizeof why));
-		run_result_free(&r);
-		if (!attached)
-			pause_ms(100); /* until its interpreter has started */
-	}
+	attach_as_nobody_argv(&d, attach, "nobody attaching its own process with a label");
 	e = entry_when(&d, hand, sampled_a_while, "nobody's hand-attached process sampled");
 	const char *service = fleet_label(e, "service");
 	cr_assert(!service || strcmp(service, "payments") != 0, "nobody's attach named its process service=payments");
