@@ -264,6 +264,25 @@ static void otlp_teardown(struct otlp_test *t)
 	daemon_stop(&t->d);
 }
 
+/* The daemon exporting to port (url: its endpoint), its exporter started and the targets attached. */
+static void otlp_exporting_to(struct otlp_test *t, int port, char url[64])
+{
+	snprintf(url, 64, "http://127.0.0.1:%d", port);
+	otlp_setup(t, url, NULL);
+	wait_exporter_started(&t->d);
+	otlp_targets_start(t);
+	otlp_attach(t);
+}
+
+/* The targets killed and reaped, for a test that did not stop them on their time. */
+static void otlp_targets_kill(struct otlp_test *t)
+{
+	for (int i = 0; i < OTLP_TARGETS; i++) {
+		kill(t->targets[i], SIGKILL);
+		waitpid(t->targets[i], NULL, 0);
+	}
+}
+
 /*
  * What the collector receives is the history: totals per process, the
  * resource by the semantic conventions with the labels and the configured
@@ -413,12 +432,8 @@ Test(otlp, collector_down_at_start_then_killed_and_restarted, .timeout = 300)
 	collector_require();
 	int port = free_port();
 	char url[64];
-	snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
 	struct otlp_test t;
-	otlp_setup(&t, url, NULL);
-	wait_exporter_started(&t.d);
-	otlp_targets_start(&t);
-	otlp_attach(&t);
+	otlp_exporting_to(&t, port, url);
 	/* Nothing listens: the export fails to connect, and holds the samples back. */
 	wait_export_failing(&t.d, "onnect");
 
@@ -458,12 +473,8 @@ Test(otlp, collector_answering_503_then_another_by_reload, .timeout = 300)
 	struct fake_collector bad;
 	fake_collector_start(&bad, 503);
 	char url[64];
-	snprintf(url, sizeof url, "http://127.0.0.1:%d", bad.port);
 	struct otlp_test t;
-	otlp_setup(&t, url, NULL);
-	wait_exporter_started(&t.d);
-	otlp_targets_start(&t);
-	otlp_attach(&t);
+	otlp_exporting_to(&t, bad.port, url);
 	pause_ms(4000);
 	json_t *root, *e = export_status(&t.d, &root);
 	cr_expect(json_is_true(json_object_get(e, "failing")));
@@ -499,12 +510,8 @@ Test(otlp, collector_asking_to_wait_is_left_alone, .timeout = 120)
 	struct fake_collector busy;
 	fake_collector_start_asking(&busy, 429, 60);
 	char url[64];
-	snprintf(url, sizeof url, "http://127.0.0.1:%d", busy.port);
 	struct otlp_test t;
-	otlp_setup(&t, url, NULL);
-	wait_exporter_started(&t.d);
-	otlp_targets_start(&t);
-	otlp_attach(&t);
+	otlp_exporting_to(&t, busy.port, url);
 	for (int i = 0; i < 600 && busy.requests == 0; i++)
 		pause_ms(100);
 	cr_assert_gt(busy.requests, 0, "the collector heard nothing");
@@ -519,10 +526,7 @@ Test(otlp, collector_asking_to_wait_is_left_alone, .timeout = 120)
 	free(log);
 	otlp_teardown(&t);
 	fake_collector_stop(&busy);
-	for (int i = 0; i < OTLP_TARGETS; i++) {
-		kill(t.targets[i], SIGKILL);
-		waitpid(t.targets[i], NULL, 0);
-	}
+	otlp_targets_kill(&t);
 }
 
 /*
@@ -534,12 +538,8 @@ Test(otlp, collector_never_answering_costs_the_loop_nothing, .timeout = 120)
 	struct fake_collector slow;
 	fake_collector_start(&slow, 0);
 	char url[64];
-	snprintf(url, sizeof url, "http://127.0.0.1:%d", slow.port);
 	struct otlp_test t;
-	otlp_setup(&t, url, NULL);
-	wait_exporter_started(&t.d);
-	otlp_targets_start(&t);
-	otlp_attach(&t);
+	otlp_exporting_to(&t, slow.port, url);
 	char p[16];
 	pid_text(t.targets[0], p, sizeof p);
 	json_t *before = ctl_stats_of(&t.d, t.targets[0]);
@@ -564,10 +564,7 @@ Test(otlp, collector_never_answering_costs_the_loop_nothing, .timeout = 120)
 	cr_expect_gt(slow.requests, before_reload, "no request after the reload");
 	otlp_teardown(&t);
 	fake_collector_stop(&slow);
-	for (int i = 0; i < OTLP_TARGETS; i++) {
-		kill(t.targets[i], SIGKILL);
-		waitpid(t.targets[i], NULL, 0);
-	}
+	otlp_targets_kill(&t);
 }
 
 /* The daemon killed with kill -9 mid-run and started again: every sample arrives once. */
