@@ -167,6 +167,17 @@ Test(fleet, hand_detach_holds_and_hand_attach_wins)
 	daemon_stop(&d);
 }
 
+/* The daemon started again on its state directory (where added rules are kept): its `rules --json`. */
+static json_t *fleet_rules_after_restart(struct daemon *d, const char *config)
+{
+	char state[PATH_MAX];
+	snprintf(state, sizeof state, "%s", d->state);
+	const char *extra[] = {"--config", config, "--state-dir", state, NULL};
+	daemon_start(d, extra);
+	static const char *const list[] = {"rules", NULL};
+	return ctl_json(d, list);
+}
+
 /* Rules added by RPC: checked, listed, kept across a restart, removed. */
 Test(fleet, rules_by_rpc_outlive_a_restart)
 {
@@ -191,13 +202,7 @@ Test(fleet, rules_by_rpc_outlive_a_restart)
 	fleet_kill(pid);
 	daemon_stop(&d);
 
-	/* The same state directory: that is where the added rules are kept. */
-	char state[PATH_MAX];
-	snprintf(state, sizeof state, "%s", d.state);
-	const char *extra[] = {"--config", config, "--state-dir", state, NULL};
-	daemon_start(&d, extra);
-	static const char *const list[] = {"rules", NULL};
-	json_t *doc = ctl_json(&d, list), *rules = json_object_get(doc, "rules");
+	json_t *doc = fleet_rules_after_restart(&d, config), *rules = json_object_get(doc, "rules");
 	cr_assert_eq(json_array_size(rules), 2, "%s", json_dumps(rules, JSON_COMPACT));
 	cr_assert_str_eq(jstr(json_array_get(rules, 0), "name"), "file", "the file's rules come first");
 	json_t *added = json_array_get(rules, 1);
@@ -210,8 +215,7 @@ Test(fleet, rules_by_rpc_outlive_a_restart)
 	ctl_expect_failure(&d, again, 1, NULL, "a rule removed already");
 	json_decref(doc);
 	daemon_stop(&d);
-	daemon_start(&d, extra);
-	doc = ctl_json(&d, list);
+	doc = fleet_rules_after_restart(&d, config);
 	rules = json_object_get(doc, "rules");
 	cr_assert_eq(json_array_size(rules), 1, "removed for good: %s", json_dumps(rules, JSON_COMPACT));
 	json_decref(doc);
@@ -248,12 +252,7 @@ Test(fleet, the_longest_rule_added_by_rpc_survives_a_restart)
 	run_result_free(&r);
 	daemon_stop(&d);
 
-	char state[PATH_MAX];
-	snprintf(state, sizeof state, "%s", d.state);
-	const char *extra[] = {"--config", config, "--state-dir", state, NULL};
-	daemon_start(&d, extra);
-	static const char *const list[] = {"rules", NULL};
-	json_t *doc = ctl_json(&d, list), *rules = json_object_get(doc, "rules");
+	json_t *doc = fleet_rules_after_restart(&d, config), *rules = json_object_get(doc, "rules");
 	cr_assert_eq(json_array_size(rules), 1, "%s", json_dumps(rules, JSON_COMPACT));
 	json_t *kept = json_array_get(rules, 0);
 	cr_assert_str_eq(jstr(kept, "name"), "long");
