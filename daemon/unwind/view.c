@@ -545,7 +545,7 @@ uint32_t view_keep_room(const struct uw_target *t)
 uint8_t *view_room_for(struct uw_target *t, raddr_t addr, uint32_t len)
 {
 	/* Already at hand: nothing to read. */
-	if (!view_keep_room(t) || !len || batch_find(&t->batch, addr, len) || view_missed_find(t, addr, len))
+	if (!view_keep_room(t) || !len || view_at_hand(t, addr, len))
 		return NULL;
 	return arena_alloc(&t->scratch, len);
 }
