@@ -3,7 +3,9 @@
 
 Starts pyprofd in a temporary state directory with --targets Python targets
 (bench/workloads/soak.py, spread over every interpreter found) sampled at
---rate Hz, and for --minutes keeps up what a host sees:
+--rate Hz, whose code keeps being new (a function compiled per request in one
+thread of each; --same-code runs a fixed set of stacks), and for --minutes
+keeps up what a host sees:
 
   queries  one history query every --query-every seconds, in turn stacks,
            a function table, a diff of two ranges and the processes
@@ -17,8 +19,10 @@ Every minute it prints the daemon's RSS, descriptors and threads, the
 sampling rate achieved against the one asked, missed ticks, errors (the
 targets', failed requests, warnings in the log), the bytes queued for
 clients and what the structures that grow with new stacks hold (status:
-the sampled targets' caches, the counts, the history writer's caches); at the end RSS at the start, the middle and the end, and its slope
-over the second half.  Prints figures; never passes or fails on them.
+the sampled targets' caches, the counts, the history writer's caches, each
+beside its bound); at the end RSS at the start, the middle and the end, its
+slope over the second half and how far apart its highest and lowest there
+are, against their mean.  Prints figures; never passes or fails on them.
 """
 import argparse
 import itertools
@@ -71,7 +75,8 @@ class Soak:
 
     def start_target(self):
         python = next(self.pythons)
-        return subprocess.Popen([python, "-I", WORKLOAD]), python
+        argv = [python, "-I", WORKLOAD] + ([] if self.args.same_code else ["--new-code"])
+        return subprocess.Popen(argv), python
 
     def attach(self, pid, *labels):
         # A new interpreter needs a moment before its runtime can be read.
@@ -199,6 +204,8 @@ def main():
     ap.add_argument("--unread-for", type=float, default=60,
                     help="seconds a client that never reads stays before another replaces it "
                          "(0: none)")
+    ap.add_argument("--same-code", action="store_true",
+                    help="the targets run a fixed set of stacks, no new code")
     ap.add_argument("--report-every", type=float, default=60, help="seconds between report lines")
     ap.add_argument("--daemon-arg", action="append", default=[], help="an extra argument for pyprofd")
     args = ap.parse_args()
@@ -210,12 +217,14 @@ def main():
     d = Daemon(args, dir, args.daemon_arg)
     soak = Soak(args, d, pys)
     rss_at = []  # (minute, bytes)
+    bounds = (0, 0)
     try:
         soak.setup()
         names = ", ".join(sorted({os.path.basename(p) for _, p in soak.targets}))
-        print("pyprofd soak: %d targets at %d Hz on %s; a query every %g s, churn every %g s, "
+        print("pyprofd soak: %d targets at %d Hz on %s, %s; a query every %g s, churn every %g s, "
               "%d stalled connections, %s; %g minutes"
               % (args.targets, args.rate, names,
+                 "a fixed set of stacks" if args.same_code else "new code every request of one thread",
                  args.query_every, args.churn_every, args.stalled,
                  "a client that never reads" if args.unread_for > 0 else "no unread client",
                  args.minutes), flush=True)
@@ -254,6 +263,8 @@ def main():
                     status.get("connections_timed_out", 0),
                     status.get("cache_bytes", 0) // 1024, status.get("count_bytes", 0) // 1024,
                     status.get("history", {}).get("cache_bytes", 0) // 1024), flush=True)
+                bounds = (status.get("cache_budget_bytes", 0),
+                          status.get("history", {}).get("cache_budget_bytes", 0))
                 last = {"samples": samples, "missed": missed, "errors": errors}
                 last_report = now
                 if minute >= args.minutes - 0.01:
@@ -288,10 +299,15 @@ def main():
         my = statistics.mean(b for _, b in half)
         den = sum((m - mx) ** 2 for m, _ in half)
         slope = sum((m - mx) * (b - my) for m, b in half) / den if den else 0.0
+    level = statistics.mean(b for _, b in half) if half else 0
+    spread = (max(b for _, b in half) - min(b for _, b in half)) / level * 100 if level else 0.0
     print("RSS %.1f MiB at minute %.0f, %.1f MiB at minute %.0f, %.1f MiB at minute %.0f; "
-          "%.1f KiB per minute over the second half; %d requests, %d failed"
+          "%.1f KiB per minute over the second half, highest and lowest there %.1f %% apart; "
+          "%d requests, %d failed"
           % (first[1] / 2**20, first[0], mid[1] / 2**20, mid[0], end[1] / 2**20, end[0], slope / 1024,
-             soak.requests, soak.failed))
+             spread, soak.requests, soak.failed))
+    print("bounds: the targets' caches %d KiB (cache_kib), the history writer's %d KiB (hcache_kib)"
+          % (bounds[0] // 1024, bounds[1] // 1024))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,14 @@
 """Soak workload: a quiet service of 3 threads whose requests take a few hundred
 stacks in turn (handlers at recursion depths 1 to 12), with 50 ms sleeps (about
-2 % of a core per process: ten of them for half an hour leave the host alone)."""
+2 % of a core per process: ten of them for half an hour leave the host alone).
+
+With --new-code, one thread's every request runs a function compiled for it
+alone (a new name, file and code object each time, as a templating engine or
+a plugin host makes them, each about a millisecond of work), so the stacks,
+frames and strings the daemon sees never stop being new."""
+import itertools
 import json
+import sys
 import threading
 import time
 
@@ -51,7 +58,18 @@ def worker(seed):
         time.sleep(0.05)
 
 
+def new_code_worker():
+    for n in itertools.count():
+        source = "def render_%d(k):\n    return sum(i * k for i in range(20000))\n" % n
+        scope = {}
+        exec(compile(source, "<template %d>" % n, "exec"), scope)
+        descend(n % 12, scope["render_%d" % n])
+        time.sleep(0.05)
+
+
 if __name__ == "__main__":
     for seed in range(2):
         threading.Thread(target=worker, args=(seed,), daemon=True).start()
+    if "--new-code" in sys.argv[1:]:
+        new_code_worker()
     worker(2)
