@@ -281,6 +281,9 @@ struct client_reply *ctl_call(const struct ctl *ctl, Pyprofd__Request *req, int 
 	client_free(c);
 	if (!reply)
 		*status = ctl_report(&err);
+	else if (reply->parts[0]->result_case == PYPROFD__RESPONSE__RESULT_QUERY &&
+	         reply->parts[0]->query->partial[0])
+		fprintf(stderr, "pyprofd-ctl: %s\n", reply->parts[0]->query->partial);
 	return reply;
 }
 

@@ -77,6 +77,7 @@ struct builder {
 	size_t nprocesses;
 	size_t part_bytes;
 	bool first_sent;
+	const char *partial; /* the reader's, when it answers from memory alone */
 	uint64_t total;
 	bool oom;
 };
@@ -176,6 +177,8 @@ static int query_flush_part(struct builder *b, bool more)
 		res.rate_hz = j->rate_hz;
 		res.mode = j->mode;
 		res.functions_found = b->fs.nrows;
+		if (b->partial)
+			res.partial = (char *)b->partial;
 		if (j->aggregate == PYPROFD__QUERY_AGGREGATE__QUERY_DIFF) {
 			res.base_total = b->fs.samples[1];
 			res.base_from_unix = j->base_from;
@@ -400,7 +403,7 @@ static int query_run(struct job *job, void *data)
 	struct store_reader *r = store_reader_open_writer(j->writer, &err);
 	if (!r)
 		return query_answer_error(j, PYPROFD__ERROR_CODE__ERROR_INTERNAL, err.msg);
-	struct builder b = {.job = j};
+	struct builder b = {.job = j, .partial = store_reader_partial(r)};
 	functions_init(&b.fs, &b.rows_arena);
 	/*
 	 * What the writer could not write yet (a full disk, a read-only file)

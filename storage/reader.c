@@ -102,19 +102,22 @@ const struct reader_tables *reader_tables(const struct store_query *q)
 	return q && q->pending && q->pending->n ? &reader_all_tables : &reader_file_tables;
 }
 
-/* A reader of p; dirfd_owned: p's directory descriptor is the reader's, closed with it. */
+/*
+ * A reader of p; dirfd_owned: p's directory descriptor is the reader's,
+ * closed with it.  p NULL: of an empty history in memory.
+ */
 static struct store_reader *reader_open(const struct store_place *p, bool dirfd_owned,
                                         struct store_error *err)
 {
 	struct store_reader *r = calloc(1, sizeof *r);
 	if (!r) {
-		if (dirfd_owned)
+		if (p && dirfd_owned)
 			close(p->dirfd);
 		store_error_text(err, "store_reader_open: out of memory");
 		return NULL;
 	}
-	r->dirfd = dirfd_owned ? p->dirfd : -1;
-	r->db = store_db_open_ro(p, err);
+	r->dirfd = p && dirfd_owned ? p->dirfd : -1;
+	r->db = p ? store_db_open_ro(p, err) : store_db_open_memory(err);
 	if (!r->db || store_exec(r->db, reader_temp_schema, err) < 0)
 		goto fail;
 	if (sqlite3_prepare_v2(r->db, "SELECT parent, frame FROM main.stacks WHERE id = ?1", -1, &r->node,
@@ -145,9 +148,27 @@ struct store_reader *store_reader_open(const char *path, struct store_error *err
 struct store_reader *store_reader_open_writer(struct store_writer *w, struct store_error *err)
 {
 	struct store_place p;
-	if (writer_place(w, &p))
-		return reader_open(&p, false, err);
-	return store_reader_open(p.path, err);
+	struct store_reader *r = writer_place(w, &p) ? reader_open(&p, false, err)
+	                                             : store_reader_open(p.path, err);
+	struct store_writer_status st;
+	store_writer_status(w, &st);
+	/* A file the writer cannot open either is not coming back for this query. */
+	if (r || st.open || !st.failing)
+		return r;
+	char why[sizeof st.last_error];
+	snprintf(why, sizeof why, "%s", st.last_error[0] ? st.last_error : st.file_change);
+	if (!(r = reader_open(NULL, false, err)))
+		return NULL;
+	snprintf(r->partial, sizeof r->partial,
+	         "the history file cannot be read (%s): the answer holds only the samples the daemon "
+	         "keeps in memory",
+	         why);
+	return r;
+}
+
+const char *store_reader_partial(const struct store_reader *r)
+{
+	return r->partial[0] ? r->partial : NULL;
 }
 
 void store_reader_close(struct store_reader *r)

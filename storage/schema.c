@@ -218,6 +218,26 @@ rollback:
 	return -1;
 }
 
+/*
+ * An empty history of this schema in memory: what a reader stands on when
+ * the file cannot be read, so the writer's memory alone still answers.
+ */
+sqlite3 *store_db_open_memory(struct store_error *err)
+{
+	sqlite3 *db = NULL;
+	if (sqlite3_open_v2(":memory:", &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+	                    NULL) != SQLITE_OK) {
+		store_error_text(err, "an empty history in memory: %s", db ? sqlite3_errmsg(db) : "out of memory");
+		sqlite3_close(db);
+		return NULL;
+	}
+	if (store_exec(db, "PRAGMA temp_store = MEMORY", err) < 0 || store_db_migrate(db, err) < 0) {
+		sqlite3_close(db);
+		return NULL;
+	}
+	return db;
+}
+
 /* The name and VFS SQLite opens p with (through p's directory).  The VFS, or NULL and *err. */
 static const char *store_db_name(const struct store_place *p, char *name, size_t len,
                                  struct store_error *err)

@@ -129,6 +129,7 @@ sqlite3 *store_db_open_rw(const struct store_place *p, const struct store_ids *l
 
 /* A connection to p opened with flags (SQLITE_OPEN_*), busy timeout set.  NULL and *err. */
 sqlite3 *store_db_connect(const struct store_place *p, int flags, struct store_error *err);
+sqlite3 *store_db_open_memory(struct store_error *err);
 
 /* A read-only connection to an existing store at p (TEMP tables in memory).  NULL and *err. */
 sqlite3 *store_db_open_ro(const struct store_place *p, struct store_error *err);
@@ -317,6 +318,7 @@ bool writer_place(struct store_writer *w, struct store_place *p);
 struct store_reader {
 	int dirfd; /* its own when opened by path, else -1 (the writer's is used) */
 	sqlite3 *db;
+	char partial[448]; /* why the file is not read (db is empty, in memory); "" when it is */
 	sqlite3_stmt *node;  /* a stack's parent and frame */
 	sqlite3_stmt *frame; /* a frame's strings */
 };

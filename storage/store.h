@@ -225,8 +225,14 @@ struct store_reader;
 
 /* A read-only connection for the calling thread.  NULL and *err. */
 struct store_reader *store_reader_open(const char *path, struct store_error *err);
-/* The same, to the file w writes, reached as w reaches it. */
+/*
+ * The same, to the file w writes, reached as w reaches it.  While w cannot
+ * open its file (another file at its name, a directory gone), the reader
+ * stands on an empty history and answers from what w pins of its memory.
+ */
 struct store_reader *store_reader_open_writer(struct store_writer *w, struct store_error *err);
+/* Why r answers from the writer's memory alone; NULL when the file answers too. */
+const char *store_reader_partial(const struct store_reader *r);
 void store_reader_close(struct store_reader *r);
 
 struct store_query {

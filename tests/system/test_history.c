@@ -833,6 +833,30 @@ Test(history, database_replaced_by_a_foreign_file, .timeout = 300)
 	cr_assert_eq(jint(h, "dropped_rows"), 0);
 	json_decref(h);
 	cr_assert_eq(log_lines_with(&d, "was replaced by another file"), 1, "not one log line for the episode");
+	/* Queries answer from what the daemon keeps in memory, and say that is all they hold. */
+	const char *const by_pid[] = {"query", "--format", "json", "--pid", p, NULL};
+	struct run_result r;
+	ctl_run(&d, &r, by_pid, NULL);
+	char why[512];
+	cr_assert(r.exited && r.code == 0, "a query fails while the file is foreign: %s",
+	          run_describe(&r, why, sizeof why));
+	cr_assert(strstr(r.err, "cannot be read") && strstr(r.err, "in memory"),
+	          "the query does not say it answers from memory alone: %s", r.err);
+	json_t *answer = json_loads(r.out, 0, NULL);
+	cr_assert_not_null(answer, "no JSON: %s", r.out);
+	json_int_t from_memory = 0;
+	size_t i;
+	json_t *s;
+	json_array_foreach(json_object_get(answer, "stacks"), i, s)
+		from_memory += jint(s, "count");
+	cr_assert_gt(from_memory, 0, "the samples kept in memory are not in the answer: %s", r.out);
+	json_decref(answer);
+	run_result_free(&r);
+	const char *const table[] = {"query", "--format", "table", "--pid", p, NULL};
+	ctl_run(&d, &r, table, NULL);
+	cr_assert(r.exited && r.code == 0 && strstr(r.out, "nested_inner"), "a table fails while the file is foreign: %s",
+	          run_describe(&r, why, sizeof why));
+	run_result_free(&r);
 	size_t len;
 	char *bytes = file_bytes(db, &len);
 	cr_assert(len == strlen(text) && memcmp(bytes, text, len) == 0, "the foreign file was written to");
