@@ -40,8 +40,9 @@ static raddr_t exception_none(struct uw_target *t)
 	return t->none_object;
 }
 
-bool exception_handling(struct uw_target *t, raddr_t tstate)
+bool exception_handling(struct uw_target *t, raddr_t tstate, uint32_t *items)
 {
+	*items = 0;
 	const struct exc_layout *L = layout_exc_for_minor(t->layout.minor);
 	if (!L)
 		return false;
@@ -52,6 +53,7 @@ bool exception_handling(struct uw_target *t, raddr_t tstate)
 	raddr_t item = load_u64(p, 0);
 	uint32_t len = (L->item_exception > L->item_previous ? L->item_exception : L->item_previous) + 8;
 	for (unsigned i = 0; item && i < EXCEPTION_MAX_ITEMS; i++) {
+		++*items;
 		const uint8_t *it = view_read(t, item, len, 0, NULL);
 		if (!it)
 			return false;

@@ -330,8 +330,8 @@ uint32_t chain_resolve(struct uw_target *t, struct thread_cache *tc, const struc
                        uint32_t n, uint32_t common, struct uw_error *err);
 
 /* exception.c */
-/* Whether the thread at tstate handles an exception (UW_MODE_EXCEPTION); false if unknown. */
-bool exception_handling(struct uw_target *t, raddr_t tstate);
+/* Whether the thread at tstate handles an exception (UW_MODE_EXCEPTION); false if unknown.  *items: the items of its chain read. */
+bool exception_handling(struct uw_target *t, raddr_t tstate, uint32_t *items);
 
 /* tasks.c */
 /* Whether a sample reads the tasks (async mode, or a snapshot's UW_SNAP_TASKS). */

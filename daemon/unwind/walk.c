@@ -265,9 +265,15 @@ static int walk_thread(struct walk *w, const struct walk_interp *iv, raddr_t tst
 	bool need_cpu = t->opts.mode == UW_MODE_CPU || t->opts.want_on_cpu;
 	char state = need_cpu ? threads_kernel_state(t, tc, native_id) : '?';
 	bool on_cpu = state == 'R';
-	if ((t->opts.mode == UW_MODE_CPU && !on_cpu) || (t->opts.mode == UW_MODE_GIL && !holds_gil) ||
-	    (t->opts.mode == UW_MODE_EXCEPTION && !exception_handling(t, tstate)))
+	if ((t->opts.mode == UW_MODE_CPU && !on_cpu) || (t->opts.mode == UW_MODE_GIL && !holds_gil))
 		return 0;
+	if (t->opts.mode == UW_MODE_EXCEPTION) {
+		uint32_t items;
+		bool handling = exception_handling(t, tstate, &items);
+		/* Each item of a long chain is a read, as a frame is: the clock counts them alike. */
+		if (walk_over_time(w, items) || !handling)
+			return 0;
+	}
 
 	uint32_t stack = 0;
 	bool truncated = false, dropped = false;
