@@ -92,6 +92,10 @@ void rpc_status(struct server *s, struct client *c, const Pyprofd__Request *req,
 	res->schedule_ticks = s->schedule.ticks;
 	res->schedule_missed_ticks = s->schedule.missed;
 	schedule_lateness(&s->schedule, &res->schedule_lateness_us_p50, &res->schedule_lateness_us_p99);
+	res->schedule_behind = s->schedule.keep.behind;
+	res->schedule_behind_since_unix = s->schedule.keep.since_unix;
+	res->schedule_behind_episodes = s->schedule.keep.episodes;
+	res->schedule_missed_percent = s->schedule.keep.missed_share * 100;
 	struct uw_kreader_state k = uw_kreader_state(
 		s->kreader, s->config.no_kernel_reader ? "off ([sampling] kernel_reader = false)" : s->kreader_err.msg);
 	res->kernel_reader = (char *)k.reader;

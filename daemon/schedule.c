@@ -443,3 +443,37 @@ void schedule_lateness(const struct schedule *s, double *p50_us, double *p99_us)
 	*p50_us = s->lateness_us ? timing_percentile(s->lateness_us, 50) : 0;
 	*p99_us = s->lateness_us ? timing_percentile(s->lateness_us, 99) : 0;
 }
+
+void schedule_judge(struct schedule *s, double now_unix)
+{
+	struct schedule_keep *k = &s->keep;
+	k->ticks[k->at] = s->ticks;
+	k->missed[k->at] = s->missed;
+	size_t oldest = k->filled < SCHEDULE_KEEP_WINDOW ? 0 : (k->at + 1) % SCHEDULE_KEEP_WINDOW;
+	k->at = (k->at + 1) % SCHEDULE_KEEP_WINDOW;
+	if (k->filled < SCHEDULE_KEEP_WINDOW)
+		k->filled++;
+	size_t newest = (k->at + SCHEDULE_KEEP_WINDOW - 1) % SCHEDULE_KEEP_WINDOW;
+	uint64_t ticks = k->ticks[newest] - k->ticks[oldest], missed = k->missed[newest] - k->missed[oldest];
+	k->missed_share = ticks + missed ? (double)missed / (double)(ticks + missed) : 0;
+	double p50_us, p99_us;
+	schedule_lateness(s, &p50_us, &p99_us);
+	/* Lateness alone judges only where ticks ran in the window: an idle daemon keeps old ones. */
+	bool late = ticks && p99_us > SCHEDULE_BEHIND_LATE_S * 1e6;
+	bool behind = k->missed_share > SCHEDULE_BEHIND_MISSED || late;
+	if (behind == k->behind)
+		return;
+	k->behind = behind;
+	if (behind) {
+		k->episodes++;
+		k->since_unix = now_unix;
+		k->missed_before = s->missed;
+		log_warn("sampling falls behind its grid: %.0f %% of the ticks due in the last %d s were "
+		         "missed, lateness p99 %.1f ms; the daemon is short of CPU (its unit's Nice=, "
+		         "[limits] cpu_percent, fewer targets or lower rates)",
+		         k->missed_share * 100, SCHEDULE_KEEP_WINDOW, p99_us / 1000);
+	} else {
+		log_info("sampling keeps its grid again, after %.0f s behind (%llu ticks missed meanwhile)",
+		         now_unix - k->since_unix, (unsigned long long)(s->missed - k->missed_before));
+	}
+}

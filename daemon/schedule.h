@@ -36,6 +36,24 @@ struct schedule_entry {
 #define SCHEDULE_BALANCE_S 1.0
 /* A tick due this soon after a wakeup is taken with it. */
 #define SCHEDULE_EARLY_S 0.0002
+/*
+ * Whether sampling keeps its grid, judged each second over the last
+ * SCHEDULE_KEEP_WINDOW seconds: behind while more than SCHEDULE_BEHIND_MISSED
+ * of the ticks due were missed, or the recent lateness (p99) passes
+ * SCHEDULE_BEHIND_LATE_S.
+ */
+#define SCHEDULE_KEEP_WINDOW 10
+#define SCHEDULE_BEHIND_MISSED 0.05
+#define SCHEDULE_BEHIND_LATE_S 0.010
+struct schedule_keep {
+	uint64_t ticks[SCHEDULE_KEEP_WINDOW], missed[SCHEDULE_KEEP_WINDOW]; /* as counted, a second apart */
+	size_t at, filled;
+	bool behind;
+	double since_unix;      /* when the episode under way (or the last) began; 0: none yet */
+	uint64_t episodes;
+	uint64_t missed_before; /* the schedule's missed ticks when the episode began */
+	double missed_share;    /* of the ticks due over the window */
+};
 /* Every entry's ticks on one timer: ticks due at one moment share a wakeup (see schedule.c). */
 struct schedule {
 	struct ev_loop *loop;
@@ -52,6 +70,7 @@ struct schedule {
 	uint64_t wakeups; /* with at least one tick */
 	uint64_t ticks, missed;
 	struct timing *lateness_us; /* of every tick, all entries */
+	struct schedule_keep keep;
 	/* Called as a wakeup with ticks begins, before any of them (NULL: none). */
 	void (*before_ticks)(void *ctx);
 	void *before_ctx;
@@ -65,6 +84,8 @@ void schedule_entry_init(struct schedule_entry *e,
 int schedule_add(struct schedule *s, struct schedule_entry *e, double interval);
 /* No more ticks (nothing if it has none). */
 void schedule_remove(struct schedule *s, struct schedule_entry *e);
+/* Judge whether sampling keeps its grid (once a second); the log says when that changes. */
+void schedule_judge(struct schedule *s, double now_unix);
 /* Lateness of the last TIMING_KEEP ticks of every entry. */
 void schedule_lateness(const struct schedule *s, double *p50_us, double *p99_us);
 

@@ -17,6 +17,7 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "pyprofd.h"
 
 #define LISTEN_BACKLOG 128
@@ -250,6 +251,7 @@ static void server_on_housekeeping(struct ev_loop *loop, ev_timer *w, int revent
 	targets_share_cache(&s->targets, s->config.cache_budget_bytes);
 	fleet_housekeeping(&s->fleet);
 	budget_tick(&s->budget);
+	schedule_judge(&s->schedule, clock_wall_s());
 	server_clients_expire(s);
 	notify_status(s);
 	log_tick();

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/stat.h>
@@ -615,4 +616,70 @@ Test(operation, caches_stay_within_their_budgets, .timeout = 300)
 		test_target_kill(&target);
 	}
 	daemon_stop(&d);
+}
+
+/* Times text appears in the daemon's log. */
+static int operation_log_count(const struct daemon *d, const char *text)
+{
+	char *log = daemon_log(d);
+	int n = 0;
+	for (const char *at = log; (at = strstr(at, text)); at += strlen(text))
+		n++;
+	free(log);
+	return n;
+}
+
+/* status --json's schedule.behind, with the share missed. */
+static bool operation_behind(const struct daemon *d, double *missed_percent)
+{
+	static const char *const status[] = {"status", NULL};
+	json_t *s = ctl_json(d, status);
+	json_t *schedule = json_object_get(s, "schedule");
+	bool behind = json_is_true(json_object_get(schedule, "behind"));
+	*missed_percent = json_number_value(json_object_get(schedule, "missed_percent"));
+	json_decref(s);
+	return behind;
+}
+
+/*
+ * A daemon kept from its CPU (stopped for 3 s, as a starved one is) says it
+ * falls behind: status and one log line while its ticks are missed, and
+ * once more when it keeps its grid again.  It runs at the priority its unit
+ * gives it (Nice=-10), which keeps it on its grid on a busy host.
+ */
+Test(operation, falling_behind_is_flagged, .timeout = 120)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	struct test_target target;
+	test_target_start(&target, &pys[n - 1], "nested");
+	json_decref(test_target_wait_report(&target, TARGET_READY_TIMEOUT_S));
+	struct daemon d;
+	daemon_start(&d, NULL);
+	cr_assert(setpriority(PRIO_PROCESS, (id_t)d.pid, -10) == 0, "setpriority: %s", strerror(errno));
+	ctl_attach_at(&d, target.pid, "100");
+	double missed;
+	for (int i = 0; i < 60 && operation_behind(&d, &missed); i++)
+		pause_ms(500);
+	int before = operation_log_count(&d, "sampling falls behind its grid");
+
+	cr_assert(kill(d.pid, SIGSTOP) == 0);
+	pause_ms(3000);
+	cr_assert(kill(d.pid, SIGCONT) == 0);
+	bool behind = false;
+	for (int i = 0; i < 20 && !(behind = operation_behind(&d, &missed)); i++)
+		pause_ms(250);
+	cr_assert(behind, "status does not say the daemon fell behind (%.1f %% missed)", missed);
+	cr_assert_gt(missed, 5.0, "%.1f %% of the ticks missed", missed);
+	cr_assert_leq(operation_log_count(&d, "sampling falls behind its grid"), before + 1,
+	              "more than one log line for one episode");
+	cr_assert_geq(operation_log_count(&d, "sampling falls behind its grid"), 1, "no log line for it");
+
+	/* Ten seconds on the grid again end the episode. */
+	for (int i = 0; i < 120 && operation_behind(&d, &missed); i++)
+		pause_ms(250);
+	cr_assert(!operation_behind(&d, &missed), "still behind 30 s after (%.1f %% missed)", missed);
+	cr_assert_geq(operation_log_count(&d, "keeps its grid again"), 1, "the end of the episode is not logged");
+	daemon_stop(&d);
+	test_target_kill(&target);
 }
