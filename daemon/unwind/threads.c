@@ -165,15 +165,23 @@ static const struct kstill_task *threads_looked(struct uw_target *t, struct thre
 	return st->proc_tid > 0 ? still_task_seen(t, (pid_t)st->proc_tid, &st->look_hint) : NULL;
 }
 
-/* What this sample's look saw of the thread (R: on a CPU or queued for one, S: asleep), 0 if it did not. */
-static char threads_looked_state(struct uw_target *t, struct thread_cache *tc, int64_t tid)
+/* What this sample's look saw of the thread (R: on a CPU, Q: queued for one, S: asleep), 0 if it did not. */
+static char threads_looked_exactly(struct uw_target *t, struct thread_cache *tc, int64_t tid)
 {
 	const struct kstill_task *seen = threads_looked(t, tc, tid);
 	if (!seen)
 		return 0;
-	return seen->state == KSTILL_RUNS || seen->state == KSTILL_QUEUED ? 'R'
-	       : seen->state == KSTILL_OFF                                ? 'S'
-	                                                                  : 0;
+	return seen->state == KSTILL_RUNS     ? 'R'
+	       : seen->state == KSTILL_QUEUED ? 'Q'
+	       : seen->state == KSTILL_OFF    ? 'S'
+	                                      : 0;
+}
+
+/* The same as /proc tells it: R for on a CPU or queued for one. */
+static char threads_looked_state(struct uw_target *t, struct thread_cache *tc, int64_t tid)
+{
+	char looked = threads_looked_exactly(t, tc, tid);
+	return looked == 'Q' ? 'R' : looked;
 }
 
 /* The kernel's state letter of a thread: from this sample's look, else through a descriptor kept open. */
@@ -297,6 +305,17 @@ bool threads_idle(struct uw_target *t, struct thread_cache *tc, int64_t tid, boo
 		return false;
 	if (waits)
 		return true;
+	/*
+	 * The look tells a thread on a CPU from one queued for a CPU.  Queued
+	 * with its stack as it was, it is a waiter woken and not yet run (a
+	 * sleep's end on a busy host); queued with a stack that moved, it ran
+	 * Python and waits for its turn to run more.
+	 */
+	char looked = threads_looked_exactly(t, tc, tid);
+	if (looked == 'Q')
+		return !(prev && stack != prev);
+	if (looked)
+		return looked != 'R';
 	if (state != '?')
 		return state != 'R';
 	/* prev 0: a thread met for the first time, which the kernel alone can judge. */
