@@ -5,6 +5,7 @@
  * A client that does not read therefore holds its job's thread, not the
  * daemon's memory; a client that leaves cancels its job at the next part.
  */
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,6 +87,15 @@ static void *job_thread(void *arg)
 	/* Its own name, so top -H and the benchmarks tell its cost from the loop's. */
 	pthread_setname_np(pthread_self(), j->type->name);
 	bool failed = j->type->run(j, j->data) != 0;
+#ifdef __GLIBC__
+	/*
+	 * A query's working memory (its connection's pages, its aggregation)
+	 * is freed by now, but into this thread's arena, which glibc keeps:
+	 * the daemon's RSS grew to the largest query it ever answered, and a
+	 * history that keeps meeting new code makes every query larger.
+	 */
+	malloc_trim(0);
+#endif
 	pthread_mutex_lock(&js->lock);
 	j->failed = failed;
 	j->finished = true;
