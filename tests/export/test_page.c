@@ -581,6 +581,26 @@ Test(page, heatmap_lines_callers_callees)
 	       "lines: 10 12 18 20 21\n");
 }
 
+/*
+ * Opened with no file named, the source view shows the file where the
+ * service's own code spends the most time: not app.py, under every sample,
+ * nor threading.py, where the worker waits longest.
+ */
+Test(page, source_opens_on_the_hottest_own_file)
+{
+	static const struct export_stack waits_most[] = {
+		{p_render, 5, 6, 140001, 1, 0, T0, false},
+		{p_query, 5, 5, 140001, 1, 0, T0 + SLOT, false},
+		{p_wait, 3, 20, 140002, 2, 20, T0, false},
+	};
+	struct export_profile p = shop_heatmap();
+	p.stacks = waits_most;
+	p.nstacks = COUNT(waits_most);
+	EXPECT(&p, EXPORT_HEATMAP, "",
+	       "log('opened: ' + $('code').querySelector('h2').textContent);\n",
+	       "opened: /srv/shop/views.py\n");
+}
+
 /* Every view as a person sees it; $PYPROFD_SCREENSHOTS keeps them. */
 Test(page, screenshots)
 {
