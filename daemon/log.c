@@ -139,6 +139,29 @@ static struct log_repeats *log_repeats_of(const char *fmt, enum log_level level,
 	return r;
 }
 
+/* The message as one line: whatever it held, one line per event. */
+static void log_format(char line[LOG_LINE_MAX], const char *fmt, va_list ap)
+{
+	vsnprintf(line, LOG_LINE_MAX, fmt, ap);
+	for (char *p = line; *p; p++)
+		if (*p == '\n' || *p == '\r')
+			*p = ' ';
+}
+
+void log_always(enum log_level level, const char *fmt, ...)
+{
+	pthread_mutex_lock(&logger.lock);
+	if (level <= logger.level) {
+		char line[LOG_LINE_MAX];
+		va_list ap;
+		va_start(ap, fmt);
+		log_format(line, fmt, ap);
+		va_end(ap);
+		log_write(level, line);
+	}
+	pthread_mutex_unlock(&logger.lock);
+}
+
 void log_msg(enum log_level level, const char *fmt, ...)
 {
 	pthread_mutex_lock(&logger.lock);
@@ -149,12 +172,8 @@ void log_msg(enum log_level level, const char *fmt, ...)
 	char line[LOG_LINE_MAX];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(line, sizeof line, fmt, ap);
+	log_format(line, fmt, ap);
 	va_end(ap);
-	/* One line per event, whatever the message held. */
-	for (char *p = line; *p; p++)
-		if (*p == '\n' || *p == '\r')
-			*p = ' ';
 	if (level == LOG_LEVEL_DEBUG) {
 		log_write(level, line);
 	} else {

@@ -13,6 +13,8 @@ int log_level_parse(const char *name, enum log_level *out);
 const char *log_level_name(enum log_level level);
 /* One line; past a few of one format a minute, the rest are counted and summed up later. */
 void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* One line, never held back: for a caller that sums up its own repeats. */
+void log_always(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Now and then (once a second): the counts of repeats whose minute is over. */
 void log_tick(void);
 /* At exit: every count not told yet. */
