@@ -8,6 +8,8 @@
  * (and its parent, for children), and opens the runtime; a process whose
  * runtime is not up yet (it has just exec'd) is tried again on a growing
  * delay, and one that finds no room under max_targets waits for room.
+ * A child waits for its parent's verdict: the walk at start finds a pool
+ * all at once, and it is attached as it was followed live.
  *
  * Hand attaches win: rules never touch a target without a rule, and a
  * process detached by hand is held (never attached by a rule again) until
@@ -22,6 +24,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "fleet_log.h"
 #include "pyprofd.h"
 
 /* Waiting processes, at most: past it a burst's later processes are dropped (counted). */
@@ -53,6 +56,9 @@ struct fleet_waiting {
 	bool exec;           /* it ran a new program: a target it had is stale */
 	bool claimed;        /* a rule or its parent claims it: it waits for its runtime or room */
 	bool for_room;       /* claimed, waits for room under max_targets */
+	bool follows;        /* claimed by a rule that follows children, or as a child */
+	bool walked;         /* found by the walk that began watching: counted for its summary */
+	bool on_parent;      /* waits for its parent's verdict */
 };
 
 struct fleet_held {
@@ -68,6 +74,9 @@ struct fleet_state {
 	ev_timer judge;
 	bool room_warned; /* max_targets reached: said once until there is room again */
 	uint64_t dropped; /* processes not judged: the waiting list was full */
+	struct fleet_log *log;
+	bool walking;          /* the first walk of watching reports processes now */
+	const char *walk_when; /* what the next such walk's summary says: "at start", ... */
 };
 
 static struct server *fleet_server(struct fleet *f)
@@ -246,8 +255,9 @@ static void fleet_enqueue(struct fleet *f, pid_t pid, bool exec)
 		/* A new program starts the clock afresh. */
 		w->since = now;
 		w->start_time = 0;
-		w->for_room = w->claimed = false;
+		w->for_room = w->claimed = w->follows = w->on_parent = false;
 	}
+	w->walked = w->walked || st->walking;
 	w->exec = w->exec || exec;
 	w->due = now + FLEET_SETTLE_S;
 	w->delay = FLEET_RETRY_FIRST_S;
@@ -297,6 +307,20 @@ static struct target *fleet_parent_target(struct server *s, pid_t ppid)
 {
 	struct target *parent = ppid > 1 ? targets_find(&s->targets, ppid) : NULL;
 	return parent && parent->children && parent->state == TARGET_SAMPLING ? parent : NULL;
+}
+
+/*
+ * The process its rule attached, at the top of a line of followed children:
+ * what a child's parent= names, so a pool's workers name the service even
+ * when a process in between made them (a forkserver, a worker's own fork).
+ */
+static pid_t fleet_rule_ancestor(const struct target *parent)
+{
+	if (!parent->parent)
+		return parent->pid;
+	const char *label = labels_get(&parent->params.labels, "parent");
+	long pid = label ? strtol(label, NULL, 10) : 0;
+	return pid > 0 && pid < (1l << 30) ? (pid_t)pid : parent->parent;
 }
 
 /* Whether the target still shows the program it was opened on (an exec changes both). */
@@ -379,13 +403,14 @@ static enum fleet_verdict fleet_attach(struct fleet *f, struct fleet_waiting *w,
 	                               .provers_off = s->config.provers_off};
 	struct fleet_labels l = {0};
 	fleet_labels_found(&l, facts, t->python_version);
+	pid_t ancestor = parent ? fleet_rule_ancestor(parent) : 0;
 	if (parent) {
 		params.rate_hz = parent->params.rate_hz;
 		params.mode = parent->params.mode;
 		params.async_mode = parent->params.async_mode;
 		fleet_labels_put_all(&l, &parent->params.labels);
 		char pid_text[16];
-		snprintf(pid_text, sizeof pid_text, "%d", (int)parent->pid);
+		snprintf(pid_text, sizeof pid_text, "%d", (int)ancestor);
 		fleet_labels_put(&l, "parent", pid_text);
 	} else {
 		if (rule->rate_hz)
@@ -413,20 +438,32 @@ static enum fleet_verdict fleet_attach(struct fleet *f, struct fleet_waiting *w,
 	targets_share_cache(&s->targets, s->config.cache_budget_bytes);
 	budget_apply(&s->budget, t);
 	f->attached++;
-	log_info("pid %d: attached (Python %s, %u Hz, %s) %s %s%s", (int)t->pid, t->python_version,
-	         t->params.rate_hz, vocab_mode_name(t->params.mode), parent ? "as a child of" : "by rule",
-	         parent ? "" : t->rule, parent ? "" : "");
-	if (parent)
-		log_debug("pid %d: parent %d", (int)t->pid, (int)parent->pid);
+	if (w->walked)
+		fleet_log_walk_found(st->log, t->rule, parent != NULL);
+	char how[128];
+	if (!parent)
+		snprintf(how, sizeof how, "by rule %s", t->rule);
+	else if (ancestor == parent->pid)
+		snprintf(how, sizeof how, "as a child of pid %d (rule %s)", (int)parent->pid, t->rule);
+	else
+		snprintf(how, sizeof how, "as a child of pid %d, under pid %d (rule %s)", (int)parent->pid,
+		         (int)ancestor, t->rule);
+	fleet_log_attach(st->log, t->rule, parent != NULL, "pid %d: attached (Python %s, %u Hz, %s) %s",
+	                 (int)t->pid, t->python_version, t->params.rate_hz, vocab_mode_name(t->params.mode),
+	                 how);
 	return FLEET_DONE;
 }
 
-/* Whether ppid waits, claimed by a rule or its parent, to be attached. */
+/*
+ * Whether ppid waits to be judged, or to be attached with its children
+ * followed: until then its child cannot know whether it is one to follow.
+ */
 static bool fleet_parent_waiting(const struct fleet_state *st, pid_t ppid)
 {
 	for (size_t i = 0; ppid > 1 && i < st->nwaiting; i++)
-		if (st->waiting[i].pid == ppid && st->waiting[i].claimed)
-			return true;
+		if (st->waiting[i].pid == ppid)
+			return st->waiting[i].start_time == 0 || st->waiting[i].on_parent ||
+			       (st->waiting[i].claimed && st->waiting[i].follows);
 	return false;
 }
 
@@ -452,8 +489,12 @@ static enum fleet_verdict fleet_judge(struct fleet *f, struct fleet_waiting *w)
 	}
 	if (known && known->state != TARGET_EXITED) {
 		bool stale = w->exec && known->uw && !fleet_same_program(known, &facts);
-		if (!stale)
-			goto out; /* already known as it is: a hand attach, or attached already */
+		if (!stale) {
+			/* Already known as it is: a hand attach, or attached already. */
+			if (w->walked && known->state == TARGET_SAMPLING)
+				fleet_log_walk_found(st->log, known->rule, known->parent != 0);
+			goto out;
+		}
 		target_mark_exited(known, "the process ran a new program");
 	}
 	if (known) {
@@ -467,14 +508,16 @@ static enum fleet_verdict fleet_judge(struct fleet *f, struct fleet_waiting *w)
 		goto out;
 	struct target *parent = fleet_parent_target(s, facts.ppid);
 	/*
-	 * A fork child matches its parent's rule too: judged before its parent
-	 * is attached (the parent waiting for its runtime, or for a retry's
-	 * time on a loaded host), it would be attached by the rule rather than
-	 * as the child it is.  Under a rule that follows children it waits for
-	 * its parent, within the same patience (seen in a clean-clone CI).
+	 * A child judged before its parent is attached (the parent waiting for
+	 * its runtime or a retry's time on a loaded host, or both found at once
+	 * by the walk at start) waits for its parent, within the same patience:
+	 * a fork child would be attached by its parent's rule rather than as the
+	 * child it is (seen in a clean-clone CI), and a spawned worker or a
+	 * forkserver, which no rule matches, not at all (after a restart).
 	 */
-	if (!parent && claim && claim->children && fleet_parent_waiting(st, facts.ppid) &&
-	    ev_now(s->loop) - w->since < FLEET_GIVE_UP_S) {
+	w->on_parent = !parent && fleet_parent_waiting(st, facts.ppid) &&
+	               ev_now(s->loop) - w->since < FLEET_GIVE_UP_S;
+	if (w->on_parent) {
 		verdict = FLEET_RETRY;
 		goto out;
 	}
@@ -483,9 +526,21 @@ static enum fleet_verdict fleet_judge(struct fleet *f, struct fleet_waiting *w)
 	else if (claim)
 		verdict = fleet_attach(f, w, &facts, claim, NULL);
 	w->claimed = verdict != FLEET_DONE;
+	w->follows = w->claimed && (parent || claim->children);
 out:
 	proc_facts_free(&facts);
 	return verdict;
+}
+
+/* Once none of the processes found by the walk that began watching waits but for room: its summary. */
+static void fleet_walk_check(struct fleet_state *st)
+{
+	if (!fleet_log_walking(st->log))
+		return;
+	for (size_t i = 0; i < st->nwaiting; i++)
+		if (st->waiting[i].walked && !st->waiting[i].for_room)
+			return;
+	fleet_log_walk_end(st->log);
 }
 
 static void fleet_on_judge(struct ev_loop *loop, ev_timer *timer, int revents)
@@ -517,6 +572,7 @@ static void fleet_on_judge(struct ev_loop *loop, ev_timer *timer, int revents)
 		}
 		i++;
 	}
+	fleet_walk_check(st);
 	fleet_arm(f);
 	/* Left over from a bounded round: on at the next wakeup. */
 	if (!budget && !ev_is_active(&st->judge)) {
@@ -561,6 +617,12 @@ int fleet_init(struct fleet *f, struct server *s)
 	f->server = s;
 	if (!(f->state = calloc(1, sizeof *f->state)))
 		return -1;
+	if (!(f->state->log = fleet_log_new())) {
+		free(f->state);
+		f->state = NULL;
+		return -1;
+	}
+	f->state->walk_when = "at start";
 	ev_timer_init(&f->state->judge, fleet_on_judge, 1, 0);
 	f->state->judge.data = f;
 	return 0;
@@ -572,11 +634,17 @@ void fleet_configure(struct fleet *f)
 	bool want = s->config.rules.n > 0;
 	if (want && !f->watching) {
 		char why[256];
-		if (procwatch_start(&f->watch, s->loop, s->config.discovery_method, s->config.scan_interval_s,
-		                    &fleet_callbacks, f, why, sizeof why) != 0) {
+		struct fleet_state *st = f->state;
+		/* Every process the first walk reports (it only enqueues) is counted for its rule's summary. */
+		st->walking = true;
+		int started = procwatch_start(&f->watch, s->loop, s->config.discovery_method,
+		                              s->config.scan_interval_s, &fleet_callbacks, f, why, sizeof why);
+		st->walking = false;
+		if (started != 0) {
 			log_error("discovery: cannot watch processes: %s", why);
 			return;
 		}
+		fleet_log_walk_begin(st->log, &s->config.rules, st->walk_when);
 		f->watching = true;
 		log_info("discovery: watching processes (%s) for %zu rule%s", procwatch_method_name(&f->watch),
 		         s->config.rules.n, s->config.rules.n == 1 ? "" : "s");
@@ -653,6 +721,7 @@ void fleet_rules_changed(struct fleet *f)
 			fleet_reconsider(f, t);
 	}
 	/* New rules may claim processes that run already: every one is judged again. */
+	f->state->walk_when = "after the rules changed";
 	if (f->watching) {
 		procwatch_stop(&f->watch);
 		f->watching = false;
@@ -667,6 +736,7 @@ void fleet_free(struct fleet *f)
 	if (f->watching)
 		procwatch_stop(&f->watch);
 	ev_timer_stop(fleet_server(f)->loop, &f->state->judge);
+	fleet_log_free(f->state->log);
 	free(f->state->waiting);
 	free(f->state->held);
 	free(f->state);
@@ -691,6 +761,9 @@ void fleet_housekeeping(struct fleet *f)
 		else
 			i++;
 	}
+	fleet_log_tick(st->log);
+	/* An exit may have taken the last process of the walk's that waited. */
+	fleet_walk_check(st);
 	/* Room under max_targets: those that waited for it are judged again. */
 	size_t waiting_room = 0;
 	for (size_t i = 0; i < st->nwaiting; i++)

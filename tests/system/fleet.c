@@ -42,6 +42,14 @@ void fleet_daemon_discovering(struct daemon *d, const char *method, const char *
 	fleet_daemon(d, text, config, sizeof config);
 }
 
+void fleet_daemon_again(struct daemon *d, const char *config_path)
+{
+	char state[PATH_MAX];
+	snprintf(state, sizeof state, "%s", d->state);
+	const char *extra[] = {"--config", config_path, "--state-dir", state, NULL};
+	daemon_start(d, extra);
+}
+
 pid_t fleet_spawn(const struct python *py, const char *marker)
 {
 	char *const argv[] = {(char *)py->path, "-c", (char *)idle_program, (char *)marker, NULL};

@@ -20,6 +20,9 @@ void fleet_daemon(struct daemon *d, const char *config_text, char *config_path, 
 /* fleet_daemon with discovery by method ("netlink" or "scan", walking every interval) and rules. */
 void fleet_daemon_discovering(struct daemon *d, const char *method, const char *interval, const char *rules);
 
+/* The daemon started again (stopped before) on its state directory, with this config file, as a restart by systemd does. */
+void fleet_daemon_again(struct daemon *d, const char *config_path);
+
 /* py idling in a function, marker in its argv. */
 pid_t fleet_spawn(const struct python *py, const char *marker);
 

@@ -55,8 +55,9 @@ static bool in_processes(json_t *procs, pid_t pid, const char *parent_label)
 
 /*
  * A rule with children = true: the Python children of what it attaches are
- * attached with the parent's labels and parent=PID, however they were made,
- * and their samples carry those labels in the history.  Without it, not.
+ * attached with the parent's labels and parent=PID, however they were made
+ * (a forkserver's worker names the process the rule matched, as the server
+ * does), and their samples carry those labels in the history.  Without it, not.
  */
 Test(discovery, python_children_follow_their_parent)
 {
@@ -87,13 +88,15 @@ Test(discovery, python_children_follow_their_parent)
 		cr_assert_str_eq(fleet_label(e, "rule"), "kids");
 		cr_assert_eq(jint(e, "rate_hz"), 200, "%s: the parent's rate", child_methods[m]);
 		snprintf(parent_label[m], sizeof parent_label[m], "%s", fleet_label(e, "parent"));
+		/* parent= names the process the rule matched, whoever made the child. */
+		cr_assert_eq(atoi(parent_label[m]), parent[m], "%s: %s", child_methods[m], json_dumps(e, JSON_COMPACT));
 		pid_t direct = (pid_t)jint(e, "parent");
-		cr_assert_eq(atoi(parent_label[m]), direct);
 		if (strcmp(child_methods[m], "forkserver") == 0) {
 			/* The worker is the server's child, and the server the parent's. */
 			json_t *server = entry_when(&d, direct, fleet_sampling, "the fork server, attached");
 			cr_assert_eq(jint(server, "parent"), parent[m], "%s", json_dumps(server, JSON_COMPACT));
 			cr_assert_str_eq(fleet_label(server, "service"), "kids");
+			cr_assert_str_eq(fleet_label(server, "parent"), parent_label[m]);
 			json_decref(server);
 		} else {
 			cr_assert_eq(direct, parent[m], "%s: %s", child_methods[m], json_dumps(e, JSON_COMPACT));

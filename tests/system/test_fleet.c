@@ -170,10 +170,7 @@ Test(fleet, hand_detach_holds_and_hand_attach_wins)
 /* The daemon started again on its state directory (where added rules are kept): its `rules --json`. */
 static json_t *fleet_rules_after_restart(struct daemon *d, const char *config)
 {
-	char state[PATH_MAX];
-	snprintf(state, sizeof state, "%s", d->state);
-	const char *extra[] = {"--config", config, "--state-dir", state, NULL};
-	daemon_start(d, extra);
+	fleet_daemon_again(d, config);
 	static const char *const list[] = {"rules", NULL};
 	return ctl_json(d, list);
 }
