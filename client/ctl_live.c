@@ -59,7 +59,7 @@ const char ctl_list_usage[] =
 	"                    parent, threads: [{thread_id, native_thread_id, name}]}\n";
 
 const char ctl_dump_usage[] =
-	"usage: pyprofd-ctl dump PID [--native] [--gc] [--json]\n"
+	"usage: pyprofd-ctl dump PID [--native] [--gc] [--async-aware] [--json]\n"
 	"\n"
 	"Print the Python stack of every thread of process PID once, innermost frame\n"
 	"first, read by the daemon.  The output is that of `pyprofd dump`.\n"
@@ -67,9 +67,14 @@ const char ctl_dump_usage[] =
 	"  --native          mark with <native> where C code sits between Python frames\n"
 	"                    (3.11+)\n"
 	"  --gc              mark with <GC> the thread running the garbage collector\n"
+	"  --async-aware     also print asyncio's task tree (3.11+): every pending task\n"
+	"                    with its coroutine frames, under the task awaiting it; the\n"
+	"                    running task with its thread's frames from its coroutine up\n"
 	"  --json            one JSON object: {pid, python_version, threads: [{thread_id,\n"
 	"                    native_thread_id, interpreter_id, gil, on_cpu, truncated,\n"
-	"                    unreadable, frames: [{function, qualname, file, line, kind}]}]}\n";
+	"                    unreadable, frames: [{function, qualname, file, line, kind}]}],\n"
+	"                    and with --async-aware tasks: [{id, name, thread_id,\n"
+	"                    awaited_by, running, frames}], tasks_cut, tasks_error}\n";
 
 const char ctl_stats_usage[] =
 	"usage: pyprofd-ctl stats PID [--json]\n"
@@ -376,6 +381,7 @@ int ctl_live_dump(struct ctl *ctl, int argc, char **argv)
 	static const struct option options[] = {
 		{"native", no_argument, NULL, 'n'},
 		{"gc", no_argument, NULL, 'g'},
+		{"async-aware", no_argument, NULL, 'A'},
 		CTL_COMMON_OPTIONS,
 	};
 	Pyprofd__DumpRequest d = PYPROFD__DUMP_REQUEST__INIT;
@@ -385,6 +391,8 @@ int ctl_live_dump(struct ctl *ctl, int argc, char **argv)
 			d.native = true;
 		else if (opt == 'g')
 			d.gc = true;
+		else if (opt == 'A')
+			d.tasks = true;
 		else if ((status = ctl_common_option(ctl, opt, argv)) >= 0)
 			return status;
 	}

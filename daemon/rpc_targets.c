@@ -8,6 +8,12 @@
 
 #define LABEL_KEY_MAX 128
 #define LABEL_VALUE_MAX 1024
+/*
+ * The time a dump with its asyncio tasks may take on the loop: thousands of
+ * tasks read cold take more than a sample's bound, and a dump is asked for
+ * now and then.  Tasks past it are left out, and the dump says so.
+ */
+#define DUMP_TASKS_NS (50u * 1000 * 1000)
 
 /* The attach request as target parameters, checked; -1 with the error in resp. */
 static int rpc_attach_params(struct server *s, const Pyprofd__AttachRequest *req, bool by_user,
@@ -235,9 +241,20 @@ void rpc_dump(struct server *s, struct client *c, const Pyprofd__Request *req,
 		rpc_error(resp, a, vocab_status_code(err.status), "%s", err.msg);
 		return;
 	}
-	unsigned flags = (r->native ? UW_SNAP_NATIVE : 0u) | (r->gc ? UW_SNAP_GC : 0u);
+	unsigned flags = (r->native ? UW_SNAP_NATIVE : 0u) | (r->gc ? UW_SNAP_GC : 0u) |
+	                 (r->tasks ? UW_SNAP_TASKS : 0u);
+	struct uw_options saved;
+	uw_options_get(uw, &saved);
+	if (r->tasks) {
+		struct uw_options opts = saved;
+		opts.max_sample_ns = DUMP_TASKS_NS;
+		uw_configure(uw, &opts);
+	}
 	struct uw_snapshot snap = {0};
-	if (uw_snapshot(uw, flags, &snap, &err) != 0) {
+	int rc = uw_snapshot(uw, flags, &snap, &err);
+	if (r->tasks)
+		uw_configure(uw, &saved);
+	if (rc != 0) {
 		rpc_error(resp, a, vocab_status_code(err.status), "%s", err.msg);
 	} else {
 		Pyprofd__DumpResult *res = dump_to_proto(r->pid, uw, &snap, a);

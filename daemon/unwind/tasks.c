@@ -402,10 +402,15 @@ int tasks_sample(struct walk *w, struct uw_error *err)
 		hash_clear(&ts->names_index);
 		ts->epoch = t->epoch;
 	}
+	bool looking = !ts->usable;
+	uint64_t look_began = looking ? clock_mono_ns() : 0;
 	if (!tasks_usable(t, ts)) {
 		s->tasks_error = ts->why;
 		return 0;
 	}
+	/* Finding asyncio (its module's files read, once) is no reading of tasks: the tasks get their time whole. */
+	if (looking && w->deadline_ns)
+		w->deadline_ns += clock_mono_ns() - look_began;
 	uint32_t max = t->opts.max_tasks ? t->opts.max_tasks : UW_MAX_TASKS_DEFAULT;
 	if (max > UW_MAX_TASKS)
 		max = UW_MAX_TASKS;
