@@ -6,6 +6,12 @@
 
 /* A dump wants every thread: a moving one gets this many reads. */
 #define SNAPSHOT_THREAD_ATTEMPTS 12
+/*
+ * Samples a dump of tasks takes at most for one where no task began
+ * running after its thread was read (tasks.c's tasks_moved): such a task's
+ * frames are known of no moment, and a dump shows the running task's.
+ */
+#define SNAPSHOT_TASK_ATTEMPTS 16
 
 int uw_snapshot(struct uw_target *t, unsigned flags, struct uw_snapshot *out,
                 struct uw_error *err)
@@ -24,6 +30,8 @@ int uw_snapshot(struct uw_target *t, unsigned flags, struct uw_snapshot *out,
 	t->thread_attempts = SNAPSHOT_THREAD_ATTEMPTS;
 	struct uw_sample s = {0};
 	int rc = uw_sample(t, &s, err);
+	for (int attempt = 1; rc == 0 && s.tasks_moved && attempt < SNAPSHOT_TASK_ATTEMPTS; attempt++)
+		rc = uw_sample(t, &s, err);
 	t->opts = saved;
 	t->thread_attempts = 0;
 	/* A thread read as garbage makes the snapshot fail; one that kept moving is shown as such. */

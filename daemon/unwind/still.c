@@ -125,6 +125,7 @@ static int still_copy(struct uw_sample *dst, const struct uw_sample *src)
 	dst->tasks = src->tasks;
 	dst->tasks_cut = src->tasks_cut;
 	dst->tasks_error = src->tasks_error;
+	dst->tasks_moved = src->tasks_moved;
 	return 0;
 }
 
@@ -397,7 +398,7 @@ void still_keep(struct uw_target *t, const struct uw_sample *s)
 		return;
 	ps->armed = false;
 	/* Only a sample read whole (c) stands for the process: nothing left out, nothing moving. */
-	if (s->cut || s->dropped_threads)
+	if (s->cut || s->dropped_threads || s->tasks_cut || s->tasks_moved || s->tasks_error.status != UW_OK)
 		return;
 	uint64_t frames = 0, stacks = 0;
 	for (uint32_t i = 0; i < s->nthreads; i++) {

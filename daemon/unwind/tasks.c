@@ -40,6 +40,7 @@ void tasks_free(struct uw_target *t)
 		return;
 	free(ts->names);
 	hash_free(&ts->names_index);
+	hash_free(&ts->coro_index);
 	free(ts->v);
 	hash_free(&ts->index);
 	free(ts->frames);
@@ -296,30 +297,101 @@ static int tasks_read_all(struct walk *w, struct tasks *ts, uint32_t max, struct
 
 /* -------- the tree -------- */
 
-/* A running task's own frames: its thread's, from the innermost down to its coroutine's frame. */
-static int tasks_splice_running(struct uw_target *t, struct tasks *ts, struct task_entry *e,
-                                struct uw_error *err)
+static bool tasks_coro_equal(const void *ctx, uint32_t id, const void *key)
 {
+	const struct tasks *ts = ctx;
+	return ts->v[id].coro_frame == *(const raddr_t *)key;
+}
+
+/*
+ * The sample's thread whose stack tc's chain is, up to chain[*top]: 3.15's
+ * part below the marker ends below the chain's top, and a <GC> marker may
+ * stand on it.  false when no thread of the sample has it (a thread left
+ * out by the mode, or one that moved through every read).
+ */
+static bool tasks_thread_of(struct uw_target *t, const struct uw_sample *s, const struct thread_cache *tc,
+                            uint32_t *slot, uint32_t *top)
+{
+	const uint8_t *tsb = view_read(t, tc->tstate, t->layout.tstate.size, 0, NULL);
+	if (!tsb)
+		return false;
+	uint64_t thread_id = load_u64(tsb, t->layout.tstate.thread_id);
+	for (uint32_t k = 0; k < s->nthreads; k++) {
+		if (s->threads[k].thread_id != thread_id)
+			continue;
+		uint32_t stack = s->threads[k].stack;
+		if (stack && uw_stack_frame(t, stack) == t->gc_frame)
+			stack = uw_stack_parent(t, stack);
+		for (uint32_t d = tc->n; d-- > 0;) {
+			if (tc->chain[d].stack == stack) {
+				*slot = k;
+				*top = d;
+				return true;
+			}
+		}
+		return false;
+	}
+	return false;
+}
+
+/*
+ * The tasks running as the threads were read, with their frames: a task
+ * runs when its coroutine's frame is on its thread's stack as the sample
+ * read it, and its frames are that stack's from there up.  Its coroutine
+ * read as running does not say so: the tasks are read after the threads,
+ * and the loop may have switched tasks in between, so such a task may run
+ * where its thread's stack shows another, or none.  Such a task is counted
+ * (tasks_moved) and its stack left out, being unknown.
+ */
+static int tasks_find_running(struct walk *w, struct tasks *ts, struct uw_error *err)
+{
+	struct uw_target *t = w->t;
+	struct uw_sample *s = w->out;
+	hash_clear(&ts->coro_index);
+	if (hash_reserve(&ts->coro_index, ts->n) != 0)
+		return uw_fail(err, UW_ENOMEM, "out of memory");
+	for (uint32_t i = 0; i < ts->n; i++) {
+		raddr_t frame = ts->v[i].coro_frame;
+		uint32_t h = hash_u64(frame);
+		struct hash_slot *at = hash_probe(&ts->coro_index, h, tasks_coro_equal, ts, &frame);
+		if (frame && !at->id)
+			hash_fill(&ts->coro_index, at, h, i);
+	}
 	for (uint32_t i = 0; i < t->nthreads; i++) {
 		const struct thread_cache *tc = &t->threads[i];
 		if (tc->seen != t->sample_gen)
 			continue;
-		for (uint32_t d = 0; d < tc->n; d++) {
-			if (tc->chain[d].addr != e->running_frame)
+		uint32_t slot = 0, top = UINT32_MAX;
+		bool innermost = true;
+		/* Innermost first: with loops nested in one thread, the innermost task is the thread's. */
+		for (uint32_t d = tc->n; d-- > 0;) {
+			raddr_t frame = tc->chain[d].addr;
+			uint32_t k = frame ? hash_find(&ts->coro_index, hash_u64(frame), tasks_coro_equal, ts, &frame)
+			                   : HASH_NONE;
+			if (k == HASH_NONE || ts->v[k].running)
 				continue;
+			if (top == UINT32_MAX && !tasks_thread_of(t, s, tc, &slot, &top))
+				break;
+			if (d > top)
+				continue;
+			struct task_entry *e = &ts->v[k];
+			e->thread_top = innermost;
+			innermost = false;
+			e->running = true;
+			e->slot = slot;
+			e->thread_id = s->threads[slot].thread_id;
 			e->frames_first = ts->nframes;
-			for (uint32_t k = tc->n; k-- > d;)
-				if (tasks_push_frame(ts, uw_stack_frame(t, tc->chain[k].stack), err) != 0)
+			for (uint32_t j = top + 1; j-- > d;)
+				if (tasks_push_frame(ts, uw_stack_frame(t, tc->chain[j].stack), err) != 0)
 					return -1;
 			e->nframes = ts->nframes - e->frames_first;
-			if (!e->thread_id) {
-				const uint8_t *tsb = view_read(t, tc->tstate, t->layout.tstate.size, 0, NULL);
-				if (tsb)
-					e->thread_id = load_u64(tsb, t->layout.tstate.thread_id);
-			}
-			return 0;
 		}
 	}
+	for (uint32_t i = 0; i < ts->n; i++)
+		s->tasks_moved += ts->v[i].executing && !ts->v[i].running;
+	/* Only where every thread is in the sample is a task running on none of them one that moved. */
+	if (t->opts.mode == UW_MODE_WALL)
+		t->stats.tasks_moved += s->tasks_moved;
 	return 0;
 }
 
@@ -357,17 +429,18 @@ static int tasks_apply(struct walk *w, struct tasks *ts, struct uw_error *err)
 	uint32_t nthreads = s->nthreads;
 	for (uint32_t i = 0; i < ts->n; i++) {
 		const struct task_entry *e = &ts->v[i];
+		if (e->running && e->thread_top) {
+			s->threads[e->slot].stack = e->stack;
+			s->threads[e->slot].task = true;
+			continue;
+		}
+		/* One that began running after its thread was read has no stack known of that moment. */
+		if (t->opts.async_mode != UW_ASYNC_ALL || e->running || e->executing || e->finished)
+			continue;
 		struct uw_sample_thread *owner = NULL;
 		for (uint32_t k = 0; k < nthreads && !owner; k++)
 			if (s->threads[k].thread_id == e->thread_id)
 				owner = &s->threads[k];
-		if (e->running && owner) {
-			owner->stack = e->stack;
-			owner->task = true;
-			continue;
-		}
-		if (t->opts.async_mode != UW_ASYNC_ALL || e->running)
-			continue;
 		/* A task with no thread (one that ended) is shown on the first. */
 		struct uw_sample_thread th = owner ? *owner : nthreads ? s->threads[0] : (struct uw_sample_thread){0};
 		if (s->nthreads >= UW_MAX_THREADS + UW_MAX_TASKS)
@@ -388,6 +461,7 @@ int tasks_sample(struct walk *w, struct uw_error *err)
 	struct uw_target *t = w->t;
 	struct uw_sample *s = w->out;
 	s->tasks = 0;
+	s->tasks_moved = 0;
 	s->tasks_cut = false;
 	s->tasks_error = (struct uw_error){0};
 	if (!t->tasks && !(t->tasks = calloc(1, sizeof *t->tasks)))
@@ -427,9 +501,9 @@ int tasks_sample(struct walk *w, struct uw_error *err)
 			if (p != HASH_NONE && p != i && p < ts->n)
 				e->parent = p;
 		}
-		if (e->running)
-			rc = tasks_splice_running(t, ts, e, &terr);
 	}
+	if (rc == 0)
+		rc = tasks_find_running(w, ts, &terr);
 	for (uint32_t i = 0; rc == 0 && i < ts->n; i++)
 		if (ts->v[i].built == 0)
 			rc = tasks_build_stack(t, ts, i, &terr);
@@ -442,6 +516,7 @@ int tasks_sample(struct walk *w, struct uw_error *err)
 		}
 		/* Tasks that moved under the read: this sample keeps its threads' stacks. */
 		s->tasks_error = terr;
+		s->tasks_moved = 0;
 		ts->n = 0;
 		return 0;
 	}
@@ -463,6 +538,9 @@ int tasks_snapshot(struct uw_target *t, struct uw_snapshot *out, struct uw_error
 		return uw_fail(err, UW_ENOMEM, "out of memory");
 	for (uint32_t i = 0; i < ts->n; i++) {
 		const struct task_entry *e = &ts->v[i];
+		/* Its coroutine returned: asyncio is about to mark it done, and it has no frames to show. */
+		if (e->finished && !e->running)
+			continue;
 		struct uw_task *u = &out->tasks[out->ntasks++];
 		*u = (struct uw_task){.id = e->addr,
 		                      .name = t->intern.strs[e->name],

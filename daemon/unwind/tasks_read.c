@@ -273,8 +273,9 @@ static raddr_t tasks_awaited_coro(struct uw_target *t, const struct tasks *ts, r
 
 /*
  * A task's coroutine chain from its coroutine to the innermost one it
- * awaits, read into e's frames (innermost first).  A coroutine that runs
- * marks the task running: its frames are on its thread's stack.
+ * awaits, read into e's frames (innermost first), and its coroutine's
+ * frame.  A coroutine that runs has its frames on its thread's stack
+ * instead.
  */
 static int tasks_read_coro(struct uw_target *t, struct tasks *ts, struct task_entry *e, raddr_t coro,
                            struct uw_error *err)
@@ -296,13 +297,19 @@ static int tasks_read_coro(struct uw_target *t, struct tasks *ts, struct task_en
 		int8_t state = (int8_t)g[L->gen_frame_state];
 		raddr_t frame = coro + L->gen_iframe;
 		const uint8_t *f = g + L->gen_iframe;
+		bool suspended = state >= L->state_suspended_lo && state <= L->state_suspended_hi;
+		bool live = suspended || state == L->state_created || state == L->state_executing;
+		if (depth == 0) {
+			e->coro_frame = frame;
+			/* A coroutine that returned has its frame cleared: its task is done but for asyncio's books. */
+			e->finished = !live;
+		}
 		if (state == L->state_executing) {
-			e->running = true;
-			e->running_frame = frame;
+			/* Its frames are its thread's: tasks_find_running takes them there. */
+			e->executing = true;
 			break;
 		}
-		bool suspended = state >= L->state_suspended_lo && state <= L->state_suspended_hi;
-		if (!suspended && state != L->state_created)
+		if (!live)
 			break; /* finished: nothing parked there */
 		if (array_reserve((void **)&ts->raw, &ts->raw_cap, nraw, sizeof *ts->raw, NULL))
 			return uw_fail(err, UW_ENOMEM, "out of memory");

@@ -57,8 +57,12 @@ struct task_entry {
 	uint64_t thread_id;
 	uint32_t name;          /* string id */
 	uint32_t marker;        /* frame id of <task>:NAME */
-	raddr_t running_frame;  /* its coroutine's frame, when the coroutine runs */
-	bool running;
+	raddr_t coro_frame;     /* its coroutine's frame: on its thread's stack while it runs */
+	bool executing;         /* its coroutine read as running */
+	bool finished;          /* its coroutine read as returned: the task is done but for asyncio's books */
+	bool running;           /* its coroutine's frame found on its thread's stack */
+	uint32_t slot;          /* the sample's thread it runs on, when running */
+	bool thread_top;        /* the innermost task running on that thread */
 	uint32_t frames_first, nframes; /* in tasks.frames: frame ids, innermost first */
 	uint32_t stack;         /* the whole stack, once built */
 	uint8_t built;          /* 0 not yet, 1 being built, 2 built */
@@ -81,6 +85,8 @@ struct tasks {
 	uint32_t nnames;
 	size_t names_cap;
 	struct hash names_index;
+	/* Frames' addresses of the tasks' coroutines, to find the running ones on their threads' stacks. */
+	struct hash coro_index;
 
 	struct task_entry *v;
 	uint32_t n;

@@ -356,6 +356,8 @@ struct uw_sample {
 	uint32_t tasks;
 	bool tasks_cut;
 	struct uw_error tasks_error;
+	/* Tasks read running that their thread's stack, read just before, did not show: left out. */
+	uint32_t tasks_moved;
 	uint32_t nthreads;
 	struct uw_sample_thread *threads;
 	size_t cap; /* owned by the sample; reused across calls */
@@ -421,6 +423,7 @@ struct uw_stats {
 	uint64_t walks_cut;                /* samples cut short at max_sample_ns */
 	uint64_t tasks_read;               /* asyncio tasks read (async mode) */
 	uint64_t tasks_cut;                /* samples that left tasks unread past max_tasks */
+	uint64_t tasks_moved;              /* tasks that began running after their thread was read: left out of that sample */
 	uint64_t cache_bytes;              /* now */
 	uint64_t scratch_bytes;            /* now: the room the working arrays keep between samples */
 	uint64_t errors[UW_EIO + 1];       /* failed samples by status */

@@ -1,8 +1,16 @@
 /*
  * Dumps of asyncio tasks by the daemon (pyprofd-ctl dump --async-aware)
- * and by pyprofd dump.
+ * and by pyprofd dump, while the loop switches between them
+ * (tests/targets/task_spin.py: two tasks take turns on the loop's thread,
+ * thousands of times a second, beside 200 parked ones).  A dump reads the
+ * thread, then the tasks: in between the loop has switched, and the task
+ * read as running was once printed with no frames.  Each dump, by the
+ * daemon (pyprofd-ctl dump --async-aware) and by pyprofd dump, must show
+ * the task running as the thread was read, with the thread's frames from
+ * its coroutine up, and no task without frames.
  */
 #include <criterion/criterion.h>
+#include <criterion/parameterized.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +21,151 @@
 #include "pythons.h"
 
 TestSuite(task_dumps, .init = helpers_init, .fini = helpers_fini);
+
+/* Dumps taken by each way. */
+#define DUMPS 6
+
+static const unsigned dump_minors[] = {11, 12, 15};
+
+struct dumps_param {
+	bool none;
+	unsigned minor;
+	struct python py;
+};
+
+static void dumps_free_params(struct criterion_test_params *crp)
+{
+	cr_free(crp->params);
+}
+
+/* The first interpreter of the given minor that is not a debug or free-threaded build. */
+static bool dumps_python(unsigned minor, struct python *out)
+{
+	struct python all[PYTHONS_MAX];
+	size_t n = pythons_find(all, PYTHONS_MAX);
+	for (size_t i = 0; i < n; i++) {
+		if (all[i].supported && all[i].minor == minor && !all[i].debug && !all[i].free_threaded) {
+			*out = all[i];
+			return true;
+		}
+	}
+	return false;
+}
+
+ParameterizedTestParameters(task_dumps, running_task_frames)
+{
+	size_t n = sizeof dump_minors / sizeof dump_minors[0];
+	struct dumps_param *p = cr_malloc(sizeof *p * n);
+	if (!p)
+		abort();
+	for (size_t i = 0; i < n; i++) {
+		memset(&p[i], 0, sizeof p[i]);
+		p[i].minor = dump_minors[i];
+		p[i].none = !dumps_python(dump_minors[i], &p[i].py);
+	}
+	return cr_make_param_array(struct dumps_param, p, n, dumps_free_params);
+}
+
+static const char *frame_qualname(json_t *frames, size_t k)
+{
+	return jstr(json_array_get(frames, k), "qualname");
+}
+
+/* Whether the dump's frames hold one of the coroutine spin(): the thread runs a spinning task. */
+static bool frames_in_spin(json_t *frames)
+{
+	for (size_t k = 0; k < json_array_size(frames); k++)
+		if (frame_qualname(frames, k) && strcmp(frame_qualname(frames, k), "spin") == 0)
+			return true;
+	return false;
+}
+
+/*
+ * One dump's tasks against its threads: every task has frames; a thread
+ * in spin() has exactly one running task (unless the dump left it unread),
+ * whose frames are the thread's innermost ones down to spin(); a thread
+ * elsewhere has none.  The number of running tasks is added to *running.
+ */
+static void dump_check(json_t *dump, const char *ctx, int *running)
+{
+	json_t *tasks = json_object_get(dump, "tasks");
+	cr_assert(json_is_array(tasks), "%s: no tasks in the dump", ctx);
+	cr_expect(json_is_null(json_object_get(dump, "tasks_error")), "%s: tasks_error %s", ctx,
+	          json_string_value(json_object_get(dump, "tasks_error")));
+	/* Past the daemon's time for a dump (a busy host) the tasks not read yet are left out. */
+	bool cut = json_is_true(json_object_get(dump, "tasks_cut"));
+	size_t i;
+	json_t *t;
+	json_array_foreach(tasks, i, t)
+		cr_expect(json_array_size(json_object_get(t, "frames")) > 0, "%s: task %s%s has no frames", ctx,
+		          jstr(t, "name"), json_is_true(json_object_get(t, "running")) ? " (running)" : "");
+	size_t k;
+	json_t *th;
+	json_array_foreach(json_object_get(dump, "threads"), k, th) {
+		json_t *frames = json_object_get(th, "frames");
+		json_t *run = NULL;
+		int n = 0;
+		json_array_foreach(tasks, i, t) {
+			if (json_is_true(json_object_get(t, "running")) &&
+			    jint(t, "thread_id") == jint(th, "thread_id")) {
+				run = t;
+				n++;
+			}
+		}
+		*running += n;
+		bool spinning = frames_in_spin(frames);
+		cr_expect(n == (spinning ? 1 : 0) || (cut && n == 0), "%s: %d tasks running on a thread %s spin()",
+		          ctx, n, spinning ? "in" : "not in");
+		if (!run)
+			continue;
+		json_t *own = json_object_get(run, "frames");
+		size_t m = json_array_size(own);
+		cr_expect(m > 0 && strcmp(frame_qualname(own, m - 1) ? frame_qualname(own, m - 1) : "", "spin") == 0,
+		          "%s: the running task %s does not start at its coroutine spin()", ctx, jstr(run, "name"));
+		for (size_t f = 0; f < m && f < json_array_size(frames); f++) {
+			json_t *a = json_array_get(own, f), *b = json_array_get(frames, f);
+			cr_expect(strcmp(jstr(a, "qualname"), jstr(b, "qualname")) == 0 && jint(a, "line") == jint(b, "line"),
+			          "%s: the running task's frame %zu is %s:%lld, its thread's %s:%lld", ctx, f,
+			          jstr(a, "qualname"), (long long)jint(a, "line"), jstr(b, "qualname"),
+			          (long long)jint(b, "line"));
+		}
+	}
+}
+
+/* Dumps by the daemon, of the process it samples, and by pyprofd dump. */
+ParameterizedTest(struct dumps_param *p, task_dumps, running_task_frames, .timeout = 240)
+{
+	if (p->none)
+		cr_skip_test("no Python 3.%u here", p->minor);
+	char ctx[PATH_MAX + 160], py[PATH_MAX + 64], script[PATH_MAX], pid[16];
+	target_script("task_spin.py", script, sizeof script);
+	struct test_target t;
+	const char *args[] = {"-I", script, "{report}", NULL};
+	test_target_start_python(&t, &p->py, args);
+	json_decref(test_target_wait_report(&t, 60));
+	struct daemon d;
+	daemon_start(&d, NULL);
+	const char *attach[] = {"attach", pid_text(t.pid, pid, sizeof pid), "--rate", "100", "--async-aware", NULL};
+	ctl_ok(&d, attach);
+	int running = 0;
+	for (int i = 0; i < DUMPS; i++) {
+		snprintf(ctx, sizeof ctx, "Python %s, pyprofd-ctl dump %d", python_describe(&p->py, py, sizeof py), i);
+		const char *dump[] = {"dump", pid, "--async-aware", NULL};
+		json_t *doc = ctl_json(&d, dump);
+		dump_check(doc, ctx, &running);
+		json_decref(doc);
+	}
+	daemon_stop(&d);
+	for (int i = 0; i < DUMPS; i++) {
+		snprintf(ctx, sizeof ctx, "Python %s, pyprofd dump %d", python_describe(&p->py, py, sizeof py), i);
+		json_t *doc = dump_json(t.pid, (const char *const[]){"--json", "--async-aware", NULL}, ctx);
+		dump_check(doc, ctx, &running);
+		json_decref(doc);
+	}
+	/* The loop's thread runs one of the two nearly all the time: the dumps must have seen it. */
+	cr_expect_gt(running, 0, "Python %s: no dump of %d showed a running task", py, 2 * DUMPS);
+	test_target_kill(&t);
+}
 
 /* The task names of a dump, sorted, one a line. */
 static void dump_task_names(json_t *dump, char *out, size_t len)
