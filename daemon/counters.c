@@ -28,6 +28,7 @@ const struct stats_counter counters_table[COUNTERS_COUNT] = {
 	{"tasks_read", offsetof(struct uw_stats, tasks_read)},
 	{"tasks_cut", offsetof(struct uw_stats, tasks_cut)},
 	{"tasks_moved", offsetof(struct uw_stats, tasks_moved)},
+	{"task_names_folded", offsetof(struct uw_stats, task_names_folded)},
 	{"scratch_bytes", offsetof(struct uw_stats, scratch_bytes)},
 	{"plans_kept", offsetof(struct uw_stats, plans_kept)},
 	{"pages_read", offsetof(struct uw_stats, pages_read)},

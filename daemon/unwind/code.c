@@ -79,12 +79,12 @@ static int pyobj_read_header(struct uw_target *t, raddr_t addr, uint8_t hdr[128]
 	return 0;
 }
 
-uint32_t pyobj_read_str(struct uw_target *t, raddr_t addr, struct uw_error *err)
+char *pyobj_read_utf8(struct uw_target *t, raddr_t addr, struct uw_error *err)
 {
 	const struct py_layout *L = &t->layout;
 	uint8_t hdr[128];
 	if (pyobj_read_header(t, addr, hdr, L->unicode.ascii_size, t->unicode_type, "a str", err) != 0)
-		return INTERN_FAILED;
+		return NULL;
 	int64_t length = (int64_t)load_u64(hdr, L->unicode.length);
 	uint32_t state = load_u32(hdr, L->unicode.state);
 	/* Free-threaded builds keep `interned` in a whole byte before the bit fields. */
@@ -95,7 +95,7 @@ uint32_t pyobj_read_str(struct uw_target *t, raddr_t addr, struct uw_error *err)
 	if (length < 0 || length > (int64_t)STR_MAX_LENGTH || (kind != 1 && kind != 2 && kind != 4) ||
 	    (ascii && kind != 1)) {
 		uw_fail(err, UW_ECORRUPT, "garbage str header at 0x%llx", (unsigned long long)addr);
-		return INTERN_FAILED;
+		return NULL;
 	}
 	raddr_t data;
 	if (compact) {
@@ -103,22 +103,32 @@ uint32_t pyobj_read_str(struct uw_target *t, raddr_t addr, struct uw_error *err)
 	} else {
 		uint8_t ptr[8];
 		if (remote_read(&t->mem, addr + L->unicode.legacy_data, ptr, 8, err) != 0)
-			return INTERN_FAILED;
+			return NULL;
 		data = load_u64(ptr, 0);
 	}
 	size_t count = (size_t)length < STR_KEEP_LENGTH ? (size_t)length : STR_KEEP_LENGTH;
 	uint8_t *raw = malloc(count * kind + 1);
 	if (!raw) {
 		uw_fail(err, UW_ENOMEM, "out of memory");
-		return INTERN_FAILED;
+		return NULL;
 	}
 	if (count && remote_read(&t->mem, data, raw, count * kind, err) != 0) {
 		free(raw);
-		return INTERN_FAILED;
+		return NULL;
 	}
 	char *s = pystr_to_utf8(raw, count, kind);
 	free(raw);
-	uint32_t id = s ? intern_string(&t->intern, s, strlen(s)) : INTERN_FAILED;
+	if (!s)
+		uw_fail(err, UW_ENOMEM, "out of memory");
+	return s;
+}
+
+uint32_t pyobj_read_str(struct uw_target *t, raddr_t addr, struct uw_error *err)
+{
+	char *s = pyobj_read_utf8(t, addr, err);
+	if (!s)
+		return INTERN_FAILED;
+	uint32_t id = intern_string(&t->intern, s, strlen(s));
 	free(s);
 	if (id == INTERN_FAILED)
 		uw_fail(err, UW_ENOMEM, "out of memory");

@@ -38,8 +38,7 @@ void tasks_free(struct uw_target *t)
 	struct tasks *ts = t->tasks;
 	if (!ts)
 		return;
-	free(ts->names);
-	hash_free(&ts->names_index);
+	tasks_names_free(ts);
 	hash_free(&ts->coro_index);
 	free(ts->v);
 	hash_free(&ts->index);
@@ -378,6 +377,9 @@ static int tasks_find_running(struct walk *w, struct tasks *ts, struct uw_error 
 			e->thread_top = innermost;
 			innermost = false;
 			e->running = true;
+			/* One that returned since its thread was read is named after the code it ran then. */
+			if (!e->coro_code)
+				e->coro_code = tc->chain[d].code;
 			e->slot = slot;
 			e->thread_id = s->threads[slot].thread_id;
 			e->frames_first = ts->nframes;
@@ -470,12 +472,7 @@ int tasks_sample(struct walk *w, struct uw_error *err)
 	ts->n = ts->nframes = 0;
 	ts->cut = false;
 	hash_clear(&ts->index);
-	if (ts->epoch != t->epoch) {
-		/* The names' frame ids were of the epoch that ended. */
-		ts->nnames = 0;
-		hash_clear(&ts->names_index);
-		ts->epoch = t->epoch;
-	}
+	tasks_names_new_epoch(ts, t->epoch);
 	bool looking = !ts->usable;
 	uint64_t look_began = looking ? clock_mono_ns() : 0;
 	if (!tasks_usable(t, ts)) {
@@ -504,6 +501,8 @@ int tasks_sample(struct walk *w, struct uw_error *err)
 	}
 	if (rc == 0)
 		rc = tasks_find_running(w, ts, &terr);
+	for (uint32_t i = 0; rc == 0 && i < ts->n; i++)
+		rc = tasks_label(t, ts, &ts->v[i], &terr);
 	for (uint32_t i = 0; rc == 0 && i < ts->n; i++)
 		if (ts->v[i].built == 0)
 			rc = tasks_build_stack(t, ts, i, &terr);
@@ -541,9 +540,12 @@ int tasks_snapshot(struct uw_target *t, struct uw_snapshot *out, struct uw_error
 		/* Its coroutine returned: asyncio is about to mark it done, and it has no frames to show. */
 		if (e->finished && !e->running)
 			continue;
+		uint32_t name = tasks_display_name(t, e);
+		if (name == INTERN_FAILED)
+			return uw_fail(err, UW_ENOMEM, "out of memory");
 		struct uw_task *u = &out->tasks[out->ntasks++];
 		*u = (struct uw_task){.id = e->addr,
-		                      .name = t->intern.strs[e->name],
+		                      .name = t->intern.strs[name],
 		                      .thread_id = e->thread_id,
 		                      .awaited_by = e->parent != TASKS_NONE ? ts->v[e->parent].addr : 0,
 		                      .running = e->running};

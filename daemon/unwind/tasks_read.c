@@ -1,10 +1,11 @@
 /*
- * Reading asyncio's tasks: one task (its name, its coroutine chain, the
- * task awaiting it), a level of tasks at a time.  Every read goes through
- * the sample's view: the reads of a batch of tasks (then of the coroutines
- * they run, and so on down) are asked for ahead and made in one batch
- * (view_ahead), each task's decoding then finds its bytes there, and the
- * view plans the next sample's batched read from them as from the threads'.
+ * Reading asyncio's tasks: one task (its coroutine chain, the task
+ * awaiting it; its name is tasks_names.c's), a level of tasks at a time.
+ * Every read goes through the sample's view: the reads of a batch of tasks
+ * (then of the coroutines they run, and so on down) are asked for ahead and
+ * made in one batch (view_ahead), each task's decoding then finds its bytes
+ * there, and the view plans the next sample's batched read from them as
+ * from the threads'.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,82 +127,6 @@ bool tasks_over_time_at(const struct walk *w, uint32_t i)
 	return (i + 1) % TASKS_CLOCK_EVERY == 0 && tasks_over_time(w);
 }
 
-/* -------- names -------- */
-
-static bool tasks_name_equal(const void *ctx, uint32_t id, const void *key)
-{
-	const struct tasks *ts = ctx;
-	return ts->names[id].obj == *(const raddr_t *)key;
-}
-
-/* The value of a small non-negative int object (a task named "Task-N" by number from 3.12). */
-static int tasks_read_small_int(struct uw_target *t, const struct asyncio_layout *L, raddr_t obj,
-                                uint64_t *value, struct uw_error *err)
-{
-	uint8_t b[LAYOUT_ASYNCIO_OBJECT_BYTES];
-	if (L->long_digit + 8 > sizeof b)
-		return uw_fail(err, UW_ECORRUPT, "task name 0x%llx: an int past what is read", (unsigned long long)obj);
-	if (tasks_read(t, obj, b, L->long_digit + 8, err) != 0)
-		return -1;
-	uint64_t size = load_u64(b, L->long_size);
-	uint64_t ndigits = L->long_tagged ? size >> 3 : size;
-	if ((L->long_tagged && (size & 3) == 2) || ndigits > 2)
-		return uw_fail(err, UW_ECORRUPT, "task name 0x%llx: not a str nor a small int",
-		               (unsigned long long)obj);
-	uint64_t lo = ndigits > 0 ? load_u32(b, L->long_digit) : 0;
-	uint64_t hi = ndigits > 1 ? load_u32(b, L->long_digit + 4) : 0;
-	*value = lo | hi << 30;
-	return 0;
-}
-
-/* A task's name as a string id and its <task>:NAME frame, cached by the name object. */
-static int tasks_name(struct uw_target *t, struct tasks *ts, raddr_t obj, uint32_t *str,
-                      uint32_t *marker, struct uw_error *err)
-{
-	uint32_t h = hash_u64(obj);
-	uint32_t id = hash_find(&ts->names_index, h, tasks_name_equal, ts, &obj);
-	if (id != HASH_NONE && t->sample_gen - ts->names[id].gen < TASKS_NAME_REFRESH) {
-		*str = ts->names[id].str;
-		*marker = ts->names[id].marker;
-		return 0;
-	}
-	char name[TASKS_NAME_MAX + 16];
-	/* The object's header, as long as the build's (free-threaded: 32 bytes). */
-	uint8_t hdr[LAYOUT_ASYNCIO_OBJECT_BYTES];
-	uint32_t hdr_len = t->layout.object.ob_type + 8;
-	if (!obj || hdr_len > sizeof hdr || tasks_read(t, obj, hdr, hdr_len, err) != 0)
-		return uw_fail(err, UW_ECORRUPT, "task name at 0x%llx unreadable", (unsigned long long)obj);
-	if (load_u64(hdr, t->layout.object.ob_type) == t->unicode_type) {
-		uint32_t s = pyobj_read_str(t, obj, err);
-		if (s == INTERN_FAILED)
-			return -1;
-		snprintf(name, sizeof name, "%.*s", TASKS_NAME_MAX, t->intern.strs[s]);
-	} else {
-		uint64_t n = 0;
-		if (tasks_read_small_int(t, &ts->L, obj, &n, err) != 0)
-			return -1;
-		snprintf(name, sizeof name, "Task-%llu", (unsigned long long)n);
-	}
-	char label[sizeof name + 8];
-	int len = snprintf(label, sizeof label, "<task>:%s", name);
-	struct frame_key key = {.line = -1, .kind = UW_FRAME_PYTHON};
-	uint32_t s = intern_string(&t->intern, name, strlen(name));
-	key.function = key.qualname = intern_string(&t->intern, label, (size_t)len);
-	if (s == INTERN_FAILED || key.function == INTERN_FAILED ||
-	    (*marker = intern_frame(&t->intern, &key)) == INTERN_FAILED)
-		return uw_fail(err, UW_ENOMEM, "out of memory");
-	*str = s;
-	if (id == HASH_NONE) {
-		if (array_reserve((void **)&ts->names, &ts->names_cap, ts->nnames, sizeof *ts->names, NULL) ||
-		    hash_reserve(&ts->names_index, 1) != 0)
-			return uw_fail(err, UW_ENOMEM, "out of memory");
-		id = ts->nnames++;
-		hash_fill(&ts->names_index, hash_probe(&ts->names_index, h, tasks_name_equal, ts, &obj), h, id);
-	}
-	ts->names[id] = (struct task_name){.obj = obj, .str = s, .marker = *marker, .gen = t->sample_gen};
-	return 0;
-}
-
 /* -------- one task -------- */
 
 int tasks_push_frame(struct tasks *ts, uint32_t frame, struct uw_error *err)
@@ -274,8 +199,8 @@ static raddr_t tasks_awaited_coro(struct uw_target *t, const struct tasks *ts, r
 /*
  * A task's coroutine chain from its coroutine to the innermost one it
  * awaits, read into e's frames (innermost first), and its coroutine's
- * frame.  A coroutine that runs has its frames on its thread's stack
- * instead.
+ * frame and code.  A coroutine that runs has its frames on its thread's
+ * stack instead.
  */
 static int tasks_read_coro(struct uw_target *t, struct tasks *ts, struct task_entry *e, raddr_t coro,
                            struct uw_error *err)
@@ -303,6 +228,7 @@ static int tasks_read_coro(struct uw_target *t, struct tasks *ts, struct task_en
 			e->coro_frame = frame;
 			/* A coroutine that returned has its frame cleared: its task is done but for asyncio's books. */
 			e->finished = !live;
+			e->coro_code = live ? load_u64(f, P->frame.code) & ~P->frame.code_tag_mask : 0;
 		}
 		if (state == L->state_executing) {
 			/* Its frames are its thread's: tasks_find_running takes them there. */
@@ -420,9 +346,12 @@ int tasks_read_one(struct uw_target *t, struct tasks *ts, raddr_t addr, uint64_t
 	struct task_entry *e = &ts->v[ts->n];
 	*e = (struct task_entry){.addr = addr, .parent = TASKS_NONE, .thread_id = thread_id,
 	                         .waiter = e_waiter, .callbacks = {e_callbacks[0], e_callbacks[1]}};
-	if (tasks_name(t, ts, load_u64(task, L->task_name), &e->name, &e->marker, err) != 0 ||
+	struct task_name nm;
+	if (tasks_name_read(t, ts, load_u64(task, L->task_name), &nm, err) != 0 ||
 	    tasks_read_coro(t, ts, e, coro, err) != 0)
 		return -1;
+	e->name = nm.chosen ? nm.str : TASKS_NONE;
+	e->number = nm.number;
 	tasks_read_awaited_by(t, ts, task, e);
 	uint32_t h = hash_u64(addr);
 	hash_fill(&ts->index, hash_probe(&ts->index, h, tasks_index_equal, ts, &addr), h, ts->n);

@@ -19,6 +19,17 @@
 #define TASKS_NAME_REFRESH 256
 /* Longest task name kept. */
 #define TASKS_NAME_MAX 200
+/* Name objects remembered at most: past it the memory of them starts again. */
+#define TASKS_NAMES_CACHED 16384u
+/*
+ * Distinct <task>:NAME frames a process may have, kept across the caches'
+ * resets: past them names fold into TASKS_LABEL_OTHER, so names a program
+ * makes up without end cannot grow the history or an export without end.
+ */
+#define TASKS_LABELS_MAX 256u
+#define TASKS_LABEL_OTHER "<task>:\u2026other"
+/* Labels remembered at most between two resets of the caches, each with its frame id. */
+#define TASKS_LABELS_CACHED 4096u
 /* The frames a task's coroutine frame is read with: room for the fields used. */
 #define TASKS_FRAME_BYTES 96u
 /* _PyStackRef tag bits (3.14+). */
@@ -55,9 +66,11 @@ struct task_entry {
 	raddr_t parents[TASKS_PARENT_CANDIDATES]; /* awaiting tasks as read; resolved to parent */
 	uint32_t parent;        /* index of the awaiting task, TASKS_NONE for a root */
 	uint64_t thread_id;
-	uint32_t name;          /* string id */
-	uint32_t marker;        /* frame id of <task>:NAME */
+	uint32_t name;          /* string id of a name the program chose; TASKS_NONE for Task-N */
+	uint64_t number;        /* N of asyncio's own name Task-N */
+	uint32_t marker;        /* frame id of its <task>:NAME frame (tasks_names.c) */
 	raddr_t coro_frame;     /* its coroutine's frame: on its thread's stack while it runs */
+	raddr_t coro_code;      /* that frame's code, which names a task the program did not name */
 	bool executing;         /* its coroutine read as running */
 	bool finished;          /* its coroutine read as returned: the task is done but for asyncio's books */
 	bool running;           /* its coroutine's frame found on its thread's stack */
@@ -68,10 +81,19 @@ struct task_entry {
 	uint8_t built;          /* 0 not yet, 1 being built, 2 built */
 };
 
+/* A task's name object as read: a name the program chose, or asyncio's own Task-N. */
 struct task_name {
 	raddr_t obj;
-	uint32_t str, marker;
-	uint64_t gen;
+	uint64_t gen;           /* sample it was read in */
+	bool chosen;
+	uint32_t str;           /* chosen: its string id */
+	uint64_t number;        /* not chosen: its N */
+};
+
+/* A <task>:NAME frame of this epoch, by what it names (tasks_names.c's keys). */
+struct task_label {
+	uint64_t key;
+	uint32_t marker;
 };
 
 struct tasks {
@@ -80,11 +102,17 @@ struct tasks {
 	struct uw_error why;    /* when not usable */
 	struct asyncio_layout L;
 
-	uint64_t epoch;         /* of the names below */
+	uint64_t epoch;         /* of the names and labels below */
 	struct task_name *names;
 	uint32_t nnames;
 	size_t names_cap;
 	struct hash names_index;
+	struct task_label *labels;
+	uint32_t nlabels;
+	size_t labels_cap;
+	struct hash labels_index;
+	/* The texts of the <task>:NAME frames made so far, up to TASKS_LABELS_MAX: they outlive epochs. */
+	struct hash_map labels_made;
 	/* Frames' addresses of the tasks' coroutines, to find the running ones on their threads' stacks. */
 	struct hash coro_index;
 
@@ -134,6 +162,15 @@ void tasks_stack_objects(const uint8_t *b, uint32_t len, raddr_t out[2]);
 int tasks_prefetch(struct uw_target *t, struct tasks *ts, bool read_tasks, struct uw_error *err);
 int tasks_batch_add(struct tasks *ts, raddr_t task, struct uw_error *err);
 int tasks_read(struct uw_target *t, raddr_t addr, void *buf, size_t len, struct uw_error *err);
+
+/* tasks_names.c: what a task is called, and its <task>:NAME frame within the bound. */
+int tasks_name_read(struct uw_target *t, struct tasks *ts, raddr_t obj, struct task_name *out,
+                    struct uw_error *err);
+int tasks_label(struct uw_target *t, struct tasks *ts, struct task_entry *e, struct uw_error *err);
+void tasks_names_new_epoch(struct tasks *ts, uint64_t epoch);
+void tasks_names_free(struct tasks *ts);
+/* The name Task.get_name() gives, for a dump: its string id. */
+uint32_t tasks_display_name(struct uw_target *t, const struct task_entry *e);
 
 /* tasks_sets.c (3.11-3.13): the task sets, and each task's awaiting one told by its callbacks. */
 int tasks_read_sets(struct walk *w, struct tasks *ts, uint32_t max, struct uw_error *err);

@@ -424,6 +424,7 @@ struct uw_stats {
 	uint64_t tasks_read;               /* asyncio tasks read (async mode) */
 	uint64_t tasks_cut;                /* samples that left tasks unread past max_tasks */
 	uint64_t tasks_moved;              /* tasks that began running after their thread was read: left out of that sample */
+	uint64_t task_names_folded;        /* task names past the bound of names a process may have, met (again after a cache reset) */
 	uint64_t cache_bytes;              /* now */
 	uint64_t scratch_bytes;            /* now: the room the working arrays keep between samples */
 	uint64_t errors[UW_EIO + 1];       /* failed samples by status */

@@ -39,6 +39,8 @@ bool code_known_wait(const char *name, const char *file);
 
 /* Read a str object into a string id (bounded length). INTERN_FAILED and *err. */
 uint32_t pyobj_read_str(struct uw_target *t, raddr_t addr, struct uw_error *err);
+/* The same as UTF-8 of the caller's to free, not interned.  NULL and *err. */
+char *pyobj_read_utf8(struct uw_target *t, raddr_t addr, struct uw_error *err);
 
 /* view.c */
 /*
