@@ -589,6 +589,11 @@ int uw_sample(struct uw_target *t, struct uw_sample *s, struct uw_error *err)
 	s->nthreads = 0;
 	s->gc_running = false;
 	s->cut = false;
+	/* What the tasks reader tells, reset for a sample that reads no tasks too: still_keep looks at it. */
+	s->tasks_cut = false;
+	s->tasks_moved = 0;
+	s->tasks_error.status = UW_OK;
+	s->tasks_error.msg[0] = '\0';
 	t->sample_gen++;
 	t->stats.samples++;
 
