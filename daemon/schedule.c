@@ -410,6 +410,7 @@ static void schedule_on_timer(struct ev_loop *loop, ev_io *w, int revents)
 		if (late < 0)
 			late = 0;
 		timing_add(s->lateness_us, late * 1e6);
+		s->late_ticks += late > SCHEDULE_BEHIND_LATE_S;
 		s->ticks++;
 		e->fired++;
 		e->fire(e, now, late);
@@ -449,18 +450,21 @@ void schedule_judge(struct schedule *s, double now_unix)
 	struct schedule_keep *k = &s->keep;
 	k->ticks[k->at] = s->ticks;
 	k->missed[k->at] = s->missed;
+	k->late[k->at] = s->late_ticks;
 	size_t oldest = k->filled < SCHEDULE_KEEP_WINDOW ? 0 : (k->at + 1) % SCHEDULE_KEEP_WINDOW;
+	size_t newest = k->at;
 	k->at = (k->at + 1) % SCHEDULE_KEEP_WINDOW;
 	if (k->filled < SCHEDULE_KEEP_WINDOW)
 		k->filled++;
-	size_t newest = (k->at + SCHEDULE_KEEP_WINDOW - 1) % SCHEDULE_KEEP_WINDOW;
 	uint64_t ticks = k->ticks[newest] - k->ticks[oldest], missed = k->missed[newest] - k->missed[oldest];
+	uint64_t late = k->late[newest] - k->late[oldest];
 	k->missed_share = ticks + missed ? (double)missed / (double)(ticks + missed) : 0;
-	double p50_us, p99_us;
-	schedule_lateness(s, &p50_us, &p99_us);
-	/* Lateness alone judges only where ticks ran in the window: an idle daemon keeps old ones. */
-	bool late = ticks && p99_us > SCHEDULE_BEHIND_LATE_S * 1e6;
-	bool behind = k->missed_share > SCHEDULE_BEHIND_MISSED || late;
+	/* More than 1 % of the window's ticks late past the bound: its lateness p99 is past it. */
+	double late_share = ticks ? (double)late / (double)ticks : 0;
+	bool behind = k->missed_share > SCHEDULE_BEHIND_MISSED || late_share > 0.01;
+	/* Back on the grid only well inside the bounds: near one, episodes would come and go each second. */
+	if (k->behind && !behind)
+		behind = k->missed_share > SCHEDULE_BEHIND_MISSED / 2 || late_share > 0.005;
 	if (behind == k->behind)
 		return;
 	k->behind = behind;
@@ -469,9 +473,10 @@ void schedule_judge(struct schedule *s, double now_unix)
 		k->since_unix = now_unix;
 		k->missed_before = s->missed;
 		log_warn("sampling falls behind its grid: %.0f %% of the ticks due in the last %d s were "
-		         "missed, lateness p99 %.1f ms; the daemon is short of CPU (its unit's Nice=, "
-		         "[limits] cpu_percent, fewer targets or lower rates)",
-		         k->missed_share * 100, SCHEDULE_KEEP_WINDOW, p99_us / 1000);
+		         "missed, %.0f %% of those taken started over %.0f ms late; the daemon is short of "
+		         "CPU (its unit's Nice=, [limits] cpu_percent, fewer targets or lower rates)",
+		         k->missed_share * 100, SCHEDULE_KEEP_WINDOW, late_share * 100,
+		         SCHEDULE_BEHIND_LATE_S * 1000);
 	} else {
 		log_info("sampling keeps its grid again, after %.0f s behind (%llu ticks missed meanwhile)",
 		         now_unix - k->since_unix, (unsigned long long)(s->missed - k->missed_before));

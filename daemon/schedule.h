@@ -39,14 +39,16 @@ struct schedule_entry {
 /*
  * Whether sampling keeps its grid, judged each second over the last
  * SCHEDULE_KEEP_WINDOW seconds: behind while more than SCHEDULE_BEHIND_MISSED
- * of the ticks due were missed, or the recent lateness (p99) passes
- * SCHEDULE_BEHIND_LATE_S.
+ * of the ticks due were missed, or more than 1 % of the ticks taken started
+ * over SCHEDULE_BEHIND_LATE_S late (their p99 past it); back on it once both
+ * shares are under half their bound.
  */
 #define SCHEDULE_KEEP_WINDOW 10
 #define SCHEDULE_BEHIND_MISSED 0.05
 #define SCHEDULE_BEHIND_LATE_S 0.010
 struct schedule_keep {
-	uint64_t ticks[SCHEDULE_KEEP_WINDOW], missed[SCHEDULE_KEEP_WINDOW]; /* as counted, a second apart */
+	/* The schedule's counts, a second apart. */
+	uint64_t ticks[SCHEDULE_KEEP_WINDOW], missed[SCHEDULE_KEEP_WINDOW], late[SCHEDULE_KEEP_WINDOW];
 	size_t at, filled;
 	bool behind;
 	double since_unix;      /* when the episode under way (or the last) began; 0: none yet */
@@ -69,6 +71,7 @@ struct schedule {
 	uint64_t moves;  /* entries placed in another slot by the balance */
 	uint64_t wakeups; /* with at least one tick */
 	uint64_t ticks, missed;
+	uint64_t late_ticks; /* started over SCHEDULE_BEHIND_LATE_S late */
 	struct timing *lateness_us; /* of every tick, all entries */
 	struct schedule_keep keep;
 	/* Called as a wakeup with ticks begins, before any of them (NULL: none). */
