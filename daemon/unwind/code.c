@@ -79,34 +79,44 @@ static int pyobj_read_header(struct uw_target *t, raddr_t addr, uint8_t hdr[128]
 	return 0;
 }
 
-char *pyobj_read_utf8(struct uw_target *t, raddr_t addr, struct uw_error *err)
+/* Where a str's characters are, how many and how wide (1, 2 or 4 bytes).  0, or -1 and *err. */
+static int pyobj_str_data(struct uw_target *t, raddr_t addr, raddr_t *data, size_t *length,
+                          unsigned *kind, struct uw_error *err)
 {
 	const struct py_layout *L = &t->layout;
 	uint8_t hdr[128];
 	if (pyobj_read_header(t, addr, hdr, L->unicode.ascii_size, t->unicode_type, "a str", err) != 0)
-		return NULL;
-	int64_t length = (int64_t)load_u64(hdr, L->unicode.length);
+		return -1;
+	int64_t len = (int64_t)load_u64(hdr, L->unicode.length);
 	uint32_t state = load_u32(hdr, L->unicode.state);
 	/* Free-threaded builds keep `interned` in a whole byte before the bit fields. */
 	unsigned shift = L->free_threaded ? 8 : 2;
-	unsigned kind = (state >> shift) & 7;
+	*kind = (state >> shift) & 7;
 	bool compact = (state >> (shift + 3)) & 1;
 	bool ascii = (state >> (shift + 4)) & 1;
-	if (length < 0 || length > (int64_t)STR_MAX_LENGTH || (kind != 1 && kind != 2 && kind != 4) ||
-	    (ascii && kind != 1)) {
-		uw_fail(err, UW_ECORRUPT, "garbage str header at 0x%llx", (unsigned long long)addr);
-		return NULL;
-	}
-	raddr_t data;
+	if (len < 0 || len > (int64_t)STR_MAX_LENGTH || (*kind != 1 && *kind != 2 && *kind != 4) ||
+	    (ascii && *kind != 1))
+		return uw_fail(err, UW_ECORRUPT, "garbage str header at 0x%llx", (unsigned long long)addr);
+	*length = (size_t)len;
 	if (compact) {
-		data = addr + (ascii ? L->unicode.ascii_size : L->unicode.compact_size);
-	} else {
-		uint8_t ptr[8];
-		if (remote_read(&t->mem, addr + L->unicode.legacy_data, ptr, 8, err) != 0)
-			return NULL;
-		data = load_u64(ptr, 0);
+		*data = addr + (ascii ? L->unicode.ascii_size : L->unicode.compact_size);
+		return 0;
 	}
-	size_t count = (size_t)length < STR_KEEP_LENGTH ? (size_t)length : STR_KEEP_LENGTH;
+	uint8_t ptr[8];
+	if (remote_read(&t->mem, addr + L->unicode.legacy_data, ptr, 8, err) != 0)
+		return -1;
+	*data = load_u64(ptr, 0);
+	return 0;
+}
+
+char *pyobj_read_utf8(struct uw_target *t, raddr_t addr, struct uw_error *err)
+{
+	raddr_t data;
+	size_t length;
+	unsigned kind;
+	if (pyobj_str_data(t, addr, &data, &length, &kind, err) != 0)
+		return NULL;
+	size_t count = length < STR_KEEP_LENGTH ? length : STR_KEEP_LENGTH;
 	uint8_t *raw = malloc(count * kind + 1);
 	if (!raw) {
 		uw_fail(err, UW_ENOMEM, "out of memory");
@@ -133,6 +143,25 @@ uint32_t pyobj_read_str(struct uw_target *t, raddr_t addr, struct uw_error *err)
 	if (id == INTERN_FAILED)
 		uw_fail(err, UW_ENOMEM, "out of memory");
 	return id;
+}
+
+int pyobj_read_str_into(struct uw_target *t, raddr_t addr, char *out, size_t cap,
+                        struct uw_error *err)
+{
+	raddr_t data;
+	size_t length;
+	unsigned kind;
+	uint8_t raw[PYOBJ_STR_INTO_MAX * 4];
+	if (cap == 0 || cap > PYOBJ_STR_INTO_MAX)
+		return uw_fail(err, UW_ECORRUPT, "no room for a str");
+	if (pyobj_str_data(t, addr, &data, &length, &kind, err) != 0)
+		return -1;
+	/* A character takes a byte of UTF-8 at least: more than cap of them never fit. */
+	size_t count = length < cap ? length : cap;
+	if (count && remote_read(&t->mem, data, raw, count * kind, err) != 0)
+		return -1;
+	pystr_to_utf8_into(raw, count, kind, out, cap);
+	return 0;
 }
 
 /* The bytes of a bytes object, bounded. */

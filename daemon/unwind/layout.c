@@ -46,7 +46,7 @@ static const struct py_layout layout_38 = {
 	 * _PyRuntime, so its size reaches to the GIL's locked flag. */
 	.runtime = {.size = 1172, .interpreters_head = 32, .gil = 1152, .gc_collecting = 544},
 	.interp = {.size = 24, .next = 0, .id = 16, .threads_head = 8,
-	           .gc_collecting = ABSENT, .gil_ptr = ABSENT},
+	           .gc_collecting = ABSENT, .gil_ptr = ABSENT, .modules = 56},
 	.gil = {.last_holder = 8, .locked = 16},
 	.tstate = {.size = 184, .next = 8, .interp = 16, .frame = 24, .cframe = ABSENT,
 	           .cframe_current_frame = ABSENT, .thread_id = 176,
@@ -74,7 +74,7 @@ static const struct py_layout layout_39 = {
 	/* GC state moved into the interpreter; the GIL stayed in _PyRuntime. */
 	.runtime = {.size = 372, .interpreters_head = 32, .gil = 352, .gc_collecting = ABSENT},
 	.interp = {.size = 820, .next = 0, .id = 24, .threads_head = 8,
-	           .gc_collecting = 816, .gil_ptr = ABSENT},
+	           .gc_collecting = 816, .gil_ptr = ABSENT, .modules = 856},
 	.gil = {.last_holder = 8, .locked = 16},
 	.tstate = {.size = 184, .next = 8, .interp = 16, .frame = 24, .cframe = ABSENT,
 	           .cframe_current_frame = ABSENT, .thread_id = 176,
@@ -100,7 +100,7 @@ static const struct py_layout layout_310 = {
 	.lasti_model = LASTI_CODEUNITS,
 	.runtime = {.size = 372, .interpreters_head = 32, .gil = 352, .gc_collecting = ABSENT},
 	.interp = {.size = 820, .next = 0, .id = 24, .threads_head = 8,
-	           .gc_collecting = 816, .gil_ptr = ABSENT},
+	           .gc_collecting = 816, .gil_ptr = ABSENT, .modules = 856},
 	.gil = {.last_holder = 8, .locked = 16},
 	/* 3.10 has a CFrame, but it only carries use_tracing: frames are still
 	 * reached through tstate->frame. */
@@ -128,7 +128,7 @@ static const struct py_layout layout_311 = {
 	.lasti_model = LASTI_INSTR_PTR,
 	.runtime = {.size = 380, .interpreters_head = 40, .gil = 360, .gc_collecting = ABSENT},
 	.interp = {.size = 852, .next = 0, .id = 48, .threads_head = 16,
-	           .gc_collecting = 848, .gil_ptr = ABSENT},
+	           .gc_collecting = 848, .gil_ptr = ABSENT, .modules = 888},
 	.gil = {.last_holder = 8, .locked = 16},
 	.tstate = {.size = 304, .next = 8, .interp = 16, .frame = ABSENT, .cframe = 56,
 	           .cframe_current_frame = 8, .thread_id = 152,
@@ -161,7 +161,7 @@ static const struct py_layout layout_312 = {
 	 * interp->ceval.gil, nothing of it is left in _PyRuntime. */
 	.runtime = {.size = 48, .interpreters_head = 40, .gil = ABSENT, .gc_collecting = ABSENT},
 	.interp = {.size = 392, .next = 0, .id = 8, .threads_head = 72,
-	           .gc_collecting = 312, .gil_ptr = 384},
+	           .gc_collecting = 312, .gil_ptr = 384, .modules = 944},
 	.gil = {.last_holder = 8, .locked = 16},
 	.tstate = {.size = 240, .next = 8, .interp = 16, .frame = ABSENT, .cframe = 56,
 	           .cframe_current_frame = 0, .thread_id = 136,
@@ -724,6 +724,7 @@ int layout_from_debug_offsets(const uint8_t *raw, size_t len, struct py_layout *
 	l.interp.id = do_field(&d, DO_INTERP_ID, 8, is_size, &l.interp.size);
 	l.interp.threads_head = do_field(&d, DO_INTERP_THREADS_HEAD, 8, is_size, &l.interp.size);
 	l.interp.gil_ptr = do_field(&d, DO_INTERP_CEVAL_GIL, 8, is_size, &l.interp.size);
+	l.interp.modules = do_field(&d, DO_INTERP_IMPORTS_MODULES, 8, is_size, NULL);
 
 	/* interp->gc is an embedded struct _gc_runtime_state whose own offsets
 	 * are published separately. */

@@ -60,6 +60,8 @@ struct py_layout {
 		uint32_t threads_head;  /* PyThreadState * (tstate_head / threads.head) */
 		uint32_t gc_collecting; /* int, 3.9+ */
 		uint32_t gil_ptr;       /* struct _gil_runtime_state *, 3.12+ (ceval.gil) */
+		/* sys.modules (a dict): read alone, now and then, so not within size */
+		uint32_t modules;
 	} interp;
 
 	/* struct _gil_runtime_state, wherever it lives */
@@ -269,5 +271,46 @@ struct exc_layout {
 
 /* The table of a minor version (3.8-3.15), NULL for another. */
 const struct exc_layout *layout_exc_for_minor(unsigned minor);
+
+/* How an instance keeps its attributes (Thread._name). */
+enum attrs_model {
+	ATTRS_DICT,        /* 3.8-3.10: a dict at the type's tp_dictoffset */
+	ATTRS_VALUES,      /* 3.11: a values array at values_ptr, else a dict at dict_ptr */
+	ATTRS_TAGGED,      /* 3.12: at dict_ptr, a dict or (low bit set) a values array one byte on */
+	ATTRS_INLINE,      /* 3.13+: values inline at tp_basicsize while valid, else a dict at dict_ptr */
+};
+
+/*
+ * The objects a thread's Python name is reached through, 3.8-3.15:
+ * threading._active (a dict of int idents to Thread objects) in the
+ * threading module's dict in sys.modules, and the _name attribute of a
+ * Thread.  Object fields are for CPython's 16-byte object header; a
+ * free-threaded build's longer header moves them all by as much.
+ */
+struct names_layout {
+	unsigned minor;
+	uint32_t module_dict;           /* PyModuleObject.md_dict */
+	uint32_t dict_keys, dict_values; /* PyDictObject.ma_keys, ma_values */
+	/*
+	 * PyDictKeysObject: 3.8-3.10 keep dk_size (Py_ssize_t) and one form of
+	 * entry (hash, key, value); 3.11+ log2 sizes in bytes and a kind
+	 * (general entries, or key and value alone for str keys).
+	 */
+	bool keys_log2;
+	uint32_t keys_size;             /* dk_size, or the byte dk_log2_size */
+	uint32_t keys_log2_index_bytes, keys_kind; /* bytes, 3.11+ */
+	uint32_t keys_nentries, keys_indices;
+	uint32_t type_basicsize, type_flags, type_dictoffset; /* PyTypeObject */
+	uint32_t type_cached_keys;      /* PyHeapTypeObject.ht_cached_keys: the keys of its instances' values */
+	enum attrs_model attrs;
+	int32_t dict_ptr, dict_ptr_ft;  /* a managed dict's pointer from the object (3.11+); free-threaded builds' */
+	int32_t values_ptr;             /* 3.11: the values array's pointer from the object */
+	uint32_t inline_capacity, inline_valid, inline_values; /* 3.13+: the inline values' header, then the values */
+	uint32_t long_size, long_digit; /* PyLongObject: ob_size or lv_tag, the first 30-bit digit */
+	bool long_tagged;               /* lv_tag: digit count << 3, the sign in the low bits (3.12+) */
+};
+
+/* The table of a minor version (3.8-3.15), NULL for another. */
+const struct names_layout *layout_names_for_minor(unsigned minor);
 
 #endif

@@ -52,3 +52,28 @@ char *pystr_to_utf8(const uint8_t *data, size_t count, unsigned kind)
 	out[n] = '\0';
 	return out;
 }
+
+void pystr_to_utf8_into(const uint8_t *data, size_t count, unsigned kind, char *out, size_t cap)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < count; i++) {
+		uint32_t cp;
+		if (kind == 1) {
+			cp = data[i];
+		} else if (kind == 2) {
+			uint16_t v;
+			memcpy(&v, data + 2 * i, 2);
+			cp = v;
+		} else {
+			memcpy(&cp, data + 4 * i, 4);
+		}
+		char one[4];
+		size_t len = utf8_put(one, cp);
+		/* Cut at a whole character, the NUL kept. */
+		if (n + len >= cap)
+			break;
+		memcpy(out + n, one, len);
+		n += len;
+	}
+	out[n] = '\0';
+}

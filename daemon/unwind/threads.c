@@ -251,16 +251,51 @@ static bool threads_read_comm(pid_t pid, int64_t tid, char out[UW_THREAD_NAME_LE
 }
 
 /*
- * Names change rarely (a thread names itself once, early): read when a
- * thread is new or its tid changed, then every THREADS_NAME_REFRESH
- * samples, never per sample.  A thread's name that is the process's own is
- * only the program's name, inherited, not one the program gave.
+ * Whether a thread's Python name is due a look: a thread ident new to its
+ * cache, or THREADS_PYNAME_REFRESH_NS since the last (a program may rename
+ * a thread), within the sample's few lookups.
  */
-void threads_name(struct uw_target *t, struct thread_cache *tc, int64_t tid,
+static bool threads_pyname_due(struct uw_target *t, struct thread_cache *tc, uint64_t ident)
+{
+	if (!ident)
+		return false;
+	if (tc->pyname_ident == ident && clock_mono_ns() - tc->pyname_ns < THREADS_PYNAME_REFRESH_NS)
+		return false;
+	struct pynames *pn = &t->names;
+	if (pn->budget_gen != t->sample_gen) {
+		pn->budget_gen = t->sample_gen;
+		pn->budget = THREADS_PYNAMES_PER_SAMPLE;
+	}
+	if (pn->budget == 0)
+		return false;
+	pn->budget--;
+	return true;
+}
+
+/*
+ * The name Python gave the thread (Thread.name) where threading knows it;
+ * else the kernel's.  Names change rarely (a thread names itself once,
+ * early): the kernel's is read when a thread is new or its tid changed,
+ * then every THREADS_NAME_REFRESH samples, never per sample.  A thread's
+ * name that is the process's own is only the program's name, inherited,
+ * not one the program gave.
+ */
+void threads_name(struct uw_target *t, struct thread_cache *tc, int64_t tid, uint64_t ident,
                   char out[UW_THREAD_NAME_LEN])
 {
+	if (threads_pyname_due(t, tc, ident)) {
+		tc->pyname_ident = ident;
+		tc->pyname_ns = clock_mono_ns();
+		/* Whole, so a name compares equal to itself byte for byte (target.c's seen_name). */
+		memset(tc->pyname, 0, sizeof tc->pyname);
+		tc->pyname_found = pynames_lookup(t, ident, tc->pyname) == 1;
+	}
+	if (tc->pyname_found && tc->pyname_ident == ident) {
+		memcpy(out, tc->pyname, UW_THREAD_NAME_LEN);
+		return;
+	}
 	if (tid > 0 && (tc->name_tid != tid || t->sample_gen - tc->name_gen >= THREADS_NAME_REFRESH)) {
-		char comm[UW_THREAD_NAME_LEN], process[UW_THREAD_NAME_LEN];
+		char comm[UW_THREAD_NAME_LEN] = {0}, process[UW_THREAD_NAME_LEN];
 		tc->name_tid = tid;
 		tc->name_gen = t->sample_gen;
 		tc->name[0] = '\0';

@@ -46,8 +46,12 @@ static inline const char *uw_frame_name(const struct uw_frame *f)
 	return f->qualname ? f->qualname : f->function;
 }
 
-/* Bytes of a thread's name, its NUL included: the kernel's TASK_COMM_LEN. */
-#define UW_THREAD_NAME_LEN 16
+/*
+ * Bytes of a thread's name, its NUL included: room for the names programs
+ * give their threads (Thread.name), cut at a whole UTF-8 character; the
+ * kernel's hold 16.
+ */
+#define UW_THREAD_NAME_LEN 64
 
 struct uw_thread {
 	uint64_t thread_id;   /* threading.get_ident() */
@@ -322,10 +326,13 @@ struct uw_sample_thread {
 	int64_t native_id;
 	int64_t interp_id;
 	/*
-	 * The kernel's name of the thread (/proc/PID/task/TID/comm, which 3.14+
-	 * sets from Thread.name), read when the thread is first seen and again
-	 * every few hundred samples; "MainThread" for the process's first
-	 * thread and "" for another when the name is only the program's.
+	 * The thread's name: Python's (Thread.name, from threading._active),
+	 * looked up when the thread is first seen and again every few seconds;
+	 * where threading does not know the thread, the kernel's
+	 * (/proc/PID/task/TID/comm, which 3.14+ sets from Thread.name, cut to
+	 * 15 bytes), read when first seen and every few hundred samples:
+	 * "MainThread" for the process's first thread and "" for another when
+	 * the name is only the program's.
 	 */
 	char name[UW_THREAD_NAME_LEN];
 	bool holds_gil;

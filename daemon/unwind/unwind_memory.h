@@ -196,5 +196,7 @@ int elf_lookup(int fd, struct elf_symbol *syms, size_t nsyms, struct elf_facts *
  * string, NULL on allocation failure.
  */
 char *pystr_to_utf8(const uint8_t *data, size_t count, unsigned kind);
+/* The same into out (cap bytes, the NUL included), cut at a whole character. */
+void pystr_to_utf8_into(const uint8_t *data, size_t count, unsigned kind, char *out, size_t cap);
 
 #endif

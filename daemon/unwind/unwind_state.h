@@ -194,7 +194,11 @@ struct thread_cache {
 	bool idle_verdict;
 	int64_t name_tid;    /* the tid name is of; 0 before the first read */
 	uint64_t name_gen;   /* sample it was read in */
-	char name[UW_THREAD_NAME_LEN];
+	char name[UW_THREAD_NAME_LEN]; /* the kernel's */
+	uint64_t pyname_ident; /* the thread ident pyname is of; 0 before the first look */
+	uint64_t pyname_ns;    /* when it was looked up */
+	bool pyname_found;
+	char pyname[UW_THREAD_NAME_LEN]; /* Thread.name (pynames.c) */
 	uint32_t n;
 	size_t cap;
 	struct chain_link *chain;
@@ -335,6 +339,17 @@ const struct kstill_task *still_task_seen(struct uw_target *t, pid_t tid, uint32
 /* Every task this sample's look saw of the process (*n), NULL when it saw none. */
 const struct kstill_task *still_tasks(struct uw_target *t, uint32_t *n);
 
+/* pynames.c: where the threads' Python names are found. */
+struct pynames {
+	raddr_t active;       /* threading._active, 0 until found */
+	uint64_t looked_ns;   /* when threading was last looked for */
+	raddr_t name_key;     /* the str "_name" as the program interned it, 0 until met */
+	raddr_t dict_type, long_type; /* &PyDict_Type, &PyLong_Type */
+	bool types_looked;
+	uint64_t budget_gen;  /* the sample budget is of */
+	uint32_t budget;      /* lookups left in it */
+};
+
 /* open.c — the opened process; owns everything above. */
 struct uw_target {
 	pid_t pid;
@@ -399,6 +414,7 @@ struct uw_target {
 	struct view_ahead ahead;
 	struct tasks *tasks; /* tasks.c: asyncio's tasks, NULL until asked for */
 	struct walk_gil_ptr gil_ptrs[WALK_GIL_PTRS]; /* the first interpreters' */
+	struct pynames names;
 	raddr_t none_object; /* exception.c: &_Py_NoneStruct, 0 until looked up */
 	bool none_looked;
 };

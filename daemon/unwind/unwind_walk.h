@@ -41,6 +41,11 @@ bool code_known_wait(const char *name, const char *file);
 uint32_t pyobj_read_str(struct uw_target *t, raddr_t addr, struct uw_error *err);
 /* The same as UTF-8 of the caller's to free, not interned.  NULL and *err. */
 char *pyobj_read_utf8(struct uw_target *t, raddr_t addr, struct uw_error *err);
+/* The most bytes pyobj_read_str_into writes. */
+#define PYOBJ_STR_INTO_MAX 256u
+/* A str object as UTF-8 into out (cap bytes, cut at a whole character), allocating nothing.  0, or -1 and *err. */
+int pyobj_read_str_into(struct uw_target *t, raddr_t addr, char *out, size_t cap,
+                        struct uw_error *err);
 
 /* view.c */
 /*
@@ -362,11 +367,19 @@ void threads_sweep(struct uw_target *t);
 size_t threads_bytes(const struct uw_target *t);
 /* The kernel's state letter of a thread ('R', 'S', ...; '?' unknown). */
 char threads_kernel_state(struct uw_target *t, struct thread_cache *tc, int64_t tid);
-/* Samples between two reads of a thread's name. */
+/* Samples between two reads of a thread's name in /proc. */
 #define THREADS_NAME_REFRESH 500
+/* Between two looks at a thread's Python name. */
+#define THREADS_PYNAME_REFRESH_NS 3000000000ull
+/* Python names looked up in one sample at most: a burst of new threads is named over a few. */
+#define THREADS_PYNAMES_PER_SAMPLE 4u
 /* The thread's name into out, read again when due (see uw_sample_thread.name). */
-void threads_name(struct uw_target *t, struct thread_cache *tc, int64_t tid,
+void threads_name(struct uw_target *t, struct thread_cache *tc, int64_t tid, uint64_t ident,
                   char out[UW_THREAD_NAME_LEN]);
+
+/* pynames.c */
+/* Thread.name of the thread ident, from threading._active: 1 and out, 0 when not found. */
+int pynames_lookup(struct uw_target *t, uint64_t ident, char out[UW_THREAD_NAME_LEN]);
 /*
  * Samples an idle verdict holds for a thread whose stack stays as it was:
  * half a second at 100 Hz.  A waiting thread that starts running Python
