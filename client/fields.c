@@ -318,7 +318,7 @@ char *fields_cell(const void *msg, const struct field *f)
 		size_t n, len = 1;
 		Pyprofd__ThreadInfo *const *threads;
 		fields_threads(msg, f, &n, &threads);
-		char name[64];
+		char name[256];
 		for (size_t i = 0; i < n; i++) {
 			fields_thread_name(threads[i], name, sizeof name);
 			len += strlen(name) + 1;

@@ -113,7 +113,7 @@ static void top_thread_title(const Pyprofd__ThreadInfo *t, char *buf, size_t len
 	               : t                          ? (long long)t->thread_id
 	                                            : 0;
 	if (t && *export_str(t->name))
-		snprintf(buf, len, "%.60s (tid %lld)", t->name, id);
+		snprintf(buf, len, "%.63s (tid %lld)", t->name, id);
 	else
 		snprintf(buf, len, "thread %lld", id);
 }
