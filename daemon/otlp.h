@@ -48,9 +48,15 @@ struct otlp_request;
 struct otlp_request *otlp_request_new(const struct otlp_config *oc, const char *host,
                                       const struct store_process *p, const char *mode,
                                       unsigned rate_hz, int64_t from, int64_t until);
-/* frames root first, as the history gives them; -1 out of memory (the request is then spoilt). */
-int otlp_request_sample(struct otlp_request *q, uint64_t thread_id, const struct store_frame *frames,
-                        uint32_t depth, uint64_t count);
+/*
+ * A sample's count of a thread and stack: frames root first, as the history
+ * gives them; the thread's name (NULL or "": none) is its thread.name.  -1
+ * out of memory (the request is then spoilt).
+ */
+int otlp_request_sample(struct otlp_request *q, uint64_t thread_id, const char *thread_name,
+                        const struct store_frame *frames, uint32_t depth, uint64_t count);
+/* Bytes of an attribute's string value kept at most (a thread's name is far shorter). */
+#define OTLP_ATTRIBUTE_VALUE_MAX 256
 uint64_t otlp_request_samples(const struct otlp_request *q);
 /* The request's bytes (malloc'd).  0, or -1 out of memory. */
 int otlp_request_pack(struct otlp_request *q, uint8_t **out, size_t *len);

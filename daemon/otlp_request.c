@@ -132,6 +132,30 @@ static int32_t otlp_attribute_int(struct otlp_request *q, const char *key, int64
 	return i;
 }
 
+/* A string attribute of the dictionary's table (a sample's thread.name); -1 out of memory. */
+static int32_t otlp_attribute_string(struct otlp_request *q, const char *key, const char *value)
+{
+	int32_t k = otlp_string(q, key);
+	if (k < 0)
+		return -1;
+	/* Interned by key and value: the key's index, then the value's bytes. */
+	char ident[sizeof k + OTLP_ATTRIBUTE_VALUE_MAX];
+	size_t len = strnlen(value, OTLP_ATTRIBUTE_VALUE_MAX);
+	memcpy(ident, &k, sizeof k);
+	memcpy(ident + sizeof k, value, len);
+	bool fresh;
+	int32_t i = otlp_intern(q, 'n', ident, sizeof k + len, q->attributes.n, &fresh);
+	if (i < 0 || !fresh)
+		return i;
+	Pyprofd__Otlp__KeyValueAndUnit *a = ARENA_MESSAGE(&q->arena, Pyprofd__Otlp__KeyValueAndUnit,
+	                                                  PYPROFD__OTLP__KEY_VALUE_AND_UNIT__INIT);
+	if (!a || !(a->value = otlp_value_string(q, value)) || OTLP_TABLE_ROOM(q->attributes) < 0)
+		return -1;
+	a->key_strindex = k;
+	q->attributes.v[q->attributes.n++] = a;
+	return i;
+}
+
 /*
  * What the history knows of a frame, as OTLP's function and line: the one
  * place that says which stored fields make a function's identity (its
@@ -336,8 +360,8 @@ fail:
 	return NULL;
 }
 
-int otlp_request_sample(struct otlp_request *q, uint64_t thread_id, const struct store_frame *frames,
-                        uint32_t depth, uint64_t count)
+int otlp_request_sample(struct otlp_request *q, uint64_t thread_id, const char *thread_name,
+                        const struct store_frame *frames, uint32_t depth, uint64_t count)
 {
 	if (q->failed)
 		return -1;
@@ -364,14 +388,18 @@ int otlp_request_sample(struct otlp_request *q, uint64_t thread_id, const struct
 		q->stacks.v[q->stacks.n++] = st;
 	}
 	int32_t thread = otlp_attribute_int(q, "thread.id", (int64_t)thread_id);
+	bool named = thread_name && *thread_name;
+	int32_t name = named ? otlp_attribute_string(q, "thread.name", thread_name) : 0;
 	Pyprofd__Otlp__Sample *s = ARENA_MESSAGE(&q->arena, Pyprofd__Otlp__Sample,
 	                                         PYPROFD__OTLP__SAMPLE__INIT);
-	if (thread < 0 || !s || !(s->attribute_indices = arena_alloc(&q->arena, sizeof(int32_t))) ||
+	if (thread < 0 || name < 0 || !s ||
+	    !(s->attribute_indices = arena_alloc(&q->arena, 2 * sizeof(int32_t))) ||
 	    !(s->values = arena_alloc(&q->arena, sizeof(int64_t))) || OTLP_TABLE_ROOM(q->samples) < 0)
 		goto fail;
 	s->stack_index = stack;
 	s->attribute_indices[0] = thread;
-	s->n_attribute_indices = 1;
+	s->attribute_indices[1] = name;
+	s->n_attribute_indices = named ? 2 : 1;
 	s->values[0] = (int64_t)count;
 	s->n_values = 1;
 	q->samples.v[q->samples.n++] = s;
@@ -459,7 +487,8 @@ struct otlp_collect {
 static int otlp_collect_row(void *ctx, const struct store_row *row)
 {
 	struct otlp_collect *c = ctx;
-	return otlp_request_sample(c->q, c->thread_id, row->frames, row->depth, row->count) < 0;
+	const char *name = row->thread ? row->thread->name : NULL;
+	return otlp_request_sample(c->q, c->thread_id, name, row->frames, row->depth, row->count) < 0;
 }
 
 struct otlp_process_copy {
@@ -523,6 +552,8 @@ struct otlp_request *otlp_request_from_history(struct store_reader *r, const str
 		struct store_query tq = sel;
 		tq.by_thread = true;
 		tq.thread_id = threads[i];
+		/* Split by thread too, so each row says the thread's name. */
+		tq.split_threads = true;
 		if (store_query_stacks(r, &tq, otlp_collect_row, &c, NULL, &err) < 0) {
 			snprintf(why, why_len, "reading the history: %.200s",
 			         q->failed ? "out of memory" : err.msg);

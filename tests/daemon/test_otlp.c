@@ -89,9 +89,9 @@ Test(otlp, request_as_the_specification_reads_it)
 	/* Root first, as the history gives them; the second shares the first's root. */
 	struct store_frame s1[] = {{"main", "app.py", 10, 0, 8, 0}, {"Server.handle", "app.py", 20, 0, 18, 1}};
 	struct store_frame s2[] = {{"main", "app.py", 10, 0, 8, 0}, {"", NULL, 0, 1, 0, 2}};
-	cr_assert_eq(otlp_request_sample(q, 11, s1, 2, 5), 0);
-	cr_assert_eq(otlp_request_sample(q, 12, s1, 2, 3), 0);
-	cr_assert_eq(otlp_request_sample(q, 11, s2, 2, 1), 0);
+	cr_assert_eq(otlp_request_sample(q, 11, "worker-payments-1", s1, 2, 5), 0);
+	cr_assert_eq(otlp_request_sample(q, 12, "", s1, 2, 3), 0);
+	cr_assert_eq(otlp_request_sample(q, 11, "worker-payments-1", s2, 2, 1), 0);
 	cr_expect_eq(otlp_request_samples(q), 9);
 	uint8_t *bytes;
 	size_t len;
@@ -183,18 +183,26 @@ Test(otlp, request_as_the_specification_reads_it)
 	const Pyprofd__Otlp__Location *native = d->location_table[st2->location_indices[0]];
 	cr_expect_str_eq(str_at(d, d->function_table[native->lines[0]->function_index]->name_strindex),
 	                 "<native>");
-	/* One value and one thread.id each. */
+	/* One value and one thread.id each, and the thread's name where it has one. */
 	const uint64_t threads[] = {11, 12, 11};
 	const int64_t counts[] = {5, 3, 1};
+	const size_t nattrs[] = {2, 1, 2};
 	for (size_t i = 0; i < 3; i++) {
 		const Pyprofd__Otlp__Sample *s = pr->samples[i];
 		cr_assert_eq(s->n_values, 1);
 		cr_expect_eq(s->values[0], counts[i]);
-		cr_assert_eq(s->n_attribute_indices, 1);
+		cr_assert_eq(s->n_attribute_indices, nattrs[i]);
 		const Pyprofd__Otlp__KeyValueAndUnit *attr = d->attribute_table[s->attribute_indices[0]];
 		cr_expect_str_eq(str_at(d, attr->key_strindex), "thread.id");
 		cr_expect_eq(attr->value->int_value, (int64_t)threads[i]);
+		if (nattrs[i] < 2)
+			continue;
+		const Pyprofd__Otlp__KeyValueAndUnit *name = d->attribute_table[s->attribute_indices[1]];
+		cr_expect_str_eq(str_at(d, name->key_strindex), "thread.name");
+		cr_expect_eq(name->value->value_case, PYPROFD__OTLP__ANY_VALUE__VALUE_STRING_VALUE);
+		cr_expect_str_eq(name->value->string_value, "worker-payments-1");
 	}
 	cr_expect_eq(a->attribute_indices[0], c->attribute_indices[0], "thread 11 is one attribute");
+	cr_expect_eq(a->attribute_indices[1], c->attribute_indices[1], "its name is one attribute");
 	pyprofd__otlp__export_profiles_service_request__free_unpacked(r, NULL);
 }
