@@ -23,8 +23,13 @@
 #define NAMES_MAX_PROBES 64u
 /* Slots of a dict past which it is taken for garbage. */
 #define NAMES_MAX_SLOTS (1u << 24)
-/* How long a threading module not found yet is left alone before it is looked for again. */
-#define NAMES_RETRY_NS 3000000000ull
+/*
+ * How long a threading module not found yet is left alone before it is
+ * looked for again: at first briefly (a program starting imports it in its
+ * first moments), twice as long after each miss, up to the most.
+ */
+#define NAMES_RETRY_FIRST_NS 100000000ull
+#define NAMES_RETRY_MOST_NS 3000000000ull
 
 /* Type flags (Include/object.h): attributes kept by the interpreter, 3.11+; inline values, 3.13+. */
 #define NAMES_TPFLAGS_INLINE_VALUES (1ull << 2)
@@ -305,17 +310,36 @@ static int names_active_get(struct uw_target *t, const struct names_layout *N, u
 	return 0;
 }
 
+/*
+ * The main interpreter: the last of the list, whose head is the newest
+ * (sub-interpreters are made after it).  0 when unreadable.
+ */
+static raddr_t names_main_interp(struct uw_target *t)
+{
+	raddr_t interp = names_pointer(t, t->runtime + t->layout.runtime.interpreters_head);
+	for (unsigned i = 0; interp && i < UW_MAX_INTERPRETERS; i++) {
+		raddr_t next = names_pointer(t, interp + t->layout.interp.next);
+		if (!next)
+			return interp;
+		interp = next;
+	}
+	return 0;
+}
+
 /* Find threading._active: sys.modules["threading"].__dict__["_active"].  True when found. */
 static bool names_find_active(struct uw_target *t, const struct names_layout *N)
 {
 	struct pynames *pn = &t->names;
 	uint64_t now = clock_mono_ns();
-	if (pn->looked_ns && now - pn->looked_ns < NAMES_RETRY_NS)
+	if (pn->looked_ns && now - pn->looked_ns < pn->retry_ns)
 		return false;
 	pn->looked_ns = now;
+	pn->retry_ns = !pn->retry_ns ? NAMES_RETRY_FIRST_NS
+	               : 2 * pn->retry_ns > NAMES_RETRY_MOST_NS ? NAMES_RETRY_MOST_NS
+	                                                        : 2 * pn->retry_ns;
 	if (t->layout.interp.modules == LAYOUT_ABSENT || !names_types(t))
 		return false;
-	raddr_t interp = names_pointer(t, t->runtime + t->layout.runtime.interpreters_head);
+	raddr_t interp = names_main_interp(t);
 	raddr_t modules = interp ? names_pointer(t, interp + t->layout.interp.modules) : 0;
 	raddr_t module = 0, dict = 0, active = 0, unused = 0;
 	if (!modules || names_dict_get(t, N, modules, "threading", &unused, &module) != 1)

@@ -251,15 +251,16 @@ static bool threads_read_comm(pid_t pid, int64_t tid, char out[UW_THREAD_NAME_LE
 }
 
 /*
- * Whether a thread's Python name is due a look: a thread ident new to its
- * cache, or THREADS_PYNAME_REFRESH_NS since the last (a program may rename
- * a thread), within the sample's few lookups.
+ * Whether a thread's Python name is due a look: a thread (ident and tid)
+ * new to its cache, or its wait since the last look over (a program may
+ * rename a thread), within the sample's few lookups.
  */
-static bool threads_pyname_due(struct uw_target *t, struct thread_cache *tc, uint64_t ident)
+static bool threads_pyname_due(struct uw_target *t, struct thread_cache *tc, int64_t tid, uint64_t ident)
 {
 	if (!ident)
 		return false;
-	if (tc->pyname_ident == ident && clock_mono_ns() - tc->pyname_ns < THREADS_PYNAME_REFRESH_NS)
+	if (tc->pyname_ident == ident && tc->pyname_tid == tid &&
+	    clock_mono_ns() - tc->pyname_ns < tc->pyname_wait_ns)
 		return false;
 	struct pynames *pn = &t->names;
 	if (pn->budget_gen != t->sample_gen) {
@@ -283,14 +284,25 @@ static bool threads_pyname_due(struct uw_target *t, struct thread_cache *tc, uin
 void threads_name(struct uw_target *t, struct thread_cache *tc, int64_t tid, uint64_t ident,
                   char out[UW_THREAD_NAME_LEN])
 {
-	if (threads_pyname_due(t, tc, ident)) {
-		tc->pyname_ident = ident;
-		tc->pyname_ns = clock_mono_ns();
+	if (threads_pyname_due(t, tc, tid, ident)) {
 		/* Whole, so a name compares equal to itself byte for byte (target.c's seen_name). */
-		memset(tc->pyname, 0, sizeof tc->pyname);
-		tc->pyname_found = pynames_lookup(t, ident, tc->pyname) == 1;
+		char name[UW_THREAD_NAME_LEN] = {0};
+		bool again = tc->pyname_ident == ident && tc->pyname_tid == tid, found = pynames_lookup(t, ident, name) == 1;
+		if (found)
+			memcpy(tc->pyname, name, sizeof name);
+		/* A name once found stays through a look that failed: the thread is ending, or a dict moved under the read. */
+		tc->pyname_found = found || (again && tc->pyname_found);
+		/*
+		 * A thread starts before threading lists it: one not found is
+		 * looked for again soon, then less and less often.
+		 */
+		uint64_t wait = again && tc->pyname_wait_ns ? 2 * tc->pyname_wait_ns : THREADS_PYNAME_RETRY_NS;
+		tc->pyname_wait_ns = found || wait > THREADS_PYNAME_REFRESH_NS ? THREADS_PYNAME_REFRESH_NS : wait;
+		tc->pyname_ident = ident;
+		tc->pyname_tid = tid;
+		tc->pyname_ns = clock_mono_ns();
 	}
-	if (tc->pyname_found && tc->pyname_ident == ident) {
+	if (tc->pyname_found && tc->pyname_ident == ident && tc->pyname_tid == tid) {
 		memcpy(out, tc->pyname, UW_THREAD_NAME_LEN);
 		return;
 	}

@@ -196,7 +196,9 @@ struct thread_cache {
 	uint64_t name_gen;   /* sample it was read in */
 	char name[UW_THREAD_NAME_LEN]; /* the kernel's */
 	uint64_t pyname_ident; /* the thread ident pyname is of; 0 before the first look */
+	int64_t pyname_tid;    /* and its kernel id: a new thread may reuse an ident */
 	uint64_t pyname_ns;    /* when it was looked up */
+	uint64_t pyname_wait_ns; /* before the next look */
 	bool pyname_found;
 	char pyname[UW_THREAD_NAME_LEN]; /* Thread.name (pynames.c) */
 	uint32_t n;
@@ -343,6 +345,7 @@ const struct kstill_task *still_tasks(struct uw_target *t, uint32_t *n);
 struct pynames {
 	raddr_t active;       /* threading._active, 0 until found */
 	uint64_t looked_ns;   /* when threading was last looked for */
+	uint64_t retry_ns;    /* and how long after that it is looked for again */
 	raddr_t name_key;     /* the str "_name" as the program interned it, 0 until met */
 	raddr_t dict_type, long_type; /* &PyDict_Type, &PyLong_Type */
 	bool types_looked;

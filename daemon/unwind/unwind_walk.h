@@ -371,6 +371,8 @@ char threads_kernel_state(struct uw_target *t, struct thread_cache *tc, int64_t 
 #define THREADS_NAME_REFRESH 500
 /* Between two looks at a thread's Python name. */
 #define THREADS_PYNAME_REFRESH_NS 3000000000ull
+/* The first wait before a name not found is looked for again; it doubles up to the above. */
+#define THREADS_PYNAME_RETRY_NS 50000000ull
 /* Python names looked up in one sample at most: a burst of new threads is named over a few. */
 #define THREADS_PYNAMES_PER_SAMPLE 4u
 /* The thread's name into out, read again when due (see uw_sample_thread.name). */
