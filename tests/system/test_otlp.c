@@ -26,7 +26,7 @@
 
 TestSuite(otlp, .init = helpers_init, .fini = helpers_fini);
 
-/* Threads busy in functions of their own, so samples carry names to look for. */
+/* Threads busy in functions of their own and named, so samples carry names to look for. */
 static const char otlp_program[] =
 	"import threading, time\n"
 	"def otlp_worker_loop(n):\n"
@@ -34,7 +34,8 @@ static const char otlp_program[] =
 	"        sum(range(2000))\n"
 	"        time.sleep(0.001)\n"
 	"for i in range(3):\n"
-	"    threading.Thread(target=otlp_worker_loop, args=(i,), daemon=True).start()\n"
+	"    threading.Thread(target=otlp_worker_loop, args=(i,), name='otlp-payments-worker-%d' % i,\n"
+	"                     daemon=True).start()\n"
 	"def otlp_main_idle():\n"
 	"    while True:\n"
 	"        time.sleep(0.01)\n"
@@ -287,7 +288,8 @@ static void otlp_targets_kill(struct otlp_test *t)
  * What the collector receives is the history: totals per process, the
  * resource by the semantic conventions with the labels and the configured
  * extras, the functions the targets ran in the string table, one thread.id
- * per sample.  A backfill by hand sends the same range again.
+ * per sample and the thread's name.  A backfill by hand sends the same
+ * range again.
  */
 Test(otlp, collector_receives_what_the_history_holds, .timeout = 300)
 {
@@ -314,6 +316,7 @@ Test(otlp, collector_receives_what_the_history_holds, .timeout = 300)
 		"-> host.name: Str(", "-> deployment.environment: Str(otlp-test)",
 		"-> team: Str(profiling)", "otlp_worker_loop", "otlp_main_idle", "otlp_target.py",
 		"-> thread.id: ", "InstrumentationScope pyprofd",
+		"-> thread.name: otlp-payments-worker-0", "-> thread.name: MainThread",
 	};
 	cr_expect(strstr(log, want), "no resource with %s in the collector's log", want);
 	for (size_t i = 0; i < sizeof expected / sizeof *expected; i++)

@@ -216,13 +216,17 @@ static void expect_utf8_process(const char *exe, const char *line, Pyprofd__Labe
 	cr_assert(good, "%s: its good label of its own was lost", where);
 }
 
-/* A thread that names itself with bytes that are not UTF-8 (its comm), beside the idler. */
+/*
+ * A thread that names itself with bytes that are not UTF-8 (its comm),
+ * beside the idler.  Started below threading, which then knows no name of
+ * it: its name is the kernel's.
+ */
 static const char named_thread_program[] =
-	"import threading, time\n"
+	"import _thread, threading, time\n"
 	"def named():\n"
 	"    open('/proc/self/task/%d/comm' % threading.get_native_id(), 'wb').write(b'thr-\\xff\\xfe')\n"
 	"    time.sleep(3600)\n"
-	"threading.Thread(target=named, daemon=True).start()\n";
+	"_thread.start_new_thread(named, ())\n";
 
 /*
  * A plain user's process whose executable, command line, own labels and a

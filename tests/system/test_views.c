@@ -43,7 +43,6 @@ struct views {
 	json_t *report;
 	char pid[16];
 	bool qualnames; /* 3.11+ */
-	bool os_names;  /* 3.14+: threads named after Thread.name */
 	json_int_t run_line, method_line;
 };
 
@@ -55,7 +54,6 @@ static void views_start(struct views *v, const struct python *py)
 	int major = 0, minor = 0;
 	cr_assert(version && sscanf(version, "%d.%d", &major, &minor) == 2, "no version reported");
 	v->qualnames = major > 3 || minor >= 11;
-	v->os_names = major > 3 || minor >= 14;
 	v->run_line = jint(v->report, "run_line");
 	v->method_line = jint(v->report, "method_line");
 	daemon_start(&v->d, NULL);
@@ -195,8 +193,7 @@ Test(views, pprof_of_the_history_as_go_tool_pprof_shows_it, .timeout = 300)
 	cr_expect(strstr(tags, main_thread), "-tags lacks %s:\n%s", main_thread, tags);
 	cr_expect(strstr(tags, "thread.id:"), "-tags lacks thread.id:\n%s", tags);
 	cr_expect(strstr(tags, "service:") && strstr(tags, ": views"), "-tags lacks the label:\n%s", tags);
-	if (v.os_names)
-		cr_expect(strstr(tags, "napper (tid "), "-tags lacks the named thread:\n%s", tags);
+	cr_expect(strstr(tags, "napper (tid "), "-tags lacks the named thread:\n%s", tags);
 	free(tags);
 	views_stop(&v);
 }
@@ -251,8 +248,7 @@ Test(views, idle_threads_are_told_and_can_be_left_out, .timeout = 300)
 			napper_named |= name && strcmp(name, "napper") == 0 && jint(t, "idle") == jint(t, "samples");
 		}
 		cr_expect(main_named, "top's threads lack a busy MainThread");
-		if (v.os_names)
-			cr_expect(napper_named, "top's threads lack an idle napper");
+		cr_expect(napper_named, "top's threads lack an idle napper");
 		json_decref(j);
 
 		const char *quiet[] = {"top", v.pid, "--once", "--window", "30", "--no-idle", NULL};

@@ -1,0 +1,149 @@
+/*
+ * Threads named as Python names them (Thread.name), on every supported
+ * interpreter: a target's workers (tests/targets/threadnames.py) by their
+ * whole names, longer than the kernel's 15 bytes, in list, dump and the
+ * history; a name past 63 bytes cut at a whole character; a thread renamed
+ * after it started by its new name; a thread threading does not know by
+ * the kernel's name or none.
+ */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon.h"
+#include "helpers.h"
+#include "pythons.h"
+
+TestSuite(threads, .init = helpers_init, .fini = helpers_fini);
+
+/* How many times a name is looked for, a tenth of a second apart: names are read again every few seconds. */
+#define THREADS_TRIES 600
+
+/* Whether a JSON array of threads (list's, dump's) holds one named `name`. */
+static bool threads_have(json_t *threads, const char *name)
+{
+	size_t i;
+	json_t *t;
+	json_array_foreach(threads, i, t) {
+		const char *got = json_string_value(json_object_get(t, "name"));
+		if (got && strcmp(got, name) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* The threads list shows of pid (owned by *root), NULL when pid is not listed. */
+static json_t *threads_listed(const struct daemon *d, pid_t pid, json_t **root)
+{
+	static const char *const list[] = {"list", NULL};
+	*root = ctl_json(d, list);
+	size_t i;
+	json_t *e;
+	json_array_foreach(*root, i, e)
+		if (jint(e, "pid") == pid)
+			return json_object_get(e, "threads");
+	return NULL;
+}
+
+/* Wait until list names one of pid's threads `name`; false when it never did. */
+static bool threads_wait_listed(const struct daemon *d, pid_t pid, const char *name)
+{
+	for (int k = 0; k < THREADS_TRIES; k++) {
+		json_t *root, *threads = threads_listed(d, pid, &root);
+		bool found = threads && threads_have(threads, name);
+		json_decref(root);
+		if (found)
+			return true;
+		pause_ms(100);
+	}
+	return false;
+}
+
+/* Wait until the history's speedscope profiles of pid hold one named `title` ("NAME (tid "); false when never. */
+static bool threads_wait_stored(const struct daemon *d, const char *pid, const char *title)
+{
+	const char *speedscope[] = {"query", "--pid", pid, "--format", "speedscope", NULL};
+	for (int k = 0; k < THREADS_TRIES; k++) {
+		json_t *j = ctl_json(d, speedscope);
+		bool found = false;
+		size_t i;
+		json_t *p;
+		json_array_foreach(json_object_get(j, "profiles"), i, p) {
+			const char *name = json_string_value(json_object_get(p, "name"));
+			found |= name && strncmp(name, title, strlen(title)) == 0;
+		}
+		json_decref(j);
+		if (found)
+			return true;
+		pause_ms(100);
+	}
+	return false;
+}
+
+/* The target's name of 45 characters of two bytes, as pyprofd keeps it: the first 63 bytes, whole characters. */
+static void threads_long_name(char *out, size_t len)
+{
+	size_t o = (size_t)snprintf(out, len, "long-");
+	for (int i = 0; i < 29 && o + 2 < len; i++, o += 2)
+		memcpy(out + o, "\xc3\xa9", 2);
+	out[o] = '\0';
+}
+
+Test(threads, named_as_python_names_them, .timeout = 900)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	char script[PATH_MAX], long_name[64];
+	target_script("threadnames.py", script, sizeof script);
+	threads_long_name(long_name, sizeof long_name);
+	cr_assert_eq(strlen(long_name), 63);
+	static const char *const fast_flush[] = {"--flush-interval", "1", NULL};
+	struct daemon d;
+	daemon_start(&d, fast_flush);
+	for (size_t i = 0; i < n; i++) {
+		char ctx[PATH_MAX + 64], pid[16];
+		python_describe(&pys[i], ctx, sizeof ctx);
+		struct test_target t;
+		const char *args[] = {"-I", script, "{report}", NULL};
+		test_target_start_python(&t, &pys[i], args);
+		json_decref(test_target_wait_report(&t, TARGET_READY_TIMEOUT_S));
+		pid_text(t.pid, pid, sizeof pid);
+		ctl_attach_at(&d, t.pid, "100");
+
+		/* Whole names, past the kernel's 15 bytes; the main thread as Python calls it. */
+		static const char *const whole[] = {"worker-payments-1", "worker-payments-2", "MainThread"};
+		for (size_t k = 0; k < sizeof whole / sizeof *whole; k++)
+			cr_expect(threads_wait_listed(&d, t.pid, whole[k]), "%s: list never named a thread %s",
+			          ctx, whole[k]);
+		cr_expect(threads_wait_listed(&d, t.pid, long_name),
+		          "%s: list never named a thread by its first 63 bytes", ctx);
+		/* Nothing cut to the kernel's 15 bytes where Python has the name. */
+		json_t *root, *threads = threads_listed(&d, t.pid, &root);
+		cr_expect(!threads_have(threads, "worker-payments"), "%s: a name cut as the kernel cuts it", ctx);
+		json_decref(root);
+
+		const char *dump[] = {"dump", pid, NULL};
+		json_t *j = ctl_json(&d, dump);
+		cr_expect(threads_have(json_object_get(j, "threads"), "worker-payments-1"),
+		          "%s: dump does not name worker-payments-1", ctx);
+		json_decref(j);
+
+		cr_expect(threads_wait_stored(&d, pid, "worker-payments-1 (tid "),
+		          "%s: the history never named worker-payments-1", ctx);
+
+		/* Renamed by the program after it started: its new name, in time. */
+		cr_assert_eq(kill(t.pid, SIGUSR1), 0);
+		cr_expect(threads_wait_listed(&d, t.pid, "renamed-worker-payments-2"),
+		          "%s: list never showed the renamed thread's new name", ctx);
+		cr_expect(threads_wait_stored(&d, pid, "renamed-worker-payments-2 (tid "),
+		          "%s: the history never named the renamed thread", ctx);
+
+		const char *detach[] = {"detach", pid, NULL};
+		ctl_ok(&d, detach);
+		test_target_kill(&t);
+	}
+	daemon_stop(&d);
+}
