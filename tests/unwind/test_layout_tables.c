@@ -36,6 +36,36 @@ Test(layout_tables, asyncio_object_fields_fit_what_is_read)
 	}
 }
 
+/*
+ * The thread names' tables: one for every version read, sys.modules known
+ * to the static layouts, the dict fields past the object header and the
+ * keys' fields inside the header the reader reads, and each version's way
+ * of keeping attributes.
+ */
+Test(layout_tables, names_fields_fit_what_is_read)
+{
+	static const enum attrs_model attrs[] = {ATTRS_DICT,   ATTRS_DICT,   ATTRS_DICT,   ATTRS_VALUES,
+	                                         ATTRS_TAGGED, ATTRS_INLINE, ATTRS_INLINE, ATTRS_INLINE};
+	for (unsigned minor = 8; minor <= 15; minor++) {
+		const struct names_layout *n = layout_names_for_minor(minor);
+		cr_assert_not_null(n, "no names table for 3.%u", minor);
+		cr_expect_eq(n->attrs, attrs[minor - 8], "3.%u: attributes kept otherwise", minor);
+		cr_expect_geq(n->dict_keys, 16, "3.%u", minor);
+		cr_expect_geq(n->module_dict, 16, "3.%u", minor);
+		cr_expect_leq(n->keys_nentries + 8, n->keys_indices, "3.%u: dk_nentries past the header", minor);
+		cr_expect_lt(n->keys_size, n->keys_indices, "3.%u", minor);
+		cr_expect_gt(n->type_cached_keys, n->type_dictoffset, "3.%u: ht_cached_keys inside PyTypeObject", minor);
+		if (minor <= 12) {
+			const struct py_layout *l = layout_for_minor(minor);
+			cr_assert_not_null(l);
+			cr_expect_neq(l->interp.modules, LAYOUT_ABSENT, "3.%u: no sys.modules", minor);
+			cr_expect_gt(l->interp.modules, 0, "3.%u", minor);
+		}
+	}
+	cr_expect_null(layout_names_for_minor(7));
+	cr_expect_null(layout_names_for_minor(16));
+}
+
 /* Widens *end to cover a field of `width` bytes at `off`, if present. */
 static void span(uint32_t *end, uint32_t off, unsigned width)
 {
@@ -198,6 +228,7 @@ Test(layout_debug_offsets, recorded_313)
 	cr_expect_eq(l.interp.threads_head, 7344);
 	cr_expect_eq(l.interp.gc_collecting, 7400 + 200);
 	cr_expect_eq(l.interp.gil_ptr, 16);
+	cr_expect_eq(l.interp.modules, 7656);
 	cr_expect_eq(l.gil.last_holder, 8);
 	cr_expect_eq(l.gil.locked, 16);
 	cr_expect_eq(l.tstate.frame, 72);
@@ -248,6 +279,7 @@ Test(layout_debug_offsets, recorded_314)
 	cr_expect_eq(l.interp.id, 7280);
 	cr_expect_eq(l.interp.next, 7272);
 	cr_expect_eq(l.interp.gc_collecting, 7408 + 192);
+	cr_expect_eq(l.interp.modules, 7688);
 	cr_expect_eq(l.gil.last_holder, 7792 - 7784);
 	cr_expect_eq(l.gil.locked, 7800 - 7784);
 	cr_expect_eq(l.tstate.frame, 72);
