@@ -300,6 +300,9 @@ struct names_layout {
 	uint32_t keys_size;             /* dk_size, or the byte dk_log2_size */
 	uint32_t keys_log2_index_bytes, keys_kind; /* bytes, 3.11+ */
 	uint32_t keys_nentries, keys_indices;
+	/* PyDictKeyEntry (hash, key, value), and PyDictUnicodeEntry (key, value) of str-keyed kinds (3.11+) */
+	uint32_t entry_size, entry_hash, entry_key, entry_value;
+	uint32_t str_entry_size, str_entry_key, str_entry_value;
 	uint32_t type_basicsize, type_flags, type_dictoffset; /* PyTypeObject */
 	uint32_t type_cached_keys;      /* PyHeapTypeObject.ht_cached_keys: the keys of its instances' values */
 	enum attrs_model attrs;

@@ -14,8 +14,10 @@
 
 #define ABSENT LAYOUT_ABSENT
 
-/* Fields every version keeps at the same place. */
+/* Fields every version keeps at the same place; str-keyed entries only from 3.11. */
 #define NAMES_COMMON                                                                          \
+	.entry_size = 24, .entry_hash = 0, .entry_key = 8, .entry_value = 16,                     \
+	.str_entry_size = 16, .str_entry_key = 0, .str_entry_value = 8,                           \
 	.module_dict = 16, .dict_keys = 32, .dict_values = 40, .type_basicsize = 32,              \
 	.type_flags = 168, .type_dictoffset = 288, .long_size = 16, .long_digit = 24
 

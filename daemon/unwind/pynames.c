@@ -17,8 +17,9 @@
 
 /* Entries of a dict of str keys looked through at most (sys.modules, a module's or an instance's). */
 #define NAMES_MAX_ENTRIES 8192u
-/* Entries read at a time while looking through one. */
+/* Entries read at a time while looking through one, and the bytes of one at most. */
 #define NAMES_CHUNK 128u
+#define NAMES_ENTRY_MAX 32u
 /* Probes of threading._active for one ident (CPython's own open addressing). */
 #define NAMES_MAX_PROBES 64u
 /* Slots of a dict past which it is taken for garbage. */
@@ -35,7 +36,7 @@
 #define NAMES_TPFLAGS_INLINE_VALUES (1ull << 2)
 #define NAMES_TPFLAGS_MANAGED_DICT (1ull << 4)
 
-/* Dict index values (Objects/dict-common.h): an empty slot, a deleted entry. */
+/* The dict index of an empty slot (Objects/dict-common.h): the key is not there. */
 #define NAMES_DKIX_EMPTY (-1)
 
 /* One dict's keys as read: where its entries are and how they are laid out. */
@@ -134,9 +135,9 @@ static int names_keys_read(struct uw_target *t, const struct names_layout *N, ra
 	if (k->nentries > k->slots)
 		return -1;
 	k->indices = keys + N->keys_indices;
-	k->entry_size = k->has_hash ? 24 : 16;
-	k->key_at = k->has_hash ? 8 : 0;
-	k->value_at = k->key_at + 8;
+	k->entry_size = k->has_hash ? N->entry_size : N->str_entry_size;
+	k->key_at = k->has_hash ? N->entry_key : N->str_entry_key;
+	k->value_at = k->has_hash ? N->entry_value : N->str_entry_value;
 	return 0;
 }
 
@@ -167,8 +168,10 @@ static bool names_str_is(struct uw_target *t, raddr_t addr, const char *name)
 static int names_keys_find(struct uw_target *t, const struct names_keys *k, const char *name,
                            raddr_t *known, uint64_t *index, raddr_t *value)
 {
-	uint8_t chunk[NAMES_CHUNK * 24];
+	uint8_t chunk[NAMES_CHUNK * NAMES_ENTRY_MAX];
 	uint64_t n = k->nentries < NAMES_MAX_ENTRIES ? k->nentries : NAMES_MAX_ENTRIES;
+	if (k->entry_size > NAMES_ENTRY_MAX || k->key_at + 8 > k->entry_size || k->value_at + 8 > k->entry_size)
+		return -1;
 	for (uint64_t i = 0; i < n; i += NAMES_CHUNK) {
 		uint64_t m = n - i < NAMES_CHUNK ? n - i : NAMES_CHUNK;
 		if (names_read(t, k->entries + i * k->entry_size, chunk, m * k->entry_size) != 0)
@@ -296,11 +299,12 @@ static int names_active_get(struct uw_target *t, const struct names_layout *N, u
 		if (ix == NAMES_DKIX_EMPTY)
 			return 0;
 		if (ix >= 0) {
-			uint8_t e[24];
-			if ((uint64_t)ix >= k.nentries || names_read(t, k.entries + (uint64_t)ix * 24, e, 24) != 0)
+			uint8_t e[NAMES_ENTRY_MAX];
+			if ((uint64_t)ix >= k.nentries || k.entry_size > sizeof e ||
+			    names_read(t, k.entries + (uint64_t)ix * k.entry_size, e, k.entry_size) != 0)
 				return -1;
-			if (load_u64(e, 0) == hash && names_int_is(t, N, load_u64(e, 8), ident)) {
-				*thread = load_u64(e, 16);
+			if (load_u64(e, N->entry_hash) == hash && names_int_is(t, N, load_u64(e, k.key_at), ident)) {
+				*thread = load_u64(e, k.value_at);
 				return *thread != 0;
 			}
 		}
