@@ -147,3 +147,66 @@ Test(threads, named_as_python_names_them, .timeout = 900)
 	}
 	daemon_stop(&d);
 }
+
+/*
+ * A program that spoils what threading tells of its threads: a name that is
+ * no str, an object that is no Thread under a live thread's ident, a key no
+ * thread has.  Its good thread is named still.
+ */
+static const char spoilt_program[] =
+	"import json, os, sys, threading, time\n"
+	"def work():\n"
+	"    while True:\n"
+	"        time.sleep(0.01)\n"
+	"threads = [threading.Thread(target=work, name=n, daemon=True)\n"
+	"           for n in ('good-name-thread', 'bad-name-thread', 'swapped-thread')]\n"
+	"for t in threads:\n"
+	"    t.start()\n"
+	"threads[1]._name = 12345\n"
+	"threading._active[threads[2].ident] = object()\n"
+	"threading._active[1] = 'not a thread'\n"
+	"with open(sys.argv[1] + '.tmp', 'w') as f:\n"
+	"    json.dump({'pid': os.getpid()}, f)\n"
+	"os.rename(sys.argv[1] + '.tmp', sys.argv[1])\n"
+	"while True:\n"
+	"    time.sleep(0.05)\n";
+
+Test(threads, what_threading_holds_spoilt_names_no_thread, .timeout = 300)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	for (size_t i = 0; i < n; i++) {
+		char ctx[PATH_MAX + 64], pid[16], why[1024];
+		python_describe(&pys[i], ctx, sizeof ctx);
+		struct test_target t;
+		const char *args[] = {"-I", "-c", spoilt_program, "{report}", NULL};
+		test_target_start_python(&t, &pys[i], args);
+		json_decref(test_target_wait_report(&t, TARGET_READY_TIMEOUT_S));
+		pid_text(t.pid, pid, sizeof pid);
+		const char *argv[] = {pyprofd_bin(), "dump", pid, "--json", NULL};
+		struct run_result r;
+		run_command(&r, argv, NULL);
+		cr_assert(r.exited && r.code == 0, "%s: dump: %s", ctx, run_describe(&r, why, sizeof why));
+		json_t *j = json_loads(r.out, 0, NULL);
+		cr_assert_not_null(j, "%s: dump --json is not JSON:\n%s", ctx, r.out);
+		json_t *threads = json_object_get(j, "threads");
+		cr_expect_eq(json_array_size(threads), 4, "%s: %zu threads", ctx, json_array_size(threads));
+		cr_expect(threads_have(threads, "good-name-thread"), "%s: the good thread is not named:\n%s", ctx,
+		          r.out);
+		cr_expect(!threads_have(threads, "12345") && !threads_have(threads, "not a thread"),
+		          "%s: a name from what is no name:\n%s", ctx, r.out);
+		/* The kernel's names are all the spoilt ones may have (3.14+ set them), or none. */
+		size_t k;
+		json_t *th;
+		json_array_foreach(threads, k, th) {
+			const char *name = json_string_value(json_object_get(th, "name"));
+			cr_expect(!name || (strcmp(name, "") == 0 || strcmp(name, "MainThread") == 0 ||
+			                   strcmp(name, "good-name-thread") == 0 || strcmp(name, "bad-name-thread") == 0 ||
+			                   strcmp(name, "swapped-thread") == 0),
+			          "%s: a thread named %s", ctx, name ? name : "(none)");
+		}
+		json_decref(j);
+		run_result_free(&r);
+		test_target_kill(&t);
+	}
+}
