@@ -259,14 +259,15 @@ static bool threads_pyname_due(struct uw_target *t, struct thread_cache *tc, int
 {
 	if (!ident)
 		return false;
-	if (tc->pyname_ident == ident && tc->pyname_tid == tid &&
-	    clock_mono_ns() - tc->pyname_ns < tc->pyname_wait_ns)
-		return false;
 	struct pynames *pn = &t->names;
+	/* One clock read a sample, not one a thread. */
 	if (pn->budget_gen != t->sample_gen) {
 		pn->budget_gen = t->sample_gen;
 		pn->budget = THREADS_PYNAMES_PER_SAMPLE;
+		pn->now_ns = clock_mono_ns();
 	}
+	if (tc->pyname_ident == ident && tc->pyname_tid == tid && pn->now_ns - tc->pyname_ns < tc->pyname_wait_ns)
+		return false;
 	if (pn->budget == 0)
 		return false;
 	pn->budget--;
@@ -300,7 +301,7 @@ void threads_name(struct uw_target *t, struct thread_cache *tc, int64_t tid, uin
 		tc->pyname_wait_ns = found || wait > THREADS_PYNAME_REFRESH_NS ? THREADS_PYNAME_REFRESH_NS : wait;
 		tc->pyname_ident = ident;
 		tc->pyname_tid = tid;
-		tc->pyname_ns = clock_mono_ns();
+		tc->pyname_ns = t->names.now_ns;
 	}
 	if (tc->pyname_found && tc->pyname_ident == ident && tc->pyname_tid == tid) {
 		memcpy(out, tc->pyname, UW_THREAD_NAME_LEN);

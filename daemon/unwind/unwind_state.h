@@ -349,8 +349,9 @@ struct pynames {
 	raddr_t name_key;     /* the str "_name" as the program interned it, 0 until met */
 	raddr_t dict_type, long_type; /* &PyDict_Type, &PyLong_Type */
 	bool types_looked;
-	uint64_t budget_gen;  /* the sample budget is of */
+	uint64_t budget_gen;  /* the sample budget and now_ns are of */
 	uint32_t budget;      /* lookups left in it */
+	uint64_t now_ns;      /* its time, read once */
 };
 
 /* open.c — the opened process; owns everything above. */
