@@ -160,13 +160,13 @@ static bool names_str_is(struct uw_target *t, raddr_t addr, const char *name)
 
 /*
  * The entry of str key `name` among a keys object's first entries: 1 and
- * its index and value (NULL in a split table, whose values lie apart), 0
- * when not there, -1 when unreadable.  `known` is the key's address when
+ * its index, value (NULL in a split table, whose values lie apart) and
+ * where the value lies, 0 when not there, -1 when unreadable.  `known` is the key's address when
  * already met (identifiers are interned: one object), which spares a read
  * of each key; *known is set when it is met.
  */
 static int names_keys_find(struct uw_target *t, const struct names_keys *k, const char *name,
-                           raddr_t *known, uint64_t *index, raddr_t *value)
+                           raddr_t *known, uint64_t *index, raddr_t *value, raddr_t *slot)
 {
 	uint8_t chunk[NAMES_CHUNK * NAMES_ENTRY_MAX];
 	uint64_t n = k->nentries < NAMES_MAX_ENTRIES ? k->nentries : NAMES_MAX_ENTRIES;
@@ -184,6 +184,7 @@ static int names_keys_find(struct uw_target *t, const struct names_keys *k, cons
 			*known = key;
 			*index = i + j;
 			*value = load_u64(e, k->value_at);
+			*slot = k->entries + (i + j) * k->entry_size + k->value_at;
 			return 1;
 		}
 	}
@@ -191,12 +192,12 @@ static int names_keys_find(struct uw_target *t, const struct names_keys *k, cons
 }
 
 /*
- * The value of str key `name` in a dict: 1 and *value, 0 when not there, -1
- * when unreadable.  A split table's values are ma_values' (after a header
+ * The value of str key `name` in a dict: 1 and *value (*slot: where it
+ * lies), 0 when not there, -1 when unreadable.  A split table's values are ma_values' (after a header
  * from 3.13).
  */
 static int names_dict_get(struct uw_target *t, const struct names_layout *N, raddr_t dict,
-                          const char *name, raddr_t *known, raddr_t *value)
+                          const char *name, raddr_t *known, raddr_t *value, raddr_t *slot)
 {
 	uint32_t shift = names_shift(t);
 	uint8_t d[96];
@@ -209,11 +210,12 @@ static int names_dict_get(struct uw_target *t, const struct names_layout *N, rad
 	uint64_t index;
 	if (!keys || names_keys_read(t, N, keys, &k) != 0)
 		return -1;
-	int found = names_keys_find(t, &k, name, known, &index, value);
+	int found = names_keys_find(t, &k, name, known, &index, value, slot);
 	if (found != 1 || !values)
 		return found;
 	raddr_t array = values + (N->attrs == ATTRS_INLINE ? N->inline_values : 0);
-	return (*value = names_pointer(t, array + index * 8)) != 0;
+	*slot = array + index * 8;
+	return (*value = names_pointer(t, *slot)) != 0;
 }
 
 /* The ident as its int key hashes: ints hash to themselves modulo 2**61 - 1. */
@@ -345,12 +347,12 @@ static bool names_find_active(struct uw_target *t, const struct names_layout *N)
 		return false;
 	raddr_t interp = names_main_interp(t);
 	raddr_t modules = interp ? names_pointer(t, interp + t->layout.interp.modules) : 0;
-	raddr_t module = 0, dict = 0, active = 0, unused = 0;
-	if (!modules || names_dict_get(t, N, modules, "threading", &unused, &module) != 1)
+	raddr_t module = 0, dict = 0, active = 0, unused = 0, slot;
+	if (!modules || names_dict_get(t, N, modules, "threading", &unused, &module, &slot) != 1)
 		return false;
 	dict = names_pointer(t, module + N->module_dict + names_shift(t));
 	unused = 0;
-	if (!dict || names_dict_get(t, N, dict, "_active", &unused, &active) != 1 ||
+	if (!dict || names_dict_get(t, N, dict, "_active", &unused, &active, &slot) != 1 ||
 	    names_type_of(t, active) != pn->dict_type)
 		return false;
 	pn->active = active;
@@ -408,34 +410,40 @@ static int names_attrs(struct uw_target *t, const struct names_layout *N, raddr_
 	return *keys ? 2 : -1;
 }
 
-/* A Thread's _name into out: 1, or 0 when it has none that is a str, -1 when unreadable. */
+/*
+ * A Thread's _name into out: 1 and where its pointer lies and the str it
+ * points to (seen), or 0 when it has none that is a str, -1 when unreadable.
+ */
 static int names_thread_name(struct uw_target *t, const struct names_layout *N, raddr_t obj,
-                             char out[UW_THREAD_NAME_LEN])
+                             char out[UW_THREAD_NAME_LEN], struct pyname_seen *seen)
 {
 	struct pynames *pn = &t->names;
-	raddr_t dict = 0, values = 0, keys = 0, name = 0;
+	raddr_t dict = 0, values = 0, keys = 0, name = 0, slot = 0;
 	uint64_t capacity, index;
 	int where = names_attrs(t, N, obj, &dict, &values, &keys, &capacity);
 	if (where < 0)
 		return -1;
 	if (where == 1) {
-		if (names_dict_get(t, N, dict, "_name", &pn->name_key, &name) != 1)
+		if (names_dict_get(t, N, dict, "_name", &pn->name_key, &name, &slot) != 1)
 			return 0;
 	} else {
 		struct names_keys k;
 		raddr_t unused;
 		if (names_keys_read(t, N, keys, &k) != 0 ||
-		    names_keys_find(t, &k, "_name", &pn->name_key, &index, &unused) != 1 || index >= capacity ||
-		    !(name = names_pointer(t, values + index * 8)))
+		    names_keys_find(t, &k, "_name", &pn->name_key, &index, &unused, &slot) != 1 ||
+		    index >= capacity || !(name = names_pointer(t, slot = values + index * 8)))
 			return 0;
 	}
 	if (names_type_of(t, name) != t->unicode_type ||
 	    pyobj_read_str_into(t, name, out, UW_THREAD_NAME_LEN, NULL) != 0)
 		return 0;
+	seen->slot = slot;
+	seen->name = name;
 	return out[0] != '\0';
 }
 
-int pynames_lookup(struct uw_target *t, uint64_t ident, char out[UW_THREAD_NAME_LEN])
+int pynames_lookup(struct uw_target *t, uint64_t ident, char out[UW_THREAD_NAME_LEN],
+                   struct pyname_seen *seen)
 {
 	const struct names_layout *N = layout_names_for_minor(t->layout.minor);
 	if (!N || !ident || (!t->names.active && !names_find_active(t, N)))
@@ -447,5 +455,10 @@ int pynames_lookup(struct uw_target *t, uint64_t ident, char out[UW_THREAD_NAME_
 		t->names.active = 0;
 		return 0;
 	}
-	return found == 1 && names_thread_name(t, N, thread, out) == 1;
+	return found == 1 && names_thread_name(t, N, thread, out, seen) == 1;
+}
+
+bool pynames_same(struct uw_target *t, const struct pyname_seen *seen)
+{
+	return seen->slot && names_pointer(t, seen->slot) == seen->name;
 }

@@ -288,9 +288,25 @@ void threads_name(struct uw_target *t, struct thread_cache *tc, int64_t tid, uin
 	if (threads_pyname_due(t, tc, tid, ident)) {
 		/* Whole, so a name compares equal to itself byte for byte (target.c's seen_name). */
 		char name[UW_THREAD_NAME_LEN] = {0};
-		bool again = tc->pyname_ident == ident && tc->pyname_tid == tid, found = pynames_lookup(t, ident, name) == 1;
-		if (found)
-			memcpy(tc->pyname, name, sizeof name);
+		bool again = tc->pyname_ident == ident && tc->pyname_tid == tid, found;
+		uint64_t now = t->names.now_ns;
+		/*
+		 * A name found is checked where it lies, one read; looked up whole
+		 * when that moved, and now and then all the same (a dict that grew
+		 * leaves its old table behind).
+		 */
+		if (again && tc->pyname_found && now - tc->pyname_full_ns < THREADS_PYNAME_WHOLE_NS &&
+		    pynames_same(t, &tc->pyname_seen)) {
+			found = true;
+		} else {
+			struct pyname_seen seen = {0};
+			found = pynames_lookup(t, ident, name, &seen) == 1;
+			tc->pyname_full_ns = now;
+			if (found) {
+				memcpy(tc->pyname, name, sizeof name);
+				tc->pyname_seen = seen;
+			}
+		}
 		/* A name once found stays through a look that failed: the thread is ending, or a dict moved under the read. */
 		tc->pyname_found = found || (again && tc->pyname_found);
 		/*

@@ -182,6 +182,11 @@ struct thread_still {
 	unsigned flags;
 };
 
+/* Where a thread's Python name was found: its pointer's address, and the str (pynames.c). */
+struct pyname_seen {
+	raddr_t slot, name;
+};
+
 struct thread_cache {
 	raddr_t tstate;
 	uint64_t seen;       /* sample number it was last seen in */
@@ -199,6 +204,8 @@ struct thread_cache {
 	int64_t pyname_tid;    /* and its kernel id: a new thread may reuse an ident */
 	uint64_t pyname_ns;    /* when it was looked up */
 	uint64_t pyname_wait_ns; /* before the next look */
+	uint64_t pyname_full_ns; /* when it was last looked up whole, not only checked where it was */
+	struct pyname_seen pyname_seen;
 	bool pyname_found;
 	char pyname[UW_THREAD_NAME_LEN]; /* Thread.name (pynames.c) */
 	uint32_t n;

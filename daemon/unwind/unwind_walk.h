@@ -371,7 +371,9 @@ char threads_kernel_state(struct uw_target *t, struct thread_cache *tc, int64_t 
 #define THREADS_NAME_REFRESH 500
 /* Between two looks at a thread's Python name. */
 #define THREADS_PYNAME_REFRESH_NS 3000000000ull
-/* The first wait before a name not found is looked for again; it doubles up to the above. */
+/* Between two whole lookups of a name found (the looks between check it where it lies). */
+#define THREADS_PYNAME_WHOLE_NS 30000000000ull
+/* The first wait before a name not found is looked for again; it doubles up to THREADS_PYNAME_REFRESH_NS. */
 #define THREADS_PYNAME_RETRY_NS 50000000ull
 /* Python names looked up in one sample at most: a burst of new threads is named over a few. */
 #define THREADS_PYNAMES_PER_SAMPLE 4u
@@ -380,8 +382,15 @@ void threads_name(struct uw_target *t, struct thread_cache *tc, int64_t tid, uin
                   char out[UW_THREAD_NAME_LEN]);
 
 /* pynames.c */
-/* Thread.name of the thread ident, from threading._active: 1 and out, 0 when not found. */
-int pynames_lookup(struct uw_target *t, uint64_t ident, char out[UW_THREAD_NAME_LEN]);
+/* Thread.name of the thread ident, from threading._active: 1, out and *seen, 0 when not found. */
+int pynames_lookup(struct uw_target *t, uint64_t ident, char out[UW_THREAD_NAME_LEN],
+                   struct pyname_seen *seen);
+/*
+ * Whether the name found is still the thread's: its pointer where it was,
+ * to the same str (alive, since it is pointed to, and immutable).  One
+ * small read.
+ */
+bool pynames_same(struct uw_target *t, const struct pyname_seen *seen);
 /*
  * Samples an idle verdict holds for a thread whose stack stays as it was:
  * half a second at 100 Hz.  A waiting thread that starts running Python
