@@ -70,7 +70,8 @@ static int ctl_query_option(struct ctl *ctl, int opt, void *ctx)
 		o->table = strcmp(optarg, "table") == 0;
 		o->processes = strcmp(optarg, "processes") == 0;
 		if (!o->table && !o->processes && export_format_parse(optarg, &o->format) != 0)
-			return ctl_usage_error(ctl, "unknown format '%s'", optarg);
+			return ctl_usage_error(ctl, "unknown format '%s': query writes " EXPORT_FORMAT_NAMES
+			                       ", table or processes", optarg);
 		return EXIT_OK;
 	case 'P':
 		o->per_thread = true;

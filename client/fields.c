@@ -89,6 +89,8 @@ const struct field fields_status[] = {
 	FIELD(Pyprofd__StatusResult, "kernel.reader", FIELD_STRING, kernel_reader, 0),
 	FIELD(Pyprofd__StatusResult, "kernel.look", FIELD_STRING, kernel_look, 0),
 	FIELD(Pyprofd__StatusResult, "kernel.copy", FIELD_STRING, kernel_copy, 0),
+	FIELD(Pyprofd__StatusResult, "config.reload_failed", FIELD_TIME, config_reload_failed_unix, 0),
+	FIELD(Pyprofd__StatusResult, "config.reload_error", FIELD_STRING, config_reload_error, 0),
 	FIELD(Pyprofd__StatusResult, "state_dir", FIELD_STRING, state_dir, 0),
 	FIELD(Pyprofd__StatusResult, "socket", FIELD_STRING, socket, 0),
 	FIELD(Pyprofd__StatusResult, "history.file", FIELD_STRING, history_file, 0),

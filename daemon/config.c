@@ -277,6 +277,26 @@ static int config_set(struct config *c, const char *section, const char *name, c
 	return -1;
 }
 
+/* What a setting that takes one of a few forms takes, for its error; NULL: none said. */
+static const char *config_takes(const char *section, const char *name)
+{
+	static const struct {
+		const char *section, *name, *takes;
+	} forms[] = {
+		{"daemon", "log_level", "one of " LOG_LEVEL_CHOICES},
+		{"discovery", "method", "one of auto, netlink, scan"},
+		{"sampling", "write", "true or false"},
+		{"sampling", "kernel_reader", "true or false"},
+		{"sampling", "kernel_copy", "true or false"},
+		{"export.otlp", "endpoint", "an http:// or https:// URL with a host, e.g. http://collector:4318"},
+		{"export.otlp", "compression", "gzip or none"},
+	};
+	for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++)
+		if (strcmp(section, forms[i].section) == 0 && strcmp(name, forms[i].name) == 0)
+			return forms[i].takes;
+	return NULL;
+}
+
 /*
  * Reading one file: inih parses, we hand it the lines (to know which line
  * an error is on, and to take a '#' after a blank as a comment, as people
@@ -463,7 +483,11 @@ static int config_on_ini_entry(void *user, const char *section, const char *name
 		return 0;
 	}
 	if (config_set(ctx->c, section, name, value) != 0) {
-		config_file_error(ctx, "bad or unknown setting [%s] %s = %s", section, name, value);
+		const char *takes = config_takes(section, name);
+		if (takes)
+			config_file_error(ctx, "[%s] %s must be %s, not '%s'", section, name, takes, value);
+		else
+			config_file_error(ctx, "bad or unknown setting [%s] %s = %s", section, name, value);
 		return 0;
 	}
 	return 1;
@@ -471,14 +495,15 @@ static int config_on_ini_entry(void *user, const char *section, const char *name
 
 /*
  * Read one INI file into c: the config file, or (rpc_rules) the daemon's
- * file of the rules added by RPC.  0, or -1 (said on stderr).
+ * file of the rules added by RPC.  0, or -1 and why.
  */
-static int config_read_file(struct config *c, const char *path, bool rpc_rules)
+static int config_read_file(struct config *c, const char *path, bool rpc_rules, char *why,
+                            size_t why_len)
 {
 	struct file_ctx ctx = {.c = c, .path = path, .rule_source = rpc_rules ? "rpc" : path,
 	                       .rpc_rules = rpc_rules};
 	if (!(ctx.file = fopen(path, "re"))) {
-		fprintf(stderr, "pyprofd: cannot read config file %s: %s\n", path, strerror(errno));
+		snprintf(why, why_len, "cannot read config file %s: %s", path, strerror(errno));
 		return -1;
 	}
 	int rc = ini_parse_stream(config_next_line, &ctx, config_on_ini_entry, &ctx);
@@ -487,15 +512,15 @@ static int config_read_file(struct config *c, const char *path, bool rpc_rules)
 	bool read_error = ferror(ctx.file);
 	fclose(ctx.file);
 	if (read_error) {
-		fprintf(stderr, "pyprofd: cannot read config file %s\n", path);
+		snprintf(why, why_len, "cannot read config file %s", path);
 		return -1;
 	}
 	if (ctx.bad_line && (rc <= 0 || ctx.bad_line <= (unsigned)rc)) {
-		fprintf(stderr, "pyprofd: %s:%u: %s\n", path, ctx.bad_line, ctx.why);
+		snprintf(why, why_len, "%s:%u: %s", path, ctx.bad_line, ctx.why);
 		return -1;
 	}
 	if (rc != 0) {
-		fprintf(stderr, "pyprofd: %s:%d: not a section, a comment or KEY = VALUE\n", path, rc);
+		snprintf(why, why_len, "%s:%d: not a section, a comment or KEY = VALUE", path, rc);
 		return -1;
 	}
 	return 0;
@@ -604,20 +629,22 @@ static char *config_default_socket(const struct config *c, bool state_dir_given)
 	return config_path_join(c->state_dir, "pyprofd.sock");
 }
 
-/* Defaults, file, flags: into c (which the caller frees). */
-static int config_build(struct config *c, const struct flags *f)
+/* Defaults, file, flags: into c (which the caller frees); else an exit status and why. */
+static int config_build(struct config *c, const struct flags *f, char *why, size_t why_len)
 {
 	config_defaults(c);
 	/* The state dir decides where the config file is looked for, so it comes first. */
 	const char *state_flag = f->values[0];
 	if (state_flag ? config_set_string(&c->state_dir, state_flag) != 0
 	               : !(c->state_dir = config_default_state_dir())) {
-		fprintf(stderr, "pyprofd: no state directory: pass --state-dir\n");
+		snprintf(why, why_len, "no state directory: pass --state-dir");
 		return EXIT_USAGE;
 	}
 	if (f->config) {
-		if (config_set_string(&c->config_path, f->config) != 0)
+		if (config_set_string(&c->config_path, f->config) != 0) {
+			snprintf(why, why_len, "out of memory");
 			return EXIT_FAILURE_OTHER;
+		}
 	} else {
 		char *in_state = config_path_join(c->state_dir, "pyprofd.conf");
 		if (in_state && config_file_exists(in_state))
@@ -632,7 +659,7 @@ static int config_build(struct config *c, const struct flags *f)
 	if (c->config_path) {
 		char *before = c->state_dir;
 		c->state_dir = NULL;
-		if (config_read_file(c, c->config_path, false) != 0) {
+		if (config_read_file(c, c->config_path, false, why, why_len) != 0) {
 			free(before);
 			return EXIT_USAGE;
 		}
@@ -646,23 +673,29 @@ static int config_build(struct config *c, const struct flags *f)
 		if (!f->values[i])
 			continue;
 		if (config_set(c, flag_settings[i].section, flag_settings[i].name, f->values[i]) != 0) {
-			fprintf(stderr, "pyprofd: --%s: bad value '%s' (see pyprofd --help)\n",
-			        flag_settings[i].flag, f->values[i]);
+			const char *takes = config_takes(flag_settings[i].section, flag_settings[i].name);
+			if (takes)
+				snprintf(why, why_len, "--%s must be %s, not '%s'", flag_settings[i].flag, takes,
+				         f->values[i]);
+			else
+				snprintf(why, why_len, "--%s: bad value '%s' (see pyprofd --help)",
+				         flag_settings[i].flag, f->values[i]);
 			return EXIT_USAGE;
 		}
 	}
-	if (!c->socket_path && !(c->socket_path = config_default_socket(c, state_flag || state_in_file)))
+	if ((!c->socket_path && !(c->socket_path = config_default_socket(c, state_flag || state_in_file))) ||
+	    /* The rules added by RPC come after the file's: the operator's file is tried first. */
+	    !(c->rules_path = config_path_join(c->state_dir, "rules.conf"))) {
+		snprintf(why, why_len, "out of memory");
 		return EXIT_FAILURE_OTHER;
-	/* The rules added by RPC come after the file's: the operator's file is tried first. */
-	if (!(c->rules_path = config_path_join(c->state_dir, "rules.conf")))
-		return EXIT_FAILURE_OTHER;
-	if (config_file_exists(c->rules_path) && config_read_file(c, c->rules_path, true) != 0)
+	}
+	if (config_file_exists(c->rules_path) && config_read_file(c, c->rules_path, true, why, why_len) != 0)
 		return EXIT_USAGE;
 	for (size_t i = 0; i < c->rules.n; i++)
 		if (c->rules.v[i].rate_hz > c->max_rate_hz) {
-			fprintf(stderr, "pyprofd: %s:%u: [rule.%s] rate %u Hz is above max_rate_hz (%u)\n",
-			        c->rules.v[i].source, c->rules.v[i].line, c->rules.v[i].name,
-			        c->rules.v[i].rate_hz, c->max_rate_hz);
+			snprintf(why, why_len, "%s:%u: [rule.%s] rate %u Hz is above max_rate_hz (%u)",
+			         c->rules.v[i].source, c->rules.v[i].line, c->rules.v[i].name,
+			         c->rules.v[i].rate_hz, c->max_rate_hz);
 			return EXIT_USAGE;
 		}
 	if (c->default_rate_hz > c->max_rate_hz)
@@ -670,11 +703,8 @@ static int config_build(struct config *c, const struct flags *f)
 	/* Other users keep at least one connection, whatever root keeps for itself. */
 	if (c->root_reserved_connections >= c->max_connections)
 		c->root_reserved_connections = c->max_connections - 1;
-	char why[512];
-	if (descriptors_fit(c, why, sizeof why) != 0) {
-		fprintf(stderr, "pyprofd: %s\n", why);
+	if (descriptors_fit(c, why, why_len) != 0)
 		return EXIT_USAGE;
-	}
 	return EXIT_OK;
 }
 
@@ -688,17 +718,21 @@ int config_load(struct config *c, int argc, char **argv)
 		fputs(serve_usage, stdout);
 		return -1;
 	}
-	rc = config_build(c, &f);
-	if (rc != EXIT_OK)
+	char why[CONFIG_WHY_MAX] = "";
+	rc = config_build(c, &f, why, sizeof why);
+	if (rc != EXIT_OK) {
+		fprintf(stderr, "pyprofd: %s\n", why);
 		config_free(c);
+	}
 	return rc;
 }
 
-int config_reload(struct config *c, int argc, char **argv)
+int config_reload(struct config *c, int argc, char **argv, char *why, size_t why_len)
 {
 	struct flags f;
 	struct config fresh = {0};
-	if (config_flags_parse(argc, argv, &f) != EXIT_OK || config_build(&fresh, &f) != EXIT_OK) {
+	snprintf(why, why_len, "the command line cannot be read again");
+	if (config_flags_parse(argc, argv, &f) != EXIT_OK || config_build(&fresh, &f, why, why_len) != EXIT_OK) {
 		config_free(&fresh);
 		return -1;
 	}

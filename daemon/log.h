@@ -9,6 +9,8 @@
 enum log_level { LOG_LEVEL_ERROR, LOG_LEVEL_WARN, LOG_LEVEL_INFO, LOG_LEVEL_DEBUG };
 void log_init(enum log_level level);
 void log_set_level(enum log_level level);
+/* The names log_level_parse takes, as an error lists them. */
+#define LOG_LEVEL_CHOICES "error, warn, info, debug"
 int log_level_parse(const char *name, enum log_level *out);
 const char *log_level_name(enum log_level level);
 /* One line; past a few of one format a minute, the rest are counted and summed up later. */

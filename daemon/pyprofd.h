@@ -360,8 +360,10 @@ struct config {
  * prints usage and gives -1: exit 0).
  */
 int config_load(struct config *c, int argc, char **argv);
-/* Read the file again (SIGHUP); flags still win.  0, or -1 with the old config kept. */
-int config_reload(struct config *c, int argc, char **argv);
+/* The longest reason a configuration is refused. */
+#define CONFIG_WHY_MAX 1024
+/* Read the file again (SIGHUP); flags still win.  0, or -1 and why, with the old config kept. */
+int config_reload(struct config *c, int argc, char **argv, char *why, size_t why_len);
 void config_free(struct config *c);
 
 /* `top` looks back this many seconds at most; a target's tally keeps them. */
@@ -713,6 +715,9 @@ struct server {
 	bool accept_starved;   /* since the first failed accept, until the queue is empty */
 	double started_at;    /* unix time */
 	ev_tstamp started;    /* loop time */
+	/* The last reload refused (unix time, why), kept for status until one succeeds; 0: none. */
+	double reload_failed_at;
+	char reload_error[CONFIG_WHY_MAX];
 };
 int server_main(int argc, char **argv);
 

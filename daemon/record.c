@@ -174,8 +174,8 @@ static int record_parse(int argc, char **argv, struct record_opts *o)
 		case 'f':
 			o->table = strcmp(optarg, "table") == 0;
 			if (!o->table && export_format_parse(optarg, &o->format) != 0) {
-				fprintf(stderr, "pyprofd: --format is collapsed, flamegraph, heatmap, speedscope, "
-				                "pprof, gecko, json or table, not '%s'\n", optarg);
+				fprintf(stderr, "pyprofd: unknown format '%s': record writes " EXPORT_FORMAT_NAMES
+				                " or table\n", optarg);
 				return EXIT_USAGE;
 			}
 			break;

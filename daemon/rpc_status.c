@@ -101,6 +101,8 @@ void rpc_status(struct server *s, struct client *c, const Pyprofd__Request *req,
 	res->kernel_reader = (char *)k.reader;
 	res->kernel_look = (char *)k.look;
 	res->kernel_copy = (char *)k.copy;
+	res->config_reload_failed_unix = s->reload_failed_at;
+	res->config_reload_error = s->reload_error;
 	res->state_dir = s->config.state_dir;
 	res->socket = s->socket_activated ? (char *)"(from systemd)" : s->config.socket_path;
 	history_status(&s->history, res, a);

@@ -217,7 +217,10 @@ static void server_on_reload(struct ev_loop *loop, ev_signal *w, int revents)
 	(void)revents;
 	struct server *s = w->data;
 	notify_reloading();
-	if (config_reload(&s->config, s->argc, s->argv) == 0) {
+	char why[CONFIG_WHY_MAX];
+	if (config_reload(&s->config, s->argc, s->argv, why, sizeof why) == 0) {
+		s->reload_failed_at = 0;
+		s->reload_error[0] = '\0';
 		log_set_level(s->config.log_level);
 		history_configure(&s->history, &s->config);
 		otlp_sender_configure(&s->otlp, &s->config);
@@ -233,7 +236,10 @@ static void server_on_reload(struct ev_loop *loop, ev_signal *w, int revents)
 		fleet_rules_changed(&s->fleet);
 		budget_configure(&s->budget);
 	} else {
-		log_error("configuration not reloaded: the file has errors (kept the last one)");
+		/* Said in status too: a reload's failure is easy to miss in the log. */
+		s->reload_failed_at = ev_time();
+		snprintf(s->reload_error, sizeof s->reload_error, "%s", why);
+		log_error("configuration not reloaded (kept the last one): %s", why);
 	}
 	targets_trim(&s->targets, s->config.warm_budget_bytes, s->config.max_targets);
 	notify_ready(s);

@@ -163,6 +163,8 @@ enum export_format {
 
 /* The format named "collapsed", "flamegraph", ...; -1 if none is. */
 int export_format_parse(const char *name, enum export_format *out);
+/* Every name export_format_parse takes, as an error lists them. */
+#define EXPORT_FORMAT_NAMES "collapsed, flamegraph, heatmap, speedscope, pprof, gecko, json"
 
 /*
  * Write the profile in a format; 0, or -1 with errno (or EINVAL for a bad

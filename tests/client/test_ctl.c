@@ -56,11 +56,12 @@ Test(fields, status_as_json_and_text_from_one_description)
 	json_t *discovery = json_object_get(doc, "discovery"), *budget = json_object_get(doc, "budget");
 	json_t *export = json_object_get(doc, "export");
 	json_t *schedule = json_object_get(doc, "schedule"), *kernel = json_object_get(doc, "kernel");
+	json_t *config = json_object_get(doc, "config");
 	cr_assert(json_is_object(discovery) && json_is_object(budget) && json_is_object(export) &&
-	          json_is_object(schedule) && json_is_object(kernel));
-	size_t n = json_object_size(doc) - 6 + json_object_size(h) + json_object_size(discovery) +
+	          json_is_object(schedule) && json_is_object(kernel) && json_is_object(config));
+	size_t n = json_object_size(doc) - 7 + json_object_size(h) + json_object_size(discovery) +
 	           json_object_size(budget) + json_object_size(export) + json_object_size(schedule) +
-	           json_object_size(kernel);
+	           json_object_size(kernel) + json_object_size(config);
 	cr_assert_eq(n, fields_nstatus);
 	json_decref(doc);
 	char *text = written(status_text, &st);

@@ -92,12 +92,14 @@ Test(config, reload_keeps_the_running_config_when_the_file_breaks)
 	cr_assert(!c.kernel_copy, "the targets pay for the kernel's copies: only when asked");
 
 	write_text_file(file, "[limits]\nmax_targets = 6\n[daemon]\nstate_dir = /elsewhere\n");
-	cr_assert_eq(config_reload(&c, 3, argv), 0);
+	char why[CONFIG_WHY_MAX];
+	cr_assert_eq(config_reload(&c, 3, argv, why, sizeof why), 0);
 	cr_assert_eq(c.max_targets, 6, "a reload reads the file again");
 	cr_assert_str_eq(c.state_dir, dir, "where the daemon lives does not move while it runs");
 
 	write_text_file(file, "[limits]\nmax_targets = many\n");
-	cr_assert_eq(config_reload(&c, 3, argv), -1);
+	cr_assert_eq(config_reload(&c, 3, argv, why, sizeof why), -1);
 	cr_assert_eq(c.max_targets, 6, "a broken file changes nothing");
+	cr_assert(strstr(why, ":2: bad or unknown setting [limits] max_targets = many"), "%s", why);
 	config_free(&c);
 }

@@ -44,14 +44,88 @@ Test(operation, sighup_reloads_config, .timeout = 120)
 	}
 	cr_assert_eq(jint(s, "warm_budget_bytes"), 7 << 20, "SIGHUP did not apply the config file");
 	json_decref(s);
+	s = NULL;
 	write_text_file(conf, "[limits]\nwarm_budget_mb = lots\n");
 	cr_assert(kill(d.pid, SIGHUP) == 0);
-	pause_ms(300);
-	s = ctl_json(&d, status);
+	/* The refusal is in status, with the file, the line and the setting, until a reload succeeds. */
+	json_t *config = NULL;
+	for (int i = 0; i < 100; i++) {
+		json_decref(s);
+		s = ctl_json(&d, status);
+		config = json_object_get(s, "config");
+		if (json_number_value(json_object_get(config, "reload_failed")) > 0)
+			break;
+		pause_ms(50);
+	}
+	cr_assert(json_number_value(json_object_get(config, "reload_failed")) > 0,
+	          "status does not say the reload failed: %s", json_dumps(s, JSON_COMPACT));
+	char want[PATH_MAX + 128];
+	snprintf(want, sizeof want, "%s:2: bad or unknown setting [limits] warm_budget_mb = lots", conf);
+	cr_assert(strstr(jstr(config, "reload_error"), want), "status says '%s', not '%s'",
+	          jstr(config, "reload_error"), want);
 	cr_assert_eq(jint(s, "warm_budget_bytes"), 7 << 20, "a bad config file changed the settings");
 	json_decref(s);
 	cr_assert(daemon_alive(&d));
+	static const char *const text_status[] = {"status", NULL};
+	struct run_result r;
+	ctl_run(&d, &r, text_status, NULL);
+	cr_assert(strstr(r.out, "config.reload_error: ") && strstr(r.out, want), "%s", r.out);
+	run_result_free(&r);
+
+	write_text_file(conf, "[limits]\nwarm_budget_mb = 9\n");
+	cr_assert(kill(d.pid, SIGHUP) == 0);
+	for (int i = 0; i < 100; i++) {
+		s = ctl_json(&d, status);
+		if (jint(s, "warm_budget_bytes") == 9 << 20)
+			break;
+		json_decref(s);
+		s = NULL;
+		pause_ms(50);
+	}
+	cr_assert_not_null(s, "the good file was not applied");
+	config = json_object_get(s, "config");
+	cr_assert(json_number_value(json_object_get(config, "reload_failed")) == 0 &&
+	          !*jstr(config, "reload_error"), "a good reload left the failure in status: %s",
+	          json_dumps(s, JSON_COMPACT));
+	json_decref(s);
 	daemon_stop(&d);
+}
+
+/* A setting that takes one of a few forms says which, in the file and as a flag. */
+Test(operation, config_errors_list_what_a_setting_takes)
+{
+	char dir[PATH_MAX - 64];
+	scratch_dir(dir, sizeof dir);
+	static const struct {
+		const char *text, *flag, *says;
+	} bad[] = {
+		{"[daemon]\nlog_level = loud\n", NULL, "[daemon] log_level must be one of error, warn, info, debug, not 'loud'"},
+		{NULL, "--log-level=loud", "--log-level must be one of error, warn, info, debug, not 'loud'"},
+		{"[export.otlp]\nendpoint = collector:4318\n", NULL,
+		 "[export.otlp] endpoint must be an http:// or https:// URL with a host"},
+		{"[discovery]\nmethod = ebpf\n", NULL, "[discovery] method must be one of auto, netlink, scan, not 'ebpf'"},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		char path[PATH_MAX], state[PATH_MAX];
+		snprintf(path, sizeof path, "%s/bad%zu.conf", dir, i);
+		snprintf(state, sizeof state, "%s/state%zu", dir, i);
+		write_text_file(path, bad[i].text ? bad[i].text : "");
+		const char *argv[] = {pyprofd_bin(), "--state-dir", state, "--config", path, bad[i].flag, NULL};
+		struct run_result r;
+		run_command(&r, argv, NULL);
+		cr_expect(r.exited && r.code == 2, "%s: the daemon did not refuse it (%d)", bad[i].says, r.code);
+		cr_expect(strstr(r.err, bad[i].says), "stderr does not say '%s': %s", bad[i].says, r.err);
+		run_result_free(&r);
+	}
+	/* A format mistyped is told the formats there are, before anything connects. */
+	const char *query[] = {ctl_bin(), "query", "--format", "flamgraph", NULL};
+	struct run_result r;
+	run_command(&r, query, NULL);
+	const char *says = "unknown format 'flamgraph': query writes collapsed, flamegraph, heatmap, "
+	                   "speedscope, pprof, gecko, json, table or processes";
+	cr_expect(r.exited && r.code == 2 && strstr(r.err, says), "query --format flamgraph: %d %s", r.code,
+	          r.err);
+	run_result_free(&r);
 }
 
 /* Whether top (last few seconds) shows `function` at all. */
