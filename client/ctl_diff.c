@@ -26,6 +26,9 @@ const char ctl_diff_usage[] =
 	"                    each frame coloured by how its share of the samples moved\n"
 	"                    (red: up, blue: down), or heatmap: the same with sources\n"
 	"  --limit N         the first N functions (default: all)\n"
+	"  -o, --output FILE write there instead of standard output; without --format a\n"
+	"                    name ending in .html asks for the flamegraph, .txt (or .json\n"
+	"                    with --json) or no ending the table; another is refused\n"
 	"  --json            one JSON object: {base_samples, compare_samples,\n"
 	"                    functions_found, functions:\n"
 	"                    [{function, file, base_own, base_total, compare_own,\n"
@@ -67,6 +70,7 @@ struct ctl_diff_opts {
 	double now;
 	bool have_base, have_compare;
 	bool page; /* a flamegraph or heatmap, not the table */
+	bool format_given;
 	enum export_format format;
 };
 
@@ -81,6 +85,7 @@ static int ctl_diff_option(struct ctl *ctl, int opt, void *ctx)
 		status = ctl_diff_parse_range(ctl, "--compare", optarg, o->now, o->compare);
 		o->have_compare = status == EXIT_OK;
 	} else if (opt == 'F') {
+		o->format_given = true;
 		o->page = strcmp(optarg, "table") != 0;
 		if (o->page && (export_format_parse(optarg, &o->format) != 0 ||
 		                (o->format != EXPORT_FLAMEGRAPH && o->format != EXPORT_HEATMAP)))
@@ -141,6 +146,17 @@ int ctl_diff(struct ctl *ctl, int argc, char **argv)
 	int status = ctl_history_parse(ctl, argc, argv, options, ctl_diff_option, &o, &h);
 	if (status != EXIT_OK || h.done)
 		goto out;
+	/* Without --format an .html file asks for the page; a table goes to text (or JSON) alone. */
+	enum export_format named;
+	int known = h.output && !o.format_given ? export_format_of_file(h.output, &named) : 1;
+	if (known == 0 && named == EXPORT_FLAMEGRAPH) {
+		o.page = true;
+		o.format = named;
+	} else if (known < 0 || (known == 0 && named != EXPORT_COLLAPSED && !(ctl->json && named == EXPORT_JSON))) {
+		status = ctl_usage_error(ctl, "diff writes a table (.txt, or .json with --json) or a flamegraph "
+		                         "(.html), not what '%s' names: give --format", h.output);
+		goto out;
+	}
 	if (!o.have_base || !o.have_compare) {
 		status = ctl_usage_error(ctl, "diff needs --base and --compare");
 		goto out;

@@ -38,12 +38,17 @@ const char ctl_query_usage[] =
 	"                    pid, uid, executable, command_line, python_version,\n"
 	"                    labels, first, last, samples})\n"
 	"  --limit N         table: the first N functions (default: all)\n"
-	"  -o, --output FILE write there instead of standard output\n";
+	"  -o, --output FILE write there instead of standard output; without --format\n"
+	"                    its name's ending says the format: .html (flamegraph),\n"
+	"                    .speedscope.json, .gecko.json, .json, .pb.gz or .pprof\n"
+	"                    (pprof), .txt, .collapsed or .folded (collapsed); another\n"
+	"                    ending is refused, none leaves the default\n";
 
 /* The options only query takes. */
 struct ctl_query_opts {
 	Pyprofd__QueryRequest *q;
 	bool table, processes, per_thread;
+	bool format_given;
 	enum export_format format;
 	double since;
 };
@@ -66,6 +71,7 @@ static int ctl_query_option(struct ctl *ctl, int opt, void *ctx)
 		return EXIT_OK;
 	}
 	case 'F':
+		o->format_given = true;
 		/* The table is counted by the daemon; the other formats are written from stacks. */
 		o->table = strcmp(optarg, "table") == 0;
 		o->processes = strcmp(optarg, "processes") == 0;
@@ -95,6 +101,12 @@ int ctl_query(struct ctl *ctl, int argc, char **argv)
 	int status = ctl_history_parse(ctl, argc, argv, options, ctl_query_option, &o, &h);
 	if (status != EXIT_OK || h.done)
 		goto out;
+	/* Without --format the file's name says it: x.html a page, never collapsed text. */
+	if (h.output && !o.format_given && export_format_of_file(h.output, &o.format) < 0) {
+		status = ctl_usage_error(ctl, "cannot tell the format from the name '%s': give --format, "
+		                         "or end it in " EXPORT_FORMAT_ENDINGS, h.output);
+		goto out;
+	}
 	if (q->limit && !o.table) {
 		status = ctl_usage_error(ctl, "--limit goes with --format table");
 		goto out;

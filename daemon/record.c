@@ -58,7 +58,11 @@ static const char record_usage[] =
 	"  --provers-off LIST  turn off ways of proving a stack, to measure what each buys:\n"
 	"                      look, marker, same_bytes, kernel_reader, process (stacks stay\n"
 	"                      exact, at a higher cost)\n"
-	"  -o, --output FILE   write the profile to FILE (default: standard output)\n"
+	"  -o, --output FILE   write the profile to FILE (default: standard output); without\n"
+	"                      --format its name's ending says the format: .html\n"
+	"                      (flamegraph), .speedscope.json, .gecko.json, .json,\n"
+	"                      .pb.gz or .pprof (pprof), .txt, .collapsed or .folded;\n"
+	"                      another ending is refused, none leaves the default\n"
 	"  --format F          collapsed (default), flamegraph (one HTML file), heatmap\n"
 	"                      (the same page with the process's sources, line by line),\n"
 	"                      speedscope (a profile per thread), pprof (gzip'd\n"
@@ -117,6 +121,7 @@ static int record_parse(int argc, char **argv, struct record_opts *o)
 	                          .uw = {.cache_budget = UW_DEFAULT_CACHE_BUDGET, .want_idle = true}};
 	int opt;
 	char *end;
+	bool format_given = false;
 	optind = 1;
 	opterr = 0; /* one line of our own instead of getopt's */
 	while ((opt = getopt_long(argc, argv, "o:h", options, NULL)) != -1) {
@@ -172,6 +177,7 @@ static int record_parse(int argc, char **argv, struct record_opts *o)
 		}
 		case 'o': o->output = optarg; break;
 		case 'f':
+			format_given = true;
 			o->table = strcmp(optarg, "table") == 0;
 			if (!o->table && export_format_parse(optarg, &o->format) != 0) {
 				fprintf(stderr, "pyprofd: unknown format '%s': record writes " EXPORT_FORMAT_NAMES
@@ -186,6 +192,12 @@ static int record_parse(int argc, char **argv, struct record_opts *o)
 		case 'h': fputs(record_usage, stdout); return -1;
 		default: return cli_bad_option("record", argv[optind - 1]);
 		}
+	}
+	/* Without --format the file's name says it: x.html a page, never collapsed text. */
+	if (o->output && !format_given && export_format_of_file(o->output, &o->format) < 0) {
+		fprintf(stderr, "pyprofd: record: cannot tell the format from the name '%s': give --format, "
+		                "or end it in " EXPORT_FORMAT_ENDINGS "\n", o->output);
+		return EXIT_USAGE;
 	}
 	return cli_pid_operand("record", argc, argv, optind, &o->pid);
 }

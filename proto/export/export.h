@@ -165,6 +165,17 @@ enum export_format {
 int export_format_parse(const char *name, enum export_format *out);
 /* Every name export_format_parse takes, as an error lists them. */
 #define EXPORT_FORMAT_NAMES "collapsed, flamegraph, heatmap, speedscope, pprof, gecko, json"
+/*
+ * The format a file's name asks for, by its ending (see
+ * EXPORT_FORMAT_ENDINGS; case ignored): 0 and *out; 1 when the name has no
+ * ending at all (/dev/null, "profile"), *out untouched; -1 when it has one
+ * that names no format (.svg).
+ */
+int export_format_of_file(const char *path, enum export_format *out);
+/* The endings export_format_of_file knows, as an error lists them. */
+#define EXPORT_FORMAT_ENDINGS                                                                   \
+	".html or .htm (flamegraph), .speedscope.json (speedscope), .gecko.json (gecko), "        \
+	".json (json), .pb.gz, .pprof or .pb (pprof), .txt, .collapsed or .folded (collapsed)"
 
 /*
  * Write the profile in a format; 0, or -1 with errno (or EINVAL for a bad

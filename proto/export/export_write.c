@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "export_int.h"
 
@@ -35,6 +36,36 @@ int export_format_parse(const char *name, enum export_format *out)
 		}
 	}
 	return -1;
+}
+
+/* The endings of file names, longest first where one ends another (.gecko.json before .json). */
+static const struct {
+	const char *ending;
+	enum export_format format;
+} endings[] = {
+	{".html", EXPORT_FLAMEGRAPH},       {".htm", EXPORT_FLAMEGRAPH},
+	{".speedscope.json", EXPORT_SPEEDSCOPE}, {".gecko.json", EXPORT_GECKO},
+	{".json", EXPORT_JSON},             {".pb.gz", EXPORT_PPROF},
+	{".pprof", EXPORT_PPROF},           {".pb", EXPORT_PPROF},
+	{".txt", EXPORT_COLLAPSED},         {".collapsed", EXPORT_COLLAPSED},
+	{".folded", EXPORT_COLLAPSED},
+};
+
+int export_format_of_file(const char *path, enum export_format *out)
+{
+	size_t len = path ? strlen(path) : 0;
+	for (size_t i = 0; i < sizeof endings / sizeof endings[0]; i++) {
+		size_t n = strlen(endings[i].ending);
+		/* A name that is only the ending (".json") is a hidden file, not a format. */
+		if (len > n && path[len - n - 1] != '/' && strcasecmp(path + len - n, endings[i].ending) == 0) {
+			*out = endings[i].format;
+			return 0;
+		}
+	}
+	const char *slash = path ? strrchr(path, '/') : NULL;
+	const char *base = slash ? slash + 1 : path ? path : "";
+	const char *dot = strrchr(base, '.');
+	return dot && dot > base ? -1 : 1;
 }
 
 /*

@@ -344,3 +344,26 @@ Test(export, deepest_stack)
 	}
 	free(ids);
 }
+
+/* A file's name says its format by its ending; no ending leaves the caller's default. */
+Test(export, format_of_a_file_name)
+{
+	static const struct {
+		const char *name;
+		int rc;
+		enum export_format format;
+	} names[] = {
+		{"out/profile.html", 0, EXPORT_FLAMEGRAPH}, {"P.HTM", 0, EXPORT_FLAMEGRAPH},
+		{"a.speedscope.json", 0, EXPORT_SPEEDSCOPE}, {"a.gecko.json", 0, EXPORT_GECKO},
+		{"a.json", 0, EXPORT_JSON},                 {"cpu.pb.gz", 0, EXPORT_PPROF},
+		{"cpu.pprof", 0, EXPORT_PPROF},             {"stacks.folded", 0, EXPORT_COLLAPSED},
+		{"stacks.txt", 0, EXPORT_COLLAPSED},        {"flame.svg", -1, EXPORT_COLLAPSED},
+		{"profile", 1, EXPORT_COLLAPSED},           {"/dev/null", 1, EXPORT_COLLAPSED},
+		{"dir.d/profile", 1, EXPORT_COLLAPSED},     {"out/.json", 1, EXPORT_COLLAPSED},
+	};
+	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+		enum export_format f = EXPORT_COLLAPSED;
+		cr_expect_eq(export_format_of_file(names[i].name, &f), names[i].rc, "%s", names[i].name);
+		cr_expect_eq(f, names[i].format, "%s: format %d", names[i].name, (int)f);
+	}
+}

@@ -235,3 +235,61 @@ Test(pages, record_writes_a_heatmap, .timeout = 120)
 	run_result_free(&r);
 	test_target_kill(&t);
 }
+
+/*
+ * Without --format, -o's name says the format (query and diff); a name whose
+ * ending names none is refused with the endings there are.
+ */
+Test(pages, files_are_written_in_the_format_their_name_says, .timeout = 120)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	struct test_target t;
+	test_target_start(&t, &pys[n - 1], "nested");
+	json_decref(test_target_wait_report(&t, TARGET_READY_TIMEOUT_S));
+	struct daemon d;
+	pages_daemon(&d);
+	ctl_attach_at(&d, t.pid, "200");
+	pause_ms(PAGES_SAMPLE_MS);
+	/* Without --format, the file's name says which; a name that says none is refused. */
+	static const char *const named[][2] = {
+		{"page.html", "<!"}, {"p.speedscope.json", "{\"$schema\""}, {"p.PB.GZ", "\x1f\x8b"}, {"p.txt", NULL},
+	};
+	for (size_t k = 0; k < sizeof named / sizeof named[0]; k++) {
+		char path[PATH_MAX + 32];
+		snprintf(path, sizeof path, "%s/%s", d.dir, named[k][0]);
+		const char *args[] = {"query", "-o", path, NULL};
+		ctl_ok(&d, args);
+		FILE *f = fopen(path, "rb");
+		cr_assert_not_null(f, "%s: no output file", named[k][0]);
+		char head[512] = {0};
+		size_t got = fread(head, 1, sizeof head - 1, f);
+		fclose(f);
+		/* Collapsed text: "frame;frame (file:line) count" lines, neither a page nor JSON. */
+		bool collapsed = strncmp(head, "<!", 2) != 0 && head[0] != '{' && strstr(head, " (") &&
+		                 strchr(head, '\n');
+		cr_assert(got > 2 && (named[k][1] ? strncmp(head, named[k][1], strlen(named[k][1])) == 0 : collapsed),
+		          "%s: not the format its name says: %.40s", named[k][0], head);
+	}
+	char svg[PATH_MAX + 32];
+	snprintf(svg, sizeof svg, "%s/flame.svg", d.dir);
+	const char *svg_args[] = {"query", "-o", svg, NULL};
+	struct run_result bad;
+	ctl_run(&d, &bad, svg_args, NULL);
+	cr_assert(bad.exited && bad.code == 2 && strstr(bad.err, "flame.svg'") &&
+	          strstr(bad.err, ".html or .htm (flamegraph)") && strstr(bad.err, ".pb.gz"),
+	          "query -o flame.svg: %d %s", bad.code, bad.err);
+	cr_assert(access(svg, F_OK) != 0, "a refused name was written");
+	run_result_free(&bad);
+	/* diff writes its page to an .html name too, not the table. */
+	char diff_page[PATH_MAX + 32];
+	snprintf(diff_page, sizeof diff_page, "%s/diff.html", d.dir);
+	const char *diff_args[] = {"diff", "--base", "-2h..-1h", "--compare", "-1h..now", "-o", diff_page, NULL};
+	ctl_ok(&d, diff_args);
+	size_t diff_len;
+	char *diff_text = file_bytes(diff_page, &diff_len);
+	cr_assert(strncmp(diff_text, "<!", 2) == 0, "diff.html is not a page: %.40s", diff_text);
+	free(diff_text);
+	test_target_kill(&t);
+	daemon_stop(&d);
+}

@@ -167,6 +167,27 @@ Test(record, every_format_keeps_the_names, .timeout = 300)
 	record(&r, t.pid, flame);
 	cr_assert_not_null(strstr(r.out, "<html"), "flamegraph is not a page");
 	run_result_free(&r);
+
+	/* Without --format, -o's name says the format; --format, when given, wins over it. */
+	char dir[PATH_MAX], page[PATH_MAX + 32], text[PATH_MAX + 32];
+	scratch_dir(dir, sizeof dir);
+	snprintf(page, sizeof page, "%s/profile.html", dir);
+	snprintf(text, sizeof text, "%s/profile.json", dir);
+	const char *to_page[] = {"-o", page, NULL};
+	record(&r, t.pid, to_page);
+	run_result_free(&r);
+	size_t written_len;
+	char *written = file_bytes(page, &written_len);
+	cr_assert(strncmp(written, "<!", 2) == 0 && strstr(written, "<html"), "profile.html is not a page: %.60s",
+	          written);
+	free(written);
+	const char *told[] = {"-o", text, "--format", "collapsed", NULL};
+	record(&r, t.pid, told);
+	run_result_free(&r);
+	written = file_bytes(text, &written_len);
+	cr_assert(written[0] != '{' && strstr(written, "stacks.py:"), "--format lost to the name: %.60s",
+	          written);
+	free(written);
 	test_target_kill(&t);
 }
 
@@ -176,6 +197,16 @@ Test(record, bad_format_is_a_usage_error)
 	struct run_result r;
 	run_command(&r, argv, NULL);
 	cr_assert(expect_clean_failure(&r, 2, "record --format yaml"));
+	cr_assert(strstr(r.err, "collapsed, flamegraph, heatmap, speedscope, pprof, gecko, json or table"),
+	          "the formats are not listed: %s", r.err);
+	run_result_free(&r);
+	/* A name whose ending says no format is refused with the endings, before anything is sampled. */
+	const char *svg[] = {pyprofd_bin(), "record", "1", "-o", "flame.svg", NULL};
+	run_command(&r, svg, NULL);
+	cr_assert(expect_clean_failure(&r, 2, "record -o flame.svg"));
+	cr_assert(strstr(r.err, "'flame.svg'") && strstr(r.err, ".html or .htm (flamegraph)") &&
+	          strstr(r.err, ".pprof"), "the endings are not listed: %s", r.err);
+	cr_assert(access("flame.svg", F_OK) != 0);
 	run_result_free(&r);
 }
 
