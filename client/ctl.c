@@ -30,7 +30,8 @@ const char ctl_usage[] =
 	"             [--native] [--gc]\n"
 	"                    start profiling a process\n"
 	"  detach PID        stop profiling it; the daemon keeps its state warm\n"
-	"  list              the processes the daemon knows\n"
+	"  list [--state STATE] [--label K=V]...\n"
+	"                    the processes the daemon knows\n"
 	"  dump PID [--native] [--gc]\n"
 	"                    every thread's Python stack once, as `pyprofd dump` prints it\n"
 	"  stats PID         what sampling a process costs, and how well it keeps its rate\n"
@@ -344,7 +345,6 @@ int ctl_call_plain(struct ctl *ctl, int argc, char **argv, Pyprofd__Request__Bod
 	/* Each of these requests carries a pid at most. */
 	Pyprofd__DetachRequest detach = PYPROFD__DETACH_REQUEST__INIT;
 	Pyprofd__StatsRequest stats = PYPROFD__STATS_REQUEST__INIT;
-	Pyprofd__ListRequest list = PYPROFD__LIST_REQUEST__INIT;
 	Pyprofd__StatusRequest status_req = PYPROFD__STATUS_REQUEST__INIT;
 	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
 	int32_t *pid = NULL;
@@ -356,9 +356,6 @@ int ctl_call_plain(struct ctl *ctl, int argc, char **argv, Pyprofd__Request__Bod
 	case PYPROFD__REQUEST__BODY_STATS:
 		req.stats = &stats;
 		pid = &stats.pid;
-		break;
-	case PYPROFD__REQUEST__BODY_LIST:
-		req.list = &list;
 		break;
 	case PYPROFD__REQUEST__BODY_STATUS:
 		req.status = &status_req;

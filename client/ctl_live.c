@@ -45,10 +45,12 @@ const char ctl_detach_usage[] =
 	"  --json            print the target as JSON\n";
 
 const char ctl_list_usage[] =
-	"usage: pyprofd-ctl list [--json]\n"
+	"usage: pyprofd-ctl list [--state STATE] [--label K=V]... [--json]\n"
 	"\n"
 	"The processes the daemon knows: sampling, detached (state kept warm) or exited.\n"
 	"\n"
+	"  --state STATE     only those in this state: sampling, detached or exited\n"
+	"  --label K=V       only those with this label; repeat: all must match\n"
 	"SAMPLES counts thread samples with a Python stack, as top and the history do\n"
 	"(a tick samples every thread); THREADS names the threads sampled lately.\n"
 	"\n"
@@ -355,9 +357,56 @@ static int ctl_live_list_show(struct ctl *ctl, const struct client_reply *reply,
 	return status;
 }
 
+/* The states a target is in, as the daemon names them (Target.state). */
+static const char *const ctl_live_states[] = {"sampling", "detached", "exited"};
+
 int ctl_live_list(struct ctl *ctl, int argc, char **argv)
 {
-	return ctl_call_plain(ctl, argc, argv, PYPROFD__REQUEST__BODY_LIST, ctl_live_list_show);
+	static const struct option options[] = {
+		{"state", required_argument, NULL, 's'},
+		{"label", required_argument, NULL, 'l'},
+		CTL_COMMON_OPTIONS,
+	};
+	Pyprofd__ListRequest list = PYPROFD__LIST_REQUEST__INIT;
+	/* Every label is one argument, so argc bounds their number. */
+	Pyprofd__Label *labels = calloc((size_t)argc, sizeof *labels);
+	Pyprofd__Label **label_ptrs = calloc((size_t)argc, sizeof *label_ptrs);
+	int status = EXIT_OK, opt;
+	if (!labels || !label_ptrs) {
+		fputs("pyprofd-ctl: out of memory\n", stderr);
+		status = EXIT_FAILURE_OTHER;
+		goto out;
+	}
+	list.labels = label_ptrs;
+	while (status == EXIT_OK && (opt = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
+		if (opt == 's') {
+			list.state = NULL;
+			for (size_t i = 0; i < sizeof ctl_live_states / sizeof *ctl_live_states; i++)
+				if (strcmp(optarg, ctl_live_states[i]) == 0)
+					list.state = optarg;
+			if (!list.state)
+				status = ctl_usage_error(ctl, "--state is sampling, detached or exited, not '%s'", optarg);
+		} else if (opt == 'l') {
+			if ((status = ctl_parse_label(ctl, optarg, &labels[list.n_labels])) == EXIT_OK) {
+				label_ptrs[list.n_labels] = &labels[list.n_labels];
+				list.n_labels++;
+			}
+		} else if ((status = ctl_common_option(ctl, opt, argv)) >= 0) {
+			goto out;
+		} else {
+			status = EXIT_OK;
+		}
+	}
+	if (status == EXIT_OK) {
+		Pyprofd__Request req = PYPROFD__REQUEST__INIT;
+		req.body_case = PYPROFD__REQUEST__BODY_LIST;
+		req.list = &list;
+		status = ctl_call_shown(ctl, argc, argv, &req, NULL, ctl_live_list_show);
+	}
+out:
+	free(labels);
+	free(label_ptrs);
+	return status;
 }
 
 /* --- dump --- */

@@ -10,6 +10,7 @@
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "pyprofd.h"
 #include "rpc_handlers.h"
@@ -42,6 +43,16 @@ void rpc_out_of_memory(Pyprofd__Response *resp, struct arena *a)
 bool rpc_may_see(const struct client *c, uid_t owner_uid, gid_t owner_gid)
 {
 	return c->uid == 0 || (owner_uid != 0 && c->uid == owner_uid && c->gid == owner_gid);
+}
+
+bool rpc_target_has_labels(const struct target *t, Pyprofd__Label *const *labels, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		const char *value = labels_get(&t->params.labels, labels[i]->key);
+		if (!value || strcmp(value, labels[i]->value) != 0)
+			return false;
+	}
+	return true;
 }
 
 /*

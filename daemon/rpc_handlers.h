@@ -18,6 +18,10 @@ void rpc_error(Pyprofd__Response *resp, struct arena *a, Pyprofd__ErrorCode code
 void rpc_out_of_memory(Pyprofd__Response *resp, struct arena *a);
 /* Whether the client may see what this owner's: root sees all, a user its own. */
 bool rpc_may_see(const struct client *c, uid_t owner_uid, gid_t owner_gid);
+/* Whether the target has every one of these labels, key and value (none: any target has). */
+bool rpc_target_has_labels(const struct target *t, Pyprofd__Label *const *labels, size_t n);
+/* Most labels a selection of targets (list, top) may ask for: as many as a target holds. */
+#define RPC_SELECT_LABELS_MAX TARGET_LABELS_MAX
 /*
  * The live process pid, if the client may act on it, and the target the
  * daemon has of it in *t (NULL if none; a target of a process that had

@@ -205,7 +205,23 @@ void rpc_detach(struct server *s, struct client *c, const Pyprofd__Request *req,
 void rpc_list(struct server *s, struct client *c, const Pyprofd__Request *req,
               Pyprofd__Response *resp, struct arena *a)
 {
-	(void)req;
+	const Pyprofd__ListRequest *r = req->list;
+	int state = -1; /* any */
+	if (*r->state) {
+		for (int st = TARGET_SAMPLING; st <= TARGET_EXITED && state < 0; st++)
+			if (strcmp(r->state, target_state_name((enum target_state)st)) == 0)
+				state = st;
+		if (state < 0) {
+			rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST,
+			          "state must be one of sampling, detached, exited, not '%.64s'", r->state);
+			return;
+		}
+	}
+	if (r->n_labels > RPC_SELECT_LABELS_MAX) {
+		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST, "at most %d labels select targets",
+		          RPC_SELECT_LABELS_MAX);
+		return;
+	}
 	Pyprofd__ListResult *res = ARENA_MESSAGE(a, Pyprofd__ListResult, PYPROFD__LIST_RESULT__INIT);
 	Pyprofd__Target **v = arena_alloc(a, (s->targets.n ? s->targets.n : 1) * sizeof *v);
 	if (!res || !v) {
@@ -215,7 +231,8 @@ void rpc_list(struct server *s, struct client *c, const Pyprofd__Request *req,
 	res->targets = v;
 	for (size_t i = 0; i < s->targets.n; i++) {
 		const struct target *t = s->targets.v[i];
-		if (!rpc_may_see(c, t->uid, t->gid))
+		if (!rpc_may_see(c, t->uid, t->gid) || (state >= 0 && t->state != (enum target_state)state) ||
+		    !rpc_target_has_labels(t, r->labels, r->n_labels))
 			continue;
 		if (!(v[res->n_targets++] = target_to_proto(t, a))) {
 			rpc_out_of_memory(resp, a);

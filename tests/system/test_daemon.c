@@ -589,3 +589,92 @@ Test(daemon, clear_errors, .timeout = 300)
 }
 
 /* SIGHUP reads the config file again; a bad file keeps the old settings and the daemon. */
+
+/* The pids of a list answer, in a set small enough to test membership by hand. */
+static bool list_has(json_t *list, pid_t pid)
+{
+	size_t i;
+	json_t *e;
+	json_array_foreach(list, i, e) {
+		if (jint(e, "pid") == pid)
+			return true;
+	}
+	return false;
+}
+
+/* `list ARGS...` holds exactly the targets whose bit is set in `want` (bit i: targets[i]). */
+static void expect_listed(const struct daemon *d, const char *const args[], const pid_t *pids, size_t n,
+                          unsigned want, const char *what)
+{
+	json_t *list = ctl_json(d, args);
+	for (size_t i = 0; i < n; i++)
+		cr_assert_eq(list_has(list, pids[i]), (want >> i) & 1, "%s: target %zu (pid %d) %s: %s", what, i,
+		             (int)pids[i], (want >> i) & 1 ? "missing" : "listed",
+		             json_dumps(list, JSON_COMPACT));
+	cr_assert_eq(json_array_size(list), (size_t)__builtin_popcount(want), "%s: %s", what,
+	             json_dumps(list, JSON_COMPACT));
+	json_decref(list);
+}
+
+/* list --state and --label keep the targets in that state, with every label given. */
+Test(daemon, list_filters_by_state_and_labels, .timeout = 120)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	struct test_target t[3];
+	pid_t pids[3];
+	static const char *const labels[3][2] = {
+		{"service=api", "env=prod"}, {"service=api", "env=dev"}, {"service=batch", "env=prod"}};
+	struct daemon d;
+	daemon_start(&d, NULL);
+	for (size_t i = 0; i < 3; i++) {
+		test_target_start(&t[i], &pys[n - 1], "nested");
+		json_decref(test_target_wait_report(&t[i], TARGET_READY_TIMEOUT_S));
+		pids[i] = t[i].pid;
+		char p[16];
+		const char *attach[] = {"attach", pid_text(pids[i], p, sizeof p), "--label", labels[i][0],
+		                        "--label", labels[i][1], NULL};
+		ctl_ok(&d, attach);
+	}
+	char p[16];
+	const char *detach[] = {"detach", pid_text(pids[1], p, sizeof p), NULL};
+	ctl_ok(&d, detach);
+	test_target_kill(&t[2]);
+	json_decref(entry_when(&d, pids[2], is_exited, "exited"));
+
+	const char *sampling[] = {"list", "--state", "sampling", NULL};
+	expect_listed(&d, sampling, pids, 3, 1u, "--state sampling");
+	const char *detached[] = {"list", "--state", "detached", NULL};
+	expect_listed(&d, detached, pids, 3, 2u, "--state detached");
+	const char *exited[] = {"list", "--state", "exited", NULL};
+	expect_listed(&d, exited, pids, 3, 4u, "--state exited");
+	const char *api[] = {"list", "--label", "service=api", NULL};
+	expect_listed(&d, api, pids, 3, 3u, "--label service=api");
+	const char *api_dev[] = {"list", "--label", "service=api", "--label", "env=dev", NULL};
+	expect_listed(&d, api_dev, pids, 3, 2u, "--label service=api --label env=dev");
+	const char *prod_exited[] = {"list", "--label", "env=prod", "--state", "exited", NULL};
+	expect_listed(&d, prod_exited, pids, 3, 4u, "--label env=prod --state exited");
+	const char *none[] = {"list", "--label", "service=nothing", NULL};
+	expect_listed(&d, none, pids, 3, 0u, "--label service=nothing");
+	const char *all[] = {"list", NULL};
+	expect_listed(&d, all, pids, 3, 7u, "no filter");
+
+	/* The table too; and a state that is none is refused with the states there are. */
+	const char *text[] = {"list", "--state", "detached", NULL};
+	struct run_result r;
+	ctl_run(&d, &r, text, NULL);
+	char want[32];
+	snprintf(want, sizeof want, "%d  detached ", (int)pids[1]);
+	const char *row = strchr(r.out, '\n');
+	cr_assert(r.exited && r.code == 0 && row && strstr(row, want) &&
+	          strchr(row + 1, '\n') == r.out + r.out_len - 1, "the header and one row: %s", r.out);
+	run_result_free(&r);
+	const char *bogus[] = {"list", "--state", "waiting", NULL};
+	ctl_run(&d, &r, bogus, NULL);
+	cr_assert(r.exited && r.code == 2 && strstr(r.err, "sampling, detached or exited"), "%d %s", r.code,
+	          r.err);
+	run_result_free(&r);
+	test_target_kill(&t[0]);
+	test_target_kill(&t[1]);
+	daemon_stop(&d);
+}
