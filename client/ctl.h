@@ -199,7 +199,9 @@ json_t *fields_target_json(const Pyprofd__Target *t);
 
 /* top.c */
 struct top_options {
-	int32_t pid;
+	int32_t pid;       /* 0: the targets with all of labels */
+	Pyprofd__Label **labels;
+	size_t n_labels;
 	uint32_t window_s; /* 0: the daemon's default */
 	uint32_t limit;    /* 0: as many as fit, or all when not live */
 	Pyprofd__TopSort sort;

@@ -23,8 +23,12 @@
 
 /* Screen rows when the terminal does not say. */
 #define TOP_DEFAULT_ROWS 40
-/* Lines the view takes above the rows: header, blank, column titles; and the cursor's below. */
-#define TOP_CHROME_LINES 4
+/*
+ * Lines the view takes besides the rows: header, shares, blank, column
+ * titles above, and the line the cursor is left on below (the last row ends
+ * with a newline); one more and the terminal scrolls the header away.
+ */
+#define TOP_CHROME_LINES 5
 #define TOP_INTERVAL_MS 1000
 
 /*
@@ -56,6 +60,8 @@ static struct client_reply *top_fetch(struct client *c, const struct top_options
 {
 	Pyprofd__TopRequest t = PYPROFD__TOP_REQUEST__INIT;
 	t.pid = o->pid;
+	t.n_labels = o->n_labels;
+	t.labels = o->labels;
 	t.window_s = o->window_s;
 	t.limit = limit;
 	t.sort = o->sort;
@@ -87,17 +93,46 @@ static const char *const top_sort_names[] = {
 };
 #define TOP_NSORTS (sizeof top_sort_names / sizeof top_sort_names[0])
 
-/* " (file:first line)" after a function, within cols; w the columns already written. */
+/* Where the last `keep` columns of s begin (s is wider). */
+static const char *top_tail(const char *s, size_t keep)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	for (size_t skip = export_width(s) - keep; skip; skip--) {
+		size_t n = export_utf8_seq(p);
+		p += n ? n : 1;
+	}
+	return (const char *)p;
+}
+
+/*
+ * " (file:first line)" after a function, within cols; w the columns already
+ * written.  A path too long gives way from the left, from a '/' where one
+ * is near, so the file's name and line stay: " (…/pkg/module.py:42)".
+ */
 static size_t top_put_where(FILE *out, const Pyprofd__FunctionRow *row, size_t cols, size_t w)
 {
-	if (!*export_str(row->file) || w + 2 >= cols)
+	const char *file = export_str(row->file);
+	if (!*file || w + 2 >= cols)
 		return w;
+	char num[24] = "";
+	if (row->first_line > 0)
+		snprintf(num, sizeof num, ":%d", (int)row->first_line);
+	size_t after = strlen(num) + 1; /* ":line)" */
 	fputs(" (", out);
 	w += 2;
-	w += export_put(out, row->file, cols - w, 0);
-	char num[24];
-	snprintf(num, sizeof num, ":%d", (int)row->first_line);
-	if (row->first_line > 0 && w < cols)
+	size_t room = cols - w; /* > 0 */
+	if (cols != SIZE_MAX && export_width(file) + after > room && room > after + 1) {
+		const char *tail = top_tail(file, room - after - 1);
+		const char *slash = strchr(tail, '/');
+		if (slash && slash[1])
+			tail = slash;
+		fputs("\u2026", out); /* … */
+		w++;
+		w += export_put(out, tail, cols - w, 0);
+	} else {
+		w += export_put(out, file, cols - w, 0);
+	}
+	if (*num && w < cols)
 		w += export_put(out, num, cols - w, 0);
 	if (w < cols) {
 		fputc(')', out);
@@ -106,16 +141,20 @@ static size_t top_put_where(FILE *out, const Pyprofd__FunctionRow *row, size_t c
 	return w;
 }
 
-/* A thread as top shows it: "NAME (tid N)", or "thread N". */
-static void top_thread_title(const Pyprofd__ThreadInfo *t, char *buf, size_t len)
+/* A thread as top shows it: "NAME (tid N)", or "thread N"; its pid first when top counts a pool. */
+static void top_thread_title(const Pyprofd__TopThread *th, bool pool, char *buf, size_t len)
 {
+	const Pyprofd__ThreadInfo *t = th->thread;
 	long long id = t && t->native_thread_id > 0 ? (long long)t->native_thread_id
 	               : t                          ? (long long)t->thread_id
 	                                            : 0;
+	char pid[24] = "";
+	if (pool)
+		snprintf(pid, sizeof pid, "%d ", (int)th->pid);
 	if (t && *export_str(t->name))
-		snprintf(buf, len, "%.63s (tid %lld)", t->name, id);
+		snprintf(buf, len, "%s%.60s (tid %lld)", pid, t->name, id);
 	else
-		snprintf(buf, len, "thread %lld", id);
+		snprintf(buf, len, "%sthread %lld", pid, id);
 }
 
 /* The per-thread view: a thread a row, its share, GIL and idle shares, its hottest function. */
@@ -129,8 +168,8 @@ static void top_print_threads(FILE *out, struct client_reply *reply, size_t cols
 	fputc('\n', out);
 	for (size_t i = 0; i < head->n_threads && i < maxrows; i++) {
 		const Pyprofd__TopThread *th = head->threads[i];
-		char title[96];
-		top_thread_title(th->thread, title, sizeof title);
+		char title[128];
+		top_thread_title(th, !head->target, title, sizeof title);
 		size_t w = export_put(out, title, cols, 32);
 		snprintf(line, sizeof line, " %8llu %6.1f %6.1f %6.1f  ", (unsigned long long)th->samples,
 		         percent(th->samples, head->samples), percent(th->gil, th->samples),
@@ -156,12 +195,24 @@ static void top_print(FILE *out, const struct top_options *o, struct client_repl
 	int32_t pid = o->pid;
 	const Pyprofd__TopResult *head = reply->parts[0]->top;
 	const Pyprofd__Target *t = head->target;
-	char window[64], line[256];
+	char window[64], line[512];
 	put_seconds(window, sizeof window, head->window_s);
-	snprintf(line, sizeof line, "PID %d  Python %.32s  %.16s  %llu samples in %s s%s",
-	         (int)(t ? t->pid : pid), t && *export_str(t->python_version) ? t->python_version : "?",
-	         t && *export_str(t->state) ? t->state : "?", (unsigned long long)head->samples, window,
-	         live ? "  (q quits)" : "");
+	if (o->n_labels) {
+		/* A pool: its labels, how many processes have them. */
+		char labels[256] = "";
+		size_t at = 0;
+		for (size_t i = 0; i < o->n_labels && at < sizeof labels; i++)
+			at += (size_t)snprintf(labels + at, sizeof labels - at, "%s%s=%s", i ? "," : "",
+			                       o->labels[i]->key, o->labels[i]->value);
+		snprintf(line, sizeof line, "%.200s  %u process%s  %llu samples in %s s%s", labels,
+		         (unsigned)head->processes, head->processes == 1 ? "" : "es",
+		         (unsigned long long)head->samples, window, live ? "  (q quits)" : "");
+	} else {
+		snprintf(line, sizeof line, "PID %d  Python %.32s  %.16s  %llu samples in %s s%s",
+		         (int)(t ? t->pid : pid), t && *export_str(t->python_version) ? t->python_version : "?",
+		         t && *export_str(t->state) ? t->state : "?", (unsigned long long)head->samples, window,
+		         live ? "  (q quits)" : "");
+	}
 	export_put(out, line, cols, 0);
 	fputc('\n', out);
 	/* Where the samples went besides functions: holding the GIL, collecting, waiting. */
@@ -222,7 +273,7 @@ static json_t *top_json(int32_t pid, Pyprofd__TopSort sort, struct client_reply 
 		const Pyprofd__TopThread *th = head->threads[i];
 		const Pyprofd__ThreadInfo *t = th->thread;
 		json_t *o = json_pack(
-			"{s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "thread_id",
+			"{s:i, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "pid", (int)th->pid, "thread_id",
 			(json_int_t)(t ? t->thread_id : 0), "native_thread_id",
 			t && t->native_thread_id > 0 ? json_integer(t->native_thread_id) : json_null(), "name",
 			t && *export_str(t->name) ? export_json_string(t->name) : json_null(), "samples",
@@ -234,8 +285,10 @@ static json_t *top_json(int32_t pid, Pyprofd__TopSort sort, struct client_reply 
 			threads = NULL;
 		}
 	}
-	return json_pack("{s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "pid",
-	                 (int)(head->target ? head->target->pid : pid), "window_s",
+	return json_pack("{s:o, s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "pid",
+	                 pid || head->target ? json_integer(head->target ? head->target->pid : pid)
+	                                     : json_null(),
+	                 "processes", (int)head->processes, "window_s",
 	                 export_json_double(head->window_s), "samples", export_json_u64(head->samples),
 	                 "gil_samples", export_json_u64(head->gil_samples), "gc_samples",
 	                 export_json_u64(head->gc_samples), "idle_samples",
@@ -402,12 +455,14 @@ static int top_run(struct client *c, struct top_options *o)
 }
 
 const char ctl_top_usage[] =
-	"usage: pyprofd-ctl top PID [--window S] [--limit N] [--sort own|total|name] [--threads]\n"
-	"                           [--no-idle] [--once] [--json]\n"
+	"usage: pyprofd-ctl top PID | --label K=V... [--window S] [--limit N]\n"
+	"                       [--sort own|total|name] [--threads] [--no-idle] [--once] [--json]\n"
 	"\n"
-	"The functions seen most in process PID's recent samples: %Own is the share of\n"
-	"thread samples with the function innermost, %Total with it anywhere on the\n"
-	"stack; a function is its qualified name in its file from its first line.  A\n"
+	"The functions seen most in process PID's recent samples, or in those of every\n"
+	"process with the labels given (a pool of workers, counted together): %Own is\n"
+	"the share of thread samples with the function innermost, %Total with it\n"
+	"anywhere on the stack; a function is its qualified name in its file from its\n"
+	"first line (a path too long for the terminal loses its start, not its line).  A\n"
 	"line above says which share of the samples held the GIL, ran the garbage\n"
 	"collector and waited (idle: off CPU without the GIL, or in a known wait).\n"
 	"On a terminal the view refreshes every second; s changes the sort, t switches\n"
@@ -415,6 +470,8 @@ const char ctl_top_usage[] =
 	"When the output is not a terminal, one table is printed.  Ended by SIGTERM,\n"
 	"SIGHUP or SIGQUIT, the live view exits with 128 + the signal's number.\n"
 	"\n"
+	"  --label K=V       instead of PID: the processes with this label; repeat: all\n"
+	"                    must match (the header says how many there are)\n"
 	"  --window S        the last S seconds of samples (default: the daemon's)\n"
 	"  --limit N         at most N rows; 0 (the default): as many as fit the terminal,\n"
 	"                    or all when printing once\n"
@@ -423,10 +480,11 @@ const char ctl_top_usage[] =
 	"                    hottest function\n"
 	"  --no-idle         leave out the samples of waiting threads\n"
 	"  --once            print one table and exit\n"
-	"  --json            once, as one JSON object: {pid, window_s, samples, gil_samples,\n"
+	"  --json            once, as one JSON object: {pid (null by labels), processes,\n"
+	"                    window_s, samples, gil_samples,\n"
 	"                    gc_samples, idle_samples, rows: [{function, file, first_line,\n"
 	"                    own, total, own_percent, total_percent}], threads:\n"
-	"                    [{thread_id, native_thread_id, name, samples, gil, gc, idle,\n"
+	"                    [{pid, thread_id, native_thread_id, name, samples, gil, gc, idle,\n"
 	"                    hottest}]}\n";
 
 static int top_parse_sort(const struct ctl *ctl, const char *arg, Pyprofd__TopSort *out)
@@ -449,12 +507,26 @@ int top_main(struct ctl *ctl, int argc, char **argv)
 		{"sort", required_argument, NULL, 's'},
 		{"threads", no_argument, NULL, 't'},
 		{"no-idle", no_argument, NULL, 'I'},
+		{"label", required_argument, NULL, 'l'},
 		CTL_COMMON_OPTIONS,
 	};
 	struct top_options o = {0};
 	int opt, status = EXIT_OK;
+	/* Every label is one argument, so argc bounds their number. */
+	Pyprofd__Label *labels = calloc((size_t)argc, sizeof *labels);
+	o.labels = calloc((size_t)argc, sizeof *o.labels);
+	if (!labels || !o.labels) {
+		fputs("pyprofd-ctl: out of memory\n", stderr);
+		status = EXIT_FAILURE_OTHER;
+		goto out;
+	}
 	while ((opt = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
-		if (opt == 'w')
+		if (opt == 'l') {
+			if ((status = ctl_parse_label(ctl, optarg, &labels[o.n_labels])) == EXIT_OK) {
+				o.labels[o.n_labels] = &labels[o.n_labels];
+				o.n_labels++;
+			}
+		} else if (opt == 'w')
 			status = ctl_parse_u32(ctl, "--window", optarg, 1, &o.window_s);
 		else if (opt == 'n')
 			status = ctl_parse_u32(ctl, "--limit", optarg, 0, &o.limit);
@@ -469,18 +541,26 @@ int top_main(struct ctl *ctl, int argc, char **argv)
 		else if ((status = ctl_common_option(ctl, opt, argv)) < 0)
 			status = EXIT_OK;
 		else
-			return status;
+			goto out;
 		if (status != EXIT_OK)
-			return status;
+			goto out;
 	}
-	if ((status = ctl_pid_operand(ctl, argc, argv, &o.pid)) != EXIT_OK)
-		return status;
+	/* A pid, or labels: not both, not neither. */
+	if (o.n_labels && optind < argc)
+		status = ctl_usage_error(ctl, "takes a PID or --label, not both");
+	else if (!o.n_labels)
+		status = ctl_pid_operand(ctl, argc, argv, &o.pid);
+	if (status != EXIT_OK)
+		goto out;
 	o.json = ctl->json;
 
 	struct client *c = ctl_connect(ctl, &status);
-	if (!c)
-		return status;
-	status = top_run(c, &o);
-	client_free(c);
+	if (c) {
+		status = top_run(c, &o);
+		client_free(c);
+	}
+out:
+	free(labels);
+	free(o.labels);
 	return status;
 }

@@ -1,4 +1,7 @@
-/* The top request: a target's recent seconds, counted per function and per thread. */
+/*
+ * The top request: a target's recent seconds, or those of every target with
+ * some labels (a pool), counted per function and per thread.
+ */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,14 +13,16 @@
 
 /* One thread's part of top's window. */
 struct rpc_top_thread {
+	const struct target *target; /* thread ids are per process */
 	uint64_t thread_id;
 	uint64_t samples, gil, gc, idle;
 	struct functions fs; /* its own functions, for its hottest */
 };
 
-/* A target's recent stacks, counted per function, and per thread. */
+/* Targets' recent stacks, counted per function, and per thread. */
 struct rpc_top {
-	const struct uw_target *uw;
+	const struct target *target; /* the one being counted */
+	const struct uw_target *uw;  /* its unwinder: stack and frame ids are its own */
 	const Pyprofd__TopRequest *r;
 	struct functions fs;
 	uint64_t gil, gc, idle;
@@ -31,13 +36,13 @@ struct rpc_top {
 static struct rpc_top_thread *rpc_top_thread(struct rpc_top *acc, uint64_t thread_id)
 {
 	for (size_t i = 0; i < acc->nthreads; i++)
-		if (acc->threads[i].thread_id == thread_id)
+		if (acc->threads[i].thread_id == thread_id && acc->threads[i].target == acc->target)
 			return &acc->threads[i];
 	if (array_reserve((void **)&acc->threads, &acc->threads_cap, acc->nthreads,
 	                  sizeof *acc->threads, NULL) != 0)
 		return NULL;
 	struct rpc_top_thread *th = &acc->threads[acc->nthreads++];
-	*th = (struct rpc_top_thread){.thread_id = thread_id};
+	*th = (struct rpc_top_thread){.target = acc->target, .thread_id = thread_id};
 	functions_init(&th->fs, acc->arena);
 	return th;
 }
@@ -94,8 +99,7 @@ static int rpc_top_thread_cmp(const void *x, const void *y)
 }
 
 /* The per-thread view: every thread of the window by samples, with its name and hottest function. */
-static int rpc_top_threads(const struct target *t, struct rpc_top *acc, Pyprofd__TopResult *res,
-                           struct arena *a)
+static int rpc_top_threads(struct rpc_top *acc, Pyprofd__TopResult *res, struct arena *a)
 {
 	if (acc->nthreads > 1)
 		qsort(acc->threads, acc->nthreads, sizeof *acc->threads, rpc_top_thread_cmp);
@@ -107,10 +111,11 @@ static int rpc_top_threads(const struct target *t, struct rpc_top *acc, Pyprofd_
 		Pyprofd__TopThread *p = ARENA_MESSAGE(a, Pyprofd__TopThread, PYPROFD__TOP_THREAD__INIT);
 		if (!p)
 			return -1;
-		const struct target_thread *known = thread_table_find(&t->threads, th->thread_id);
+		const struct target_thread *known = thread_table_find(&th->target->threads, th->thread_id);
 		struct target_thread unnamed = {.thread_id = th->thread_id, .native_id = -1};
 		if (!(p->thread = target_thread_to_proto(known ? known : &unnamed, a)))
 			return -1;
+		p->pid = th->target->pid;
 		p->samples = th->samples;
 		p->gil = th->gil;
 		p->gc = th->gc;
@@ -130,6 +135,50 @@ static void rpc_top_free(struct rpc_top *acc)
 	free(acc->threads);
 }
 
+/*
+ * Count target t's seconds since the window began (or its session did, if
+ * later) into acc; the time those seconds span up to now.
+ */
+static double rpc_top_visit(struct rpc_top *acc, const struct target *t, unsigned window, double at)
+{
+	/*
+	 * The tally counts whole seconds: the window starts at the one it
+	 * began in, or at the session's first when it began later (a warm
+	 * re-attach keeps the last session's counts), and says the time those
+	 * seconds span up to now, not the window asked.
+	 */
+	int64_t since = (int64_t)floor(at - (double)window);
+	if (t->session_start > (double)since)
+		since = (int64_t)floor(t->session_start);
+	acc->target = t;
+	acc->uw = t->uw;
+	/* Frame ids are the target's own: another target's same id is another frame. */
+	functions_forget_frames(&acc->fs);
+	tally_visit(&t->tally, since, rpc_top_count, acc);
+	return at - (double)since;
+}
+
+/*
+ * Every target the client may see with all of r's labels, counted into acc;
+ * how many, and the longest span of theirs in *span.
+ */
+static uint32_t rpc_top_pool(struct server *s, const struct client *c, struct rpc_top *acc,
+                             unsigned window, double at, double *span)
+{
+	uint32_t n = 0;
+	for (size_t i = 0; i < s->targets.n && !acc->failed; i++) {
+		const struct target *t = s->targets.v[i];
+		if (!t->uw || !rpc_may_see(c, t->uid, t->gid) ||
+		    !rpc_target_has_labels(t, acc->r->labels, acc->r->n_labels))
+			continue;
+		double spanned = rpc_top_visit(acc, t, window, at);
+		if (spanned > *span)
+			*span = spanned;
+		n++;
+	}
+	return n;
+}
+
 void rpc_top(struct server *s, struct client *c, const Pyprofd__Request *req,
              Pyprofd__Response *resp, struct arena *a)
 {
@@ -144,32 +193,33 @@ void rpc_top(struct server *s, struct client *c, const Pyprofd__Request *req,
 		          (int)r->sort);
 		return;
 	}
-	struct target *t = rpc_known_target(s, c, r->pid, resp, a);
-	if (!t)
+	if ((r->pid != 0) == (r->n_labels != 0) || r->n_labels > RPC_SELECT_LABELS_MAX) {
+		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST,
+		          "top takes a pid or 1 to %d labels, not both", RPC_SELECT_LABELS_MAX);
 		return;
-	if (!t->uw) {
-		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_EXITED, "process %d exited", (int)t->pid);
-		return;
+	}
+	struct target *one = NULL;
+	if (r->pid) {
+		if (!(one = rpc_known_target(s, c, r->pid, resp, a)))
+			return;
+		if (!one->uw) {
+			rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_EXITED, "process %d exited", (int)one->pid);
+			return;
+		}
 	}
 	unsigned window = r->window_s ? r->window_s : s->config.top_window_s;
 	if (window > TOP_SECONDS_KEPT - 2)
 		window = TOP_SECONDS_KEPT - 2;
-	struct rpc_top acc = {.uw = t->uw, .r = r, .arena = a};
+	struct rpc_top acc = {.r = r, .arena = a};
 	functions_init(&acc.fs, a);
-	/*
-	 * The tally counts whole seconds: the window starts at the one it
-	 * began in, or at the session's first when it began later (a warm
-	 * re-attach keeps the last session's counts), and says the time those
-	 * seconds span up to now, not the window asked.
-	 */
-	double at = ev_now(s->loop);
-	int64_t since = (int64_t)floor(at - (double)window);
-	if (t->session_start > (double)since)
-		since = (int64_t)floor(t->session_start);
-	double span = at - (double)since;
-	tally_visit(&t->tally, since, rpc_top_count, &acc);
+	double at = ev_now(s->loop), span = 0;
+	uint32_t processes = 1;
+	if (one)
+		span = rpc_top_visit(&acc, one, window, at);
+	else
+		processes = rpc_top_pool(s, c, &acc, window, at, &span);
 	Pyprofd__TopResult *res = ARENA_MESSAGE(a, Pyprofd__TopResult, PYPROFD__TOP_RESULT__INIT);
-	if (acc.failed || !res || rpc_top_threads(t, &acc, res, a) != 0) {
+	if (acc.failed || !res || rpc_top_threads(&acc, res, a) != 0) {
 		rpc_top_free(&acc);
 		rpc_out_of_memory(resp, a);
 		return;
@@ -184,10 +234,11 @@ void rpc_top(struct server *s, struct client *c, const Pyprofd__Request *req,
 	res->gil_samples = acc.gil;
 	res->gc_samples = acc.gc;
 	res->idle_samples = acc.idle;
+	res->processes = processes;
 	rpc_top_free(&acc);
-	res->target = target_to_proto(t, a);
+	res->target = one ? target_to_proto(one, a) : NULL;
 	res->window_s = span > 0 ? span : 0;
-	if (!res->rows || !res->target) {
+	if (!res->rows || (one && !res->target)) {
 		rpc_out_of_memory(resp, a);
 		return;
 	}
