@@ -82,14 +82,23 @@ static void version_format(uint64_t hex, char *buf, size_t len)
 		snprintf(buf, len, "%u.%u.%u", major, minor, micro);
 }
 
-/* "3.10.13 (main, ...)" → hex; 0 if it does not start with a version. */
+/* "3.10.13 (main, ...)" or "3.10.0rc2 (...)" → hex, as Py_Version has it; 0 if it does not start with a version. */
 static uint64_t version_parse(const char *s)
 {
-	unsigned major, minor, micro;
-	if (sscanf(s, "%u.%u.%u", &major, &minor, &micro) != 3 || major > 9 || minor > 99 ||
+	unsigned major, minor, micro, serial = 0;
+	int used = 0;
+	if (sscanf(s, "%u.%u.%u%n", &major, &minor, &micro, &used) != 3 || major > 9 || minor > 99 ||
 	    micro > 99)
 		return 0;
-	return ((uint64_t)major << 24) | ((uint64_t)minor << 16) | ((uint64_t)micro << 8) | 0xf0;
+	/* A pre-release: a, b or rc and its serial, as version_format writes them. */
+	const char *tag = s + used;
+	unsigned level = tag[0] == 'a' ? 0xa : tag[0] == 'b' ? 0xb : strncmp(tag, "rc", 2) == 0 ? 0xc : 0xf;
+	if (level != 0xf && (sscanf(tag + (level == 0xc ? 2 : 1), "%u", &serial) != 1 || serial > 15)) {
+		level = 0xf;
+		serial = 0;
+	}
+	return ((uint64_t)major << 24) | ((uint64_t)minor << 16) | ((uint64_t)micro << 8) |
+	       ((uint64_t)level << 4) | serial;
 }
 
 /* Which CPython the runtime at t->runtime is, and the layout to read it with. */
@@ -143,13 +152,24 @@ static int open_resolve_version(struct uw_target *t, const struct elf_symbol *sy
 		                                  : 7;
 		t->version_hex = 0x03000000ULL | ((uint64_t)minor << 16);
 		snprintf(t->version, sizeof t->version, "3.%u", minor);
-		/* Py_GetVersion() fills a static buffer at startup: the exact version. */
+		/*
+		 * Py_GetVersion() fills a static buffer as the interpreter starts
+		 * (sys.version): the exact version.  Empty, the interpreter has not
+		 * got that far yet; opening it now would name it "3.8", then
+		 * "3.8.18" once opened again, so it is refused as not ready, and
+		 * the fleet tries again.  Only a build without the symbol is named
+		 * by its minor version alone.
+		 */
 		const struct elf_symbol *vb = &syms[SYM_VERSION_BUFFER];
 		char buf[64];
-		if (vb->found && vb->size >= sizeof buf &&
-		    remote_read(&t->mem, bias + vb->value, buf, sizeof buf, NULL) == 0) {
+		if (vb->found && vb->size >= sizeof buf) {
+			if (remote_read(&t->mem, bias + vb->value, buf, sizeof buf, err) != 0)
+				return -1;
 			buf[sizeof buf - 1] = '\0';
 			uint64_t hex = version_parse(buf);
+			if (!hex && !buf[0])
+				return uw_fail(err, UW_ECORRUPT, "process %d: Python 3.%u is still starting "
+				               "(its version is not written yet)", (int)t->pid, minor);
 			if (hex && ((hex >> 16) & 0xff) == minor) {
 				t->version_hex = hex;
 				version_format(hex, t->version, sizeof t->version);

@@ -4,7 +4,8 @@
  * short-lived processes, processes that exit while they are judged, and
  * where systemd and container runtimes put processes (a unit's cgroup, a
  * container's cgroup with its own pid and mount namespaces), on whichever
- * cgroup layout the machine has.
+ * cgroup layout the machine has; and the python label of a process found as
+ * it starts.
  */
 #include <criterion/criterion.h>
 
@@ -436,5 +437,75 @@ Test(discovery, containers_are_found_in_the_cgroup)
 	pause_ms(1000);
 	cr_assert(!fleet_knows(&d, outside), "a process outside any container was matched");
 	fleet_kill(outside);
+	daemon_stop(&d);
+}
+
+/* The interpreter's own version, as platform.python_version() says it, into buf. */
+static void python_says_version(const struct python *py, char *buf, size_t len)
+{
+	const char *argv[] = {py->path, "-c", "import platform; print(platform.python_version())", NULL};
+	struct run_result r;
+	run_command(&r, argv, NULL);
+	cr_assert(r.exited && r.code == 0 && r.out_len > 1, "%s: %s", py->path, r.err);
+	snprintf(buf, len, "%.*s", (int)(r.out_len - 1), r.out);
+	run_result_free(&r);
+}
+
+/*
+ * The python label and python_version are major.minor.micro on every
+ * version, from the first moment: a rule attaches each process as it
+ * starts, before 3.8 to 3.10 have written their version, and the label
+ * never changes while it runs, in the list or in the history.
+ */
+Test(discovery, the_python_label_is_the_whole_version_from_the_start)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	char marker[64], rules[160];
+	snprintf(marker, sizeof marker, "label-form-%d", (int)getpid());
+	snprintf(rules, sizeof rules, "[rule.form]\nmatch.cmdline = %s\n", marker);
+	struct daemon d;
+	char config[PATH_MAX];
+	fleet_daemon(&d, rules, config, sizeof config);
+	size_t tried = 0;
+	for (size_t i = 0; i < n; i++) {
+		/* The host's interpreters: each asked its version directly. */
+		if (pys[i].root_len || pys[i].debug || pys[i].free_threaded)
+			continue;
+		char want[32];
+		python_says_version(&pys[i], want, sizeof want);
+		pid_t pid = fleet_spawn(&pys[i], marker);
+		json_t *first = entry_when(&d, pid, fleet_sampling, "attached by the rule as it started");
+		cr_assert_str_eq(fleet_label(first, "python"), want, "%s: the label at attach", pys[i].path);
+		cr_assert_str_eq(jstr(first, "python_version"), want, "%s", pys[i].path);
+		json_decref(first);
+		/* A while later, and in the history: the same. */
+		json_t *later = NULL;
+		for (int tries = 0; tries < 50; tries++) {
+			json_decref(later);
+			later = wait_target(&d, pid, fleet_sampling, 10);
+			if (jint(later, "samples") >= 100)
+				break;
+			pause_ms(100);
+		}
+		cr_assert_str_eq(fleet_label(later, "python"), want, "%s: the label changed", pys[i].path);
+		json_decref(later);
+		char p[16];
+		const char *procs[] = {"query", "--pid", pid_text(pid, p, sizeof p), "--format", "processes", NULL};
+		json_t *stored = NULL;
+		for (int tries = 0; tries < 100 && json_array_size(stored) == 0; tries++) {
+			json_decref(stored);
+			pause_ms(100);
+			stored = ctl_json(&d, procs);
+		}
+		cr_assert_eq(json_array_size(stored), 1, "%s: %s", pys[i].path, json_dumps(stored, JSON_COMPACT));
+		json_t *sp = json_array_get(stored, 0);
+		cr_assert_str_eq(jstr(sp, "python_version"), want, "%s: the history's", pys[i].path);
+		cr_assert_str_eq(fleet_label(sp, "python"), want, "%s: the history's label", pys[i].path);
+		json_decref(stored);
+		fleet_kill(pid);
+		tried++;
+	}
+	cr_assert_geq(tried, 1, "no interpreter of the host's to try");
 	daemon_stop(&d);
 }
