@@ -152,7 +152,7 @@ static void top_thread_title(const Pyprofd__TopThread *th, bool pool, char *buf,
 	if (pool)
 		snprintf(pid, sizeof pid, "%d ", (int)th->pid);
 	if (t && *export_str(t->name))
-		snprintf(buf, len, "%s%.60s (tid %lld)", pid, t->name, id);
+		snprintf(buf, len, "%s%.63s (tid %lld)", pid, t->name, id);
 	else
 		snprintf(buf, len, "%sthread %lld", pid, id);
 }
