@@ -15,13 +15,15 @@ keeps up what a host sees:
            client that asks for stacks every few seconds and never reads
            (a new one each --unread-for seconds, as the old one leaves)
 
-Every minute it prints the daemon's RSS, descriptors and threads, the
+Every minute it prints the daemon's RSS (as read, and the lowest of the
+readings every 5 s in that minute: a leak raises that floor, a query in
+flight does not), descriptors and threads, the
 sampling rate achieved against the one asked, missed ticks, errors (the
 targets', failed requests, warnings in the log), the bytes queued for
 clients and what the structures that grow with new stacks hold (status:
 the sampled targets' caches, the counts, the history writer's caches, each
-beside its bound); at the end RSS at the start, the middle and the end, its
-slope over the second half and how far apart its highest and lowest there
+beside its bound); at the end the RSS floor at the start, the middle and
+the end, its slope over the second half and how far apart its highest and lowest there
 are, against their mean.  Prints figures; never passes or fails on them.
 """
 import argparse
@@ -217,7 +219,8 @@ def main():
     dir = tempfile.mkdtemp(prefix="pyprofd-soak-")
     d = Daemon(args, dir, args.daemon_arg)
     soak = Soak(args, d, pys)
-    rss_at = []  # (minute, bytes)
+    rss_at = []  # (minute, the lowest RSS read in that minute, every 5 s)
+    seen_rss = []
     bounds = (0, 0)
     try:
         soak.setup()
@@ -229,8 +232,8 @@ def main():
                  args.query_every, args.churn_every, args.stalled,
                  "a client that never reads" if args.unread_for > 0 else "no unread client",
                  args.minutes), flush=True)
-        print("%6s %9s %5s %4s %13s %7s %7s %7s %6s %8s %7s %9s %9s %9s" % (
-            "minute", "rss_kib", "fds", "thr", "rate_hz", "missed", "t_errs", "failed", "warns",
+        print("%6s %9s %9s %5s %4s %13s %7s %7s %7s %6s %8s %7s %9s %9s %9s" % (
+            "minute", "rss_kib", "floor_kib", "fds", "thr", "rate_hz", "missed", "t_errs", "failed", "warns",
             "queued", "timeout", "cache_kib", "count_kib", "hcache_kib"), flush=True)
         start = time.monotonic()
         last_report = None
@@ -255,10 +258,14 @@ def main():
                            for p in samples]
                     rates = "%.1f/%.1f" % (statistics.mean(per), min(per))
                 rss = rss_bytes(d.proc.pid)
+                # The floor of the minute: a query answered at the moment of a reading is a
+                # passing peak, memory kept for good raises the floor.
+                floor = min(seen_rss + [rss])
+                seen_rss = []
                 minute = (now - start) / 60
-                rss_at.append((minute, rss))
-                print("%6.1f %9d %5d %4d %13s %7d %7d %7d %6d %8d %7d %9d %9d %9d" % (
-                    minute, rss // 1024, descriptors(d.proc.pid), threads(d.proc.pid), rates,
+                rss_at.append((minute, floor))
+                print("%6.1f %9d %9d %5d %4d %13s %7d %7d %7d %6d %8d %7d %9d %9d %9d" % (
+                    minute, rss // 1024, floor // 1024, descriptors(d.proc.pid), threads(d.proc.pid), rates,
                     missed - last.get("missed", missed), new_errors,
                     soak.failed, soak.warnings(), status.get("queued_bytes", 0),
                     status.get("connections_timed_out", 0),
@@ -284,7 +291,9 @@ def main():
             wake = min(next_query, last_report + args.report_every)
             if args.churn_every > 0:
                 wake = min(wake, next_churn)
+            wake = min(wake, time.monotonic() + 5)
             time.sleep(max(0.05, wake - time.monotonic()))
+            seen_rss.append(rss_bytes(d.proc.pid))
     finally:
         soak.stop()
         d.stop()
@@ -302,7 +311,7 @@ def main():
         slope = sum((m - mx) * (b - my) for m, b in half) / den if den else 0.0
     level = statistics.mean(b for _, b in half) if half else 0
     spread = (max(b for _, b in half) - min(b for _, b in half)) / level * 100 if level else 0.0
-    print("RSS %.1f MiB at minute %.0f, %.1f MiB at minute %.0f, %.1f MiB at minute %.0f; "
+    print("RSS (the floor of each minute) %.1f MiB at minute %.0f, %.1f MiB at minute %.0f, %.1f MiB at minute %.0f; "
           "%.1f KiB per minute over the second half, highest and lowest there %.1f %% apart; "
           "%d requests, %d failed"
           % (first[1] / 2**20, first[0], mid[1] / 2**20, mid[0], end[1] / 2**20, end[0], slope / 1024,
