@@ -14,7 +14,7 @@ chrooted), the daemon samples at 100 Hz, under the default bound
 beside a quiet neighbour (bench/workloads/soak.py at 100 Hz) whose timer
 lateness says whether the loop was held up.  Prints each reader's sample time
 (median and 99th percentile), the rate achieved, the share of walks cut at the
-bound, and the neighbour's lateness against its lateness alone.  Prints
+bound (walks or task reads), and the neighbour's lateness against its lateness alone.  Prints
 figures; never passes or fails on them.
 """
 import argparse
@@ -116,7 +116,8 @@ def row(args, label, cmd, root, reader):
         walks = max(1, st["total_samples"] - st.get("process_still", 0))
         print("%-22s %-10s %7d %10.0f %10.0f %9.1f %8.1f %% %12.2f" % (
             label, reader, size, st["sample_us_p50"], st["sample_us_p99"], st["achieved_rate_hz"],
-            100.0 * st.get("walks_cut", 0) / walks, near["jitter_us_p99"] / 1000), flush=True)
+            100.0 * (st.get("walks_cut", 0) + st.get("tasks_cut", 0)) / walks, near["jitter_us_p99"] / 1000),
+            flush=True)
     finally:
         proc.kill()
         proc.wait()

@@ -394,6 +394,13 @@ struct uw_target {
 	size_t threads_cap;
 	uint32_t stat_fds; /* threads' /proc files kept open (threads.c bounds them) */
 	struct walk *walk; /* walk.c's working arrays, reused */
+	/*
+	 * What a sample cut at its deadline goes on to take (what was under
+	 * way, the stacks of the threads or tasks kept), learnt from the last
+	 * cut ones: the next deadline comes that much sooner, so the sample as
+	 * a whole keeps max_sample_ns.
+	 */
+	uint64_t cut_tail_ns;
 	struct process_still still;
 	uint64_t kstill_looked; /* the kernel's look (kstill.c) this target's last sample took its proofs from */
 	struct kstill *look;    /* this sample's look (still_look), NULL: none */

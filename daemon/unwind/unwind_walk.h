@@ -204,6 +204,7 @@ struct walk {
 	raddr_t reread_top;       /* the walk's innermost frame, its instruction read in the middle */
 	uint64_t reread_top_pos;
 	uint64_t deadline_ns; /* CLOCK_MONOTONIC; 0: no bound on this sample */
+	uint64_t started_ns;  /* when the bound began to count */
 	bool cut;             /* the deadline passed: the walk stops where it is */
 	uint32_t until_clock; /* frames walked before the clock is looked at again */
 	/* validate.c's working arrays. */

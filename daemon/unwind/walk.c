@@ -635,7 +635,14 @@ int uw_sample(struct uw_target *t, struct uw_sample *s, struct uw_error *err)
 	w->cut = false;
 	/* The clock was just read for the deadline. */
 	w->until_clock = WALK_CLOCK_EVERY;
-	w->deadline_ns = t->opts.max_sample_ns ? clock_mono_ns() + t->opts.max_sample_ns : 0;
+	w->deadline_ns = 0;
+	if (t->opts.max_sample_ns) {
+		/* Never sooner than a quarter of the bound: a stray slow tail must not starve every walk. */
+		uint64_t room = t->opts.max_sample_ns, tail = t->cut_tail_ns;
+		room = tail < room - room / 4 ? room - tail : room / 4;
+		w->started_ns = clock_mono_ns();
+		w->deadline_ns = w->started_ns + room;
+	}
 	/* Before the memory is read: the kernel's proofs must come first (see still.c, threads_still_begin). */
 	if (process_proof)
 		still_arm(t);
@@ -653,6 +660,22 @@ int uw_sample(struct uw_target *t, struct uw_sample *s, struct uw_error *err)
 		rc = tasks_sample(w, err);
 	view_end(t, rc == 0);
 	s->cut = w->cut;
+	if (w->deadline_ns && (w->cut || s->tasks_cut)) {
+		/*
+		 * Cut, the sample took what it was given and its tail: half of
+		 * what it took past the bound (or left of it) moves the next
+		 * deadline, a step at most a quarter of the bound, so a preempted
+		 * sample moves it little and a steady tail is soon taken in.
+		 */
+		int64_t bound = (int64_t)t->opts.max_sample_ns;
+		int64_t excess = (int64_t)(clock_mono_ns() - w->started_ns) - bound;
+		if (excess > bound / 4)
+			excess = bound / 4;
+		if (excess < -bound / 4)
+			excess = -bound / 4;
+		int64_t tail = (int64_t)t->cut_tail_ns + excess / 2;
+		t->cut_tail_ns = tail < 0 ? 0 : tail > bound - bound / 4 ? (uint64_t)(bound - bound / 4) : (uint64_t)tail;
+	}
 done:
 	if (rc == 0 && s->cut) {
 		/* The threads not reached are not gone: their caches stay for the next walk. */
