@@ -21,16 +21,9 @@
  * thousands of tasks as many system calls.  So they are asked for ahead a
  * level at a time for a batch of tasks, and read in as few
  * process_vm_readv calls as the kernel allows.  In a steady service the
- * sample's batch holds them already, and nothing is read ahead.
+ * sample's batch holds them already, and nothing is read ahead.  Each read
+ * then finds its bytes in the view (tasks_read, tasks_state.h).
  */
-int tasks_read(struct uw_target *t, raddr_t addr, void *buf, size_t len, struct uw_error *err)
-{
-	const uint8_t *p = view_read(t, addr, (uint32_t)len, 0, err);
-	if (!p)
-		return -1;
-	memcpy(buf, p, len);
-	return 0;
-}
 
 /*
  * Ask ahead, in a batch each level, for what tasks_read_one will read of

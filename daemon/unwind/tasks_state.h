@@ -6,6 +6,8 @@
 #ifndef PYPROFD_UNWIND_TASKS_STATE_H
 #define PYPROFD_UNWIND_TASKS_STATE_H
 
+#include <string.h>
+
 #include "unwind_internal.h"
 
 /* Coroutines one task awaits through, at most: past it the chain is cut. */
@@ -161,7 +163,16 @@ void tasks_stack_objects(const uint8_t *b, uint32_t len, raddr_t out[2]);
 /* A level of tasks asked for ahead through the view, or a read through it. */
 int tasks_prefetch(struct uw_target *t, struct tasks *ts, bool read_tasks, struct uw_error *err);
 int tasks_batch_add(struct tasks *ts, raddr_t task, struct uw_error *err);
-int tasks_read(struct uw_target *t, raddr_t addr, void *buf, size_t len, struct uw_error *err);
+
+/* Bytes of a task's objects through the sample's view (0, or -1 and *err): what every tasks file reads with. */
+static inline int tasks_read(struct uw_target *t, raddr_t addr, void *buf, size_t len, struct uw_error *err)
+{
+	const uint8_t *p = view_read(t, addr, (uint32_t)len, 0, err);
+	if (!p)
+		return -1;
+	memcpy(buf, p, len);
+	return 0;
+}
 
 /* tasks_names.c: what a task is called, and its <task>:NAME frame within the bound. */
 int tasks_name_read(struct uw_target *t, struct tasks *ts, raddr_t obj, struct task_name *out,
