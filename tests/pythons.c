@@ -1,6 +1,7 @@
 #include "pythons.h"
 
 #include <criterion/criterion.h>
+#include <criterion/parameterized.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
@@ -392,4 +393,30 @@ size_t pythons_supported(struct python *out, size_t max)
 	cr_assert(k > 0, "no supported CPython (3.8-3.15) found: install one with pyenv "
 	                 "or name one in PYPROFD_TEST_PYTHONS");
 	return k;
+}
+
+struct python_param *python_params_of_minors(const unsigned *minors, size_t n)
+{
+	struct python all[PYTHONS_MAX];
+	size_t found = pythons_find(all, PYTHONS_MAX);
+	struct python_param *p = cr_malloc(sizeof *p * n);
+	if (!p)
+		abort();
+	for (size_t i = 0; i < n; i++) {
+		memset(&p[i], 0, sizeof p[i]);
+		p[i].minor = minors[i];
+		p[i].none = true;
+		for (size_t k = 0; k < found && p[i].none; k++) {
+			if (all[k].supported && all[k].minor == minors[i] && !all[k].debug && !all[k].free_threaded) {
+				p[i].py = all[k];
+				p[i].none = false;
+			}
+		}
+	}
+	return p;
+}
+
+void python_params_free(struct criterion_test_params *crp)
+{
+	cr_free(crp->params);
 }

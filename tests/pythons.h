@@ -43,6 +43,22 @@ size_t pythons_find(struct python *out, size_t max);
 /* Only the supported ones; fails the calling test when there are none. */
 size_t pythons_supported(struct python *out, size_t max);
 
+/* A parameterised test's interpreter of one minor version; none when the machine has no such build. */
+struct python_param {
+	bool none;
+	unsigned minor;
+	struct python py;
+};
+/*
+ * The parameters of a test run once per minor of minors (n of them): the
+ * first release build (neither debug nor free-threaded) of each.  For
+ * ParameterizedTestParameters: cr_make_param_array(struct python_param, p,
+ * n, python_params_free).
+ */
+struct python_param *python_params_of_minors(const unsigned *minors, size_t n);
+struct criterion_test_params;
+void python_params_free(struct criterion_test_params *crp);
+
 /* The interpreter's path as its own processes see it (inside its root). */
 const char *python_exec_path(const struct python *py);
 

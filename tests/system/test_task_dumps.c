@@ -27,43 +27,10 @@ TestSuite(task_dumps, .init = helpers_init, .fini = helpers_fini);
 
 static const unsigned dump_minors[] = {11, 12, 15};
 
-struct dumps_param {
-	bool none;
-	unsigned minor;
-	struct python py;
-};
-
-static void dumps_free_params(struct criterion_test_params *crp)
-{
-	cr_free(crp->params);
-}
-
-/* The first interpreter of the given minor that is not a debug or free-threaded build. */
-static bool dumps_python(unsigned minor, struct python *out)
-{
-	struct python all[PYTHONS_MAX];
-	size_t n = pythons_find(all, PYTHONS_MAX);
-	for (size_t i = 0; i < n; i++) {
-		if (all[i].supported && all[i].minor == minor && !all[i].debug && !all[i].free_threaded) {
-			*out = all[i];
-			return true;
-		}
-	}
-	return false;
-}
-
 ParameterizedTestParameters(task_dumps, running_task_frames)
 {
 	size_t n = sizeof dump_minors / sizeof dump_minors[0];
-	struct dumps_param *p = cr_malloc(sizeof *p * n);
-	if (!p)
-		abort();
-	for (size_t i = 0; i < n; i++) {
-		memset(&p[i], 0, sizeof p[i]);
-		p[i].minor = dump_minors[i];
-		p[i].none = !dumps_python(dump_minors[i], &p[i].py);
-	}
-	return cr_make_param_array(struct dumps_param, p, n, dumps_free_params);
+	return cr_make_param_array(struct python_param, python_params_of_minors(dump_minors, n), n, python_params_free);
 }
 
 static const char *frame_qualname(json_t *frames, size_t k)
@@ -133,7 +100,7 @@ static void dump_check(json_t *dump, const char *ctx, int *running)
 }
 
 /* Dumps by the daemon, of the process it samples, and by pyprofd dump. */
-ParameterizedTest(struct dumps_param *p, task_dumps, running_task_frames, .timeout = 240)
+ParameterizedTest(struct python_param *p, task_dumps, running_task_frames, .timeout = 240)
 {
 	if (p->none)
 		cr_skip_test("no Python 3.%u here", p->minor);

@@ -27,43 +27,10 @@ TestSuite(task_names, .init = helpers_init, .fini = helpers_fini);
 /* One interpreter of each minor the test runs on: both readers of tasks, and both kinds of Task-N. */
 static const unsigned task_minors[] = {11, 12, 15};
 
-struct names_param {
-	bool none;
-	unsigned minor;
-	struct python py;
-};
-
-static void names_free_params(struct criterion_test_params *crp)
-{
-	cr_free(crp->params);
-}
-
-/* The first interpreter of the given minor that is not a debug or free-threaded build. */
-static bool names_python(unsigned minor, struct python *out)
-{
-	struct python all[PYTHONS_MAX];
-	size_t n = pythons_find(all, PYTHONS_MAX);
-	for (size_t i = 0; i < n; i++) {
-		if (all[i].supported && all[i].minor == minor && !all[i].debug && !all[i].free_threaded) {
-			*out = all[i];
-			return true;
-		}
-	}
-	return false;
-}
-
 ParameterizedTestParameters(task_names, churn)
 {
 	size_t n = sizeof task_minors / sizeof task_minors[0];
-	struct names_param *p = cr_malloc(sizeof *p * n);
-	if (!p)
-		abort();
-	for (size_t i = 0; i < n; i++) {
-		memset(&p[i], 0, sizeof p[i]);
-		p[i].minor = task_minors[i];
-		p[i].none = !names_python(task_minors[i], &p[i].py);
-	}
-	return cr_make_param_array(struct names_param, p, n, names_free_params);
+	return cr_make_param_array(struct python_param, python_params_of_minors(task_minors, n), n, python_params_free);
 }
 
 /* The distinct <task>:NAME functions of pid's history, as a JSON array of strings (sorted by the table). */
@@ -111,7 +78,7 @@ static const char *names_text(json_t *names, char *buf, size_t len)
  * suspended task: its history holds a handful of task names, the unnamed
  * ones under their coroutine's, and the task the program named by its name.
  */
-ParameterizedTest(struct names_param *p, task_names, churn, .timeout = 300)
+ParameterizedTest(struct python_param *p, task_names, churn, .timeout = 300)
 {
 	if (p->none)
 		cr_skip_test("no Python 3.%u here", p->minor);
