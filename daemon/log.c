@@ -140,6 +140,7 @@ static struct log_repeats *log_repeats_of(const char *fmt, enum log_level level,
 }
 
 /* The message as one line: whatever it held, one line per event. */
+__attribute__((format(printf, 2, 0)))
 static void log_format(char line[LOG_LINE_MAX], const char *fmt, va_list ap)
 {
 	vsnprintf(line, LOG_LINE_MAX, fmt, ap);
