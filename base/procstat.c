@@ -18,12 +18,14 @@ int proc_stat_parse(const char *buf, struct proc_stat *out)
 		return -1;
 	unsigned long long start = 0;
 	int ppid = 0;
+	unsigned flags = 0;
 	out->state = close[2];
-	/* After ") ": state is field 3, the parent field 4, the start time field 22. */
-	int got = sscanf(close + 2, "%*c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d "
-	                            "%*d %*d %llu", &ppid, &start);
+	/* After ") ": state is field 3, the parent field 4, the flags field 9, the start time field 22. */
+	int got = sscanf(close + 2, "%*c %d %*d %*d %*d %*d %u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d "
+	                            "%*d %*d %llu", &ppid, &flags, &start);
 	out->ppid = got >= 1 ? (pid_t)ppid : 0;
-	out->has_start_time = got == 2;
+	out->flags = got >= 2 ? flags : 0;
+	out->has_start_time = got == 3;
 	out->start_time = start;
 	return 0;
 }

@@ -14,9 +14,12 @@
 struct proc_stat {
 	char state;          /* 'R', 'S', ... */
 	pid_t ppid;          /* 0 if the line stops before it */
+	unsigned flags;      /* the kernel's PF_* of the task; 0 if the line stops before it */
 	bool has_start_time;
 	uint64_t start_time; /* clock ticks after boot */
 };
+/* The task is on its way out (exit has begun; its memory may be gone already). */
+#define PROC_PF_EXITING 0x4u
 /* 0, or -1 when the text is no stat line. */
 int proc_stat_parse(const char *buf, struct proc_stat *out);
 /* The state letter alone ('?' if it is not a stat line): no field after it is parsed. */

@@ -257,6 +257,17 @@ void schedule_remove(struct schedule *s, struct schedule_entry *e)
 		schedule_arm(s);
 }
 
+/*
+ * Missed ticks of an entry past its first ones count against the grid: a
+ * target's first samples decode its code and read its files, and a process
+ * that exits may leave a tick or two; neither is the daemon falling behind.
+ */
+static void schedule_count_missed(struct schedule *s, const struct schedule_entry *e, uint64_t n)
+{
+	if (e->fired >= SCHEDULE_WARM_TICKS)
+		s->keep.warm_missed += n;
+}
+
 /* After its tick: the entry's next one on its grid, skipping (and counting) those already past. */
 static void schedule_next(struct schedule *s, struct schedule_entry *e, double now)
 {
@@ -267,6 +278,7 @@ static void schedule_next(struct schedule *s, struct schedule_entry *e, double n
 			caught = next + 1;
 		e->missed += caught - next;
 		s->missed += caught - next;
+		schedule_count_missed(s, e, caught - next);
 		next = caught;
 	}
 	e->tick = next;
@@ -402,6 +414,7 @@ static void schedule_on_timer(struct ev_loop *loop, ev_io *w, int revents)
 			if (latest > e->tick) {
 				e->missed += latest - e->tick;
 				s->missed += latest - e->tick;
+				schedule_count_missed(s, e, latest - e->tick);
 				e->tick = latest;
 				e->due = schedule_tick_time(s, e, latest);
 			}
@@ -410,7 +423,10 @@ static void schedule_on_timer(struct ev_loop *loop, ev_io *w, int revents)
 		if (late < 0)
 			late = 0;
 		timing_add(s->lateness_us, late * 1e6);
-		s->late_ticks += late > SCHEDULE_BEHIND_LATE_S;
+		if (e->fired >= SCHEDULE_WARM_TICKS) {
+			s->keep.warm_ticks++;
+			s->keep.warm_late += late > SCHEDULE_BEHIND_LATE_S;
+		}
 		s->ticks++;
 		e->fired++;
 		e->fire(e, now, late);
@@ -448,9 +464,9 @@ void schedule_lateness(const struct schedule *s, double *p50_us, double *p99_us)
 void schedule_judge(struct schedule *s, double now_unix)
 {
 	struct schedule_keep *k = &s->keep;
-	k->ticks[k->at] = s->ticks;
-	k->missed[k->at] = s->missed;
-	k->late[k->at] = s->late_ticks;
+	k->ticks[k->at] = k->warm_ticks;
+	k->missed[k->at] = k->warm_missed;
+	k->late[k->at] = k->warm_late;
 	size_t oldest = k->filled < SCHEDULE_KEEP_WINDOW ? 0 : (k->at + 1) % SCHEDULE_KEEP_WINDOW;
 	size_t newest = k->at;
 	k->at = (k->at + 1) % SCHEDULE_KEEP_WINDOW;
@@ -461,10 +477,12 @@ void schedule_judge(struct schedule *s, double now_unix)
 	k->missed_share = ticks + missed ? (double)missed / (double)(ticks + missed) : 0;
 	/* More than 1 % of the window's ticks late past the bound: its lateness p99 is past it. */
 	double late_share = ticks ? (double)late / (double)ticks : 0;
-	bool behind = k->missed_share > SCHEDULE_BEHIND_MISSED || late_share > 0.01;
+	/* A few ticks in the window tell nothing of the grid. */
+	bool enough = ticks + missed >= SCHEDULE_KEEP_MIN_TICKS;
+	bool behind = enough && (k->missed_share > SCHEDULE_BEHIND_MISSED || late_share > 0.01);
 	/* Back on the grid only well inside the bounds: near one, episodes would come and go each second. */
 	if (k->behind && !behind)
-		behind = k->missed_share > SCHEDULE_BEHIND_MISSED / 2 || late_share > 0.005;
+		behind = enough && (k->missed_share > SCHEDULE_BEHIND_MISSED / 2 || late_share > 0.005);
 	if (behind == k->behind)
 		return;
 	k->behind = behind;

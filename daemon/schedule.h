@@ -46,6 +46,10 @@ struct schedule_entry {
 #define SCHEDULE_KEEP_WINDOW 10
 #define SCHEDULE_BEHIND_MISSED 0.05
 #define SCHEDULE_BEHIND_LATE_S 0.010
+/* An entry's first ticks are left out of the judgment (see schedule_count_missed). */
+#define SCHEDULE_WARM_TICKS 20
+/* Ticks due in the window below which nothing is judged. */
+#define SCHEDULE_KEEP_MIN_TICKS 50
 struct schedule_keep {
 	/* The schedule's counts, a second apart. */
 	uint64_t ticks[SCHEDULE_KEEP_WINDOW], missed[SCHEDULE_KEEP_WINDOW], late[SCHEDULE_KEEP_WINDOW];
@@ -54,6 +58,7 @@ struct schedule_keep {
 	double since_unix;      /* when the episode under way (or the last) began; 0: none yet */
 	uint64_t episodes;
 	uint64_t missed_before; /* the schedule's missed ticks when the episode began */
+	uint64_t warm_ticks, warm_missed, warm_late; /* of entries past their first ticks */
 	double missed_share;    /* of the ticks due over the window */
 };
 /* Every entry's ticks on one timer: ticks due at one moment share a wakeup (see schedule.c). */
@@ -71,7 +76,6 @@ struct schedule {
 	uint64_t moves;  /* entries placed in another slot by the balance */
 	uint64_t wakeups; /* with at least one tick */
 	uint64_t ticks, missed;
-	uint64_t late_ticks; /* started over SCHEDULE_BEHIND_LATE_S late */
 	struct timing *lateness_us; /* of every tick, all entries */
 	struct schedule_keep keep;
 	/* Called as a wakeup with ticks begins, before any of them (NULL: none). */

@@ -252,7 +252,8 @@ enum proc_life proc_life(pid_t pid)
 		return errno == ENOENT || errno == ESRCH ? PROC_GONE : PROC_UNSEEN;
 	if (proc_stat_parse(buf, &st) != 0)
 		return PROC_UNSEEN;
-	return st.state == 'Z' || st.state == 'X' ? PROC_GONE : PROC_LIVES;
+	/* Exiting, its memory map may be gone before it is a zombie: it is going, not "not Python". */
+	return st.state == 'Z' || st.state == 'X' || (st.flags & PROC_PF_EXITING) ? PROC_GONE : PROC_LIVES;
 }
 
 /*
