@@ -168,7 +168,7 @@ static int open_resolve_version(struct uw_target *t, const struct elf_symbol *sy
 			buf[sizeof buf - 1] = '\0';
 			uint64_t hex = version_parse(buf);
 			if (!hex && !buf[0])
-				return uw_fail(err, UW_ECORRUPT, "process %d: Python 3.%u is still starting "
+				return uw_fail(err, UW_ENOTPYTHON, "process %d: Python 3.%u is still starting "
 				               "(its version is not written yet)", (int)t->pid, minor);
 			if (hex && ((hex >> 16) & 0xff) == minor) {
 				t->version_hex = hex;
