@@ -663,12 +663,14 @@ int uw_sample(struct uw_target *t, struct uw_sample *s, struct uw_error *err)
 	if (w->deadline_ns && (w->cut || s->tasks_cut)) {
 		/*
 		 * Cut, the sample took what it was given and its tail: half of
-		 * what it took past the bound (or left of it) moves the next
-		 * deadline, a step at most a quarter of the bound, so a preempted
-		 * sample moves it little and a steady tail is soon taken in.
+		 * what it took past seven eighths of the bound (or left of it)
+		 * moves the next deadline, a step at most a quarter of the bound,
+		 * so a preempted sample moves it little and a steady tail is soon
+		 * taken in.  Aimed below the bound, as half the samples land past
+		 * where they aim.
 		 */
 		int64_t bound = (int64_t)t->opts.max_sample_ns;
-		int64_t excess = (int64_t)(clock_mono_ns() - w->started_ns) - bound;
+		int64_t excess = (int64_t)(clock_mono_ns() - w->started_ns) - (bound - bound / 8);
 		if (excess > bound / 4)
 			excess = bound / 4;
 		if (excess < -bound / 4)
