@@ -30,6 +30,21 @@ static size_t utf8_put(char *out, uint32_t cp)
 	return 4;
 }
 
+/* The i-th character of a str's data, kind bytes wide (1, 2 or 4). */
+static uint32_t pystr_code_point(const uint8_t *data, size_t i, unsigned kind)
+{
+	if (kind == 1)
+		return data[i];
+	if (kind == 2) {
+		uint16_t v;
+		memcpy(&v, data + 2 * i, 2);
+		return v;
+	}
+	uint32_t v;
+	memcpy(&v, data + 4 * i, 4);
+	return v;
+}
+
 char *pystr_to_utf8(const uint8_t *data, size_t count, unsigned kind)
 {
 	char *out = malloc(count * 4 + 1);
@@ -37,16 +52,7 @@ char *pystr_to_utf8(const uint8_t *data, size_t count, unsigned kind)
 		return NULL;
 	size_t n = 0;
 	for (size_t i = 0; i < count; i++) {
-		uint32_t cp;
-		if (kind == 1) {
-			cp = data[i];
-		} else if (kind == 2) {
-			uint16_t v;
-			memcpy(&v, data + 2 * i, 2);
-			cp = v;
-		} else {
-			memcpy(&cp, data + 4 * i, 4);
-		}
+		uint32_t cp = pystr_code_point(data, i, kind);
 		n += utf8_put(out + n, cp);
 	}
 	out[n] = '\0';
@@ -57,16 +63,7 @@ void pystr_to_utf8_into(const uint8_t *data, size_t count, unsigned kind, char *
 {
 	size_t n = 0;
 	for (size_t i = 0; i < count; i++) {
-		uint32_t cp;
-		if (kind == 1) {
-			cp = data[i];
-		} else if (kind == 2) {
-			uint16_t v;
-			memcpy(&v, data + 2 * i, 2);
-			cp = v;
-		} else {
-			memcpy(&cp, data + 4 * i, 4);
-		}
+		uint32_t cp = pystr_code_point(data, i, kind);
 		char one[4];
 		size_t len = utf8_put(one, cp);
 		/* Cut at a whole character, the NUL kept. */
