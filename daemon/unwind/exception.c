@@ -19,24 +19,10 @@ static raddr_t exception_none(struct uw_target *t)
 	if (t->none_looked)
 		return t->none_object;
 	t->none_looked = true;
-	struct proc_maps maps;
-	if (t->pid <= 0 || proc_maps_read(t->pid, &maps, NULL) != 0)
-		return 0;
-	for (size_t i = 0; i < maps.count; i++) {
-		const struct proc_map *m = &maps.maps[i];
-		if (!m->path || m->offset != 0 || strcmp(m->path, t->runtime_file) != 0)
-			continue;
-		int fd = proc_map_open(t->pid, m, NULL);
-		if (fd < 0)
-			break;
-		struct elf_symbol none = {.name = "_Py_NoneStruct"};
-		struct elf_facts facts;
-		if (elf_lookup(fd, &none, 1, &facts, NULL) == 0 && none.found)
-			t->none_object = m->start - facts.first_load_vaddr + none.value;
-		close(fd);
-		break;
-	}
-	proc_maps_free(&maps);
+	struct elf_symbol none = {.name = "_Py_NoneStruct"};
+	raddr_t at;
+	if (open_runtime_symbols(t, &none, 1, &at))
+		t->none_object = at;
 	return t->none_object;
 }
 

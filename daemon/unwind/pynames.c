@@ -81,27 +81,12 @@ static bool names_types(struct uw_target *t)
 	if (pn->types_looked)
 		return pn->dict_type && pn->long_type;
 	pn->types_looked = true;
-	struct proc_maps maps;
-	if (t->pid <= 0 || !t->runtime_file || proc_maps_read(t->pid, &maps, NULL) != 0)
-		return false;
-	for (size_t i = 0; i < maps.count; i++) {
-		const struct proc_map *m = &maps.maps[i];
-		if (!m->path || m->offset != 0 || strcmp(m->path, t->runtime_file) != 0)
-			continue;
-		int fd = proc_map_open(t->pid, m, NULL);
-		if (fd < 0)
-			break;
-		struct elf_symbol syms[2] = {{.name = "PyDict_Type"}, {.name = "PyLong_Type"}};
-		struct elf_facts facts;
-		if (elf_lookup(fd, syms, 2, &facts, NULL) == 0 && syms[0].found && syms[1].found) {
-			uint64_t bias = m->start - facts.first_load_vaddr;
-			pn->dict_type = bias + syms[0].value;
-			pn->long_type = bias + syms[1].value;
-		}
-		close(fd);
-		break;
+	struct elf_symbol syms[2] = {{.name = "PyDict_Type"}, {.name = "PyLong_Type"}};
+	raddr_t at[2];
+	if (open_runtime_symbols(t, syms, 2, at)) {
+		pn->dict_type = at[0];
+		pn->long_type = at[1];
 	}
-	proc_maps_free(&maps);
 	return pn->dict_type && pn->long_type;
 }
 
