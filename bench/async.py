@@ -8,10 +8,8 @@ service's loop runs while its tasks wait: no sample is proven from the last,
 every one reads the tasks; --target-mode park parks it too); then `pyprofd
 record --rate 1000` samples it
 for --seconds without async, with --async-aware and with --async-mode all,
-and `pyprofd dump --async-aware` reads the whole tree once.  Then the
-daemon samples a chain of --chain tasks (10,000), each awaiting the next,
-at 100 Hz with --async-mode all: its sample time against the 5 ms bound.  A sample reads
-at most 4,096 tasks (more are counted as cut), so its cost is bounded.
+and `pyprofd dump --async-aware` reads the whole tree once.  The daemon's
+sample time on a deep chain of tasks, against its bound, is bench/bound.py's.
 Prints figures; never passes or fails on them.
 """
 import argparse
@@ -28,7 +26,6 @@ sys.path.insert(0, HERE)
 from pythons import interpreters  # noqa: E402
 
 TARGET = os.path.join(HERE, "..", "tests", "targets", "tasks.py")
-CHAIN = os.path.join(HERE, "..", "tests", "targets", "task_chain.py")
 
 
 def root_interpreters(root):
@@ -68,40 +65,6 @@ def place(script, root, tmp):
     return base + os.path.basename(script), base + "report", os.path.join(inside, "report"), inside
 
 
-def chain(args, label, cmd, root):
-    """The daemon at 100 Hz, --async-mode all, on a chain of --chain tasks each awaiting the next: its
-    sample time against the per-sample bound (max_sample_time, 5 ms by default)."""
-    tmp = tempfile.mkdtemp(prefix="pyprofd-bench-chain-")
-    script, report_in, report, inside = place(CHAIN, root, tmp)
-    proc = subprocess.Popen(cmd + ["-I", script, report_in, str(args.chain)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    daemon = subprocess.Popen([args.pyprofd, "--state-dir", tmp, "--log-level", "warn"])
-    sock = os.path.join(tmp, "pyprofd.sock")
-
-    def ctl(*argv):
-        return json.loads(subprocess.run([args.ctl, "--socket", sock, "--json"] + list(argv),
-                                         capture_output=True, text=True, check=True).stdout)
-    try:
-        deadline = time.time() + 300
-        while not (os.path.exists(report) and os.path.exists(sock)) and time.time() < deadline:
-            time.sleep(0.1)
-        pid = json.load(open(report))["pid"] if not root else proc.pid
-        ctl("attach", str(pid), "--rate", "100", "--async-mode", "all")
-        time.sleep(args.seconds * 4)
-        st = ctl("stats", str(pid))
-        n = max(1, st["total_samples"] - st.get("process_still", 0))
-        print("%-22s %8d %-10s %10.1f %10.1f %10.1f Hz %8.0f tasks/s. %6.0f %% cut" % (
-            label, args.chain, "chain", st["sample_us_p50"], st["sample_us_p99"], st["achieved_rate_hz"],
-            st.get("tasks_read", 0) / n, 100.0 * st.get("tasks_cut", 0) / n), flush=True)
-    finally:
-        proc.kill()
-        daemon.terminate()
-        daemon.wait()
-        shutil.rmtree(tmp, ignore_errors=True)
-        if inside:
-            shutil.rmtree(inside, ignore_errors=True)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pyprofd", default=os.path.join(HERE, "..", "build", "pyprofd"))
@@ -112,7 +75,6 @@ def main():
     # At max a sampler that shares the spinning target's CPU finds it still (it waits for that CPU).
     ap.add_argument("--rate", default="1000", help="record's --rate (default 1000; max)")
     ap.add_argument("--ctl", default=os.path.join(HERE, "..", "build", "pyprofd-ctl"))
-    ap.add_argument("--chain", type=int, default=10000, help="tasks of the chain the daemon samples (0: none)")
     ap.add_argument("--only", default="", help="interpreters whose label starts with one of these, comma-separated")
     args = ap.parse_args()
     pys = [(label, [path], minor) for label, path, minor in interpreters() if minor >= 11]
@@ -127,16 +89,8 @@ def main():
         for n in counts:
             tmp = tempfile.mkdtemp(prefix="pyprofd-bench-async-")
             try:
-                if cmd[0] == "chroot":
-                    inside = tempfile.mkdtemp(dir=os.path.join(args.root, "tmp"))
-                    shutil.copy(TARGET, inside)
-                    script_in = "/tmp/" + os.path.basename(inside) + "/tasks.py"
-                    report_in = "/tmp/" + os.path.basename(inside) + "/report"
-                    report = os.path.join(inside, "report")
-                else:
-                    inside = None
-                    script_in, report_in = TARGET, os.path.join(tmp, "report")
-                    report = report_in
+                script_in, report_in, report, inside = place(
+                    TARGET, args.root if cmd[0] == "chroot" else None, tmp)
                 proc = start(cmd, script_in, report_in, n, args.target_mode)
                 if not os.path.exists(report):
                     print("%-22s %8d  (the target did not start)" % (label, n))
@@ -167,13 +121,6 @@ def main():
                 shutil.rmtree(tmp, ignore_errors=True)
                 if inside:
                     shutil.rmtree(inside, ignore_errors=True)
-    if args.chain:
-        print()
-        print("%-22s %8s %-10s %10s %10s %13s (the daemon, 100 Hz, bound 5 ms)" % (
-            "python", "tasks", "mode", "p50 us", "p99 us", "achieved"))
-        for label, cmd, minor in pys:
-            chain(args, label, cmd, args.root if cmd[0] == "chroot" else None)
-
 
 if __name__ == "__main__":
     main()
