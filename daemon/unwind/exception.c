@@ -21,7 +21,7 @@ static raddr_t exception_none(struct uw_target *t)
 	t->none_looked = true;
 	struct elf_symbol none = {.name = "_Py_NoneStruct"};
 	raddr_t at;
-	if (open_runtime_symbols(t, &none, 1, &at))
+	if (proc_runtime_symbols(t, &none, 1, &at))
 		t->none_object = at;
 	return t->none_object;
 }

@@ -543,3 +543,29 @@ bool sched_files_off(const struct sched_files *f)
 	ssize_t n = pread(f->wchan_fd, buf, sizeof buf, 0);
 	return n > 0 && !(n == 1 && buf[0] == '0');
 }
+
+bool proc_runtime_symbols(struct uw_target *t, struct elf_symbol *syms, size_t n, raddr_t *addrs)
+{
+	struct proc_maps maps;
+	if (t->pid <= 0 || !t->runtime_file || proc_maps_read(t->pid, &maps, NULL) != 0)
+		return false;
+	bool all = false;
+	for (size_t i = 0; i < maps.count; i++) {
+		const struct proc_map *m = &maps.maps[i];
+		if (!m->path || m->offset != 0 || strcmp(m->path, t->runtime_file) != 0)
+			continue;
+		int fd = proc_map_open(t->pid, m, NULL);
+		if (fd < 0)
+			break;
+		struct elf_facts facts;
+		all = elf_lookup(fd, syms, n, &facts, NULL) == 0;
+		for (size_t k = 0; all && k < n; k++)
+			all = syms[k].found;
+		for (size_t k = 0; all && k < n; k++)
+			addrs[k] = m->start - facts.first_load_vaddr + syms[k].value;
+		close(fd);
+		break;
+	}
+	proc_maps_free(&maps);
+	return all;
+}

@@ -83,7 +83,7 @@ static bool names_types(struct uw_target *t)
 	pn->types_looked = true;
 	struct elf_symbol syms[2] = {{.name = "PyDict_Type"}, {.name = "PyLong_Type"}};
 	raddr_t at[2];
-	if (open_runtime_symbols(t, syms, 2, at)) {
+	if (proc_runtime_symbols(t, syms, 2, at)) {
 		pn->dict_type = at[0];
 		pn->long_type = at[1];
 	}

@@ -446,10 +446,12 @@ struct uw_image_target {
 };
 /* A target reading a memory image, as uw_open does a process; NULL and *err. */
 struct uw_target *uw_open_image(const struct uw_image_target *it, struct uw_error *err);
+
+/* proc.c */
 /*
  * The addresses of syms in the runtime's file as the process maps it now
  * (for what is looked up after the open, once); true when every one was found.
  */
-bool open_runtime_symbols(struct uw_target *t, struct elf_symbol *syms, size_t n, raddr_t *addrs);
+bool proc_runtime_symbols(struct uw_target *t, struct elf_symbol *syms, size_t n, raddr_t *addrs);
 
 #endif
