@@ -3,6 +3,7 @@
  * kernel state through a descriptor kept open), and the kernel's id of a
  * thread where CPython 3.8-3.10 does not record it.
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -182,6 +183,28 @@ static char threads_looked_state(struct uw_target *t, struct thread_cache *tc, i
 {
 	char looked = threads_looked_exactly(t, tc, tid);
 	return looked == 'Q' ? 'R' : looked;
+}
+
+/*
+ * A fork's child holds its parent's thread states until its interpreter
+ * clears them after the fork, which on a busy host can be samples later:
+ * their ids are the parent's threads', no task of the child.  A thread is
+ * proven the process's own once; one that is not is looked at again each
+ * sample, which lasts only as long as that window (or a thread's exit).
+ */
+bool threads_own(struct uw_target *t, struct thread_cache *tc, int64_t tid)
+{
+	if (tid <= 0 || tc->own_tid == tid)
+		return true;
+	int64_t proc_tid = threads_proc_tid(t, tid);
+	if (proc_tid <= 0)
+		return false;
+	char path[96];
+	snprintf(path, sizeof path, "/proc/%d/task/%lld", (int)t->pid, (long long)proc_tid);
+	if (access(path, F_OK) != 0)
+		return errno != ENOENT; /* what cannot be judged is kept */
+	tc->own_tid = tid;
+	return true;
 }
 
 /* The kernel's state letter of a thread: from this sample's look, else through a descriptor kept open. */
@@ -416,6 +439,17 @@ static int threads_tid_offset_find(const uint8_t *buf, size_t len, const pid_t *
 	return -1;
 }
 
+/*
+ * glibc's descriptor on x86-64 opens with its thread control block, whose
+ * first and third words point at the descriptor itself; its tid is zero
+ * once the thread no longer runs in this process.
+ */
+static bool threads_glibc_gone(const uint8_t *buf, uint64_t pthread)
+{
+	return load_u64(buf, 0) == pthread && load_u64(buf, 16) == pthread &&
+	       load_i32(buf, PTHREAD_TID_GLIBC_X86_64) == 0;
+}
+
 /* glibc and musl: pthread_t is the address of the thread's descriptor, which holds the tid. */
 int64_t threads_native_tid(struct uw_target *t, uint64_t pthread)
 {
@@ -424,15 +458,23 @@ int64_t threads_native_tid(struct uw_target *t, uint64_t pthread)
 		if (t->pthread_tid_searches >= THREADS_TID_SEARCHES)
 			return -1;
 		uint8_t buf[PTHREAD_SCAN_BYTES];
+		if (remote_read(&t->mem, pthread, buf, sizeof buf, NULL) != 0)
+			return -1;
+		/*
+		 * A fork's child, met before it cleared its parent's thread states,
+		 * shows those first, and glibc zeroed their tids: no task's id to
+		 * find in them.  Told apart, they spend none of the looks.
+		 */
+		if (threads_glibc_gone(buf, pthread))
+			return 0;
 		/* struct pthread holds the tid the thread itself was given. */
 		pid_t *tasks = NULL, *own = NULL;
 		int ntasks = threads_tasks(t, &tasks, t->pid_namespace_nested ? &own : NULL);
 		/* Threads that could not be listed (out of descriptors or memory): no look was had. */
 		if (ntasks > 0) {
 			t->pthread_tid_searches++;
-			if (remote_read(&t->mem, pthread, buf, sizeof buf, NULL) == 0)
-				t->pthread_tid_offset = threads_tid_offset_find(
-					buf, sizeof buf, t->pid_namespace_nested ? own : tasks, ntasks);
+			t->pthread_tid_offset = threads_tid_offset_find(
+				buf, sizeof buf, t->pid_namespace_nested ? own : tasks, ntasks);
 		}
 		free(tasks);
 		free(own);
@@ -441,6 +483,9 @@ int64_t threads_native_tid(struct uw_target *t, uint64_t pthread)
 	}
 	const uint8_t *p = view_read(t, pthread + (uint32_t)t->pthread_tid_offset, 4, 0, NULL);
 	int32_t tid = p ? load_i32(p, 0) : -1;
+	/* The kernel zeroes it as the thread exits, and glibc in a fork's child for the parent's other threads. */
+	if (tid == 0)
+		return 0;
 	return tid > 0 ? tid : -1;
 }
 

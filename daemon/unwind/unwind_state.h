@@ -192,6 +192,7 @@ struct thread_cache {
 	uint64_t seen;       /* sample number it was last seen in */
 	int stat_fd;         /* /proc/PID/task/TID/stat, kept open; -1 (-2: no such task) */
 	int64_t stat_tid;
+	int64_t own_tid;     /* the tid proven a task of this process; 0 before */
 	uint32_t prev_stack; /* the stack it had last sample (idle: it ran since, when it differs) */
 	bool prev_waits;     /* its innermost frame is a known wait (code_known_wait) */
 	uint32_t idle_stack; /* the stack the kernel's state was last read at, and the verdict */

@@ -366,6 +366,8 @@ struct thread_cache *threads_lookup(struct uw_target *t, raddr_t tstate, uint32_
 /* Forget the threads that were not in this sample: they ended. */
 void threads_sweep(struct uw_target *t);
 size_t threads_bytes(const struct uw_target *t);
+/* Is tid (as the process knows it) one of the process's tasks?  Unknown ids (<= 0) pass. */
+bool threads_own(struct uw_target *t, struct thread_cache *tc, int64_t tid);
 /* The kernel's state letter of a thread ('R', 'S', ...; '?' unknown). */
 char threads_kernel_state(struct uw_target *t, struct thread_cache *tc, int64_t tid);
 /* Samples between two reads of a thread's name in /proc. */
@@ -405,7 +407,7 @@ bool pynames_same(struct uw_target *t, const struct pyname_seen *seen);
  */
 bool threads_idle(struct uw_target *t, struct thread_cache *tc, int64_t tid, bool holds_gil,
                   char state, uint32_t stack);
-/* The kernel's id of a thread from its pthread_t (3.8-3.10); -1 unknown. */
+/* The kernel's id of a thread from its pthread_t (3.8-3.10); 0 a thread that no longer runs; -1 unknown. */
 int64_t threads_native_tid(struct uw_target *t, uint64_t pthread);
 /*
  * Pages a thread's walk reads before the kernel's proof pays: a sample it

@@ -256,11 +256,17 @@ static int walk_thread(struct walk *w, const struct walk_interp *iv, raddr_t tst
 	tc->seen = t->sample_gen;
 
 	uint64_t thread_id = load_u64(ts, L->tstate.thread_id);
-	int64_t native_id = L->tstate.native_thread_id != LAYOUT_ABSENT
-	                        ? (int64_t)load_u64(ts, L->tstate.native_thread_id)
-	                        : threads_native_tid(t, thread_id);
+	int64_t native_id;
+	if (L->tstate.native_thread_id != LAYOUT_ABSENT) {
+		native_id = (int64_t)load_u64(ts, L->tstate.native_thread_id);
+	} else if ((native_id = threads_native_tid(t, thread_id)) == 0) {
+		return 0; /* it ran here no more: a state the fork's child has not cleared yet */
+	}
 	if (native_id <= 0 || native_id > INT32_MAX)
 		native_id = -1;
+	/* Another process's thread: its parent's, copied by a fork the child has not cleared yet. */
+	if (!threads_own(t, tc, native_id))
+		return 0;
 	bool holds_gil = iv->gil_holder && iv->gil_holder == tstate;
 	bool need_cpu = t->opts.mode == UW_MODE_CPU || t->opts.want_on_cpu;
 	char state = need_cpu ? threads_kernel_state(t, tc, native_id) : '?';

@@ -4,14 +4,17 @@
  * whole names, longer than the kernel's 15 bytes, in list, dump and the
  * history; a name past 63 bytes cut at a whole character; a thread renamed
  * after it started by its new name; a thread threading does not know by
- * the kernel's name or none.
+ * the kernel's name or none.  A fork's child shows its own threads alone,
+ * from its first sample.
  */
 #include <criterion/criterion.h>
+#include <criterion/parameterized.h>
 #include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "daemon.h"
 #include "helpers.h"
@@ -209,4 +212,72 @@ Test(threads, what_threading_holds_spoilt_names_no_thread, .timeout = 300)
 		run_result_free(&r);
 		test_target_kill(&t);
 	}
+}
+
+/* One interpreter of each reader of thread ids: pthread descriptors (3.8), the thread state's (3.12, 3.15). */
+static const unsigned fork_minors[] = {8, 12, 15};
+
+ParameterizedTestParameters(threads, fork_child_shows_its_own_alone)
+{
+	size_t n = sizeof fork_minors / sizeof fork_minors[0];
+	return cr_make_param_array(struct python_param, python_params_of_minors(fork_minors, n), n, python_params_free);
+}
+
+/* The pid (as this process sees it) of the first child of pid; -1 when it has none yet. */
+static pid_t threads_first_child(pid_t pid)
+{
+	char path[64], buf[64];
+	snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)pid, (int)pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	int child = -1;
+	if (!fgets(buf, sizeof buf, f) || sscanf(buf, "%d", &child) != 1)
+		child = -1;
+	fclose(f);
+	return child;
+}
+
+/*
+ * A fork's child sampled while its memory still holds its parent's
+ * thread states (the window os.fork closes at once, held open seconds by
+ * the target): none of the parent's threads in its history, and its own
+ * work once it ran.
+ */
+ParameterizedTest(struct python_param *p, threads, fork_child_shows_its_own_alone, .timeout = 120)
+{
+	if (p->none)
+		cr_skip_test("no Python 3.%u here", p->minor);
+	char ctx[PATH_MAX + 64], script[PATH_MAX], pid[16];
+	python_describe(&p->py, ctx, sizeof ctx);
+	target_script("fork_window.py", script, sizeof script);
+	static const char *const fast_flush[] = {"--flush-interval", "1", NULL};
+	struct daemon d;
+	daemon_start(&d, fast_flush);
+	struct test_target t;
+	const char *args[] = {"-I", script, "{report}", "2", "2", NULL};
+	test_target_start_python(&t, &p->py, args);
+	json_decref(test_target_wait_report(&t, TARGET_READY_TIMEOUT_S));
+	pid_t child = threads_first_child(t.pid);
+	cr_assert_gt(child, 0, "%s: the target's child is not to be found", ctx);
+	ctl_attach_at(&d, child, "100");
+	pid_text(child, pid, sizeof pid);
+
+	const char *collapsed[] = {"query", "--pid", pid, "--format", "collapsed", NULL};
+	struct run_result r = {0};
+	/* Until the child ended and its history holds its work: a busy host runs it late. */
+	for (int k = 0; k < 200; k++) {
+		run_result_free(&r);
+		ctl_run(&d, &r, collapsed, NULL);
+		if (r.out && strstr(r.out, "child_spin") && kill(child, 0) != 0)
+			break;
+		pause_ms(100);
+	}
+	const char *text = r.out ? r.out : "";
+	cr_expect(strstr(text, "child_spin"), "%s: the child's own work is not in its history:\n%s", ctx, text);
+	cr_expect(!strstr(text, "parent_worker_spin"), "%s: the parent's threads in the child's history:\n%s", ctx,
+	          text);
+	run_result_free(&r);
+	test_target_kill(&t);
+	daemon_stop(&d);
 }
