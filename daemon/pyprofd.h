@@ -671,12 +671,6 @@ void fleet_free(struct fleet *f);
 void fleet_housekeeping(struct fleet *f);
 /* Detached by hand: no rule attaches this process again until it exits. */
 void fleet_hold(struct fleet *f, pid_t pid, uint64_t start_time);
-/*
- * A hand attach's labels: what was found of the process, then those it had
- * before (when none are given), then those given, which win.  -1 out of memory.
- */
-int fleet_hand_labels(pid_t pid, const char *python_version, const struct target_params *before,
-                      struct target_params *p);
 void fleet_status(const struct fleet *f, Pyprofd__StatusResult *out);
 
 /* server.c */

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fleet_labels.h"
 #include "pyprofd.h"
 #include "rpc_handlers.h"
 
