@@ -190,6 +190,17 @@ static int config_parse_percent(const char *text, double *out)
 	return 0;
 }
 
+/* [sampling] idle's values, by what they make drop_idle. */
+const char *const config_idle_names[2] = {"keep", "drop"};
+
+static int config_idle_parse(const char *value, bool *drop)
+{
+	for (size_t i = 0; i < 2; i++)
+		if (strcmp(value, config_idle_names[i]) == 0)
+			return *drop = i == 1, 0;
+	return -1;
+}
+
 /* One setting by its config-file name; also how flags are applied. */
 static int config_set(struct config *c, const char *section, const char *name, const char *value)
 {
@@ -250,6 +261,8 @@ static int config_set(struct config *c, const char *section, const char *name, c
 			return c->no_kernel_reader = strcmp(value, "false") == 0, 0;
 		if (strcmp(name, "kernel_copy") == 0 && (strcmp(value, "true") == 0 || strcmp(value, "false") == 0))
 			return c->kernel_copy = strcmp(value, "true") == 0, 0;
+		if (strcmp(name, "idle") == 0)
+			return config_idle_parse(value, &c->drop_idle);
 		if (strcmp(name, "provers_off") == 0) {
 			char why[160];
 			return uw_provers_parse(value, &c->provers_off, why, sizeof why) == 0 ? 0 : -1;
@@ -288,6 +301,7 @@ static const char *config_takes(const char *section, const char *name)
 		{"sampling", "write", "true or false"},
 		{"sampling", "kernel_reader", "true or false"},
 		{"sampling", "kernel_copy", "true or false"},
+		{"sampling", "idle", "keep or drop"},
 		{"export.otlp", "endpoint", "an http:// or https:// URL with a host, e.g. http://collector:4318"},
 		{"export.otlp", "compression", "gzip or none"},
 	};

@@ -61,10 +61,14 @@ uint64_t otlp_request_samples(const struct otlp_request *q);
 /* The request's bytes (malloc'd).  0, or -1 out of memory. */
 int otlp_request_pack(struct otlp_request *q, uint8_t **out, size_t *len);
 void otlp_request_free(struct otlp_request *q);
-/* A target's samples in buckets starting in [from, until) as a request; NULL and why. */
+/*
+ * A target's samples in buckets starting in [from, until) as a request,
+ * without those of waiting threads if no_idle; NULL and why.
+ */
 struct otlp_request *otlp_request_from_history(struct store_reader *r, const struct otlp_config *oc,
                                                const char *host, int64_t target_id, int64_t from,
-                                               int64_t until, char *why, size_t why_len);
+                                               int64_t until, bool no_idle, char *why,
+                                               size_t why_len);
 /*
  * POST a packed request to endpoint's /v1development/profiles, as oc says
  * (compression, headers, timeout), on the HTTP client *handle (made on
@@ -100,6 +104,7 @@ struct otlp_sender {
 	pthread_cond_t wake;
 	/* Under the lock. */
 	struct otlp_config config;
+	bool no_idle; /* [sampling] idle = drop: waiting threads' samples are not sent */
 	uint64_t config_serial, round_serial; /* the configuration's, and the one the thread sends by */
 	bool stop;
 	int64_t flushed_through; /* every sample of a second before this is handed to the writer */
@@ -116,7 +121,10 @@ struct otlp_sender {
 };
 /* Start the thread (idle while no endpoint is configured).  0, or -1. */
 int otlp_sender_start(struct otlp_sender *x, struct store_writer *writer, const struct config *c);
-/* [export.otlp] as reloaded: a change starts the sender afresh, cancelling what it was sending. */
+/*
+ * [export.otlp] as reloaded: a change starts the sender afresh, cancelling
+ * what it was sending.  [sampling] idle applies from the next request on.
+ */
 void otlp_sender_configure(struct otlp_sender *x, const struct config *c);
 /* After a flush round at loop time now: the history is complete up to its second. */
 void otlp_sender_flushed(struct otlp_sender *x, double now);

@@ -68,7 +68,7 @@ static int backfill_run(struct job *job, void *data)
 	for (size_t i = 0; i < ts.n && !error[0]; i++) {
 		char why[256] = "";
 		struct otlp_request *q = otlp_request_from_history(r, &b->oc, b->host, ts.ids[i], from,
-		                                                   until, why, sizeof why);
+		                                                   until, b->q.no_idle, why, sizeof why);
 		uint8_t *body = NULL;
 		size_t len = 0;
 		if (!q || otlp_request_pack(q, &body, &len) < 0) {
@@ -166,6 +166,8 @@ Pyprofd__ErrorCode otlp_backfill_start(struct otlp_sender *x, struct jobs *js, u
 		b->oc.timeout_s = x->config.timeout_s;
 		b->oc.gzip = x->config.gzip;
 	}
+	/* A backfill sends what the sender would: the request has no say on idle samples. */
+	b->q.no_idle = x->no_idle;
 	pthread_mutex_unlock(&x->lock);
 	b->q.pid = r->pid;
 	b->q.from_unix = r->from_unix;

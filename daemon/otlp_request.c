@@ -521,13 +521,14 @@ static int otlp_keep_process(void *ctx, const struct store_process *p)
 
 struct otlp_request *otlp_request_from_history(struct store_reader *r, const struct otlp_config *oc,
                                                const char *host, int64_t target_id, int64_t from,
-                                               int64_t until, char *why, size_t why_len)
+                                               int64_t until, bool no_idle, char *why,
+                                               size_t why_len)
 {
 	struct store_error err = {{0}};
 	struct arena a = {0};
 	struct otlp_process_copy pc = {.a = &a};
 	struct store_query sel = {.target_id = target_id, .from_unix = (double)from,
-	                          .until_unix = (double)until};
+	                          .until_unix = (double)until, .no_idle = no_idle};
 	uint32_t rate = 0;
 	char mode[16] = "";
 	uint64_t *threads = NULL;

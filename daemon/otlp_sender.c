@@ -95,8 +95,11 @@ static int sender_send_target(struct otlp_sender *x, const struct otlp_config *o
                               int64_t from, int64_t until, uint64_t *samples, char *why,
                               size_t why_len)
 {
+	pthread_mutex_lock(&x->lock);
+	bool no_idle = x->no_idle;
+	pthread_mutex_unlock(&x->lock);
 	struct otlp_request *q = otlp_request_from_history(x->reader, oc, x->host, target_id, from,
-	                                                   until, why, why_len);
+	                                                   until, no_idle, why, why_len);
 	if (!q)
 		return -1;
 	uint8_t *body = NULL;
@@ -297,6 +300,7 @@ int otlp_sender_start(struct otlp_sender *x, struct store_writer *writer, const 
 	memset(x, 0, sizeof *x);
 	x->writer = writer;
 	x->bucket_seconds = c->bucket_seconds;
+	x->no_idle = c->drop_idle;
 	otlp_config_init(&x->config);
 	if (gethostname(x->host, sizeof x->host - 1) != 0)
 		x->host[0] = '\0';
@@ -324,6 +328,8 @@ int otlp_sender_start(struct otlp_sender *x, struct store_writer *writer, const 
 void otlp_sender_configure(struct otlp_sender *x, const struct config *c)
 {
 	pthread_mutex_lock(&x->lock);
+	/* What was sent stays sent: the setting changes what goes out next, not the history. */
+	x->no_idle = c->drop_idle;
 	if (!otlp_config_equal(&x->config, &c->otlp)) {
 		struct otlp_config fresh;
 		if (otlp_config_copy(&fresh, &c->otlp) == 0) {

@@ -352,6 +352,7 @@ struct config {
 	bool no_write;               /* [sampling] write = false: never write into a target */
 	bool no_kernel_reader;       /* [sampling] kernel_reader = false: never load the in-kernel reader */
 	bool kernel_copy;            /* [sampling] kernel_copy = true: the kernel copies targets as they fall quiet */
+	bool drop_idle;              /* [sampling] idle = drop: views leave waiting threads out unless asked */
 	unsigned provers_off;        /* [sampling] provers_off: ways of proving stacks turned off (the ablation bench) */
 };
 /*
@@ -360,6 +361,8 @@ struct config {
  * prints usage and gives -1: exit 0).
  */
 int config_load(struct config *c, int argc, char **argv);
+/* [sampling] idle's values: "keep" and "drop", indexed by drop_idle. */
+extern const char *const config_idle_names[2];
 /* The longest reason a configuration is refused. */
 #define CONFIG_WHY_MAX 1024
 /* Read the file again (SIGHUP); flags still win.  0, or -1 and why, with the old config kept. */
@@ -604,6 +607,7 @@ struct query_origin {
 	uint64_t request_id;
 	uid_t uid;
 	struct store_writer *writer; /* the history's: its file is read as it reaches it */
+	bool no_idle;                /* leave out waiting threads' samples (rpc_idle_left_out) */
 };
 /*
  * Start a query as a job: ERROR_UNSPECIFIED, and the answer comes later;

@@ -177,6 +177,8 @@ static int query_flush_part(struct builder *b, bool more)
 		res.rate_hz = j->rate_hz;
 		res.mode = j->mode;
 		res.functions_found = b->fs.nrows;
+		/* The processes' samples are all their samples, idle or not. */
+		res.idle_left_out = j->q.no_idle && j->aggregate != PYPROFD__QUERY_AGGREGATE__QUERY_PROCESSES;
 		if (b->partial)
 			res.partial = (char *)b->partial;
 		if (j->aggregate == PYPROFD__QUERY_AGGREGATE__QUERY_DIFF) {
@@ -508,7 +510,7 @@ Pyprofd__ErrorCode queries_start(struct jobs *js, const struct query_origin *o,
 	j->q.by_thread = r->by_thread;
 	j->q.thread_id = r->thread_id;
 	j->q.split_threads = r->split_threads && r->aggregate == PYPROFD__QUERY_AGGREGATE__QUERY_STACKS;
-	j->q.no_idle = r->no_idle;
+	j->q.no_idle = o->no_idle;
 	j->q.time_slots = r->aggregate == PYPROFD__QUERY_AGGREGATE__QUERY_STACKS ? r->time_slots : 0;
 	/* Another user sees the history of its own processes alone. */
 	j->q.by_uid = o->uid != 0;

@@ -55,6 +55,15 @@ bool rpc_target_has_labels(const struct target *t, Pyprofd__Label *const *labels
 	return true;
 }
 
+bool rpc_idle_left_out(const struct server *s, Pyprofd__IdlePolicy policy, bool no_idle)
+{
+	/* check_request refused a policy the protocol lacks, and keep beside no_idle. */
+	if (policy != PYPROFD__IDLE_POLICY__IDLE_DEFAULT)
+		return policy == PYPROFD__IDLE_POLICY__IDLE_DROP;
+	/* A client from before idle_policy says drop by no_idle, and nothing otherwise. */
+	return no_idle || s->config.drop_idle;
+}
+
 /*
  * The live process pid, if the client may act on it, and the target the
  * daemon has of it in *t (NULL if none; a target of a process that had

@@ -20,6 +20,11 @@ void rpc_out_of_memory(Pyprofd__Response *resp, struct arena *a);
 bool rpc_may_see(const struct client *c, uid_t owner_uid, gid_t owner_gid);
 /* Whether the target has every one of these labels, key and value (none: any target has). */
 bool rpc_target_has_labels(const struct target *t, Pyprofd__Label *const *labels, size_t n);
+/*
+ * Whether a view (top, a query) leaves out the samples of waiting threads:
+ * as the request's policy says, or its older no_idle, else as [sampling] idle.
+ */
+bool rpc_idle_left_out(const struct server *s, Pyprofd__IdlePolicy policy, bool no_idle);
 /* Most labels a selection of targets (list, top) may ask for: as many as a target holds. */
 #define RPC_SELECT_LABELS_MAX TARGET_LABELS_MAX
 /*

@@ -17,7 +17,9 @@ void rpc_query(struct server *s, struct client *c, const Pyprofd__Request *req,
 	struct query_origin o = {.client_serial = c->serial,
 	                         .request_id = req->id,
 	                         .uid = c->uid,
-	                         .writer = s->history.writer};
+	                         .writer = s->history.writer,
+	                         .no_idle = rpc_idle_left_out(s, req->query->idle_policy,
+	                                                      req->query->no_idle)};
 	char why[256];
 	Pyprofd__ErrorCode code = queries_start(&s->jobs, &o, req->query, why, sizeof why);
 	if (code != PYPROFD__ERROR_CODE__ERROR_UNSPECIFIED)

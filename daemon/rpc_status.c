@@ -47,6 +47,7 @@ static void rpc_status_own(const struct server *s, const struct client *c,
 	own->history_failing = all->history_failing;
 	own->history_error = all->history_error;
 	own->discovery = all->discovery;
+	own->idle_default = all->idle_default; /* what the user's own views do */
 	own->rules = all->rules; /* `rules list` shows them to everyone */
 	own->cpu_budget_percent = all->cpu_budget_percent;
 	/* budget_status listed this user's share alone. */
@@ -103,6 +104,7 @@ void rpc_status(struct server *s, struct client *c, const Pyprofd__Request *req,
 	res->kernel_copy = (char *)k.copy;
 	res->config_reload_failed_unix = s->reload_failed_at;
 	res->config_reload_error = s->reload_error;
+	res->idle_default = (char *)config_idle_names[s->config.drop_idle];
 	res->state_dir = s->config.state_dir;
 	res->socket = s->socket_activated ? (char *)"(from systemd)" : s->config.socket_path;
 	history_status(&s->history, res, a);

@@ -24,6 +24,7 @@ struct rpc_top {
 	const struct target *target; /* the one being counted */
 	const struct uw_target *uw;  /* its unwinder: stack and frame ids are its own */
 	const Pyprofd__TopRequest *r;
+	bool no_idle; /* leave out waiting threads' samples (rpc_idle_left_out) */
 	struct functions fs;
 	uint64_t gil, gc, idle;
 	struct rpc_top_thread *threads;
@@ -71,7 +72,7 @@ static void rpc_top_count(void *ctx, const struct tally_entry *e)
 	struct rpc_top *acc = ctx;
 	if (acc->failed || (acc->r->by_thread && e->thread_id != acc->r->thread_id))
 		return;
-	uint64_t count = acc->r->no_idle ? e->count - e->idle : e->count;
+	uint64_t count = acc->no_idle ? e->count - e->idle : e->count;
 	if (!count)
 		return;
 	struct rpc_top_thread *th = rpc_top_thread(acc, e->thread_id);
@@ -80,7 +81,7 @@ static void rpc_top_count(void *ctx, const struct tally_entry *e)
 		acc->failed = true;
 		return;
 	}
-	uint64_t idle = acc->r->no_idle ? 0 : e->idle;
+	uint64_t idle = acc->no_idle ? 0 : e->idle;
 	th->samples += count;
 	th->gil += e->gil;
 	th->gc += e->gc;
@@ -210,7 +211,8 @@ void rpc_top(struct server *s, struct client *c, const Pyprofd__Request *req,
 	unsigned window = r->window_s ? r->window_s : s->config.top_window_s;
 	if (window > TOP_SECONDS_KEPT - 2)
 		window = TOP_SECONDS_KEPT - 2;
-	struct rpc_top acc = {.r = r, .arena = a};
+	struct rpc_top acc = {.r = r, .no_idle = rpc_idle_left_out(s, r->idle_policy, r->no_idle),
+	                      .arena = a};
 	functions_init(&acc.fs, a);
 	double at = ev_now(s->loop), span = 0;
 	uint32_t processes = 1;
@@ -234,6 +236,7 @@ void rpc_top(struct server *s, struct client *c, const Pyprofd__Request *req,
 	res->gil_samples = acc.gil;
 	res->gc_samples = acc.gc;
 	res->idle_samples = acc.idle;
+	res->idle_left_out = acc.no_idle;
 	res->processes = processes;
 	rpc_top_free(&acc);
 	res->target = one ? target_to_proto(one, a) : NULL;

@@ -1,5 +1,6 @@
 /* The checks a request passes before the daemon acts on it or a client sends it. */
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -191,15 +192,37 @@ int check_time_range(const char *from_name, double from, const char *until_name,
 	return 0;
 }
 
+/* A view's idle_policy: one the protocol has, and not against the older no_idle beside it. */
+static int check_idle(const char *name, Pyprofd__IdlePolicy policy, bool no_idle, char *why,
+                      size_t why_len)
+{
+	/* protobuf-c keeps any number a proto3 enum is sent as. */
+	if ((unsigned)policy > PYPROFD__IDLE_POLICY__IDLE_DROP) {
+		snprintf(why, why_len, "%s.idle_policy is %d: it is 0 (default), 1 (keep) or 2 (drop)", name,
+		         (int)policy);
+		return -1;
+	}
+	if (no_idle && policy == PYPROFD__IDLE_POLICY__IDLE_KEEP) {
+		snprintf(why, why_len, "%s.no_idle drops the idle samples %s.idle_policy keeps", name, name);
+		return -1;
+	}
+	return 0;
+}
+
 int check_request(const Pyprofd__Request *req, const uint8_t *data, size_t len, char *why,
                   size_t why_len)
 {
 	if (check_strings(&pyprofd__request__descriptor, data, len, why, why_len) != 0)
 		return -1;
+	if (req->body_case == PYPROFD__REQUEST__BODY_TOP && req->top &&
+	    check_idle("top", req->top->idle_policy, req->top->no_idle, why, why_len) != 0)
+		return -1;
 	if (req->body_case == PYPROFD__REQUEST__BODY_QUERY && req->query) {
 		const Pyprofd__QueryRequest *q = req->query;
 		if (check_time_range("query.from_unix", q->from_unix, "query.until_unix", q->until_unix,
 		                     why, why_len) != 0)
+			return -1;
+		if (check_idle("query", q->idle_policy, q->no_idle, why, why_len) != 0)
 			return -1;
 		if (q->time_slots > CHECK_MAX_TIME_SLOTS) {
 			snprintf(why, why_len, "query.time_slots (%u) is more than %d", (unsigned)q->time_slots,

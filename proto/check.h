@@ -5,7 +5,9 @@
  * proto3 says and strict clients hold the answers to) without a NUL byte
  * (the daemon keeps C strings: "a\0b" would become "a"); every time bound
  * is unix seconds within CHECK_UNIX_MIN..CHECK_UNIX_MAX, and a range is in
- * order; a query asks for at most CHECK_MAX_TIME_SLOTS time slots.
+ * order; a query asks for at most CHECK_MAX_TIME_SLOTS time slots; a
+ * query's or top's idle_policy is one the protocol has, and not IDLE_KEEP
+ * beside the older no_idle.
  */
 #ifndef PYPROFD_CHECK_H
 #define PYPROFD_CHECK_H
@@ -46,7 +48,7 @@ int check_strings(const ProtobufCMessageDescriptor *desc, const uint8_t *data, s
 int check_time_range(const char *from_name, double from, const char *until_name, double until,
                      char *why, size_t why_len);
 
-/* req, decoded from the len bytes at data: its strings and its time ranges.  0, or -1 with why. */
+/* req, decoded from the len bytes at data: its strings, time ranges and idle policies.  0, or -1 with why. */
 int check_request(const Pyprofd__Request *req, const uint8_t *data, size_t len, char *why,
                   size_t why_len);
 

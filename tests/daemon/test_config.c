@@ -103,3 +103,40 @@ Test(config, reload_keeps_the_running_config_when_the_file_breaks)
 	cr_assert(strstr(why, ":2: bad or unknown setting [limits] max_targets = many"), "%s", why);
 	config_free(&c);
 }
+
+/*
+ * [sampling] idle: keep (the default, as before the key) or drop; another
+ * value is refused in one line that names both.
+ */
+Test(config, idle_is_keep_or_drop)
+{
+	char dir[PATH_MAX - 64], file[PATH_MAX];
+	config_file(dir, sizeof dir, file, sizeof file, "[sampling]\ndefault_rate_hz = 50\n");
+	char *argv[] = {"serve", "--state-dir", dir, NULL};
+	struct config c;
+	cr_assert_eq(config_load(&c, 3, argv), EXIT_OK);
+	cr_assert(!c.drop_idle, "idle samples are kept unless the file says");
+	cr_assert_str_eq(config_idle_names[c.drop_idle], "keep");
+
+	char why[CONFIG_WHY_MAX];
+	write_text_file(file, "[sampling]\nidle = drop\n");
+	cr_assert_eq(config_reload(&c, 3, argv, why, sizeof why), 0, "%s", why);
+	cr_assert(c.drop_idle, "idle = drop");
+	cr_assert_str_eq(config_idle_names[c.drop_idle], "drop");
+	write_text_file(file, "[sampling]\nidle = keep\n");
+	cr_assert_eq(config_reload(&c, 3, argv, why, sizeof why), 0, "%s", why);
+	cr_assert(!c.drop_idle, "idle = keep");
+
+	static const char *const bad[] = {"sometimes", "Drop", "true", ""};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		char text[64];
+		snprintf(text, sizeof text, "[sampling]\nidle = %s\n", bad[i]);
+		write_text_file(file, text);
+		cr_assert_eq(config_reload(&c, 3, argv, why, sizeof why), -1, "accepted idle = '%s'", bad[i]);
+		char want[128];
+		snprintf(want, sizeof want, ":2: [sampling] idle must be keep or drop, not '%s'", bad[i]);
+		cr_assert(strstr(why, want) && !strchr(why, '\n'), "%s", why);
+		cr_assert(!c.drop_idle, "a refused file changes nothing");
+	}
+	config_free(&c);
+}

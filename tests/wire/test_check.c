@@ -1,7 +1,7 @@
 /*
  * The checks every request passes (check.c), on bytes as a client would
- * send them: strings UTF-8 without NUL, found by name however deep, and
- * time ranges finite, within bounds and in order.
+ * send them: strings UTF-8 without NUL, found by name however deep, time
+ * ranges finite, within bounds and in order, and idle policies known.
  */
 #include <criterion/criterion.h>
 
@@ -215,4 +215,42 @@ Test(check, time_slots_are_bounded)
 	q.time_slots = UINT32_MAX;
 	cr_assert_eq(check_with(&req, '~', why, sizeof why), -1);
 	cr_assert_str_eq(why, "query.time_slots (4294967295) is more than 10000");
+}
+
+/*
+ * A view's idle_policy is one of the three the protocol has, as protobuf-c
+ * decodes any number; the older no_idle says drop, so beside keep it is refused.
+ */
+Test(check, idle_policies_are_bounded)
+{
+	Pyprofd__QueryRequest q = PYPROFD__QUERY_REQUEST__INIT;
+	Pyprofd__TopRequest t = PYPROFD__TOP_REQUEST__INIT;
+	Pyprofd__Request query = PYPROFD__REQUEST__INIT, top = PYPROFD__REQUEST__INIT;
+	query.body_case = PYPROFD__REQUEST__BODY_QUERY;
+	query.query = &q;
+	top.body_case = PYPROFD__REQUEST__BODY_TOP;
+	top.top = &t;
+	char why[256] = "";
+	for (int p = PYPROFD__IDLE_POLICY__IDLE_DEFAULT; p <= PYPROFD__IDLE_POLICY__IDLE_DROP; p++) {
+		q.idle_policy = t.idle_policy = (Pyprofd__IdlePolicy)p;
+		q.no_idle = t.no_idle = false;
+		cr_assert_eq(check_with(&query, '~', why, sizeof why), 0, "%s", why);
+		cr_assert_eq(check_with(&top, '~', why, sizeof why), 0, "%s", why);
+		q.no_idle = t.no_idle = p != PYPROFD__IDLE_POLICY__IDLE_KEEP;
+		cr_assert_eq(check_with(&query, '~', why, sizeof why), 0, "%s", why);
+		cr_assert_eq(check_with(&top, '~', why, sizeof why), 0, "%s", why);
+	}
+	q.no_idle = t.no_idle = true;
+	q.idle_policy = t.idle_policy = PYPROFD__IDLE_POLICY__IDLE_KEEP;
+	cr_assert_eq(check_with(&query, '~', why, sizeof why), -1);
+	cr_assert_str_eq(why, "query.no_idle drops the idle samples query.idle_policy keeps");
+	cr_assert_eq(check_with(&top, '~', why, sizeof why), -1);
+	cr_assert_str_eq(why, "top.no_idle drops the idle samples top.idle_policy keeps");
+	q.no_idle = t.no_idle = false;
+	q.idle_policy = t.idle_policy = (Pyprofd__IdlePolicy)3;
+	cr_assert_eq(check_with(&query, '~', why, sizeof why), -1);
+	cr_assert_str_eq(why, "query.idle_policy is 3: it is 0 (default), 1 (keep) or 2 (drop)");
+	t.idle_policy = (Pyprofd__IdlePolicy)-1;
+	cr_assert_eq(check_with(&top, '~', why, sizeof why), -1);
+	cr_assert_str_eq(why, "top.idle_policy is -1: it is 0 (default), 1 (keep) or 2 (drop)");
 }
