@@ -37,10 +37,10 @@ const char ctl_usage[] =
 	"  stats PID         what sampling a process costs, and how well it keeps its rate\n"
 	"  status            the daemon's own state\n"
 	"  top PID | --label K=V... [--window S] [--limit N] [--sort own|total|name]\n"
-	"          [--threads] [--no-idle] [--once]\n"
+	"          [--threads] [--idle | --no-idle] [--once]\n"
 	"                    the functions seen most, refreshed every second\n"
 	"  query [--pid P | --target ID] [--label K=V]... [--since D | --from T [--until T]]\n"
-	"        [--format F] [--no-idle] [-o FILE]\n"
+	"        [--format F] [--idle | --no-idle] [-o FILE]\n"
 	"                    the history: stored samples as collapsed stacks, a flamegraph,\n"
 	"                    speedscope, pprof, gecko, a table of functions, json, or the\n"
 	"                    processes a range has samples of\n"
@@ -161,6 +161,15 @@ int ctl_parse_label(const struct ctl *ctl, char *arg, Pyprofd__Label *l)
 	l->key = arg;
 	l->value = eq + 1;
 	return EXIT_OK;
+}
+
+/* --idle, --no-idle or neither as a request's two fields. */
+void ctl_idle_request(Pyprofd__IdlePolicy idle, Pyprofd__IdlePolicy *policy,
+                      protobuf_c_boolean *no_idle)
+{
+	*policy = idle;
+	/* A daemon from before idle_policy reads no_idle alone. */
+	*no_idle = idle == PYPROFD__IDLE_POLICY__IDLE_DROP;
 }
 
 /* A whole number in [min, UINT32_MAX]; EXIT_OK or a usage error. */

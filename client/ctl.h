@@ -53,6 +53,12 @@ int ctl_no_operand(const struct ctl *ctl, int argc, char **argv);
  * the command); EXIT_OK or a usage error.
  */
 int ctl_parse_label(const struct ctl *ctl, char *arg, Pyprofd__Label *l);
+/*
+ * --idle (IDLE_KEEP), --no-idle (IDLE_DROP) or neither (IDLE_DEFAULT: the
+ * daemon's [sampling] idle) as a request's idle_policy and no_idle.
+ */
+void ctl_idle_request(Pyprofd__IdlePolicy idle, Pyprofd__IdlePolicy *policy,
+                      protobuf_c_boolean *no_idle);
 /* A whole number in [min, UINT32_MAX]; EXIT_OK or a usage error. */
 int ctl_parse_u32(const struct ctl *ctl, const char *option, const char *arg, uint32_t min,
                   uint32_t *out);
@@ -106,7 +112,7 @@ int ctl_backfill(struct ctl *ctl, int argc, char **argv);
 /* ctl_history.c: what query and diff share */
 /* The options ctl_history_option reads, after each command's own; last, as they end the table. */
 #define CTL_HISTORY_OPTIONS                                                                        \
-	{"no-idle", no_argument, NULL, 'I'},                                                       \
+	{"no-idle", no_argument, NULL, 'I'}, {"idle", no_argument, NULL, 'K'},                     \
 	{"pid", required_argument, NULL, 'p'}, {"label", required_argument, NULL, 'l'},              \
 		{"thread", required_argument, NULL, 't'}, {"target", required_argument, NULL, 'T'},  \
 		{"output", required_argument, NULL, 'o'}, {"limit", required_argument, NULL, 'n'},   \
@@ -206,7 +212,8 @@ struct top_options {
 	uint32_t limit;    /* 0: as many as fit, or all when not live */
 	Pyprofd__TopSort sort;
 	bool threads;      /* the per-thread view */
-	bool no_idle;
+	Pyprofd__IdlePolicy idle; /* --idle, --no-idle, the i key; IDLE_DEFAULT: the daemon's */
+	bool idle_left_out; /* by the daemon, in its last answer */
 	bool once;
 	bool json;
 };

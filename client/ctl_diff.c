@@ -13,7 +13,7 @@
 const char ctl_diff_usage[] =
 	"usage: pyprofd-ctl diff [--pid P | --target ID] [--label K=V]... [--thread TID] [--limit N]\n"
 	"                        --base FROM..UNTIL --compare FROM..UNTIL [--format F] [--json]\n"
-	"                        [-o FILE]\n"
+	"                        [--idle | --no-idle] [-o FILE]\n"
 	"\n"
 	"Two ranges of the history side by side: each function's share of the samples\n"
 	"(own and total) in the base range and in the compared one, the functions whose\n"
@@ -26,6 +26,8 @@ const char ctl_diff_usage[] =
 	"                    each frame coloured by how its share of the samples moved\n"
 	"                    (red: up, blue: down), or heatmap: the same with sources\n"
 	"  --limit N         the first N functions (default: all)\n"
+	"  --no-idle, --idle leave out or keep the samples of waiting threads, both\n"
+	"                    ranges (neither: the daemon's default, as query)\n"
 	"  -o, --output FILE write there instead of standard output; without --format a\n"
 	"                    name ending in .html asks for the flamegraph, .txt (or .json\n"
 	"                    with --json) or no ending the table; another is refused\n"

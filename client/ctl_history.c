@@ -80,7 +80,7 @@ void ctl_history_args_free(struct ctl_history_args *h)
 
 /*
  * An option query and diff share, into h: --pid, --target, --label,
- * --thread, --limit, -o and the common ones.  -1 when opt is none of them;
+ * --thread, --limit, --idle, --no-idle, -o and the common ones.  -1 when opt is none of them;
  * else EXIT_OK (h->done after --help) or a usage error.
  */
 static int ctl_history_option(struct ctl *ctl, int opt, char **argv, struct ctl_history_args *h)
@@ -124,7 +124,10 @@ static int ctl_history_option(struct ctl *ctl, int opt, char **argv, struct ctl_
 	case 'n':
 		return ctl_parse_u32(ctl, "--limit", optarg, 0, &q->limit);
 	case 'I':
-		q->no_idle = true;
+	case 'K':
+		/* The last of --idle and --no-idle wins. */
+		ctl_idle_request(opt == 'I' ? PYPROFD__IDLE_POLICY__IDLE_DROP : PYPROFD__IDLE_POLICY__IDLE_KEEP,
+		                 &q->idle_policy, &q->no_idle);
 		return EXIT_OK;
 	case 'o':
 		h->output = optarg;
@@ -436,7 +439,8 @@ void ctl_history_warn_unmatched(const struct ctl *ctl, const Pyprofd__QueryReque
 	any.from_unix = any.until_unix = any.base_from_unix = any.base_until_unix = 0;
 	any.by_thread = false;
 	any.thread_id = 0;
-	any.split_threads = any.no_idle = false;
+	any.split_threads = false;
+	ctl_idle_request(PYPROFD__IDLE_POLICY__IDLE_DEFAULT, &any.idle_policy, &any.no_idle);
 	any.limit = 0;
 	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
 	req.body_case = PYPROFD__REQUEST__BODY_QUERY;

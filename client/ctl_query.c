@@ -13,7 +13,8 @@
 
 const char ctl_query_usage[] =
 	"usage: pyprofd-ctl query [--pid P | --target ID] [--label K=V]... [--since D | --from T [--until T]]\n"
-	"                         [--thread TID] [--format F] [--limit N] [-o FILE]\n"
+	"                         [--thread TID] [--format F] [--limit N] [--idle | --no-idle]\n"
+	"                         [-o FILE]\n"
 	"\n"
 	"What the history holds: the stored samples of the selected processes in a time\n"
 	"range, aggregated by stack (samples not yet written to the database included).\n"
@@ -26,6 +27,11 @@ const char ctl_query_usage[] =
 	"  --from T, --until T\n"
 	"                    a range: unix seconds, or local time YYYY-MM-DDTHH:MM[:SS]\n"
 	"  --thread TID      one thread (threading.get_ident())\n"
+	"  --no-idle         leave out the samples of waiting threads (off CPU without\n"
+	"                    the GIL, or in a known wait)\n"
+	"  --idle            keep them, whatever the daemon's default (the last of the\n"
+	"                    two wins; neither: the daemon's [sampling] idle, keep\n"
+	"                    unless set; status shows it as sampling.idle)\n"
 	"  --format F        collapsed (default), flamegraph (one HTML file), heatmap (the\n"
 	"                    same page with the sources, read now, line by line),\n"
 	"                    speedscope, pprof (gzip'd protobuf), gecko, table (top\n"

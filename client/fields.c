@@ -86,6 +86,7 @@ const struct field fields_status[] = {
 	FIELD(Pyprofd__StatusResult, "schedule.behind_since", FIELD_TIME, schedule_behind_since_unix, 0),
 	FIELD(Pyprofd__StatusResult, "schedule.behind_episodes", FIELD_UINT64, schedule_behind_episodes, 0),
 	FIELD(Pyprofd__StatusResult, "schedule.missed_percent", FIELD_DOUBLE, schedule_missed_percent, 1),
+	FIELD(Pyprofd__StatusResult, "sampling.idle", FIELD_STRING, idle_default, 0),
 	FIELD(Pyprofd__StatusResult, "kernel.reader", FIELD_STRING, kernel_reader, 0),
 	FIELD(Pyprofd__StatusResult, "kernel.look", FIELD_STRING, kernel_look, 0),
 	FIELD(Pyprofd__StatusResult, "kernel.copy", FIELD_STRING, kernel_copy, 0),

@@ -65,7 +65,7 @@ static struct client_reply *top_fetch(struct client *c, const struct top_options
 	t.window_s = o->window_s;
 	t.limit = limit;
 	t.sort = o->sort;
-	t.no_idle = o->no_idle;
+	ctl_idle_request(o->idle, &t.idle_policy, &t.no_idle);
 	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
 	req.body_case = PYPROFD__REQUEST__BODY_TOP;
 	req.top = &t;
@@ -218,7 +218,7 @@ static void top_print(FILE *out, const struct top_options *o, struct client_repl
 	/* Where the samples went besides functions: holding the GIL, collecting, waiting. */
 	snprintf(line, sizeof line, "GIL %.1f%%  GC %.1f%%  idle %.1f%%%s  sort: %s%s",
 	         percent(head->gil_samples, head->samples), percent(head->gc_samples, head->samples),
-	         percent(head->idle_samples, head->samples), o->no_idle ? " (left out)" : "",
+	         percent(head->idle_samples, head->samples), head->idle_left_out ? " (left out)" : "",
 	         top_sort_names[o->sort], live ? "  (s sort, t threads, i idle)" : "");
 	export_put(out, line, cols, 0);
 	fputs("\n\n", out);
@@ -285,14 +285,15 @@ static json_t *top_json(int32_t pid, Pyprofd__TopSort sort, struct client_reply 
 			threads = NULL;
 		}
 	}
-	return json_pack("{s:o, s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "pid",
+	return json_pack("{s:o, s:i, s:o, s:o, s:o, s:o, s:o, s:b, s:o, s:o, s:o}", "pid",
 	                 pid || head->target ? json_integer(head->target ? head->target->pid : pid)
 	                                     : json_null(),
 	                 "processes", (int)head->processes, "window_s",
 	                 export_json_double(head->window_s), "samples", export_json_u64(head->samples),
 	                 "gil_samples", export_json_u64(head->gil_samples), "gc_samples",
 	                 export_json_u64(head->gc_samples), "idle_samples",
-	                 export_json_u64(head->idle_samples), "rows", rows, "threads", threads,
+	                 export_json_u64(head->idle_samples), "idle_left_out", (int)head->idle_left_out,
+	                 "rows", rows, "threads", threads,
 	                 "sort", json_string(top_sort_names[sort]));
 }
 
@@ -352,8 +353,8 @@ enum top_key { TOP_KEY_NONE, TOP_KEY_QUIT, TOP_KEY_REDRAW };
 
 /*
  * Wait until `deadline` for a key: q, Ctrl-C or a signal end the view; s
- * (the next sort), t (threads or functions) and i (idle samples in or out)
- * change o and redraw at once.
+ * (the next sort), t (threads or functions) and i (idle samples in or out,
+ * the other way from what the daemon did last) change o and redraw at once.
  */
 static enum top_key top_wait(struct top_screen *s, struct top_options *o, int64_t deadline)
 {
@@ -384,7 +385,8 @@ static enum top_key top_wait(struct top_screen *s, struct top_options *o, int64_
 			else if (buf[i] == 't')
 				o->threads = !o->threads;
 			else if (buf[i] == 'i')
-				o->no_idle = !o->no_idle;
+				o->idle = o->idle_left_out ? PYPROFD__IDLE_POLICY__IDLE_KEEP
+				                           : PYPROFD__IDLE_POLICY__IDLE_DROP;
 			else
 				continue;
 			key = TOP_KEY_REDRAW;
@@ -417,6 +419,8 @@ static int top_live(struct client *c, struct top_options *o)
 		if (!reply)
 			break;
 		fputs("\033[H\033[2J", stdout);
+		/* The i key turns from what the daemon applied: its default is not the client's to know. */
+		o->idle_left_out = reply->parts[0]->top->idle_left_out;
 		top_print(stdout, o, reply, cols, fit, true);
 		client_reply_free(reply);
 		if (fflush(stdout) != 0)
@@ -456,7 +460,8 @@ static int top_run(struct client *c, struct top_options *o)
 
 const char ctl_top_usage[] =
 	"usage: pyprofd-ctl top PID | --label K=V... [--window S] [--limit N]\n"
-	"                       [--sort own|total|name] [--threads] [--no-idle] [--once] [--json]\n"
+	"                       [--sort own|total|name] [--threads] [--idle | --no-idle] [--once]\n"
+	"                       [--json]\n"
 	"\n"
 	"The functions seen most in process PID's recent samples, or in those of every\n"
 	"process with the labels given (a pool of workers, counted together): %Own is\n"
@@ -464,9 +469,12 @@ const char ctl_top_usage[] =
 	"anywhere on the stack; a function is its qualified name in its file from its\n"
 	"first line (a path too long for the terminal loses its start, not its line).  A\n"
 	"line above says which share of the samples held the GIL, ran the garbage\n"
-	"collector and waited (idle: off CPU without the GIL, or in a known wait).\n"
+	"collector and waited (idle: off CPU without the GIL, or in a known wait), and\n"
+	"\"(left out)\" when the daemon left those out, as asked or by its default\n"
+	"([sampling] idle; status shows it as sampling.idle).\n"
 	"On a terminal the view refreshes every second; s changes the sort, t switches\n"
-	"to threads and back, i leaves idle samples out or in, q or Ctrl-C quits.\n"
+	"to threads and back, i leaves idle samples out or takes them in (the other way\n"
+	"from what the daemon last did), q or Ctrl-C quits.\n"
 	"When the output is not a terminal, one table is printed.  Ended by SIGTERM,\n"
 	"SIGHUP or SIGQUIT, the live view exits with 128 + the signal's number.\n"
 	"\n"
@@ -479,10 +487,13 @@ const char ctl_top_usage[] =
 	"  --threads         a row per thread: its samples, GIL and idle shares, its\n"
 	"                    hottest function\n"
 	"  --no-idle         leave out the samples of waiting threads\n"
+	"  --idle            keep them, whatever the daemon's default (the last of the\n"
+	"                    two wins; neither: the daemon's default, keep unless set)\n"
 	"  --once            print one table and exit\n"
 	"  --json            once, as one JSON object: {pid (null by labels), processes,\n"
 	"                    window_s, samples, gil_samples,\n"
-	"                    gc_samples, idle_samples, rows: [{function, file, first_line,\n"
+	"                    gc_samples, idle_samples, idle_left_out, rows: [{function,\n"
+	"                    file, first_line,\n"
 	"                    own, total, own_percent, total_percent}], threads:\n"
 	"                    [{pid, thread_id, native_thread_id, name, samples, gil, gc, idle,\n"
 	"                    hottest}]}\n";
@@ -507,6 +518,7 @@ int top_main(struct ctl *ctl, int argc, char **argv)
 		{"sort", required_argument, NULL, 's'},
 		{"threads", no_argument, NULL, 't'},
 		{"no-idle", no_argument, NULL, 'I'},
+		{"idle", no_argument, NULL, 'K'},
 		{"label", required_argument, NULL, 'l'},
 		CTL_COMMON_OPTIONS,
 	};
@@ -534,8 +546,8 @@ int top_main(struct ctl *ctl, int argc, char **argv)
 			o.once = true;
 		else if (opt == 't')
 			o.threads = true;
-		else if (opt == 'I')
-			o.no_idle = true;
+		else if (opt == 'I' || opt == 'K') /* the last of the two wins */
+			o.idle = opt == 'I' ? PYPROFD__IDLE_POLICY__IDLE_DROP : PYPROFD__IDLE_POLICY__IDLE_KEEP;
 		else if (opt == 's')
 			status = top_parse_sort(ctl, optarg, &o.sort);
 		else if ((status = ctl_common_option(ctl, opt, argv)) < 0)

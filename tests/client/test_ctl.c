@@ -43,6 +43,7 @@ Test(fields, status_as_json_and_text_from_one_description)
 	st.history_failing = true;
 	st.history_error = "disk full";
 	st.history_rows_written = 99;
+	st.idle_default = "drop";
 	json_t *doc = fields_json(&st, fields_status, fields_nstatus);
 	cr_assert_not_null(doc);
 	cr_assert_str_eq(json_string_value(json_object_get(doc, "version")), "1.2.3");
@@ -56,12 +57,13 @@ Test(fields, status_as_json_and_text_from_one_description)
 	json_t *discovery = json_object_get(doc, "discovery"), *budget = json_object_get(doc, "budget");
 	json_t *export = json_object_get(doc, "export");
 	json_t *schedule = json_object_get(doc, "schedule"), *kernel = json_object_get(doc, "kernel");
-	json_t *config = json_object_get(doc, "config");
+	json_t *config = json_object_get(doc, "config"), *sampling = json_object_get(doc, "sampling");
 	cr_assert(json_is_object(discovery) && json_is_object(budget) && json_is_object(export) &&
-	          json_is_object(schedule) && json_is_object(kernel) && json_is_object(config));
-	size_t n = json_object_size(doc) - 7 + json_object_size(h) + json_object_size(discovery) +
+	          json_is_object(schedule) && json_is_object(kernel) && json_is_object(config) &&
+	          json_is_object(sampling));
+	size_t n = json_object_size(doc) - 8 + json_object_size(h) + json_object_size(discovery) +
 	           json_object_size(budget) + json_object_size(export) + json_object_size(schedule) +
-	           json_object_size(kernel) + json_object_size(config);
+	           json_object_size(kernel) + json_object_size(config) + json_object_size(sampling);
 	cr_assert_eq(n, fields_nstatus);
 	json_decref(doc);
 	char *text = written(status_text, &st);
@@ -70,6 +72,7 @@ Test(fields, status_as_json_and_text_from_one_description)
 	cr_assert(strstr(text, "cpu_percent: 1.50\n"), "%s", text);
 	cr_assert(strstr(text, "history.failing: true\n"), "%s", text);
 	cr_assert(strstr(text, "history.error: disk full\n"), "%s", text);
+	cr_assert(strstr(text, "sampling.idle: drop\n"), "%s", text);
 	free(text);
 }
 
