@@ -5,7 +5,8 @@
  * `pyprofd-ctl query` reads from the same history: the same totals per
  * process, exactly, through a collector down at the start, killed and
  * started again, answering 503, never answering, and the daemon killed
- * with kill -9 and started again.
+ * with kill -9 and started again; under [sampling] idle = drop, without
+ * the samples of waiting threads.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -345,6 +346,39 @@ Test(otlp, collector_receives_what_the_history_holds, .timeout = 300)
 	             (unsigned long long)collector_total_of(&got, t.targets[1]), (long long)stored);
 	cr_expect_eq(collector_total_of(&got, t.targets[0]), 0, "the backfill sent another process");
 	collector_stop(&again, SIGTERM);
+	otlp_teardown(&t);
+}
+
+/*
+ * [sampling] idle = drop: the collector gets what a query shows without a
+ * flag, each process's busy samples alone, fewer than the history keeps.
+ */
+Test(otlp, idle_left_out_is_not_sent, .timeout = 300)
+{
+	struct collector c;
+	collector_start(&c, 0);
+	char url[64];
+	struct otlp_test t;
+	otlp_setup(&t, collector_url(&c, url, sizeof url), "\n[sampling]\nidle = drop\n");
+	wait_exporter_started(&t.d);
+	otlp_targets_start(&t);
+	otlp_attach(&t);
+	pause_ms(3000);
+	double end = otlp_targets_stop(&t);
+	wait_sent_until(&t.d, end, "after the targets exited");
+	expect_totals_equal(&t, &c, "idle = drop");
+	struct collector_totals got;
+	collector_totals(&c, &got);
+	for (int i = 0; i < OTLP_TARGETS; i++) {
+		char p[16];
+		const char *all[] = {"--pid", pid_text(t.targets[i], p, sizeof p), "--idle", NULL};
+		json_int_t kept = query_total(&t.d, all, NULL);
+		cr_expect_lt(collector_total_of(&got, t.targets[i]), (uint64_t)kept,
+		             "pid %d: the collector got %llu samples, idle ones too (the history holds %lld)",
+		             (int)t.targets[i], (unsigned long long)collector_total_of(&got, t.targets[i]),
+		             (long long)kept);
+	}
+	collector_stop(&c, SIGTERM);
 	otlp_teardown(&t);
 }
 
