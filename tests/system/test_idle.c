@@ -166,7 +166,8 @@ static json_int_t top_own(const struct daemon *d, const char *pid, const char *f
 /*
  * idle = drop: query and top without a flag leave the sleeping thread out,
  * --idle takes it in, and the spinning thread stays either way.  (Nearly
- * out: a sample may catch the sleeper between two sleeps.)
+ * out: a sample may catch the sleeper between two sleeps.)  A reload to
+ * keep brings back what the history kept.
  */
 ParameterizedTest(struct python_param *p, idle, drop_by_default, .timeout = 120)
 {
@@ -223,6 +224,20 @@ ParameterizedTest(struct python_param *p, idle, drop_by_default, .timeout = 120)
 	cr_assert_gt(spin, 100, "%s: query holds %lld samples of the spinner", desc, spin);
 	cr_assert_eq(collapsed_with(&d, pid, "sleeper", "--no-idle"), dropped, "%s: --no-idle and the default differ",
 	             desc);
+
+	/* A reload to keep shows what the history kept all along. */
+	write_text_file(conf, "[sampling]\nidle = keep\n");
+	cr_assert(kill(d.pid, SIGHUP) == 0);
+	for (int tries = 0;; tries++) {
+		st = ctl_json(&d, status);
+		bool keep = strcmp(jstr(json_object_get(st, "sampling"), "idle"), "keep") == 0;
+		json_decref(st);
+		if (keep)
+			break;
+		cr_assert_lt(tries, 100, "%s: SIGHUP did not apply idle = keep", desc);
+		pause_ms(100);
+	}
+	cr_assert_eq(collapsed_with(&d, pid, "sleeper", NULL), kept, "%s: after the reload", desc);
 	daemon_stop(&d);
 	test_target_kill(&t);
 }
