@@ -102,11 +102,17 @@ static size_t occurrences(const char *s, const char *needle)
 }
 
 /*
- * `pyprofd-ctl top ARGS` on a terminal of rows x cols until a whole frame
- * (one followed by the next) shows `until`; then q.  What it wrote (malloc'd).
+ * `pyprofd-ctl top ARGS` on a terminal of rows x cols: for each step, once
+ * a whole frame (one followed by the next) drawn since the last key shows
+ * step's until, its key is pressed; the last key is q.  What it wrote
+ * (malloc'd).
  */
-static char *top_on_a_terminal(const struct daemon *d, const char *const args[], unsigned short rows,
-                               unsigned short cols, const char *until)
+struct top_step {
+	const char *until;
+	char key;
+};
+static char *top_steps_on_a_terminal(const struct daemon *d, const char *const args[], unsigned short rows,
+                                     unsigned short cols, const struct top_step *steps, size_t nsteps)
 {
 	const char *argv[16] = {ctl_bin(), "--socket", d->sock, "top"};
 	size_t n = 4;
@@ -121,12 +127,11 @@ static char *top_on_a_terminal(const struct daemon *d, const char *const args[],
 		execv(argv[0], (char *const *)argv);
 		_exit(127);
 	}
-	size_t len = 0, cap = 1 << 16;
+	size_t len = 0, cap = 1 << 16, step = 0, since = 0;
 	char *out = malloc(cap);
 	cr_assert_not_null(out);
 	out[0] = '\0';
 	time_t give_up = time(NULL) + TOP_PTY_GIVE_UP_S;
-	bool seen = false, quit = false;
 	for (;;) {
 		struct pollfd pfd = {.fd = master, .events = POLLIN};
 		int ready = poll(&pfd, 1, 200);
@@ -142,25 +147,34 @@ static char *top_on_a_terminal(const struct daemon *d, const char *const args[],
 			len += (size_t)got;
 			out[len] = '\0';
 		}
-		if (!seen) {
-			/* A whole frame is one the next has started after. */
-			const char *last = NULL;
-			for (const char *p = strstr(out, TOP_FRAME_START); p; p = strstr(p + 1, TOP_FRAME_START))
+		if (step < nsteps) {
+			/* A whole frame is one the next has started after; the first after a key may predate it. */
+			const char *from = out + since, *last = NULL;
+			for (const char *p = strstr(from, TOP_FRAME_START); p; p = strstr(p + 1, TOP_FRAME_START))
 				last = p;
-			const char *hit = strstr(out, until);
-			seen = hit && last && hit < last && occurrences(out, TOP_FRAME_START) >= 3;
+			const char *hit = strstr(from, steps[step].until);
+			if (hit && last && hit < last && occurrences(from, TOP_FRAME_START) >= 3) {
+				cr_assert(write(master, &steps[step].key, 1) == 1);
+				since = len;
+				step++;
+			}
 		}
-		if (seen && !quit) {
-			cr_assert(write(master, "q", 1) == 1);
-			quit = true;
-		}
-		cr_assert(time(NULL) < give_up, "top never showed '%s' in a whole frame:\n%s", until, out);
+		cr_assert(time(NULL) < give_up, "top never showed '%s' in a whole frame:\n%s",
+		          step < nsteps ? steps[step].until : "its end", out);
 	}
 	close(master);
 	int status;
 	cr_assert(waitpid(pid, &status, 0) == pid);
 	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "top ended with %d:\n%s", status, out);
 	return out;
+}
+
+/* The same until a whole frame shows `until`; then q. */
+static char *top_on_a_terminal(const struct daemon *d, const char *const args[], unsigned short rows,
+                               unsigned short cols, const char *until)
+{
+	const struct top_step q = {until, 'q'};
+	return top_steps_on_a_terminal(d, args, rows, cols, &q, 1);
 }
 
 /* Columns a line takes: UTF-8 characters, the terminal's \r left out. */
@@ -311,5 +325,35 @@ Test(top, a_label_selects_a_pool, .timeout = 240)
 	test_target_kill(&w1);
 	test_target_kill(&w2);
 	test_target_kill(&other);
+	daemon_stop(&d);
+}
+
+/*
+ * Under [sampling] idle = drop the live view says the idle samples were
+ * left out, and i takes them in from there, then leaves them out again:
+ * the key turns from what the daemon did, not from the command line.
+ */
+Test(top, the_i_key_turns_from_the_daemons_default, .timeout = 120)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	struct test_target t;
+	start_deep(&t, &pys[n - 1], "spin_beside_sleepers");
+	char dir[PATH_MAX - 64], conf[PATH_MAX];
+	scratch_dir(dir, sizeof dir);
+	snprintf(conf, sizeof conf, "%s/pyprofd.conf", dir);
+	write_text_file(conf, "[sampling]\nidle = drop\n");
+	const char *extra[] = {"--config", conf, NULL};
+	struct daemon d;
+	daemon_start(&d, extra);
+	ctl_attach_at(&d, t.pid, "100");
+	char pid[16];
+	pid_text(t.pid, pid, sizeof pid);
+	/* Kept, the header's idle share is followed by the sort; left out, by "(left out)". */
+	static const struct top_step steps[] = {
+		{"(left out)  sort: own", 'i'}, {"%  sort: own", 'i'}, {"(left out)  sort: own", 'q'}};
+	const char *args[] = {pid, "--window", "2", NULL};
+	free(top_steps_on_a_terminal(&d, args, 30, 100, steps, sizeof steps / sizeof steps[0]));
+	test_target_kill(&t);
 	daemon_stop(&d);
 }
