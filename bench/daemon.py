@@ -279,6 +279,11 @@ def bench_pyprofd(args, python, verbose, copy=False, provers_off=None):
         print("  lateness, every tick      %6.1f us p50, %.1f us p99 (the daemon's last 4096)"
               % (sched["lateness_us_p50"], sched["lateness_us_p99"]))
     print("  missed ticks              %6d" % sum(s["missed_ticks"] for s in stats))
+    if sched:
+        # What an operator is told: status flags the daemon behind its grid, and the log says when.
+        print("  status says behind        %6s (%d episodes; %.1f %% of the ticks due in the last 10 s missed)"
+              % ("yes" if sched.get("behind") else "no", sched.get("behind_episodes", 0) -
+                 sched0.get("behind_episodes", 0), sched.get("missed_percent", 0.0)))
     # Every counter the engine reports, per sample over the window: new ones show up unasked.
     def counters(s):
         return {k: v for k, v in s.items() if isinstance(v, int) and not isinstance(v, bool)

@@ -58,8 +58,11 @@ def request(rid, body_field, body):
     return struct.pack(">I", len(msg)) + msg
 
 
-def stacks_query(rid, pid):
-    return request(rid, 20, field(1, 0, varint(pid)))
+def stacks_query(rid, pid, from_unix=None):
+    body = field(1, 0, varint(pid))
+    if from_unix is not None:
+        body += field(4, 1, struct.pack("<d", from_unix))
+    return request(rid, 20, body)
 
 
 def attach_request(rid, pid, rate_hz):

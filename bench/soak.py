@@ -12,8 +12,9 @@ keeps up what a host sees:
   churn    every --churn-every seconds one target is detached and attached
            again, and a short-lived target is attached and killed
   hostile  a few connections that send half a request and stall, and a
-           client that asks for stacks every few seconds and never reads
-           (a new one each --unread-for seconds, as the old one leaves)
+           client that asks for the last minute's stacks every few seconds
+           and never reads (a new one each --unread-for seconds, as the old
+           one leaves)
 
 Every minute it prints the daemon's RSS (as read, and the lowest of the
 readings every 5 s in that minute: a leak raises that floor, a query in
@@ -159,7 +160,10 @@ class Soak:
         if self.unread is None:
             return
         try:
-            self.unread.send(stacks_query(self.unread_sent + 1, self.targets[0][0].pid))
+            # The last minute's stacks: answers of one size all run long.  Over all
+            # the history they would grow with it, and the queue held for this
+            # client with them, which would read as the daemon's own growth.
+            self.unread.send(stacks_query(self.unread_sent + 1, self.targets[0][0].pid, time.time() - 60))
             self.unread_sent += 1
         except BlockingIOError:
             pass
@@ -222,6 +226,7 @@ def main():
     rss_at = []  # (minute, the lowest RSS read in that minute, every 5 s)
     seen_rss = []
     bounds = (0, 0)
+    highest = {}  # each structure's highest reading
     try:
         soak.setup()
         names = ", ".join(sorted({os.path.basename(p) for _, p in soak.targets}))
@@ -273,6 +278,11 @@ def main():
                     status.get("history", {}).get("cache_bytes", 0) // 1024), flush=True)
                 bounds = (status.get("cache_budget_bytes", 0),
                           status.get("history", {}).get("cache_budget_bytes", 0))
+                for key, value in (("cache", status.get("cache_bytes", 0)),
+                                   ("hcache", status.get("history", {}).get("cache_bytes", 0)),
+                                   ("count", status.get("count_bytes", 0)),
+                                   ("queued", status.get("queued_bytes", 0))):
+                    highest[key] = max(highest.get(key, 0), value)
                 last = {"samples": samples, "missed": missed, "errors": errors}
                 last_report = now
                 if minute >= args.minutes - 0.01:
@@ -318,6 +328,9 @@ def main():
              spread, soak.requests, soak.failed))
     print("bounds: the targets' caches %d KiB (cache_kib), the history writer's %d KiB (hcache_kib)"
           % (bounds[0] // 1024, bounds[1] // 1024))
+    print("highest readings: cache_kib %d, hcache_kib %d, count_kib %d, queued %d KiB"
+          % (highest.get("cache", 0) // 1024, highest.get("hcache", 0) // 1024, highest.get("count", 0) // 1024,
+             highest.get("queued", 0) // 1024))
 
 
 if __name__ == "__main__":
