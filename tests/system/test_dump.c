@@ -37,7 +37,7 @@ static const char *const parked_scenarios[] = {
 #define SPIN_ATTEMPTS 10
 #define SPIN_PAUSE_NS (50 * 1000 * 1000L)
 /* Targets started by the exit race test, per interpreter; more, to the bound, while no dump has won. */
-#define EXIT_ROUNDS 6
+#define EXIT_ROUNDS 3
 #define EXIT_ROUNDS_MAX 40
 /* Offsets of the code-object bytes the corruption test overwrites. */
 #define GARBAGE_OFFSET 8

@@ -1043,8 +1043,9 @@ Test(sample, a_generator_resumed_by_another_caller_is_shown_under_it, .timeout =
 }
 
 /*
- * 100 000 code objects made, run and freed over time: the caches reset when
- * they reach their budget, never grow past it, and notice reused addresses.
+ * 30 000 code objects made, run and freed over time (the budget holds a few
+ * hundred): the caches reset when they reach their budget, never grow past
+ * it, and notice reused addresses.
  */
 Test(sample, caches_stay_in_budget, .timeout = 300)
 {
@@ -1065,7 +1066,7 @@ Test(sample, caches_stay_in_budget, .timeout = 300)
 		scratch_dir(dir, sizeof dir);
 		target_script("churn_code.py", script, sizeof script);
 		snprintf(done, sizeof done, "%s/churn-done-%zu", dir, p);
-		const char *args[] = {script, "100000", done, NULL};
+		const char *args[] = {script, "30000", done, NULL};
 		struct test_target target;
 		test_target_start_python(&target, py, args);
 		struct uw_target *t = test_uw_open(target.pid);
