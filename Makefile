@@ -253,7 +253,7 @@ $(BUILD)/fuzz/%: $(BUILD)/tests/fuzz/%.o $(LIBCTL) $(LIBCLIENT) $(LIBS_DAEMON)
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -fsanitize=fuzzer -o $@ $^ $(LINK_DAEMON)
 
-.PHONY: all deps test-deps pythons collector test check sanitize fuzz fuzz-run demo bench bench-daemon bench-accuracy bench-ablation bench-history bench-hostile bench-fleet bench-page bench-readv bench-async bench-bound soak install clean
+.PHONY: all deps test-deps pythons collector test-build test check sanitize fuzz fuzz-run demo bench bench-daemon bench-accuracy bench-ablation bench-history bench-hostile bench-fleet bench-page bench-readv bench-async bench-bound soak install clean
 
 all: $(PYPROFD) $(CTL)
 
@@ -461,8 +461,12 @@ PYTHONS_SKIPPED = echo; \
 	echo "**********************************************************************"; \
 	echo
 
-test: test-deps
+# What the suite runs, built (test-deps installed already).
+test-build:
 	$(Q)$(MAKE) --no-print-directory all $(TEST_BINS) $(TEST_TOOLS)
+
+test: test-deps
+	$(Q)$(MAKE) --no-print-directory test-build
 	$(Q)if [ "$$(id -u)" != 0 ]; then \
 		why="only root can run them (chroot)"; \
 	elif $(PYTHONS_READY) || $(MAKE) --no-print-directory pythons; then \
