@@ -13,7 +13,7 @@
 #include <time.h>
 
 #include "clock.h"
-#include "pyprofd.h"
+#include "record.h"
 
 /* Per-sample timings kept for percentiles; past this many, the rest are not timed. */
 #define RECORD_MAX_TIMINGS (1u << 22)
@@ -26,11 +26,21 @@
 
 static const char record_usage[] =
 	"usage: pyprofd record PID [options]\n"
+	"       pyprofd record [options] -- COMMAND [ARG...]\n"
 	"\n"
 	"Sample the Python stacks of process PID and write the profile, by default as\n"
 	"collapsed stacks (\"frame;frame;... count\", root first, one frame as\n"
 	"\"function (file:line)\").  Stops after --duration, when the process exits,\n"
 	"or on SIGINT/SIGTERM.\n"
+	"\n"
+	"With -- COMMAND, start the command (its standard input and outputs are\n"
+	"pyprofd's; -o is advised, so the profile does not mix with its output) and\n"
+	"record it from its start with every process it starts, each attached once it\n"
+	"runs Python (at most 256 processes).  When more than one was recorded, each\n"
+	"stack is rooted under a frame \"process PID (COMMAND LINE)\".  Stops when the\n"
+	"command exits; SIGINT or SIGTERM sent to pyprofd alone is sent on to the\n"
+	"command, and the profile is written once it has exited; after --duration the\n"
+	"profile is written, then pyprofd waits for the command.\n"
 	"\n"
 	"  --rate HZ|max       samples per second (default 100); max: back to back, the\n"
 	"                      profile counting the ticks of a 100 kHz grid, each for the\n"
@@ -76,22 +86,10 @@ static const char record_usage[] =
 	"  --stats-json        print them as one JSON object, the last line of standard error\n"
 	"\n"
 	"exit status: as pyprofd dump (0 ok, 2 usage, 3 no such process, 4 permission\n"
-	"denied, 5 not a Python process, 6 unsupported version, 1 other errors)\n";
-
-struct record_opts {
-	pid_t pid;
-	double rate; /* 0: max */
-	double duration;
-	struct uw_options uw;
-	const char *output;
-	enum export_format format;
-	bool table; /* --format table: counted here, written as pyprofd-ctl writes one */
-	bool stats, stats_json;
-	bool no_idle, per_thread;
-	bool no_kernel_reader;
-	bool kernel_copy;
-	struct uw_error kreader_err; /* why the in-kernel reader could not be loaded */
-};
+	"denied, 5 not a Python process, 6 unsupported version, 1 other errors); with\n"
+	"-- COMMAND, once the profile is written, the command's own exit status (128+N\n"
+	"when signal N ended it), else 1 (the profile not written), 2 (usage), 126 (the\n"
+	"command could not be run) or 127 (no such command)\n";
 
 static int record_parse(int argc, char **argv, struct record_opts *o)
 {
@@ -119,6 +117,14 @@ static int record_parse(int argc, char **argv, struct record_opts *o)
 	};
 	*o = (struct record_opts){.rate = 100,
 	                          .uw = {.cache_budget = UW_DEFAULT_CACHE_BUDGET, .want_idle = true}};
+	/* Everything after the first -- is the command: getopt sees the options before it alone. */
+	int split = 1;
+	while (split < argc && strcmp(argv[split], "--") != 0)
+		split++;
+	if (split < argc) {
+		o->command = argv + split + 1;
+		argc = split;
+	}
 	int opt;
 	char *end;
 	bool format_given = false;
@@ -199,10 +205,24 @@ static int record_parse(int argc, char **argv, struct record_opts *o)
 		                "or end it in " EXPORT_FORMAT_ENDINGS "\n", o->output);
 		return EXIT_USAGE;
 	}
+	if (o->command && optind < argc) {
+		fprintf(stderr, "pyprofd: record takes a PID or -- COMMAND, not both (see pyprofd record --help)\n");
+		return EXIT_USAGE;
+	}
+	if (o->command && !o->command[0]) {
+		fputs("pyprofd: record: no command after -- (see pyprofd record --help)\n", stderr);
+		return EXIT_USAGE;
+	}
+	if (o->command)
+		return EXIT_OK;
+	if (optind >= argc) {
+		fputs("pyprofd: record takes a PID or -- COMMAND (see pyprofd record --help)\n", stderr);
+		return EXIT_USAGE;
+	}
 	return cli_pid_operand("record", argc, argv, optind, &o->pid);
 }
 
-static double record_seconds(const struct timespec *ts)
+double record_seconds(const struct timespec *ts)
 {
 	return (double)ts->tv_sec + (double)ts->tv_nsec / 1e9;
 }
@@ -239,15 +259,6 @@ static uint32_t record_select(uint32_t *v, size_t n, size_t k)
 	return v[want];
 }
 
-/* What a run measured, beside the engine's own counters. */
-struct record_run {
-	uint64_t ok, failed;
-	double elapsed;
-	double started_unix, ended_unix;
-	uint32_t *ns; /* per-sample time of uw_sample, nanoseconds */
-	size_t nns, ns_cap;
-};
-
 /*
  * What the profile counts: the ticks of a grid (the rate's; at max, one of
  * RECORD_MAX_GRID_HZ), each once, for the read nearest it in time.  A read
@@ -262,39 +273,30 @@ struct record_run {
  * further than the reach from every read (the sampler itself stalled) is
  * missed rather than given to a read that never saw it.
  */
-struct record_ticks {
-	struct profile *prof;
-	struct uw_sample reads[2];
-	bool pending;          /* a read whose later ticks are not counted yet */
-	int pending_slot;      /* which of reads it is (the next read goes in the other) */
-	bool pending_ok;       /* a failed read stands for its ticks, and counts nothing */
-	uint64_t pending_ns;   /* when it was taken */
-	uint64_t origin_ns, period_ns, reach_ns;
-	uint64_t deadline_ns;  /* the duration's end: no tick from here on is counted */
-	uint64_t counted_ns;   /* the ticks before this are counted or missed */
-	uint64_t counted, missed;
-	bool failed;           /* out of memory counting */
-};
 
-static uint64_t record_ns(const struct timespec *ts)
+uint64_t record_ns(const struct timespec *ts)
 {
 	return (uint64_t)ts->tv_sec * 1000000000u + (uint64_t)ts->tv_nsec;
 }
 
-/* The grid from `start`, for a record whose profile k->prof already is. */
-static void record_ticks_start(struct record_ticks *k, double rate, double duration,
-                               const struct timespec *start)
+/* The grid's period at a rate (0: max). */
+static uint64_t record_period_ns(double rate)
 {
 	double hz = rate > 0 ? rate : RECORD_MAX_GRID_HZ;
-	k->period_ns = (uint64_t)(1e9 / hz) ? (uint64_t)(1e9 / hz) : 1;
+	return (uint64_t)(1e9 / hz) ? (uint64_t)(1e9 / hz) : 1;
+}
+
+void record_ticks_start(struct record_ticks *k, double rate, uint64_t origin_ns, uint64_t deadline_ns)
+{
+	k->period_ns = record_period_ns(rate);
 	/*
 	 * At a slow rate a read reaches a period: one made late, the machine
 	 * busy, still stands for its own tick, and one beside a stall of the
 	 * sampler's for at most one tick more.
 	 */
 	k->reach_ns = k->period_ns > RECORD_TICK_REACH_NS ? k->period_ns : RECORD_TICK_REACH_NS;
-	k->origin_ns = k->counted_ns = record_ns(start);
-	k->deadline_ns = duration > 0 ? k->origin_ns + (uint64_t)(duration * 1e9) : UINT64_MAX;
+	k->origin_ns = k->counted_ns = origin_ns;
+	k->deadline_ns = deadline_ns;
 }
 
 /* The grid's ticks in [lo, hi). */
@@ -306,8 +308,7 @@ static uint64_t record_ticks_between(const struct record_ticks *k, uint64_t lo, 
 	return (hi - k->origin_ns + p - 1) / p - (lo - k->origin_ns + p - 1) / p;
 }
 
-/* The pending read's ticks, up to `until` (the midpoint to the next read, or the end). */
-static void record_ticks_settle(struct record_ticks *k, uint64_t until)
+void record_ticks_settle(struct record_ticks *k, uint64_t until)
 {
 	if (!k->pending)
 		return;
@@ -333,8 +334,7 @@ static void record_ticks_settle(struct record_ticks *k, uint64_t until)
 	k->counted_ns = until;
 }
 
-/* A read just taken (into reads[slot]) at `at`: the one before it gets its ticks. */
-static void record_ticks_read(struct record_ticks *k, int slot, bool ok, uint64_t at)
+void record_ticks_read(struct record_ticks *k, int slot, bool ok, uint64_t at)
 {
 	if (k->pending)
 		record_ticks_settle(k, k->pending_ns + (at - k->pending_ns) / 2);
@@ -344,7 +344,7 @@ static void record_ticks_read(struct record_ticks *k, int slot, bool ok, uint64_
 	k->pending_ns = at;
 }
 
-static void record_ticks_free(struct record_ticks *k)
+void record_ticks_free(struct record_ticks *k)
 {
 	uw_sample_free(&k->reads[0]);
 	uw_sample_free(&k->reads[1]);
@@ -358,11 +358,11 @@ static double record_percentile_us(struct record_run *run, double q)
 	return record_select(run->ns, run->nns, i) / 1000.0;
 }
 
-static json_t *record_stats_json(const struct uw_target *t, struct record_run *run,
-                                 const struct record_ticks *ticks, const struct record_opts *o)
+json_t *record_stats_json(const struct uw_stats *stats, const char *version, uint64_t counted,
+                          uint64_t missed, struct record_run *run, const struct record_opts *o,
+                          unsigned processes)
 {
-	struct uw_stats st;
-	uw_stats(t, &st);
+	const struct uw_stats st = *stats;
 	double samples = (double)(st.samples ? st.samples : 1);
 	double threads = (double)(st.thread_samples ? st.thread_samples : 1);
 	uint64_t frames = st.frames_from_cache + st.frames_from_memory;
@@ -374,7 +374,7 @@ static json_t *record_stats_json(const struct uw_target *t, struct record_run *r
 			                    json_integer((json_int_t)st.errors[s]));
 	json_t *j = json_pack(
 		"{s:i, s:s, s:b, s:s, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:f, s:f}",
-		"pid", (int)o->pid, "python_version", uw_version(t), "cache", !o->uw.no_cache, "mode",
+		"pid", (int)o->pid, "python_version", version, "cache", !o->uw.no_cache, "mode",
 		vocab_mode_name(o->uw.mode),
 		"total_samples", (json_int_t)st.samples, "ok_samples", (json_int_t)run->ok,
 		"failed_samples", (json_int_t)run->failed, "duration_s", run->elapsed,
@@ -397,9 +397,11 @@ static json_t *record_stats_json(const struct uw_target *t, struct record_run *r
 	                    json_real(codes ? (double)st.code_cache_hits / (double)codes : 0.0));
 	json_object_set_new(j, "errors", errors);
 	/* What the profile's counts are: ticks of this grid, and those no read was near. */
-	json_object_set_new(j, "grid_hz", json_real(1e9 / (double)ticks->period_ns));
-	json_object_set_new(j, "ticks_counted", json_integer((json_int_t)ticks->counted));
-	json_object_set_new(j, "ticks_missed", json_integer((json_int_t)ticks->missed));
+	json_object_set_new(j, "grid_hz", json_real(1e9 / (double)record_period_ns(o->rate)));
+	json_object_set_new(j, "ticks_counted", json_integer((json_int_t)counted));
+	json_object_set_new(j, "ticks_missed", json_integer((json_int_t)missed));
+	if (processes)
+		json_object_set_new(j, "processes", json_integer(processes));
 	/*
 	 * Whether the kernel tells which threads ran (then no /proc file is
 	 * read for it), and copies a process as it falls quiet (then a sample
@@ -431,6 +433,18 @@ static void record_stats_print(json_t *j)
 			fprintf(stderr, "  %-28s %lld\n", key, (long long)json_integer_value(value));
 		else if (json_is_real(value))
 			fprintf(stderr, "  %-28s %.4f\n", key, json_real_value(value));
+	}
+}
+
+void record_stats_report(json_t *j, const struct record_opts *o)
+{
+	if (o->stats)
+		record_stats_print(j);
+	if (o->stats_json) {
+		char *line = json_dumps(j, JSON_COMPACT);
+		if (line)
+			fprintf(stderr, "%s\n", line);
+		free(line);
 	}
 }
 
@@ -466,7 +480,7 @@ static bool record_stop_pending(const sigset_t *stop)
  * The unwinder is about to forget every stack id: the read still pending
  * takes its ticks so far, and the profile spells its counts out.
  */
-static void record_on_epoch_end(void *ctx, const struct uw_target *t)
+void record_on_epoch_end(void *ctx, const struct uw_target *t)
 {
 	struct record_ticks *k = ctx;
 	struct timespec now;
@@ -476,6 +490,15 @@ static void record_on_epoch_end(void *ctx, const struct uw_target *t)
 		k->prof->failed = true;
 }
 
+void record_time_sample(struct record_run *run, double ns)
+{
+	if (run->nns < RECORD_MAX_TIMINGS &&
+	    array_reserve((void **)&run->ns, &run->ns_cap, run->nns, sizeof *run->ns, NULL) == 0) {
+		ns = ns > 0 ? ns : 0;
+		run->ns[run->nns++] = ns > UINT32_MAX ? UINT32_MAX : (uint32_t)ns;
+	}
+}
+
 /* The sampling loop: until the duration, a stop signal, or the target's exit. */
 static int record_loop(struct uw_target *t, const struct record_opts *o, struct record_ticks *k,
                        struct record_run *run, const sigset_t *stop)
@@ -483,7 +506,8 @@ static int record_loop(struct uw_target *t, const struct record_opts *o, struct 
 	struct timespec start, next, a, b;
 	clock_gettime(CLOCK_MONOTONIC, &start);
 	run->started_unix = clock_wall_s();
-	record_ticks_start(k, o->rate, o->duration, &start);
+	record_ticks_start(k, o->rate, record_ns(&start),
+	                   o->duration > 0 ? record_ns(&start) + (uint64_t)(o->duration * 1e9) : UINT64_MAX);
 	next = start;
 	double interval = o->rate > 0 ? 1.0 / o->rate : 0;
 	int status = EXIT_OK;
@@ -503,16 +527,12 @@ static int record_loop(struct uw_target *t, const struct record_opts *o, struct 
 		int rc = uw_sample(t, &k->reads[slot], &err);
 		clock_gettime(CLOCK_MONOTONIC, &b);
 		record_ticks_read(k, slot, rc == 0, record_ns(&b));
-		if (run->nns < RECORD_MAX_TIMINGS &&
-		    array_reserve((void **)&run->ns, &run->ns_cap, run->nns, sizeof *run->ns, NULL) == 0) {
-			double ns = (record_seconds(&b) - record_seconds(&a)) * 1e9;
-			if (o->uw.kernel_pace) {
-				uw_stats(t, &after);
-				ns -= (double)(after.kernel_paced_ns - before.kernel_paced_ns);
-				ns = ns > 0 ? ns : 0;
-			}
-			run->ns[run->nns++] = ns > UINT32_MAX ? UINT32_MAX : (uint32_t)ns;
+		double ns = (record_seconds(&b) - record_seconds(&a)) * 1e9;
+		if (o->uw.kernel_pace) {
+			uw_stats(t, &after);
+			ns -= (double)(after.kernel_paced_ns - before.kernel_paced_ns);
 		}
+		record_time_sample(run, ns);
 		if (rc != 0) {
 			run->failed++;
 			if (err.status == UW_EGONE || err.status == UW_ENOPROC) {
@@ -556,7 +576,7 @@ static int record_loop(struct uw_target *t, const struct record_opts *o, struct 
 }
 
 /* The functions of a profile, own and total, written as pyprofd-ctl writes a query's table. */
-static int record_table(const struct export_profile *p, pid_t pid, FILE *out)
+static int record_table(const struct export_profile *p, FILE *out)
 {
 	struct arena a = {0};
 	struct functions fs;
@@ -575,12 +595,10 @@ static int record_table(const struct export_profile *p, pid_t pid, FILE *out)
 		errno = ENOMEM;
 	} else {
 		functions_sort(&fs, FUNCTIONS_BY_OWN);
-		char name[32];
-		snprintf(name, sizeof name, "pid %d", (int)pid);
 		struct export_table t = {.rows = fs.rows,
 		                         .nrows = fs.nrows,
 		                         .functions_found = fs.nrows,
-		                         .name = name,
+		                         .name = p->name,
 		                         .mode = p->mode,
 		                         .rate_hz = p->rate_hz,
 		                         .from_unix = p->from_unix,
@@ -590,6 +608,33 @@ static int record_table(const struct export_profile *p, pid_t pid, FILE *out)
 	}
 	functions_free(&fs);
 	arena_free(&a);
+	return rc;
+}
+
+int record_emit(struct export_profile *p, const struct record_opts *o, const struct record_run *run,
+                FILE *out)
+{
+	p->mode = vocab_mode_name(o->uw.mode);
+	/* What a count stands for: a tick of the grid (record_ticks). */
+	double rate = o->rate > 0 ? o->rate : RECORD_MAX_GRID_HZ;
+	p->rate_hz = rate < 1 ? 1 : rate > UINT32_MAX ? UINT32_MAX : (uint32_t)(rate + 0.5);
+	p->per_thread = o->per_thread;
+	p->from_unix = run->started_unix;
+	p->until_unix = run->ended_unix > run->started_unix ? run->ended_unix : run->started_unix;
+	struct export_sources sources = {0};
+	int rc = 0;
+	if (o->format == EXPORT_HEATMAP && !o->table) {
+		rc = export_sources_read(p, EXPORT_SOURCE_MAX_TOTAL, &sources);
+		p->sources = sources.v;
+		p->nsources = sources.n;
+	}
+	if (rc == 0)
+		rc = o->table ? record_table(p, out) : export_write(p, o->format, out);
+	int saved = errno;
+	export_sources_free(&sources);
+	p->sources = NULL;
+	p->nsources = 0;
+	errno = saved;
 	return rc;
 }
 
@@ -614,24 +659,8 @@ static int record_write(struct profile *prof, const struct uw_target *t,
 	char name[32];
 	snprintf(name, sizeof name, "pid %d", (int)o->pid);
 	p.name = name;
-	p.mode = vocab_mode_name(o->uw.mode);
-	/* What a count stands for: a tick of the grid (record_ticks). */
-	double rate = o->rate > 0 ? o->rate : RECORD_MAX_GRID_HZ;
-	p.rate_hz = rate < 1 ? 1 : rate > UINT32_MAX ? UINT32_MAX : (uint32_t)(rate + 0.5);
-	p.per_thread = o->per_thread;
-	p.from_unix = run->started_unix;
-	p.until_unix = run->ended_unix > run->started_unix ? run->ended_unix : run->started_unix;
-	struct export_sources sources = {0};
-	int rc = 0;
-	if (o->format == EXPORT_HEATMAP && !o->table) {
-		rc = export_sources_read(&p, EXPORT_SOURCE_MAX_TOTAL, &sources);
-		p.sources = sources.v;
-		p.nsources = sources.n;
-	}
-	if (rc == 0)
-		rc = o->table ? record_table(&p, o->pid, out) : export_write(&p, o->format, out);
+	int rc = record_emit(&p, o, run, out);
 	int saved = errno;
-	export_sources_free(&sources);
 	profile_free_export(&p);
 	errno = saved;
 	return rc;
@@ -648,6 +677,12 @@ int record_main(int argc, char **argv)
 	if (o.output && !(out = fopen(o.output, "we"))) {
 		fprintf(stderr, "pyprofd: cannot write %s: %s\n", o.output, strerror(errno));
 		return EXIT_FAILURE_OTHER;
+	}
+	if (o.command) {
+		rc = record_command(&o, out);
+		if (out != stdout)
+			fclose(out); /* flushed and checked by record_command */
+		return rc;
 	}
 	struct uw_error err = {0};
 	struct uw_target *t = uw_open(o.pid, &err);
@@ -687,15 +722,10 @@ int record_main(int argc, char **argv)
 	if (out != stdout)
 		fclose(out);
 	if (o.stats || o.stats_json) {
-		json_t *j = record_stats_json(t, &run, &ticks, &o);
-		if (o.stats)
-			record_stats_print(j);
-		if (o.stats_json) {
-			char *s = json_dumps(j, JSON_COMPACT);
-			if (s)
-				fprintf(stderr, "%s\n", s);
-			free(s);
-		}
+		struct uw_stats st;
+		uw_stats(t, &st);
+		json_t *j = record_stats_json(&st, uw_version(t), ticks.counted, ticks.missed, &run, &o, 0);
+		record_stats_report(j, &o);
 		json_decref(j);
 	}
 	profile_free(&prof);
