@@ -15,6 +15,7 @@ static const char usage[] =
 	"  dump PID [--json] [--native] [--gc]   print every thread's Python stack once\n"
 	"  record PID [--rate HZ|max] [--duration S] [-o FILE] ...\n"
 	"                                        sample a process and write its profile\n"
+	"  record [OPTIONS] -- COMMAND [ARG...]  record a command and the processes it starts\n"
 	"\n"
 	"Run `pyprofd COMMAND --help` for a command's options and exit statuses;\n"
 	"`pyprofd --version` prints the version.\n";
