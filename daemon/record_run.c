@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "procstat.h"
 #include "record.h"
 
 /* Processes followed at most, the recorded ones kept to the end: bounds memory and the profile. */
@@ -60,7 +61,8 @@ struct run_proc {
 	uint64_t next_try_ns;
 	uint64_t attached_ns;
 	char exe[256];
-	char cmdline[RUN_CMDLINE_MAX]; /* with exe, what tells an exec */
+	char cmdline[RUN_CMDLINE_MAX]; /* for its title: a program may rewrite it (setproctitle) */
+	uint64_t code, stack;          /* where its program and stack began: an exec moves them */
 	char title[RUN_TITLE_CMDLINE + 48];
 	char version[16];
 	struct uw_target *t;
@@ -81,6 +83,34 @@ struct run {
 	struct record_run timing;
 	sigset_t waitset;
 };
+
+/* A process now, from its stat line. */
+struct run_look {
+	struct proc_stat st;
+	uint64_t code, stack; /* startcode and startstack: an exec maps them anew */
+};
+
+/* 0, or -1 when the process is gone. */
+static int run_look(pid_t pid, struct run_look *out)
+{
+	char buf[1024];
+	if (uw_proc_read(pid, "stat", buf, sizeof buf) <= 0 || proc_stat_parse(buf, &out->st) != 0 ||
+	    !out->st.has_start_time)
+		return -1;
+	/* Fields 26 and 28, counted from the state (field 3) after the name's last ')'. */
+	out->code = out->stack = 0;
+	const char *at = strrchr(buf, ')');
+	for (unsigned field = 3; at && field <= 28; field++) {
+		if (!(at = strchr(at, ' ')))
+			break;
+		at++;
+		if (field == 26)
+			out->code = strtoull(at, NULL, 10);
+		else if (field == 28)
+			out->stack = strtoull(at, NULL, 10);
+	}
+	return 0;
+}
 
 /* /proc/PID/exe and cmdline (arguments joined by spaces, cut); -1 if the process is gone. */
 static int run_program(pid_t pid, char *exe, size_t exe_len, char *cmdline, size_t cmd_len)
@@ -133,15 +163,16 @@ static struct run_proc *run_add(struct run *r, pid_t pid, uint64_t now)
 		return NULL;
 	}
 	struct run_proc *p = calloc(1, sizeof *p);
-	struct uw_process_identity id;
-	struct uw_error err;
-	if (!p || uw_process_started(pid, &id, &err) != 0 ||
+	struct run_look look;
+	if (!p || run_look(pid, &look) != 0 ||
 	    run_program(pid, p->exe, sizeof p->exe, p->cmdline, sizeof p->cmdline) != 0) {
 		free(p);
 		return NULL;
 	}
 	p->pid = pid;
-	p->start_time = id.start_time;
+	p->start_time = look.st.start_time;
+	p->code = look.code;
+	p->stack = look.stack;
 	p->since_ns = p->next_try_ns = now;
 	run_title(p);
 	if (at < r->n)
@@ -204,9 +235,14 @@ static void run_try_open(struct run *r, struct run_proc *p, uint64_t now)
 	struct uw_error err = {0};
 	struct uw_target *t = uw_open(p->pid, &err);
 	if (t) {
-		/* An exec since the last look (a wrapper's exec of python): named for what was opened. */
-		if (run_program(p->pid, p->exe, sizeof p->exe, p->cmdline, sizeof p->cmdline) == 0)
+		/* An exec since the last look (a wrapper's exec of python): known as what was opened. */
+		struct run_look look;
+		if (run_look(p->pid, &look) == 0 &&
+		    run_program(p->pid, p->exe, sizeof p->exe, p->cmdline, sizeof p->cmdline) == 0) {
+			p->code = look.code;
+			p->stack = look.stack;
 			run_title(p);
+		}
 		run_attach(r, p, t, now);
 		return;
 	}
@@ -334,16 +370,15 @@ static void run_scan(struct run *r, uint64_t now)
 		struct run_proc *p = r->procs[i];
 		if (p->state == RUN_DONE)
 			continue;
-		struct uw_process_identity id;
-		struct uw_error err;
+		struct run_look look;
 		char exe[sizeof p->exe], cmdline[sizeof p->cmdline];
-		if (uw_process_started(p->pid, &id, &err) != 0 || id.start_time != p->start_time ||
-		    id.state == 'Z' || id.state == 'X' ||
+		if (run_look(p->pid, &look) != 0 || look.st.start_time != p->start_time ||
+		    look.st.state == 'Z' || look.st.state == 'X' ||
 		    run_program(p->pid, exe, sizeof exe, cmdline, sizeof cmdline) != 0) {
 			run_close(r, p, now);
 			continue;
 		}
-		if (strcmp(exe, p->exe) == 0 && strcmp(cmdline, p->cmdline) == 0)
+		if (strcmp(exe, p->exe) == 0 && look.code == p->code && look.stack == p->stack)
 			continue;
 		/* An exec: what was recorded stays the old program's; the new one is a process of its own. */
 		if (p->recorded) {
@@ -353,6 +388,8 @@ static void run_scan(struct run *r, uint64_t now)
 		}
 		memcpy(p->exe, exe, sizeof exe);
 		memcpy(p->cmdline, cmdline, sizeof cmdline);
+		p->code = look.code;
+		p->stack = look.stack;
 		run_title(p);
 		p->state = RUN_WAITING;
 		p->since_ns = p->next_try_ns = now;
