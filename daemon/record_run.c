@@ -112,13 +112,18 @@ static int run_look(pid_t pid, struct run_look *out)
 	return 0;
 }
 
-/* /proc/PID/exe and cmdline (arguments joined by spaces, cut); -1 if the process is gone. */
+/*
+ * /proc/PID/exe, and the cmdline (arguments joined by spaces, cut) unless
+ * NULL; -1 if the process is gone.
+ */
 static int run_program(pid_t pid, char *exe, size_t exe_len, char *cmdline, size_t cmd_len)
 {
 	char link[48];
 	snprintf(link, sizeof link, "/proc/%d/exe", (int)pid);
 	ssize_t n = readlink(link, exe, exe_len - 1);
 	exe[n > 0 ? n : 0] = '\0';
+	if (!cmdline)
+		return 0;
 	char buf[RUN_CMDLINE_MAX];
 	ssize_t len = uw_proc_read(pid, "cmdline", buf, sizeof buf);
 	if (len < 0)
@@ -371,13 +376,13 @@ static void run_scan(struct run *r, uint64_t now)
 		if (p->state == RUN_DONE)
 			continue;
 		struct run_look look;
-		char exe[sizeof p->exe], cmdline[sizeof p->cmdline];
+		char exe[sizeof p->exe];
 		if (run_look(p->pid, &look) != 0 || look.st.start_time != p->start_time ||
-		    look.st.state == 'Z' || look.st.state == 'X' ||
-		    run_program(p->pid, exe, sizeof exe, cmdline, sizeof cmdline) != 0) {
+		    look.st.state == 'Z' || look.st.state == 'X') {
 			run_close(r, p, now);
 			continue;
 		}
+		run_program(p->pid, exe, sizeof exe, NULL, 0);
 		if (strcmp(exe, p->exe) == 0 && look.code == p->code && look.stack == p->stack)
 			continue;
 		/* An exec: what was recorded stays the old program's; the new one is a process of its own. */
@@ -386,8 +391,7 @@ static void run_scan(struct run *r, uint64_t now)
 			run_add(r, p->pid, now);
 			continue;
 		}
-		memcpy(p->exe, exe, sizeof exe);
-		memcpy(p->cmdline, cmdline, sizeof cmdline);
+		run_program(p->pid, p->exe, sizeof p->exe, p->cmdline, sizeof p->cmdline);
 		p->code = look.code;
 		p->stack = look.stack;
 		run_title(p);
