@@ -181,12 +181,15 @@ Test(record_run, workers_under_their_processes, .timeout = 120)
 	scratch_dir(dir, sizeof dir);
 	snprintf(script, sizeof script, "%s/workers.py", dir);
 	write_text_file(script, workers_code);
-	const char *args[] = {"--per-thread", NULL};
+	const char *args[] = {"--per-thread", "--stats-json", NULL};
 	const char *cmd[] = {script, NULL};
 	struct run_result r;
 	char *profile;
 	record_command(&r, py, args, cmd, &profile);
 	cr_assert(r.exited && r.code == 0, "%s", run_describe(&r, why, sizeof why));
+	/* The parent, both workers and spawn's resource tracker, counted in the stats. */
+	const char *stats = strstr(r.err, "\"processes\":");
+	cr_assert(stats && atoi(stats + strlen("\"processes\":")) >= 3, "processes in the stats: %s", r.err);
 	static const char *const functions[] = {"parent_own", "forked_worker", "spawned_worker"};
 	int roots[COUNT(functions)];
 	for (size_t i = 0; i < COUNT(functions); i++) {
@@ -244,15 +247,23 @@ Test(record_run, a_stop_signal_is_sent_on, .timeout = 120)
 	const struct python *py = host_python(pys, n, 12);
 	if (!py)
 		cr_skip_test("no CPython 3.12 here");
-	char dir[PATH_MAX], out[PATH_MAX + 32], log[PATH_MAX + 32], line[8192];
+	char dir[PATH_MAX], out[PATH_MAX + 32], log[PATH_MAX + 32], napping[PATH_MAX + 32], line[8192];
+	char code[PATH_MAX + 256];
 	scratch_dir(dir, sizeof dir);
 	snprintf(out, sizeof out, "%s/out.txt", dir);
 	snprintf(log, sizeof log, "%s/log.txt", dir);
+	snprintf(napping, sizeof napping, "%s/napping", dir);
+	snprintf(code, sizeof code,
+	         "import time\ndef napping():\n    open('%s', 'w').close()\n    time.sleep(60)\nnapping()\n",
+	         napping);
 	char *argv[] = {(char *)pyprofd_bin(), "record", "-o", out, "--", (char *)python_exec_path(py), "-c",
-	                "import time\ndef napping():\n    time.sleep(60)\nnapping()\n", NULL};
+	                code, NULL};
 	pid_t pid = spawn_process(argv, log);
-	/* Its start taken, the command sleeps on in napping(). */
-	sleep(2);
+	/* The command in napping() (a slow host may take long to start it), and sampled there a while. */
+	for (int i = 0; i < 600 && access(napping, F_OK) != 0; i++)
+		usleep(50000);
+	cr_assert_eq(access(napping, F_OK), 0, "the command never reached napping()");
+	usleep(500000);
 	cr_assert_eq(kill(pid, SIGTERM), 0);
 	int status;
 	cr_assert_eq(waitpid(pid, &status, 0), pid);
