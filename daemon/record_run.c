@@ -30,12 +30,6 @@
 #define RUN_NOT_PYTHON_NS 2000000000u
 /* Any other refusal this long (a runtime not initialised yet): given up. */
 #define RUN_GIVE_UP_NS 10000000000u
-/*
- * A fork's child shows its parent's threads until its interpreter has
- * caught up after the fork; for this long after an attach, a sample with a
- * thread that is not one of the process's own is not counted.
- */
-#define RUN_SETTLE_NS 1000000000u
 /* Tasks of one process whose children are looked for, and bytes of one children file. */
 #define RUN_MAX_TASKS 4096
 #define RUN_CHILDREN_BYTES 8192
@@ -59,7 +53,6 @@ struct run_proc {
 	bool recorded;       /* it was attached: its profile is part of the output */
 	uint64_t since_ns;   /* found, or its last exec */
 	uint64_t next_try_ns;
-	uint64_t attached_ns;
 	char exe[256];
 	char cmdline[RUN_CMDLINE_MAX]; /* for its title: a program may rewrite it (setproctitle) */
 	uint64_t code, stack;          /* where its program and stack began: an exec moves them */
@@ -231,7 +224,6 @@ static void run_attach(struct run *r, struct run_proc *p, struct uw_target *t, u
 	p->t = t;
 	p->state = RUN_SAMPLING;
 	p->recorded = true;
-	p->attached_ns = now;
 }
 
 /* Try to open a process that may run Python by now. */
@@ -283,25 +275,6 @@ static void run_try_open(struct run *r, struct run_proc *p, uint64_t now)
 	p->next_try_ns = now + (waited < RUN_RETRY_FAST_FOR_NS ? RUN_RETRY_FAST_NS : RUN_RETRY_SLOW_NS);
 }
 
-/*
- * Whether every thread of a sample is a task of the process: not so in a
- * fork's child that still lists its parent's threads.  A thread whose id
- * is its pid namespace's own fails too, for the settling time alone.
- */
-static bool run_threads_own(const struct run_proc *p, const struct uw_sample *s)
-{
-	for (uint32_t i = 0; i < s->nthreads; i++) {
-		char path[64];
-		if (s->threads[i].native_id <= 0)
-			continue;
-		snprintf(path, sizeof path, "/proc/%d/task/%lld", (int)p->pid,
-		         (long long)s->threads[i].native_id);
-		if (access(path, F_OK) != 0)
-			return false;
-	}
-	return true;
-}
-
 static void run_sample(struct run *r, struct run_proc *p)
 {
 	struct record_ticks *k = &p->ticks;
@@ -315,8 +288,8 @@ static void run_sample(struct run *r, struct run_proc *p)
 	uint64_t a = clock_mono_ns();
 	int rc = uw_sample(p->t, &k->reads[slot], &err);
 	uint64_t b = clock_mono_ns();
-	bool settled = b - p->attached_ns >= RUN_SETTLE_NS;
-	record_ticks_read(k, slot, rc == 0 && (settled || run_threads_own(p, &k->reads[slot])), b);
+	/* A fork's child's parent's threads, not cleared yet, the unwinder leaves out (threads_own). */
+	record_ticks_read(k, slot, rc == 0, b);
 	double ns = (double)(b - a);
 	if (r->o->uw.kernel_pace) {
 		uw_stats(p->t, &after);
