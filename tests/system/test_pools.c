@@ -252,6 +252,21 @@ static void pool_on(unsigned minor, bool rooted, const char *method, const char 
 	pool_survives_a_restart(py, method, discovery);
 }
 
+Test(pools, fork_pool_survives_a_restart_3_8)
+{
+	pool_on(8, false, "fork", "netlink");
+}
+
+Test(pools, spawn_pool_survives_a_restart_3_8)
+{
+	pool_on(8, false, "spawn", "netlink");
+}
+
+Test(pools, forkserver_pool_survives_a_restart_3_8)
+{
+	pool_on(8, false, "forkserver", "netlink");
+}
+
 Test(pools, fork_pool_survives_a_restart_3_12)
 {
 	pool_on(12, false, "fork", "netlink");
