@@ -38,16 +38,20 @@ for w in workers:
 time.sleep(0.2)
 
 api = ctypes.pythonapi
-libc = ctypes.PyDLL(None)  # calls holding the GIL: the child must not release it before the after-fork
+# Calls that hold the GIL.  Before its after-fork the child must never let
+# go of it: the GIL's own lock may have been held by a parent's thread at
+# the fork, and would never be free again.  os.open and the like let go.
+libc = ctypes.PyDLL(None)
 report = json.dumps({"pid": os.getpid()}).encode()
+tmp, final = (REPORT + ".tmp").encode(), REPORT.encode()
+flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
 api.PyOS_BeforeFork()
 pid = libc.fork()
 if pid == 0:
-    # Nothing that takes a lock or lets go of the GIL before the after-fork.
-    fd = os.open(REPORT + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.write(fd, report)
-    os.close(fd)
-    os.rename(REPORT + ".tmp", REPORT)
+    fd = libc.open(tmp, flags, 0o644)
+    libc.write(fd, report, len(report))
+    libc.close(fd)
+    libc.rename(tmp, final)
     libc.usleep(int(WINDOW_S * 1e6))
     api.PyOS_AfterFork_Child()
     child_spin(time.time() + SPIN_S)
