@@ -494,8 +494,10 @@ test: test-deps
 
 check: test
 
+# One interpreter of each version and kind (PYPROFD_TEST_ONE_PER_VERSION, see
+# tests/pythons.c); make sanitize SANITIZE_ALL=1 runs them all.
 sanitize:
-	$(Q)$(MAKE) --no-print-directory BUILD=build-sanitize SANITIZE=1 OPT="-O1 -g" test
+	$(Q)$(if $(SANITIZE_ALL),,PYPROFD_TEST_ONE_PER_VERSION=1) $(MAKE) --no-print-directory BUILD=build-sanitize SANITIZE=1 OPT="-O1 -g" test
 
 # Builds every harness and runs each for FUZZ_SECONDS (or FUZZ_RUNS), keeping what it learnt
 # in build-fuzz/corpus/NAME (seeded from tests/fuzz/seeds/NAME when there).

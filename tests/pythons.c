@@ -300,6 +300,19 @@ static void pythons_add(struct python *out, size_t max, size_t *n, const char *p
 	if (python_identify(py, c) != 0)
 		return;
 	py->supported = py->major == 3 && py->minor >= 8 && py->minor <= 15;
+	/*
+	 * The sanitized run's choice, for CI's time: the first build of each
+	 * version and kind (debug, free-threaded) reaches every layout the
+	 * unwinder reads; another build of one (Debian's static 3.11, the
+	 * root's 3.13 beside pyenv's) adds where symbols lie, which the plain
+	 * run covers.
+	 */
+	const char *one = getenv("PYPROFD_TEST_ONE_PER_VERSION");
+	if (one && strcmp(one, "1") == 0)
+		for (size_t i = 0; i < *n; i++)
+			if (out[i].major == py->major && out[i].minor == py->minor && out[i].debug == py->debug &&
+			    out[i].free_threaded == py->free_threaded)
+				return;
 	(*n)++;
 }
 
