@@ -10,6 +10,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__SANITIZE_ADDRESS__)
+#define JOBS_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define JOBS_ASAN 1
+#endif
+#endif
+#ifndef JOBS_ASAN
+#define JOBS_ASAN 0
+#endif
+
 #include "jobs.h"
 #include "wire.h"
 
@@ -87,12 +98,14 @@ static void *job_thread(void *arg)
 	/* Its own name, so top -H and the benchmarks tell its cost from the loop's. */
 	pthread_setname_np(pthread_self(), j->type->name);
 	bool failed = j->type->run(j, j->data) != 0;
-#ifdef __GLIBC__
+#if defined(__GLIBC__) && !JOBS_ASAN
 	/*
 	 * A query's working memory (its connection's pages, its aggregation)
 	 * is freed by now, but into this thread's arena, which glibc keeps:
 	 * the daemon's RSS grew to the largest query it ever answered, and a
 	 * history that keeps meeting new code makes every query larger.
+	 * Under AddressSanitizer malloc is its allocator, not glibc's, whose
+	 * arenas malloc_trim would walk unset.
 	 */
 	malloc_trim(0);
 #endif
