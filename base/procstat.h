@@ -17,6 +17,8 @@ struct proc_stat {
 	unsigned flags;      /* the kernel's PF_* of the task; 0 if the line stops before it */
 	bool has_start_time;
 	uint64_t start_time; /* clock ticks after boot */
+	/* Where its program's code and its stack begin: an exec maps them anew.  0 if not given. */
+	uint64_t start_code, start_stack;
 };
 /* The task is on its way out (exit has begun; its memory may be gone already). */
 #define PROC_PF_EXITING 0x4u

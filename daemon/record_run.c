@@ -90,18 +90,8 @@ static int run_look(pid_t pid, struct run_look *out)
 	if (uw_proc_read(pid, "stat", buf, sizeof buf) <= 0 || proc_stat_parse(buf, &out->st) != 0 ||
 	    !out->st.has_start_time)
 		return -1;
-	/* Fields 26 and 28, counted from the state (field 3) after the name's last ')'. */
-	out->code = out->stack = 0;
-	const char *at = strrchr(buf, ')');
-	for (unsigned field = 3; at && field <= 28; field++) {
-		if (!(at = strchr(at, ' ')))
-			break;
-		at++;
-		if (field == 26)
-			out->code = strtoull(at, NULL, 10);
-		else if (field == 28)
-			out->stack = strtoull(at, NULL, 10);
-	}
+	out->code = out->st.start_code;
+	out->stack = out->st.start_stack;
 	return 0;
 }
 
