@@ -91,7 +91,7 @@ static const char record_usage[] =
 	"when signal N ended it), else 1 (the profile not written), 2 (usage), 126 (the\n"
 	"command could not be run) or 127 (no such command)\n";
 
-static int record_parse(int argc, char **argv, struct record_opts *o)
+int record_parse(int argc, char **argv, struct record_opts *o)
 {
 	static const struct option options[] = {
 		{"rate", required_argument, NULL, 'r'},
@@ -666,24 +666,9 @@ static int record_write(struct profile *prof, const struct uw_target *t,
 	return rc;
 }
 
-int record_main(int argc, char **argv)
+int record_pid(struct record_opts *opts, FILE *out)
 {
-	struct record_opts o;
-	int rc = record_parse(argc, argv, &o);
-	if (rc != 0)
-		return rc < 0 ? EXIT_OK : rc;
-
-	FILE *out = stdout;
-	if (o.output && !(out = fopen(o.output, "we"))) {
-		fprintf(stderr, "pyprofd: cannot write %s: %s\n", o.output, strerror(errno));
-		return EXIT_FAILURE_OTHER;
-	}
-	if (o.command) {
-		rc = record_command(&o, out);
-		if (out != stdout)
-			fclose(out); /* flushed and checked by record_command */
-		return rc;
-	}
+	struct record_opts o = *opts;
 	struct uw_error err = {0};
 	struct uw_target *t = uw_open(o.pid, &err);
 	if (!t) {

@@ -83,5 +83,9 @@ int record_emit(struct export_profile *p, const struct record_opts *o, const str
 /* record_run.c */
 /* `pyprofd record [options] -- COMMAND...`: o parsed, the profile to out; the exit status. */
 int record_command(struct record_opts *o, FILE *out);
+/* The command line into o: 0, -1 when --help was printed, or an exit status. */
+int record_parse(int argc, char **argv, struct record_opts *o);
+/* Record the process o names into out (closed unless stdout); pyprofd's exit status. */
+int record_pid(struct record_opts *o, FILE *out);
 
 #endif

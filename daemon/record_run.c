@@ -677,3 +677,23 @@ int record_command(struct record_opts *o, FILE *out)
 	uw_kreader_close(o->uw.kreader);
 	return status;
 }
+
+/* `pyprofd record`: a process by its pid, or a command from its start. */
+int record_main(int argc, char **argv)
+{
+	struct record_opts o;
+	int rc = record_parse(argc, argv, &o);
+	if (rc != 0)
+		return rc < 0 ? EXIT_OK : rc;
+	FILE *out = stdout;
+	if (o.output && !(out = fopen(o.output, "we"))) {
+		fprintf(stderr, "pyprofd: cannot write %s: %s\n", o.output, strerror(errno));
+		return EXIT_FAILURE_OTHER;
+	}
+	if (!o.command)
+		return record_pid(&o, out);
+	rc = record_command(&o, out);
+	if (out != stdout)
+		fclose(out); /* flushed and checked by record_command */
+	return rc;
+}
