@@ -65,7 +65,8 @@ SPEEDSCOPE_SCHEMA    = $(DEPS_DIR)/speedscope-file-format-schema.json
 # shares one; the tests run its interpreters chrooted (see tests/pythons.h).
 PYTHONS_ROOT     ?= /var/cache/pyprofd/sid
 PYTHONS_MIRROR   ?=
-PYTHONS_PACKAGES  = python3.13 python3.14 python3.15 python3.15-dbg python3.15-dev
+PYTHONS_PACKAGES  = python3.13 python3.14 python3.15 python3.15-dbg python3.15-dev \
+                    python3-opentelemetry-sdk python3-opentelemetry-exporter-otlp-proto-http
 # Whole and of this package list: what tests/pythons-root.sh writes last.
 PYTHONS_READY     = [ "$$(cat $(PYTHONS_ROOT)/.pyprofd-pythons 2>/dev/null)" = \
                       "packages: $(PYTHONS_PACKAGES)" ]

@@ -179,6 +179,30 @@ struct uw_fd_budget {
 /* The most it may be told: a dump of a program with many tasks. */
 #define UW_MAX_TASKS 1000000u
 
+/* ContextVars a target's samples are labelled by at most, and a name's bytes with its NUL. */
+#define UW_CONTEXT_LABELS_MAX 8u
+#define UW_CONTEXT_NAME_LEN 32u
+/* A label's value at most, with its NUL: a longer str is cut, at a character's boundary. */
+#define UW_CONTEXT_VALUE_LEN 64u
+
+/*
+ * What a thread's (or task's) contextvars context said when it was
+ * sampled.  Ids are big-endian, as W3C trace context writes them; a span
+ * is only given when both ids are valid (not zero).  A label is given when
+ * the ContextVar is set to a str or an int (written in decimal); label i
+ * is context_labels[labels[i].index] of the options.
+ */
+struct uw_context {
+	bool has_span;
+	uint8_t trace_id[16];
+	uint8_t span_id[8];
+	uint32_t nlabels;
+	struct {
+		uint32_t index;
+		char value[UW_CONTEXT_VALUE_LEN];
+	} labels[UW_CONTEXT_LABELS_MAX];
+};
+
 /* How a target samples; uw_configure() may change it between samples. */
 struct uw_options {
 	unsigned flags;          /* UW_SNAP_* */
@@ -222,6 +246,15 @@ struct uw_options {
 	 * Stacks stay exact without any; they cost more to prove.
 	 */
 	unsigned provers_off;
+	/*
+	 * The request each thread serves (context.c): OpenTelemetry's current
+	 * span (context_otel) and the values of the ContextVars named in
+	 * context_labels, read from the thread's contextvars context (an
+	 * asyncio task's own, for a task's stack).  Off, nothing is read.
+	 */
+	bool context_otel;
+	uint32_t ncontext_labels;
+	char context_labels[UW_CONTEXT_LABELS_MAX][UW_CONTEXT_NAME_LEN];
 	/*
 	 * Called once at the end of an epoch, before every id is forgotten:
 	 * stack and frame ids of the ending epoch are still valid during the
@@ -350,6 +383,12 @@ struct uw_sample_thread {
 	bool moving;    /* its stack moved under every read: stack is 0, not a real stack */
 	bool task;      /* an asyncio task's stack (async mode), not the thread's own */
 	uint32_t stack; /* 0 is the empty stack */
+	/*
+	 * With context_otel or context_labels: the span and labels it ran
+	 * under, NULL when none (or unreadable).  Owned by the target, valid
+	 * until its next sample.
+	 */
+	const struct uw_context *context;
 };
 
 struct uw_sample {
