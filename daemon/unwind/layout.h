@@ -311,6 +311,9 @@ struct names_layout {
 	uint32_t inline_capacity, inline_valid, inline_values; /* 3.13+: the inline values' header, then the values */
 	uint32_t long_size, long_digit; /* PyLongObject: ob_size or lv_tag, the first 30-bit digit */
 	bool long_tagged;               /* lv_tag: digit count << 3, the sign in the low bits (3.12+) */
+	uint32_t var_size;              /* PyVarObject.ob_size */
+	uint32_t ts_context;            /* PyThreadState.context, context_ver the word after it */
+	uint32_t tuple_items;           /* PyTupleObject.ob_item (3.14+ keep the hash before it) */
 };
 
 /* The table of a minor version (3.8-3.15), NULL for another. */

@@ -1,6 +1,7 @@
 /*
- * Where each CPython keeps what a thread's Python name is reached through:
- * dicts and their keys, modules, types, instance attributes and ints.
+ * Where each CPython keeps what a thread's Python name and its request
+ * context are reached through: dicts and their keys, modules, types,
+ * instance attributes, ints, tuples and the thread state's context.
  *
  * Measured with offsetof() against the headers of 3.8.18, 3.9.18, 3.10.13,
  * 3.11.7, 3.12.1, 3.13.0 and 3.15.2 (x86-64, default builds), and of
@@ -19,7 +20,8 @@
 	.entry_size = 24, .entry_hash = 0, .entry_key = 8, .entry_value = 16,                     \
 	.str_entry_size = 16, .str_entry_key = 0, .str_entry_value = 8,                           \
 	.module_dict = 16, .dict_keys = 32, .dict_values = 40, .type_basicsize = 32,              \
-	.type_flags = 168, .type_dictoffset = 288, .long_size = 16, .long_digit = 24
+	.type_flags = 168, .type_dictoffset = 288, .long_size = 16, .long_digit = 24,             \
+	.var_size = 16
 
 /* 3.8-3.10: dk_refcnt, dk_size, dk_lookup, dk_usable, dk_nentries, then the indices. */
 #define NAMES_KEYS_SIZED                                                                      \
@@ -37,19 +39,19 @@
 	.inline_capacity = 0, .inline_valid = 3, .inline_values = 8, .long_tagged = true
 
 static const struct names_layout names_layouts[] = {
-	{.minor = 8, NAMES_COMMON, NAMES_KEYS_SIZED, .type_cached_keys = 872, .attrs = ATTRS_DICT,
+	{.minor = 8, .ts_context = 240, .tuple_items = 24, NAMES_COMMON, NAMES_KEYS_SIZED, .type_cached_keys = 872, .attrs = ATTRS_DICT,
 	 .long_tagged = false},
-	{.minor = 9, NAMES_COMMON, NAMES_KEYS_SIZED, .type_cached_keys = 864, .attrs = ATTRS_DICT,
+	{.minor = 9, .ts_context = 240, .tuple_items = 24, NAMES_COMMON, NAMES_KEYS_SIZED, .type_cached_keys = 864, .attrs = ATTRS_DICT,
 	 .long_tagged = false},
-	{.minor = 10, NAMES_COMMON, NAMES_KEYS_SIZED, .type_cached_keys = 872, .attrs = ATTRS_DICT,
+	{.minor = 10, .ts_context = 240, .tuple_items = 24, NAMES_COMMON, NAMES_KEYS_SIZED, .type_cached_keys = 872, .attrs = ATTRS_DICT,
 	 .long_tagged = false},
-	{.minor = 11, NAMES_COMMON, NAMES_KEYS_LOG2, .type_cached_keys = 872, .attrs = ATTRS_VALUES,
+	{.minor = 11, .ts_context = 224, .tuple_items = 24, NAMES_COMMON, NAMES_KEYS_LOG2, .type_cached_keys = 872, .attrs = ATTRS_VALUES,
 	 .dict_ptr = -24, .dict_ptr_ft = -24, .values_ptr = -32, .long_tagged = false},
-	{.minor = 12, NAMES_COMMON, NAMES_KEYS_LOG2, .type_cached_keys = 880, .attrs = ATTRS_TAGGED,
+	{.minor = 12, .ts_context = 208, .tuple_items = 24, NAMES_COMMON, NAMES_KEYS_LOG2, .type_cached_keys = 880, .attrs = ATTRS_TAGGED,
 	 .dict_ptr = -24, .dict_ptr_ft = -24, .values_ptr = 0, .long_tagged = true},
-	{.minor = 13, NAMES_COMMON, NAMES_KEYS_LOG2, .type_cached_keys = 880, NAMES_INLINE},
-	{.minor = 14, NAMES_COMMON, NAMES_KEYS_LOG2, .type_cached_keys = 880, NAMES_INLINE},
-	{.minor = 15, NAMES_COMMON, NAMES_KEYS_LOG2, .type_cached_keys = 888, NAMES_INLINE},
+	{.minor = 13, .ts_context = 208, .tuple_items = 24, NAMES_COMMON, NAMES_KEYS_LOG2, .type_cached_keys = 880, NAMES_INLINE},
+	{.minor = 14, .ts_context = 208, .tuple_items = 32, NAMES_COMMON, NAMES_KEYS_LOG2, .type_cached_keys = 880, NAMES_INLINE},
+	{.minor = 15, .ts_context = 232, .tuple_items = 32, NAMES_COMMON, NAMES_KEYS_LOG2, .type_cached_keys = 888, NAMES_INLINE},
 };
 
 const struct names_layout *layout_names_for_minor(unsigned minor)

@@ -411,7 +411,9 @@ void uw_configure(struct uw_target *t, const struct uw_options *options)
 		if (options->fd_budget)
 			options->fd_budget->used += t->stat_fds;
 	}
+	struct uw_options old = t->opts;
 	t->opts = *options;
+	context_configured(t, &old);
 	if (!t->opts.cache_budget)
 		t->opts.cache_budget = UW_DEFAULT_CACHE_BUDGET;
 }

@@ -57,6 +57,7 @@ static void threads_clear_one(struct uw_target *t, struct thread_cache *tc)
 	threads_close_stat(t, tc);
 	threads_still_close(t, &tc->still);
 	free(tc->chain);
+	free(tc->ctx);
 	same_bytes_free(&tc->same);
 }
 

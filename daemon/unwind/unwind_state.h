@@ -222,6 +222,11 @@ struct thread_cache {
 	struct thread_still still;
 	/* Where this sample's reads of its stack walk lie in the view's list, for the next plan (view_reads_carry). */
 	uint32_t used_from, used_n;
+	/* context.c: what the thread's context said, read at this pointer and version, for the options of gen. */
+	struct uw_context *ctx; /* NULL until a context is read */
+	raddr_t ctx_addr;       /* 0: nothing kept */
+	uint64_t ctx_ver, ctx_gen;
+	bool ctx_found;
 };
 
 /* Ranges read together in one batch, sorted by address, and their bytes. */
@@ -355,11 +360,35 @@ struct pynames {
 	uint64_t looked_ns;   /* when threading was last looked for */
 	uint64_t retry_ns;    /* and how long after that it is looked for again */
 	raddr_t name_key;     /* the str "_name" as the program interned it, 0 until met */
-	raddr_t dict_type, long_type; /* &PyDict_Type, &PyLong_Type */
-	bool types_looked;
 	uint64_t budget_gen;  /* the sample budget and now_ns are of */
 	uint32_t budget;      /* lookups left in it */
 	uint64_t now_ns;      /* its time, read once */
+};
+
+/* context.c: HAMT node types met, and ContextVars met with what their names are wanted as. */
+#define CONTEXT_NODE_TYPES 4u
+#define CONTEXT_VARS_KEPT 32u
+struct context_node_type {
+	raddr_t type;
+	uint8_t kind;
+};
+struct context_var_seen {
+	raddr_t var, name;
+	int want;
+};
+struct context_state {
+	struct context_node_type types[CONTEXT_NODE_TYPES];
+	uint32_t ntypes;
+	struct context_var_seen vars[CONTEXT_VARS_KEPT];
+	uint32_t nvars, next_var;
+	raddr_t context_key; /* the str "_context" as the program interned it, 0 until met */
+	uint64_t gen;        /* bumped when the options' names change: every kept read is of the old ones */
+};
+
+/* pyobj.c: the runtime's types its reads check objects against, 0 when not found. */
+struct pyobj_types {
+	raddr_t dict, long_, tuple, contextvar;
+	bool looked;
 };
 
 /* open.c — the opened process; owns everything above. */
@@ -434,6 +463,8 @@ struct uw_target {
 	struct tasks *tasks; /* tasks.c: asyncio's tasks, NULL until asked for */
 	struct walk_gil_ptr gil_ptrs[WALK_GIL_PTRS]; /* the first interpreters' */
 	struct pynames names;
+	struct pyobj_types objtypes;
+	struct context_state contexts;
 	raddr_t none_object; /* exception.c: &_Py_NoneStruct, 0 until looked up */
 	bool none_looked;
 };

@@ -384,6 +384,80 @@ char threads_kernel_state(struct uw_target *t, struct thread_cache *tc, int64_t 
 void threads_name(struct uw_target *t, struct thread_cache *tc, int64_t tid, uint64_t ident,
                   char out[UW_THREAD_NAME_LEN]);
 
+/* pyobj.c: Python objects read from outside, each check and bound its own (see there). */
+/* Bytes of one dict entry at most. */
+#define PYOBJ_ENTRY_MAX 32u
+/* One dict's keys as read: where its entries are and how they are laid out. */
+struct pyobj_keys {
+	uint64_t slots;      /* index slots, a power of two */
+	uint64_t nentries;
+	unsigned index_width; /* bytes of one index */
+	raddr_t indices, entries;
+	uint32_t entry_size;
+	bool has_hash;       /* entries begin with the key's hash (general keys) */
+	uint32_t key_at, value_at;
+};
+/* len bytes at addr, read now (outside the sample's batch); -1 for address 0 or a failed read. */
+int pyobj_read(struct uw_target *t, raddr_t addr, void *buf, size_t len);
+/* How much longer a free-threaded build's object header is than the usual 16 bytes. */
+uint32_t pyobj_shift(const struct uw_target *t);
+/* The pointer at addr, the type of obj; 0 when unreadable. */
+raddr_t pyobj_pointer(struct uw_target *t, raddr_t addr);
+raddr_t pyobj_type_of(struct uw_target *t, raddr_t obj);
+/* The runtime's dict, int, tuple and ContextVar types (t->objtypes), looked up once; false without dict and int. */
+bool pyobj_types(struct uw_target *t);
+/* Whether type is base, or a subclass of it by its flag (one read of the type's flags). */
+bool pyobj_is_a(struct uw_target *t, const struct names_layout *N, raddr_t type, raddr_t base,
+                uint64_t subclass_flag);
+/* A keys object's layout, checked to be one the interpreter could have made.  0, or -1. */
+int pyobj_keys_read(struct uw_target *t, const struct names_layout *N, raddr_t keys, struct pyobj_keys *k);
+/* Whether the object at addr is the str name (or, with prefix, begins with it): compact ASCII alone. */
+bool pyobj_str_is(struct uw_target *t, raddr_t addr, const char *name, bool prefix);
+/*
+ * The entry of str key name (a prefix of it, with prefix) among a keys
+ * object's first entries: 1 and its index, value (0 in a split table,
+ * whose values lie apart) and where the value lies, 0 when not there, -1
+ * when unreadable.  *known is the key's address when already met
+ * (identifiers are interned: one object), which spares a read of each key;
+ * it is set when met (not for a prefix).
+ */
+int pyobj_keys_find(struct uw_target *t, const struct pyobj_keys *k, const char *name, bool prefix,
+                    raddr_t *known, uint64_t *index, raddr_t *value, raddr_t *slot);
+/* The value of str key name in a dict or a dict's subclass: as pyobj_keys_find, split tables too. */
+int pyobj_dict_get(struct uw_target *t, const struct names_layout *N, raddr_t dict, const char *name,
+                   bool prefix, raddr_t *known, raddr_t *value, raddr_t *slot);
+/* One signed index of a dict's index table.  0, or -1. */
+int pyobj_index_read(struct uw_target *t, const struct pyobj_keys *k, uint64_t slot, int64_t *ix);
+/* Whether the object at addr is the int v (v >= 0). */
+bool pyobj_int_is(struct uw_target *t, const struct names_layout *N, raddr_t addr, uint64_t v);
+/*
+ * A non-negative int (or an int subclass's) into width bytes (at most 16),
+ * big-endian: 1; 0 when it is no int, negative or wider; -1 when unreadable.
+ */
+int pyobj_int_read(struct uw_target *t, const struct names_layout *N, raddr_t addr, uint8_t *be, size_t width);
+/* Item i of a tuple (or a tuple subclass's), 0 when none or unreadable. */
+raddr_t pyobj_tuple_item(struct uw_target *t, const struct names_layout *N, raddr_t tuple, uint32_t i);
+/*
+ * Where an instance keeps its attributes: its dict (1, *dict), or a values
+ * array and the keys naming it (2, *values and *keys, *capacity the slots
+ * it has); -1 when unreadable.
+ */
+int pyobj_attrs(struct uw_target *t, const struct names_layout *N, raddr_t obj, raddr_t *dict,
+                raddr_t *values, raddr_t *keys, uint64_t *capacity);
+/* Attribute name of an instance (by its dict or its values): as pyobj_dict_get. */
+int pyobj_attr_get(struct uw_target *t, const struct names_layout *N, raddr_t obj, const char *name,
+                   raddr_t *known, raddr_t *value, raddr_t *slot);
+
+/* context.c */
+/*
+ * The request context of the thread at tstate (uw_options.context_*): its
+ * OpenTelemetry span and labels, NULL when none or off.  Kept in tc while
+ * the thread's context pointer and version stand.
+ */
+const struct uw_context *context_of_thread(struct uw_target *t, struct thread_cache *tc, raddr_t tstate);
+/* After uw_configure: names that changed make every kept context stale. */
+void context_configured(struct uw_target *t, const struct uw_options *old);
+
 /* pynames.c */
 /* Thread.name of the thread ident, from threading._active: 1, out and *seen, 0 when not found. */
 int pynames_lookup(struct uw_target *t, uint64_t ident, char out[UW_THREAD_NAME_LEN],

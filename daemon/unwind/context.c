@@ -1,0 +1,300 @@
+/*
+ * The request a thread serves, read from outside: its contextvars context
+ * (PyThreadState.context), and in it OpenTelemetry's current span and the
+ * ContextVars the options name as labels, 3.8-3.15.
+ *
+ * A context's variables are an immutable HAMT (ctx_vars).  A context
+ * changes only while it is entered, in one thread at a time, and each
+ * change (a set, an enter, an exit) bumps that thread's context_ver.  So
+ * while a thread's context pointer and context_ver read the same, what
+ * was read of it still holds: that is the cache, one 16-byte read a
+ * sample (in the sample's batch).  When they moved, the HAMT and the
+ * values are read again, outside the batch, and kept only if the pointer
+ * and version read the same after: a read that raced a change is given up
+ * for that sample rather than guessed at.
+ *
+ * OpenTelemetry's SDK keeps the current span in a ContextVar named
+ * "current_context" whose value is a Context (a dict subclass) holding
+ * the span under "current-span-<uuid>"; the span's _context is a
+ * SpanContext (a tuple subclass) whose first two items are the trace id
+ * (128 bits) and the span id (64 bits).
+ *
+ * Every read is bounded (nodes, entries, depth, string bytes) and every
+ * object is checked by type where its value is taken: garbage gives no
+ * context, never another thread's.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "unwind_internal.h"
+
+/* HAMT nodes visited for one context at most, entries looked at, and depth (7 levels and collisions). */
+#define CONTEXT_MAX_NODES 64u
+#define CONTEXT_MAX_ENTRIES 128u
+#define CONTEXT_MAX_DEPTH 9u
+/* Slots of one bitmap or collision node at most (two a key), and an array node's children. */
+#define CONTEXT_NODE_SLOTS 64u
+#define CONTEXT_ARRAY_CHILDREN 32u
+
+/* The ContextVar OpenTelemetry's runtime context keeps the current Context in. */
+#define CONTEXT_OTEL_VAR "current_context"
+/* The key of the current span in that Context: create_key("current-span") adds "-" and a uuid. */
+#define CONTEXT_OTEL_SPAN_KEY "current-span-"
+
+/* A node's kind, told by its type's tp_name (the types are not exported by every build). */
+enum context_node_kind { NODE_UNKNOWN, NODE_BITMAP, NODE_ARRAY, NODE_COLLISION };
+
+/* Which wanted name a ContextVar's name is: a label's index, CONTEXT_WANT_OTEL, or none. */
+#define CONTEXT_WANT_OTEL (-2)
+#define CONTEXT_WANT_NONE (-1)
+
+static enum context_node_kind context_node_kind(struct uw_target *t, raddr_t type)
+{
+	struct context_state *cs = &t->contexts;
+	for (unsigned i = 0; i < cs->ntypes; i++)
+		if (cs->types[i].type == type)
+			return (enum context_node_kind)cs->types[i].kind;
+	/* PyTypeObject.tp_name, after the variable-size header. */
+	raddr_t name = pyobj_pointer(t, type + 24 + pyobj_shift(t));
+	char s[24] = {0};
+	if (!name || pyobj_read(t, name, s, sizeof s - 1) != 0)
+		return NODE_UNKNOWN;
+	enum context_node_kind kind = !strcmp(s, "hamt_bitmap_node")      ? NODE_BITMAP
+	                              : !strcmp(s, "hamt_array_node")     ? NODE_ARRAY
+	                              : !strcmp(s, "hamt_collision_node") ? NODE_COLLISION
+	                                                                  : NODE_UNKNOWN;
+	if (kind != NODE_UNKNOWN && cs->ntypes < CONTEXT_NODE_TYPES)
+		cs->types[cs->ntypes++] = (struct context_node_type){.type = type, .kind = (uint8_t)kind};
+	return kind;
+}
+
+/* Which wanted name the ContextVar var has; its name is read only when not met before. */
+static int context_var_want(struct uw_target *t, raddr_t var)
+{
+	struct context_state *cs = &t->contexts;
+	uint32_t shift = pyobj_shift(t);
+	uint8_t b[8];
+	if (pyobj_type_of(t, var) != t->objtypes.contextvar || pyobj_read(t, var + 16 + shift, b, 8) != 0)
+		return CONTEXT_WANT_NONE;
+	raddr_t name = load_u64(b, 0);
+	/*
+	 * A var and its name are immutable and the name lives while the var
+	 * points to it: the same pair is the same name.
+	 */
+	for (unsigned i = 0; i < cs->nvars; i++)
+		if (cs->vars[i].var == var && cs->vars[i].name == name)
+			return cs->vars[i].want;
+	char s[UW_CONTEXT_NAME_LEN];
+	int want = CONTEXT_WANT_NONE;
+	if (pyobj_type_of(t, name) == t->unicode_type && pyobj_read_str_into(t, name, s, sizeof s, NULL) == 0) {
+		if (t->opts.context_otel && !strcmp(s, CONTEXT_OTEL_VAR))
+			want = CONTEXT_WANT_OTEL;
+		for (uint32_t i = 0; i < t->opts.ncontext_labels && want == CONTEXT_WANT_NONE; i++)
+			if (!strcmp(s, t->opts.context_labels[i]))
+				want = (int)i;
+	}
+	struct context_var_seen *slot = &cs->vars[cs->nvars < CONTEXT_VARS_KEPT ? cs->nvars++ : cs->next_var++ % CONTEXT_VARS_KEPT];
+	*slot = (struct context_var_seen){.var = var, .name = name, .want = want};
+	return want;
+}
+
+/* OpenTelemetry's span of a Context (a dict): the ids of its span's SpanContext, when valid. */
+static void context_otel_span(struct uw_target *t, const struct names_layout *N, raddr_t otel_ctx,
+                              struct uw_context *out)
+{
+	raddr_t unused = 0, span = 0, slot, span_context = 0;
+	if (pyobj_dict_get(t, N, otel_ctx, CONTEXT_OTEL_SPAN_KEY, true, &unused, &span, &slot) != 1 ||
+	    pyobj_attr_get(t, N, span, "_context", &t->contexts.context_key, &span_context, &slot) != 1)
+		return;
+	raddr_t trace = pyobj_tuple_item(t, N, span_context, 0), id = pyobj_tuple_item(t, N, span_context, 1);
+	uint8_t trace_id[16], span_id[8];
+	if (!trace || !id || pyobj_int_read(t, N, trace, trace_id, 16) != 1 || pyobj_int_read(t, N, id, span_id, 8) != 1)
+		return;
+	static const uint8_t zero[16];
+	if (!memcmp(trace_id, zero, 16) || !memcmp(span_id, zero, 8))
+		return;
+	memcpy(out->trace_id, trace_id, 16);
+	memcpy(out->span_id, span_id, 8);
+	out->has_span = true;
+}
+
+/* A label's value: a str (its control bytes made '?': they would break a line of labels) or an int in decimal. */
+static void context_label(struct uw_target *t, const struct names_layout *N, raddr_t value, uint32_t index,
+                          struct uw_context *out)
+{
+	char s[UW_CONTEXT_VALUE_LEN];
+	raddr_t type = pyobj_type_of(t, value);
+	if (type && type == t->unicode_type) {
+		if (pyobj_read_str_into(t, value, s, sizeof s, NULL) != 0)
+			return;
+		for (char *c = s; *c; c++)
+			if ((unsigned char)*c < 0x20 || *c == 0x7f)
+				*c = '?';
+	} else {
+		uint8_t be[8];
+		if (pyobj_int_read(t, N, value, be, sizeof be) != 1)
+			return;
+		uint64_t v = 0;
+		for (unsigned i = 0; i < 8; i++)
+			v = v << 8 | be[i];
+		snprintf(s, sizeof s, "%llu", (unsigned long long)v);
+	}
+	for (uint32_t i = 0; i < out->nlabels; i++)
+		if (out->labels[i].index == index)
+			return;
+	if (out->nlabels >= UW_CONTEXT_LABELS_MAX)
+		return;
+	out->labels[out->nlabels].index = index;
+	memcpy(out->labels[out->nlabels].value, s, sizeof s);
+	out->nlabels++;
+}
+
+/* One key and value of the HAMT: a wanted ContextVar's value read into out. */
+static void context_entry(struct uw_target *t, const struct names_layout *N, raddr_t key, raddr_t value,
+                          struct uw_context *out)
+{
+	int want = context_var_want(t, key);
+	if (want == CONTEXT_WANT_OTEL)
+		context_otel_span(t, N, value, out);
+	else if (want >= 0)
+		context_label(t, N, value, (uint32_t)want, out);
+}
+
+/* The HAMT's entries from its root node, depth first, every count bounded.  0, or -1 when garbage. */
+static int context_hamt(struct uw_target *t, const struct names_layout *N, raddr_t root, struct uw_context *out)
+{
+	uint32_t shift = pyobj_shift(t);
+	raddr_t stack[CONTEXT_MAX_DEPTH * CONTEXT_ARRAY_CHILDREN];
+	unsigned depth[CONTEXT_MAX_DEPTH * CONTEXT_ARRAY_CHILDREN];
+	unsigned n = 0, nodes = 0, entries = 0;
+	stack[n] = root;
+	depth[n++] = 0;
+	while (n) {
+		raddr_t node = stack[--n];
+		unsigned level = depth[n];
+		if (++nodes > CONTEXT_MAX_NODES || level >= CONTEXT_MAX_DEPTH)
+			return -1;
+		uint8_t hdr[16];
+		if (pyobj_read(t, node + 8 + shift, hdr, 16) != 0)
+			return -1;
+		enum context_node_kind kind = context_node_kind(t, load_u64(hdr, 0));
+		uint8_t slots[CONTEXT_NODE_SLOTS * 8];
+		if (kind == NODE_ARRAY) {
+			if (pyobj_read(t, node + 16 + shift, slots, CONTEXT_ARRAY_CHILDREN * 8) != 0)
+				return -1;
+			for (unsigned i = 0; i < CONTEXT_ARRAY_CHILDREN; i++) {
+				raddr_t child = load_u64(slots, i * 8);
+				if (!child)
+					continue;
+				if (n >= sizeof stack / sizeof stack[0])
+					return -1;
+				stack[n] = child;
+				depth[n++] = level + 1;
+			}
+			continue;
+		}
+		if (kind == NODE_UNKNOWN)
+			return -1;
+		/* Bitmap and collision nodes: ob_size slots, a key and its value each (a bitmap's NULL key: a child). */
+		uint64_t size = load_u64(hdr, 8);
+		if (size > CONTEXT_NODE_SLOTS || size % 2)
+			return -1;
+		if (kind == NODE_BITMAP) {
+			uint8_t bitmap[4];
+			if (pyobj_read(t, node + 24 + shift, bitmap, 4) != 0 ||
+			    (uint64_t)__builtin_popcount(load_u32(bitmap, 0)) * 2 != size)
+				return -1;
+		}
+		if (size && pyobj_read(t, node + 32 + shift, slots, size * 8) != 0)
+			return -1;
+		for (uint64_t i = 0; i < size; i += 2) {
+			raddr_t key = load_u64(slots, i * 8), value = load_u64(slots, (i + 1) * 8);
+			if (!value)
+				return -1;
+			if (!key) {
+				if (kind != NODE_BITMAP || n >= sizeof stack / sizeof stack[0])
+					return -1;
+				stack[n] = value;
+				depth[n++] = level + 1;
+				continue;
+			}
+			if (++entries > CONTEXT_MAX_ENTRIES)
+				return 0; /* more variables than anyone sets: the first ones are what was read */
+			context_entry(t, N, key, value, out);
+		}
+	}
+	return 0;
+}
+
+/* The thread's context pointer and version, read now. */
+static bool context_current(struct uw_target *t, const struct names_layout *N, raddr_t tstate, raddr_t *ctx,
+                            uint64_t *ver)
+{
+	uint8_t b[16];
+	if (pyobj_read(t, tstate + N->ts_context, b, 16) != 0)
+		return false;
+	*ctx = load_u64(b, 0);
+	*ver = load_u64(b, 8);
+	return true;
+}
+
+const struct uw_context *context_of_thread(struct uw_target *t, struct thread_cache *tc, raddr_t tstate)
+{
+	if (!t->opts.context_otel && !t->opts.ncontext_labels)
+		return NULL;
+	const struct names_layout *N = layout_names_for_minor(t->layout.minor);
+	if (!N || N->ts_context == LAYOUT_ABSENT || !pyobj_types(t) || !t->objtypes.contextvar)
+		return NULL;
+	/* In the sample's batch: the next sample reads it with the thread state. */
+	const uint8_t *p = view_read(t, tstate + N->ts_context, 16, 0, NULL);
+	if (!p)
+		return NULL;
+	raddr_t ctx = load_u64(p, 0);
+	uint64_t ver = load_u64(p, 8);
+	if (!ctx)
+		return NULL;
+	if (tc->ctx && tc->ctx_addr == ctx && tc->ctx_ver == ver && tc->ctx_gen == t->contexts.gen &&
+	    !t->opts.no_cache) {
+		t->stats.context_hits++;
+		return tc->ctx_found ? tc->ctx : NULL;
+	}
+	if (!tc->ctx && !(tc->ctx = malloc(sizeof *tc->ctx)))
+		return NULL;
+	t->stats.context_reads++;
+	struct uw_context *out = tc->ctx;
+	out->has_span = false;
+	out->nlabels = 0;
+	uint32_t shift = pyobj_shift(t);
+	raddr_t vars = pyobj_pointer(t, ctx + 24 + shift);
+	raddr_t root = vars ? pyobj_pointer(t, vars + 16 + shift) : 0;
+	/* An empty HAMT has a root too (an empty bitmap node); none at all is garbage. */
+	int rc = root ? context_hamt(t, N, root, out) : -1;
+	raddr_t ctx_after;
+	uint64_t ver_after;
+	if (rc != 0 || !context_current(t, N, tstate, &ctx_after, &ver_after) || ctx_after != ctx ||
+	    ver_after != ver) {
+		/* Torn or garbage: no context this sample, and read again next time. */
+		t->stats.context_torn++;
+		tc->ctx_addr = 0;
+		return NULL;
+	}
+	tc->ctx_addr = ctx;
+	tc->ctx_ver = ver;
+	tc->ctx_gen = t->contexts.gen;
+	tc->ctx_found = out->has_span || out->nlabels;
+	return tc->ctx_found ? out : NULL;
+}
+
+void context_configured(struct uw_target *t, const struct uw_options *old)
+{
+	struct context_state *cs = &t->contexts;
+	bool same = old->context_otel == t->opts.context_otel && old->ncontext_labels == t->opts.ncontext_labels &&
+	            !memcmp(old->context_labels, t->opts.context_labels, sizeof old->context_labels);
+	if (same)
+		return;
+	/* What each var was wanted as, and every thread's context read, were of the old names. */
+	cs->gen++;
+	cs->nvars = 0;
+	cs->next_var = 0;
+}

@@ -1,0 +1,166 @@
+/*
+ * Request contexts read from outside, on every supported interpreter
+ * (tests/targets/contexts.py): each thread's "route" and "tenant"
+ * ContextVars as labels (a str, an int, a str cut at 63 bytes, a list
+ * giving none), OpenTelemetry's current span where the SDK is installed,
+ * none for a thread whose context holds nothing asked for; and the cache
+ * (one small read a sample while a context stands) gives what a fresh read
+ * does.
+ */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "helpers.h"
+#include "pythons.h"
+#include "unwind.h"
+#include "uw_open.h"
+
+TestSuite(context, .init = helpers_init, .fini = helpers_fini);
+
+/* Samples taken at most while waiting for every thread to show. */
+#define CONTEXT_SAMPLES 400
+
+static void context_hex(const uint8_t *b, size_t n, char *out)
+{
+	for (size_t i = 0; i < n; i++)
+		sprintf(out + 2 * i, "%02x", b[i]);
+}
+
+/* The label named key of a context, NULL when it has none. */
+static const char *context_label(const struct uw_options *o, const struct uw_context *c, const char *key)
+{
+	for (uint32_t i = 0; c && i < c->nlabels; i++)
+		if (strcmp(o->context_labels[c->labels[i].index], key) == 0)
+			return c->labels[i].value;
+	return NULL;
+}
+
+/* Whether a thread's context is what the target said of it; why not into why. */
+static bool context_matches(const struct uw_options *o, const struct uw_context *c, json_t *want, char *why,
+                            size_t len)
+{
+	static const char *const keys[] = {"route", "tenant"};
+	for (size_t k = 0; k < 2; k++) {
+		const char *w = json_string_value(json_object_get(want, keys[k]));
+		const char *got = context_label(o, c, keys[k]);
+		if ((w == NULL) != (got == NULL) || (w && strcmp(w, got) != 0)) {
+			snprintf(why, len, "%s: want %s, got %s", keys[k], w ? w : "none", got ? got : "none");
+			return false;
+		}
+	}
+	const char *trace = json_string_value(json_object_get(want, "trace_id"));
+	const char *span = json_string_value(json_object_get(want, "span_id"));
+	if (!trace) {
+		if (c && c->has_span) {
+			snprintf(why, len, "a span where none was opened");
+			return false;
+		}
+		return true;
+	}
+	char got_trace[33], got_span[17];
+	if (!c || !c->has_span) {
+		snprintf(why, len, "no span where %s/%s was", trace, span);
+		return false;
+	}
+	context_hex(c->trace_id, 16, got_trace);
+	context_hex(c->span_id, 8, got_span);
+	if (strcmp(got_trace, trace) != 0 || strcmp(got_span, span) != 0) {
+		snprintf(why, len, "span %s/%s where %s/%s was", got_trace, got_span, trace, span);
+		return false;
+	}
+	return true;
+}
+
+/* Samples until every thread the target listed showed with its context (each sample must agree). */
+static void context_check(struct uw_target *t, const struct uw_options *o, json_t *threads, const char *ctx,
+                          bool *otel_seen)
+{
+	size_t nwant = json_object_size(threads);
+	json_t *seen = json_object();
+	struct uw_sample s = {0};
+	struct uw_error err = {0};
+	for (int round = 0; round < CONTEXT_SAMPLES && (round < 10 || json_object_size(seen) < nwant); round++) {
+		if (uw_sample(t, &s, &err) != 0) {
+			cr_assert(err.status == UW_ECORRUPT, "%s: %s", ctx, err.msg);
+			continue;
+		}
+		for (uint32_t i = 0; i < s.nthreads; i++) {
+			char tid[24], why[256];
+			snprintf(tid, sizeof tid, "%lld", (long long)s.threads[i].native_id);
+			json_t *want = json_object_get(threads, tid);
+			if (!want)
+				continue;
+			cr_assert(context_matches(o, s.threads[i].context, want, why, sizeof why),
+			          "%s: thread %s: %s", ctx, tid, why);
+			if (s.threads[i].context && s.threads[i].context->has_span)
+				*otel_seen = true;
+			json_object_set_new(seen, tid, json_true());
+		}
+		usleep(5000);
+	}
+	cr_assert_eq(json_object_size(seen), nwant, "%s: %zu of %zu threads seen", ctx, json_object_size(seen),
+	             nwant);
+	uw_sample_free(&s);
+	json_decref(seen);
+}
+
+Test(context, labels_and_spans_of_every_thread, .timeout = 600)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	char script[PATH_MAX];
+	target_script("contexts.py", script, sizeof script);
+	size_t otel_targets = 0;
+	for (size_t i = 0; i < n; i++) {
+		char ctx[PATH_MAX + 64];
+		python_describe(&pys[i], ctx, sizeof ctx);
+		struct test_target target;
+		const char *args[] = {"-I", script, "{report}", NULL};
+		test_target_start_python(&target, &pys[i], args);
+		json_t *report = test_target_wait_report(&target, TARGET_READY_TIMEOUT_S);
+		bool otel = json_is_true(json_object_get(report, "otel"));
+		json_t *threads = json_object_get(report, "threads");
+		struct uw_target *t = test_uw_open(target.pid);
+		struct uw_options o = {.context_otel = true, .ncontext_labels = 2};
+		strcpy(o.context_labels[0], "route");
+		strcpy(o.context_labels[1], "tenant");
+		/* Cached, then every sample read afresh: the same answers. */
+		bool otel_seen = false;
+		uw_configure(t, &o);
+		context_check(t, &o, threads, ctx, &otel_seen);
+		struct uw_stats st;
+		uw_stats(t, &st);
+		cr_expect_gt(st.context_hits, 0, "%s: no sample kept a context it had read", ctx);
+		o.no_cache = true;
+		uw_configure(t, &o);
+		context_check(t, &o, threads, ctx, &otel_seen);
+		cr_expect_eq(otel_seen, otel, "%s: the SDK %s, a span %s", ctx, otel ? "runs" : "is absent",
+		             otel_seen ? "seen" : "never seen");
+		otel_targets += otel;
+
+		/* Off: nothing read, nothing given. */
+		struct uw_options off = {0};
+		uw_configure(t, &off);
+		struct uw_sample s = {0};
+		struct uw_error err = {0};
+		uw_stats(t, &st);
+		uint64_t reads = st.context_reads + st.context_hits;
+		for (int k = 0; k < 20; k++)
+			if (uw_sample(t, &s, &err) == 0)
+				for (uint32_t j = 0; j < s.nthreads; j++)
+					cr_assert_null(s.threads[j].context, "%s: a context with the option off", ctx);
+		uw_stats(t, &st);
+		cr_expect_eq(st.context_reads + st.context_hits, reads, "%s: contexts read with the option off", ctx);
+		uw_sample_free(&s);
+		uw_close(t);
+		test_target_kill(&target);
+		json_decref(report);
+	}
+	/* The test root's 3.13 to 3.15 carry the SDK: it must have been tried. */
+	if (getenv("PYPROFD_PYTHONS_ROOT"))
+		cr_expect_gt(otel_targets, 0, "no interpreter could import the OpenTelemetry SDK");
+}
