@@ -227,6 +227,29 @@ static int context_hamt(struct uw_target *t, const struct names_layout *N, raddr
 	return 0;
 }
 
+/* What a context's variables (its HAMT at vars) say: 0, or -1 when garbage. */
+static int context_read(struct uw_target *t, const struct names_layout *N, raddr_t vars, struct uw_context *out)
+{
+	t->stats.context_reads++;
+	out->has_span = false;
+	out->nlabels = 0;
+	raddr_t root = vars ? pyobj_pointer(t, vars + 16 + pyobj_shift(t)) : 0;
+	/* An empty HAMT has a root too (an empty bitmap node); none at all is garbage. */
+	return root ? context_hamt(t, N, root, out) : -1;
+}
+
+
+/* Whether the options ask for contexts and the runtime has what they are read through. */
+static const struct names_layout *context_wanted(struct uw_target *t)
+{
+	if (!t->opts.context_otel && !t->opts.ncontext_labels)
+		return NULL;
+	const struct names_layout *N = layout_names_for_minor(t->layout.minor);
+	if (!N || N->ts_context == LAYOUT_ABSENT || !pyobj_types(t) || !t->objtypes.contextvar)
+		return NULL;
+	return N;
+}
+
 /* The thread's context pointer and version, read now. */
 static bool context_current(struct uw_target *t, const struct names_layout *N, raddr_t tstate, raddr_t *ctx,
                             uint64_t *ver)
@@ -239,51 +262,117 @@ static bool context_current(struct uw_target *t, const struct names_layout *N, r
 	return true;
 }
 
-const struct uw_context *context_of_thread(struct uw_target *t, struct thread_cache *tc, raddr_t tstate)
+bool context_before(struct uw_target *t, struct thread_cache *tc, raddr_t tstate, struct context_seen *seen)
 {
-	if (!t->opts.context_otel && !t->opts.ncontext_labels)
-		return NULL;
-	const struct names_layout *N = layout_names_for_minor(t->layout.minor);
-	if (!N || N->ts_context == LAYOUT_ABSENT || !pyobj_types(t) || !t->objtypes.contextvar)
-		return NULL;
-	/* In the sample's batch: the next sample reads it with the thread state. */
+	const struct names_layout *N = context_wanted(t);
+	*seen = (struct context_seen){0};
+	if (!N)
+		return false;
+	/*
+	 * In the sample's batch: the next sample reads it with the thread
+	 * state.  A thread whose context moved under the last read (a loop
+	 * switching requests) has it read now instead, just before its stack,
+	 * so less time lies between the two reads that must agree.
+	 */
 	const uint8_t *p = view_read(t, tstate + N->ts_context, 16, 0, NULL);
 	if (!p)
+		return false;
+	seen->ctx = load_u64(p, 0);
+	seen->ver = load_u64(p, 8);
+	if (tc->ctx_moved && !context_current(t, N, tstate, &seen->ctx, &seen->ver))
+		return false;
+	return seen->ctx != 0;
+}
+
+const struct uw_context *context_of_thread(struct uw_target *t, struct thread_cache *tc, raddr_t tstate,
+                                           const struct context_seen *seen)
+{
+	const struct names_layout *N = seen->ctx ? context_wanted(t) : NULL;
+	if (!N)
 		return NULL;
-	raddr_t ctx = load_u64(p, 0);
-	uint64_t ver = load_u64(p, 8);
-	if (!ctx)
-		return NULL;
-	if (tc->ctx && tc->ctx_addr == ctx && tc->ctx_ver == ver && tc->ctx_gen == t->contexts.gen &&
-	    !t->opts.no_cache) {
-		t->stats.context_hits++;
-		return tc->ctx_found ? tc->ctx : NULL;
+	bool kept = tc->ctx && tc->ctx_addr == seen->ctx && tc->ctx_ver == seen->ver &&
+	            tc->ctx_gen == t->contexts.gen && !t->opts.no_cache;
+	int rc = 0;
+	if (!kept) {
+		if (!tc->ctx && !(tc->ctx = malloc(sizeof *tc->ctx)))
+			return NULL;
+		rc = context_read(t, N, pyobj_pointer(t, seen->ctx + 24 + pyobj_shift(t)), tc->ctx);
 	}
-	if (!tc->ctx && !(tc->ctx = malloc(sizeof *tc->ctx)))
-		return NULL;
-	t->stats.context_reads++;
-	struct uw_context *out = tc->ctx;
-	out->has_span = false;
-	out->nlabels = 0;
-	uint32_t shift = pyobj_shift(t);
-	raddr_t vars = pyobj_pointer(t, ctx + 24 + shift);
-	raddr_t root = vars ? pyobj_pointer(t, vars + 16 + shift) : 0;
-	/* An empty HAMT has a root too (an empty bitmap node); none at all is garbage. */
-	int rc = root ? context_hamt(t, N, root, out) : -1;
+	/*
+	 * The same pointer and version now as before the stack was read: the
+	 * context held through the stack's read and the values' (a thread
+	 * that ran on between them may have left the request).
+	 */
 	raddr_t ctx_after;
 	uint64_t ver_after;
-	if (rc != 0 || !context_current(t, N, tstate, &ctx_after, &ver_after) || ctx_after != ctx ||
-	    ver_after != ver) {
+	if (rc != 0 || !context_current(t, N, tstate, &ctx_after, &ver_after) || ctx_after != seen->ctx ||
+	    ver_after != seen->ver) {
 		/* Torn or garbage: no context this sample, and read again next time. */
 		t->stats.context_torn++;
 		tc->ctx_addr = 0;
+		tc->ctx_moved = rc == 0;
 		return NULL;
 	}
-	tc->ctx_addr = ctx;
-	tc->ctx_ver = ver;
-	tc->ctx_gen = t->contexts.gen;
-	tc->ctx_found = out->has_span || out->nlabels;
-	return tc->ctx_found ? out : NULL;
+	tc->ctx_moved = false;
+	if (kept) {
+		t->stats.context_hits++;
+	} else {
+		tc->ctx_addr = seen->ctx;
+		tc->ctx_ver = seen->ver;
+		tc->ctx_gen = t->contexts.gen;
+		tc->ctx_found = tc->ctx->has_span || tc->ctx->nlabels;
+	}
+	return tc->ctx_found ? tc->ctx : NULL;
+}
+
+const struct uw_context *context_of_task(struct uw_target *t, raddr_t ctx)
+{
+	const struct names_layout *N = ctx ? context_wanted(t) : NULL;
+	if (!N)
+		return NULL;
+	/*
+	 * A parked task's context changes only while one of its steps runs, and
+	 * then its variables are a new HAMT: the same context and HAMT are the
+	 * same values.  The pointer is in the sample's batch next time.
+	 */
+	const uint8_t *p = view_read(t, ctx + 24 + pyobj_shift(t), 8, 0, NULL);
+	if (!p)
+		return NULL;
+	raddr_t vars = load_u64(p, 0);
+	struct context_state *cs = &t->contexts;
+	if (!cs->tasks && !(cs->tasks = calloc(CONTEXT_TASKS_KEPT, sizeof *cs->tasks)))
+		return NULL;
+	uint32_t h = (uint32_t)((ctx >> 4) * 0x9e3779b97f4a7c15ull >> 40);
+	struct context_task *free_slot = NULL;
+	for (unsigned probe = 0; probe < CONTEXT_TASKS_PROBES; probe++) {
+		struct context_task *e = &cs->tasks[(h + probe) % CONTEXT_TASKS_KEPT];
+		if (e->ctx == ctx && e->vars == vars && e->gen == cs->gen && !t->opts.no_cache) {
+			e->used = t->sample_gen;
+			t->stats.context_hits++;
+			return e->found ? &e->value : NULL;
+		}
+		/* One given out this sample stays as it is until the next. */
+		if (!free_slot && e->used != t->sample_gen)
+			free_slot = e;
+	}
+	if (!free_slot)
+		return NULL;
+	struct context_task *e = free_slot;
+	*e = (struct context_task){.used = t->sample_gen, .gen = cs->gen};
+	if (context_read(t, N, vars, &e->value) != 0 || pyobj_pointer(t, ctx + 24 + pyobj_shift(t)) != vars) {
+		t->stats.context_torn++;
+		return NULL;
+	}
+	e->ctx = ctx;
+	e->vars = vars;
+	e->found = e->value.has_span || e->value.nlabels;
+	return e->found ? &e->value : NULL;
+}
+
+void context_free(struct uw_target *t)
+{
+	free(t->contexts.tasks);
+	t->contexts.tasks = NULL;
 }
 
 void context_configured(struct uw_target *t, const struct uw_options *old)

@@ -188,6 +188,7 @@ struct asyncio_layout {
 	uint32_t task_fut_waiter; /* PyObject *: the future the task waits on */
 	uint32_t task_coro;       /* PyObject *: the coroutine it runs */
 	uint32_t task_name;       /* PyObject *: str, or from 3.12 an int N for "Task-N" */
+	uint32_t task_context;    /* PyObject *: the contextvars context its steps run in (after task_name in every version) */
 	uint32_t task_awaited_by; /* PyObject *: the awaiting task, or a set of them (3.14+) */
 	uint32_t task_is_task;    /* char (3.14+) */
 	uint32_t task_awaited_by_is_set; /* char (3.14+) */

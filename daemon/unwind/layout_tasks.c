@@ -29,7 +29,7 @@
 
 #define ASYNCIO_COMMON_3_14                                                                 \
 	.task_size = 168, .fut_state = 104, .task_fut_waiter = 120, .task_coro = 128,        \
-	.task_name = 136, .task_awaited_by = ABSENT, .task_is_task = ABSENT,                 \
+	.task_name = 136, .task_context = 144, .task_awaited_by = ABSENT, .task_is_task = ABSENT,                 \
 	.task_awaited_by_is_set = ABSENT, .task_node = ABSENT, .ts_running_task = ABSENT,    \
 	.ts_tasks_head = ABSENT, .interp_tasks_head = ABSENT, .gen_iframe = 72,              \
 	.gen_frame_state = 67, .frame_stacktop = ABSENT, .frame_stackpointer = 64,           \
@@ -38,7 +38,7 @@
 
 static const struct asyncio_layout asyncio_layouts[] = {
 	{.minor = 11, .task_size = 176, .fut_state = 88, .task_fut_waiter = 128, .task_coro = 136,
-	 .task_name = 144, .task_awaited_by = ABSENT, .task_is_task = ABSENT,
+	 .task_name = 144, .task_context = 152, .task_awaited_by = ABSENT, .task_is_task = ABSENT,
 	 .task_awaited_by_is_set = ABSENT, .task_node = ABSENT, .ts_running_task = ABSENT,
 	 .ts_tasks_head = ABSENT, .interp_tasks_head = ABSENT, .gen_iframe = 80,
 	 .gen_frame_state = 75, .state_created = -2, .state_suspended_lo = -1,
@@ -47,7 +47,7 @@ static const struct asyncio_layout asyncio_layouts[] = {
 	 .values_ptr = -32, .values_tagged = false, .long_size = 16, .long_digit = 24,
 	 .long_tagged = false, ASYNCIO_OBJECTS},
 	{.minor = 12, .task_size = 176, .fut_state = 88, .task_fut_waiter = 128, .task_coro = 136,
-	 .task_name = 144, .task_awaited_by = ABSENT, .task_is_task = ABSENT,
+	 .task_name = 144, .task_context = 152, .task_awaited_by = ABSENT, .task_is_task = ABSENT,
 	 .task_awaited_by_is_set = ABSENT, .task_node = ABSENT, .ts_running_task = ABSENT,
 	 .ts_tasks_head = ABSENT, .interp_tasks_head = ABSENT, .gen_iframe = 72,
 	 .gen_frame_state = 67, .state_created = -2, .state_suspended_lo = -1,
@@ -56,7 +56,7 @@ static const struct asyncio_layout asyncio_layouts[] = {
 	 .values_ptr = -24, .values_tagged = true, .long_size = 16, .long_digit = 24,
 	 .long_tagged = true, ASYNCIO_OBJECTS},
 	{.minor = 13, .task_size = 144, .fut_state = 96, .task_fut_waiter = 112, .task_coro = 120,
-	 .task_name = 128, .task_awaited_by = ABSENT, .task_is_task = ABSENT,
+	 .task_name = 128, .task_context = 136, .task_awaited_by = ABSENT, .task_is_task = ABSENT,
 	 .task_awaited_by_is_set = ABSENT, .task_node = ABSENT, .ts_running_task = ABSENT,
 	 .ts_tasks_head = ABSENT, .interp_tasks_head = ABSENT, .gen_iframe = 72,
 	 .gen_frame_state = 67, .state_created = -3, .state_suspended_lo = -2,
@@ -120,6 +120,8 @@ int layout_asyncio_from_debug(const uint8_t *raw, size_t len, struct asyncio_lay
 		return -1;
 	out->task_size = (uint32_t)task_size;
 	out->task_name = (uint32_t)v[ADO_TASK_NAME];
+	/* Not among the debug offsets; the word after the name in every TaskObj so far. */
+	out->task_context = out->task_name + 8 + 8 <= task_size ? out->task_name + 8 : LAYOUT_ABSENT;
 	out->task_awaited_by = (uint32_t)v[ADO_TASK_AWAITED_BY];
 	out->task_is_task = (uint32_t)v[ADO_TASK_IS_TASK];
 	out->task_awaited_by_is_set = (uint32_t)v[ADO_TASK_AWAITED_BY_IS_SET];

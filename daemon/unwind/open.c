@@ -366,6 +366,7 @@ void uw_close(struct uw_target *t)
 	threads_free(t);
 	still_free(t);
 	tasks_free(t);
+	context_free(t);
 	walk_free(t);
 	view_free(t);
 	free(t->runtime_file);

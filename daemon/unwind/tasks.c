@@ -453,6 +453,8 @@ static int tasks_apply(struct walk *w, struct tasks *ts, struct uw_error *err)
 		th.idle = true; /* parked in an await */
 		th.task = true;
 		th.stack = e->stack;
+		/* Parked, it runs in a context of its own: not its thread's. */
+		th.context = context_of_task(t, e->context);
 		s->threads[s->nthreads++] = th;
 	}
 	return 0;

@@ -344,6 +344,7 @@ int tasks_read_one(struct uw_target *t, struct tasks *ts, raddr_t addr, uint64_t
 	    tasks_read_coro(t, ts, e, coro, err) != 0)
 		return -1;
 	e->name = nm.chosen ? nm.str : TASKS_NONE;
+	e->context = L->task_context != LAYOUT_ABSENT ? load_u64(task, L->task_context) : 0;
 	e->number = nm.number;
 	tasks_read_awaited_by(t, ts, task, e);
 	uint32_t h = hash_u64(addr);

@@ -73,6 +73,7 @@ struct task_entry {
 	uint32_t marker;        /* frame id of its <task>:NAME frame (tasks_names.c) */
 	raddr_t coro_frame;     /* its coroutine's frame: on its thread's stack while it runs */
 	raddr_t coro_code;      /* that frame's code, which names a task the program did not name */
+	raddr_t context;        /* its contextvars context (task_context), 0 when none */
 	bool executing;         /* its coroutine read as running */
 	bool finished;          /* its coroutine read as returned: the task is done but for asyncio's books */
 	bool running;           /* its coroutine's frame found on its thread's stack */

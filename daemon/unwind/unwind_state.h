@@ -227,6 +227,7 @@ struct thread_cache {
 	raddr_t ctx_addr;       /* 0: nothing kept */
 	uint64_t ctx_ver, ctx_gen;
 	bool ctx_found;
+	bool ctx_moved;         /* it moved under the last read: read just before the stack next time */
 };
 
 /* Ranges read together in one batch, sorted by address, and their bytes. */
@@ -376,12 +377,22 @@ struct context_var_seen {
 	raddr_t var, name;
 	int want;
 };
+/* A parked task's context as read: its pointer and HAMT, and what they said. */
+#define CONTEXT_TASKS_KEPT 1024u
+#define CONTEXT_TASKS_PROBES 4u
+struct context_task {
+	raddr_t ctx, vars;
+	uint64_t gen, used; /* the options' generation; the sample it was last given out in */
+	bool found;
+	struct uw_context value;
+};
 struct context_state {
 	struct context_node_type types[CONTEXT_NODE_TYPES];
 	uint32_t ntypes;
 	struct context_var_seen vars[CONTEXT_VARS_KEPT];
 	uint32_t nvars, next_var;
 	raddr_t context_key; /* the str "_context" as the program interned it, 0 until met */
+	struct context_task *tasks; /* CONTEXT_TASKS_KEPT, NULL until a task's context is read */
 	uint64_t gen;        /* bumped when the options' names change: every kept read is of the old ones */
 };
 

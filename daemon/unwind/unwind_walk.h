@@ -454,7 +454,18 @@ int pyobj_attr_get(struct uw_target *t, const struct names_layout *N, raddr_t ob
  * OpenTelemetry span and labels, NULL when none or off.  Kept in tc while
  * the thread's context pointer and version stand.
  */
-const struct uw_context *context_of_thread(struct uw_target *t, struct thread_cache *tc, raddr_t tstate);
+struct context_seen {
+	raddr_t ctx;
+	uint64_t ver;
+};
+/* Before the thread's stack is read: its context pointer and version then.  False when none. */
+bool context_before(struct uw_target *t, struct thread_cache *tc, raddr_t tstate, struct context_seen *seen);
+/* After: the context, when it is still the one seen before. */
+const struct uw_context *context_of_thread(struct uw_target *t, struct thread_cache *tc, raddr_t tstate,
+                                           const struct context_seen *seen);
+/* A parked asyncio task's context (its task_context), kept while its HAMT stands; NULL when none. */
+const struct uw_context *context_of_task(struct uw_target *t, raddr_t ctx);
+void context_free(struct uw_target *t);
 /* After uw_configure: names that changed make every kept context stale. */
 void context_configured(struct uw_target *t, const struct uw_options *old);
 

@@ -291,6 +291,8 @@ static int walk_thread(struct walk *w, const struct walk_interp *iv, raddr_t tst
 	w->native_id = native_id;
 	w->top_known = L->tstate.frame != LAYOUT_ABSENT;
 	w->top = w->top_known ? load_u64(ts, L->tstate.frame) : 0;
+	struct context_seen ctx_seen;
+	context_before(t, tc, tstate, &ctx_seen);
 	/* What the walk reads is this thread's alone, unless another's reads share its pages. */
 	t->view_owner = tstate;
 	uint32_t from = view_mark(t);
@@ -335,7 +337,7 @@ static int walk_thread(struct walk *w, const struct walk_interp *iv, raddr_t tst
 	                                .stack = stack};
 	th->idle = t->opts.want_idle && threads_idle(t, tc, native_id, holds_gil, state, stack);
 	threads_name(t, tc, native_id, thread_id, th->name);
-	th->context = context_of_thread(t, tc, tstate);
+	th->context = context_of_thread(t, tc, tstate, &ctx_seen);
 	t->stats.thread_samples++;
 	return 0;
 }

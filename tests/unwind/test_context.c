@@ -164,3 +164,75 @@ Test(context, labels_and_spans_of_every_thread, .timeout = 600)
 	if (getenv("PYPROFD_PYTHONS_ROOT"))
 		cr_expect_gt(otel_targets, 0, "no interpreter could import the OpenTelemetry SDK");
 }
+
+/* Whether a stack of t holds a frame of function name. */
+static bool context_stack_has(const struct uw_target *t, uint32_t stack, const char *name)
+{
+	for (uint32_t st = stack, depth = 0; st && depth < 512; st = uw_stack_parent(t, st), depth++) {
+		const struct uw_frame *f = uw_frame_get(t, uw_stack_frame(t, st));
+		if (f && f->function && strcmp(f->function, name) == 0)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * An asyncio service's requests by route: with every task a stack of its
+ * own, each parked request carries its own task's route, and the one
+ * running its thread's (which is its task's while a step runs).
+ */
+Test(context, asyncio_tasks_carry_their_own_routes, .timeout = 600)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	char script[PATH_MAX];
+	target_script("context_routes.py", script, sizeof script);
+	for (size_t i = 0; i < n; i++) {
+		if (pys[i].minor < 11)
+			continue; /* tasks are read from 3.11 */
+		char ctx[PATH_MAX + 64];
+		python_describe(&pys[i], ctx, sizeof ctx);
+		struct test_target target;
+		const char *args[] = {"-I", script, "{report}", NULL};
+		test_target_start_python(&target, &pys[i], args);
+		json_decref(test_target_wait_report(&target, TARGET_READY_TIMEOUT_S));
+		struct uw_target *t = test_uw_open(target.pid);
+		struct uw_options o = {.ncontext_labels = 1, .async_mode = UW_ASYNC_ALL, .want_idle = true};
+		strcpy(o.context_labels[0], "route");
+		uw_configure(t, &o);
+		struct uw_sample s = {0};
+		struct uw_error err = {0};
+		unsigned waits = 0, burns = 0, unlabelled = 0;
+		for (int round = 0; round < 200 && (waits < 50 || burns < 5); round++) {
+			if (uw_sample(t, &s, &err) != 0) {
+				cr_assert(err.status == UW_ECORRUPT, "%s: %s", ctx, err.msg);
+				continue;
+			}
+			for (uint32_t k = 0; k < s.nthreads; k++) {
+				const struct uw_sample_thread *th = &s.threads[k];
+				const char *r = context_label(&o, th->context, "route");
+				bool wait = context_stack_has(t, th->stack, "wait_handler");
+				bool burn = context_stack_has(t, th->stack, "burn_handler");
+				if (wait) {
+					cr_assert(r && strcmp(r, "/wait") == 0, "%s: a waiting request under route %s", ctx,
+					          r ? r : "none");
+					waits++;
+				}
+				if (burn && !th->idle && context_stack_has(t, th->stack, "burn_step")) {
+					/* Running, it may have left the request while read: none then, never another. */
+					cr_assert(!r || strcmp(r, "/burn") == 0, "%s: a burning request under route %s", ctx, r);
+					burns += r != NULL;
+					unlabelled += r == NULL;
+				}
+			}
+			usleep(2000);
+		}
+		cr_expect_geq(waits, 50, "%s: %u waiting requests seen", ctx, waits);
+		cr_expect_geq(burns, 5, "%s: %u burning requests seen", ctx, burns);
+		cr_log_info("%s: %u burning samples by their route, %u without (moved while read)", ctx, burns,
+		            unlabelled);
+		uw_sample_free(&s);
+		uw_close(t);
+		test_target_kill(&target);
+	}
+}
