@@ -45,6 +45,11 @@ void store_batch_free(struct store_batch *b)
 	free(b->threads);
 	free(b->stacks);
 	free(b->samples);
+	for (size_t i = 0; i < b->ncontexts; i++)
+		free(b->contexts[i].labels);
+	free(b->contexts);
+	hash_map_clear(&b->context_index);
+	free(b->context_samples);
 	free(b);
 }
 
@@ -190,7 +195,96 @@ int store_batch_thread(struct store_batch *b, int target, uint64_t thread_id, in
 	return 0;
 }
 
+/*
+ * Whether labels are "key=value" lines sorted by key, each with a key,
+ * within the bounds: one spelling per set of labels, so equal contexts are
+ * one row and a filter's line matches a line exactly.
+ */
+static bool batch_context_labels_ok(const char *labels)
+{
+	size_t len = strnlen(labels, STORE_CONTEXT_LABELS_BYTES + 1);
+	if (len > STORE_CONTEXT_LABELS_BYTES)
+		return false;
+	if (len == 0)
+		return true;
+	const char *line = labels, *prev = NULL;
+	size_t prev_key = 0;
+	for (int n = 0;; n++) {
+		if (n >= STORE_CONTEXT_LABELS)
+			return false;
+		size_t l = strcspn(line, "\n"), key = strcspn(line, "=\n");
+		if (key == 0 || key >= l)
+			return false;
+		/* Sorted by key, each key once. */
+		if (prev) {
+			int c = memcmp(prev, line, prev_key < key ? prev_key : key);
+			if (c > 0 || (c == 0 && prev_key >= key))
+				return false;
+		}
+		prev = line;
+		prev_key = key;
+		if (!line[l])
+			return true;
+		line += l + 1;
+	}
+}
+
+int32_t store_batch_context(struct store_batch *b, const uint8_t *trace_id, const uint8_t *span_id,
+                            const char *labels)
+{
+	static const uint8_t zero[STORE_TRACE_ID_LEN];
+	if (!b || !labels || (span_id && !trace_id) ||
+	    (trace_id && memcmp(trace_id, zero, STORE_TRACE_ID_LEN) == 0) ||
+	    (!trace_id && !labels[0]) || !batch_context_labels_ok(labels))
+		return -1;
+	struct batch_context c = {.has_trace = trace_id != NULL, .has_span = span_id != NULL};
+	if (trace_id)
+		memcpy(c.trace_id, trace_id, sizeof c.trace_id);
+	if (span_id)
+		memcpy(c.span_id, span_id, sizeof c.span_id);
+	/* The key: which ids there are, the ids, the labels. */
+	size_t ll = strlen(labels);
+	char key[2 + STORE_TRACE_ID_LEN + STORE_SPAN_ID_LEN + STORE_CONTEXT_LABELS_BYTES];
+	key[0] = (char)c.has_trace;
+	key[1] = (char)c.has_span;
+	memcpy(key + 2, c.trace_id, sizeof c.trace_id);
+	memcpy(key + 2 + sizeof c.trace_id, c.span_id, sizeof c.span_id);
+	memcpy(key + 2 + sizeof c.trace_id + sizeof c.span_id, labels, ll);
+	size_t klen = 2 + sizeof c.trace_id + sizeof c.span_id + ll;
+	int64_t at;
+	if (hash_map_get(&b->context_index, key, klen, &at))
+		return (int32_t)at;
+	if (batch_reserve((void **)&b->contexts, &b->contexts_cap, b->ncontexts, sizeof *b->contexts) < 0 ||
+	    !(c.labels = strdup(labels)))
+		return -1;
+	if (hash_map_put(&b->context_index, key, klen, (int64_t)b->ncontexts) < 0) {
+		free(c.labels);
+		return -1;
+	}
+	b->contexts[b->ncontexts] = c;
+	return (int32_t)b->ncontexts++;
+}
+
+int store_batch_context_samples(struct store_batch *b, int target, int64_t bucket_start,
+                                uint32_t bucket_seconds, uint64_t thread_id, int32_t stack,
+                                int32_t context, uint64_t count, uint64_t idle)
+{
+	if (!b || target < 0 || (size_t)target >= b->ntargets || stack < 0 ||
+	    (size_t)stack >= b->nstacks || context < 0 || (size_t)context >= b->ncontexts ||
+	    bucket_seconds == 0 || count > INT64_MAX || idle > count)
+		return -1;
+	if (batch_reserve((void **)&b->context_samples, &b->context_samples_cap, b->ncontext_samples,
+	                  sizeof *b->context_samples) < 0)
+		return -1;
+	b->context_samples[b->ncontext_samples++] = (struct batch_context_sample){
+		.s = {.target = target, .stack = stack, .bucket_seconds = bucket_seconds,
+		      .bucket_start = bucket_start, .thread_id = thread_id, .count = count, .idle = idle},
+		.context = context,
+	};
+	return 0;
+}
+
 uint64_t store_batch_sample_rows(const struct store_batch *b)
 {
-	return b ? b->nsamples : 0;
+	return b ? b->nsamples + b->ncontext_samples : 0;
 }

@@ -29,6 +29,9 @@ enum insert_stmt {
 	ST_SESSION_UPSERT,
 	ST_SAMPLE_ADD,
 	ST_THREAD_UPSERT,
+	ST_CONTEXT_GET,
+	ST_CONTEXT_ADD,
+	ST_CONTEXT_SAMPLE_ADD,
 	ST_COUNT
 };
 _Static_assert(ST_COUNT == INSERT_STATEMENTS, "struct inserter has a slot for each statement");
@@ -48,6 +51,9 @@ static const char *const insert_sql[ST_COUNT] = {
 	[ST_SESSION_UPSERT] = STORE_SQL_SESSION_UPSERT("sessions"),
 	[ST_SAMPLE_ADD] = STORE_SQL_SAMPLE_ADD("samples"),
 	[ST_THREAD_UPSERT] = STORE_SQL_THREAD_UPSERT("threads"),
+	[ST_CONTEXT_GET] = "SELECT id FROM contexts WHERE trace_id = ?1 AND span_id = ?2 AND labels = ?3",
+	[ST_CONTEXT_ADD] = "INSERT INTO contexts(trace_id, span_id, labels) VALUES (?1, ?2, ?3)",
+	[ST_CONTEXT_SAMPLE_ADD] = STORE_SQL_CONTEXT_SAMPLE_ADD("context_samples"),
 };
 
 /* Steps a statement to its end (or its one row into *id), then resets it.  An SQLite code. */
@@ -77,7 +83,7 @@ static size_t insert_cache_memory(const struct insert_cache *c)
 size_t insert_cache_bytes(const struct inserter *ins)
 {
 	return insert_cache_memory(&ins->strings) + insert_cache_memory(&ins->frames) +
-	       insert_cache_memory(&ins->stacks);
+	       insert_cache_memory(&ins->stacks) + insert_cache_memory(&ins->contexts);
 }
 
 /* The id cached for key, moved to the new generation when the old one had it. */
@@ -113,7 +119,7 @@ static int insert_cache_put(struct insert_cache *c, size_t budget, const void *k
 /* Each cache's share of the writer's budget. */
 static size_t insert_cache_share(const struct inserter *ins)
 {
-	return (ins->cache_budget ? ins->cache_budget : STORE_CACHE_BUDGET_DEFAULT) / 3;
+	return (ins->cache_budget ? ins->cache_budget : STORE_CACHE_BUDGET_DEFAULT) / 4;
 }
 
 /*
@@ -191,6 +197,43 @@ static int insert_stack(struct inserter *ins, int64_t parent, int64_t frame, int
 			return sqlite3_errcode(ins->db);
 	}
 	return insert_interned(ins, &ins->stacks, key, sizeof key, ins->stmt[ST_STACK_GET], ins->stmt[ST_STACK_ADD], id);
+}
+
+int insert_bind_context(sqlite3_stmt *s, const struct batch_context *c)
+{
+	/* A zero-length blob, not NULL, for none: UNIQUE treats NULLs as distinct. */
+	int rc = sqlite3_bind_blob(s, 1, c->trace_id, c->has_trace ? STORE_TRACE_ID_LEN : 0, SQLITE_STATIC);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_bind_blob(s, 2, c->span_id, c->has_span ? STORE_SPAN_ID_LEN : 0, SQLITE_STATIC);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_bind_text(s, 3, c->labels, -1, SQLITE_STATIC);
+	return rc;
+}
+
+/* A context's id: cache, then SELECT, then INSERT.  An SQLite code. */
+static int insert_context(struct inserter *ins, const struct batch_context *c, int64_t *id)
+{
+	char key[2 + STORE_TRACE_ID_LEN + STORE_SPAN_ID_LEN + STORE_CONTEXT_LABELS_BYTES];
+	size_t ll = strlen(c->labels);
+	if (ll > STORE_CONTEXT_LABELS_BYTES)
+		return SQLITE_TOOBIG;
+	key[0] = (char)c->has_trace;
+	key[1] = (char)c->has_span;
+	memcpy(key + 2, c->trace_id, STORE_TRACE_ID_LEN);
+	memcpy(key + 2 + STORE_TRACE_ID_LEN, c->span_id, STORE_SPAN_ID_LEN);
+	memcpy(key + 2 + STORE_TRACE_ID_LEN + STORE_SPAN_ID_LEN, c->labels, ll);
+	for (int i = ST_CONTEXT_GET; i <= ST_CONTEXT_ADD; i++)
+		if (insert_bind_context(ins->stmt[i], c) != SQLITE_OK)
+			return sqlite3_errcode(ins->db);
+	return insert_interned(ins, &ins->contexts, key, 2 + STORE_TRACE_ID_LEN + STORE_SPAN_ID_LEN + ll,
+	                       ins->stmt[ST_CONTEXT_GET], ins->stmt[ST_CONTEXT_ADD], id);
+}
+
+int insert_bind_context_sample(sqlite3_stmt *s, int64_t target, int64_t stack, int64_t context,
+                               const struct batch_context_sample *x)
+{
+	int rc = insert_bind_sample(s, target, stack, &x->s);
+	return rc == SQLITE_OK ? sqlite3_bind_int64(s, 8, context) : rc;
 }
 
 static int insert_bind_text(sqlite3_stmt *s, int i, const char *v)
@@ -315,7 +358,8 @@ static int insert_contents(struct inserter *ins, const struct store_batch *b)
 {
 	if (insert_reserve_ids(&ins->target_ids, &ins->target_cap, b->ntargets) < 0 ||
 	    insert_reserve_ids(&ins->frame_ids, &ins->frame_cap, b->nframes) < 0 ||
-	    insert_reserve_ids(&ins->stack_ids, &ins->stack_cap, b->nstacks) < 0)
+	    insert_reserve_ids(&ins->stack_ids, &ins->stack_cap, b->nstacks) < 0 ||
+	    insert_reserve_ids(&ins->context_ids, &ins->context_cap, b->ncontexts) < 0)
 		return SQLITE_NOMEM;
 	int rc = insert_targets(ins, b);
 	sqlite3_stmt *session = ins->stmt[ST_SESSION_UPSERT], *sample = ins->stmt[ST_SAMPLE_ADD];
@@ -341,6 +385,15 @@ static int insert_contents(struct inserter *ins, const struct store_batch *b)
 		const struct batch_thread *x = &b->threads[i];
 		rc = insert_row(thread, insert_bind_thread(thread, ins->target_ids[x->target], x));
 	}
+	for (size_t i = 0; rc == SQLITE_OK && i < b->ncontexts; i++)
+		rc = insert_context(ins, &b->contexts[i], &ins->context_ids[i]);
+	sqlite3_stmt *cs = ins->stmt[ST_CONTEXT_SAMPLE_ADD];
+	for (size_t i = 0; rc == SQLITE_OK && i < b->ncontext_samples; i++) {
+		const struct batch_context_sample *x = &b->context_samples[i];
+		rc = insert_row(cs, insert_bind_context_sample(cs, ins->target_ids[x->s.target],
+		                                               ins->stack_ids[x->s.stack],
+		                                               ins->context_ids[x->context], x));
+	}
 	return rc;
 }
 
@@ -350,6 +403,7 @@ void insert_forget_ids(struct inserter *ins)
 	insert_cache_clear(&ins->strings);
 	insert_cache_clear(&ins->frames);
 	insert_cache_clear(&ins->stacks);
+	insert_cache_clear(&ins->contexts);
 }
 
 /* Applies a changed hard limit on the file (PRAGMA max_page_count, per connection). */
@@ -410,6 +464,7 @@ void insert_free(struct inserter *ins)
 	free(ins->frame_ids);
 	free(ins->stack_ids);
 	free(ins->target_ids);
+	free(ins->context_ids);
 }
 
 /* Ends a failed transaction: its new ids are gone with it. */

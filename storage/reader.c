@@ -53,6 +53,14 @@ static const char reader_temp_schema[] =
 	"CREATE TEMP TABLE IF NOT EXISTS pending_threads("
 	"  target INTEGER NOT NULL, thread_id INTEGER NOT NULL, native_id INTEGER NOT NULL,"
 	"  name TEXT NOT NULL, PRIMARY KEY(target, thread_id)) WITHOUT ROWID;"
+	"CREATE TEMP TABLE IF NOT EXISTS pending_contexts("
+	"  id INTEGER PRIMARY KEY, trace_id BLOB NOT NULL, span_id BLOB NOT NULL, labels TEXT NOT NULL,"
+	"  UNIQUE(trace_id, span_id, labels));"
+	"CREATE TEMP TABLE IF NOT EXISTS pending_context_samples("
+	"  target INTEGER NOT NULL, bucket_start INTEGER NOT NULL, bucket_seconds INTEGER NOT NULL,"
+	"  thread_id INTEGER NOT NULL, stack INTEGER NOT NULL, context INTEGER NOT NULL,"
+	"  count INTEGER NOT NULL, idle INTEGER NOT NULL DEFAULT 0,"
+	"  PRIMARY KEY(target, bucket_start, bucket_seconds, thread_id, stack, context)) WITHOUT ROWID;"
 	"CREATE TEMP VIEW IF NOT EXISTS all_targets(id, pid, uid, executable, command_line, python_version,"
 	"  start_time) AS"
 	"  SELECT t.id, t.pid, coalesce(p.uid, t.uid), coalesce(p.executable, t.executable),"
@@ -79,6 +87,17 @@ static const char reader_temp_schema[] =
 	"  SELECT target, bucket_start, bucket_seconds, thread_id, stack, count, idle FROM main.samples"
 	"  UNION ALL SELECT coalesce(t.file_id, -t.id), s.bucket_start, s.bucket_seconds, s.thread_id,"
 	"    s.stack, s.count, s.idle FROM pending_samples s JOIN pending_targets t ON t.id = s.target;"
+	/* A context of memory has the negative of its id: queries match contexts by content. */
+	"CREATE TEMP VIEW IF NOT EXISTS all_contexts(id, trace_id, span_id, labels) AS"
+	"  SELECT id, trace_id, span_id, labels FROM main.contexts"
+	"  UNION ALL SELECT -id, trace_id, span_id, labels FROM pending_contexts;"
+	"CREATE TEMP VIEW IF NOT EXISTS all_context_samples(target, bucket_start, bucket_seconds,"
+	"  thread_id, stack, context, count, idle) AS"
+	"  SELECT target, bucket_start, bucket_seconds, thread_id, stack, context, count, idle"
+	"  FROM main.context_samples"
+	"  UNION ALL SELECT coalesce(t.file_id, -t.id), s.bucket_start, s.bucket_seconds, s.thread_id,"
+	"    s.stack, -s.context, s.count, s.idle"
+	"  FROM pending_context_samples s JOIN pending_targets t ON t.id = s.target;"
 	"CREATE TEMP VIEW IF NOT EXISTS all_threads(target, thread_id, native_id, name) AS"
 	"  SELECT h.target, h.thread_id, h.native_id, h.name FROM main.threads h"
 	"  WHERE NOT EXISTS (SELECT 1 FROM pending_threads p JOIN pending_targets t ON t.id = p.target"
@@ -91,10 +110,12 @@ static const char reader_temp_schema[] =
 static const struct reader_tables reader_file_tables = {
 	.samples = "main.samples", .targets = "main.targets",
 	.labels = "main.target_labels", .sessions = "main.sessions", .threads = "main.threads",
+	.contexts = "main.contexts", .context_samples = "main.context_samples",
 };
 static const struct reader_tables reader_all_tables = {
 	.samples = "temp.all_samples", .targets = "temp.all_targets",
 	.labels = "temp.all_labels", .sessions = "temp.all_sessions", .threads = "temp.all_threads",
+	.contexts = "temp.all_contexts", .context_samples = "temp.all_context_samples",
 };
 
 const struct reader_tables *reader_tables(const struct store_query *q)
@@ -213,6 +234,8 @@ enum reader_copy_stmt {
 	COPY_SESSION,
 	COPY_SAMPLE,
 	COPY_THREAD,
+	COPY_CONTEXT,
+	COPY_CONTEXT_SAMPLE,
 	COPY_COUNT
 };
 
@@ -224,7 +247,30 @@ static const char *const reader_copy_sql[COPY_COUNT] = {
 	[COPY_SESSION] = STORE_SQL_SESSION_UPSERT("temp.pending_sessions"),
 	[COPY_SAMPLE] = STORE_SQL_SAMPLE_ADD("temp.pending_samples"),
 	[COPY_THREAD] = STORE_SQL_THREAD_UPSERT("temp.pending_threads"),
+	/* The file's writer interns through a cache; here an upsert gives the id at once. */
+	[COPY_CONTEXT] = "INSERT INTO temp.pending_contexts(trace_id, span_id, labels) VALUES (?1, ?2, ?3) "
+	                 "ON CONFLICT(trace_id, span_id, labels) DO UPDATE SET labels = excluded.labels "
+	                 "RETURNING id",
+	[COPY_CONTEXT_SAMPLE] = STORE_SQL_CONTEXT_SAMPLE_ADD("temp.pending_context_samples"),
 };
+
+/* A batch's contexts and context rows into the TEMP tables (ids: its targets'); an SQLite code. */
+static int reader_copy_contexts(sqlite3_stmt *const *st, const struct store_batch *b, size_t index,
+                                const int64_t *ids, int64_t *contexts)
+{
+	int rc = SQLITE_OK;
+	for (size_t i = 0; rc == SQLITE_OK && i < b->ncontexts; i++)
+		if ((rc = insert_bind_context(st[COPY_CONTEXT], &b->contexts[i])) == SQLITE_OK)
+			rc = insert_step(st[COPY_CONTEXT], &contexts[i]);
+	for (size_t i = 0; rc == SQLITE_OK && i < b->ncontext_samples; i++) {
+		const struct batch_context_sample *x = &b->context_samples[i];
+		if ((rc = insert_bind_context_sample(st[COPY_CONTEXT_SAMPLE], ids[x->s.target],
+		                                     reader_pending_stack(index, x->s.stack),
+		                                     contexts[x->context], x)) == SQLITE_OK)
+			rc = insert_step(st[COPY_CONTEXT_SAMPLE], NULL);
+	}
+	return rc;
+}
 
 /* One batch into the TEMP tables; an SQLite code. */
 static int reader_copy_batch(sqlite3_stmt *const *st, const struct store_batch *b, size_t index,
@@ -268,8 +314,8 @@ static int reader_copy_pending(struct store_reader *r, struct store_pending *p, 
 	if (!p->n)
 		return 0;
 	sqlite3_stmt *st[COPY_COUNT] = {0};
-	int64_t *ids = NULL;
-	size_t ids_cap = 0;
+	int64_t *ids = NULL, *contexts = NULL;
+	size_t ids_cap = 0, contexts_cap = 0;
 	int rc = SQLITE_OK;
 	for (int i = 0; rc == SQLITE_OK && i < COPY_COUNT; i++)
 		rc = sqlite3_prepare_v2(r->db, reader_copy_sql[i], -1, &st[i], NULL);
@@ -277,12 +323,16 @@ static int reader_copy_pending(struct store_reader *r, struct store_pending *p, 
 		const struct store_batch *b = p->batches[i];
 		if (b->ntargets && array_reserve((void **)&ids, &ids_cap, b->ntargets - 1, sizeof *ids, NULL) < 0)
 			rc = SQLITE_NOMEM;
-		else
-			rc = reader_copy_batch(st, b, i, ids);
+		else if (b->ncontexts && array_reserve((void **)&contexts, &contexts_cap, b->ncontexts - 1,
+		                                       sizeof *contexts, NULL) < 0)
+			rc = SQLITE_NOMEM;
+		else if ((rc = reader_copy_batch(st, b, i, ids)) == SQLITE_OK)
+			rc = reader_copy_contexts(st, b, i, ids, contexts);
 	}
 	for (int i = 0; i < COPY_COUNT; i++)
 		sqlite3_finalize(st[i]);
 	free(ids);
+	free(contexts);
 	if (rc != SQLITE_OK) {
 		store_error_set(err, r->db, "copy the writer's batches");
 		return -1;
@@ -349,6 +399,19 @@ int reader_check(const struct store_query *q, struct store_error *err)
 		                 STORE_MAX_LABELS);
 		return -1;
 	}
+	if (q->ncontext_labels > STORE_CONTEXT_LABELS || (q->ncontext_labels && !q->context_labels)) {
+		store_error_text(err, "query: context labels must be at most %d", STORE_CONTEXT_LABELS);
+		return -1;
+	}
+	for (size_t i = 0; i < q->ncontext_labels; i++) {
+		const char *l = q->context_labels[i];
+		size_t key = l ? strcspn(l, "=\n") : 0;
+		if (!l || key == 0 || l[key] != '=' || strchr(l, '\n') ||
+		    strlen(l) > STORE_CONTEXT_LABELS_BYTES) {
+			store_error_text(err, "query: a context label must be KEY=VALUE on one line");
+			return -1;
+		}
+	}
 	return 0;
 }
 
@@ -405,6 +468,18 @@ int reader_bind(sqlite3_stmt *st, const struct store_query *q)
 		rc = sqlite3_bind_text(st, (int)(6 + 2 * i), q->label_keys[i], -1, SQLITE_STATIC);
 		if (rc == SQLITE_OK)
 			rc = sqlite3_bind_text(st, (int)(7 + 2 * i), q->label_values[i], -1, SQLITE_STATIC);
+	}
+	/* Only a statement that reads context rows has these. */
+	if (rc == SQLITE_OK && q->trace_id && sqlite3_bind_parameter_index(st, "?1000"))
+		rc = sqlite3_bind_blob(st, READER_TRACE_PARAM, q->trace_id, STORE_TRACE_ID_LEN, SQLITE_STATIC);
+	if (rc == SQLITE_OK && q->span_id && sqlite3_bind_parameter_index(st, "?1001"))
+		rc = sqlite3_bind_blob(st, READER_SPAN_PARAM, q->span_id, STORE_SPAN_ID_LEN, SQLITE_STATIC);
+	for (size_t i = 0; rc == SQLITE_OK && i < q->ncontext_labels; i++) {
+		int at = READER_CONTEXT_LABEL_PARAM + (int)i;
+		char name[16];
+		snprintf(name, sizeof name, "?%d", at);
+		if (sqlite3_bind_parameter_index(st, name))
+			rc = sqlite3_bind_text(st, at, q->context_labels[i], -1, SQLITE_STATIC);
 	}
 	return rc;
 }
@@ -533,13 +608,18 @@ int store_query_processes(struct store_reader *r, const struct store_query *q,
 	if (reader_check(q, err) < 0)
 		return -1;
 	const struct reader_tables *tables = reader_tables(q);
-	char head[512];
+	char head[4096], buf[2048];
+	const char *src = reader_samples(q, false, buf, sizeof buf);
+	if (!src) {
+		store_error_text(err, "query processes: too long");
+		return -1;
+	}
 	snprintf(head, sizeof head,
 	         "SELECT t.id, t.pid, t.uid, t.executable, t.command_line, t.python_version, "
 	         "min(s.bucket_start), max(s.bucket_start + s.bucket_seconds), sum(s.count) "
 	         "FROM %s s JOIN %s t ON t.id = s.target "
 	         "WHERE s.bucket_start >= ?1 AND s.bucket_start < ?2",
-	         tables->samples, tables->targets);
+	         src, tables->targets);
 	sqlite3_stmt *st = NULL, *labels = NULL;
 	int ret = -1, rc;
 	bool own = sqlite3_get_autocommit(r->db);

@@ -2,6 +2,13 @@
  * Retention, on the writer's connection and thread: merge old buckets into
  * coarser ones, then keep the file under its size cap.
  *
+ * Context rows (the samples again, split by request context) are never
+ * merged: a trace is of interest for a while, and its rows would keep the
+ * history growing with the number of traces.  They are deleted once their
+ * bucket is as old as the first step's age, before the merges, so a query
+ * never meets a coarse sample beside fine context rows of it; under the
+ * size cap they go first, before any sample.
+ *
  * Merging adds the counts of every fine row into the row of the coarse
  * bucket that contains its start (bucket_start rounded down to the step's
  * width), per (target, thread, stack), and deletes the fine rows, an hour
@@ -160,8 +167,9 @@ static int used_bytes(sqlite3 *db, uint64_t *out, struct store_error *err)
 static int collect_orphans(sqlite3 *db, struct store_error *err)
 {
 	static const char *const sql[] = {
+		"DELETE FROM contexts WHERE id NOT IN (SELECT context FROM context_samples)",
 		"WITH RECURSIVE live(id) AS ("
-		"SELECT stack FROM samples UNION "
+		"SELECT stack FROM samples UNION SELECT stack FROM context_samples UNION "
 		"SELECT stacks.parent FROM stacks JOIN live ON stacks.id = live.id "
 		"WHERE stacks.parent != 0) "
 		"DELETE FROM stacks WHERE id NOT IN (SELECT id FROM live)",
@@ -190,13 +198,14 @@ static int collect_orphans(sqlite3 *db, struct store_error *err)
  * *none when there are no samples.  Walks bucket starts oldest first, at
  * most one step per bucket start.  0, or -1 and *err.
  */
-static int drop_cut(sqlite3 *db, uint64_t want, int64_t *cut, bool *none, struct store_error *err)
+static int drop_cut(sqlite3 *db, const char *table, uint64_t want, int64_t *cut, bool *none,
+                    struct store_error *err)
 {
 	sqlite3_stmt *st = NULL;
-	if (sqlite3_prepare_v2(db,
-	                       "SELECT bucket_start, count(*) FROM samples GROUP BY bucket_start "
-	                       "ORDER BY bucket_start",
-	                       -1, &st, NULL) != SQLITE_OK) {
+	char sql[128];
+	snprintf(sql, sizeof sql,
+	         "SELECT bucket_start, count(*) FROM %s GROUP BY bucket_start ORDER BY bucket_start", table);
+	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
 		store_error_set(err, db, "retention: prepare");
 		return -1;
 	}
@@ -228,11 +237,15 @@ static int retention_cap(sqlite3 *db, uint64_t max_bytes, struct store_error *er
 		return -1;
 	if (used <= max_bytes)
 		return 0;
-	sqlite3_stmt *drop = NULL;
-	if (sqlite3_prepare_v2(db, "DELETE FROM samples WHERE bucket_start <= ?1", -1, &drop, NULL) !=
-	    SQLITE_OK) {
+	/* Context rows first: they only repeat samples at a finer grain. */
+	sqlite3_stmt *drop[2] = {NULL, NULL};
+	static const char *const tables[2] = {"context_samples", "samples"};
+	if (sqlite3_prepare_v2(db, "DELETE FROM context_samples WHERE bucket_start <= ?1", -1, &drop[0],
+	                       NULL) != SQLITE_OK ||
+	    sqlite3_prepare_v2(db, "DELETE FROM samples WHERE bucket_start <= ?1", -1, &drop[1], NULL) !=
+	            SQLITE_OK) {
 		store_error_set(err, db, "retention: prepare");
-		return -1;
+		goto fail;
 	}
 	if (store_exec(db, "BEGIN IMMEDIATE", err) < 0)
 		goto fail;
@@ -241,27 +254,38 @@ static int retention_cap(sqlite3 *db, uint64_t max_bytes, struct store_error *er
 	 * next one drop twice as many, so a small excess cannot stall the cap.
 	 */
 	uint64_t at_least = 1;
+	int which = 0;
 	for (int round = 0; round < STORE_MAX_CAP_ROUNDS && used > max_bytes; round++) {
 		int64_t rows;
-		if (store_query_int(db, "SELECT count(*) FROM samples", &rows, err) < 0)
+		char count[64];
+		snprintf(count, sizeof count, "SELECT count(*) FROM %s", tables[which]);
+		if (store_query_int(db, count, &rows, err) < 0)
 			goto rollback;
+		if (rows <= 0 && which == 0) {
+			/* No context rows left: samples from now on, counted afresh. */
+			which = 1;
+			at_least = 1;
+			round--;
+			continue;
+		}
 		if (rows <= 0)
 			break; /* no samples left: what remains is targets and sessions */
-		/* The excess's share of the pages, in sample rows: interned rows go with them. */
+		/* The excess's share of the pages, in rows: interned rows go with them. */
 		uint64_t want = (uint64_t)ceil((double)rows * (double)(used - max_bytes) / (double)used);
 		if (want < at_least)
 			want = at_least;
 		int64_t cut = 0;
 		bool none;
-		if (drop_cut(db, want, &cut, &none, err) < 0)
+		if (drop_cut(db, tables[which], want, &cut, &none, err) < 0)
 			goto rollback;
 		if (none)
 			break;
-		if (sqlite3_bind_int64(drop, 1, cut) != SQLITE_OK || sqlite3_step(drop) != SQLITE_DONE) {
-			store_error_set(err, db, "retention: drop buckets up to %lld", (long long)cut);
+		if (sqlite3_bind_int64(drop[which], 1, cut) != SQLITE_OK ||
+		    sqlite3_step(drop[which]) != SQLITE_DONE) {
+			store_error_set(err, db, "retention: drop %s up to %lld", tables[which], (long long)cut);
 			goto rollback;
 		}
-		sqlite3_reset(drop);
+		sqlite3_reset(drop[which]);
 		uint64_t before = used;
 		if (collect_orphans(db, err) < 0 || used_bytes(db, &used, err) < 0)
 			goto rollback;
@@ -270,7 +294,8 @@ static int retention_cap(sqlite3 *db, uint64_t max_bytes, struct store_error *er
 	}
 	if (store_exec(db, "COMMIT", err) < 0)
 		goto rollback;
-	sqlite3_finalize(drop);
+	sqlite3_finalize(drop[0]);
+	sqlite3_finalize(drop[1]);
 	/* Runs the vacuum to its end: a PRAGMA with rows would otherwise free one page per step. */
 	if (store_exec(db, "PRAGMA incremental_vacuum", err) < 0)
 		return -1;
@@ -280,8 +305,38 @@ static int retention_cap(sqlite3 *db, uint64_t max_bytes, struct store_error *er
 rollback:
 	store_exec(db, "ROLLBACK", NULL);
 fail:
-	sqlite3_finalize(drop);
+	sqlite3_finalize(drop[0]);
+	sqlite3_finalize(drop[1]);
 	return -1;
+}
+
+/*
+ * Context rows whose bucket is older than the first step's age (held back,
+ * as merges are, by what a sink has still to send), and the contexts no row
+ * uses any more, in one transaction.  0, or -1 and *err.
+ */
+static int retention_contexts(sqlite3 *db, const struct store_retention_step *s, double now,
+                              int64_t horizon, struct store_error *err)
+{
+	double edge = floor(now - s->older_than_s);
+	if (!(s->older_than_s >= 0) || !(edge > -9e15 && edge < 9e15))
+		return 0;
+	int64_t cut = (int64_t)edge;
+	if (horizon >= 0 && cut > horizon)
+		cut = horizon;
+	char sql[128];
+	snprintf(sql, sizeof sql, "DELETE FROM context_samples WHERE bucket_start < %lld",
+	         (long long)cut);
+	if (store_exec(db, "BEGIN IMMEDIATE", err) < 0)
+		return -1;
+	if (store_exec(db, sql, err) < 0 ||
+	    store_exec(db, "DELETE FROM contexts WHERE id NOT IN (SELECT context FROM context_samples)",
+	               err) < 0 ||
+	    store_exec(db, "COMMIT", err) < 0) {
+		store_exec(db, "ROLLBACK", NULL);
+		return -1;
+	}
+	return 0;
 }
 
 int store_retention_run(sqlite3 *db, const struct store_retention_step *steps, size_t nsteps,
@@ -290,6 +345,8 @@ int store_retention_run(sqlite3 *db, const struct store_retention_step *steps, s
 {
 	int64_t horizon;
 	if (nsteps && sinks_horizon(db, now, &horizon, err) < 0)
+		return -1;
+	if (nsteps && retention_contexts(db, &steps[0], now, horizon, err) < 0)
 		return -1;
 	for (size_t i = 0; i < nsteps; i++) {
 		int rc = retention_merge(db, &steps[i], now, horizon, yield, yield_ctx, err);

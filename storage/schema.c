@@ -170,11 +170,41 @@ static const char schema_v3[] =
 	"  sent_until INTEGER NOT NULL,\n"
 	"  PRIMARY KEY(sink, target)) WITHOUT ROWID;\n";
 
+/*
+ * Version 4: request contexts (issue 45).  A context is a trace, a span
+ * and labels, zero-length blobs and "" for none; its UNIQUE key leads with
+ * trace_id, so that index serves lookups by trace too.  context_samples
+ * holds again samples that samples holds, split by the context they ran
+ * in: only queries that filter or split by context read it.  Its rows are
+ * never merged into coarser buckets (retention deletes them instead), so
+ * the context index lets retention find the contexts no row uses.
+ */
+static const char schema_v4[] =
+	"CREATE TABLE contexts(\n"
+	"  id INTEGER PRIMARY KEY,\n"
+	"  trace_id BLOB NOT NULL,\n"
+	"  span_id BLOB NOT NULL,\n"
+	"  labels TEXT NOT NULL,\n"
+	"  UNIQUE(trace_id, span_id, labels));\n"
+	"CREATE TABLE context_samples(\n"
+	"  target INTEGER NOT NULL,\n"
+	"  bucket_start INTEGER NOT NULL,\n"
+	"  bucket_seconds INTEGER NOT NULL,\n"
+	"  thread_id INTEGER NOT NULL,\n"
+	"  stack INTEGER NOT NULL,\n"
+	"  context INTEGER NOT NULL,\n"
+	"  count INTEGER NOT NULL,\n"
+	"  idle INTEGER NOT NULL DEFAULT 0,\n"
+	"  PRIMARY KEY(target, bucket_start, bucket_seconds, thread_id, stack, context)) WITHOUT ROWID;\n"
+	"CREATE INDEX context_samples_context ON context_samples(context);\n"
+	"CREATE INDEX context_samples_bucket ON context_samples(bucket_start);\n";
+
 /* Step i brings the schema from version i to i + 1. */
 static const char *const migrations[STORE_SCHEMA_VERSION] = {
 	schema_v1,
 	schema_v2,
 	schema_v3,
+	schema_v4,
 };
 
 /* Applies every step past the database's version, one transaction each. */

@@ -28,6 +28,7 @@ struct stacks_row {
 	int64_t stack; /* a database id, or a pending stack (reader_pending_stack) */
 	uint64_t count, idle;
 	uint32_t thread; /* index into threads, with split_threads */
+	uint32_t context; /* with split_contexts: 1 + index into contexts; 0: none */
 	int64_t slot;    /* with time_slots: its start / the slot width */
 	bool merged; /* its count is in an earlier row with the same frames (and thread) */
 };
@@ -52,6 +53,9 @@ struct stacks_query {
 	struct store_thread *threads; /* with split_threads */
 	size_t nthreads, threads_cap;
 	struct hash_map thread_ids;   /* (target, thread id) -> index in threads */
+	struct store_context *contexts; /* with split_contexts */
+	size_t ncontexts, contexts_cap;
+	struct hash_map context_ids;  /* a context's content -> index in contexts */
 	double first_unix, last_unix; /* the buckets with samples */
 	/* With time_slots: the slots' width, and the earliest and latest bucket start seen. */
 	uint64_t slot_seconds;
@@ -71,6 +75,8 @@ static void stacks_free(struct stacks_query *qs)
 	free(qs->frames);
 	free(qs->threads);
 	hash_map_clear(&qs->thread_ids);
+	free(qs->contexts);
+	hash_map_clear(&qs->context_ids);
 	arena_free(&qs->strings);
 	hash_map_clear(&qs->frame_ids);
 	hash_map_clear(&qs->pending_frames);
@@ -289,6 +295,54 @@ static int stacks_thread(struct stacks_query *qs, const struct store_query *q, i
 	return 0;
 }
 
+/*
+ * A row's context (columns 7, 8, 9: trace, span, labels; NULL for samples
+ * in none) as 1 + its index in qs->contexts, added on first sight; 0 for
+ * none.  Contexts are one by content, whether from the file or memory.
+ * 0, or -1 when out of memory.
+ */
+static int stacks_context(struct stacks_query *qs, sqlite3_stmt *st, uint32_t *index)
+{
+	*index = 0;
+	if (sqlite3_column_type(st, 9) == SQLITE_NULL)
+		return 0;
+	const void *trace = sqlite3_column_blob(st, 7), *span = sqlite3_column_blob(st, 8);
+	int tl = sqlite3_column_bytes(st, 7), sl = sqlite3_column_bytes(st, 8);
+	const char *labels = (const char *)sqlite3_column_text(st, 9);
+	struct store_context c = {.has_trace = trace && tl == STORE_TRACE_ID_LEN,
+	                          .has_span = span && sl == STORE_SPAN_ID_LEN};
+	if (c.has_trace)
+		memcpy(c.trace_id, trace, sizeof c.trace_id);
+	if (c.has_span)
+		memcpy(c.span_id, span, sizeof c.span_id);
+	size_t ll = labels ? strlen(labels) : 0;
+	if (ll > STORE_CONTEXT_LABELS_BYTES)
+		ll = STORE_CONTEXT_LABELS_BYTES;
+	char key[2 + STORE_TRACE_ID_LEN + STORE_SPAN_ID_LEN + STORE_CONTEXT_LABELS_BYTES];
+	key[0] = (char)c.has_trace;
+	key[1] = (char)c.has_span;
+	memcpy(key + 2, c.trace_id, sizeof c.trace_id);
+	memcpy(key + 2 + sizeof c.trace_id, c.span_id, sizeof c.span_id);
+	if (ll)
+		memcpy(key + 2 + sizeof c.trace_id + sizeof c.span_id, labels, ll);
+	size_t klen = 2 + sizeof c.trace_id + sizeof c.span_id + ll;
+	int64_t v;
+	if (hash_map_get(&qs->context_ids, key, klen, &v)) {
+		*index = (uint32_t)v + 1;
+		return 0;
+	}
+	if (qs->ncontexts >= UINT32_MAX - 1 ||
+	    array_reserve((void **)&qs->contexts, &qs->contexts_cap, qs->ncontexts, sizeof *qs->contexts,
+	                  NULL) < 0 ||
+	    !(c.labels = arena_strdup(&qs->strings, labels ? labels : "")) ||
+	    hash_map_put(&qs->context_ids, key, klen, (int64_t)qs->ncontexts) < 0)
+		return -1;
+	c.id = (uint32_t)qs->ncontexts;
+	qs->contexts[qs->ncontexts++] = c;
+	*index = c.id + 1;
+	return 0;
+}
+
 /* The slot widths a query may take: each a multiple of the one before. */
 static const uint64_t stacks_slot_widths[] = {
 	1, 2, 10, 20, 60, 120, 600, 1200, 3600, 7200, 21600, 43200, 86400,
@@ -334,7 +388,7 @@ static int stacks_widen(struct stacks_query *qs, const struct store_query *q, ui
 	for (size_t i = 0; i < qs->nrows; i++) {
 		struct stacks_row r = qs->rows[i];
 		r.slot = stacks_slot_of(r.slot * (int64_t)old, w);
-		int64_t key[3] = {r.stack, r.thread, r.slot}, at;
+		int64_t key[4] = {r.stack, r.thread, r.slot, r.context}, at;
 		if (hash_map_get(index, key, sizeof key, &at)) {
 			qs->rows[at].count += r.count;
 			qs->rows[at].idle += r.idle;
@@ -348,16 +402,49 @@ static int stacks_widen(struct stacks_query *qs, const struct store_query *q, ui
 	return 0;
 }
 
+/*
+ * What stacks are summed from, a FROM item into buf: reader_samples; split
+ * by contexts without a filter, the context rows and, per sample row, what
+ * its context rows do not hold (samples in no context), as rows of no
+ * context.  NULL if buf is too small.
+ */
+static const char *stacks_source(const struct store_query *q, char *buf, size_t len)
+{
+	if (!q->split_contexts || reader_by_context(q))
+		return reader_samples(q, q->split_contexts, buf, len);
+	char ctx[1024];
+	if (!reader_samples(q, true, ctx, sizeof ctx))
+		return NULL;
+	const struct reader_tables *t = reader_tables(q);
+	int n = snprintf(
+		buf, len,
+		"(SELECT target, bucket_start, bucket_seconds, thread_id, stack, count, idle, trace_id, "
+		"span_id, labels FROM %s UNION ALL "
+		"SELECT s.target, s.bucket_start, s.bucket_seconds, s.thread_id, s.stack, "
+		"s.count - coalesce(x.count, 0), s.idle - coalesce(x.idle, 0), NULL, NULL, NULL FROM %s s "
+		"LEFT JOIN (SELECT target, bucket_start, bucket_seconds, thread_id, stack, "
+		"sum(count) AS count, sum(idle) AS idle FROM %s GROUP BY 1, 2, 3, 4, 5) x "
+		"ON x.target = s.target AND x.bucket_start = s.bucket_start AND "
+		"x.bucket_seconds = s.bucket_seconds AND x.thread_id = s.thread_id AND x.stack = s.stack)",
+		ctx, t->samples, t->context_samples);
+	return n >= 0 && (size_t)n < len ? buf : NULL;
+}
+
 /* Sums per stack (per thread and stack when split, and per slot) into qs->rows and *total.  0, or -1 and *err. */
 static int stacks_collect(struct stacks_query *qs, const struct store_query *q, uint64_t *total,
                           struct store_error *err)
 {
 	sqlite3 *db = qs->r->db;
-	char head[256];
+	char head[8192], buf[4096];
+	const char *src = stacks_source(q, buf, sizeof buf);
+	if (!src) {
+		store_error_text(err, "query: too long");
+		return -1;
+	}
 	snprintf(head, sizeof head,
-	         "SELECT stack, count, idle, target, thread_id, bucket_start, bucket_seconds FROM %s "
+	         "SELECT stack, count, idle, target, thread_id, bucket_start, bucket_seconds%s FROM %s "
 	         "WHERE bucket_start >= ?1 AND bucket_start < ?2",
-	         reader_tables(q)->samples);
+	         q->split_contexts ? ", trace_id, span_id, labels" : "", src);
 	sqlite3_stmt *st;
 	if (reader_prepare(qs->r, q, head, "thread_id", "", "query", &st, err) < 0)
 		return -1;
@@ -408,7 +495,12 @@ static int stacks_collect(struct stacks_query *qs, const struct store_query *q, 
 			}
 			slot = stacks_slot_of(start, qs->slot_seconds);
 		}
-		int64_t key[3] = {stack, thread, slot}, at;
+		uint32_t context = 0;
+		if (q->split_contexts && stacks_context(qs, st, &context) < 0) {
+			store_error_text(err, "query: out of memory");
+			goto fail;
+		}
+		int64_t key[4] = {stack, thread, slot, context}, at;
 		if (hash_map_get(&index, key, sizeof key, &at)) {
 			qs->rows[at].count += c;
 			qs->rows[at].idle += w;
@@ -420,7 +512,8 @@ static int stacks_collect(struct stacks_query *qs, const struct store_query *q, 
 			goto fail;
 		}
 		qs->rows[qs->nrows++] = (struct stacks_row){.stack = stack, .count = c, .idle = w,
-		                                            .thread = thread, .slot = slot};
+		                                            .thread = thread, .slot = slot,
+		                                            .context = context};
 	}
 	hash_map_clear(&index);
 	if (rc != SQLITE_DONE) {
@@ -452,11 +545,12 @@ static int stacks_merge_equal(struct stacks_query *qs, struct store_error *err)
 			ret = -1;
 			continue;
 		}
-		/* The frames, then the thread and the slot: the empty stack is a key too. */
+		/* The frames, then the thread, the slot and the context: the empty stack is a key too. */
 		qs->path[depth] = qs->rows[i].thread;
 		qs->path[depth + 1] = (size_t)qs->rows[i].slot;
+		qs->path[depth + 2] = qs->rows[i].context;
 		const void *key = qs->path;
-		size_t len = ((size_t)depth + 2) * sizeof *qs->path;
+		size_t len = ((size_t)depth + 3) * sizeof *qs->path;
 		int64_t first;
 		if (hash_map_get(&seen, key, len, &first)) {
 			qs->rows[first].count += qs->rows[i].count;
@@ -482,7 +576,7 @@ int store_query_stacks(struct store_reader *r, const struct store_query *q,
 	struct stacks_query qs = {.r = r, .pending = q->pending};
 	uint64_t sum = 0;
 	int ret = -1;
-	qs.path = calloc(STORE_MAX_DEPTH + 2, sizeof *qs.path);
+	qs.path = calloc(STORE_MAX_DEPTH + 3, sizeof *qs.path);
 	qs.out = calloc(STORE_MAX_DEPTH, sizeof *qs.out);
 	if (!qs.path || !qs.out) {
 		store_error_text(err, "query: out of memory");
@@ -512,6 +606,8 @@ int store_query_stacks(struct store_reader *r, const struct store_query *q,
 		struct store_row row = {.frames = qs.out, .depth = (uint32_t)depth,
 		                        .count = qs.rows[i].count, .idle = qs.rows[i].idle,
 		                        .thread = q->split_threads ? &qs.threads[qs.rows[i].thread] : NULL,
+		                        .context = qs.rows[i].context ? &qs.contexts[qs.rows[i].context - 1]
+		                                                      : NULL,
 		                        .slot_start = qs.rows[i].slot * (int64_t)qs.slot_seconds,
 		                        .slot_seconds = (uint32_t)qs.slot_seconds,
 		                        .query_total = sum, .first_unix = qs.first_unix,

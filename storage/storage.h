@@ -19,7 +19,7 @@
 #include "store.h"
 
 /* The schema version this code writes; user_version past it is refused. */
-#define STORE_SCHEMA_VERSION 3
+#define STORE_SCHEMA_VERSION 4
 
 /* Stacks deeper than this are corrupt (the unwinder stops at 8192 frames). */
 #define STORE_MAX_DEPTH 8192
@@ -183,6 +183,19 @@ struct batch_sample {
 	uint64_t idle; /* of count */
 };
 
+/* A request context; a key of zero bytes (has_trace, has_span false) is none. */
+struct batch_context {
+	bool has_trace, has_span;
+	uint8_t trace_id[STORE_TRACE_ID_LEN], span_id[STORE_SPAN_ID_LEN];
+	char *labels; /* "key=value" lines, sorted, joined by '\n'; "" for none */
+};
+
+/* Samples also counted in a batch_sample, taken inside a context. */
+struct batch_context_sample {
+	struct batch_sample s;
+	int32_t context;
+};
+
 struct store_batch {
 	struct batch_target *targets;
 	size_t ntargets, targets_cap;
@@ -196,6 +209,11 @@ struct store_batch {
 	size_t nsamples, samples_cap;
 	struct batch_thread *threads;
 	size_t nthreads, threads_cap;
+	struct batch_context *contexts;
+	size_t ncontexts, contexts_cap;
+	struct hash_map context_index; /* a context's content -> its index */
+	struct batch_context_sample *context_samples;
+	size_t ncontext_samples, context_samples_cap;
 	struct store_batch *next; /* the writer's queue */
 	/* Under the writer's lock: pins held by queries, and whether the writer let go of it. */
 	unsigned pins;
@@ -230,6 +248,11 @@ struct store_batch {
 	"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) "                                            \
 	"ON CONFLICT(target, bucket_start, bucket_seconds, thread_id, stack) "           \
 	"DO UPDATE SET count = count + excluded.count, idle = idle + excluded.idle"
+#define STORE_SQL_CONTEXT_SAMPLE_ADD(table)                                                  \
+	"INSERT INTO " table "(target, bucket_start, bucket_seconds, thread_id, stack, count, idle, " \
+	"context) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) "                                        \
+	"ON CONFLICT(target, bucket_start, bucket_seconds, thread_id, stack, context) "           \
+	"DO UPDATE SET count = count + excluded.count, idle = idle + excluded.idle"
 #define STORE_SQL_THREAD_UPSERT(table)                                                  \
 	"INSERT INTO " table "(target, thread_id, native_id, name) VALUES (?1, ?2, ?3, ?4) " \
 	"ON CONFLICT(target, thread_id) DO UPDATE SET native_id = excluded.native_id, "   \
@@ -237,7 +260,7 @@ struct store_batch {
 
 /* ---- insert.c: one batch's rows, on the writer's connection (writer thread) ---- */
 
-#define INSERT_STATEMENTS 12
+#define INSERT_STATEMENTS 15
 
 /*
  * Content -> database id, in two generations: lookups try the new one, then
@@ -253,10 +276,10 @@ struct insert_cache {
 struct inserter {
 	sqlite3 *db; /* NULL until opened, and after an error that a new open may cure */
 	sqlite3_stmt *stmt[INSERT_STATEMENTS];
-	struct insert_cache strings, frames, stacks;
+	struct insert_cache strings, frames, stacks, contexts;
 	size_t cache_budget; /* bytes of the three caches together; 0: STORE_CACHE_BUDGET_DEFAULT */
-	int64_t *frame_ids, *stack_ids, *target_ids; /* batch-local index -> database id */
-	size_t frame_cap, stack_cap, target_cap;
+	int64_t *frame_ids, *stack_ids, *target_ids, *context_ids; /* batch-local index -> database id */
+	size_t frame_cap, stack_cap, target_cap, context_cap;
 };
 
 /* Opens the file for writing (store_db_open_rw, last and ids as there) and prepares.  0, or -1 and *err. */
@@ -283,6 +306,11 @@ int insert_bind_target(sqlite3_stmt *s, const struct batch_target *t);
 int insert_bind_session(sqlite3_stmt *s, int64_t target, const struct batch_session *ss);
 int insert_bind_sample(sqlite3_stmt *s, int64_t target, int64_t stack, const struct batch_sample *x);
 int insert_bind_thread(sqlite3_stmt *s, int64_t target, const struct batch_thread *x);
+/* A context's trace, span and labels as ?1, ?2, ?3 (zero-length blobs for none). */
+int insert_bind_context(sqlite3_stmt *s, const struct batch_context *c);
+/* A context row: the sample's parameters, and the context's id as ?8. */
+int insert_bind_context_sample(sqlite3_stmt *s, int64_t target, int64_t stack, int64_t context,
+                               const struct batch_context_sample *x);
 /* A declaration's labels, replacing the target's, through the LABELS_DEL and LABEL_ADD statements. */
 int insert_labels(sqlite3_stmt *del, sqlite3_stmt *add, int64_t target, const struct batch_target *t);
 
@@ -334,13 +362,26 @@ int reader_thread_info(struct store_reader *r, const struct store_query *q, int6
 
 /* The tables a query reads: the file's, or views over the file and the memory q pinned. */
 struct reader_tables {
-	const char *samples, *targets, *labels, *sessions, *threads;
+	const char *samples, *targets, *labels, *sessions, *threads, *contexts, *context_samples;
 };
 /* q NULL: the file's alone. */
 const struct reader_tables *reader_tables(const struct store_query *q);
 
 /* A query the SQL can be built for.  0, or -1 and *err. */
 int reader_check(const struct store_query *q, struct store_error *err);
+
+/* Whether q selects by request context (trace, span or context labels). */
+bool reader_by_context(const struct store_query *q);
+
+/*
+ * What a query reads samples from, as a FROM item into buf: the samples
+ * table (or view) without a context filter; with one, the context rows
+ * joined to their contexts and filtered (its ? numbers bound by
+ * reader_bind), with the context's trace_id, span_id and labels as
+ * columns too.  all: the context rows even without a filter.  NULL if buf
+ * is too small.
+ */
+const char *reader_samples(const struct store_query *q, bool all, char *buf, size_t len);
 
 /*
  * The conditions on a table's target column that select q's processes,
@@ -359,6 +400,11 @@ size_t reader_select_targets(const struct store_query *q, const struct reader_ta
 int reader_prepare(struct store_reader *r, const struct store_query *q, const char *head,
                    const char *thread_column, const char *tail, const char *what,
                    sqlite3_stmt **out, struct store_error *err);
+
+/* The parameters of the context filter: past every other. */
+#define READER_TRACE_PARAM 1000
+#define READER_SPAN_PARAM 1001
+#define READER_CONTEXT_LABEL_PARAM 1010
 
 /* Binds q's parameters (?1 and ?2 are from and until); an SQLite result code. */
 int reader_bind(sqlite3_stmt *st, const struct store_query *q);

@@ -84,6 +84,37 @@ int store_batch_samples(struct store_batch *b, int target, int64_t bucket_start,
                         uint32_t bucket_seconds, uint64_t thread_id, int32_t stack, uint64_t count,
                         uint64_t idle);
 
+/* A request context's trace id and span id (OpenTelemetry's, big-endian), in bytes. */
+#define STORE_TRACE_ID_LEN 16
+#define STORE_SPAN_ID_LEN 8
+/* A context's labels: at most this many "key=value" lines, of this many bytes in all. */
+#define STORE_CONTEXT_LABELS 8
+#define STORE_CONTEXT_LABELS_BYTES 1024
+
+/*
+ * A request context of this batch: the trace and span a sample ran in
+ * (trace_id NULL: none; span_id NULL: none, and only with a trace;
+ * trace_id 16 bytes, not all zero, span_id 8, big-endian) and its labels,
+ * "key=value" lines sorted by key and joined by '\n' ("" for none; at most
+ * STORE_CONTEXT_LABELS lines, STORE_CONTEXT_LABELS_BYTES bytes).  A context
+ * with neither a trace nor labels is refused.  The same context declared
+ * twice in a batch is one.  Its batch-local index, or -1.
+ */
+int32_t store_batch_context(struct store_batch *b, const uint8_t *trace_id, const uint8_t *span_id,
+                            const char *labels);
+
+/*
+ * count samples (idle of them waiting) of a stack in a thread, taken inside
+ * a context of this batch.  They are ALSO counted by store_batch_samples as
+ * always: context rows are a second, finer view of samples the history
+ * already holds, so queries without a context filter never read them.
+ * Retention deletes them once their bucket is as old as the first step's
+ * age, and before any other sample under the size cap.  0, or -1.
+ */
+int store_batch_context_samples(struct store_batch *b, int target, int64_t bucket_start,
+                                uint32_t bucket_seconds, uint64_t thread_id, int32_t stack,
+                                int32_t context, uint64_t count, uint64_t idle);
+
 /*
  * A thread of a target of this batch: its kernel id (-1 unknown) and name
  * ("" unknown: an earlier name is kept).  0, or -1.
@@ -91,7 +122,7 @@ int store_batch_samples(struct store_batch *b, int target, int64_t bucket_start,
 int store_batch_thread(struct store_batch *b, int target, uint64_t thread_id, int64_t native_id,
                        const char *name);
 
-/* Samples in the batch (for bounds on what waits in memory). */
+/* Sample rows in the batch, context rows included (for bounds on what waits in memory). */
 uint64_t store_batch_sample_rows(const struct store_batch *b);
 
 struct store_writer;
@@ -258,6 +289,19 @@ struct store_query {
 	uid_t uid;
 	/* Also the samples that wait in the writer's memory, pinned with store_reader_pin. */
 	const struct store_pending *pending;
+	/*
+	 * The request context's filter: with any set, only samples taken in a
+	 * context that matches all of them (from the context rows, so samples
+	 * whose context rows retention deleted are not counted).  trace_id 16
+	 * bytes, span_id 8, NULL: any; each of context_labels a "key=value"
+	 * line that must be one of the context's labels (at most
+	 * STORE_CONTEXT_LABELS).
+	 */
+	const uint8_t *trace_id, *span_id;
+	size_t ncontext_labels;
+	const char *const *context_labels;
+	/* Stacks: a row per context too (store_row.context); samples in none stay rows of their own. */
+	bool split_contexts;
 };
 
 /*
@@ -281,6 +325,15 @@ struct store_frame {
 	/* Within one store_query_stacks call: 0, 1, 2... in order of first appearance, equal for equal frames. */
 	uint32_t id;
 };
+/* A request context of a query split by contexts. */
+struct store_context {
+	bool has_trace, has_span;
+	uint8_t trace_id[STORE_TRACE_ID_LEN], span_id[STORE_SPAN_ID_LEN];
+	const char *labels; /* "key=value" lines sorted by key, joined by '\n'; "": none */
+	/* Within one store_query_stacks call: 0, 1, 2... in order of first appearance. */
+	uint32_t id;
+};
+
 /* A thread of a query split by threads, with its process's labels. */
 struct store_thread {
 	int64_t target_id; /* 0: a process only the writer's memory has seen yet */
@@ -300,6 +353,7 @@ struct store_row {
 	uint64_t count;
 	uint64_t idle;        /* of count, samples of a waiting thread (0 with no_idle) */
 	const struct store_thread *thread; /* with split_threads; else NULL */
+	const struct store_context *context; /* with split_contexts: NULL for samples in none */
 	int64_t slot_start;    /* with time_slots: the start of its slot, unix seconds */
 	uint32_t slot_seconds; /* with time_slots: the width of every slot of the answer; else 0 */
 	uint64_t query_total; /* the sum over every row of the query, known from the first */
@@ -318,6 +372,37 @@ struct store_row {
 int store_query_stacks(struct store_reader *r, const struct store_query *q,
                        int (*fn)(void *ctx, const struct store_row *row), void *ctx,
                        uint64_t *total, struct store_error *err);
+
+/* A span of a trace, and the samples taken in it. */
+struct store_span {
+	uint8_t span_id[STORE_SPAN_ID_LEN];
+	uint64_t samples;
+};
+/* A trace a query's range has samples in. */
+struct store_trace {
+	uint8_t trace_id[STORE_TRACE_ID_LEN];
+	uint64_t samples;
+	double first_unix, last_unix; /* its first bucket's start, its last bucket's end */
+	size_t nspans;                /* the spans with the most samples, most first */
+	const struct store_span *spans;
+	uint64_t spans_found;         /* spans before the cut to max_spans */
+};
+
+/* Traces a query lists at most (limit 0 is this many too), and spans per trace. */
+#define STORE_TRACES_MAX 10000
+#define STORE_TRACE_SPANS_MAX 100
+
+/*
+ * The traces with the most samples among q's selection (its context filter
+ * too), at most limit (0: STORE_TRACES_MAX), most samples first, each with
+ * its max_spans spans of most samples (at most STORE_TRACE_SPANS_MAX; spans
+ * valid during the call).  Samples come from the context rows alone, so
+ * only traces younger than the first retention step's age are known.  fn
+ * as for store_query_stacks.  0, or -1 and *err.
+ */
+int store_query_traces(struct store_reader *r, const struct store_query *q, uint32_t limit,
+                       uint32_t max_spans, int (*fn)(void *ctx, const struct store_trace *t),
+                       void *ctx, struct store_error *err);
 
 /* A process a query's range has samples of. */
 struct store_process {

@@ -157,7 +157,7 @@ static void queue_drop_oldest(struct store_writer *w)
 	w->head = b->next;
 	if (!w->head)
 		w->tail = NULL;
-	uint64_t rows = b->nsamples;
+	uint64_t rows = store_batch_sample_rows(b);
 	w->st.pending_batches--;
 	w->st.pending_rows -= rows;
 	w->st.dropped_rows += rows;
@@ -177,7 +177,7 @@ static void queue_enforce_bounds(struct store_writer *w)
 		if (w->inflight && !w->inflight_doomed) {
 			w->inflight_doomed = true;
 			w->st.pending_batches--;
-			w->st.pending_rows -= w->inflight->nsamples;
+			w->st.pending_rows -= store_batch_sample_rows(w->inflight);
 		} else if (w->head) {
 			queue_drop_oldest(w);
 		} else {
@@ -198,7 +198,7 @@ void store_writer_submit(struct store_writer *w, struct store_batch *b)
 		w->head = b;
 	w->tail = b;
 	w->st.pending_batches++;
-	w->st.pending_rows += b->nsamples;
+	w->st.pending_rows += store_batch_sample_rows(b);
 	queue_enforce_bounds(w);
 	pthread_cond_signal(&w->wake);
 	pthread_mutex_unlock(&w->lock);
@@ -334,7 +334,7 @@ static void writer_take_and_write(struct store_writer *w)
 	if (moved) {
 		/* Written to a file that is gone: it waits again, first, for the file at the name. */
 		if (doomed) {
-			w->st.dropped_rows += b->nsamples;
+			w->st.dropped_rows += store_batch_sample_rows(b);
 			batch_release(b);
 		} else {
 			b->next = w->head;
@@ -345,10 +345,10 @@ static void writer_take_and_write(struct store_writer *w)
 		}
 	} else if (rc == SQLITE_OK) {
 		w->st.batches_written++;
-		w->st.rows_written += b->nsamples;
+		w->st.rows_written += store_batch_sample_rows(b);
 		if (!doomed) {
 			w->st.pending_batches--;
-			w->st.pending_rows -= b->nsamples;
+			w->st.pending_rows -= store_batch_sample_rows(b);
 		}
 		w->st.failing = false;
 		batch_release(b);
@@ -359,7 +359,7 @@ static void writer_take_and_write(struct store_writer *w)
 		if (file_limit && rc == SQLITE_ERROR)
 			w->limits_changed = true;
 		if (doomed) {
-			w->st.dropped_rows += b->nsamples;
+			w->st.dropped_rows += store_batch_sample_rows(b);
 			batch_release(b);
 		} else if (transient(rc)) {
 			/* Back at the head: order is kept, and it is the oldest if the bound bites. */
@@ -371,8 +371,8 @@ static void writer_take_and_write(struct store_writer *w)
 			w->retry_at = clock_mono_s() + STORE_RETRY_S;
 		} else {
 			w->st.pending_batches--;
-			w->st.pending_rows -= b->nsamples;
-			w->st.dropped_rows += b->nsamples;
+			w->st.pending_rows -= store_batch_sample_rows(b);
+			w->st.dropped_rows += store_batch_sample_rows(b);
 			batch_release(b);
 		}
 	}

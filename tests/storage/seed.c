@@ -297,3 +297,67 @@ void seed_overlapping(struct store_writer *w, int64_t base, int64_t from, int64_
 		submit_buckets(w, base, k0, k1);
 	}
 }
+
+void trace_of(int i, uint8_t out[STORE_TRACE_ID_LEN])
+{
+	for (int b = 0; b < STORE_TRACE_ID_LEN; b++)
+		out[b] = (uint8_t)(0xa0 + b);
+	out[STORE_TRACE_ID_LEN - 2] = (uint8_t)(i >> 8);
+	out[STORE_TRACE_ID_LEN - 1] = (uint8_t)i;
+}
+
+void span_of(int i, int j, uint8_t out[STORE_SPAN_ID_LEN])
+{
+	for (int b = 0; b < STORE_SPAN_ID_LEN; b++)
+		out[b] = (uint8_t)(0x50 + b);
+	out[STORE_SPAN_ID_LEN - 3] = (uint8_t)j;
+	out[STORE_SPAN_ID_LEN - 2] = (uint8_t)(i >> 8);
+	out[STORE_SPAN_ID_LEN - 1] = (uint8_t)i;
+}
+
+struct store_batch *context_batch(int64_t bucket_start, int first, int n, size_t pad)
+{
+	struct store_batch *b = store_batch_new();
+	const char *keys[] = {"app"}, *values[] = {"ctx"};
+	struct store_target_info info = {.pid = CTX_PID, .start_time = 7, .executable = "python3",
+	                                 .nlabels = 1, .label_keys = keys, .label_values = values};
+	int t = store_batch_target(b, &info);
+	int32_t fmain = store_batch_frame(b, "main", "shop.py", 1, 0, 1);
+	int32_t fco = store_batch_frame(b, "checkout", "shop.py", 10, 0, 9);
+	int32_t fcart = store_batch_frame(b, "cart", "shop.py", 20, 0, 19);
+	int32_t floop = store_batch_frame(b, "loop", "shop.py", 30, 0, 29);
+	int32_t root = store_batch_stack(b, -1, fmain);
+	int32_t sco = store_batch_stack(b, root, fco), scart = store_batch_stack(b, root, fcart);
+	int32_t sloop = store_batch_stack(b, root, floop);
+	cr_assert(t >= 0 && sco >= 0 && scart >= 0 && sloop >= 0);
+	char padding[512];
+	cr_assert_lt(pad, sizeof padding);
+	memset(padding, 'x', pad);
+	padding[pad] = '\0';
+	for (int i = first; i < first + n; i++) {
+		uint8_t trace[STORE_TRACE_ID_LEN], s0[STORE_SPAN_ID_LEN], s1[STORE_SPAN_ID_LEN];
+		trace_of(i, trace);
+		span_of(i, 0, s0);
+		span_of(i, 1, s1);
+		char l0[600], l1[600];
+		snprintf(l0, sizeof l0, "route=/checkout%s", padding);
+		snprintf(l1, sizeof l1, "route=/cart%s\nuser=vip", padding);
+		int32_t c0 = store_batch_context(b, trace, s0, l0), c1 = store_batch_context(b, trace, s1, l1);
+		cr_assert(c0 >= 0 && c1 >= 0, "contexts of trace %d", i);
+		cr_assert_eq(store_batch_context_samples(b, t, bucket_start, 10, 1, sco, c0, CTX_CHECKOUT, 0), 0);
+		cr_assert_eq(store_batch_context_samples(b, t, bucket_start, 10, 1, scart, c1, CTX_CART, 1), 0);
+	}
+	cr_assert_eq(store_batch_samples(b, t, bucket_start, 10, 1, sco, (uint64_t)n * CTX_CHECKOUT, 0), 0);
+	cr_assert_eq(store_batch_samples(b, t, bucket_start, 10, 1, scart, (uint64_t)n * CTX_CART,
+	                                 (uint64_t)n), 0);
+	cr_assert_eq(store_batch_samples(b, t, bucket_start, 10, 1, sloop, CTX_LOOP, 0), 0);
+	return b;
+}
+
+uint64_t query_total(struct store_reader *r, const struct store_query *q)
+{
+	struct store_error err = {{0}};
+	uint64_t total = 0;
+	cr_assert_eq(store_query_stacks(r, q, NULL, NULL, &total, &err), 0, "query: %s", err.msg);
+	return total;
+}

@@ -66,4 +66,21 @@ struct store_reader *open_reader(const char *path);
 void expect_written(struct store_writer *w, const char *what);
 void seed_overlapping(struct store_writer *w, int64_t base, int64_t from, int64_t to, int per);
 
+/*
+ * Request contexts: the process CTX_PID, whose every bucket holds, per
+ * trace i, CTX_CHECKOUT samples of checkout in span 0 ("route=/checkout")
+ * and CTX_CART of cart (one waiting) in span 1 ("route=/cart", "user=vip"),
+ * plus CTX_LOOP samples of loop in no context.
+ */
+#define CTX_PID 4321
+#define CTX_CHECKOUT 3
+#define CTX_CART 2
+#define CTX_LOOP 5
+void trace_of(int i, uint8_t out[STORE_TRACE_ID_LEN]);
+void span_of(int i, int j, uint8_t out[STORE_SPAN_ID_LEN]);
+/* One bucket at bucket_start with traces [first, first + n); pad: bytes added to each label value. */
+struct store_batch *context_batch(int64_t bucket_start, int first, int n, size_t pad);
+/* The samples a query counts (store_query_stacks' total). */
+uint64_t query_total(struct store_reader *r, const struct store_query *q);
+
 #endif

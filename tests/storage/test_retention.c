@@ -560,3 +560,88 @@ Test(retention, size_cap_drops_churning_stacks_with_their_samples, .timeout = 18
 }
 
 /* ---- a full disk ---- */
+
+/*
+ * Context rows are never merged: once their bucket is as old as the first
+ * step's age they are deleted, with the contexts no row uses, and the
+ * samples they repeated stay counted in the samples alone.
+ */
+Test(retention, context_rows_go_at_the_first_steps_age, .timeout = 60)
+{
+	char path[PATH_MAX];
+	db_path(path, sizeof path);
+	int64_t now = (int64_t)time(NULL);
+	int64_t old = (now - 7200) / 60 * 60, recent = (now - 60) / 10 * 10;
+	struct store_writer *w = open_writer(path);
+	store_writer_submit(w, context_batch(old, 0, 3, 0));
+	store_writer_submit(w, context_batch(recent, 3, 2, 0));
+	store_writer_sync(w);
+	expect_written(w, "contexts");
+	cr_assert_eq(raw_int(path, "SELECT count(*) FROM contexts"), 10);
+	struct store_reader *r = open_reader(path);
+	struct store_query q = {.from_unix = (double)old, .until_unix = (double)now + 10};
+	uint64_t total = query_total(r, &q);
+
+	const struct store_retention_step steps[] = {{3600, 60}, {86400, 3600}};
+	store_writer_retention(w, steps, 2);
+	store_writer_sync(w);
+	expect_written(w, "retention");
+	cr_expect_eq(raw_int(path, "SELECT count(*) FROM context_samples WHERE bucket_start < strftime('%s','now') - 3600"),
+	             0, "old context rows deleted");
+	cr_expect_eq(raw_int(path, "SELECT count(*) FROM context_samples"), 4, "recent ones kept");
+	cr_expect_eq(raw_int(path, "SELECT count(*) FROM contexts"), 4, "contexts no row uses deleted");
+	cr_expect_eq(query_total(r, &q), total, "every sample still counted once");
+	uint8_t t0[STORE_TRACE_ID_LEN], t3[STORE_TRACE_ID_LEN];
+	trace_of(0, t0);
+	trace_of(3, t3);
+	q.trace_id = t0;
+	cr_expect_eq(query_total(r, &q), 0, "an old trace is gone");
+	q.trace_id = t3;
+	cr_expect_eq(query_total(r, &q), CTX_CHECKOUT + CTX_CART, "a recent trace is kept");
+	store_reader_close(r);
+	store_writer_close(w);
+}
+
+/*
+ * Under the size cap context rows go first, oldest first: while they are
+ * enough to fit, no sample is dropped, however many traces there were.
+ */
+Test(retention, size_cap_drops_context_rows_first, .timeout = 180)
+{
+	char path[PATH_MAX];
+	db_path(path, sizeof path);
+	int64_t b0 = ((int64_t)time(NULL) - 3000) / 10 * 10;
+	struct store_writer *w = open_writer(path);
+	/* Many traces with long labels: contexts make most of the file. */
+	for (int k = 0; k < 200; k++)
+		store_writer_submit(w, context_batch(b0 + 10 * k, 100 * k, 100, 200));
+	store_writer_sync(w);
+	expect_written(w, "seed");
+	int64_t samples = raw_int(path, "SELECT count(*) FROM samples");
+	int64_t rows = raw_int(path, "SELECT count(*) FROM context_samples");
+	struct store_writer_status st;
+	store_writer_status(w, &st);
+	uint64_t cap = st.db_bytes * 6 / 10;
+	cr_assert_gt(st.db_bytes, 4 << 20, "seed too small: %llu bytes", (unsigned long long)st.db_bytes);
+	store_writer_set_limits(w, 1u << 20, cap);
+	store_writer_retention(w, NULL, 0);
+	store_writer_sync(w);
+	expect_written(w, "cap");
+	store_writer_status(w, &st);
+	cr_expect_leq(st.db_bytes, cap, "database %llu bytes, cap %llu", (unsigned long long)st.db_bytes,
+	              (unsigned long long)cap);
+	int64_t left = raw_int(path, "SELECT count(*) FROM context_samples");
+	cr_expect_lt(left, rows, "no context row dropped");
+	cr_expect_gt(left, 0, "every context row dropped: more than needed");
+	cr_expect_eq(raw_int(path, "SELECT count(*) FROM samples"), samples, "samples dropped first");
+	char sql[160];
+	snprintf(sql, sizeof sql, "SELECT min(bucket_start) > %lld FROM context_samples", (long long)b0);
+	cr_expect_eq(raw_int(path, sql), 1, "oldest first");
+	cr_expect_eq(raw_int(path, "SELECT count(*) FROM contexts WHERE id NOT IN "
+	                           "(SELECT context FROM context_samples)"),
+	             0, "contexts no row uses are deleted");
+	store_writer_close(w);
+	char ok[64];
+	raw_integrity(path, ok, sizeof ok);
+	cr_expect_str_eq(ok, "ok");
+}

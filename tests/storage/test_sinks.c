@@ -171,11 +171,12 @@ Test(sinks, schema_2_is_migrated_with_its_samples, .timeout = 60)
 	submit_buckets(w, base, 0, 10);
 	store_writer_close(w);
 	/* As a pyprofd before the exporter left it: version 2, no export tables. */
-	raw_exec(path, "DROP TABLE export_sinks; DROP TABLE export_sent; PRAGMA user_version = 2");
+	raw_exec(path, "DROP TABLE export_sinks; DROP TABLE export_sent; DROP TABLE context_samples; "
+	               "DROP TABLE contexts; PRAGMA user_version = 2");
 	w = open_writer(path);
 	store_writer_sync(w);
 	expect_written(w, "reopened");
-	cr_expect_eq(raw_int(path, "PRAGMA user_version"), 3);
+	cr_expect_eq(raw_int(path, "PRAGMA user_version"), 4);
 	cr_expect_eq(raw_int(path, "SELECT count(*) FROM export_sinks"), 0);
 	struct store_reader *r = open_reader(path);
 	struct store_query q = range_query(base, 0, 10);

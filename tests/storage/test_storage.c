@@ -177,7 +177,7 @@ Test(storage, schema_reopen_keeps_data_and_refuses_newer, .timeout = 60)
 	submit_buckets(w, base, 0, 10);
 	store_writer_close(w); /* close writes what is pending */
 
-	cr_expect_eq(raw_int(path, "PRAGMA user_version"), 3);
+	cr_expect_eq(raw_int(path, "PRAGMA user_version"), 4);
 	cr_expect_eq(raw_int(path, "PRAGMA auto_vacuum"), 2, "incremental auto-vacuum");
 	char mode[32];
 	{
@@ -354,11 +354,11 @@ Test(storage, refuses_files_it_must_not_write, .timeout = 60)
 	cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
 	cr_assert_eq(sqlite3_exec(db,
 	                          "CREATE TABLE samples(x); INSERT INTO samples VALUES (1); "
-	                          "PRAGMA user_version = 4",
+	                          "PRAGMA user_version = 5",
 	                          NULL, NULL, NULL),
 	             SQLITE_OK);
 	sqlite3_close(db);
-	expect_refused(path, "newer", "schema version 4");
+	expect_refused(path, "newer", "schema version 5");
 
 	/* Someone else's database: tables, no schema version. */
 	snprintf(path, sizeof path, "%s/foreign.db", dir);
@@ -699,7 +699,7 @@ Test(storage, schema_1_migrates_keeping_its_rows)
 	store_writer_submit(w, b);
 	store_writer_sync(w);
 	store_writer_close(w);
-	cr_expect_eq(raw_int(path, "PRAGMA user_version"), 3);
+	cr_expect_eq(raw_int(path, "PRAGMA user_version"), 4);
 	cr_expect_eq(raw_int(path, "SELECT first_line FROM frames WHERE id = 7"), 0, "the old frame kept its id");
 	cr_expect_eq(raw_int(path, "SELECT count(*) FROM threads WHERE name = 'worker'"), 1);
 
