@@ -14,6 +14,9 @@
 
 /* Of QUERIES_MAX, one uid other than root runs this many at most, and all of them one fewer than the whole. */
 #define QUERIES_PER_UID 2
+/* QUERY_TRACES: traces listed when the limit is 0, and spans per trace. */
+#define QUERY_TRACES_DEFAULT 100
+#define QUERY_TRACE_SPANS 10
 /* A response part stays under this many bytes; the client's limit is far above. */
 #define QUERY_PART_BYTES (1u << 20)
 
@@ -27,6 +30,9 @@ struct query_job {
 	uint32_t limit;
 	double base_from, base_until; /* QUERY_DIFF */
 	struct labels labels; /* the selection's, which q borrows */
+	/* The request context's filter, which q borrows: ids, and "key=value" lines. */
+	uint8_t trace_id[STORE_TRACE_ID_LEN], span_id[STORE_SPAN_ID_LEN];
+	char *context_labels[STORE_CONTEXT_LABELS];
 	uint32_t rate_hz; /* of the selected processes' sessions, when they agree */
 	char mode[8];
 };
@@ -56,6 +62,10 @@ struct builder {
 	uint32_t *sent_threads;
 	size_t nsent_threads_cap;
 	uint32_t nthreads_sent;
+	/* Split by contexts: the same for a store context id. */
+	uint32_t *sent_contexts;
+	size_t nsent_contexts_cap;
+	uint32_t ncontexts_sent;
 	double first_unix, last_unix; /* of the samples, from the first row */
 	uint32_t slot_seconds;        /* time_slots: from the first row */
 	/* Functions or processes, and the arena they live in until the last part. */
@@ -63,6 +73,8 @@ struct builder {
 	struct arena rows_arena;
 	Pyprofd__StoredProcess **all_processes;
 	size_t nall_processes, all_processes_cap;
+	Pyprofd__QueryTrace **all_traces;
+	size_t nall_traces, all_traces_cap;
 	/* The part under way. */
 	struct arena arena;
 	Pyprofd__QueryFrame **frames;
@@ -71,6 +83,10 @@ struct builder {
 	size_t nstacks, stacks_cap;
 	Pyprofd__ThreadInfo **threads;
 	size_t nthreads, threads_cap;
+	Pyprofd__QueryContext **contexts;
+	size_t ncontexts, contexts_cap;
+	Pyprofd__QueryTrace **traces;
+	size_t ntraces, traces_cap;
 	Pyprofd__FunctionRow **rows;
 	size_t nrows;
 	Pyprofd__StoredProcess **processes;
@@ -151,6 +167,62 @@ static uint32_t query_thread_id(struct builder *b, const struct store_thread *t)
 	return b->nthreads_sent - 1;
 }
 
+/* A copy of n bytes in the arena, as protobuf bytes; false when out of memory. */
+static bool query_bytes(struct arena *a, ProtobufCBinaryData *out, const uint8_t *p, size_t n)
+{
+	out->len = n;
+	out->data = arena_alloc(a, n ? n : 1);
+	if (!out->data)
+		return false;
+	memcpy(out->data, p, n);
+	return true;
+}
+
+/* The index of a context in the answer, sent with the current part when new; UINT32_MAX if out of memory. */
+static uint32_t query_context_id(struct builder *b, const struct store_context *c)
+{
+	if (c->id >= b->nsent_contexts_cap) {
+		size_t old = b->nsent_contexts_cap;
+		if (array_reserve((void **)&b->sent_contexts, &b->nsent_contexts_cap, c->id,
+		                  sizeof *b->sent_contexts, NULL) != 0)
+			return UINT32_MAX;
+		memset(b->sent_contexts + old, 0, (b->nsent_contexts_cap - old) * sizeof *b->sent_contexts);
+	}
+	if (b->sent_contexts[c->id])
+		return b->sent_contexts[c->id] - 1;
+	struct arena *a = &b->arena;
+	Pyprofd__QueryContext *qc = ARENA_MESSAGE(a, Pyprofd__QueryContext, PYPROFD__QUERY_CONTEXT__INIT);
+	if (!qc || b->ncontexts_sent >= UINT32_MAX - 1 ||
+	    array_reserve((void **)&b->contexts, &b->contexts_cap, b->ncontexts, sizeof *b->contexts, NULL) ||
+	    (c->has_trace && !query_bytes(a, &qc->trace_id, c->trace_id, sizeof c->trace_id)) ||
+	    (c->has_span && !query_bytes(a, &qc->span_id, c->span_id, sizeof c->span_id)))
+		return UINT32_MAX;
+	/* Labels are "key=value" lines: at most STORE_CONTEXT_LABELS of them. */
+	if (c->labels[0] && !(qc->labels = arena_alloc(a, STORE_CONTEXT_LABELS * sizeof *qc->labels)))
+		return UINT32_MAX;
+	for (const char *line = c->labels; *line && qc->n_labels < STORE_CONTEXT_LABELS;) {
+		size_t len = strcspn(line, "\n"), key = strcspn(line, "=\n");
+		Pyprofd__Label *l = ARENA_MESSAGE(a, Pyprofd__Label, PYPROFD__LABEL__INIT);
+		if (!l || !(l->key = arena_alloc(a, key + 1)) ||
+		    !(l->value = arena_alloc(a, key < len ? len - key : 1)))
+			return UINT32_MAX;
+		memcpy(l->key, line, key);
+		l->key[key] = '\0';
+		if (key < len) {
+			memcpy(l->value, line + key + 1, len - key - 1);
+			l->value[len - key - 1] = '\0';
+		} else {
+			l->value[0] = '\0';
+		}
+		qc->labels[qc->n_labels++] = l;
+		line += len + (line[len] ? 1 : 0);
+	}
+	b->contexts[b->ncontexts++] = qc;
+	b->part_bytes += strlen(c->labels) + 64;
+	b->sent_contexts[c->id] = ++b->ncontexts_sent;
+	return b->ncontexts_sent - 1;
+}
+
 /* Send the part under way (more: parts follow). */
 static int query_flush_part(struct builder *b, bool more)
 {
@@ -167,6 +239,10 @@ static int query_flush_part(struct builder *b, bool more)
 	res.n_processes = b->nprocesses;
 	res.threads = b->threads;
 	res.n_threads = b->nthreads;
+	res.contexts = b->contexts;
+	res.n_contexts = b->ncontexts;
+	res.traces = b->traces;
+	res.n_traces = b->ntraces;
 	if (!b->first_sent) {
 		res.total = b->total;
 		res.first_unix = b->first_unix;
@@ -193,7 +269,10 @@ static int query_flush_part(struct builder *b, bool more)
 	resp.query = &res;
 	int rc = job_emit(j->job, &resp);
 	b->first_sent = true;
-	b->nframes = b->nstacks = b->nprocesses = b->nthreads = 0;
+	b->nframes = b->nstacks = b->nprocesses = b->nthreads = b->ncontexts = 0;
+	if (b->ntraces)
+		b->traces += b->ntraces;
+	b->ntraces = 0;
 	/* Rows and processes go out of their whole table in order. */
 	if (b->nrows)
 		b->rows += b->nrows;
@@ -236,6 +315,14 @@ static int query_on_stack(void *ctx, const struct store_row *row)
 			return -1;
 		}
 		qs->thread = thread + 1;
+	}
+	if (row->context) {
+		uint32_t context = query_context_id(b, row->context);
+		if (context == UINT32_MAX) {
+			b->oom = true;
+			return -1;
+		}
+		qs->context = context + 1;
 	}
 	b->stacks[b->nstacks++] = qs;
 	b->part_bytes += 4 * (size_t)row->depth + 28;
@@ -318,6 +405,50 @@ nomem:
 	return -1;
 }
 
+/* One trace into the whole list (rows_arena), sent after. */
+static int query_on_trace(void *ctx, const struct store_trace *t)
+{
+	struct builder *b = ctx;
+	struct arena *a = &b->rows_arena;
+	Pyprofd__QueryTrace *qt = ARENA_MESSAGE(a, Pyprofd__QueryTrace, PYPROFD__QUERY_TRACE__INIT);
+	if (!qt || array_reserve((void **)&b->all_traces, &b->all_traces_cap, b->nall_traces,
+	                         sizeof *b->all_traces, NULL) ||
+	    !query_bytes(a, &qt->trace_id, t->trace_id, sizeof t->trace_id) ||
+	    (t->nspans && !(qt->spans = arena_alloc(a, t->nspans * sizeof *qt->spans))))
+		goto nomem;
+	qt->samples = t->samples;
+	qt->first_unix = t->first_unix;
+	qt->last_unix = t->last_unix;
+	qt->spans_found = t->spans_found;
+	for (size_t i = 0; i < t->nspans; i++) {
+		Pyprofd__QuerySpan *s = ARENA_MESSAGE(a, Pyprofd__QuerySpan, PYPROFD__QUERY_SPAN__INIT);
+		if (!s || !query_bytes(a, &s->span_id, t->spans[i].span_id, sizeof t->spans[i].span_id))
+			goto nomem;
+		s->samples = t->spans[i].samples;
+		qt->spans[qt->n_spans++] = s;
+	}
+	b->total += t->samples;
+	b->all_traces[b->nall_traces++] = qt;
+	return 0;
+nomem:
+	b->oom = true;
+	return -1;
+}
+
+/* The traces found, in parts, the first with the total. */
+static int query_send_traces(struct builder *b)
+{
+	b->traces = b->all_traces;
+	for (size_t i = 0; i < b->nall_traces; i++) {
+		b->ntraces++;
+		b->part_bytes += 64 + 24 * b->all_traces[i]->n_spans;
+		if (b->part_bytes > QUERY_PART_BYTES && i + 1 < b->nall_traces &&
+		    query_flush_part(b, true) != 0)
+			return -1;
+	}
+	return query_flush_part(b, false);
+}
+
 /* The function table sorted and sent, the first `limit` rows, in parts. */
 static int query_send_functions(struct builder *b)
 {
@@ -356,6 +487,9 @@ static void query_builder_free(struct builder *b)
 	free(b->sent);
 	free(b->sent_threads);
 	free(b->threads);
+	free(b->sent_contexts);
+	free(b->contexts);
+	free(b->all_traces);
 	free(b->frames);
 	free(b->stacks);
 	free(b->all_processes);
@@ -377,6 +511,11 @@ static int query_answer(struct query_job *j, struct store_reader *r, struct buil
 		if (store_query_processes(r, &j->q, query_on_process, b, err) != 0)
 			return -1;
 		return query_send_processes(b);
+	case PYPROFD__QUERY_AGGREGATE__QUERY_TRACES:
+		if (store_query_traces(r, &j->q, j->limit ? j->limit : QUERY_TRACES_DEFAULT,
+		                       QUERY_TRACE_SPANS, query_on_trace, b, err) != 0)
+			return -1;
+		return query_send_traces(b);
 	case PYPROFD__QUERY_AGGREGATE__QUERY_DIFF: {
 		struct store_query base = j->q;
 		base.from_unix = j->base_from;
@@ -433,6 +572,8 @@ static void query_job_free(void *data)
 {
 	struct query_job *j = data;
 	labels_free(&j->labels);
+	for (size_t i = 0; i < STORE_CONTEXT_LABELS; i++)
+		free(j->context_labels[i]);
 	free(j);
 }
 
@@ -455,6 +596,32 @@ static int query_copy_labels(struct query_job *j, const Pyprofd__QueryRequest *r
 	return 0;
 }
 
+/*
+ * The request context's filter of a request, copied into the job for q to
+ * borrow (check_request checked its lengths).  0, or -1 when out of memory.
+ */
+static int query_copy_context(struct query_job *j, const Pyprofd__QueryRequest *r)
+{
+	if (r->trace_id.len == STORE_TRACE_ID_LEN) {
+		memcpy(j->trace_id, r->trace_id.data, STORE_TRACE_ID_LEN);
+		j->q.trace_id = j->trace_id;
+	}
+	if (r->span_id.len == STORE_SPAN_ID_LEN) {
+		memcpy(j->span_id, r->span_id.data, STORE_SPAN_ID_LEN);
+		j->q.span_id = j->span_id;
+	}
+	for (size_t i = 0; i < r->n_context_labels && i < STORE_CONTEXT_LABELS; i++) {
+		const Pyprofd__Label *l = r->context_labels[i];
+		size_t n = strlen(l->key) + strlen(l->value) + 2;
+		if (!(j->context_labels[i] = malloc(n)))
+			return -1;
+		snprintf(j->context_labels[i], n, "%s=%s", l->key, l->value);
+		j->q.ncontext_labels = i + 1;
+	}
+	j->q.context_labels = (const char *const *)j->context_labels;
+	return 0;
+}
+
 Pyprofd__ErrorCode queries_start(struct jobs *js, const struct query_origin *o,
                                  const Pyprofd__QueryRequest *r, char *why, size_t why_len)
 {
@@ -463,10 +630,19 @@ Pyprofd__ErrorCode queries_start(struct jobs *js, const struct query_origin *o,
 		snprintf(why, why_len, "a query needs a valid pid and at most %d labels", STORE_MAX_LABELS);
 		return PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST;
 	}
+	/* check_request refused worse; these bounds are what the copies below rely on. */
+	if ((r->trace_id.len && r->trace_id.len != STORE_TRACE_ID_LEN) ||
+	    (r->span_id.len && r->span_id.len != STORE_SPAN_ID_LEN) ||
+	    r->n_context_labels > STORE_CONTEXT_LABELS) {
+		snprintf(why, why_len, "a query's trace id is 16 bytes, its span id 8, and it has at most %d "
+		                       "context labels", STORE_CONTEXT_LABELS);
+		return PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST;
+	}
 	bool diff = r->aggregate == PYPROFD__QUERY_AGGREGATE__QUERY_DIFF;
 	if (r->aggregate != PYPROFD__QUERY_AGGREGATE__QUERY_STACKS &&
 	    r->aggregate != PYPROFD__QUERY_AGGREGATE__QUERY_FUNCTIONS &&
-	    r->aggregate != PYPROFD__QUERY_AGGREGATE__QUERY_PROCESSES && !diff) {
+	    r->aggregate != PYPROFD__QUERY_AGGREGATE__QUERY_PROCESSES &&
+	    r->aggregate != PYPROFD__QUERY_AGGREGATE__QUERY_TRACES && !diff) {
 		snprintf(why, why_len, "unknown aggregate %d", (int)r->aggregate);
 		return PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST;
 	}
@@ -486,7 +662,7 @@ Pyprofd__ErrorCode queries_start(struct jobs *js, const struct query_origin *o,
 		return PYPROFD__ERROR_CODE__ERROR_LIMIT;
 	}
 	struct query_job *j = calloc(1, sizeof *j);
-	if (!j || query_copy_labels(j, r) != 0) {
+	if (!j || query_copy_labels(j, r) != 0 || query_copy_context(j, r) != 0) {
 		if (j)
 			query_job_free(j);
 		snprintf(why, why_len, "the daemon is out of memory");
@@ -510,6 +686,7 @@ Pyprofd__ErrorCode queries_start(struct jobs *js, const struct query_origin *o,
 	j->q.by_thread = r->by_thread;
 	j->q.thread_id = r->thread_id;
 	j->q.split_threads = r->split_threads && r->aggregate == PYPROFD__QUERY_AGGREGATE__QUERY_STACKS;
+	j->q.split_contexts = r->split_contexts && r->aggregate == PYPROFD__QUERY_AGGREGATE__QUERY_STACKS;
 	j->q.no_idle = o->no_idle;
 	j->q.time_slots = r->aggregate == PYPROFD__QUERY_AGGREGATE__QUERY_STACKS ? r->time_slots : 0;
 	/* Another user sees the history of its own processes alone. */

@@ -209,6 +209,50 @@ static int check_idle(const char *name, Pyprofd__IdlePolicy policy, bool no_idle
 	return 0;
 }
 
+/* A query's request context: the lengths of its ids, its labels' count and shape. */
+static int check_context(const Pyprofd__QueryRequest *q, char *why, size_t why_len)
+{
+	static const uint8_t zero[CHECK_TRACE_ID_LEN];
+	if (q->trace_id.len && q->trace_id.len != CHECK_TRACE_ID_LEN) {
+		snprintf(why, why_len, "query.trace_id is %zu bytes: a trace id is %d (32 hex digits)",
+		         q->trace_id.len, CHECK_TRACE_ID_LEN);
+		return -1;
+	}
+	if (q->trace_id.len && memcmp(q->trace_id.data, zero, CHECK_TRACE_ID_LEN) == 0) {
+		snprintf(why, why_len, "query.trace_id is all zero: no trace has that id");
+		return -1;
+	}
+	if (q->span_id.len && q->span_id.len != CHECK_SPAN_ID_LEN) {
+		snprintf(why, why_len, "query.span_id is %zu bytes: a span id is %d (16 hex digits)",
+		         q->span_id.len, CHECK_SPAN_ID_LEN);
+		return -1;
+	}
+	if (q->n_context_labels > CHECK_CONTEXT_LABELS_MAX) {
+		snprintf(why, why_len, "query.context_labels has %zu labels: at most %d",
+		         q->n_context_labels, CHECK_CONTEXT_LABELS_MAX);
+		return -1;
+	}
+	for (size_t i = 0; i < q->n_context_labels; i++) {
+		const Pyprofd__Label *l = q->context_labels[i];
+		const char *k = l && l->key ? l->key : "", *v = l && l->value ? l->value : "";
+		size_t kl = strlen(k), vl = strlen(v);
+		const char *bad = NULL;
+		if (kl == 0 || kl > CHECK_CONTEXT_KEY_MAX)
+			bad = "key must be 1 to 31 bytes";
+		else if (strpbrk(k, "=\n\r"))
+			bad = "key must have no '=' nor line break";
+		else if (vl > CHECK_CONTEXT_VALUE_MAX)
+			bad = "value must be at most 63 bytes";
+		else if (strpbrk(v, "\n\r"))
+			bad = "value must have no line break";
+		if (bad) {
+			snprintf(why, why_len, "query.context_labels[%zu]: its %s", i, bad);
+			return -1;
+		}
+	}
+	return 0;
+}
+
 int check_request(const Pyprofd__Request *req, const uint8_t *data, size_t len, char *why,
                   size_t why_len)
 {
@@ -229,6 +273,8 @@ int check_request(const Pyprofd__Request *req, const uint8_t *data, size_t len, 
 			         CHECK_MAX_TIME_SLOTS);
 			return -1;
 		}
+		if (check_context(q, why, why_len) != 0)
+			return -1;
 		/* The base range is a diff's alone: another aggregate ignores it. */
 		if (q->aggregate == PYPROFD__QUERY_AGGREGATE__QUERY_DIFF &&
 		    check_time_range("query.base_from_unix", q->base_from_unix, "query.base_until_unix",

@@ -7,7 +7,8 @@
  * is unix seconds within CHECK_UNIX_MIN..CHECK_UNIX_MAX, and a range is in
  * order; a query asks for at most CHECK_MAX_TIME_SLOTS time slots; a
  * query's or top's idle_policy is one the protocol has, and not IDLE_KEEP
- * beside the older no_idle.
+ * beside the older no_idle; a query's trace, span and context labels are
+ * of the lengths below.
  */
 #ifndef PYPROFD_CHECK_H
 #define PYPROFD_CHECK_H
@@ -26,6 +27,18 @@
 
 /* A query's time slots: a page draws a few hundred; more only multiplies an answer's rows. */
 #define CHECK_MAX_TIME_SLOTS 10000
+
+/*
+ * A query's request context (issue 45): trace_id 16 bytes and not all zero,
+ * span_id 8, at most this many context labels, each a key of 1 to 31 bytes
+ * without '=', and a value of at most 63, neither with a line break (the
+ * store keeps a context's labels as "key=value" lines).
+ */
+#define CHECK_TRACE_ID_LEN 16
+#define CHECK_SPAN_ID_LEN 8
+#define CHECK_CONTEXT_LABELS_MAX 8
+#define CHECK_CONTEXT_KEY_MAX 31
+#define CHECK_CONTEXT_VALUE_MAX 63
 
 /* The bytes of s that are whole UTF-8 characters from its start: len when it all is. */
 size_t check_utf8_prefix(const uint8_t *s, size_t len);

@@ -254,3 +254,59 @@ Test(check, idle_policies_are_bounded)
 	cr_assert_eq(check_with(&top, '~', why, sizeof why), -1);
 	cr_assert_str_eq(why, "top.idle_policy is -1: it is 0 (default), 1 (keep) or 2 (drop)");
 }
+
+/* A query's request context: ids of their lengths, a trace not all zero, labels bounded and line-safe. */
+Test(check, query_contexts_are_bounded)
+{
+	Pyprofd__QueryRequest q = PYPROFD__QUERY_REQUEST__INIT;
+	Pyprofd__Request req = PYPROFD__REQUEST__INIT;
+	req.body_case = PYPROFD__REQUEST__BODY_QUERY;
+	req.query = &q;
+	char why[256] = "";
+	uint8_t trace[17] = {0}, span[9] = {0};
+	q.trace_id = (ProtobufCBinaryData){16, trace};
+	cr_assert_eq(check_with(&req, '~', why, sizeof why), -1);
+	cr_assert_str_eq(why, "query.trace_id is all zero: no trace has that id");
+	trace[15] = 1;
+	cr_assert_eq(check_with(&req, '~', why, sizeof why), 0, "%s", why);
+	q.trace_id.len = 17;
+	cr_assert_eq(check_with(&req, '~', why, sizeof why), -1);
+	cr_assert_str_eq(why, "query.trace_id is 17 bytes: a trace id is 16 (32 hex digits)");
+	q.trace_id.len = 16;
+	q.span_id = (ProtobufCBinaryData){9, span};
+	cr_assert_eq(check_with(&req, '~', why, sizeof why), -1);
+	cr_assert_str_eq(why, "query.span_id is 9 bytes: a span id is 8 (16 hex digits)");
+	q.span_id.len = 8;
+	cr_assert_eq(check_with(&req, '~', why, sizeof why), 0, "%s", why);
+
+	Pyprofd__Label labels[9], *lp[9];
+	for (int i = 0; i < 9; i++) {
+		pyprofd__label__init(&labels[i]);
+		labels[i].key = "route";
+		labels[i].value = "/checkout";
+		lp[i] = &labels[i];
+	}
+	q.context_labels = lp;
+	q.n_context_labels = 8;
+	cr_assert_eq(check_with(&req, '~', why, sizeof why), 0, "%s", why);
+	q.n_context_labels = 9;
+	cr_assert_eq(check_with(&req, '~', why, sizeof why), -1);
+	cr_assert_str_eq(why, "query.context_labels has 9 labels: at most 8");
+	q.n_context_labels = 2;
+	static const struct {
+		const char *key, *value, *why;
+	} bad[] = {
+		{"", "v", "query.context_labels[1]: its key must be 1 to 31 bytes"},
+		{"a=b", "v", "query.context_labels[1]: its key must have no '=' nor line break"},
+		{"k", "a\nb", "query.context_labels[1]: its value must have no line break"},
+		{"k", "0123456789012345678901234567890123456789012345678901234567890123",
+		 "query.context_labels[1]: its value must be at most 63 bytes"},
+		{"0123456789012345678901234567890123", "v", "query.context_labels[1]: its key must be 1 to 31 bytes"},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		labels[1].key = (char *)bad[i].key;
+		labels[1].value = (char *)bad[i].value;
+		cr_assert_eq(check_with(&req, '~', why, sizeof why), -1, "bad[%zu] passed", i);
+		cr_assert_str_eq(why, bad[i].why);
+	}
+}
