@@ -48,4 +48,10 @@ enum uw_async_mode {
 /* Frames one stack holds at most: remote data past them is not trusted. */
 #define UW_MAX_FRAMES 8192
 
+/* ContextVars a target's samples are labelled by at most, and a name's bytes with its NUL. */
+#define UW_CONTEXT_LABELS_MAX 8u
+#define UW_CONTEXT_NAME_LEN 32u
+/* A label's value at most, with its NUL: a longer str is cut, at a character's boundary. */
+#define UW_CONTEXT_VALUE_LEN 64u
+
 #endif

@@ -182,6 +182,7 @@ enum field_type {
 	FIELD_BOOL, FIELD_MODE, FIELD_ASYNC_MODE,
 	FIELD_LABELS, /* at the offset of n_labels, the array after it: a JSON object, k=v,... in text */
 	FIELD_THREADS, /* at the offset of n_threads (ThreadInfo): a JSON array, names,... in text */
+	FIELD_STRINGS, /* at the offset of a repeated string's count: a JSON array, a,b,... in text */
 };
 /* One field of a protocol message, as both forms show it. */
 struct field {

@@ -14,7 +14,8 @@
 const char ctl_attach_usage[] =
 	"usage: pyprofd-ctl attach PID [--rate HZ] [--mode wall|cpu|gil|exception] [--duration S]\n"
 	"                          [--label K=V]... [--native] [--gc]\n"
-	"                          [--async-aware] [--async-mode running|all] [--json]\n"
+	"                          [--async-aware] [--async-mode running|all]\n"
+	"                          [--context otel|none] [--context-label NAME]... [--json]\n"
 	"\n"
 	"Start profiling process PID: the daemon samples it until detached, the duration\n"
 	"ends or the process exits.  Attaching again to a detached process reuses what\n"
@@ -34,6 +35,11 @@ const char ctl_attach_usage[] =
 	"                    the task awaiting it, down to the root task\n"
 	"  --async-mode M    running (what --async-aware does) or all: every suspended\n"
 	"                    task is sampled too, as an idle stack of its own\n"
+	"  --context otel    each sample inside an OpenTelemetry span carries its trace\n"
+	"                    and span ids (query --trace, --span, --format traces)\n"
+	"  --context-label NAME\n"
+	"                    the value of the ContextVar NAME (a str or an int) labels\n"
+	"                    each sample (query --context NAME=VALUE); up to 8\n"
 	"  --json            print the target as JSON, with \"warm\"\n";
 
 const char ctl_detach_usage[] =
@@ -135,19 +141,23 @@ int ctl_live_attach(struct ctl *ctl, int argc, char **argv)
 		{"native", no_argument, NULL, 'n'},      {"gc", no_argument, NULL, 'g'},
 		{"no-write", no_argument, NULL, 'W'},
 		{"async-aware", no_argument, NULL, 'A'}, {"async-mode", required_argument, NULL, 'M'},
+		{"context", required_argument, NULL, 'c'}, {"context-label", required_argument, NULL, 'L'},
 		CTL_COMMON_OPTIONS,
 	};
 	Pyprofd__AttachRequest a = PYPROFD__ATTACH_REQUEST__INIT;
+	/* Each name is one argument too. */
+	char **context_labels = calloc((size_t)argc, sizeof *context_labels);
 	/* Every label is one argument, so argc bounds their number. */
 	Pyprofd__Label *labels = calloc((size_t)argc, sizeof *labels);
 	Pyprofd__Label **label_ptrs = calloc((size_t)argc, sizeof *label_ptrs);
 	int status = EXIT_OK;
-	if (!labels || !label_ptrs) {
+	if (!labels || !label_ptrs || !context_labels) {
 		fputs("pyprofd-ctl: out of memory\n", stderr);
 		status = EXIT_FAILURE_OTHER;
 		goto out;
 	}
 	a.labels = label_ptrs;
+	a.context_labels = context_labels;
 
 	int opt;
 	while ((opt = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
@@ -178,6 +188,16 @@ int ctl_live_attach(struct ctl *ctl, int argc, char **argv)
 		case 'n': a.native = true; break;
 		case 'g': a.gc = true; break;
 		case 'W': a.no_write = true; break;
+		case 'c':
+			if (strcmp(optarg, "otel") != 0 && strcmp(optarg, "none") != 0)
+				status = ctl_usage_error(ctl, "--context is otel or none, not '%s'", optarg);
+			a.context = optarg;
+			break;
+		case 'L':
+			if (!*optarg || strlen(optarg) >= UW_CONTEXT_NAME_LEN || strpbrk(optarg, "=, \t\n"))
+				status = ctl_usage_error(ctl, "--context-label takes a ContextVar's name, not '%s'", optarg);
+			context_labels[a.n_context_labels++] = optarg;
+			break;
 		case 'A':
 			if (a.async_mode == PYPROFD__ASYNC_MODE__ASYNC_OFF)
 				a.async_mode = PYPROFD__ASYNC_MODE__ASYNC_RUNNING;
@@ -208,6 +228,7 @@ int ctl_live_attach(struct ctl *ctl, int argc, char **argv)
 out:
 	free(labels);
 	free(label_ptrs);
+	free(context_labels);
 	return status;
 }
 

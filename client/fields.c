@@ -39,6 +39,11 @@ const struct field fields_target[] = {
 	FIELD(Pyprofd__Target, "duration_s", FIELD_DOUBLE, duration_s, 1),
 	FIELD(Pyprofd__Target, "sessions", FIELD_UINT64, sessions, 0),
 	FIELD(Pyprofd__Target, "threads", FIELD_THREADS, n_threads, 0),
+	FIELD(Pyprofd__Target, "context", FIELD_STRING, context, 0),
+	FIELD(Pyprofd__Target, "context_labels", FIELD_STRINGS, n_context_labels, 0),
+	FIELD(Pyprofd__Target, "context_samples", FIELD_UINT64, context_samples, 0),
+	FIELD(Pyprofd__Target, "contexts_cut", FIELD_UINT64, contexts_cut, 0),
+	FIELD(Pyprofd__Target, "context_values_folded", FIELD_UINT64, context_values_folded, 0),
 };
 const size_t fields_ntarget = sizeof fields_target / sizeof fields_target[0];
 
@@ -160,6 +165,14 @@ static void fields_labels(const void *msg, const struct field *f, size_t *n,
 	*labels = *(Pyprofd__Label *const *const *)(count + 1);
 }
 
+/* A repeated string: its count at the field's offset, the array right after. */
+static void fields_strings(const void *msg, const struct field *f, size_t *n, char *const **strings)
+{
+	const size_t *count = fields_at(msg, f);
+	*n = *count;
+	*strings = *(char *const *const *)(count + 1);
+}
+
 /* A thread list: its count at the field's offset, the array right after. */
 static void fields_threads(const void *msg, const struct field *f, size_t *n,
                            Pyprofd__ThreadInfo *const **threads)
@@ -222,6 +235,18 @@ static json_t *fields_value_json(const void *msg, const struct field *f)
 			json_decref(key);
 		}
 		return obj;
+	}
+	case FIELD_STRINGS: {
+		size_t n;
+		char *const *strings;
+		fields_strings(msg, f, &n, &strings);
+		json_t *arr = json_array();
+		for (size_t i = 0; arr && i < n; i++)
+			if (json_array_append_new(arr, export_json_string(strings[i])) != 0) {
+				json_decref(arr);
+				arr = NULL;
+			}
+		return arr;
 	}
 	case FIELD_THREADS: {
 		size_t n;
@@ -315,6 +340,20 @@ char *fields_cell(const void *msg, const struct field *f)
 		for (size_t i = 0; i < n; i++)
 			o += (size_t)snprintf(out + o, len - o, "%s%s=%s", i ? "," : "",
 			                      export_str(labels[i]->key), export_str(labels[i]->value));
+		return out;
+	}
+	case FIELD_STRINGS: {
+		size_t n, len = 1;
+		char *const *strings;
+		fields_strings(msg, f, &n, &strings);
+		for (size_t i = 0; i < n; i++)
+			len += strlen(export_str(strings[i])) + 1;
+		if (!(out = malloc(len)))
+			return NULL;
+		size_t o = 0;
+		out[0] = '\0';
+		for (size_t i = 0; i < n; i++)
+			o += (size_t)snprintf(out + o, len - o, "%s%s", i ? "," : "", export_str(strings[i]));
 		return out;
 	}
 	case FIELD_THREADS: {

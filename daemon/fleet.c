@@ -292,6 +292,7 @@ static enum fleet_verdict fleet_attach(struct fleet *f, struct fleet_waiting *w,
 		params.rate_hz = parent->params.rate_hz;
 		params.mode = parent->params.mode;
 		params.async_mode = parent->params.async_mode;
+		params.context = parent->params.context;
 		labelled = fleet_labels_of_child(facts, t->python_version, &parent->params.labels, ancestor,
 		                                 &params);
 	} else {
@@ -300,6 +301,7 @@ static enum fleet_verdict fleet_attach(struct fleet *f, struct fleet_waiting *w,
 		if (rule->has_mode)
 			params.mode = rule->mode;
 		params.async_mode = rule->async_mode;
+		params.context = rule->context;
 		labelled = fleet_labels_of_rule(facts, t->python_version, rule, &params);
 	}
 	if (params.rate_hz > s->config.max_rate_hz)
@@ -558,6 +560,7 @@ static void fleet_reconsider(struct fleet *f, struct target *t)
 		struct target_params params = {.rate_hz = rule->rate_hz ? rule->rate_hz : s->config.default_rate_hz,
 		                               .mode = rule->has_mode ? rule->mode : t->params.mode,
 		                               .async_mode = rule->async_mode,
+		                               .context = rule->context,
 		                               .flags = t->params.flags,
 		                               .max_sample_ns = s->config.max_sample_ns,
 		                               .no_write = s->config.no_write,
@@ -576,6 +579,7 @@ static void fleet_reconsider(struct fleet *f, struct target *t)
 			/* A new session only when something it samples by changed. */
 			if (params.rate_hz != t->params.rate_hz || params.mode != t->params.mode ||
 			    params.async_mode != t->params.async_mode ||
+			    !context_spec_equal(&params.context, &t->params.context) ||
 			    params.labels.n != t->params.labels.n)
 				target_start(t, &params);
 			else {

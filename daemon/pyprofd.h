@@ -11,6 +11,7 @@
 
 #include "arena.h"
 #include "array.h"
+#include "contexts.h"
 #include "export.h"
 #include "hash.h"
 #include "jobs.h"
@@ -264,6 +265,7 @@ struct rule {
 	bool has_mode;
 	enum uw_mode mode;
 	enum uw_async_mode async_mode; /* async = true: running, or async_mode's */
+	struct context_spec context;   /* context, context_labels */
 	struct labels labels;
 	bool children; /* Python children follow their parent */
 	bool exclude;  /* a match is never attached */
@@ -452,6 +454,7 @@ struct target_params {
 	double duration_s;
 	uint64_t max_sample_ns; /* a walk past this is cut short ([limits] max_sample_time); 0: never */
 	struct labels labels;
+	struct context_spec context; /* the requests its samples are counted by ([rule] context, attach --context) */
 };
 
 /* Percentiles of a target's timer lateness and sample cost. */
@@ -499,6 +502,7 @@ struct target {
 	struct schedule_entry tick; /* its ticks; tick.missed: skipped while the loop was behind */
 	struct uw_sample sample;
 	struct tally tally;  /* this epoch's samples: `top` and the history read it */
+	struct contexts *contexts; /* the same by request, when its params ask for one; NULL before */
 	struct spell spell;  /* stack ids into the history's batches */
 	uint64_t history_samples; /* thread samples counted for the history, all sessions */
 	struct thread_table threads; /* seen within TOP_SECONDS_KEPT */

@@ -43,6 +43,16 @@ static int rpc_attach_params(struct server *s, const Pyprofd__AttachRequest *req
 		          (int)req->async_mode);
 		return -1;
 	}
+	char why[256];
+	if (req->context[0] && context_spec_kind(&p->context, req->context, why, sizeof why) != 0) {
+		rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST, "%s", why);
+		return -1;
+	}
+	for (size_t i = 0; i < req->n_context_labels; i++)
+		if (context_spec_add_label(&p->context, req->context_labels[i], why, sizeof why) != 0) {
+			rpc_error(resp, a, PYPROFD__ERROR_CODE__ERROR_BAD_REQUEST, "%s", why);
+			return -1;
+		}
 	p->duration_s = req->duration_s;
 	p->flags = (req->native ? UW_SNAP_NATIVE : 0u) | (req->gc ? UW_SNAP_GC : 0u);
 	p->no_write = req->no_write;

@@ -265,6 +265,10 @@ static int rule_apply(struct rule *r, const char *key, const char *value, unsign
 			return snprintf(why, why_len, "async_mode is off, running or all (not '%s')", value), -1;
 		return 0;
 	}
+	if (strcmp(key, "context") == 0)
+		return context_spec_kind(&r->context, value, why, why_len);
+	if (strcmp(key, "context_labels") == 0)
+		return context_spec_labels(&r->context, value, why, why_len);
 	if (strcmp(key, "labels") == 0)
 		return rule_set_labels(r, value, why, why_len);
 	if (strcmp(key, "children") == 0 || strcmp(key, "exclude") == 0) {
@@ -275,8 +279,8 @@ static int rule_apply(struct rule *r, const char *key, const char *value, unsign
 	}
 	snprintf(why, why_len,
 	         "unknown setting '%s' (a rule takes match.exe, match.cmdline, match.unit, "
-	         "match.container, match.uid, match.python, rate, mode, async, async_mode, labels, "
-	         "children, exclude)",
+	         "match.container, match.uid, match.python, rate, mode, async, async_mode, context, "
+	         "context_labels, labels, children, exclude)",
 	         key);
 	return -1;
 }

@@ -18,19 +18,21 @@ struct tally_key {
 	int64_t second;
 	uint64_t thread_id;
 	uint32_t stack;
+	uint32_t context;
 };
 
 static uint32_t tally_hash(const struct tally_key *k)
 {
 	return hash_u64((uint64_t)k->second * 0x9E3779B97F4A7C15ull ^ hash_u64(k->thread_id) ^
-	                (uint64_t)k->stack << 17);
+	                (uint64_t)k->stack << 17 ^ (uint64_t)k->context << 41);
 }
 
 static bool tally_equal(const void *ctx, uint32_t id, const void *key)
 {
 	const struct tally_entry *e = &((const struct tally *)ctx)->entries[id];
 	const struct tally_key *k = key;
-	return e->stack == k->stack && e->thread_id == k->thread_id && e->second == k->second;
+	return e->stack == k->stack && e->thread_id == k->thread_id && e->second == k->second &&
+	       e->context == k->context;
 }
 
 int tally_add(struct tally *t, int64_t second, uint64_t thread_id, uint32_t stack, uint64_t count,
@@ -42,15 +44,21 @@ int tally_add(struct tally *t, int64_t second, uint64_t thread_id, uint32_t stac
 int tally_add_hinted(struct tally *t, uint32_t *hint, int64_t second, uint64_t thread_id,
                      uint32_t stack, uint64_t count, unsigned flags)
 {
+	return tally_add_in(t, hint, second, thread_id, stack, 0, count, flags);
+}
+
+int tally_add_in(struct tally *t, uint32_t *hint, int64_t second, uint64_t thread_id, uint32_t stack,
+                 uint32_t context, uint64_t count, unsigned flags)
+{
 	struct tally_entry *e = NULL;
 	/* A thread's stack mostly stays within a second: its last entry, checked, spares the probe. */
 	if (hint && *hint < t->len) {
 		e = &t->entries[*hint];
-		if (e->stack != stack || e->thread_id != thread_id || e->second != second)
+		if (e->stack != stack || e->thread_id != thread_id || e->second != second || e->context != context)
 			e = NULL;
 	}
 	if (!e) {
-		struct tally_key key = {second, thread_id, stack};
+		struct tally_key key = {second, thread_id, stack, context};
 		uint32_t hash = tally_hash(&key);
 		if (t->len >= TALLY_MAX_ENTRIES || hash_reserve(&t->index, 1) != 0)
 			return -1;
@@ -59,7 +67,7 @@ int tally_add_hinted(struct tally *t, uint32_t *hint, int64_t second, uint64_t t
 			if (array_reserve((void **)&t->entries, &t->cap, t->len, sizeof *t->entries, NULL) != 0)
 				return -1;
 			t->entries[t->len] = (struct tally_entry){.second = second, .thread_id = thread_id,
-			                                          .stack = stack};
+			                                          .stack = stack, .context = context};
 			hash_fill(&t->index, slot, hash, (uint32_t)t->len++);
 		}
 		e = &t->entries[slot->id - 1];
@@ -118,7 +126,7 @@ static void tally_reindex(struct tally *t, bool shrink)
 	}
 	for (size_t i = 0; i < t->len; i++) {
 		const struct tally_entry *e = &t->entries[i];
-		struct tally_key key = {e->second, e->thread_id, e->stack};
+		struct tally_key key = {e->second, e->thread_id, e->stack, e->context};
 		uint32_t hash = tally_hash(&key);
 		hash_fill(&t->index, hash_probe(&t->index, hash, tally_equal, t, &key), hash, (uint32_t)i);
 	}

@@ -15,6 +15,7 @@ struct tally_entry {
 	int64_t second;
 	uint64_t thread_id;
 	uint32_t stack;
+	uint32_t context; /* the owner's id of the request it ran in (tally_add_in); 0: none */
 	uint64_t count;  /* samples */
 	uint64_t handed; /* of which handed on already */
 	/* Of count, the samples with each TALLY_* flag; idle_handed of idle handed on already. */
@@ -38,6 +39,9 @@ int tally_add(struct tally *t, int64_t second, uint64_t thread_id, uint32_t stac
 /* The same, *hint the entry this thread's count went to last (kept by the caller; any value at first). */
 int tally_add_hinted(struct tally *t, uint32_t *hint, int64_t second, uint64_t thread_id,
                      uint32_t stack, uint64_t count, unsigned flags);
+/* The same, counted apart by the owner's context id too. */
+int tally_add_in(struct tally *t, uint32_t *hint, int64_t second, uint64_t thread_id, uint32_t stack,
+                 uint32_t context, uint64_t count, unsigned flags);
 /* Calls fn for every entry of a second from `since` on. */
 void tally_visit(const struct tally *t, int64_t since,
                  void (*fn)(void *ctx, const struct tally_entry *e), void *ctx);

@@ -151,6 +151,13 @@ static int target_batch_add(void *ctx, const struct tally_entry *e, uint64_t cou
 	return 0;
 }
 
+/* A stack id as the batch's (its sink set): for the requests' rows. */
+static int32_t target_spell(void *ctx, uint32_t stack)
+{
+	struct target *t = ctx;
+	return spell_stack(&t->spell, t->uw, stack);
+}
+
 /* The target's unhanded counts as a new batch; NULL if out of memory. */
 static struct store_batch *target_batch(struct target *t)
 {
@@ -178,6 +185,7 @@ static struct store_batch *target_batch(struct target *t)
 	spell_forget(&t->spell);
 	t->spell.sink_ctx = &tb;
 	ok = ok && tally_hand(&t->tally, target_batch_add, t) == 0;
+	ok = ok && (!t->contexts || contexts_batch(t->contexts, tb.b, tb.target, tb.width, target_spell, t) == 0);
 	t->spell.sink_ctx = NULL;
 	spell_forget(&t->spell);
 	for (size_t i = 0; ok && i < tb.nrows; i++)
@@ -208,6 +216,8 @@ void target_flush(struct target *t)
 	if (!t->history || !t->history->path) {
 		/* No history to keep them for. */
 		tally_mark_handed(&t->tally);
+		if (t->contexts)
+			contexts_drop(t->contexts);
 		for (size_t i = 0; i < t->threads.n; i++)
 			t->threads.v[i].declared = true;
 	} else {
@@ -219,6 +229,8 @@ void target_flush(struct target *t)
 			         (unsigned long long)samples);
 			history_lose(t->history, samples);
 			tally_mark_handed(&t->tally);
+			if (t->contexts)
+				contexts_drop(t->contexts);
 		}
 	}
 	/* What is handed on and older than `top` looks is forgotten, threads gone as long too. */
@@ -359,6 +371,7 @@ static void target_configure_unwinder(struct target *t)
 	                          .fd_budget = t->proc_fds,
 	                          .on_epoch_end = target_on_epoch_end,
 	                          .epoch_ctx = t};
+	context_spec_to_options(&t->params.context, &opts);
 	uw_configure(t->uw, &opts);
 }
 
@@ -454,6 +467,8 @@ void target_mark_exited(struct target *t, const char *why)
 	}
 	uw_sample_free(&t->sample);
 	tally_free(&t->tally);
+	contexts_free(t->contexts);
+	t->contexts = NULL;
 	spell_free(&t->spell);
 	t->last_used = ev_now(t->loop);
 }
@@ -471,6 +486,7 @@ void target_free(struct target *t)
 		uw_close(t->uw);
 	uw_sample_free(&t->sample);
 	tally_free(&t->tally);
+	contexts_free(t->contexts);
 	spell_free(&t->spell);
 	thread_table_free(&t->threads);
 	free(t->timings);
@@ -636,6 +652,10 @@ static void target_sample(struct target *t, double start)
 			log_warn("pid %d: out of memory counting samples", (int)t->pid);
 			continue;
 		}
+		/* Counted apart by request too; past the bound it stays counted above, without one. */
+		if (th->context && (t->contexts || (t->contexts = contexts_new())))
+			contexts_count(t->contexts, &t->params.context, th->context, second, th->thread_id, th->stack,
+			               th->idle);
 		t->history_samples++;
 	}
 }
@@ -686,7 +706,29 @@ size_t target_cache_bytes(const struct target *t)
 
 size_t target_count_bytes(const struct target *t)
 {
-	return tally_bytes(&t->tally) + spell_bytes(&t->spell);
+	return tally_bytes(&t->tally) + spell_bytes(&t->spell) + (t->contexts ? contexts_bytes(t->contexts) : 0);
+}
+
+/* What it reads of its samples' requests, and what became of them. */
+static int target_context_to_proto(const struct target *t, Pyprofd__Target *p, struct arena *a)
+{
+	const struct context_spec *s = &t->params.context;
+	p->context = (char *)(s->otel ? "otel" : "");
+	if (s->nlabels) {
+		if (!(p->context_labels = arena_alloc(a, s->nlabels * sizeof *p->context_labels)))
+			return -1;
+		for (uint32_t i = 0; i < s->nlabels; i++)
+			if (!(p->context_labels[p->n_context_labels++] = arena_strdup(a, s->labels[i])))
+				return -1;
+	}
+	if (t->contexts) {
+		struct contexts_stats st;
+		contexts_stats(t->contexts, &st);
+		p->context_samples = st.samples;
+		p->contexts_cut = st.cut;
+		p->context_values_folded = st.folded;
+	}
+	return 0;
 }
 
 Pyprofd__Target *target_to_proto(const struct target *t, struct arena *a)
@@ -706,6 +748,8 @@ Pyprofd__Target *target_to_proto(const struct target *t, struct arena *a)
 	p->parent = t->parent;
 	p->mode = vocab_mode_to_wire(t->params.mode);
 	p->async_mode = vocab_async_mode_to_wire(t->params.async_mode);
+	if (target_context_to_proto(t, p, a) != 0)
+		return NULL;
 	p->samples = t->samples;
 	p->thread_samples = t->history_samples;
 	p->errors = t->errors;

@@ -179,12 +179,6 @@ struct uw_fd_budget {
 /* The most it may be told: a dump of a program with many tasks. */
 #define UW_MAX_TASKS 1000000u
 
-/* ContextVars a target's samples are labelled by at most, and a name's bytes with its NUL. */
-#define UW_CONTEXT_LABELS_MAX 8u
-#define UW_CONTEXT_NAME_LEN 32u
-/* A label's value at most, with its NUL: a longer str is cut, at a character's boundary. */
-#define UW_CONTEXT_VALUE_LEN 64u
-
 /*
  * What a thread's (or task's) contextvars context said when it was
  * sampled.  Ids are big-endian, as W3C trace context writes them; a span
