@@ -140,3 +140,49 @@ Test(config, idle_is_keep_or_drop)
 	}
 	config_free(&c);
 }
+
+/* A rule's context and context_labels: read, kept as written, and bad names refused with why. */
+Test(config, rule_context_and_its_labels)
+{
+	char dir[PATH_MAX - 64], file[PATH_MAX];
+	config_file(dir, sizeof dir, file, sizeof file,
+	            "[rule.web]\nmatch.exe = python*\ncontext = otel\ncontext_labels = route, tenant.id\n");
+	char *argv[] = {"serve", "--state-dir", dir, NULL};
+	struct config c;
+	cr_assert_eq(config_load(&c, 3, argv), EXIT_OK);
+	const struct rule *r = rules_find(&c.rules, "web");
+	cr_assert_not_null(r);
+	cr_assert(r->context.otel);
+	cr_assert_eq(r->context.nlabels, 2);
+	cr_assert_str_eq(r->context.labels[0], "route");
+	cr_assert_str_eq(r->context.labels[1], "tenant.id");
+	config_free(&c);
+
+	static const char *const bad[][2] = {
+		{"context = zipkin", "context is otel or none (not 'zipkin')"},
+		{"context_labels = 9lives", "not '9lives'"},
+		{"context_labels = route, route", "'route' is given twice"},
+		{"context_labels = a,b,c,d,e,f,g,h,i", "at most 8 context labels"},
+		{"context_labels = trace_id", "names the span's ids"},
+		{"context_labels = a name", "not 'a name'"},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		char text[256];
+		snprintf(text, sizeof text, "[rule.web]\nmatch.exe = python*\n%s\n", bad[i][0]);
+		write_text_file(file, text);
+		cr_assert_eq(config_load(&c, 3, argv), EXIT_USAGE, "accepted %s", bad[i][0]);
+	}
+	struct context_spec s = {0};
+	char why[256];
+	cr_assert_eq(context_spec_labels(&s, "  route ,tenant,, ", why, sizeof why), 0, "%s", why);
+	cr_assert_eq(s.nlabels, 2);
+	cr_assert_eq(context_spec_labels(&s, "", why, sizeof why), 0);
+	cr_assert_eq(s.nlabels, 0, "an empty list clears them");
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		const char *v = strchr(bad[i][0], '=') + 2;
+		int rc = strncmp(bad[i][0], "context =", 9) == 0 ? context_spec_kind(&s, v, why, sizeof why)
+		                                                 : context_spec_labels(&s, v, why, sizeof why);
+		cr_assert_eq(rc, -1, "accepted %s", bad[i][0]);
+		cr_assert(strstr(why, bad[i][1]), "%s: %s", bad[i][0], why);
+	}
+}
