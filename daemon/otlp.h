@@ -19,6 +19,7 @@
 
 struct store_process;
 struct store_frame;
+struct store_context;
 struct store_reader;
 
 /* [export.otlp]: where and how the OTLP sender sends profiles. */
@@ -50,11 +51,13 @@ struct otlp_request *otlp_request_new(const struct otlp_config *oc, const char *
                                       unsigned rate_hz, int64_t from, int64_t until);
 /*
  * A sample's count of a thread and stack: frames root first, as the history
- * gives them; the thread's name (NULL or "": none) is its thread.name.  -1
- * out of memory (the request is then spoilt).
+ * gives them; the thread's name (NULL or "": none) is its thread.name; the
+ * request it ran in (NULL: none): its span as the sample's Link, its labels
+ * as attributes.  -1 out of memory (the request is then spoilt).
  */
 int otlp_request_sample(struct otlp_request *q, uint64_t thread_id, const char *thread_name,
-                        const struct store_frame *frames, uint32_t depth, uint64_t count);
+                        const struct store_context *context, const struct store_frame *frames,
+                        uint32_t depth, uint64_t count);
 /* Bytes of an attribute's string value kept at most (a thread's name is far shorter). */
 #define OTLP_ATTRIBUTE_VALUE_MAX 256
 uint64_t otlp_request_samples(const struct otlp_request *q);

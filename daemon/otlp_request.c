@@ -38,6 +38,7 @@ struct otlp_request {
 	OTLP_TABLE(Pyprofd__Otlp__KeyValueAndUnit) attributes;
 	OTLP_TABLE(Pyprofd__Otlp__KeyValue) resource;
 	OTLP_TABLE(Pyprofd__Otlp__Sample) samples;
+	OTLP_TABLE(Pyprofd__Otlp__Link) links; /* entry 0 the zero link: a sample in no span */
 	int32_t *locs; /* one stack's location indexes, leaf first */
 	size_t locs_cap;
 	Pyprofd__Otlp__Profile *profile;
@@ -228,8 +229,11 @@ static int otlp_request_zeros(struct otlp_request *q)
 {
 	if (otlp_string(q, "") != 0 || OTLP_TABLE_ROOM(q->functions) < 0 ||
 	    OTLP_TABLE_ROOM(q->locations) < 0 || OTLP_TABLE_ROOM(q->stacks) < 0 ||
-	    OTLP_TABLE_ROOM(q->attributes) < 0)
+	    OTLP_TABLE_ROOM(q->attributes) < 0 || OTLP_TABLE_ROOM(q->links) < 0)
 		return -1;
+	if (!(q->links.v[0] = ARENA_MESSAGE(&q->arena, Pyprofd__Otlp__Link, PYPROFD__OTLP__LINK__INIT)))
+		return -1;
+	q->links.n = 1;
 	if (!(q->functions.v[0] = ARENA_MESSAGE(&q->arena, Pyprofd__Otlp__Function,
 	                                        PYPROFD__OTLP__FUNCTION__INIT)) ||
 	    !(q->locations.v[0] = ARENA_MESSAGE(&q->arena, Pyprofd__Otlp__Location,
@@ -360,8 +364,53 @@ fail:
 	return NULL;
 }
 
+/* The Link of a span (its trace and span ids), by identity; -1 out of memory. */
+static int32_t otlp_link(struct otlp_request *q, const struct store_context *c)
+{
+	uint8_t key[STORE_TRACE_ID_LEN + STORE_SPAN_ID_LEN];
+	memcpy(key, c->trace_id, STORE_TRACE_ID_LEN);
+	memcpy(key + STORE_TRACE_ID_LEN, c->span_id, STORE_SPAN_ID_LEN);
+	bool fresh;
+	int32_t link = otlp_intern(q, 'L', key, sizeof key, q->links.n, &fresh);
+	if (link < 0 || !fresh)
+		return link;
+	Pyprofd__Otlp__Link *l = ARENA_MESSAGE(&q->arena, Pyprofd__Otlp__Link, PYPROFD__OTLP__LINK__INIT);
+	if (!l || OTLP_TABLE_ROOM(q->links) < 0 ||
+	    !(l->trace_id.data = arena_dup(&q->arena, c->trace_id, STORE_TRACE_ID_LEN)) ||
+	    !(l->span_id.data = arena_dup(&q->arena, c->span_id, STORE_SPAN_ID_LEN)))
+		return -1;
+	l->trace_id.len = STORE_TRACE_ID_LEN;
+	l->span_id.len = STORE_SPAN_ID_LEN;
+	q->links.v[q->links.n++] = l;
+	return link;
+}
+
+/*
+ * A request's labels ("key=value" lines) as attributes into out (room for
+ * STORE_CONTEXT_LABELS); how many, or -1 out of memory.
+ */
+static int otlp_context_labels(struct otlp_request *q, const char *labels, int32_t *out)
+{
+	int n = 0;
+	for (const char *p = labels; p && *p && n < STORE_CONTEXT_LABELS;) {
+		const char *end = strchr(p, '\n');
+		size_t len = end ? (size_t)(end - p) : strlen(p);
+		const char *eq = memchr(p, '=', len);
+		if (eq && eq > p) {
+			char key[STORE_CONTEXT_LABELS_BYTES], value[STORE_CONTEXT_LABELS_BYTES];
+			snprintf(key, sizeof key, "%.*s", (int)(eq - p), p);
+			snprintf(value, sizeof value, "%.*s", (int)(len - (size_t)(eq - p) - 1), eq + 1);
+			if ((out[n++] = otlp_attribute_string(q, key, value)) < 0)
+				return -1;
+		}
+		p = end ? end + 1 : NULL;
+	}
+	return n;
+}
+
 int otlp_request_sample(struct otlp_request *q, uint64_t thread_id, const char *thread_name,
-                        const struct store_frame *frames, uint32_t depth, uint64_t count)
+                        const struct store_context *context, const struct store_frame *frames,
+                        uint32_t depth, uint64_t count)
 {
 	if (q->failed)
 		return -1;
@@ -390,16 +439,24 @@ int otlp_request_sample(struct otlp_request *q, uint64_t thread_id, const char *
 	int32_t thread = otlp_attribute_int(q, "thread.id", (int64_t)thread_id);
 	bool named = thread_name && *thread_name;
 	int32_t name = named ? otlp_attribute_string(q, "thread.name", thread_name) : 0;
+	/* Inside a span: the Link a back end follows from the span to its samples. */
+	int32_t link = context && context->has_span ? otlp_link(q, context) : 0;
+	int32_t labels[STORE_CONTEXT_LABELS];
+	int nlabels = context ? otlp_context_labels(q, context->labels, labels) : 0;
 	Pyprofd__Otlp__Sample *s = ARENA_MESSAGE(&q->arena, Pyprofd__Otlp__Sample,
 	                                         PYPROFD__OTLP__SAMPLE__INIT);
-	if (thread < 0 || name < 0 || !s ||
-	    !(s->attribute_indices = arena_alloc(&q->arena, 2 * sizeof(int32_t))) ||
+	if (thread < 0 || name < 0 || link < 0 || nlabels < 0 || !s ||
+	    !(s->attribute_indices = arena_alloc(&q->arena, (2 + (size_t)nlabels) * sizeof(int32_t))) ||
 	    !(s->values = arena_alloc(&q->arena, sizeof(int64_t))) || OTLP_TABLE_ROOM(q->samples) < 0)
 		goto fail;
 	s->stack_index = stack;
+	s->link_index = link;
 	s->attribute_indices[0] = thread;
-	s->attribute_indices[1] = name;
-	s->n_attribute_indices = named ? 2 : 1;
+	s->n_attribute_indices = 1;
+	if (named)
+		s->attribute_indices[s->n_attribute_indices++] = name;
+	for (int i = 0; i < nlabels; i++)
+		s->attribute_indices[s->n_attribute_indices++] = labels[i];
 	s->values[0] = (int64_t)count;
 	s->n_values = 1;
 	q->samples.v[q->samples.n++] = s;
@@ -423,13 +480,11 @@ int otlp_request_pack(struct otlp_request *q, uint8_t **out, size_t *len)
 		return -1;
 	Pyprofd__Otlp__ProfilesDictionary dict = PYPROFD__OTLP__PROFILES_DICTIONARY__INIT;
 	Pyprofd__Otlp__Mapping zero_mapping = PYPROFD__OTLP__MAPPING__INIT;
-	Pyprofd__Otlp__Link zero_link = PYPROFD__OTLP__LINK__INIT;
 	Pyprofd__Otlp__Mapping *mappings[1] = {&zero_mapping};
-	Pyprofd__Otlp__Link *links[1] = {&zero_link};
 	dict.mapping_table = mappings;
 	dict.n_mapping_table = 1;
-	dict.link_table = links;
-	dict.n_link_table = 1;
+	dict.link_table = q->links.v;
+	dict.n_link_table = q->links.n;
 	dict.string_table = q->strings.v;
 	dict.n_string_table = q->strings.n;
 	dict.function_table = q->functions.v;
@@ -473,6 +528,7 @@ void otlp_request_free(struct otlp_request *q)
 	free(q->attributes.v);
 	free(q->resource.v);
 	free(q->samples.v);
+	free(q->links.v);
 	free(q->locs);
 	free(q);
 }
@@ -488,7 +544,7 @@ static int otlp_collect_row(void *ctx, const struct store_row *row)
 {
 	struct otlp_collect *c = ctx;
 	const char *name = row->thread ? row->thread->name : NULL;
-	return otlp_request_sample(c->q, c->thread_id, name, row->frames, row->depth, row->count) < 0;
+	return otlp_request_sample(c->q, c->thread_id, name, row->context, row->frames, row->depth, row->count) < 0;
 }
 
 struct otlp_process_copy {
@@ -553,8 +609,9 @@ struct otlp_request *otlp_request_from_history(struct store_reader *r, const str
 		struct store_query tq = sel;
 		tq.by_thread = true;
 		tq.thread_id = threads[i];
-		/* Split by thread too, so each row says the thread's name. */
+		/* Split by thread too, so each row says the thread's name; by request, its span and labels. */
 		tq.split_threads = true;
+		tq.split_contexts = true;
 		if (store_query_stacks(r, &tq, otlp_collect_row, &c, NULL, &err) < 0) {
 			snprintf(why, why_len, "reading the history: %.200s",
 			         q->failed ? "out of memory" : err.msg);

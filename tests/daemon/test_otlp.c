@@ -89,9 +89,9 @@ Test(otlp, request_as_the_specification_reads_it)
 	/* Root first, as the history gives them; the second shares the first's root. */
 	struct store_frame s1[] = {{"main", "app.py", 10, 0, 8, 0}, {"Server.handle", "app.py", 20, 0, 18, 1}};
 	struct store_frame s2[] = {{"main", "app.py", 10, 0, 8, 0}, {"", NULL, 0, 1, 0, 2}};
-	cr_assert_eq(otlp_request_sample(q, 11, "worker-payments-1", s1, 2, 5), 0);
-	cr_assert_eq(otlp_request_sample(q, 12, "", s1, 2, 3), 0);
-	cr_assert_eq(otlp_request_sample(q, 11, "worker-payments-1", s2, 2, 1), 0);
+	cr_assert_eq(otlp_request_sample(q, 11, "worker-payments-1", NULL, s1, 2, 5), 0);
+	cr_assert_eq(otlp_request_sample(q, 12, "", NULL, s1, 2, 3), 0);
+	cr_assert_eq(otlp_request_sample(q, 11, "worker-payments-1", NULL, s2, 2, 1), 0);
 	cr_expect_eq(otlp_request_samples(q), 9);
 	uint8_t *bytes;
 	size_t len;
@@ -204,5 +204,63 @@ Test(otlp, request_as_the_specification_reads_it)
 	}
 	cr_expect_eq(a->attribute_indices[0], c->attribute_indices[0], "thread 11 is one attribute");
 	cr_expect_eq(a->attribute_indices[1], c->attribute_indices[1], "its name is one attribute");
+	pyprofd__otlp__export_profiles_service_request__free_unpacked(r, NULL);
+}
+
+/* A sample in a span references a Link with its ids; its labels are attributes; one in none links to 0. */
+Test(otlp, samples_in_a_span_carry_its_link)
+{
+	struct otlp_config oc;
+	otlp_config_init(&oc);
+	struct store_process p = {.target_id = 7, .pid = 4242, .executable = "/usr/bin/python3.15",
+	                          .command_line = "python3 app.py", .python_version = "3.15.2"};
+	struct otlp_request *q = otlp_request_new(&oc, "host-a", &p, "wall", 100, 1000, 1015);
+	cr_assert_not_null(q);
+	struct store_frame s1[] = {{"main", "app.py", 10, 0, 8, 0}, {"checkout", "app.py", 20, 0, 18, 1}};
+	struct store_context in_span = {.has_trace = true, .has_span = true, .labels = "route=/checkout\ntenant=42"};
+	for (int i = 0; i < 16; i++)
+		in_span.trace_id[i] = (uint8_t)(0xa0 + i);
+	for (int i = 0; i < 8; i++)
+		in_span.span_id[i] = (uint8_t)(0x10 + i);
+	struct store_context labelled = {.labels = "route=/health"};
+	cr_assert_eq(otlp_request_sample(q, 11, "web", &in_span, s1, 2, 5), 0);
+	cr_assert_eq(otlp_request_sample(q, 11, "web", &in_span, s1, 1, 2), 0);
+	cr_assert_eq(otlp_request_sample(q, 11, "web", &labelled, s1, 2, 3), 0);
+	cr_assert_eq(otlp_request_sample(q, 11, "web", NULL, s1, 2, 1), 0);
+	uint8_t *bytes;
+	size_t len;
+	cr_assert_eq(otlp_request_pack(q, &bytes, &len), 0);
+	otlp_request_free(q);
+	otlp_config_free(&oc);
+	Pyprofd__Otlp__ExportProfilesServiceRequest *r =
+		pyprofd__otlp__export_profiles_service_request__unpack(NULL, len, bytes);
+	free(bytes);
+	cr_assert_not_null(r);
+	const Pyprofd__Otlp__ProfilesDictionary *d = r->dictionary;
+	cr_assert_eq(d->n_link_table, 2, "the zero link and the one span's, once");
+	cr_expect_eq(d->link_table[0]->trace_id.len, 0);
+	cr_assert_eq(d->link_table[1]->trace_id.len, 16);
+	cr_assert_eq(d->link_table[1]->span_id.len, 8);
+	cr_expect_eq(memcmp(d->link_table[1]->trace_id.data, in_span.trace_id, 16), 0);
+	cr_expect_eq(memcmp(d->link_table[1]->span_id.data, in_span.span_id, 8), 0);
+	const Pyprofd__Otlp__Profile *pr = r->resource_profiles[0]->scope_profiles[0]->profiles[0];
+	cr_assert_eq(pr->n_samples, 4);
+	int32_t want_link[] = {1, 1, 0, 0};
+	const char *want_route[] = {"/checkout", "/checkout", "/health", NULL};
+	for (size_t i = 0; i < 4; i++) {
+		const Pyprofd__Otlp__Sample *s = pr->samples[i];
+		cr_expect_eq(s->link_index, want_link[i], "sample %zu", i);
+		const char *route = NULL;
+		for (size_t k = 0; k < s->n_attribute_indices; k++) {
+			const Pyprofd__Otlp__KeyValueAndUnit *a = d->attribute_table[s->attribute_indices[k]];
+			if (strcmp(str_at(d, a->key_strindex), "route") == 0)
+				route = a->value->string_value;
+		}
+		if (want_route[i])
+			cr_expect(route && strcmp(route, want_route[i]) == 0, "sample %zu: route %s", i,
+			          route ? route : "none");
+		else
+			cr_expect_null(route, "sample %zu: a route outside any request", i);
+	}
 	pyprofd__otlp__export_profiles_service_request__free_unpacked(r, NULL);
 }
