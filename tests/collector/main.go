@@ -1,6 +1,7 @@
 // The OpenTelemetry Collector the OTLP export tests send to: its OTLP
-// receiver and its debug exporter, nothing else, built from Debian's
-// packaged sources (see tests/collector-build.sh).
+// receiver, its debug exporter and its OTLP/HTTP exporter (to hand what it
+// received on, as it re-encodes it, to a test that reads it whole), nothing
+// else, built from Debian's packaged sources (see tests/collector-build.sh).
 package main
 
 import (
@@ -11,6 +12,7 @@ import (
 	"go.opentelemetry.io/collector/confmap/provider/envprovider"
 	"go.opentelemetry.io/collector/confmap/provider/fileprovider"
 	"go.opentelemetry.io/collector/exporter/debugexporter"
+	"go.opentelemetry.io/collector/exporter/otlphttpexporter"
 	"go.opentelemetry.io/collector/otelcol"
 	"go.opentelemetry.io/collector/receiver/otlpreceiver"
 	"go.opentelemetry.io/collector/service/telemetry/otelconftelemetry"
@@ -22,7 +24,7 @@ func factories() (otelcol.Factories, error) {
 	if f.Receivers, err = otelcol.MakeFactoryMap(otlpreceiver.NewFactory()); err != nil {
 		return f, err
 	}
-	if f.Exporters, err = otelcol.MakeFactoryMap(debugexporter.NewFactory()); err != nil {
+	if f.Exporters, err = otelcol.MakeFactoryMap(debugexporter.NewFactory(), otlphttpexporter.NewFactory()); err != nil {
 		return f, err
 	}
 	f.Telemetry = otelconftelemetry.NewFactory()
@@ -32,7 +34,7 @@ func factories() (otelcol.Factories, error) {
 func main() {
 	settings := otelcol.CollectorSettings{
 		BuildInfo: component.BuildInfo{Command: "pyprofd-test-collector",
-			Description: "OTLP receiver and debug exporter for pyprofd's tests", Version: "test"},
+			Description: "OTLP receiver, debug and OTLP/HTTP exporters for pyprofd's tests", Version: "test"},
 		Factories: factories,
 		ConfigProviderSettings: otelcol.ConfigProviderSettings{
 			ResolverSettings: confmap.ResolverSettings{

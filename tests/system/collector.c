@@ -93,12 +93,28 @@ static void collector_spawn(struct collector *c)
 
 void collector_start(struct collector *c, int port)
 {
+	collector_start_forwarding(c, port, NULL);
+}
+
+void collector_start_forwarding(struct collector *c, int port, const char *forward_url)
+{
 	collector_require();
 	memset(c, 0, sizeof *c);
 	scratch_dir(c->dir, sizeof c->dir);
 	c->port = port ? port : free_port();
 	snprintf(c->config, sizeof c->config, "%s/collector.yaml", c->dir);
-	char text[1024];
+	char forward[512] = "", to[64] = "[debug]";
+	if (forward_url) {
+		snprintf(forward, sizeof forward,
+		         "  otlphttp:\n"
+		         "    endpoint: %s\n"
+		         "    compression: none\n"
+		         "    retry_on_failure:\n"
+		         "      enabled: false\n",
+		         forward_url);
+		snprintf(to, sizeof to, "[debug, otlphttp]");
+	}
+	char text[2048];
 	snprintf(text, sizeof text,
 	         "receivers:\n"
 	         "  otlp:\n"
@@ -108,6 +124,7 @@ void collector_start(struct collector *c, int port)
 	         "exporters:\n"
 	         "  debug:\n"
 	         "    verbosity: detailed\n"
+	         "%s"
 	         "service:\n"
 	         "  telemetry:\n"
 	         "    metrics:\n"
@@ -115,8 +132,11 @@ void collector_start(struct collector *c, int port)
 	         "  pipelines:\n"
 	         "    profiles:\n"
 	         "      receivers: [otlp]\n"
-	         "      exporters: [debug]\n",
-	         c->port);
+	         "      exporters: %s\n"
+	         "    traces:\n"
+	         "      receivers: [otlp]\n"
+	         "      exporters: %s\n",
+	         c->port, forward, to, to);
 	write_text_file(c->config, text);
 	collector_spawn(c);
 }

@@ -31,6 +31,11 @@ void collector_require(void);
 int free_port(void);
 /* Start it listening on port (0: a free one); returns once it accepts connections. */
 void collector_start(struct collector *c, int port);
+/*
+ * The same, with a traces pipeline beside the profiles', and both handed
+ * on by its OTLP/HTTP exporter to forward_url (NULL: not handed on).
+ */
+void collector_start_forwarding(struct collector *c, int port, const char *forward_url);
 /* Start it again on the same port, after a stop or a kill; its log goes to a new file. */
 void collector_restart(struct collector *c);
 /* SIGTERM (a clean stop) or SIGKILL, and wait for it. */
