@@ -298,6 +298,10 @@ struct ctl_history_profile {
 	struct export_stack *stacks;
 	struct export_thread *threads;
 	struct export_label *labels;
+	struct export_context *contexts;
+	uint32_t *stack_contexts;
+	struct export_label *context_labels;
+	char *hex; /* the contexts' ids, as text */
 	struct export_sources sources;
 };
 
@@ -307,7 +311,44 @@ static void ctl_history_profile_free(struct ctl_history_profile *h)
 	free(h->stacks);
 	free(h->threads);
 	free(h->labels);
+	free(h->contexts);
+	free(h->stack_contexts);
+	free(h->context_labels);
+	free(h->hex);
 	export_sources_free(&h->sources);
+}
+
+/* An id of the daemon's as lowercase hex into out (2 * len + 1 bytes); NULL for none. */
+static const char *ctl_history_hex(const ProtobufCBinaryData *id, char *out)
+{
+	if (!id->len)
+		return NULL;
+	for (size_t i = 0; i < id->len; i++)
+		snprintf(out + 2 * i, 3, "%02x", id->data[i]);
+	return out;
+}
+
+/* Room per context for its ids as hex: a trace's 32 digits and a span's 16, each ended. */
+#define CTL_HISTORY_HEX 52
+
+/* The contexts of one part into h from *c on (labels from *l on).  Ids longer than their kind are cut. */
+static void ctl_history_contexts(const Pyprofd__QueryResult *r, struct ctl_history_profile *h,
+                                 size_t *c, size_t *l)
+{
+	for (size_t m = 0; m < r->n_contexts; m++, (*c)++) {
+		const Pyprofd__QueryContext *qc = r->contexts[m];
+		char *hex = h->hex + *c * CTL_HISTORY_HEX;
+		ProtobufCBinaryData trace = qc->trace_id, span = qc->span_id;
+		trace.len = trace.len > 16 ? 16 : trace.len;
+		span.len = span.len > 8 ? 8 : span.len;
+		h->contexts[*c] = (struct export_context){.trace_id = ctl_history_hex(&trace, hex),
+		                                          .span_id = ctl_history_hex(&span, hex + 33),
+		                                          .labels = &h->context_labels[*l],
+		                                          .nlabels = (uint32_t)qc->n_labels};
+		for (size_t n = 0; n < qc->n_labels; n++, (*l)++)
+			h->context_labels[*l] = (struct export_label){export_str(qc->labels[n]->key),
+			                                              export_str(qc->labels[n]->value)};
+	}
 }
 
 /*
@@ -319,7 +360,7 @@ static void ctl_history_profile_free(struct ctl_history_profile *h)
 int ctl_history_export(const struct client_reply *const *replies, size_t nreplies, bool diff,
                        const char *name, enum export_format format, bool per_thread, FILE *out)
 {
-	size_t nframes = 0, nstacks = 0, nthreads = 0, nlabels = 0, nrefs = 0;
+	size_t nframes = 0, nstacks = 0, nthreads = 0, nlabels = 0, nrefs = 0, ncontexts = 0, nclabels = 0;
 	for (size_t k = 0; k < nreplies; k++)
 		for (size_t i = 0; i < replies[k]->nparts; i++) {
 			const Pyprofd__QueryResult *r = replies[k]->parts[i]->query;
@@ -330,23 +371,32 @@ int ctl_history_export(const struct client_reply *const *replies, size_t nreplie
 				nlabels += r->threads[m]->n_labels;
 			for (size_t m = 0; m < r->n_stacks; m++)
 				nrefs += r->stacks[m]->n_frames;
+			ncontexts += r->n_contexts;
+			for (size_t m = 0; m < r->n_contexts; m++)
+				nclabels += r->contexts[m]->n_labels;
 		}
-	if (nframes > UINT32_MAX || nstacks > UINT32_MAX || nthreads > UINT32_MAX)
+	if (nframes > UINT32_MAX || nstacks > UINT32_MAX || nthreads > UINT32_MAX ||
+	    ncontexts > UINT32_MAX / CTL_HISTORY_HEX)
 		return -1;
 	struct ctl_history_profile h = {
 		.frames = calloc(nframes ? nframes : 1, sizeof *h.frames),
 		.stacks = calloc(nstacks ? nstacks : 1, sizeof *h.stacks),
 		.threads = calloc(nthreads ? nthreads : 1, sizeof *h.threads),
 		.labels = calloc(nlabels ? nlabels : 1, sizeof *h.labels),
+		.contexts = calloc(ncontexts ? ncontexts : 1, sizeof *h.contexts),
+		.stack_contexts = calloc(nstacks ? nstacks : 1, sizeof *h.stack_contexts),
+		.context_labels = calloc(nclabels ? nclabels : 1, sizeof *h.context_labels),
+		.hex = calloc(ncontexts ? ncontexts : 1, CTL_HISTORY_HEX),
 	};
 	/* Stacks name their reply's frames: the frames of the replies before it come first. */
 	uint32_t *ids = calloc(nrefs ? nrefs : 1, sizeof *ids), *next = ids;
 	int rc = -1;
-	if (!h.frames || !h.stacks || !h.threads || !h.labels || !ids)
+	if (!h.frames || !h.stacks || !h.threads || !h.labels || !ids || !h.contexts ||
+	    !h.stack_contexts || !h.context_labels || !h.hex)
 		goto out;
-	size_t f = 0, s = 0, t = 0, l = 0;
+	size_t f = 0, s = 0, t = 0, l = 0, c = 0, cl = 0;
 	for (size_t k = 0; k < nreplies; k++) {
-		size_t f0 = f, t0 = t;
+		size_t f0 = f, t0 = t, c0 = c;
 		for (size_t i = 0; i < replies[k]->nparts; i++) {
 			const Pyprofd__QueryResult *r = replies[k]->parts[i]->query;
 			for (size_t m = 0; m < r->n_frames; m++, f++) {
@@ -372,6 +422,7 @@ int ctl_history_export(const struct client_reply *const *replies, size_t nreplie
 					h.labels[l] = (struct export_label){export_str(ti->labels[n]->key),
 					                                    export_str(ti->labels[n]->value)};
 			}
+			ctl_history_contexts(r, &h, &c, &cl);
 			for (size_t m = 0; m < r->n_stacks; m++, s++) {
 				const Pyprofd__QueryStack *qs = r->stacks[m];
 				/* A frame the daemon has not sent (a broken answer) fails the export. */
@@ -389,6 +440,8 @@ int ctl_history_export(const struct client_reply *const *replies, size_t nreplie
 					.slot_start = qs->slot_start,
 					.base = diff && k == nreplies - 1,
 				};
+				/* A context the daemon has not sent (a broken answer) is none. */
+				h.stack_contexts[s] = qs->context && qs->context <= c - c0 ? (uint32_t)(c0 + qs->context) : 0;
 				next += qs->n_frames;
 			}
 		}
@@ -407,6 +460,9 @@ int ctl_history_export(const struct client_reply *const *replies, size_t nreplie
 		.rate_hz = head->rate_hz ? head->rate_hz : 100,
 		.slot_seconds = diff ? 0 : head->slot_seconds,
 		.diff = diff,
+		.contexts = h.contexts,
+		.ncontexts = (uint32_t)ncontexts,
+		.stack_contexts = h.stack_contexts,
 	};
 	ctl_history_covered(head, &p.from_unix, &p.until_unix);
 	if (diff)
@@ -440,6 +496,10 @@ void ctl_history_warn_unmatched(const struct ctl *ctl, const Pyprofd__QueryReque
 	any.by_thread = false;
 	any.thread_id = 0;
 	any.split_threads = false;
+	/* Which processes ever matched: whatever request context they ran in. */
+	any.trace_id.len = any.span_id.len = 0;
+	any.n_context_labels = 0;
+	any.split_contexts = false;
 	ctl_idle_request(PYPROFD__IDLE_POLICY__IDLE_DEFAULT, &any.idle_policy, &any.no_idle);
 	any.limit = 0;
 	Pyprofd__Request req = PYPROFD__REQUEST__INIT;

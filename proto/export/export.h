@@ -48,6 +48,13 @@ struct export_thread {
 	uint64_t start_time; /* its process's start, clock ticks after boot (/proc/PID/stat); 0 unknown */
 };
 
+/* A request context a stack ran in: its trace and span as lowercase hex, and its labels. */
+struct export_context {
+	const char *trace_id, *span_id; /* NULL: none */
+	const struct export_label *labels;
+	uint32_t nlabels;
+};
+
 /*
  * Bounds of a profile export_write accepts; past them it fails with EINVAL.
  * The unwinder cuts stacks at 8192 Python frames and markers may sit between
@@ -111,6 +118,14 @@ struct export_profile {
 	double base_from_unix, base_until_unix;
 	const struct export_source *sources; /* heatmap: the files' text (export_sources_read) */
 	uint32_t nsources;
+	/*
+	 * The stacks' request contexts, when split by them: stack i ran in
+	 * contexts[stack_contexts[i] - 1], in none when that is 0 (or
+	 * stack_contexts is NULL).  pprof labels its samples with them.
+	 */
+	const struct export_context *contexts;
+	uint32_t ncontexts;
+	const uint32_t *stack_contexts;
 };
 
 #define EXPORT_MAX_SLOTS 65536

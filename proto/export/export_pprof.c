@@ -103,6 +103,15 @@ static char *pprof_system_name(const char *function, const char *file, int32_t f
 
 /* A sample's labels: the thread's id and name, its process, its process's labels. */
 #define PPROF_THREAD_LABELS 3
+/* And its request context's: trace_id, span_id (what go tool pprof -tags lists), its labels. */
+#define PPROF_CONTEXT_LABELS 2
+
+/* Stack s's request context, or NULL: none, or one the profile lacks (a broken answer). */
+static const struct export_context *pprof_context(const struct export_profile *p, uint32_t s)
+{
+	uint32_t c = p->stack_contexts ? p->stack_contexts[s] : 0;
+	return c && c <= p->ncontexts ? &p->contexts[c - 1] : NULL;
+}
 
 int export_write_pprof(const struct export_view *v, FILE *out)
 {
@@ -128,9 +137,14 @@ int export_write_pprof(const struct export_view *v, FILE *out)
 			nlabels += PPROF_THREAD_LABELS + p->threads[st->thread - 1].nlabels;
 		else if (st->thread_id)
 			nlabels++;
+		const struct export_context *c = pprof_context(p, s);
+		if (c)
+			nlabels += PPROF_CONTEXT_LABELS + c->nlabels;
 	}
 	for (uint32_t i = 0; i < p->nthreads; i++)
 		nthread_labels += 2 * p->threads[i].nlabels;
+	for (uint32_t i = 0; i < p->ncontexts; i++)
+		nthread_labels += PPROF_CONTEXT_LABELS + 2 * p->contexts[i].nlabels;
 
 	struct strings t = {0};
 	Perftools__Profiles__Function *funcs = calloc(v->nfuncs + 1, sizeof *funcs);
@@ -146,7 +160,7 @@ int export_write_pprof(const struct export_view *v, FILE *out)
 	Perftools__Profiles__Label **labelp = calloc(nlabels + 1, sizeof *labelp);
 	uint64_t *ids = calloc(nids + 1, sizeof *ids);
 	int64_t *values = calloc(2 * nsamples + 1, sizeof *values);
-	t.s = calloc(12 + 3 * (size_t)v->nfuncs + p->nthreads + nthread_labels, sizeof *t.s);
+	t.s = calloc(14 + 3 * (size_t)v->nfuncs + p->nthreads + nthread_labels, sizeof *t.s);
 	uint8_t *packed = NULL;
 	if (!funcs || !funcp || !system_names || !locs || !locp || !lines || !linep || !samples ||
 	    !samplep || !labels || !labelp || !ids || !values || !t.s)
@@ -161,6 +175,8 @@ int export_write_pprof(const struct export_view *v, FILE *out)
 	t.s[t.n++] = "thread.id";
 	t.s[t.n++] = "thread.name";
 	t.s[t.n++] = "pid";
+	t.s[t.n++] = "trace_id";
+	t.s[t.n++] = "span_id";
 	if (comment)
 		t.s[t.n++] = comment;
 	for (uint32_t f = 0; f < v->nfuncs; f++) {
@@ -176,6 +192,15 @@ int export_write_pprof(const struct export_view *v, FILE *out)
 		for (uint32_t k = 0; k < p->threads[i].nlabels; k++) {
 			t.s[t.n++] = p->threads[i].labels[k].key;
 			t.s[t.n++] = p->threads[i].labels[k].value;
+		}
+	}
+	for (uint32_t i = 0; i < p->ncontexts; i++) {
+		const struct export_context *c = &p->contexts[i];
+		t.s[t.n++] = c->trace_id ? c->trace_id : "";
+		t.s[t.n++] = c->span_id ? c->span_id : "";
+		for (uint32_t k = 0; k < c->nlabels; k++) {
+			t.s[t.n++] = c->labels[k].key;
+			t.s[t.n++] = c->labels[k].value;
 		}
 	}
 	strings_sort(&t);
@@ -206,6 +231,7 @@ int export_write_pprof(const struct export_view *v, FILE *out)
 	int64_t thread_id_key = strings_index(&t, "thread.id");
 	int64_t thread_name_key = strings_index(&t, "thread.name");
 	int64_t pid_key = strings_index(&t, "pid");
+	int64_t trace_key = strings_index(&t, "trace_id"), span_key = strings_index(&t, "span_id");
 	for (uint32_t s = 0; s < p->nstacks; s++) {
 		const struct export_stack *st = &p->stacks[s];
 		if (!st->count)
@@ -254,6 +280,24 @@ int export_write_pprof(const struct export_view *v, FILE *out)
 				labelp[l] = &labels[l];
 				l++;
 			}
+		}
+		const struct export_context *c = pprof_context(p, s);
+		for (int i = 0; c && i < PPROF_CONTEXT_LABELS; i++) {
+			const char *hex = i == 0 ? c->trace_id : c->span_id;
+			if (!hex)
+				continue;
+			perftools__profiles__label__init(&labels[l]);
+			labels[l].key = i == 0 ? trace_key : span_key;
+			labels[l].str = strings_index(&t, hex);
+			labelp[l] = &labels[l];
+			l++;
+		}
+		for (uint32_t i = 0; c && i < c->nlabels; i++) {
+			perftools__profiles__label__init(&labels[l]);
+			labels[l].key = strings_index(&t, c->labels[i].key);
+			labels[l].str = strings_index(&t, c->labels[i].value);
+			labelp[l] = &labels[l];
+			l++;
 		}
 		sm->n_label = (size_t)(&labelp[l] - sm->label);
 		samplep[k++] = sm;

@@ -203,3 +203,69 @@ Test(pprof_flame, pprof_decodes_with_protoc)
 	free(text);
 	free(o.buf);
 }
+
+/* The labels of a decoded sample as "key=value" lines (strings) in one text, for comparison. */
+static void sample_labels(const Perftools__Profiles__Profile *p, const Perftools__Profiles__Sample *s,
+                          char *out, size_t len)
+{
+	size_t n = 0;
+	out[0] = '\0';
+	for (size_t l = 0; l < s->n_label && n < len; l++)
+		if (s->label[l]->str)
+			n += (size_t)snprintf(out + n, len - n, "%s=%s;", str_at(p, s->label[l]->key),
+			                      str_at(p, s->label[l]->str));
+}
+
+/*
+ * A query split by request context: each sample carries its trace_id and
+ * span_id as hex strings and its context labels, what `go tool pprof -tags`
+ * lists; a sample in no context, or in one the answer lacks, carries none.
+ */
+Test(pprof_flame, pprof_labels_request_contexts)
+{
+	static const struct export_frame fr[] = {
+		{.function = "main", .file = "shop.py", .line = 1, .kind = UW_FRAME_PYTHON, .first_line = 1},
+		{.function = "checkout", .file = "shop.py", .line = 9, .kind = UW_FRAME_PYTHON, .first_line = 8},
+	};
+	static const uint32_t st[] = {0, 1};
+	static const struct export_label cl[] = {{"route", "/checkout"}, {"user", "vip"}};
+	static const struct export_context ctx[] = {
+		{.trace_id = "0af7651916cd43dd8448eb211c80319c", .span_id = "b7ad6b7169203331",
+		 .labels = cl, .nlabels = 2},
+		{.labels = cl, .nlabels = 1},
+	};
+	const struct export_stack sts[] = {
+		{.frames = st, .depth = 2, .count = 5},
+		{.frames = st, .depth = 2, .count = 3},
+		{.frames = st, .depth = 2, .count = 2},
+		{.frames = st, .depth = 2, .count = 1},
+	};
+	/* The last names a context the profile lacks, as a broken answer would. */
+	static const uint32_t in[] = {1, 2, 0, 3};
+	const struct export_profile prof = {
+		.frames = fr, .nframes = 2, .stacks = sts, .nstacks = 4, .name = "contexts", .mode = "wall",
+		.rate_hz = RATE, .from_unix = 1700000000, .until_unix = 1700000060, .contexts = ctx,
+		.ncontexts = 2, .stack_contexts = in,
+	};
+	struct out o;
+	export_ok(&prof, EXPORT_PPROF, &o);
+	size_t len;
+	uint8_t *raw = gunzip(&o, &len);
+	Perftools__Profiles__Profile *p = perftools__profiles__profile__unpack(NULL, len, raw);
+	cr_assert_not_null(p, "protobuf-c cannot decode the profile");
+	cr_assert_eq(p->n_sample, 4);
+	static const char *const want[] = {
+		"trace_id=0af7651916cd43dd8448eb211c80319c;span_id=b7ad6b7169203331;route=/checkout;user=vip;",
+		"route=/checkout;",
+		"",
+		"",
+	};
+	for (size_t i = 0; i < p->n_sample; i++) {
+		char got[512];
+		sample_labels(p, p->sample[i], got, sizeof got);
+		cr_expect_str_eq(got, want[i], "sample %zu", i);
+	}
+	perftools__profiles__profile__free_unpacked(p, NULL);
+	free(raw);
+	free(o.buf);
+}
