@@ -416,17 +416,23 @@ static const char *stacks_source(const struct store_query *q, char *buf, size_t 
 	if (!reader_samples(q, true, ctx, sizeof ctx))
 		return NULL;
 	const struct reader_tables *t = reader_tables(q);
+	/*
+	 * What a sample row's context rows hold is looked up per row by their
+	 * key (the context rows' primary key leads with it): a join to their
+	 * sums grouped over the whole table would read every context row for
+	 * a query of one thread.
+	 */
+	static const char cs_of_s[] =
+		"WHERE c.target = s.target AND c.bucket_start = s.bucket_start AND "
+		"c.bucket_seconds = s.bucket_seconds AND c.thread_id = s.thread_id AND c.stack = s.stack";
 	int n = snprintf(
 		buf, len,
 		"(SELECT target, bucket_start, bucket_seconds, thread_id, stack, count, idle, trace_id, "
 		"span_id, labels FROM %s UNION ALL "
 		"SELECT s.target, s.bucket_start, s.bucket_seconds, s.thread_id, s.stack, "
-		"s.count - coalesce(x.count, 0), s.idle - coalesce(x.idle, 0), NULL, NULL, NULL FROM %s s "
-		"LEFT JOIN (SELECT target, bucket_start, bucket_seconds, thread_id, stack, "
-		"sum(count) AS count, sum(idle) AS idle FROM %s GROUP BY 1, 2, 3, 4, 5) x "
-		"ON x.target = s.target AND x.bucket_start = s.bucket_start AND "
-		"x.bucket_seconds = s.bucket_seconds AND x.thread_id = s.thread_id AND x.stack = s.stack)",
-		ctx, t->samples, t->context_samples);
+		"s.count - coalesce((SELECT sum(c.count) FROM %s c %s), 0), "
+		"s.idle - coalesce((SELECT sum(c.idle) FROM %s c %s), 0), NULL, NULL, NULL FROM %s s)",
+		ctx, t->context_samples, cs_of_s, t->context_samples, cs_of_s, t->samples);
 	return n >= 0 && (size_t)n < len ? buf : NULL;
 }
 
