@@ -11,6 +11,7 @@
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
