@@ -370,7 +370,7 @@ $(BUILD)/tests/client-tests: $(call test_obj,client) $(TEST_SUPPORT_OBJ) $(LIBS_
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LINK_CTL) $(LIBS_TEST)
 
-$(BUILD)/tests/system-tests: $(call test_obj,system) $(TEST_SUPPORT_OBJ) $(LIBWIRE) $(LIBBASE)
+$(BUILD)/tests/system-tests: $(call test_obj,system) $(TEST_SUPPORT_OBJ) $(BUILD)/proto/otlp_profiles.pb-c.o $(LIBWIRE) $(LIBBASE)
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ -lprotobuf-c $(LIBS_TEST) -lm
 

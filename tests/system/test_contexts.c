@@ -72,7 +72,7 @@ static bool contexts_span_written(const char *spans_file, const char *trace, cha
 	bool found = false;
 	while (!found && fscanf(f, "%63s %63s", t, s) == 2)
 		if (strcmp(t, trace) == 0) {
-			snprintf(span, 17, "%s", s);
+			snprintf(span, 17, "%.16s", s);
 			found = true;
 		}
 	fclose(f);
