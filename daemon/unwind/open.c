@@ -297,6 +297,8 @@ struct uw_target *uw_open_image(const struct uw_image_target *it, struct uw_erro
 	t->unicode_type = it->unicode_type;
 	t->bytes_type = it->bytes_type;
 	t->frame_type = it->frame_type;
+	t->objtypes = (struct pyobj_types){.dict = it->dict_type, .long_ = it->long_type, .tuple = it->tuple_type,
+	                                   .contextvar = it->contextvar_type, .looked = true};
 	t->runtime_file = strdup("(memory image)");
 	int described = t->runtime_file ? open_debug_layout(t, err) : -1;
 	const struct py_layout *layout = layout_for_minor(it->minor);

@@ -486,6 +486,8 @@ struct uw_image_target {
 	const struct remote_image *image;
 	unsigned minor; /* the layout when the runtime has no _Py_DebugOffsets */
 	raddr_t runtime, code_type, unicode_type, bytes_type, frame_type;
+	/* The types request contexts are read through (pyobj.c); 0: none, and no context is read. */
+	raddr_t dict_type, long_type, tuple_type, contextvar_type;
 };
 /* A target reading a memory image, as uw_open does a process; NULL and *err. */
 struct uw_target *uw_open_image(const struct uw_image_target *it, struct uw_error *err);

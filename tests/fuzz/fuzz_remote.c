@@ -35,6 +35,12 @@ static void fuzz_check_sample(const struct uw_target *t, const struct uw_sample 
 		}
 		if (n != depth)
 			abort();
+		const struct uw_context *c = s->threads[i].context;
+		if (c && c->nlabels > 2)
+			abort();
+		for (uint32_t k = 0; c && k < c->nlabels; k++)
+			if (c->labels[k].index >= 2 || strnlen(c->labels[k].value, UW_CONTEXT_VALUE_LEN) >= UW_CONTEXT_VALUE_LEN)
+				abort();
 	}
 }
 
@@ -43,6 +49,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct img m;
 	struct img_runtime r;
 	img_build(&m, &r);
+	img_context(&m, &r);
 	/* Patches: segment (u8), offset (u16), length (u8), bytes. */
 	for (size_t off = 0; off + 4 <= size;) {
 		size_t seg = data[off] % m.n, at = (size_t)data[off + 1] | (size_t)data[off + 2] << 8;
@@ -56,11 +63,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		off += len;
 	}
 	m.image = (struct remote_image){m.seg, m.n};
-	struct uw_image_target it = {&m.image, 10, r.runtime, CODE_TYPE, UNICODE_TYPE, BYTES_TYPE,
-	                             FRAME_TYPE};
+	struct uw_image_target it = {&m.image,  10,        r.runtime, CODE_TYPE,  UNICODE_TYPE,   BYTES_TYPE,
+	                             FRAME_TYPE, DICT_TYPE, LONG_TYPE, TUPLE_TYPE, CONTEXTVAR_TYPE};
 	struct uw_error err;
 	struct uw_target *t = uw_open_image(&it, &err);
 	if (t) {
+		/* The thread's request context read too: its span and two labels. */
+		struct uw_options o = {.context_otel = true, .ncontext_labels = 2};
+		strcpy(o.context_labels[0], "route");
+		strcpy(o.context_labels[1], "tenant");
+		uw_configure(t, &o);
 		struct uw_sample s = {0};
 		for (int i = 0; i < 3; i++)
 			if (uw_sample(t, &s, &err) == 0)

@@ -1,4 +1,5 @@
 /* The hand-built runtime of image.h. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -97,7 +98,8 @@ void img_build(struct img *m, struct img_runtime *r)
 	uint8_t *rt;
 	r->runtime = img_alloc(m, L->runtime.size, &rt);
 	r->interp = img_alloc(m, L->interp.size, &r->interp_b);
-	r->tstate = img_alloc(m, L->tstate.size + 16, &r->tstate_b);
+	/* Room for the context and its version too (after the fields the walk reads). */
+	r->tstate = img_alloc(m, L->tstate.size + 16 > 256 ? L->tstate.size + 16 : 256, &r->tstate_b);
 	img_put64(rt, L->runtime.interpreters_head, r->interp);
 	img_put64(r->interp_b, L->interp.threads_head, r->tstate);
 	img_put64(r->tstate_b, L->tstate.interp, r->interp);
@@ -109,6 +111,112 @@ void img_build(struct img *m, struct img_runtime *r)
 		back = r->frames[i] = img_frame(m, back, code, &r->frame_b[i]);
 	}
 	img_put64(r->tstate_b, L->tstate.frame, r->frames[2]);
+	m->image = (struct remote_image){m->seg, m->n};
+}
+
+/* A type object whose tp_name is name (the HAMT's node types are told by it). */
+static raddr_t img_type(struct img *m, const char *name, int64_t dictoffset)
+{
+	uint8_t *b, *s;
+	raddr_t a = img_alloc(m, 400, &b);
+	/* Room past the name: a reader may take a few bytes more of it at once. */
+	raddr_t str = img_alloc(m, strlen(name) + 32, &s);
+	memcpy(s, name, strlen(name));
+	img_put64(b, 24, str);
+	img_put64(b, 32, 48);                 /* tp_basicsize */
+	img_put64(b, 288, (uint64_t)dictoffset); /* tp_dictoffset */
+	return a;
+}
+
+/* In 30-bit digits, as 3.10 keeps them. */
+raddr_t img_int(struct img *m, uint64_t v, const uint8_t *be16)
+{
+	uint32_t digits[5] = {0};
+	unsigned n = 0;
+	if (be16) {
+		for (unsigned bit = 0; bit < 128; bit++)
+			if (be16[15 - bit / 8] >> (bit % 8) & 1) {
+				digits[bit / 30] |= 1u << (bit % 30);
+				n = bit / 30 + 1;
+			}
+	} else {
+		for (; v; v >>= 30)
+			digits[n++] = (uint32_t)(v & ((1u << 30) - 1));
+	}
+	uint8_t *b;
+	raddr_t a = img_alloc(m, 24 + 4 * 5, &b);
+	img_put64(b, 8, LONG_TYPE);
+	img_put64(b, 16, n);
+	for (unsigned i = 0; i < n; i++)
+		img_put32(b, 24 + 4 * i, digits[i]);
+	return a;
+}
+
+/* A 3.10 dict of one str key: its keys object of 8 slots, one entry. */
+static raddr_t img_dict1(struct img *m, const char *key, raddr_t value)
+{
+	uint8_t *d, *k;
+	raddr_t dict = img_alloc(m, 48, &d), keys = img_alloc(m, 40 + 8 + 24, &k);
+	img_put64(d, 8, DICT_TYPE);
+	img_put64(d, 32, keys);
+	img_put64(k, 8, 8);  /* dk_size */
+	img_put64(k, 32, 1); /* dk_nentries */
+	img_put64(k, 48 + 8, img_str(m, key));
+	img_put64(k, 48 + 16, value);
+	return dict;
+}
+
+static void img_hex(const char *hex, uint8_t *out, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		unsigned v;
+		sscanf(hex + 2 * i, "%2x", &v);
+		out[i] = (uint8_t)v;
+	}
+}
+
+void img_context(struct img *m, struct img_runtime *r)
+{
+	const struct names_layout *N = layout_names_for_minor(10);
+	uint8_t trace[16], span[8], *b;
+	img_hex(IMG_TRACE_ID, trace, 16);
+	img_hex(IMG_SPAN_ID, span, 8);
+	uint64_t span_v = 0;
+	for (int i = 0; i < 8; i++)
+		span_v = span_v << 8 | span[i];
+	/* SpanContext: a tuple of the trace id and the span id first. */
+	r->span_context = img_alloc(m, 24 + 8 * 3, &r->span_context_b);
+	img_put64(r->span_context_b, 8, TUPLE_TYPE);
+	img_put64(r->span_context_b, 16, 3);
+	img_put64(r->span_context_b, 24, img_int(m, 0, trace));
+	img_put64(r->span_context_b, 32, img_int(m, span_v, NULL));
+	img_put64(r->span_context_b, 40, img_int(m, 0, NULL));
+	/* The span: an instance whose dict (at its type's dictoffset) holds _context. */
+	raddr_t span_type = img_type(m, "_Span", 16), obj = img_alloc(m, 32, &b);
+	img_put64(b, 8, span_type);
+	img_put64(b, 16, img_dict1(m, "_context", r->span_context));
+	raddr_t otel = img_dict1(m, "current-span-5e8f", obj);
+	/* The variables, and their values. */
+	const char *names[3] = {"route", "tenant", "current_context"};
+	raddr_t values[3] = {img_str(m, IMG_ROUTE), img_int(m, IMG_TENANT, NULL), otel};
+	raddr_t node_type = img_type(m, "hamt_bitmap_node", 0);
+	r->hamt_node = img_alloc(m, 32 + 8 * 6, &r->hamt_node_b);
+	img_put64(r->hamt_node_b, 8, node_type);
+	img_put64(r->hamt_node_b, 16, 6);
+	img_put32(r->hamt_node_b, 24, 0x7);
+	for (int i = 0; i < 3; i++) {
+		raddr_t var = img_alloc(m, 64, &b);
+		img_put64(b, 8, CONTEXTVAR_TYPE);
+		img_put64(b, 16, img_str(m, names[i]));
+		img_put64(r->hamt_node_b, 32 + 16 * (uint32_t)i, var);
+		img_put64(r->hamt_node_b, 40 + 16 * (uint32_t)i, values[i]);
+	}
+	raddr_t hamt = img_alloc(m, 40, &b);
+	img_put64(b, 16, r->hamt_node);
+	r->context = img_alloc(m, 48, &r->context_b);
+	img_put64(r->context_b, 24, hamt);
+	img_put64(r->tstate_b, N->ts_context, r->context);
+	img_put64(r->tstate_b, N->ts_context + 8, 1);
 	m->image = (struct remote_image){m->seg, m->n};
 }
 

@@ -14,6 +14,15 @@
 #define UNICODE_TYPE 0x7f0000002000ull
 #define BYTES_TYPE 0x7f0000003000ull
 #define FRAME_TYPE 0x7f0000004000ull
+#define DICT_TYPE 0x7f0000005000ull
+#define LONG_TYPE 0x7f0000006000ull
+#define TUPLE_TYPE 0x7f0000007000ull
+#define CONTEXTVAR_TYPE 0x7f0000008000ull
+/* The request context img_context builds: what a reader must find. */
+#define IMG_TRACE_ID "0102030405060708090a0b0c0d0e0f10"
+#define IMG_SPAN_ID "1112131415161718"
+#define IMG_ROUTE "/checkout"
+#define IMG_TENANT 42
 
 struct img {
 	struct remote_segment seg[IMG_MAX];
@@ -31,14 +40,25 @@ struct img_runtime {
 	raddr_t frames[3];
 	uint8_t *frame_b[3];
 	uint8_t *code_b;
+	/* img_context's: the context, its HAMT's one node, the span's SpanContext tuple. */
+	raddr_t context, hamt_node, span_context;
+	uint8_t *context_b, *hamt_node_b, *span_context_b;
 };
 
 /* A zeroed object of len bytes at a fresh address; its bytes in *out. */
 raddr_t img_alloc(struct img *m, size_t len, uint8_t **out);
 void img_put64(uint8_t *b, uint32_t off, uint64_t v);
 void img_put32(uint8_t *b, uint32_t off, uint32_t v);
+/* A 3.10 int: v, or the 128 bits of be16 (big-endian) when given. */
+raddr_t img_int(struct img *m, uint64_t v, const uint8_t *be16);
 /* One interpreter, one thread, root -> mid -> leaf. */
 void img_build(struct img *m, struct img_runtime *r);
+/*
+ * The thread's contextvars context: ContextVars route (a str), tenant (an
+ * int) and OpenTelemetry's current_context (a dict holding a span whose
+ * _context is the ids above), in one bitmap node of its HAMT.
+ */
+void img_context(struct img *m, struct img_runtime *r);
 void img_free(struct img *m);
 
 #endif

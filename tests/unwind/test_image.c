@@ -7,6 +7,7 @@
  */
 #include <criterion/criterion.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,8 +16,8 @@
 static struct uw_target *img_open(struct img *m, const struct img_runtime *r)
 {
 	m->image = (struct remote_image){m->seg, m->n};
-	struct uw_image_target it = {&m->image, 10, r->runtime, CODE_TYPE, UNICODE_TYPE, BYTES_TYPE,
-	                             FRAME_TYPE};
+	struct uw_image_target it = {&m->image,  10,        r->runtime, CODE_TYPE,  UNICODE_TYPE,   BYTES_TYPE,
+	                             FRAME_TYPE, DICT_TYPE, LONG_TYPE,  TUPLE_TYPE, CONTEXTVAR_TYPE};
 	struct uw_error err;
 	struct uw_target *t = uw_open_image(&it, &err);
 	cr_assert_not_null(t, "%s", err.msg);
@@ -198,4 +199,146 @@ Test(image, pointers_into_nothing, .timeout = 30)
 	img_build(&m, &r);
 	img_put64(r.frame_b[1], m.L->frame.code, 0x12345678ull);
 	expect_corrupt(&m, &r, "a code pointer into unmapped memory");
+}
+
+/* The options that read the image's context: the span and both labels. */
+static void img_context_options(struct uw_target *t)
+{
+	struct uw_options o = {.context_otel = true, .ncontext_labels = 2};
+	strcpy(o.context_labels[0], "route");
+	strcpy(o.context_labels[1], "tenant");
+	uw_configure(t, &o);
+}
+
+/* The one thread's context of a sample of the image (NULL when none); err when the sample failed. */
+static const struct uw_context *img_sample_context(struct uw_target *t, struct uw_sample *s)
+{
+	struct uw_error err = {0};
+	cr_assert_eq(uw_sample(t, s, &err), 0, "%s", err.msg);
+	cr_assert_eq(s->nthreads, 1);
+	return s->threads[0].context;
+}
+
+static void img_hex_of(const uint8_t *b, size_t n, char *out)
+{
+	for (size_t i = 0; i < n; i++)
+		sprintf(out + 2 * i, "%02x", b[i]);
+}
+
+Test(image, a_context_reads_back, .timeout = 30)
+{
+	struct img m;
+	struct img_runtime r;
+	img_build(&m, &r);
+	img_context(&m, &r);
+	struct uw_target *t = img_open(&m, &r);
+	img_context_options(t);
+	struct uw_sample s = {0};
+	for (int round = 0; round < 3; round++) {
+		const struct uw_context *c = img_sample_context(t, &s);
+		cr_assert_not_null(c, "no context");
+		cr_assert(c->has_span);
+		char trace[33], span[17];
+		img_hex_of(c->trace_id, 16, trace);
+		img_hex_of(c->span_id, 8, span);
+		cr_expect_str_eq(trace, IMG_TRACE_ID);
+		cr_expect_str_eq(span, IMG_SPAN_ID);
+		cr_assert_eq(c->nlabels, 2);
+		for (uint32_t i = 0; i < 2; i++)
+			cr_expect_str_eq(c->labels[i].value, c->labels[i].index == 0 ? IMG_ROUTE : "42");
+	}
+	struct uw_stats st;
+	uw_stats(t, &st);
+	cr_expect_eq(st.context_reads, 1, "the context stood: read once");
+	cr_expect_eq(st.context_hits, 2);
+	/* A new version: read again, and what changed is seen. */
+	img_put64(r.tstate_b, layout_names_for_minor(10)->ts_context + 8, 2);
+	img_put64(r.hamt_node_b, 40, img_alloc(&m, 1, &(uint8_t *){0}));
+	m.image = (struct remote_image){m.seg, m.n};
+	const struct uw_context *c = img_sample_context(t, &s);
+	cr_assert_not_null(c, "the span still stands");
+	for (uint32_t i = 0; i < c->nlabels; i++)
+		cr_expect_neq(c->labels[i].index, 0, "a route read from an object that is no str");
+	uw_sample_free(&s);
+	uw_close(t);
+	img_free(&m);
+}
+
+/* Garbage in a context: no crash, no hang, and never a value that is not there. */
+Test(image, a_context_of_garbage_gives_nothing_wrong, .timeout = 30)
+{
+	for (int kind = 0; kind < 6; kind++) {
+		struct img m;
+		struct img_runtime r;
+		img_build(&m, &r);
+		img_context(&m, &r);
+		const char *what = "";
+		switch (kind) {
+		case 0: /* a node that is its own child */
+			what = "a HAMT node that holds itself";
+			img_put64(r.hamt_node_b, 32, 0);
+			img_put64(r.hamt_node_b, 40, r.hamt_node);
+			break;
+		case 1: /* a node size past its bitmap */
+			what = "a node's size past its bitmap";
+			img_put64(r.hamt_node_b, 16, 1u << 30);
+			break;
+		case 2: /* the trace id an int of a million digits */
+			what = "an int of a million digits";
+			img_put64(r.span_context_b, 24, img_int(&m, 0, NULL));
+			{
+				uint8_t *b;
+				raddr_t huge = img_alloc(&m, 64, &b);
+				img_put64(b, 8, LONG_TYPE);
+				img_put64(b, 16, 1000000);
+				img_put64(r.span_context_b, 24, huge);
+			}
+			break;
+		case 3: /* a tuple that says it holds a billion items */
+			what = "a SpanContext of a billion items, the ids past its end";
+			img_put64(r.span_context_b, 16, 1000000000);
+			break;
+		case 4: /* the context pointing at the thread state */
+			what = "a context that is the thread state";
+			img_put64(r.context_b, 24, r.tstate);
+			break;
+		case 5: /* a route of a str that says it is 2^40 characters long */
+			what = "a str of 2^40 characters";
+			{
+				uint8_t *b;
+				raddr_t str = img_alloc(&m, 128, &b);
+				img_put64(b, m.L->object.ob_type, UNICODE_TYPE);
+				img_put64(b, m.L->unicode.length, 1ull << 40);
+				img_put32(b, m.L->unicode.state, (1u << 5) | (1u << 6));
+				img_put64(r.hamt_node_b, 40, str);
+			}
+			break;
+		}
+		m.image = (struct remote_image){m.seg, m.n};
+		struct uw_target *t = img_open(&m, &r);
+		img_context_options(t);
+		struct uw_sample s = {0};
+		struct uw_error err = {0};
+		for (int round = 0; round < 3; round++) {
+			cr_assert_eq(uw_sample(t, &s, &err), 0, "%s: %s", what, err.msg);
+			const struct uw_context *c = s.threads[0].context;
+			char trace[33], span[17];
+			if (c && c->has_span) {
+				img_hex_of(c->trace_id, 16, trace);
+				img_hex_of(c->span_id, 8, span);
+				cr_expect(strcmp(trace, IMG_TRACE_ID) == 0 && strcmp(span, IMG_SPAN_ID) == 0,
+				          "%s: a span that is not there: %s/%s", what, trace, span);
+			}
+			for (uint32_t i = 0; c && i < c->nlabels; i++) {
+				cr_assert_lt(c->labels[i].index, 2, "%s", what);
+				cr_assert_lt(strnlen(c->labels[i].value, UW_CONTEXT_VALUE_LEN), UW_CONTEXT_VALUE_LEN);
+				const char *want = c->labels[i].index == 0 ? IMG_ROUTE : "42";
+				cr_expect(kind == 5 || strcmp(c->labels[i].value, want) == 0, "%s: label %s", what,
+				          c->labels[i].value);
+			}
+		}
+		uw_sample_free(&s);
+		uw_close(t);
+		img_free(&m);
+	}
 }
