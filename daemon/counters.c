@@ -23,7 +23,6 @@ const struct stats_counter counters_table[COUNTERS_COUNT] = {
 	{"marker_partial", offsetof(struct uw_stats, marker_partial)},
 	{"marker_partial_reread", offsetof(struct uw_stats, marker_partial_reread)},
 	{"context_reads", offsetof(struct uw_stats, context_reads)},
-	{"context_hits", offsetof(struct uw_stats, context_hits)},
 	{"context_torn", offsetof(struct uw_stats, context_torn)},
 	{"cache_resets", offsetof(struct uw_stats, cache_resets)},
 	{"cache_bytes", offsetof(struct uw_stats, cache_bytes)},

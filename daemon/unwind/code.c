@@ -59,6 +59,14 @@ static struct code_info *code_cache_find(const struct code_cache *cache, raddr_t
 	return id == HASH_NONE ? NULL : cache->codes[id];
 }
 
+/* A str's read: through the sample's view while a context is read (pyobj_read), else now. */
+static int code_str_read(struct uw_target *t, raddr_t addr, void *buf, size_t len, struct uw_error *err)
+{
+	if (!t->pyobj_batched)
+		return remote_read(&t->mem, addr, buf, len, err);
+	return pyobj_read(t, addr, buf, len) == 0 ? 0 : uw_fail(err, UW_ECORRUPT, "unreadable str");
+}
+
 /*
  * The first len bytes of the object at addr into hdr (128 bytes), checked to
  * be of type (when known): what a str or bytes read starts with.
@@ -70,7 +78,7 @@ static int pyobj_read_header(struct uw_target *t, raddr_t addr, uint8_t hdr[128]
 		uw_fail(err, UW_ECORRUPT, "object layout too large");
 		return -1;
 	}
-	if (remote_read(&t->mem, addr, hdr, len, err) != 0)
+	if (code_str_read(t, addr, hdr, len, err) != 0)
 		return -1;
 	if (type && load_u64(hdr, t->layout.object.ob_type) != type) {
 		uw_fail(err, UW_ECORRUPT, "object at 0x%llx is not %s", (unsigned long long)addr, what);
@@ -103,7 +111,7 @@ static int pyobj_str_data(struct uw_target *t, raddr_t addr, raddr_t *data, size
 		return 0;
 	}
 	uint8_t ptr[8];
-	if (remote_read(&t->mem, addr + L->unicode.legacy_data, ptr, 8, err) != 0)
+	if (code_str_read(t, addr + L->unicode.legacy_data, ptr, 8, err) != 0)
 		return -1;
 	*data = load_u64(ptr, 0);
 	return 0;
@@ -158,7 +166,7 @@ int pyobj_read_str_into(struct uw_target *t, raddr_t addr, char *out, size_t cap
 		return -1;
 	/* A character takes a byte of UTF-8 at least: more than cap of them never fit. */
 	size_t count = length < cap ? length : cap;
-	if (count && remote_read(&t->mem, data, raw, count * kind, err) != 0)
+	if (count && code_str_read(t, data, raw, count * kind, err) != 0)
 		return -1;
 	pystr_to_utf8_into(raw, count, kind, out, cap);
 	return 0;

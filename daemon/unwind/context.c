@@ -74,17 +74,21 @@ static int context_var_want(struct uw_target *t, raddr_t var)
 {
 	struct context_state *cs = &t->contexts;
 	uint32_t shift = pyobj_shift(t);
-	uint8_t b[8];
-	if (pyobj_type_of(t, var) != t->objtypes.contextvar || pyobj_read(t, var + 16 + shift, b, 8) != 0)
+	/* Its type and name in one read: a context of many variables makes many of these. */
+	uint8_t b[40];
+	if (pyobj_read(t, var + 8, b, 16 + shift) != 0 || load_u64(b, shift) != t->objtypes.contextvar)
 		return CONTEXT_WANT_NONE;
-	raddr_t name = load_u64(b, 0);
+	raddr_t name = load_u64(b, 8 + shift);
 	/*
 	 * A var and its name are immutable and the name lives while the var
 	 * points to it: the same pair is the same name.
 	 */
-	for (unsigned i = 0; i < cs->nvars; i++)
-		if (cs->vars[i].var == var && cs->vars[i].name == name)
-			return cs->vars[i].want;
+	/* One slot a var, by its address: a var met again is one probe. */
+	if (!cs->vars && !(cs->vars = calloc(CONTEXT_VARS_KEPT, sizeof *cs->vars)))
+		return CONTEXT_WANT_NONE;
+	struct context_var_seen *slot = &cs->vars[(var >> 4) % CONTEXT_VARS_KEPT];
+	if (slot->var == var && slot->name == name)
+		return slot->want;
 	char s[UW_CONTEXT_NAME_LEN];
 	int want = CONTEXT_WANT_NONE;
 	if (pyobj_type_of(t, name) == t->unicode_type && pyobj_read_str_into(t, name, s, sizeof s, NULL) == 0) {
@@ -94,7 +98,6 @@ static int context_var_want(struct uw_target *t, raddr_t var)
 			if (!strcmp(s, t->opts.context_labels[i]))
 				want = (int)i;
 	}
-	struct context_var_seen *slot = &cs->vars[cs->nvars < CONTEXT_VARS_KEPT ? cs->nvars++ : cs->next_var++ % CONTEXT_VARS_KEPT];
 	*slot = (struct context_var_seen){.var = var, .name = name, .want = want};
 	return want;
 }
@@ -250,16 +253,41 @@ static const struct names_layout *context_wanted(struct uw_target *t)
 	return N;
 }
 
-/* The thread's context pointer and version, read now. */
+/* The thread's context pointer and version, read now (never from the sample's batch). */
 static bool context_current(struct uw_target *t, const struct names_layout *N, raddr_t tstate, raddr_t *ctx,
                             uint64_t *ver)
 {
 	uint8_t b[16];
-	if (pyobj_read(t, tstate + N->ts_context, b, 16) != 0)
+	if (remote_read(&t->mem, tstate + N->ts_context, b, 16, NULL) != 0)
 		return false;
 	*ctx = load_u64(b, 0);
 	*ver = load_u64(b, 8);
 	return true;
+}
+
+/* A context's variables (its HAMT), read now; 0 when unreadable. */
+static raddr_t context_vars_now(struct uw_target *t, raddr_t ctx)
+{
+	uint8_t b[8];
+	return remote_read(&t->mem, ctx + 24 + pyobj_shift(t), b, 8, NULL) == 0 ? load_u64(b, 0) : 0;
+}
+
+/*
+ * What a context's variables say, its reads made through the sample's
+ * view: the same addresses are in the next sample's one batched read.
+ * Nothing read of a context is kept from one sample to the next by its
+ * pointers: a program that sets a variable again and again frees a HAMT
+ * and makes the next at the same address (pymalloc hands the block freed
+ * last out first), and the dict, the span and its ids as well, so equal
+ * pointers say nothing of equal values.  0, or -1 when garbage.
+ */
+static int context_read_batched(struct uw_target *t, const struct names_layout *N, raddr_t vars,
+                                struct uw_context *out)
+{
+	t->pyobj_batched = true;
+	int rc = context_read(t, N, vars, out);
+	t->pyobj_batched = false;
+	return rc;
 }
 
 bool context_before(struct uw_target *t, struct thread_cache *tc, raddr_t tstate, struct context_seen *seen)
@@ -281,48 +309,118 @@ bool context_before(struct uw_target *t, struct thread_cache *tc, raddr_t tstate
 	seen->ver = load_u64(p, 8);
 	if (tc->ctx_moved && !context_current(t, N, tstate, &seen->ctx, &seen->ver))
 		return false;
-	return seen->ctx != 0;
+	if (!seen->ctx)
+		return false;
+	const uint8_t *v = view_read(t, seen->ctx + 24 + pyobj_shift(t), 8, 0, NULL);
+	seen->vars = v ? load_u64(v, 0) : 0;
+	if (tc->ctx_moved)
+		seen->vars = context_vars_now(t, seen->ctx);
+	return seen->vars != 0;
+}
+
+void context_proof_note(struct uw_target *t, raddr_t addr, const uint8_t *bytes, size_t len)
+{
+	struct context_proof *p = t->contexts.proof;
+	if (!p || !t->contexts.proving)
+		return;
+	if (p->n >= CONTEXT_PROOF_RANGES || len > CONTEXT_PROOF_BYTES - p->used) {
+		p->overflow = true;
+		return;
+	}
+	p->ranges[p->n].addr = addr;
+	p->ranges[p->n].len = (uint32_t)len;
+	p->ranges[p->n].at = p->used;
+	memcpy(p->bytes + p->used, bytes, len);
+	p->used += (uint32_t)len;
+	p->n++;
+}
+
+/* Every read noted made again, in one batch: true when each holds the bytes it held. */
+static bool context_proof_holds(struct uw_target *t)
+{
+	struct context_proof *p = t->contexts.proof;
+	struct remote_range ranges[CONTEXT_PROOF_RANGES];
+	for (uint32_t i = 0; i < p->n; i++)
+		ranges[i] = (struct remote_range){.addr = p->ranges[i].addr, .len = p->ranges[i].len,
+		                                  .buf = p->again + p->ranges[i].at};
+	if (remote_read_batch(&t->mem, ranges, p->n, NULL) != 0)
+		return false;
+	for (uint32_t i = 0; i < p->n; i++)
+		if (ranges[i].got != ranges[i].len ||
+		    memcmp(p->bytes + p->ranges[i].at, p->again + p->ranges[i].at, p->ranges[i].len) != 0)
+			return false;
+	return true;
+}
+
+/*
+ * The thread's innermost frame and its code where its stack ends (the
+ * walk's, or the proof's that kept it), its reads noted.  Not the
+ * instruction: a thread busy in one frame moves it all the time, and what
+ * this proof must rule out is a request left and another entered, which
+ * takes a return to the caller and a call (another frame or another code
+ * there), or changes the context's bytes.
+ */
+static bool context_frame_holds(struct uw_target *t, const struct thread_cache *tc, raddr_t tstate)
+{
+	const struct py_layout *L = &t->layout;
+	if (!tc->n || !tc->chain[tc->n - 1].addr)
+		return false;
+	const struct chain_link *top = &tc->chain[tc->n - 1];
+	uint8_t b[8];
+	if (L->tstate.cframe != LAYOUT_ABSENT) {
+		if (pyobj_read(t, tstate + L->tstate.cframe, b, 8) != 0 ||
+		    pyobj_read(t, load_u64(b, 0) + L->tstate.cframe_current_frame, b, 8) != 0)
+			return false;
+	} else if (L->tstate.frame == LAYOUT_ABSENT || pyobj_read(t, tstate + L->tstate.frame, b, 8) != 0) {
+		return false;
+	}
+	if (load_u64(b, 0) != top->addr)
+		return false;
+	return pyobj_read(t, top->addr + L->frame.code, b, 8) == 0 &&
+	       (load_u64(b, 0) & ~L->frame.code_tag_mask) == top->code;
 }
 
 const struct uw_context *context_of_thread(struct uw_target *t, struct thread_cache *tc, raddr_t tstate,
                                            const struct context_seen *seen)
 {
-	const struct names_layout *N = seen->ctx ? context_wanted(t) : NULL;
+	const struct names_layout *N = seen->vars ? context_wanted(t) : NULL;
 	if (!N)
 		return NULL;
-	bool kept = tc->ctx && tc->ctx_addr == seen->ctx && tc->ctx_ver == seen->ver &&
-	            tc->ctx_gen == t->contexts.gen && !t->opts.no_cache;
-	int rc = 0;
-	if (!kept) {
-		if (!tc->ctx && !(tc->ctx = malloc(sizeof *tc->ctx)))
-			return NULL;
-		rc = context_read(t, N, pyobj_pointer(t, seen->ctx + 24 + pyobj_shift(t)), tc->ctx);
-	}
+	struct context_state *cs = &t->contexts;
+	if ((!tc->ctx && !(tc->ctx = malloc(sizeof *tc->ctx))) ||
+	    (!cs->proof && !(cs->proof = malloc(sizeof *cs->proof))))
+		return NULL;
 	/*
-	 * The same pointer and version now as before the stack was read: the
-	 * context held through the stack's read and the values' (a thread
-	 * that ran on between them may have left the request).
+	 * Every read of the context (as the sample's batch had it, before the
+	 * stack was read), and of the frame the stack ends in, noted and made
+	 * again at the end, all at once.  Each holding its bytes, the thread
+	 * sat in that frame at that instruction under that very context, down
+	 * to the ids and strings: a request left, and another entered, changes
+	 * some of them, even when its objects took the last one's addresses
+	 * (pymalloc hands the block freed last out first), so equal pointers
+	 * alone would prove nothing.
 	 */
-	raddr_t ctx_after;
-	uint64_t ver_after;
-	if (rc != 0 || !context_current(t, N, tstate, &ctx_after, &ver_after) || ctx_after != seen->ctx ||
-	    ver_after != seen->ver) {
-		/* Torn or garbage: no context this sample, and read again next time. */
+	cs->proof->n = cs->proof->used = 0;
+	cs->proof->overflow = false;
+	cs->proving = true;
+	t->pyobj_batched = true;
+	uint8_t fields[16];
+	memcpy(fields, &seen->ctx, 8);
+	memcpy(fields + 8, &seen->ver, 8);
+	context_proof_note(t, tstate + N->ts_context, fields, 16);
+	memcpy(fields, &seen->vars, 8);
+	context_proof_note(t, seen->ctx + 24 + pyobj_shift(t), fields, 8);
+	int rc = context_frame_holds(t, tc, tstate) ? context_read(t, N, seen->vars, tc->ctx) : -1;
+	t->pyobj_batched = false;
+	cs->proving = false;
+	if (rc != 0 || cs->proof->overflow || !context_proof_holds(t)) {
+		/* Torn or garbage: no context this sample, never a guess. */
 		t->stats.context_torn++;
-		tc->ctx_addr = 0;
 		tc->ctx_moved = rc == 0;
 		return NULL;
 	}
 	tc->ctx_moved = false;
-	if (kept) {
-		t->stats.context_hits++;
-	} else {
-		tc->ctx_addr = seen->ctx;
-		tc->ctx_ver = seen->ver;
-		tc->ctx_gen = t->contexts.gen;
-		tc->ctx_found = tc->ctx->has_span || tc->ctx->nlabels;
-	}
-	return tc->ctx_found ? tc->ctx : NULL;
+	return tc->ctx->has_span || tc->ctx->nlabels ? tc->ctx : NULL;
 }
 
 const struct uw_context *context_of_task(struct uw_target *t, raddr_t ctx)
@@ -331,40 +429,35 @@ const struct uw_context *context_of_task(struct uw_target *t, raddr_t ctx)
 	if (!N)
 		return NULL;
 	/*
-	 * A parked task's context changes only while one of its steps runs, and
-	 * then its variables are a new HAMT: the same context and HAMT are the
-	 * same values.  The pointer is in the sample's batch next time.
+	 * A parked task's context changes only while one of its steps runs:
+	 * read through the view, as a thread's, into a slot of this sample's.
 	 */
 	const uint8_t *p = view_read(t, ctx + 24 + pyobj_shift(t), 8, 0, NULL);
 	if (!p)
 		return NULL;
 	raddr_t vars = load_u64(p, 0);
 	struct context_state *cs = &t->contexts;
-	if (!cs->tasks && !(cs->tasks = calloc(CONTEXT_TASKS_KEPT, sizeof *cs->tasks)))
-		return NULL;
-	uint32_t h = (uint32_t)((ctx >> 4) * 0x9e3779b97f4a7c15ull >> 40);
-	struct context_task *free_slot = NULL;
-	for (unsigned probe = 0; probe < CONTEXT_TASKS_PROBES; probe++) {
-		struct context_task *e = &cs->tasks[(h + probe) % CONTEXT_TASKS_KEPT];
-		if (e->ctx == ctx && e->vars == vars && e->gen == cs->gen && !t->opts.no_cache) {
-			e->used = t->sample_gen;
-			t->stats.context_hits++;
-			return e->found ? &e->value : NULL;
-		}
-		/* One given out this sample stays as it is until the next. */
-		if (!free_slot && e->used != t->sample_gen)
-			free_slot = e;
+	if (cs->tasks_gen != t->sample_gen) {
+		cs->tasks_gen = t->sample_gen;
+		cs->ntasks = 0;
 	}
-	if (!free_slot)
-		return NULL;
-	struct context_task *e = free_slot;
-	*e = (struct context_task){.used = t->sample_gen, .gen = cs->gen};
-	if (context_read(t, N, vars, &e->value) != 0 || pyobj_pointer(t, ctx + 24 + pyobj_shift(t)) != vars) {
+	/* Tasks of one request share its context: read once a sample. */
+	for (uint32_t i = 0; i < cs->ntasks; i++)
+		if (cs->tasks[i].ctx == ctx && cs->tasks[i].vars == vars)
+			return cs->tasks[i].found ? &cs->tasks[i].value : NULL;
+	if (cs->ntasks >= CONTEXT_TASKS_KEPT) {
 		t->stats.context_torn++;
 		return NULL;
 	}
-	e->ctx = ctx;
-	e->vars = vars;
+	if (!cs->tasks && !(cs->tasks = calloc(CONTEXT_TASKS_KEPT, sizeof *cs->tasks)))
+		return NULL;
+	struct context_task *e = &cs->tasks[cs->ntasks];
+	*e = (struct context_task){.ctx = ctx, .vars = vars};
+	if (context_read_batched(t, N, vars, &e->value) != 0) {
+		t->stats.context_torn++;
+		return NULL;
+	}
+	cs->ntasks++;
 	e->found = e->value.has_span || e->value.nlabels;
 	return e->found ? &e->value : NULL;
 }
@@ -372,7 +465,11 @@ const struct uw_context *context_of_task(struct uw_target *t, raddr_t ctx)
 void context_free(struct uw_target *t)
 {
 	free(t->contexts.tasks);
+	free(t->contexts.proof);
+	free(t->contexts.vars);
+	t->contexts.vars = NULL;
 	t->contexts.tasks = NULL;
+	t->contexts.proof = NULL;
 }
 
 void context_configured(struct uw_target *t, const struct uw_options *old)
@@ -384,6 +481,6 @@ void context_configured(struct uw_target *t, const struct uw_options *old)
 		return;
 	/* What each var was wanted as, and every thread's context read, were of the old names. */
 	cs->gen++;
-	cs->nvars = 0;
-	cs->next_var = 0;
+	free(cs->vars);
+	cs->vars = NULL;
 }

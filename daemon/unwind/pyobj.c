@@ -72,7 +72,16 @@ int pyobj_attr_get(struct uw_target *t, const struct names_layout *N, raddr_t ob
 
 int pyobj_read(struct uw_target *t, raddr_t addr, void *buf, size_t len)
 {
-	return addr ? remote_read(&t->mem, addr, buf, len, NULL) : -1;
+	if (!addr)
+		return -1;
+	if (!t->pyobj_batched)
+		return remote_read(&t->mem, addr, buf, len, NULL);
+	const uint8_t *p = len <= UINT32_MAX ? view_read(t, addr, (uint32_t)len, 0, NULL) : NULL;
+	if (!p)
+		return -1;
+	memcpy(buf, p, len);
+	context_proof_note(t, addr, p, len);
+	return 0;
 }
 
 /* How much longer a free-threaded build's object header is than the usual 16 bytes. */

@@ -459,8 +459,7 @@ struct uw_stats {
 	uint64_t kernel_copy_watch_failures; /* tasks the kernel's copy could not watch (no room, or the kernel refused): their process is not copied */
 	uint64_t kernel_copy_pauses;       /* times the kernel's copies of the process stopped: its tasks switched away too often between samples for them to pay */
 	uint64_t process_still;            /* samples the kernel proved no thread of the process ran since one read whole: no memory read */
-	uint64_t context_reads;            /* threads' request contexts read anew: their context or its version moved */
-	uint64_t context_hits;             /* thread samples whose context stood as read before: one 16-byte read */
+	uint64_t context_reads;            /* request contexts read (threads', parked tasks'), through the sample's batch */
 	uint64_t context_torn;             /* contexts that moved while read, or read as garbage: none that sample */
 	uint64_t cache_resets;             /* budget reached: everything forgotten */
 	uint64_t walks_cut;                /* samples cut short at max_sample_ns */

@@ -222,11 +222,8 @@ struct thread_cache {
 	struct thread_still still;
 	/* Where this sample's reads of its stack walk lie in the view's list, for the next plan (view_reads_carry). */
 	uint32_t used_from, used_n;
-	/* context.c: what the thread's context said, read at this pointer and version, for the options of gen. */
-	struct uw_context *ctx; /* NULL until a context is read */
-	raddr_t ctx_addr;       /* 0: nothing kept */
-	uint64_t ctx_ver, ctx_gen;
-	bool ctx_found;
+	/* context.c: what the thread's context said this sample (NULL until one is read). */
+	struct uw_context *ctx;
 	bool ctx_moved;         /* it moved under the last read: read just before the stack next time */
 };
 
@@ -368,7 +365,7 @@ struct pynames {
 
 /* context.c: HAMT node types met, and ContextVars met with what their names are wanted as. */
 #define CONTEXT_NODE_TYPES 4u
-#define CONTEXT_VARS_KEPT 32u
+#define CONTEXT_VARS_KEPT 512u
 struct context_node_type {
 	raddr_t type;
 	uint8_t kind;
@@ -377,23 +374,40 @@ struct context_var_seen {
 	raddr_t var, name;
 	int want;
 };
-/* A parked task's context as read: its pointer and HAMT, and what they said. */
+/* The parked tasks' contexts read this sample, each once: their pointer and HAMT, and what they said. */
 #define CONTEXT_TASKS_KEPT 1024u
-#define CONTEXT_TASKS_PROBES 4u
 struct context_task {
 	raddr_t ctx, vars;
-	uint64_t gen, used; /* the options' generation; the sample it was last given out in */
 	bool found;
 	struct uw_context value;
+};
+/*
+ * A context's reads, kept to be made again after: every range and the
+ * bytes it held, within bounds (past them the context is given up).
+ */
+#define CONTEXT_PROOF_RANGES 256u
+#define CONTEXT_PROOF_BYTES 8192u
+struct context_proof {
+	uint32_t n, used;
+	bool overflow;
+	struct {
+		raddr_t addr;
+		uint32_t len, at;
+	} ranges[CONTEXT_PROOF_RANGES];
+	uint8_t bytes[CONTEXT_PROOF_BYTES];
+	uint8_t again[CONTEXT_PROOF_BYTES];
 };
 struct context_state {
 	struct context_node_type types[CONTEXT_NODE_TYPES];
 	uint32_t ntypes;
-	struct context_var_seen vars[CONTEXT_VARS_KEPT];
-	uint32_t nvars, next_var;
+	struct context_var_seen *vars; /* CONTEXT_VARS_KEPT, by address; NULL until a var is met */
 	raddr_t context_key; /* the str "_context" as the program interned it, 0 until met */
 	struct context_task *tasks; /* CONTEXT_TASKS_KEPT, NULL until a task's context is read */
-	uint64_t gen;        /* bumped when the options' names change: every kept read is of the old ones */
+	uint32_t ntasks;            /* of them read in sample tasks_gen */
+	uint64_t tasks_gen;
+	struct context_proof *proof; /* NULL until a thread's context is read */
+	bool proving;                /* pyobj_read notes its reads into proof */
+	uint64_t gen;        /* bumped when the options' names change */
 };
 
 /* pyobj.c: the runtime's types its reads check objects against, 0 when not found. */
@@ -475,6 +489,7 @@ struct uw_target {
 	struct walk_gil_ptr gil_ptrs[WALK_GIL_PTRS]; /* the first interpreters' */
 	struct pynames names;
 	struct pyobj_types objtypes;
+	bool pyobj_batched; /* pyobj_read through the sample's view (a context's reads), not on its own */
 	struct context_state contexts;
 	raddr_t none_object; /* exception.c: &_Py_NoneStruct, 0 until looked up */
 	bool none_looked;

@@ -397,7 +397,10 @@ struct pyobj_keys {
 	bool has_hash;       /* entries begin with the key's hash (general keys) */
 	uint32_t key_at, value_at;
 };
-/* len bytes at addr, read now (outside the sample's batch); -1 for address 0 or a failed read. */
+/*
+ * len bytes at addr: read now, outside the sample's batch, or through the
+ * sample's view while t->pyobj_batched; -1 for address 0 or a failed read.
+ */
 int pyobj_read(struct uw_target *t, raddr_t addr, void *buf, size_t len);
 /* How much longer a free-threaded build's object header is than the usual 16 bytes. */
 uint32_t pyobj_shift(const struct uw_target *t);
@@ -455,15 +458,17 @@ int pyobj_attr_get(struct uw_target *t, const struct names_layout *N, raddr_t ob
  * the thread's context pointer and version stand.
  */
 struct context_seen {
-	raddr_t ctx;
+	raddr_t ctx, vars;
 	uint64_t ver;
 };
-/* Before the thread's stack is read: its context pointer and version then.  False when none. */
+/* Before the thread's stack is read: its context pointer, version and variables then.  False when none. */
 bool context_before(struct uw_target *t, struct thread_cache *tc, raddr_t tstate, struct context_seen *seen);
-/* After: the context, when it is still the one seen before. */
+/* After: what the context says, when it is still the one seen before (else NULL, never a guess). */
 const struct uw_context *context_of_thread(struct uw_target *t, struct thread_cache *tc, raddr_t tstate,
                                            const struct context_seen *seen);
-/* A parked asyncio task's context (its task_context), kept while its HAMT stands; NULL when none. */
+/* A read made while a thread's context is read, kept to be made again (pyobj_read). */
+void context_proof_note(struct uw_target *t, raddr_t addr, const uint8_t *bytes, size_t len);
+/* A parked asyncio task's context (its task_context), read once a sample; NULL when none. */
 const struct uw_context *context_of_task(struct uw_target *t, raddr_t ctx);
 void context_free(struct uw_target *t);
 /* After uw_configure: names that changed make every kept context stale. */

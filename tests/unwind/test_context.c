@@ -3,9 +3,8 @@
  * (tests/targets/contexts.py): each thread's "route" and "tenant"
  * ContextVars as labels (a str, an int, a str cut at 63 bytes, a list
  * giving none), OpenTelemetry's current span where the SDK is installed,
- * none for a thread whose context holds nothing asked for; and the cache
- * (one small read a sample while a context stands) gives what a fresh read
- * does.
+ * none for a thread whose context holds nothing asked for; through the
+ * sample's batch as without it.
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -75,12 +74,17 @@ static bool context_matches(const struct uw_options *o, const struct uw_context 
 	return true;
 }
 
-/* Samples until every thread the target listed showed with its context (each sample must agree). */
+/*
+ * Samples until every thread the target listed showed with its context:
+ * a sample may give a running thread none (it moved while read), never
+ * another.
+ */
 static void context_check(struct uw_target *t, const struct uw_options *o, json_t *threads, const char *ctx,
                           bool *otel_seen)
 {
 	size_t nwant = json_object_size(threads);
 	json_t *seen = json_object();
+	unsigned torn = 0;
 	struct uw_sample s = {0};
 	struct uw_error err = {0};
 	for (int round = 0; round < CONTEXT_SAMPLES && (round < 10 || json_object_size(seen) < nwant); round++) {
@@ -92,8 +96,12 @@ static void context_check(struct uw_target *t, const struct uw_options *o, json_
 			char tid[24], why[256];
 			snprintf(tid, sizeof tid, "%lld", (long long)s.threads[i].native_id);
 			json_t *want = json_object_get(threads, tid);
-			if (!want)
+			if (!want || (!s.threads[i].context && s.threads[i].on_cpu))
 				continue;
+			if (!s.threads[i].context && json_object_size(want)) {
+				torn++;
+				continue;
+			}
 			cr_assert(context_matches(o, s.threads[i].context, want, why, sizeof why),
 			          "%s: thread %s: %s", ctx, tid, why);
 			if (s.threads[i].context && s.threads[i].context->has_span)
@@ -104,6 +112,7 @@ static void context_check(struct uw_target *t, const struct uw_options *o, json_
 	}
 	cr_assert_eq(json_object_size(seen), nwant, "%s: %zu of %zu threads seen", ctx, json_object_size(seen),
 	             nwant);
+	cr_log_info("%s: %u thread samples without their context (moved while read)", ctx, torn);
 	uw_sample_free(&s);
 	json_decref(seen);
 }
@@ -133,8 +142,6 @@ Test(context, labels_and_spans_of_every_thread, .timeout = 600)
 		uw_configure(t, &o);
 		context_check(t, &o, threads, ctx, &otel_seen);
 		struct uw_stats st;
-		uw_stats(t, &st);
-		cr_expect_gt(st.context_hits, 0, "%s: no sample kept a context it had read", ctx);
 		o.no_cache = true;
 		uw_configure(t, &o);
 		context_check(t, &o, threads, ctx, &otel_seen);
@@ -148,13 +155,13 @@ Test(context, labels_and_spans_of_every_thread, .timeout = 600)
 		struct uw_sample s = {0};
 		struct uw_error err = {0};
 		uw_stats(t, &st);
-		uint64_t reads = st.context_reads + st.context_hits;
+		uint64_t reads = st.context_reads;
 		for (int k = 0; k < 20; k++)
 			if (uw_sample(t, &s, &err) == 0)
 				for (uint32_t j = 0; j < s.nthreads; j++)
 					cr_assert_null(s.threads[j].context, "%s: a context with the option off", ctx);
 		uw_stats(t, &st);
-		cr_expect_eq(st.context_reads + st.context_hits, reads, "%s: contexts read with the option off", ctx);
+		cr_expect_eq(st.context_reads, reads, "%s: contexts read with the option off", ctx);
 		uw_sample_free(&s);
 		uw_close(t);
 		test_target_kill(&target);
@@ -231,6 +238,56 @@ Test(context, asyncio_tasks_carry_their_own_routes, .timeout = 600)
 		cr_expect_geq(burns, 5, "%s: %u burning requests seen", ctx, burns);
 		cr_log_info("%s: %u burning samples by their route, %u without (moved while read)", ctx, burns,
 		            unlabelled);
+		uw_sample_free(&s);
+		uw_close(t);
+		test_target_kill(&target);
+	}
+}
+
+/*
+ * Requests entered and left back to back, each HAMT made where the last
+ * one was freed: a sample's route is the one its stack ran under, or none,
+ * never the other (a read kept by its pointers would say the last one's).
+ */
+Test(context, a_route_set_again_and_again_is_never_the_last_ones, .timeout = 600)
+{
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	char script[PATH_MAX];
+	target_script("context_flips.py", script, sizeof script);
+	for (size_t i = 0; i < n; i++) {
+		char ctx[PATH_MAX + 64];
+		python_describe(&pys[i], ctx, sizeof ctx);
+		struct test_target target;
+		const char *args[] = {"-I", script, "{report}", NULL};
+		test_target_start_python(&target, &pys[i], args);
+		json_decref(test_target_wait_report(&target, TARGET_READY_TIMEOUT_S));
+		struct uw_target *t = test_uw_open(target.pid);
+		struct uw_options o = {.ncontext_labels = 1};
+		strcpy(o.context_labels[0], "route");
+		uw_configure(t, &o);
+		struct uw_sample s = {0};
+		struct uw_error err = {0};
+		unsigned right = 0, none = 0;
+		for (int round = 0; round < 300; round++) {
+			if (uw_sample(t, &s, &err) != 0)
+				continue;
+			for (uint32_t k = 0; k < s.nthreads; k++) {
+				const struct uw_sample_thread *th = &s.threads[k];
+				bool even = context_stack_has(t, th->stack, "even_work");
+				bool odd = context_stack_has(t, th->stack, "odd_work");
+				if (!even && !odd)
+					continue;
+				const char *r = context_label(&o, th->context, "route");
+				cr_assert(!r || strcmp(r, even ? "/even" : "/odd") == 0, "%s: %s under route %s", ctx,
+				          even ? "even_work" : "odd_work", r);
+				right += r != NULL;
+				none += r == NULL;
+			}
+			usleep(1000);
+		}
+		cr_expect_gt(right, 0, "%s: no sample with its route", ctx);
+		cr_log_info("%s: %u samples under their route, %u without (moved while read)", ctx, right, none);
 		uw_sample_free(&s);
 		uw_close(t);
 		test_target_kill(&target);
