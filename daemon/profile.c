@@ -43,15 +43,9 @@ static bool profile_stack_equal(const void *ctx, uint32_t id, const void *key)
 	return n->parent == k->parent && n->frame == k->frame;
 }
 
-/* The spell sink: a frame by content. */
-static int32_t profile_sink_frame(void *ctx, const struct uw_frame *f)
+/* A frame by content: its index, or -1 if out of memory. */
+static int32_t profile_frame(struct profile *p, struct profile_frame_key key)
 {
-	struct profile *p = ctx;
-	struct profile_frame_key key = {.function = uw_frame_name(f),
-	                                .file = f->file ? f->file : "",
-	                                .line = f->line,
-	                                .kind = f->kind,
-	                                .first_line = f->first_line};
 	uint32_t hash = profile_frame_hash(&key);
 	if (p->nframes >= INT32_MAX - 1 || hash_reserve(&p->frame_index, 1) != 0)
 		return -1;
@@ -68,6 +62,16 @@ static int32_t profile_sink_frame(void *ctx, const struct uw_frame *f)
 	p->frames[p->nframes] = (struct export_frame){function, file, key.line, key.kind, key.first_line};
 	hash_fill(&p->frame_index, slot, hash, (uint32_t)p->nframes);
 	return (int32_t)p->nframes++;
+}
+
+/* The spell sink: a frame by content. */
+static int32_t profile_sink_frame(void *ctx, const struct uw_frame *f)
+{
+	return profile_frame(ctx, (struct profile_frame_key){.function = uw_frame_name(f),
+	                                                     .file = f->file ? f->file : "",
+	                                                     .line = f->line,
+	                                                     .kind = f->kind,
+	                                                     .first_line = f->first_line});
 }
 
 /* The spell sink: a stack as its parent (-1: none) and innermost frame. */
@@ -89,6 +93,45 @@ static int32_t profile_sink_stack(void *ctx, int32_t parent, int32_t frame)
 }
 
 static const struct spell_sink profile_sink = {profile_sink_frame, profile_sink_stack};
+
+/*
+ * The frame a sample's request labels root its stack under ("route=/x
+ * tenant=42", in the order they were asked for): 1 + its index, 0 for a
+ * sample without labels, -1 if out of memory.
+ */
+static int32_t profile_labels_frame(struct profile *p, const struct uw_context *c)
+{
+	if (!c || !c->nlabels || !p->context_labels)
+		return 0;
+	char text[UW_CONTEXT_LABELS_MAX * (UW_CONTEXT_NAME_LEN + UW_CONTEXT_VALUE_LEN + 1)];
+	size_t o = 0;
+	text[0] = '\0';
+	for (uint32_t want = 0; want < UW_CONTEXT_LABELS_MAX; want++)
+		for (uint32_t i = 0; i < c->nlabels; i++)
+			if (c->labels[i].index == want && o < sizeof text)
+				o += (size_t)snprintf(text + o, sizeof text - o, "%s%s=%s", o ? " " : "",
+				                      p->context_labels[want], c->labels[i].value);
+	int32_t f = profile_frame(p, (struct profile_frame_key){.function = text, .file = "", .line = -1,
+	                                                        .kind = UW_FRAME_PYTHON});
+	return f < 0 ? -1 : f + 1;
+}
+
+/* The node of stack `node` rooted under frame `root` instead: its frames again, from the root. */
+static int32_t profile_reroot(struct profile *p, int32_t node, int32_t root)
+{
+	uint32_t depth = node >= 0 ? p->nodes[node].depth : 0;
+	int32_t *frames = malloc((depth ? depth : 1) * sizeof *frames);
+	if (!frames)
+		return -1;
+	uint32_t d = depth;
+	for (int32_t at = node; at >= 0 && d > 0; at = p->nodes[at].parent)
+		frames[--d] = p->nodes[at].frame;
+	int32_t at = profile_sink_stack(p, -1, root);
+	for (uint32_t i = 0; at >= 0 && i < depth; i++)
+		at = profile_sink_stack(p, at, frames[i]);
+	free(frames);
+	return at;
+}
 
 void profile_init(struct profile *p)
 {
@@ -120,7 +163,9 @@ int profile_count(struct profile *p, const struct uw_sample *s, uint64_t count)
 		/* No Python frames, or a stack that would not hold still: nothing to count. */
 		if (!th->stack)
 			continue;
-		if (tally_add(&p->tally, 0, th->thread_id, th->stack, count, th->idle ? TALLY_IDLE : 0) != 0)
+		int32_t labels = profile_labels_frame(p, th->context);
+		if (labels < 0 || tally_add_in(&p->tally, NULL, 0, th->thread_id, th->stack, (uint32_t)labels, count,
+		                               th->idle ? TALLY_IDLE : 0) != 0)
 			return -1;
 		thread_table_note(&p->threads, i, th, 0);
 	}
@@ -132,6 +177,8 @@ static int profile_settle_entry(void *ctx, const struct tally_entry *e, uint64_t
 {
 	struct profile *p = ctx;
 	int32_t stack = spell_stack(&p->spell, p->settling, e->stack);
+	if (stack >= 0 && e->context)
+		stack = profile_reroot(p, stack, (int32_t)e->context - 1);
 	if (stack < 0)
 		return -1;
 	uint64_t idle = e->idle - e->idle_handed;

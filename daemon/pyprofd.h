@@ -124,6 +124,8 @@ struct profile {
 	struct hash node_index;
 	struct tally totals; /* the whole run's samples, by thread and node (second 0) */
 	struct thread_table threads;
+	/* The names of the ContextVars samples are labelled by (uw_options.context_labels); NULL: none. */
+	const char (*context_labels)[UW_CONTEXT_NAME_LEN];
 	bool failed; /* out of memory spelling out an epoch */
 };
 void profile_init(struct profile *p);

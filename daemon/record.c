@@ -65,6 +65,11 @@ static const char record_usage[] =
 	"                      sample after its threads ran then pins none of its pages, but\n"
 	"                      each of its threads pays about a microsecond at every switch\n"
 	"                      away; stopped while they switch away often\n"
+	"  --context otel      read each thread's OpenTelemetry span too (its cost shows in\n"
+	"                      --stats: context_reads, context_torn)\n"
+	"  --context-label NAME\n"
+	"                      read the ContextVar NAME too; with a str or int value each\n"
+	"                      stack is rooted under a frame \"NAME=VALUE\" (up to 8)\n"
 	"  --provers-off LIST  turn off ways of proving a stack, to measure what each buys:\n"
 	"                      look, marker, same_bytes, kernel_reader, process (stacks stay\n"
 	"                      exact, at a higher cost)\n"
@@ -106,6 +111,8 @@ int record_parse(int argc, char **argv, struct record_opts *o)
 		{"no-kernel-reader", no_argument, NULL, 'K'},
 		{"kernel-copy", no_argument, NULL, 'Q'},
 		{"provers-off", required_argument, NULL, 'X'},
+		{"context", required_argument, NULL, 'c'},
+		{"context-label", required_argument, NULL, 'L'},
 		{"output", required_argument, NULL, 'o'},
 		{"format", required_argument, NULL, 'f'},
 		{"stats", no_argument, NULL, 's'},
@@ -179,6 +186,19 @@ int record_parse(int argc, char **argv, struct record_opts *o)
 				fprintf(stderr, "pyprofd: --provers-off: %s\n", why);
 				return EXIT_USAGE;
 			}
+			break;
+		}
+		case 'c':
+		case 'L': {
+			char why[256];
+			struct context_spec spec = {.otel = o->uw.context_otel, .nlabels = o->uw.ncontext_labels};
+			memcpy(spec.labels, o->uw.context_labels, sizeof spec.labels);
+			if ((opt == 'c' ? context_spec_kind(&spec, optarg, why, sizeof why)
+			                : context_spec_add_label(&spec, optarg, why, sizeof why)) != 0) {
+				fprintf(stderr, "pyprofd: --%s: %s\n", opt == 'c' ? "context" : "context-label", why);
+				return EXIT_USAGE;
+			}
+			context_spec_to_options(&spec, &o->uw);
 			break;
 		}
 		case 'o': o->output = optarg; break;
@@ -680,6 +700,7 @@ int record_pid(struct record_opts *opts, FILE *out)
 	}
 	struct profile prof;
 	profile_init(&prof);
+	prof.context_labels = o.uw.context_labels;
 	struct record_ticks ticks = {.prof = &prof};
 	o.uw.on_epoch_end = record_on_epoch_end;
 	o.uw.epoch_ctx = &ticks;

@@ -204,6 +204,7 @@ static void run_close(struct run *r, struct run_proc *p, uint64_t now)
 static void run_attach(struct run *r, struct run_proc *p, struct uw_target *t, uint64_t now)
 {
 	profile_init(&p->prof);
+	p->prof.context_labels = r->o->uw.context_labels;
 	p->ticks = (struct record_ticks){.prof = &p->prof};
 	struct uw_options uw = r->o->uw;
 	uw.on_epoch_end = record_on_epoch_end;

@@ -106,6 +106,9 @@ void still_free(struct uw_target *t)
 	free(ps->kept.threads);
 	ps->kept.threads = NULL;
 	ps->kept.cap = 0;
+	free(ps->kept_contexts);
+	ps->kept_contexts = NULL;
+	ps->kept_contexts_cap = 0;
 	still_forget(ps);
 }
 
@@ -133,7 +136,9 @@ static int still_copy(struct uw_sample *dst, const struct uw_sample *src)
 static bool still_same_options(const struct uw_options *a, const struct uw_options *b)
 {
 	return a->flags == b->flags && a->mode == b->mode && a->async_mode == b->async_mode &&
-	       a->max_tasks == b->max_tasks && a->want_idle == b->want_idle;
+	       a->max_tasks == b->max_tasks && a->want_idle == b->want_idle &&
+	       a->context_otel == b->context_otel && a->ncontext_labels == b->ncontext_labels &&
+	       memcmp(a->context_labels, b->context_labels, sizeof a->context_labels) == 0;
 }
 
 /*
@@ -413,6 +418,23 @@ void still_keep(struct uw_target *t, const struct uw_sample *s)
 	}
 	if (still_copy(&ps->kept, s) != 0)
 		return;
+	/*
+	 * The threads' contexts are the reader's, written again by the next
+	 * sample (a parked task's slot may hold another's then): the kept
+	 * sample holds copies of its own.
+	 */
+	uint32_t with = 0;
+	for (uint32_t i = 0; i < s->nthreads; i++)
+		with += s->threads[i].context != NULL;
+	if (with && array_reserve((void **)&ps->kept_contexts, &ps->kept_contexts_cap, with - 1,
+	                          sizeof *ps->kept_contexts, NULL) != 0)
+		return;
+	with = 0;
+	for (uint32_t i = 0; i < s->nthreads; i++)
+		if (s->threads[i].context) {
+			ps->kept_contexts[with] = *s->threads[i].context;
+			ps->kept.threads[i].context = &ps->kept_contexts[with++];
+		}
 	ps->kept_frames = frames;
 	ps->kept_stacks = stacks;
 	ps->epoch = t->epoch;

@@ -379,8 +379,8 @@ struct uw_sample_thread {
 	uint32_t stack; /* 0 is the empty stack */
 	/*
 	 * With context_otel or context_labels: the span and labels it ran
-	 * under, NULL when none (or unreadable).  Owned by the target, valid
-	 * until its next sample.
+	 * under, NULL when none (or when it could not be proven the stack's).
+	 * Owned by the sample (its contexts).
 	 */
 	const struct uw_context *context;
 };
@@ -401,6 +401,8 @@ struct uw_sample {
 	uint32_t nthreads;
 	struct uw_sample_thread *threads;
 	size_t cap; /* owned by the sample; reused across calls */
+	struct uw_context *contexts; /* the threads' contexts point here */
+	size_t contexts_cap;
 };
 
 /*

@@ -310,6 +310,8 @@ struct process_still {
 	struct uw_options opts; /* and answer these options */
 	uint64_t kept_frames, kept_stacks; /* its frames and stacks, for the counters */
 	struct uw_sample kept;
+	struct uw_context *kept_contexts; /* its threads' contexts, copied (the reader's change each sample) */
+	size_t kept_contexts_cap;
 	/* The kernel's look at the process (kstill.c): its number there (-1: not watched), and what armed the proof. */
 	int look_proc;
 	uint64_t look_start;    /* when the process the look found began (0: not yet found): another pid's is not it */

@@ -590,6 +590,32 @@ static void walk_trim(struct uw_target *t)
 	t->stats.scratch_bytes = walk_room(t) + view_room(t);
 }
 
+/*
+ * The threads' contexts copied into the sample's own room: the reader's
+ * are written again by the next sample, and a caller may hold two samples
+ * (pyprofd record counts a read once the next one's time is known).  One
+ * that finds no room is left out.
+ */
+static void walk_own_contexts(struct uw_sample *s)
+{
+	uint32_t with = 0;
+	for (uint32_t i = 0; i < s->nthreads; i++)
+		with += s->threads[i].context != NULL;
+	if (with && array_reserve((void **)&s->contexts, &s->contexts_cap, with - 1, sizeof *s->contexts, NULL) != 0)
+		with = 0;
+	uint32_t k = 0;
+	for (uint32_t i = 0; i < s->nthreads; i++) {
+		if (!s->threads[i].context)
+			continue;
+		if (k < with) {
+			s->contexts[k] = *s->threads[i].context;
+			s->threads[i].context = &s->contexts[k++];
+		} else {
+			s->threads[i].context = NULL;
+		}
+	}
+}
+
 int uw_sample(struct uw_target *t, struct uw_sample *s, struct uw_error *err)
 {
 	struct uw_error local_err;
@@ -630,6 +656,7 @@ int uw_sample(struct uw_target *t, struct uw_sample *s, struct uw_error *err)
 	bool process_proof = !(t->opts.provers_off & UW_PROVER_PROCESS_BIT);
 	if (process_proof && still_sample(t, s)) {
 		walk_trim(t);
+		walk_own_contexts(s);
 		return 0;
 	}
 	if (!t->walk && !(t->walk = calloc(1, sizeof *t->walk))) {
@@ -704,6 +731,8 @@ done:
 			t->stats.errors[err->status]++;
 	}
 	walk_trim(t);
+	if (rc == 0)
+		walk_own_contexts(s);
 	t->stats.readv_calls = t->mem.calls;
 	t->stats.bytes_read = t->mem.bytes;
 	t->stats.pages_read = t->mem.pages;
@@ -731,6 +760,7 @@ void walk_free(struct uw_target *t)
 void uw_sample_free(struct uw_sample *s)
 {
 	free(s->threads);
+	free(s->contexts);
 	memset(s, 0, sizeof *s);
 }
 

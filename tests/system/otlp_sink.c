@@ -59,16 +59,18 @@ static bool sink_read(struct otlp_sink *s, int fd, char *path, size_t path_len, 
 	return true;
 }
 
-static void *sink_main(void *arg)
+/* One connection's requests, each answered in turn (a client keeps it alive for the next). */
+struct sink_conn {
+	struct otlp_sink *s;
+	int fd;
+};
+
+static void *sink_conn_main(void *arg)
 {
-	struct otlp_sink *s = arg;
-	while (!s->stop) {
-		struct pollfd p = {.fd = s->fd, .events = POLLIN};
-		if (poll(&p, 1, 100) <= 0)
-			continue;
-		int conn = accept4(s->fd, NULL, NULL, SOCK_CLOEXEC);
-		if (conn < 0)
-			continue;
+	struct sink_conn *c = arg;
+	struct otlp_sink *s = c->s;
+	int conn = c->fd;
+	{
 		char path[128];
 		uint8_t *body;
 		size_t len;
@@ -90,6 +92,38 @@ static void *sink_main(void *arg)
 		}
 		close(conn);
 	}
+	return NULL;
+}
+
+/* Connections served at once (the Collector opens one a signal): a thread each. */
+#define SINK_CONNS 16
+
+static void *sink_main(void *arg)
+{
+	struct otlp_sink *s = arg;
+	pthread_t threads[SINK_CONNS];
+	struct sink_conn conns[SINK_CONNS];
+	size_t n = 0;
+	while (!s->stop) {
+		struct pollfd p = {.fd = s->fd, .events = POLLIN};
+		if (poll(&p, 1, 100) <= 0)
+			continue;
+		int conn = accept4(s->fd, NULL, NULL, SOCK_CLOEXEC);
+		if (conn < 0)
+			continue;
+		if (n == SINK_CONNS) {
+			close(conn);
+			continue;
+		}
+		conns[n] = (struct sink_conn){s, conn};
+		if (pthread_create(&threads[n], NULL, sink_conn_main, &conns[n]) != 0) {
+			close(conn);
+			continue;
+		}
+		n++;
+	}
+	for (size_t i = 0; i < n; i++)
+		pthread_join(threads[i], NULL);
 	return NULL;
 }
 

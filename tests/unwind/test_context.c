@@ -210,7 +210,7 @@ Test(context, asyncio_tasks_carry_their_own_routes, .timeout = 600)
 		struct uw_sample s = {0};
 		struct uw_error err = {0};
 		unsigned waits = 0, burns = 0, unlabelled = 0;
-		for (int round = 0; round < 200 && (waits < 50 || burns < 5); round++) {
+		for (int round = 0; round < 300; round++) {
 			if (uw_sample(t, &s, &err) != 0) {
 				cr_assert(err.status == UW_ECORRUPT, "%s: %s", ctx, err.msg);
 				continue;
