@@ -209,7 +209,7 @@ def bench_pyprofd(args, python, verbose, copy=False, provers_off=None):
             r = subprocess.run([args.waker, str(args.rate), "5"], capture_output=True, text=True)
             woke = r.stdout.strip() if r.returncode == 0 else "failed: %s" % (r.stderr.strip() or r.returncode)
         for t in targets:
-            ctl("attach", str(t.pid), "--rate", str(args.rate))
+            ctl("attach", str(t.pid), "--rate", str(args.rate), *args.attach_extra)
         time.sleep(1.0)  # the first samples decode everything: measure steady state
         status0 = ctl("status")
         cpu0, sw0, wall0 = cpu_seconds(daemon.pid), switches(daemon.pid), time.monotonic()
@@ -399,9 +399,15 @@ def main():
     ap.add_argument("--interval", default="15s", help="the export interval")
     ap.add_argument("--waker", help="bench/wake_cost.c built (default: beside --pyprofd, when there): "
                     "what only waking at the same rate costs beside the same targets")
+    ap.add_argument("--context", choices=("off", "on", "both"), default="off",
+                    help="attach with --context otel --context-label route (with --workload spans4.py: "
+                         "every request a span with a route); both: rounds without and with, in turn")
+    ap.add_argument("--no-copies", action="store_true", help="leave out the rounds with the kernel's copies")
     ap.add_argument("--rounds", type=int, default=3,
                     help="measure the daemon and CPython's sampler this many times, alternating")
     args = ap.parse_args()
+    context_args = ["--context", "otel", "--context-label", "route"]
+    args.attach_extra = context_args if args.context == "on" else []
     if args.waker is None:
         beside = os.path.join(os.path.dirname(args.pyprofd), "bench", "wake_cost")
         args.waker = beside if os.access(beside, os.X_OK) else None
@@ -412,22 +418,38 @@ def main():
         sys.exit("no CPython found")
     tachyon = python.minor >= 15 and not args.no_tachyon
     ours, copied, copies, theirs = [], [], [], []
+    with_context = []
     for round_ in range(max(1, args.rounds)):
         verbose = round_ == 0
         ours.append(bench_pyprofd(args, python, verbose)[0])
-        if args.rounds > 1:
+        if args.context == "both":
+            # The same targets' workload read with each sample's request, beside the round without.
+            args.attach_extra = context_args
+            with_context.append(bench_pyprofd(args, python, verbose)[0])
+            args.attach_extra = []
+            print("  round %d: context off %5.2f %%, on %5.2f %% (%+.1f %%)"
+                  % (round_ + 1, ours[-1], with_context[-1], 100 * (with_context[-1] / ours[-1] - 1)),
+                  flush=True)
+        if args.rounds > 1 and not args.no_copies:
             # The same with the kernel's copies: what the daemon no longer reads, and what the targets pay.
             with BpfStats():
                 cpu, copy = bench_pyprofd(args, python, verbose, copy=True)
             copied.append(cpu)
             copies.append(copy or 0.0)
         theirs.append(bench_tachyon(args, python, verbose) if tachyon else None)
-        if args.rounds > 1:
+        if args.rounds > 1 and args.no_copies:
+            print("  round %d: pyprofd %5.2f %%" % (round_ + 1, ours[-1]), flush=True)
+        elif args.rounds > 1:
             print("  round %d: pyprofd %5.2f %% (with the kernel's copies %.2f %%, and %.2f %% in the targets "
                   "for them)%s" % (round_ + 1, ours[-1], copied[-1], copies[-1],
                                    "" if theirs[-1] is None else
                   ", CPython's sampler %5.2f %% (%.2f of it)" % (theirs[-1], ours[-1] / theirs[-1])),
                   flush=True)
+    if with_context:
+        off, on = statistics.median(ours), statistics.median(with_context)
+        print("daemon CPU over %d rounds: without context median %.2f %% (%.2f-%.2f), with it %.2f %% "
+              "(%.2f-%.2f): %+.1f %%" % (len(ours), off, min(ours), max(ours), on, min(with_context),
+                                        max(with_context), 100 * (on / off - 1)))
     if args.rounds > 1:
         measured = [t for t in theirs if t is not None]
         totals = [a + b for a, b in zip(copied, copies)]
@@ -435,10 +457,11 @@ def main():
               % (len(ours), statistics.median(ours), min(ours), max(ours), "" if not measured else
                  ", CPython's sampler median %.2f %% (%.2f-%.2f)"
                  % (statistics.median(measured), min(measured), max(measured))))
-        print("with the kernel's copies: the daemon median %.2f %% (%.2f-%.2f), and with what they cost the "
-              "targets %.2f %% (%.2f-%.2f)"
-              % (statistics.median(copied), min(copied), max(copied), statistics.median(totals),
-                 min(totals), max(totals)))
+        if copied:
+            print("with the kernel's copies: the daemon median %.2f %% (%.2f-%.2f), and with what they cost the "
+                  "targets %.2f %% (%.2f-%.2f)"
+                  % (statistics.median(copied), min(copied), max(copied), statistics.median(totals),
+                     min(totals), max(totals)))
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ const struct stats_counter counters_table[COUNTERS_COUNT] = {
 	{"marker_partial_reread", offsetof(struct uw_stats, marker_partial_reread)},
 	{"context_reads", offsetof(struct uw_stats, context_reads)},
 	{"context_torn", offsetof(struct uw_stats, context_torn)},
+	{"context_kept", offsetof(struct uw_stats, context_kept)},
 	{"cache_resets", offsetof(struct uw_stats, cache_resets)},
 	{"cache_bytes", offsetof(struct uw_stats, cache_bytes)},
 	{"walks_cut", offsetof(struct uw_stats, walks_cut)},

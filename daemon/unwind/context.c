@@ -76,7 +76,7 @@ static int context_var_want(struct uw_target *t, raddr_t var)
 	uint32_t shift = pyobj_shift(t);
 	/* Its type and name in one read: a context of many variables makes many of these. */
 	uint8_t b[40];
-	if (pyobj_read(t, var + 8, b, 16 + shift) != 0 || load_u64(b, shift) != t->objtypes.contextvar)
+	if (pyobj_read_fixed(t, var + 8, b, 16 + shift) != 0 || load_u64(b, shift) != t->objtypes.contextvar)
 		return CONTEXT_WANT_NONE;
 	raddr_t name = load_u64(b, 8 + shift);
 	/*
@@ -386,6 +386,15 @@ const struct uw_context *context_of_thread(struct uw_target *t, struct thread_ca
 	const struct names_layout *N = seen->vars ? context_wanted(t) : NULL;
 	if (!N)
 		return NULL;
+	/*
+	 * A thread the kernel proves ran nothing since its stack was read, whose
+	 * context was proven then or since: the same context, nothing read.
+	 */
+	if (tc->still.holds && tc->ctx_proven && tc->ctx_gen == t->contexts.gen) {
+		t->stats.context_kept++;
+		return tc->ctx->has_span || tc->ctx->nlabels ? tc->ctx : NULL;
+	}
+	tc->ctx_proven = false;
 	struct context_state *cs = &t->contexts;
 	if ((!tc->ctx && !(tc->ctx = malloc(sizeof *tc->ctx))) ||
 	    (!cs->proof && !(cs->proof = malloc(sizeof *cs->proof))))
@@ -413,13 +422,17 @@ const struct uw_context *context_of_thread(struct uw_target *t, struct thread_ca
 	int rc = context_frame_holds(t, tc, tstate) ? context_read(t, N, seen->vars, tc->ctx) : -1;
 	t->pyobj_batched = false;
 	cs->proving = false;
-	if (rc != 0 || cs->proof->overflow || !context_proof_holds(t)) {
+	/* Nothing asked for in it: a sample given no context is never a wrong one, and needs no proof. */
+	bool found = rc == 0 && (tc->ctx->has_span || tc->ctx->nlabels);
+	if (rc != 0 || (found && (cs->proof->overflow || !context_proof_holds(t)))) {
 		/* Torn or garbage: no context this sample, never a guess. */
 		t->stats.context_torn++;
 		tc->ctx_moved = rc == 0;
 		return NULL;
 	}
 	tc->ctx_moved = false;
+	tc->ctx_proven = true;
+	tc->ctx_gen = cs->gen;
 	return tc->ctx->has_span || tc->ctx->nlabels ? tc->ctx : NULL;
 }
 

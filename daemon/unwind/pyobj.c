@@ -33,7 +33,7 @@ bool pyobj_is_a(struct uw_target *t, const struct names_layout *N, raddr_t type,
 	if (type == base)
 		return true;
 	uint8_t flags[8];
-	return pyobj_read(t, type + N->type_flags + pyobj_shift(t), flags, 8) == 0 &&
+	return pyobj_read_fixed(t, type + N->type_flags + pyobj_shift(t), flags, 8) == 0 &&
 	       (load_u64(flags, 0) & subclass_flag);
 }
 
@@ -82,6 +82,15 @@ int pyobj_read(struct uw_target *t, raddr_t addr, void *buf, size_t len)
 	memcpy(buf, p, len);
 	context_proof_note(t, addr, p, len);
 	return 0;
+}
+
+int pyobj_read_fixed(struct uw_target *t, raddr_t addr, void *buf, size_t len)
+{
+	bool proving = t->contexts.proving;
+	t->contexts.proving = false;
+	int rc = pyobj_read(t, addr, buf, len);
+	t->contexts.proving = proving;
+	return rc;
 }
 
 /* How much longer a free-threaded build's object header is than the usual 16 bytes. */
@@ -300,9 +309,9 @@ int pyobj_attrs(struct uw_target *t, const struct names_layout *N, raddr_t obj, 
 	raddr_t type = pyobj_type_of(t, obj);
 	/* The type's basicsize, flags and dictoffset, each read on its own: they lie far apart. */
 	uint8_t basicsize[8], flags[8], dictoffset[8];
-	if (!type || pyobj_read(t, type + N->type_basicsize + shift, basicsize, 8) != 0 ||
-	    pyobj_read(t, type + N->type_flags + shift, flags, 8) != 0 ||
-	    pyobj_read(t, type + N->type_dictoffset + shift, dictoffset, 8) != 0)
+	if (!type || pyobj_read_fixed(t, type + N->type_basicsize + shift, basicsize, 8) != 0 ||
+	    pyobj_read_fixed(t, type + N->type_flags + shift, flags, 8) != 0 ||
+	    pyobj_read_fixed(t, type + N->type_dictoffset + shift, dictoffset, 8) != 0)
 		return -1;
 	int64_t offset = (int64_t)load_u64(dictoffset, 0);
 	uint64_t tp_flags = load_u64(flags, 0), size = load_u64(basicsize, 0);

@@ -463,6 +463,7 @@ struct uw_stats {
 	uint64_t process_still;            /* samples the kernel proved no thread of the process ran since one read whole: no memory read */
 	uint64_t context_reads;            /* request contexts read (threads', parked tasks'), through the sample's batch */
 	uint64_t context_torn;             /* contexts that moved while read, or read as garbage: none that sample */
+	uint64_t context_kept;             /* thread samples whose context stood: the kernel proved the thread ran nothing since */
 	uint64_t cache_resets;             /* budget reached: everything forgotten */
 	uint64_t walks_cut;                /* samples cut short at max_sample_ns */
 	uint64_t tasks_read;               /* asyncio tasks read (async mode) */

@@ -225,6 +225,8 @@ struct thread_cache {
 	/* context.c: what the thread's context said this sample (NULL until one is read). */
 	struct uw_context *ctx;
 	bool ctx_moved;         /* it moved under the last read: read just before the stack next time */
+	bool ctx_proven;        /* ctx is proven as of the last sample that read it (and the names of ctx_gen) */
+	uint64_t ctx_gen;
 };
 
 /* Ranges read together in one batch, sorted by address, and their bytes. */

@@ -402,6 +402,12 @@ struct pyobj_keys {
  * sample's view while t->pyobj_batched; -1 for address 0 or a failed read.
  */
 int pyobj_read(struct uw_target *t, raddr_t addr, void *buf, size_t len);
+/*
+ * The same of fields an object keeps while it lives (a type's flags,
+ * sizes and offsets, a ContextVar's name): a context's proof does not
+ * read them again; what points to the object is read again.
+ */
+int pyobj_read_fixed(struct uw_target *t, raddr_t addr, void *buf, size_t len);
 /* How much longer a free-threaded build's object header is than the usual 16 bytes. */
 uint32_t pyobj_shift(const struct uw_target *t);
 /* The pointer at addr, the type of obj; 0 when unreadable. */
