@@ -245,8 +245,8 @@ struct contexts_batch {
 	struct store_batch *b;
 	int target;
 	unsigned width;
-	int32_t (*spell)(void *ctx, uint32_t stack);
-	void *spell_ctx;
+	int32_t (*batch_stack)(void *ctx, uint32_t stack);
+	void *batch_stack_ctx;
 	int32_t *declared; /* a request id's index in the batch, -1 before */
 	struct contexts_row {
 		int64_t bucket;
@@ -287,7 +287,7 @@ static int32_t contexts_declare(struct contexts_batch *cb, uint32_t id)
 static int contexts_row_add(void *ctx, const struct tally_entry *e, uint64_t count)
 {
 	struct contexts_batch *cb = ctx;
-	int32_t stack = cb->spell(cb->spell_ctx, e->stack);
+	int32_t stack = cb->batch_stack(cb->batch_stack_ctx, e->stack);
 	int32_t request = e->context ? contexts_declare(cb, e->context) : -1;
 	if (stack < 0 || request < 0)
 		return -1;
@@ -309,14 +309,14 @@ static int contexts_row_add(void *ctx, const struct tally_entry *e, uint64_t cou
 }
 
 int contexts_batch(struct contexts *c, struct store_batch *b, int target, unsigned width,
-                   int32_t (*spell)(void *ctx, uint32_t stack), void *spell_ctx)
+                   int32_t (*batch_stack)(void *ctx, uint32_t stack), void *batch_stack_ctx)
 {
 	if (!c->tally.unhanded) {
 		contexts_drop(c);
 		return 0;
 	}
 	struct contexts_batch cb = {.c = c, .b = b, .target = target, .width = width ? width : 10,
-	                            .spell = spell, .spell_ctx = spell_ctx};
+	                            .batch_stack = batch_stack, .batch_stack_ctx = batch_stack_ctx};
 	int rc = -1;
 	if ((cb.declared = malloc(c->requests.len * sizeof *cb.declared))) {
 		memset(cb.declared, 0xff, c->requests.len * sizeof *cb.declared);

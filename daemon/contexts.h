@@ -59,10 +59,10 @@ int contexts_count(struct contexts *c, const struct context_spec *spec, const st
 /*
  * Everything counted since the last time into batch b (target index
  * `target`, buckets of width seconds), each stack id made the batch's by
- * spell (-1: fail).  Emptied either way.  0, or -1.
+ * batch_stack (-1: fail).  Emptied either way.  0, or -1.
  */
 int contexts_batch(struct contexts *c, struct store_batch *b, int target, unsigned width,
-                   int32_t (*spell)(void *ctx, uint32_t stack), void *spell_ctx);
+                   int32_t (*batch_stack)(void *ctx, uint32_t stack), void *batch_stack_ctx);
 /* Forget what was counted, as a history that keeps nothing does; label values stay. */
 void contexts_drop(struct contexts *c);
 void contexts_stats(const struct contexts *c, struct contexts_stats *out);

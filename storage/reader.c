@@ -123,6 +123,38 @@ const struct reader_tables *reader_tables(const struct store_query *q)
 	return q && q->pending && q->pending->n ? &reader_all_tables : &reader_file_tables;
 }
 
+bool reader_by_context(const struct store_query *q)
+{
+	return q->trace_id || q->span_id || q->ncontext_labels;
+}
+
+const char *reader_samples(const struct store_query *q, bool all, char *buf, size_t len)
+{
+	const struct reader_tables *t = reader_tables(q);
+	if (!all && !reader_by_context(q))
+		return t->samples;
+	size_t n = (size_t)snprintf(
+		buf, len,
+		"(SELECT cs.target AS target, cs.bucket_start AS bucket_start, "
+		"cs.bucket_seconds AS bucket_seconds, cs.thread_id AS thread_id, cs.stack AS stack, "
+		"cs.count AS count, cs.idle AS idle, c.trace_id AS trace_id, c.span_id AS span_id, "
+		"c.labels AS labels FROM %s cs JOIN %s c ON c.id = cs.context WHERE 1",
+		t->context_samples, t->contexts);
+	if (q->trace_id && n < len)
+		n += (size_t)snprintf(buf + n, len - n, " AND c.trace_id = ?%d", READER_TRACE_PARAM);
+	if (q->span_id && n < len)
+		n += (size_t)snprintf(buf + n, len - n, " AND c.span_id = ?%d", READER_SPAN_PARAM);
+	/* Labels are '\n'-joined lines: a line of the filter is a whole line of them. */
+	for (size_t i = 0; i < q->ncontext_labels && n < len; i++)
+		n += (size_t)snprintf(buf + n, len - n,
+		                      " AND instr(char(10) || c.labels || char(10), "
+		                      "char(10) || ?%d || char(10)) > 0",
+		                      READER_CONTEXT_LABEL_PARAM + (int)i);
+	if (n < len)
+		n += (size_t)snprintf(buf + n, len - n, ")");
+	return n < len ? buf : NULL;
+}
+
 /*
  * A reader of p; dirfd_owned: p's directory descriptor is the reader's,
  * closed with it.  p NULL: of an empty history in memory.

@@ -318,40 +318,6 @@ bool context_before(struct uw_target *t, struct thread_cache *tc, raddr_t tstate
 	return seen->vars != 0;
 }
 
-void context_proof_note(struct uw_target *t, raddr_t addr, const uint8_t *bytes, size_t len)
-{
-	struct context_proof *p = t->contexts.proof;
-	if (!p || !t->contexts.proving)
-		return;
-	if (p->n >= CONTEXT_PROOF_RANGES || len > CONTEXT_PROOF_BYTES - p->used) {
-		p->overflow = true;
-		return;
-	}
-	p->ranges[p->n].addr = addr;
-	p->ranges[p->n].len = (uint32_t)len;
-	p->ranges[p->n].at = p->used;
-	memcpy(p->bytes + p->used, bytes, len);
-	p->used += (uint32_t)len;
-	p->n++;
-}
-
-/* Every read noted made again, in one batch: true when each holds the bytes it held. */
-static bool context_proof_holds(struct uw_target *t)
-{
-	struct context_proof *p = t->contexts.proof;
-	struct remote_range ranges[CONTEXT_PROOF_RANGES];
-	for (uint32_t i = 0; i < p->n; i++)
-		ranges[i] = (struct remote_range){.addr = p->ranges[i].addr, .len = p->ranges[i].len,
-		                                  .buf = p->again + p->ranges[i].at};
-	if (remote_read_batch(&t->mem, ranges, p->n, NULL) != 0)
-		return false;
-	for (uint32_t i = 0; i < p->n; i++)
-		if (ranges[i].got != ranges[i].len ||
-		    memcmp(p->bytes + p->ranges[i].at, p->again + p->ranges[i].at, p->ranges[i].len) != 0)
-			return false;
-	return true;
-}
-
 /*
  * The thread's innermost frame and its code where its stack ends (the
  * walk's, or the proof's that kept it), its reads noted.  Not the
@@ -411,20 +377,20 @@ const struct uw_context *context_of_thread(struct uw_target *t, struct thread_ca
 	 */
 	cs->proof->n = cs->proof->used = 0;
 	cs->proof->overflow = false;
-	cs->proving = true;
+	t->notes = cs->proof;
 	t->pyobj_batched = true;
 	uint8_t fields[16];
 	memcpy(fields, &seen->ctx, 8);
 	memcpy(fields + 8, &seen->ver, 8);
-	context_proof_note(t, tstate + N->ts_context, fields, 16);
+	pyobj_note(t, tstate + N->ts_context, fields, 16);
 	memcpy(fields, &seen->vars, 8);
-	context_proof_note(t, seen->ctx + 24 + pyobj_shift(t), fields, 8);
+	pyobj_note(t, seen->ctx + 24 + pyobj_shift(t), fields, 8);
 	int rc = context_frame_holds(t, tc, tstate) ? context_read(t, N, seen->vars, tc->ctx) : -1;
 	t->pyobj_batched = false;
-	cs->proving = false;
+	t->notes = NULL;
 	/* Nothing asked for in it: a sample given no context is never a wrong one, and needs no proof. */
 	bool found = rc == 0 && (tc->ctx->has_span || tc->ctx->nlabels);
-	if (rc != 0 || (found && (cs->proof->overflow || !context_proof_holds(t)))) {
+	if (rc != 0 || (found && !pyobj_notes_hold(t, cs->proof))) {
 		/* Torn or garbage: no context this sample, never a guess. */
 		t->stats.context_torn++;
 		tc->ctx_moved = rc == 0;

@@ -80,16 +80,50 @@ int pyobj_read(struct uw_target *t, raddr_t addr, void *buf, size_t len)
 	if (!p)
 		return -1;
 	memcpy(buf, p, len);
-	context_proof_note(t, addr, p, len);
+	pyobj_note(t, addr, p, len);
 	return 0;
+}
+
+void pyobj_note(struct uw_target *t, raddr_t addr, const uint8_t *bytes, size_t len)
+{
+	struct pyobj_notes *p = t->notes;
+	if (!p)
+		return;
+	if (p->n >= PYOBJ_NOTES_RANGES || len > PYOBJ_NOTES_BYTES - p->used) {
+		p->overflow = true;
+		return;
+	}
+	p->ranges[p->n].addr = addr;
+	p->ranges[p->n].len = (uint32_t)len;
+	p->ranges[p->n].at = p->used;
+	memcpy(p->bytes + p->used, bytes, len);
+	p->used += (uint32_t)len;
+	p->n++;
+}
+
+bool pyobj_notes_hold(struct uw_target *t, struct pyobj_notes *p)
+{
+	if (p->overflow)
+		return false;
+	struct remote_range ranges[PYOBJ_NOTES_RANGES];
+	for (uint32_t i = 0; i < p->n; i++)
+		ranges[i] = (struct remote_range){.addr = p->ranges[i].addr, .len = p->ranges[i].len,
+		                                  .buf = p->again + p->ranges[i].at};
+	if (remote_read_batch(&t->mem, ranges, p->n, NULL) != 0)
+		return false;
+	for (uint32_t i = 0; i < p->n; i++)
+		if (ranges[i].got != ranges[i].len ||
+		    memcmp(p->bytes + p->ranges[i].at, p->again + p->ranges[i].at, p->ranges[i].len) != 0)
+			return false;
+	return true;
 }
 
 int pyobj_read_fixed(struct uw_target *t, raddr_t addr, void *buf, size_t len)
 {
-	bool proving = t->contexts.proving;
-	t->contexts.proving = false;
+	struct pyobj_notes *notes = t->notes;
+	t->notes = NULL;
 	int rc = pyobj_read(t, addr, buf, len);
-	t->contexts.proving = proving;
+	t->notes = notes;
 	return rc;
 }
 

@@ -385,22 +385,6 @@ struct context_task {
 	bool found;
 	struct uw_context value;
 };
-/*
- * A context's reads, kept to be made again after: every range and the
- * bytes it held, within bounds (past them the context is given up).
- */
-#define CONTEXT_PROOF_RANGES 256u
-#define CONTEXT_PROOF_BYTES 8192u
-struct context_proof {
-	uint32_t n, used;
-	bool overflow;
-	struct {
-		raddr_t addr;
-		uint32_t len, at;
-	} ranges[CONTEXT_PROOF_RANGES];
-	uint8_t bytes[CONTEXT_PROOF_BYTES];
-	uint8_t again[CONTEXT_PROOF_BYTES];
-};
 struct context_state {
 	struct context_node_type types[CONTEXT_NODE_TYPES];
 	uint32_t ntypes;
@@ -409,9 +393,25 @@ struct context_state {
 	struct context_task *tasks; /* CONTEXT_TASKS_KEPT, NULL until a task's context is read */
 	uint32_t ntasks;            /* of them read in sample tasks_gen */
 	uint64_t tasks_gen;
-	struct context_proof *proof; /* NULL until a thread's context is read */
-	bool proving;                /* pyobj_read notes its reads into proof */
+	struct pyobj_notes *proof;   /* NULL until a thread's context is read */
 	uint64_t gen;        /* bumped when the options' names change */
+};
+
+/*
+ * pyobj.c: reads noted to be made again after (a context's proof): every
+ * range and the bytes it held, within bounds (past them, overflow).
+ */
+#define PYOBJ_NOTES_RANGES 256u
+#define PYOBJ_NOTES_BYTES 8192u
+struct pyobj_notes {
+	uint32_t n, used;
+	bool overflow;
+	struct {
+		raddr_t addr;
+		uint32_t len, at;
+	} ranges[PYOBJ_NOTES_RANGES];
+	uint8_t bytes[PYOBJ_NOTES_BYTES];
+	uint8_t again[PYOBJ_NOTES_BYTES];
 };
 
 /* pyobj.c: the runtime's types its reads check objects against, 0 when not found. */
@@ -494,6 +494,7 @@ struct uw_target {
 	struct pynames names;
 	struct pyobj_types objtypes;
 	bool pyobj_batched; /* pyobj_read through the sample's view (a context's reads), not on its own */
+	struct pyobj_notes *notes; /* pyobj_read notes its reads here; NULL: not noting */
 	struct context_state contexts;
 	raddr_t none_object; /* exception.c: &_Py_NoneStruct, 0 until looked up */
 	bool none_looked;

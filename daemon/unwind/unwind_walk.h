@@ -408,6 +408,10 @@ int pyobj_read(struct uw_target *t, raddr_t addr, void *buf, size_t len);
  * read them again; what points to the object is read again.
  */
 int pyobj_read_fixed(struct uw_target *t, raddr_t addr, void *buf, size_t len);
+/* A read noted into t->notes (pyobj_read notes its own while they are set). */
+void pyobj_note(struct uw_target *t, raddr_t addr, const uint8_t *bytes, size_t len);
+/* Every read noted made again, in one batch: true when each holds the bytes it held. */
+bool pyobj_notes_hold(struct uw_target *t, struct pyobj_notes *p);
 /* How much longer a free-threaded build's object header is than the usual 16 bytes. */
 uint32_t pyobj_shift(const struct uw_target *t);
 /* The pointer at addr, the type of obj; 0 when unreadable. */
@@ -472,8 +476,6 @@ bool context_before(struct uw_target *t, struct thread_cache *tc, raddr_t tstate
 /* After: what the context says, when it is still the one seen before (else NULL, never a guess). */
 const struct uw_context *context_of_thread(struct uw_target *t, struct thread_cache *tc, raddr_t tstate,
                                            const struct context_seen *seen);
-/* A read made while a thread's context is read, kept to be made again (pyobj_read). */
-void context_proof_note(struct uw_target *t, raddr_t addr, const uint8_t *bytes, size_t len);
 /* A parked asyncio task's context (its task_context), read once a sample; NULL when none. */
 const struct uw_context *context_of_task(struct uw_target *t, raddr_t ctx);
 void context_free(struct uw_target *t);
