@@ -74,6 +74,17 @@ static int context_var_want(struct uw_target *t, raddr_t var)
 {
 	struct context_state *cs = &t->contexts;
 	uint32_t shift = pyobj_shift(t);
+	/* One slot a var, by its address: a var met again is one probe. */
+	if (!cs->vars && !(cs->vars = calloc(CONTEXT_VARS_KEPT, sizeof *cs->vars)))
+		return CONTEXT_WANT_NONE;
+	struct context_var_seen *slot = &cs->vars[(var >> 4) % CONTEXT_VARS_KEPT];
+	/*
+	 * A var met before that nothing asked for is taken by its address
+	 * alone, nothing read: should another var have taken the address, the
+	 * worst is a label missed, never one given wrongly.
+	 */
+	if (slot->var == var && slot->want == CONTEXT_WANT_NONE)
+		return CONTEXT_WANT_NONE;
 	/* Its type and name in one read: a context of many variables makes many of these. */
 	uint8_t b[40];
 	if (pyobj_read_fixed(t, var + 8, b, 16 + shift) != 0 || load_u64(b, shift) != t->objtypes.contextvar)
@@ -83,10 +94,6 @@ static int context_var_want(struct uw_target *t, raddr_t var)
 	 * A var and its name are immutable and the name lives while the var
 	 * points to it: the same pair is the same name.
 	 */
-	/* One slot a var, by its address: a var met again is one probe. */
-	if (!cs->vars && !(cs->vars = calloc(CONTEXT_VARS_KEPT, sizeof *cs->vars)))
-		return CONTEXT_WANT_NONE;
-	struct context_var_seen *slot = &cs->vars[(var >> 4) % CONTEXT_VARS_KEPT];
 	if (slot->var == var && slot->name == name)
 		return slot->want;
 	char s[UW_CONTEXT_NAME_LEN];
@@ -385,12 +392,16 @@ const struct uw_context *context_of_thread(struct uw_target *t, struct thread_ca
 	pyobj_note(t, tstate + N->ts_context, fields, 16);
 	memcpy(fields, &seen->vars, 8);
 	pyobj_note(t, seen->ctx + 24 + pyobj_shift(t), fields, 8);
-	int rc = context_frame_holds(t, tc, tstate) ? context_read(t, N, seen->vars, tc->ctx) : -1;
-	t->pyobj_batched = false;
-	t->notes = NULL;
+	int rc = context_read(t, N, seen->vars, tc->ctx);
 	/* Nothing asked for in it: a sample given no context is never a wrong one, and needs no proof. */
 	bool found = rc == 0 && (tc->ctx->has_span || tc->ctx->nlabels);
-	if (rc != 0 || (found && !pyobj_notes_hold(t, cs->proof))) {
+	/* The frame's notes come last: the proof reads them before the context's and after. */
+	uint32_t frame_notes = cs->proof->n;
+	if (found && !context_frame_holds(t, tc, tstate))
+		rc = -1;
+	t->pyobj_batched = false;
+	t->notes = NULL;
+	if (rc != 0 || (found && !pyobj_notes_hold(t, cs->proof, frame_notes))) {
 		/* Torn or garbage: no context this sample, never a guess. */
 		t->stats.context_torn++;
 		tc->ctx_moved = rc == 0;

@@ -101,20 +101,34 @@ void pyobj_note(struct uw_target *t, raddr_t addr, const uint8_t *bytes, size_t 
 	p->n++;
 }
 
-bool pyobj_notes_hold(struct uw_target *t, struct pyobj_notes *p)
+bool pyobj_notes_hold(struct uw_target *t, struct pyobj_notes *p, uint32_t lead_from)
 {
-	if (p->overflow)
+	if (p->overflow || lead_from > p->n || p->n - lead_from > PYOBJ_NOTES_LEAD)
 		return false;
-	struct remote_range ranges[PYOBJ_NOTES_RANGES];
-	for (uint32_t i = 0; i < p->n; i++)
-		ranges[i] = (struct remote_range){.addr = p->ranges[i].addr, .len = p->ranges[i].len,
-		                                  .buf = p->again + p->ranges[i].at};
-	if (remote_read_batch(&t->mem, ranges, p->n, NULL) != 0)
-		return false;
-	for (uint32_t i = 0; i < p->n; i++)
-		if (ranges[i].got != ranges[i].len ||
-		    memcmp(p->bytes + p->ranges[i].at, p->again + p->ranges[i].at, p->ranges[i].len) != 0)
+	/*
+	 * One read copies its ranges in turn, not at one instant: the notes
+	 * from lead_from on are read first as well as in their place, so what
+	 * they hold is seen before and after all the others.
+	 */
+	uint32_t lead = p->n - lead_from, total = lead + p->n;
+	struct remote_range ranges[PYOBJ_NOTES_LEAD + PYOBJ_NOTES_RANGES];
+	uint8_t first[PYOBJ_NOTES_LEAD][PYOBJ_NOTES_LEAD_BYTES];
+	for (uint32_t i = 0; i < lead; i++) {
+		if (p->ranges[lead_from + i].len > PYOBJ_NOTES_LEAD_BYTES)
 			return false;
+		ranges[i] = (struct remote_range){.addr = p->ranges[lead_from + i].addr,
+		                                  .len = p->ranges[lead_from + i].len, .buf = first[i]};
+	}
+	for (uint32_t i = 0; i < p->n; i++)
+		ranges[lead + i] = (struct remote_range){.addr = p->ranges[i].addr, .len = p->ranges[i].len,
+		                                         .buf = p->again + p->ranges[i].at};
+	if (remote_read_batch(&t->mem, ranges, total, NULL) != 0)
+		return false;
+	for (uint32_t i = 0; i < total; i++) {
+		uint32_t k = i < lead ? lead_from + i : i - lead;
+		if (ranges[i].got != ranges[i].len || memcmp(p->bytes + p->ranges[k].at, ranges[i].buf, p->ranges[k].len) != 0)
+			return false;
+	}
 	return true;
 }
 

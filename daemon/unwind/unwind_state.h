@@ -403,6 +403,9 @@ struct context_state {
  */
 #define PYOBJ_NOTES_RANGES 256u
 #define PYOBJ_NOTES_BYTES 8192u
+/* Notes read first as well (pyobj_notes_hold), and their bytes each, at most. */
+#define PYOBJ_NOTES_LEAD 4u
+#define PYOBJ_NOTES_LEAD_BYTES 16u
 struct pyobj_notes {
 	uint32_t n, used;
 	bool overflow;

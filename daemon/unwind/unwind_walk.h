@@ -410,8 +410,11 @@ int pyobj_read(struct uw_target *t, raddr_t addr, void *buf, size_t len);
 int pyobj_read_fixed(struct uw_target *t, raddr_t addr, void *buf, size_t len);
 /* A read noted into t->notes (pyobj_read notes its own while they are set). */
 void pyobj_note(struct uw_target *t, raddr_t addr, const uint8_t *bytes, size_t len);
-/* Every read noted made again, in one batch: true when each holds the bytes it held. */
-bool pyobj_notes_hold(struct uw_target *t, struct pyobj_notes *p);
+/*
+ * Every read noted made again, in one batch, those from lead_from on both
+ * first and last: true when each holds the bytes it held.
+ */
+bool pyobj_notes_hold(struct uw_target *t, struct pyobj_notes *p, uint32_t lead_from);
 /* How much longer a free-threaded build's object header is than the usual 16 bytes. */
 uint32_t pyobj_shift(const struct uw_target *t);
 /* The pointer at addr, the type of obj; 0 when unreadable. */
