@@ -122,7 +122,7 @@ Test(operation, config_errors_list_what_a_setting_takes)
 	struct run_result r;
 	run_command(&r, query, NULL);
 	const char *says = "unknown format 'flamgraph': query writes collapsed, flamegraph, heatmap, "
-	                   "speedscope, pprof, gecko, json, table or processes";
+	                   "speedscope, pprof, gecko, json, table, processes or traces";
 	cr_expect(r.exited && r.code == 2 && strstr(r.err, says), "query --format flamgraph: %d %s", r.code,
 	          r.err);
 	run_result_free(&r);
