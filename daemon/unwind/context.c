@@ -3,15 +3,15 @@
  * (PyThreadState.context), and in it OpenTelemetry's current span and the
  * ContextVars the options name as labels, 3.8-3.15.
  *
- * A context's variables are an immutable HAMT (ctx_vars).  A context
- * changes only while it is entered, in one thread at a time, and each
- * change (a set, an enter, an exit) bumps that thread's context_ver.  So
- * while a thread's context pointer and context_ver read the same, what
- * was read of it still holds: that is the cache, one 16-byte read a
- * sample (in the sample's batch).  When they moved, the HAMT and the
- * values are read again, outside the batch, and kept only if the pointer
- * and version read the same after: a read that raced a change is given up
- * for that sample rather than guessed at.
+ * A context's variables are an immutable HAMT (ctx_vars), but nothing read
+ * of one is kept by its pointers: a set makes a new HAMT where the last was
+ * freed, and context_ver moves only when a context is entered or left.
+ * So a context is read every sample through the sample's view (its
+ * addresses in the next one batched read), and given to the sample only
+ * when every read of it, and of the frame the stack ends in, holds its
+ * bytes when made again after the stack (pyobj_notes_hold); else the
+ * sample has no request, never another's.  A thread the kernel proves ran
+ * nothing since keeps the context proven then.
  *
  * OpenTelemetry's SDK keeps the current span in a ContextVar named
  * "current_context" whose value is a Context (a dict subclass) holding
