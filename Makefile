@@ -218,7 +218,7 @@ test_obj = $(call obj,$(call test_src,$(1)))
 TEST_BINS  = $(TEST_SUITES:%=$(BUILD)/tests/%-tests)
 # Programs the suites run beside pyprofd: unit-sandbox applies pyprofd.service's
 # system call and address family filters as systemd would (tests/sandbox).
-TEST_TOOLS = $(BUILD)/tests/unit-sandbox
+TEST_TOOLS = $(BUILD)/tests/unit-sandbox $(OTEL_PUBS)
 TEST_OBJ   = $(foreach s,$(TEST_SUITES),$(call test_obj,$(s))) $(TEST_SUPPORT_OBJ)
 LIBS_TEST  = $(shell pkg-config --libs criterion jansson 2>/dev/null)
 
@@ -379,6 +379,29 @@ $(BUILD)/tests/unit-sandbox: $(BUILD)/tests/sandbox/unit_sandbox.o
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(shell pkg-config --libs libseccomp)
 
+# OpenTelemetry's process and thread contexts published from C, for a plain
+# python to dlopen (tests/otel): one source built three ways, differing only
+# in how otel_thread_ctx_v1 is reached.  Their own flags, never CFLAGS or
+# LDFLAGS, so make sanitize's ASan stays out of a python that lacks it;
+# libprotobuf-c linked in and hidden, as the Debian root has none.
+OTEL_PUB_DIR    = $(BUILD)/tests/otel
+OTEL_PUBS       = $(OTEL_PUB_DIR)/libotelpub-desc.so $(OTEL_PUB_DIR)/libotelpub-gd.so \
+                  $(OTEL_PUB_DIR)/libotelpub-ie.so
+OTEL_PUB_CFLAGS = -std=c11 -D_GNU_SOURCE -O2 -g $(WARN) -fno-strict-aliasing -fPIC -fvisibility=hidden
+$(OTEL_PUB_DIR)/libotelpub-desc.so: OTEL_TLS = -mtls-dialect=gnu2
+$(OTEL_PUB_DIR)/libotelpub-gd.so:   OTEL_TLS = -mtls-dialect=gnu
+$(OTEL_PUB_DIR)/libotelpub-ie.so:   OTEL_TLS = -DOTEL_PUB_INITIAL_EXEC
+
+$(OTEL_PUB_DIR)/otlp_profiles.pb-c.o: $(BUILD)/proto/otlp_profiles.pb-c.c $(BUILD)/proto/otlp_profiles.pb-c.h
+	@mkdir -p $(@D)
+	$(E) "  CC      $@"
+	$(Q)$(CC) $(filter-out -Wmissing-prototypes -Wshadow,$(OTEL_PUB_CFLAGS)) -I$(BUILD)/proto -c -o $@ $<
+
+$(OTEL_PUBS): $(OTEL_PUB_DIR)/libotelpub-%.so: tests/otel/publisher.c $(OTEL_PUB_DIR)/otlp_profiles.pb-c.o
+	$(E) "  CCLD    $@"
+	$(Q)$(CC) $(OTEL_PUB_CFLAGS) $(OTEL_TLS) -I$(BUILD)/proto -shared -Wl,-z,defs -o $@ $^ \
+		-Wl,--exclude-libs,ALL -Wl,-Bstatic -lprotobuf-c -Wl,-Bdynamic
+
 # $(call install_missing,PACKAGES[,COMMANDS]): apt-get install the packages not
 # installed yet, and those named like the commands that are missing (npm
 # comes with Node.js where the machine has one, else from Debian).
@@ -432,6 +455,7 @@ TEST_ENV = PYPROFD_BIN=$(abspath $(PYPROFD)) PYPROFD_CTL=$(abspath $(CTL)) \
 	PYPROFD_PYTHONS_CACHE=$(abspath $(BUILD))/tests/pythons.cache \
 	PYPROFD_SPEEDSCOPE_SCHEMA=$(abspath $(SPEEDSCOPE_SCHEMA)) \
 	PYPROFD_UNIT_SANDBOX=$(abspath $(BUILD))/tests/unit-sandbox \
+	PYPROFD_OTEL_PUBLISHERS=$(abspath $(BUILD))/tests/otel \
 	LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp):print_suppressions=0
 
 # Builds the root when it is missing or holds another package list; see

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "unwind.h"
 
@@ -20,6 +21,13 @@ struct context_spec {
 	uint32_t nlabels;
 	char labels[UW_CONTEXT_LABELS_MAX][UW_CONTEXT_NAME_LEN];
 };
+
+/*
+ * Every few seconds (*polled: when last, CLOCK_MONOTONIC s; 0 never): the
+ * process's OpenTelemetry process context (OTEP 4719); when it says the
+ * process publishes thread records (OTEP 4947), their keys go to uw.
+ */
+void contexts_poll_process(struct uw_target *uw, pid_t pid, double now, double *polled);
 
 /* Whether it asks for anything. */
 bool context_spec_on(const struct context_spec *s);

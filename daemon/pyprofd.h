@@ -498,6 +498,7 @@ struct target {
 	pid_t parent;    /* attached as a child of this target; 0: not */
 	double attached_at;     /* unix time the last session began */
 	ev_tstamp session_start; /* loop time of the same */
+	double process_context_polled; /* contexts_poll_process's: when its OpenTelemetry context was looked at */
 	ev_tstamp session_end;   /* loop time the last session stopped */
 	uint64_t samples, errors, sessions, session_samples;
 	struct schedule *schedule; /* whose ticks sample it */

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "contexts.h"
 #include "procstat.h"
 #include "record.h"
 
@@ -62,6 +63,7 @@ struct run_proc {
 	struct profile prof;
 	struct record_ticks ticks;
 	struct uw_stats stats; /* taken as its target was closed */
+	double process_context_polled;
 };
 
 struct run {
@@ -289,6 +291,8 @@ static void run_sample(struct run *r, struct run_proc *p)
 	record_time_sample(&r->timing, ns);
 	if (rc == 0) {
 		r->timing.ok++;
+		if (r->o->uw.context_otel || r->o->uw.ncontext_labels)
+			contexts_poll_process(p->t, p->pid, (double)b / 1e9, &p->process_context_polled);
 	} else {
 		r->timing.failed++;
 		if (err.status == UW_EGONE || err.status == UW_ENOPROC) {

@@ -639,6 +639,8 @@ static void target_sample(struct target *t, double start)
 	}
 	t->samples++;
 	t->session_samples++;
+	if (context_spec_on(&t->params.context))
+		contexts_poll_process(t->uw, t->pid, start, &t->process_context_polled);
 	int64_t second = (int64_t)floor(ev_now(t->loop));
 	for (uint32_t i = 0; i < t->sample.nthreads; i++) {
 		const struct uw_sample_thread *th = &t->sample.threads[i];

@@ -165,7 +165,8 @@ static void context_entry(struct uw_target *t, const struct names_layout *N, rad
                           struct uw_context *out)
 {
 	int want = context_var_want(t, key);
-	if (want == CONTEXT_WANT_OTEL)
+	/* The thread's record, when the process publishes them, says the span: the SDK's own word. */
+	if (want == CONTEXT_WANT_OTEL && !t->contexts.span_from_record)
 		context_otel_span(t, N, value, out);
 	else if (want >= 0)
 		context_label(t, N, value, (uint32_t)want, out);
@@ -241,8 +242,6 @@ static int context_hamt(struct uw_target *t, const struct names_layout *N, raddr
 static int context_read(struct uw_target *t, const struct names_layout *N, raddr_t vars, struct uw_context *out)
 {
 	t->stats.context_reads++;
-	out->has_span = false;
-	out->nlabels = 0;
 	raddr_t root = vars ? pyobj_pointer(t, vars + 16 + pyobj_shift(t)) : 0;
 	/* An empty HAMT has a root too (an empty bitmap node); none at all is garbage. */
 	return root ? context_hamt(t, N, root, out) : -1;
@@ -292,6 +291,8 @@ static int context_read_batched(struct uw_target *t, const struct names_layout *
                                 struct uw_context *out)
 {
 	t->pyobj_batched = true;
+	out->has_span = false;
+	out->nlabels = 0;
 	int rc = context_read(t, N, vars, out);
 	t->pyobj_batched = false;
 	return rc;
@@ -354,10 +355,12 @@ static bool context_frame_holds(struct uw_target *t, const struct thread_cache *
 }
 
 const struct uw_context *context_of_thread(struct uw_target *t, struct thread_cache *tc, raddr_t tstate,
-                                           const struct context_seen *seen)
+                                           uint64_t thread_id, const struct context_seen *seen)
 {
-	const struct names_layout *N = seen->vars ? context_wanted(t) : NULL;
-	if (!N)
+	/* A thread that never entered a context may still have a record: the process's SDK keeps it. */
+	const struct names_layout *N = seen->vars || t->otel.keys_known ? context_wanted(t) : NULL;
+	bool record = N && otel_records_on(t);
+	if (!N || (!seen->vars && !record))
 		return NULL;
 	/*
 	 * A thread the kernel proves ran nothing since its stack was read, whose
@@ -386,13 +389,25 @@ const struct uw_context *context_of_thread(struct uw_target *t, struct thread_ca
 	cs->proof->overflow = false;
 	t->notes = cs->proof;
 	t->pyobj_batched = true;
-	uint8_t fields[16];
-	memcpy(fields, &seen->ctx, 8);
-	memcpy(fields + 8, &seen->ver, 8);
-	pyobj_note(t, tstate + N->ts_context, fields, 16);
-	memcpy(fields, &seen->vars, 8);
-	pyobj_note(t, seen->ctx + 24 + pyobj_shift(t), fields, 8);
-	int rc = context_read(t, N, seen->vars, tc->ctx);
+	tc->ctx->has_span = false;
+	tc->ctx->nlabels = 0;
+	int rc = 0;
+	if (record) {
+		t->stats.context_reads++;
+		rc = otel_thread_record(t, thread_id, tc->ctx);
+	}
+	/* The ContextVars for what the record did not say: every label, or the span too when there is no record. */
+	if (rc == 0 && seen->vars && (!record || tc->ctx->nlabels < t->opts.ncontext_labels)) {
+		uint8_t fields[16];
+		memcpy(fields, &seen->ctx, 8);
+		memcpy(fields + 8, &seen->ver, 8);
+		pyobj_note(t, tstate + N->ts_context, fields, 16);
+		memcpy(fields, &seen->vars, 8);
+		pyobj_note(t, seen->ctx + 24 + pyobj_shift(t), fields, 8);
+		t->contexts.span_from_record = record;
+		rc = context_read(t, N, seen->vars, tc->ctx);
+		t->contexts.span_from_record = false;
+	}
 	/* Nothing asked for in it: a sample given no context is never a wrong one, and needs no proof. */
 	bool found = rc == 0 && (tc->ctx->has_span || tc->ctx->nlabels);
 	/* The frame's notes come last: the proof reads them before the context's and after. */

@@ -107,3 +107,113 @@ int elf_lookup(int fd, struct elf_symbol *syms, size_t nsyms, struct elf_facts *
 	elf_end(elf);
 	return 0;
 }
+
+/* The index in the symbol table scn of the defined thread-local `name`; 0 when none. */
+static size_t elf_tls_symbol(Elf *elf, Elf_Scn *scn, const GElf_Shdr *shdr, const char *name, uint64_t *value)
+{
+	Elf_Data *data = elf_getdata(scn, NULL);
+	if (!data || shdr->sh_entsize == 0)
+		return 0;
+	size_t count = shdr->sh_size / shdr->sh_entsize;
+	if (count > ELF_MAX_SYMBOLS)
+		count = ELF_MAX_SYMBOLS;
+	for (size_t i = 1; i < count; i++) {
+		GElf_Sym sym;
+		if (!gelf_getsym(data, (int)i, &sym))
+			break;
+		if (GELF_ST_TYPE(sym.st_info) != STT_TLS || sym.st_shndx == SHN_UNDEF || sym.st_name == 0)
+			continue;
+		const char *s = elf_strptr(elf, shdr->sh_link, sym.st_name);
+		if (s && strcmp(s, name) == 0) {
+			*value = sym.st_value;
+			return i;
+		}
+	}
+	return 0;
+}
+
+/*
+ * How the loader resolves the module's own references to symbol index sym:
+ * the relocation of a GOT slot it fills.  TLSDESC is what the OTEP asks
+ * writers to use, initial-exec what a linker may relax to, and the legacy
+ * general dynamic pair the third model it allows.
+ */
+static void elf_tls_relocation(Elf *elf, size_t dynsym_index, size_t sym, struct elf_tls *out)
+{
+	static const int rank[] = {[ELF_TLS_NONE] = 0, [ELF_TLS_EXEC] = 1, [ELF_TLS_DTPMOD] = 2,
+	                           [ELF_TLS_TPOFF] = 3, [ELF_TLS_DESC] = 4};
+	Elf_Scn *scn = NULL;
+	while ((scn = elf_nextscn(elf, scn)) != NULL) {
+		GElf_Shdr shdr;
+		if (!gelf_getshdr(scn, &shdr) || shdr.sh_type != SHT_RELA || shdr.sh_link != dynsym_index ||
+		    shdr.sh_entsize == 0)
+			continue;
+		Elf_Data *data = elf_getdata(scn, NULL);
+		size_t count = data ? shdr.sh_size / shdr.sh_entsize : 0;
+		if (count > ELF_MAX_SYMBOLS)
+			count = ELF_MAX_SYMBOLS;
+		for (size_t i = 0; i < count; i++) {
+			GElf_Rela r;
+			if (!gelf_getrela(data, (int)i, &r))
+				break;
+			if (GELF_R_SYM(r.r_info) != sym)
+				continue;
+			enum elf_tls_access a = GELF_R_TYPE(r.r_info) == R_X86_64_TLSDESC  ? ELF_TLS_DESC
+			                        : GELF_R_TYPE(r.r_info) == R_X86_64_TPOFF64 ? ELF_TLS_TPOFF
+			                        : GELF_R_TYPE(r.r_info) == R_X86_64_DTPMOD64 ? ELF_TLS_DTPMOD
+			                                                                      : ELF_TLS_NONE;
+			if (rank[a] > rank[out->access]) {
+				out->access = a;
+				out->slot = r.r_offset;
+			}
+		}
+	}
+}
+
+int elf_tls_find(int fd, const char *name, struct elf_tls *out, struct uw_error *err)
+{
+	memset(out, 0, sizeof *out);
+	if (elf_version(EV_CURRENT) == EV_NONE)
+		return uw_fail(err, UW_EIO, "libelf: %s", elf_errmsg(-1));
+	Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+	GElf_Ehdr eh;
+	size_t phnum = 0;
+	/* x86-64's thread pointer and relocations only: elsewhere no record is read, never a wrong one. */
+	if (!elf || elf_kind(elf) != ELF_K_ELF || !gelf_getehdr(elf, &eh) || eh.e_machine != EM_X86_64 ||
+	    elf_getphdrnum(elf, &phnum) != 0)
+		goto done;
+	bool has_tls = false;
+	for (size_t i = 0; i < phnum; i++) {
+		GElf_Phdr ph;
+		if (!gelf_getphdr(elf, (int)i, &ph))
+			continue;
+		if (ph.p_type == PT_LOAD && ph.p_offset == 0 && !out->first_load_vaddr)
+			out->first_load_vaddr = ph.p_vaddr & ~(uint64_t)0xfff;
+		if (ph.p_type == PT_TLS) {
+			has_tls = true;
+			out->block_size = ph.p_memsz;
+			out->block_align = ph.p_align ? ph.p_align : 1;
+		}
+	}
+	/* Most modules keep no thread-local variable: their symbols are not looked at. */
+	if (!has_tls)
+		goto done;
+	Elf_Scn *scn = NULL;
+	while ((scn = elf_nextscn(elf, scn)) != NULL) {
+		GElf_Shdr shdr;
+		if (!gelf_getshdr(scn, &shdr) || shdr.sh_type != SHT_DYNSYM)
+			continue;
+		size_t sym = elf_tls_symbol(elf, scn, &shdr, name, &out->value);
+		if (!sym)
+			break;
+		elf_tls_relocation(elf, elf_ndxscn(scn), sym, out);
+		/* An executable's own reference needs no relocation: its block sits right below the thread pointer. */
+		if (out->access == ELF_TLS_NONE && eh.e_type == ET_EXEC)
+			out->access = ELF_TLS_EXEC;
+		break;
+	}
+done:
+	if (elf)
+		elf_end(elf);
+	return 0;
+}

@@ -299,6 +299,10 @@ struct uw_target *uw_open_image(const struct uw_image_target *it, struct uw_erro
 	t->frame_type = it->frame_type;
 	t->objtypes = (struct pyobj_types){.dict = it->dict_type, .long_ = it->long_type, .tuple = it->tuple_type,
 	                                   .contextvar = it->contextvar_type, .looked = true};
+	if (it->otel_tp_offset) {
+		t->otel.tls = OTEL_TLS_STATIC;
+		t->otel.tp_offset = it->otel_tp_offset;
+	}
 	t->runtime_file = strdup("(memory image)");
 	int described = t->runtime_file ? open_debug_layout(t, err) : -1;
 	const struct py_layout *layout = layout_for_minor(it->minor);
@@ -369,6 +373,7 @@ void uw_close(struct uw_target *t)
 	still_free(t);
 	tasks_free(t);
 	context_free(t);
+	otel_free(t);
 	walk_free(t);
 	view_free(t);
 	free(t->runtime_file);
@@ -417,6 +422,7 @@ void uw_configure(struct uw_target *t, const struct uw_options *options)
 	struct uw_options old = t->opts;
 	t->opts = *options;
 	context_configured(t, &old);
+	otel_configured(t);
 	if (!t->opts.cache_budget)
 		t->opts.cache_budget = UW_DEFAULT_CACHE_BUDGET;
 }

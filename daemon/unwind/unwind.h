@@ -340,6 +340,21 @@ const char *uw_version(const struct uw_target *target);
 /* PY_VERSION_HEX of the target. */
 uint64_t uw_version_hex(const struct uw_target *target);
 
+/*
+ * OpenTelemetry's process context (OTEP 4719), when the process publishes
+ * one: its payload (a protobuf Resource) copied into buf when published
+ * anew since the last call, consistent (its publication time the same
+ * after the read).  1 and *len, 0 when nothing new, -1 and *err.
+ */
+int uw_process_context(struct uw_target *target, uint8_t *buf, size_t cap, size_t *len, struct uw_error *err);
+/*
+ * The process context's threadlocal.attribute_key_map: the process
+ * publishes OTEP 4947's thread records, and names[i] is key index i.
+ * From now on a thread's record, found through its thread-local
+ * otel_thread_ctx_v1, gives its span and labels in place of the ContextVars'.
+ */
+void uw_thread_context_keys(struct uw_target *target, const char *const *names, uint32_t n);
+
 /* The file the runtime was found in (libpython or the executable). */
 const char *uw_runtime_file(const struct uw_target *target);
 

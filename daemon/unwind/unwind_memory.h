@@ -99,6 +99,13 @@ static inline int32_t load_i32(const uint8_t *base, uint32_t off)
 	return v;
 }
 
+static inline uint16_t load_u16(const uint8_t *base, uint32_t off)
+{
+	uint16_t v;
+	__builtin_memcpy(&v, base + off, sizeof v);
+	return v;
+}
+
 static inline uint32_t load_u32(const uint8_t *base, uint32_t off)
 {
 	uint32_t v;
@@ -188,6 +195,23 @@ struct elf_facts {
 /* Look the symbols up in .dynsym and .symtab of the file open at fd. 0, or -1 and *err. */
 int elf_lookup(int fd, struct elf_symbol *syms, size_t nsyms, struct elf_facts *facts,
                struct uw_error *err);
+
+/*
+ * How a module's thread-local variable is reached (elf_tls_find), x86-64:
+ * the GOT slot the loader fills for it (a TLS descriptor, an offset from
+ * the thread pointer, or a module id and offset), or, for an executable's
+ * own variable, its place in the block below the thread pointer.
+ */
+enum elf_tls_access { ELF_TLS_NONE, ELF_TLS_EXEC, ELF_TLS_DTPMOD, ELF_TLS_TPOFF, ELF_TLS_DESC };
+struct elf_tls {
+	enum elf_tls_access access;
+	uint64_t slot;             /* the slot's vaddr, unrelocated */
+	uint64_t value;            /* the symbol's offset in the module's block */
+	uint64_t block_size, block_align; /* PT_TLS */
+	uint64_t first_load_vaddr; /* as elf_facts' */
+};
+/* The defined thread-local `name` of the file open at fd: out->access NONE when not there. 0, or -1 and *err. */
+int elf_tls_find(int fd, const char *name, struct elf_tls *out, struct uw_error *err);
 
 /* pystr.c */
 /*

@@ -394,7 +394,23 @@ struct context_state {
 	uint32_t ntasks;            /* of them read in sample tasks_gen */
 	uint64_t tasks_gen;
 	struct pyobj_notes *proof;   /* NULL until a thread's context is read */
+	bool span_from_record; /* the thread's OTEP record gave its span: the SDK's ContextVar is not read */
 	uint64_t gen;        /* bumped when the options' names change */
+};
+
+/* otel.c: what the process publishes for outside readers (OTEP 4719, 4947). */
+#define OTEL_KEYS_MAX 256u
+struct otel_state {
+	raddr_t process_map;   /* the OTEL_CTX mapping, 0 until found */
+	uint64_t published_at; /* of the payload last handed out */
+	bool keys_known;       /* the daemon gave the key map: the process publishes thread records */
+	char (*keys)[UW_CONTEXT_NAME_LEN]; /* OTEL_KEYS_MAX attribute names by key index; NULL until given */
+	uint32_t nkeys;
+	int16_t key_label[OTEL_KEYS_MAX]; /* a key's label index in the options, -1 for none */
+	enum { OTEL_TLS_UNKNOWN, OTEL_TLS_STATIC, OTEL_TLS_DYNAMIC } tls;
+	int64_t tp_offset;          /* static: the variable at the thread pointer plus this */
+	uint64_t modid, mod_offset; /* dynamic: the module's block in the thread's DTV, and the offset in it */
+	uint64_t tls_looked_ns, tls_retry_ns;
 };
 
 /*
@@ -499,6 +515,7 @@ struct uw_target {
 	bool pyobj_batched; /* pyobj_read through the sample's view (a context's reads), not on its own */
 	struct pyobj_notes *notes; /* pyobj_read notes its reads here; NULL: not noting */
 	struct context_state contexts;
+	struct otel_state otel;
 	raddr_t none_object; /* exception.c: &_Py_NoneStruct, 0 until looked up */
 	bool none_looked;
 };
@@ -511,6 +528,8 @@ struct uw_image_target {
 	raddr_t runtime, code_type, unicode_type, bytes_type, frame_type;
 	/* The types request contexts are read through (pyobj.c); 0: none, and no context is read. */
 	raddr_t dict_type, long_type, tuple_type, contextvar_type;
+	/* Nonzero: the image publishes OTEP 4947's thread records, each thread's at its thread_id plus this. */
+	int64_t otel_tp_offset;
 };
 /* A target reading a memory image, as uw_open does a process; NULL and *err. */
 struct uw_target *uw_open_image(const struct uw_image_target *it, struct uw_error *err);

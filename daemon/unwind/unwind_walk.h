@@ -478,10 +478,22 @@ struct context_seen {
 bool context_before(struct uw_target *t, struct thread_cache *tc, raddr_t tstate, struct context_seen *seen);
 /* After: what the context says, when it is still the one seen before (else NULL, never a guess). */
 const struct uw_context *context_of_thread(struct uw_target *t, struct thread_cache *tc, raddr_t tstate,
-                                           const struct context_seen *seen);
+                                           uint64_t thread_id, const struct context_seen *seen);
 /* A parked asyncio task's context (its task_context), read once a sample; NULL when none. */
 const struct uw_context *context_of_task(struct uw_target *t, raddr_t ctx);
 void context_free(struct uw_target *t);
+
+/* otel.c */
+/* Whether the thread records are read: their key map given and the variable found (looked for again, spaced). */
+bool otel_records_on(struct uw_target *t);
+/*
+ * The record of the thread whose thread pointer is tp (pthread_self()):
+ * its span (when context_otel) and the labels its keys name, added to
+ * out, its reads through pyobj_read.  0 (a record or none), -1 unreadable.
+ */
+int otel_thread_record(struct uw_target *t, uint64_t tp, struct uw_context *out);
+void otel_configured(struct uw_target *t);
+void otel_free(struct uw_target *t);
 /* After uw_configure: names that changed make every kept context stale. */
 void context_configured(struct uw_target *t, const struct uw_options *old);
 

@@ -337,7 +337,7 @@ static int walk_thread(struct walk *w, const struct walk_interp *iv, raddr_t tst
 	                                .stack = stack};
 	th->idle = t->opts.want_idle && threads_idle(t, tc, native_id, holds_gil, state, stack);
 	threads_name(t, tc, native_id, thread_id, th->name);
-	th->context = context_of_thread(t, tc, tstate, &ctx_seen);
+	th->context = context_of_thread(t, tc, tstate, thread_id, &ctx_seen);
 	t->stats.thread_samples++;
 	return 0;
 }

@@ -50,6 +50,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct img_runtime r;
 	img_build(&m, &r);
 	img_context(&m, &r);
+	int64_t tp_offset = img_record(&m, &r);
 	/* Patches: segment (u8), offset (u16), length (u8), bytes. */
 	for (size_t off = 0; off + 4 <= size;) {
 		size_t seg = data[off] % m.n, at = (size_t)data[off + 1] | (size_t)data[off + 2] << 8;
@@ -64,7 +65,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	m.image = (struct remote_image){m.seg, m.n};
 	struct uw_image_target it = {&m.image,  10,        r.runtime, CODE_TYPE,  UNICODE_TYPE,   BYTES_TYPE,
-	                             FRAME_TYPE, DICT_TYPE, LONG_TYPE, TUPLE_TYPE, CONTEXTVAR_TYPE};
+	                             FRAME_TYPE, DICT_TYPE, LONG_TYPE, TUPLE_TYPE, CONTEXTVAR_TYPE,
+	                             size && data[0] & 1 ? tp_offset : 0};
 	struct uw_error err;
 	struct uw_target *t = uw_open_image(&it, &err);
 	if (t) {
@@ -73,6 +75,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		strcpy(o.context_labels[0], "route");
 		strcpy(o.context_labels[1], "tenant");
 		uw_configure(t, &o);
+		/* Half the inputs publish thread records (OTEP 4947) too, read in place of the ContextVars. */
+		const char *keys[] = {"route", "tenant"};
+		if (size && data[0] & 1)
+			uw_thread_context_keys(t, keys, 2);
 		struct uw_sample s = {0};
 		for (int i = 0; i < 3; i++)
 			if (uw_sample(t, &s, &err) == 0)

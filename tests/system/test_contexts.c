@@ -341,3 +341,87 @@ Test(contexts, asyncio_routes_split_the_profile, .timeout = 600)
 	cr_expect_gt(tried, 0);
 	daemon_stop(&d);
 }
+
+/* The trace of the report's thread whose function is func, and its route. */
+static void contexts_record_of(json_t *report, const char *func, const char **trace, const char **route)
+{
+	const char *tid;
+	json_t *th;
+	json_object_foreach(json_object_get(report, "threads"), tid, th)
+		if (!strcmp(json_string_value(json_object_get(th, "function")), func)) {
+			*trace = json_string_value(json_object_get(th, "trace_id"));
+			*route = json_string_value(json_object_get(th, "route"));
+		}
+	cr_assert(*trace && *route, "the report has no thread in %s", func);
+}
+
+/*
+ * A service whose native library publishes OpenTelemetry's process context
+ * and thread records (tests/targets/otel_records.py): the daemon finds them
+ * by itself, and each trace and route holds its own thread's function.
+ */
+Test(contexts, thread_records_split_the_profile, .timeout = 600)
+{
+	const char *dir = getenv("PYPROFD_OTEL_PUBLISHERS");
+	cr_assert(dir, "PYPROFD_OTEL_PUBLISHERS is not set: `make test` builds the publishers and names them");
+	struct python pys[PYTHONS_MAX];
+	size_t n = pythons_supported(pys, PYTHONS_MAX);
+	char script[PATH_MAX];
+	target_script("otel_records.py", script, sizeof script);
+	static const char *const fast_flush[] = {"--flush-interval", "1", NULL};
+	struct daemon d;
+	daemon_start(&d, fast_flush);
+	bool host_done = false, root_done = false;
+	for (size_t i = 0; i < n; i++) {
+		/* One interpreter of the host's glibc, one of the root's. */
+		bool *done = pys[i].root_len ? &root_done : &host_done;
+		if (*done || pys[i].contained || pys[i].debug)
+			continue;
+		*done = true;
+		char what[PATH_MAX + 64], pid[16], from[PATH_MAX], lib[PATH_MAX], scratch[PATH_MAX - 64];
+		python_describe(&pys[i], what, sizeof what);
+		snprintf(from, sizeof from, "%s/libotelpub-desc.so", dir);
+		scratch_dir(scratch, sizeof scratch);
+		snprintf(lib, sizeof lib, "%s/libotelpub-desc.so", scratch);
+		copy_executable(from, lib);
+		struct test_target target;
+		const char *args[] = {"-I", script, "{report}", lib, NULL};
+		test_target_start_python(&target, &pys[i], args);
+		json_t *report = test_target_wait_report(&target, TARGET_READY_TIMEOUT_S);
+		pid_text(target.pid, pid, sizeof pid);
+		const char *attach[] = {"attach", pid, "--context", "otel", "--context-label", "route", NULL};
+		ctl_ok(&d, attach);
+		const char *trace0 = NULL, *route0 = NULL, *trace1 = NULL, *route1 = NULL;
+		contexts_record_of(report, "inside_0", &trace0, &route0);
+		contexts_record_of(report, "inside_1", &trace1, &route1);
+		char label1[64];
+		snprintf(label1, sizeof label1, "route=%s", route1);
+		uint64_t in0 = 0, all0 = 0, in1 = 0, all1 = 0, unused;
+		double deadline = mono_now() + CONTEXTS_WAIT_S;
+		const char *by_trace[] = {"query", "--pid", pid, "--trace", trace0, NULL};
+		while (mono_now() < deadline && (in0 < 20 || in1 < 20)) {
+			pause_ms(500);
+			char *c = contexts_collapsed(&d, by_trace);
+			contexts_count(c, "inside_0", &in0, &all0);
+			free(c);
+			contexts_route(&d, pid, label1, "inside_1", &in1, &all1);
+		}
+		cr_expect_geq(in0, 20, "%s: trace %s holds %llu samples in inside_0", what, trace0, (unsigned long long)in0);
+		cr_expect_geq(in1, 20, "%s: %s holds %llu samples in inside_1", what, label1, (unsigned long long)in1);
+		uint64_t other = 0, outside = 0;
+		char *c = contexts_collapsed(&d, by_trace);
+		contexts_count(c, "inside_1", &other, &unused);
+		contexts_count(c, "outside_work", &outside, &unused);
+		cr_expect_eq(other + outside, 0, "%s: trace %s holds another thread's or unspanned code:\n%s", what, trace0, c);
+		free(c);
+		contexts_route(&d, pid, label1, "inside_0", &other, &unused);
+		cr_expect_eq(other, 0, "%s: %s holds %llu samples of inside_0", what, label1, (unsigned long long)other);
+		char *log = daemon_log(&d);
+		cr_expect(log && strstr(log, "thread records"), "%s: the daemon never said it reads the records", what);
+		free(log);
+		test_target_kill(&target);
+		json_decref(report);
+	}
+	cr_expect(host_done, "no interpreter of the host's");
+	daemon_stop(&d);
+}

@@ -103,7 +103,7 @@ void img_build(struct img *m, struct img_runtime *r)
 	img_put64(rt, L->runtime.interpreters_head, r->interp);
 	img_put64(r->interp_b, L->interp.threads_head, r->tstate);
 	img_put64(r->tstate_b, L->tstate.interp, r->interp);
-	img_put64(r->tstate_b, L->tstate.thread_id, 4242);
+	img_put64(r->tstate_b, L->tstate.thread_id, IMG_THREAD_ID);
 	const char *names[3] = {"root", "mid", "leaf"};
 	raddr_t back = 0;
 	for (int i = 0; i < 3; i++) {
@@ -218,6 +218,23 @@ void img_context(struct img *m, struct img_runtime *r)
 	img_put64(r->tstate_b, N->ts_context, r->context);
 	img_put64(r->tstate_b, N->ts_context + 8, 1);
 	m->image = (struct remote_image){m->seg, m->n};
+}
+
+int64_t img_record(struct img *m, struct img_runtime *r)
+{
+	static const char attrs[] = "\x00\x08" IMG_RECORD_ROUTE "\x01\x01" IMG_RECORD_TENANT;
+	r->record = img_alloc(m, 28 + sizeof attrs - 1, &r->record_b);
+	img_hex(IMG_RECORD_TRACE_ID, r->record_b, 16);
+	img_hex(IMG_RECORD_SPAN_ID, r->record_b + 16, 8);
+	r->record_b[24] = 1; /* valid */
+	r->record_b[25] = 1; /* sampled */
+	r->record_b[26] = (uint8_t)(sizeof attrs - 1);
+	memcpy(r->record_b + 28, attrs, sizeof attrs - 1);
+	r->tls_slot = img_alloc(m, 8, &r->tls_slot_b);
+	img_put64(r->tls_slot_b, 0, r->record);
+	m->image = (struct remote_image){m->seg, m->n};
+	/* The thread pointer is the thread's thread_id (pthread_self()). */
+	return (int64_t)(r->tls_slot - IMG_THREAD_ID);
 }
 
 void img_free(struct img *m)

@@ -23,6 +23,13 @@
 #define IMG_SPAN_ID "1112131415161718"
 #define IMG_ROUTE "/checkout"
 #define IMG_TENANT 42
+/* The one thread's thread_id: unmapped, as a thread pointer is to these reads. */
+#define IMG_THREAD_ID 4242u
+/* The thread record img_record builds (OTEP 4947): its ids and its two attributes, keys 0 and 1. */
+#define IMG_RECORD_TRACE_ID "a1a2a3a4a5a6a7a8a9aaabacadaeafb0"
+#define IMG_RECORD_SPAN_ID "b1b2b3b4b5b6b7b8"
+#define IMG_RECORD_ROUTE "/records"
+#define IMG_RECORD_TENANT "7"
 
 struct img {
 	struct remote_segment seg[IMG_MAX];
@@ -43,6 +50,9 @@ struct img_runtime {
 	/* img_context's: the context, its HAMT's one node, the span's SpanContext tuple. */
 	raddr_t context, hamt_node, span_context;
 	uint8_t *context_b, *hamt_node_b, *span_context_b;
+	/* img_record's: the thread's TLS slot and the record it points to. */
+	raddr_t tls_slot, record;
+	uint8_t *tls_slot_b, *record_b;
 };
 
 /* A zeroed object of len bytes at a fresh address; its bytes in *out. */
@@ -59,6 +69,12 @@ void img_build(struct img *m, struct img_runtime *r);
  * _context is the ids above), in one bitmap node of its HAMT.
  */
 void img_context(struct img *m, struct img_runtime *r);
+/*
+ * The thread's OTEP 4947 record, its ids and attributes above, pointed to
+ * by a thread-local slot: returns the slot's offset from the thread's
+ * thread_id, for uw_image_target.otel_tp_offset.
+ */
+int64_t img_record(struct img *m, struct img_runtime *r);
 void img_free(struct img *m);
 
 #endif

@@ -17,7 +17,7 @@ static struct uw_target *img_open(struct img *m, const struct img_runtime *r)
 {
 	m->image = (struct remote_image){m->seg, m->n};
 	struct uw_image_target it = {&m->image,  10,        r->runtime, CODE_TYPE,  UNICODE_TYPE,   BYTES_TYPE,
-	                             FRAME_TYPE, DICT_TYPE, LONG_TYPE,  TUPLE_TYPE, CONTEXTVAR_TYPE};
+	                             FRAME_TYPE, DICT_TYPE, LONG_TYPE,  TUPLE_TYPE, CONTEXTVAR_TYPE, 0};
 	struct uw_error err;
 	struct uw_target *t = uw_open_image(&it, &err);
 	cr_assert_not_null(t, "%s", err.msg);
@@ -335,6 +335,116 @@ Test(image, a_context_of_garbage_gives_nothing_wrong, .timeout = 30)
 				cr_assert_lt(strnlen(c->labels[i].value, UW_CONTEXT_VALUE_LEN), UW_CONTEXT_VALUE_LEN);
 				const char *want = c->labels[i].index == 0 ? IMG_ROUTE : "42";
 				cr_expect(kind == 5 || strcmp(c->labels[i].value, want) == 0, "%s: label %s", what,
+				          c->labels[i].value);
+			}
+		}
+		uw_sample_free(&s);
+		uw_close(t);
+		img_free(&m);
+	}
+}
+
+/* The image opened as a process publishing thread records, their keys named route and tenant. */
+static struct uw_target *img_open_records(struct img *m, const struct img_runtime *r, int64_t tp_offset)
+{
+	m->image = (struct remote_image){m->seg, m->n};
+	struct uw_image_target it = {&m->image,  10,        r->runtime, CODE_TYPE,  UNICODE_TYPE,    BYTES_TYPE,
+	                             FRAME_TYPE, DICT_TYPE, LONG_TYPE,  TUPLE_TYPE, CONTEXTVAR_TYPE, tp_offset};
+	struct uw_error err;
+	struct uw_target *t = uw_open_image(&it, &err);
+	cr_assert_not_null(t, "%s", err.msg);
+	img_context_options(t);
+	const char *keys[] = {"route", "tenant"};
+	uw_thread_context_keys(t, keys, 2);
+	return t;
+}
+
+/* The record's span and attributes, in place of what the ContextVars say. */
+Test(image, a_thread_record_reads_back, .timeout = 30)
+{
+	struct img m;
+	struct img_runtime r;
+	img_build(&m, &r);
+	img_context(&m, &r);
+	struct uw_target *t = img_open_records(&m, &r, img_record(&m, &r));
+	struct uw_sample s = {0};
+	for (int round = 0; round < 3; round++) {
+		const struct uw_context *c = img_sample_context(t, &s);
+		cr_assert_not_null(c, "no context");
+		cr_assert(c->has_span);
+		char trace[33], span[17];
+		img_hex_of(c->trace_id, 16, trace);
+		img_hex_of(c->span_id, 8, span);
+		cr_expect_str_eq(trace, IMG_RECORD_TRACE_ID, "the record's trace, not the ContextVar's");
+		cr_expect_str_eq(span, IMG_RECORD_SPAN_ID);
+		cr_assert_eq(c->nlabels, 2);
+		for (uint32_t i = 0; i < 2; i++)
+			cr_expect_str_eq(c->labels[i].value, c->labels[i].index == 0 ? IMG_RECORD_ROUTE : IMG_RECORD_TENANT);
+	}
+	/* Detached (the slot NULL): no span, though the ContextVar still holds one; labels from the ContextVars. */
+	img_put64(r.tls_slot_b, 0, 0);
+	const struct uw_context *c = img_sample_context(t, &s);
+	cr_assert_not_null(c, "the ContextVars' labels stand");
+	cr_expect(!c->has_span, "a span the process says is not there");
+	for (uint32_t i = 0; i < c->nlabels; i++)
+		cr_expect_str_eq(c->labels[i].value, c->labels[i].index == 0 ? IMG_ROUTE : "42");
+	/* Being written (valid 0): the same. */
+	img_put64(r.tls_slot_b, 0, r.record);
+	r.record_b[24] = 0;
+	c = img_sample_context(t, &s);
+	cr_expect(c && !c->has_span, "a record being written gave a span");
+	uw_sample_free(&s);
+	uw_close(t);
+	img_free(&m);
+}
+
+/* Garbage in a record: no crash, no hang, and never a value that is not there. */
+Test(image, a_thread_record_of_garbage_gives_nothing_wrong, .timeout = 30)
+{
+	for (int kind = 0; kind < 5; kind++) {
+		struct img m;
+		struct img_runtime r;
+		img_build(&m, &r);
+		int64_t offset = img_record(&m, &r);
+		const char *what = "";
+		switch (kind) {
+		case 0:
+			what = "attributes of 65535 bytes";
+			r.record_b[26] = r.record_b[27] = 0xff;
+			break;
+		case 1:
+			what = "an attribute longer than the rest";
+			r.record_b[29] = 200;
+			break;
+		case 2:
+			what = "a key past the key map";
+			r.record_b[28] = 77;
+			break;
+		case 3:
+			what = "a record pointer into nothing";
+			img_put64(r.tls_slot_b, 0, 0x12345678ull);
+			break;
+		case 4:
+			what = "a slot that points to itself";
+			img_put64(r.tls_slot_b, 0, r.tls_slot);
+			break;
+		}
+		struct uw_target *t = img_open_records(&m, &r, offset);
+		struct uw_sample s = {0};
+		struct uw_error err = {0};
+		for (int round = 0; round < 3; round++) {
+			cr_assert_eq(uw_sample(t, &s, &err), 0, "%s: %s", what, err.msg);
+			const struct uw_context *c = s.threads[0].context;
+			char trace[33];
+			if (c && c->has_span) {
+				img_hex_of(c->trace_id, 16, trace);
+				cr_expect(kind == 4 || strcmp(trace, IMG_RECORD_TRACE_ID) == 0, "%s: trace %s", what, trace);
+			}
+			for (uint32_t i = 0; c && i < c->nlabels; i++) {
+				cr_assert_lt(c->labels[i].index, 2, "%s", what);
+				cr_assert_lt(strnlen(c->labels[i].value, UW_CONTEXT_VALUE_LEN), UW_CONTEXT_VALUE_LEN);
+				const char *want = c->labels[i].index == 0 ? IMG_RECORD_ROUTE : IMG_RECORD_TENANT;
+				cr_expect(kind == 0 || strcmp(c->labels[i].value, want) == 0, "%s: label %s", what,
 				          c->labels[i].value);
 			}
 		}
