@@ -7,7 +7,10 @@ whose every request is a span (where the SDK is) with a route ContextVar
 set.  `pyprofd record` samples it at the daemon's rate, without context,
 with `--context otel --context-label route`, and the same on
 bench/workloads/service4.py (no span, no route): the second shows what the
-option costs a process that has nothing to read.  Each run is repeated
+option costs a process that has nothing to read; and on
+bench/workloads/records4.py, whose requests are OpenTelemetry thread
+records (OTEP 4947) published by tests/otel's library, read in place of
+ContextVars.  Each run is repeated
 (--rounds) and interleaved, and the medians of each are printed: µs per
 sample, pages per sample, the contexts read and given up per sample.
 Prints figures; never passes or fails on them.
@@ -15,6 +18,7 @@ Prints figures; never passes or fails on them.
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -36,9 +40,9 @@ def record(pyprofd, pid, seconds, rate, extra):
     return json.loads(lines[-1]) if lines else None
 
 
-def start(py, workload, tmp):
+def start(py, workload, tmp, extra=()):
     report = os.path.join(tmp, "report-%d" % time.monotonic_ns())
-    proc = py.popen(["-I", os.path.join(HERE, "workloads", workload), report], binds=(tmp,),
+    proc = py.popen(["-I", os.path.join(HERE, "workloads", workload), report] + list(extra), binds=(tmp,),
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     if workload == "service4.py":
         # It writes no report: its threads run from its first moments.
@@ -61,6 +65,8 @@ def main():
     ap.add_argument("--rate", type=int, default=100, help="the daemon's default, 100 Hz")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--pythons", default="3.12,3.13,3.15", help="minor versions, comma-separated")
+    ap.add_argument("--publisher", default=os.path.join(HERE, "..", "build", "tests", "otel", "libotelpub-desc.so"),
+                    help="the thread records' publisher (make test-build builds it); records4.py runs when it exists")
     args = ap.parse_args()
     wanted = set(args.pythons.split(","))
     pys = [p for p in pythons.find() if p.version_tag() in wanted]
@@ -69,16 +75,20 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         os.chmod(tmp, 0o755)
         for py in pys:
-            # The SDK's workload where it can be imported; the plain service on every one.
-            for workload in ("spans4.py", "service4.py"):
-                proc, report = start(py, workload, tmp)
+            # The SDK's workload where it can be imported; the plain service on every one; records where built.
+            publisher = os.path.join(tmp, "libotelpub.so")
+            if os.path.exists(args.publisher) and not os.path.exists(publisher):
+                shutil.copy(args.publisher, publisher)
+            workloads = ("spans4.py", "service4.py") + (("records4.py",) if os.path.exists(publisher) else ())
+            for workload in workloads:
+                proc, report = start(py, workload, tmp, [publisher] if workload == "records4.py" else [])
                 if not proc:
                     print("%-22s %-9s could not start" % (py.label, workload))
                     continue
                 if workload == "spans4.py" and not report.get("otel"):
                     label = "route"
                 else:
-                    label = "spans" if workload == "spans4.py" else "none"
+                    label = {"spans4.py": "spans", "records4.py": "records"}.get(workload, "none")
                 runs = {"off": [], "on": []}
                 for _ in range(args.rounds):
                     for key, extra in (("off", []), ("on", CONTEXT)):

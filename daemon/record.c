@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "clock.h"
+#include "contexts.h"
 #include "record.h"
 
 /* Per-sample timings kept for percentiles; past this many, the rest are not timed. */
@@ -313,6 +314,7 @@ static int record_loop(struct uw_target *t, const struct record_opts *o, struct 
 	next = start;
 	double interval = o->rate > 0 ? 1.0 / o->rate : 0;
 	int status = EXIT_OK;
+	double polled = 0; /* contexts_poll_process's: when the process's OpenTelemetry context was looked at */
 
 	for (uint64_t n = 0;; n++) {
 		clock_gettime(CLOCK_MONOTONIC, &a);
@@ -349,6 +351,8 @@ static int record_loop(struct uw_target *t, const struct record_opts *o, struct 
 			}
 		} else {
 			run->ok++;
+			if (o->uw.context_otel || o->uw.ncontext_labels)
+				contexts_poll_process(t, o->pid, record_seconds(&b), &polled);
 		}
 		if (k->failed || k->prof->failed)
 			break; /* out of memory counting: said once the loop ends */

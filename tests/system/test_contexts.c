@@ -358,7 +358,8 @@ static void contexts_record_of(json_t *report, const char *func, const char **tr
 /*
  * A service whose native library publishes OpenTelemetry's process context
  * and thread records (tests/targets/otel_records.py): the daemon finds them
- * by itself, and each trace and route holds its own thread's function.
+ * by itself, and each trace and route holds its own thread's function; so
+ * does `pyprofd record`.
  */
 Test(contexts, thread_records_split_the_profile, .timeout = 600)
 {
@@ -419,6 +420,25 @@ Test(contexts, thread_records_split_the_profile, .timeout = 600)
 		char *log = daemon_log(&d);
 		cr_expect(log && strstr(log, "thread records"), "%s: the daemon never said it reads the records", what);
 		free(log);
+
+		/* record reads them too: each stack rooted under its thread's route. */
+		const char *rec[] = {pyprofd_bin(), "record", pid, "--duration", "2", "--rate", "100",
+		                     "--context", "otel", "--context-label", "route", NULL};
+		struct run_result r;
+		run_command(&r, rec, NULL);
+		cr_assert(r.exited && r.code == 0, "%s: record: %s", what, r.err ? r.err : "");
+		char root0[64];
+		snprintf(root0, sizeof root0, "route=%s;", route0);
+		unsigned mine = 0, others = 0;
+		for (char *line = strtok(r.out, "\n"); line; line = strtok(NULL, "\n")) {
+			if (strncmp(line, root0, strlen(root0)) != 0)
+				continue;
+			mine += strstr(line, "inside_0") != NULL;
+			others += strstr(line, "inside_1") || strstr(line, "inside_2") || strstr(line, "outside_work");
+		}
+		cr_expect_gt(mine, 0, "%s: record has no stack of inside_0 under %s", what, root0);
+		cr_expect_eq(others, 0, "%s: record has %u other stacks under %s", what, others, root0);
+		run_result_free(&r);
 		test_target_kill(&target);
 		json_decref(report);
 	}
