@@ -33,8 +33,6 @@
 #define CONTEXT_MAX_NODES 64u
 #define CONTEXT_MAX_ENTRIES 128u
 #define CONTEXT_MAX_DEPTH 9u
-/* Samples a context found to hold nothing asked for is taken as still holding nothing (160 ms at 100 Hz). */
-#define CONTEXT_EMPTY_SAMPLES 16u
 /* Slots of one bitmap or collision node at most (two a key), and an array node's children. */
 #define CONTEXT_NODE_SLOTS 64u
 #define CONTEXT_ARRAY_CHILDREN 32u
@@ -374,17 +372,6 @@ const struct uw_context *context_of_thread(struct uw_target *t, struct thread_ca
 	}
 	tc->ctx_proven = false;
 	struct context_state *cs = &t->contexts;
-	/*
-	 * The same context (pointer and version: no context entered or left
-	 * since), holding the same HAMT, as a read that found nothing asked
-	 * for: not read again for a while.  A set makes a new HAMT before the
-	 * old one is freed, so the same pointer back takes two sets between two
-	 * samples; even then what this can cost is a label missed for a few
-	 * samples, never one given wrongly.
-	 */
-	if (!record && !t->opts.no_cache && seen->ctx == tc->empty_ctx && seen->vars == tc->empty_vars && seen->ver == tc->empty_ver &&
-	    tc->empty_gen == cs->gen && t->sample_gen < tc->empty_until)
-		return NULL;
 	if ((!tc->ctx && !(tc->ctx = malloc(sizeof *tc->ctx))) ||
 	    (!cs->proof && !(cs->proof = malloc(sizeof *cs->proof))))
 		return NULL;
@@ -438,13 +425,6 @@ const struct uw_context *context_of_thread(struct uw_target *t, struct thread_ca
 	tc->ctx_moved = false;
 	tc->ctx_proven = true;
 	tc->ctx_gen = cs->gen;
-	if (!found && !record) {
-		tc->empty_ctx = seen->ctx;
-		tc->empty_vars = seen->vars;
-		tc->empty_ver = seen->ver;
-		tc->empty_gen = cs->gen;
-		tc->empty_until = t->sample_gen + CONTEXT_EMPTY_SAMPLES;
-	}
 	return tc->ctx->has_span || tc->ctx->nlabels ? tc->ctx : NULL;
 }
 

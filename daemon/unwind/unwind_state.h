@@ -227,9 +227,6 @@ struct thread_cache {
 	bool ctx_moved;         /* it moved under the last read: read just before the stack next time */
 	bool ctx_proven;        /* ctx is proven as of the last sample that read it (and the names of ctx_gen) */
 	uint64_t ctx_gen;
-	/* The context last read and found to hold nothing asked for, and until which sample it is not read again. */
-	raddr_t empty_ctx, empty_vars;
-	uint64_t empty_ver, empty_gen, empty_until;
 };
 
 /* Ranges read together in one batch, sorted by address, and their bytes. */
