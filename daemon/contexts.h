@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "labels.h"
 #include "unwind.h"
 
 struct store_batch;
@@ -25,9 +26,17 @@ struct context_spec {
 /*
  * Every few seconds (*polled: when last, CLOCK_MONOTONIC s; 0 never): the
  * process's OpenTelemetry process context (OTEP 4719); when it says the
- * process publishes thread records (OTEP 4947), their keys go to uw.
+ * process publishes thread records (OTEP 4947), their keys go to uw.  Its
+ * service.name into service (service_len bytes; NULL: not wanted).
  */
-void contexts_poll_process(struct uw_target *uw, pid_t pid, double now, double *polled);
+void contexts_poll_process(struct uw_target *uw, pid_t pid, double now, double *polled, char *service,
+                           size_t service_len);
+/*
+ * The labels a target is stored with: its own, and "service" from its
+ * process context's service.name (service, as contexts_poll_process gave
+ * it) unless its own have one; scratch holds the copy (the caller frees it).
+ */
+const struct labels *contexts_process_labels(const struct labels *own, const char *service, struct labels *scratch);
 
 /* Whether it asks for anything. */
 bool context_spec_on(const struct context_spec *s);

@@ -6,12 +6,14 @@
  * on in place of the SDK's ContextVar.  The payload is a Resource, decoded
  * here because the unwinder decodes no wire format.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "contexts.h"
 #include "log.h"
 #include "otlp_profiles.pb-c.h"
+#include "store.h"
 
 /* How often a process is looked at, and the largest context read (the OTEP expects one page or so). */
 #define PROCESS_CONTEXT_POLL_S 5.0
@@ -31,7 +33,8 @@ static const Pyprofd__Otlp__AnyValue *process_context_attr(const Pyprofd__Otlp__
 	return NULL;
 }
 
-static void process_context_apply(struct uw_target *uw, pid_t pid, const Pyprofd__Otlp__Resource *r)
+static void process_context_apply(struct uw_target *uw, pid_t pid, const Pyprofd__Otlp__Resource *r,
+                                  char *service_out, size_t service_len)
 {
 	const Pyprofd__Otlp__AnyValue *schema = process_context_attr(r, "threadlocal.schema_version");
 	const Pyprofd__Otlp__AnyValue *map = process_context_attr(r, "threadlocal.attribute_key_map");
@@ -39,6 +42,9 @@ static void process_context_apply(struct uw_target *uw, pid_t pid, const Pyprofd
 	const char *service_name = service && service->value_case == PYPROFD__OTLP__ANY_VALUE__VALUE_STRING_VALUE
 	                                   ? service->string_value
 	                                   : "";
+	/* Its service by the SDK's own name: a stored label, unless the process or a rule gave one. */
+	if (service_out && service_len)
+		snprintf(service_out, service_len, "%s", service_name);
 	if (!schema || schema->value_case != PYPROFD__OTLP__ANY_VALUE__VALUE_STRING_VALUE) {
 		log_info("pid %d: publishes OpenTelemetry's process context (service.name \"%s\"), without thread records",
 		         (int)pid, service_name);
@@ -64,7 +70,8 @@ static void process_context_apply(struct uw_target *uw, pid_t pid, const Pyprofd
 	         (int)pid, schema->string_value, n, service_name);
 }
 
-void contexts_poll_process(struct uw_target *uw, pid_t pid, double now, double *polled)
+void contexts_poll_process(struct uw_target *uw, pid_t pid, double now, double *polled, char *service,
+                           size_t service_len)
 {
 	if (*polled && now - *polled < PROCESS_CONTEXT_POLL_S)
 		return;
@@ -80,7 +87,7 @@ void contexts_poll_process(struct uw_target *uw, pid_t pid, double now, double *
 	if (rc == 1) {
 		Pyprofd__Otlp__Resource *r = pyprofd__otlp__resource__unpack(NULL, len, buf);
 		if (r) {
-			process_context_apply(uw, pid, r);
+			process_context_apply(uw, pid, r, service, service_len);
 			pyprofd__otlp__resource__free_unpacked(r, NULL);
 		} else {
 			log_warn("pid %d: its OpenTelemetry process context is not a Resource (%zu bytes); left unread",
@@ -88,4 +95,16 @@ void contexts_poll_process(struct uw_target *uw, pid_t pid, double now, double *
 		}
 	}
 	free(buf);
+}
+
+const struct labels *contexts_process_labels(const struct labels *own, const char *service, struct labels *scratch)
+{
+	/* A target holding all the labels the store keeps keeps its own. */
+	if (!service || !*service || labels_get(own, "service") || own->n >= STORE_MAX_LABELS)
+		return own;
+	if (labels_copy(scratch, own) != 0 || labels_put(scratch, "service", service) != 0) {
+		labels_free(scratch);
+		return own;
+	}
+	return scratch;
 }

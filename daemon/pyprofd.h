@@ -499,6 +499,7 @@ struct target {
 	double attached_at;     /* unix time the last session began */
 	ev_tstamp session_start; /* loop time of the same */
 	double process_context_polled; /* contexts_poll_process's: when its OpenTelemetry context was looked at */
+	char otel_service[128];        /* its process context's service.name, "" when none */
 	ev_tstamp session_end;   /* loop time the last session stopped */
 	uint64_t samples, errors, sessions, session_samples;
 	struct schedule *schedule; /* whose ticks sample it */

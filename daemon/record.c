@@ -352,7 +352,7 @@ static int record_loop(struct uw_target *t, const struct record_opts *o, struct 
 		} else {
 			run->ok++;
 			if (o->uw.context_otel || o->uw.ncontext_labels)
-				contexts_poll_process(t, o->pid, record_seconds(&b), &polled);
+				contexts_poll_process(t, o->pid, record_seconds(&b), &polled, NULL, 0);
 		}
 		if (k->failed || k->prof->failed)
 			break; /* out of memory counting: said once the loop ends */

@@ -292,7 +292,7 @@ static void run_sample(struct run *r, struct run_proc *p)
 	if (rc == 0) {
 		r->timing.ok++;
 		if (r->o->uw.context_otel || r->o->uw.ncontext_labels)
-			contexts_poll_process(p->t, p->pid, (double)b / 1e9, &p->process_context_polled);
+			contexts_poll_process(p->t, p->pid, (double)b / 1e9, &p->process_context_polled, NULL, 0);
 	} else {
 		r->timing.failed++;
 		if (err.status == UW_EGONE || err.status == UW_ENOPROC) {

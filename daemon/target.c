@@ -164,6 +164,8 @@ static struct store_batch *target_batch(struct target *t)
 	struct target_batch tb = {.width = t->history->bucket_seconds ? t->history->bucket_seconds : 10};
 	if (!(tb.b = store_batch_new()))
 		return NULL;
+	struct labels scratch = {0};
+	const struct labels *labels = contexts_process_labels(&t->params.labels, t->otel_service, &scratch);
 	struct store_target_info info = {
 		.pid = t->pid,
 		.start_time = t->start_time,
@@ -171,11 +173,12 @@ static struct store_batch *target_batch(struct target *t)
 		.executable = t->executable,
 		.command_line = t->command_line,
 		.python_version = t->python_version,
-		.nlabels = t->params.labels.n,
-		.label_keys = (const char *const *)t->params.labels.keys,
-		.label_values = (const char *const *)t->params.labels.values,
+		.nlabels = labels->n,
+		.label_keys = (const char *const *)labels->keys,
+		.label_values = (const char *const *)labels->values,
 	};
 	tb.target = store_batch_target(tb.b, &info);
+	labels_free(&scratch);
 	double detached_at = t->state == TARGET_SAMPLING ? 0 : t->session_end;
 	bool ok = tb.target >= 0 &&
 	          (!t->sessions || store_batch_session(tb.b, tb.target, t->attached_at, detached_at,
@@ -640,7 +643,8 @@ static void target_sample(struct target *t, double start)
 	t->samples++;
 	t->session_samples++;
 	if (context_spec_on(&t->params.context))
-		contexts_poll_process(t->uw, t->pid, start, &t->process_context_polled);
+		contexts_poll_process(t->uw, t->pid, start, &t->process_context_polled, t->otel_service,
+		                      sizeof t->otel_service);
 	int64_t second = (int64_t)floor(ev_now(t->loop));
 	for (uint32_t i = 0; i < t->sample.nthreads; i++) {
 		const struct uw_sample_thread *th = &t->sample.threads[i];

@@ -92,8 +92,11 @@ int uw_process_context(struct uw_target *t, uint8_t *buf, size_t cap, size_t *le
 			continue;
 		if (at == os->published_at)
 			return 0;
-		if (size > cap)
+		if (size > cap) {
+			/* Said once a publication: the next poll finds the same time and reads nothing. */
+			os->published_at = at;
 			return uw_fail(err, UW_ECORRUPT, "process context of %u bytes, past the %zu read", size, cap);
+		}
 		if (size && remote_read(&t->mem, payload, buf, size, NULL) != 0)
 			continue;
 		/* The same publication time after the payload: it was not rewritten under the read. */

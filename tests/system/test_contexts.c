@@ -420,6 +420,17 @@ Test(contexts, thread_records_split_the_profile, .timeout = 600)
 		char *log = daemon_log(&d);
 		cr_expect(log && strstr(log, "thread records"), "%s: the daemon never said it reads the records", what);
 		free(log);
+		/* Its process context's service.name is the label it is stored under. */
+		const char *by_service[] = {"query", "--label", "service=records-service", "--pid", pid, NULL};
+		c = contexts_collapsed(&d, by_service);
+		contexts_count(c, "inside_0", &other, &unused);
+		cr_expect_gt(other, 0, "%s: nothing stored under service=records-service", what);
+		free(c);
+		const char *by_other[] = {"query", "--label", "service=another", "--pid", pid, NULL};
+		struct run_result none;
+		ctl_run(&d, &none, by_other, NULL);
+		cr_expect(!none.out || !strstr(none.out, "inside_0"), "%s: service=another holds its samples", what);
+		run_result_free(&none);
 
 		/* record reads them too: each stack rooted under its thread's route. */
 		const char *rec[] = {pyprofd_bin(), "record", pid, "--duration", "2", "--rate", "100",
