@@ -15,7 +15,6 @@
  * noted with the context's and made again after the stack (context.c): a
  * record given to a sample held its bytes while the stack was read.
  */
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -226,29 +225,6 @@ bool otel_records_on(struct uw_target *t)
 	return os->tls != OTEL_TLS_UNKNOWN;
 }
 
-/* A label from a record's value: its control bytes made '?', as a ContextVar's. */
-static void otel_label(struct uw_context *out, uint32_t index, const uint8_t *v, uint32_t len)
-{
-	uint32_t at = 0;
-	while (at < out->nlabels && out->labels[at].index != index)
-		at++;
-	if (at == out->nlabels) {
-		if (out->nlabels >= UW_CONTEXT_LABELS_MAX)
-			return;
-		out->nlabels++;
-	}
-	if (len > UW_CONTEXT_VALUE_LEN - 1) {
-		/* Cut at a whole character. */
-		len = UW_CONTEXT_VALUE_LEN - 1;
-		while (len && (v[len] & 0xc0) == 0x80)
-			len--;
-	}
-	out->labels[at].index = index;
-	for (uint32_t i = 0; i < len; i++)
-		out->labels[at].value[i] = v[i] < 0x20 || v[i] == 0x7f ? '?' : (char)v[i];
-	out->labels[at].value[len] = '\0';
-}
-
 int otel_thread_record(struct uw_target *t, uint64_t tp, struct uw_context *out)
 {
 	struct otel_state *os = &t->otel;
@@ -302,9 +278,9 @@ int otel_thread_record(struct uw_target *t, uint64_t tp, struct uw_context *out)
 		return -1;
 	/* Entries packed: key, length, value; stop at one that does not fit, the last of a key wins. */
 	for (uint32_t at = 0; at + 2 <= size && at + 2u + attrs[at + 1] <= size; at += 2u + attrs[at + 1]) {
-		int16_t label = os->key_label[attrs[at]];
-		if (attrs[at] < os->nkeys && label >= 0)
-			otel_label(out, (uint32_t)label, attrs + at + 2, attrs[at + 1]);
+		int16_t label = os->key_label[attrs[at]]; /* -1 past the key map too */
+		if (label >= 0)
+			context_label_put(out, (uint32_t)label, (const char *)attrs + at + 2, attrs[at + 1], true);
 	}
 	return 0;
 }

@@ -483,6 +483,13 @@ const struct uw_context *context_of_thread(struct uw_target *t, struct thread_ca
 const struct uw_context *context_of_task(struct uw_target *t, raddr_t ctx);
 void context_free(struct uw_target *t);
 
+/*
+ * value (len bytes: cut at a whole UTF-8 character, control bytes made '?')
+ * as label index of out: in place of the one it has when replace, else
+ * only when it has none.  A full out takes no more.
+ */
+void context_label_put(struct uw_context *out, uint32_t index, const char *value, size_t len, bool replace);
+
 /* otel.c */
 /* Whether the thread records are read: their key map given and the variable found (looked for again, spaced). */
 bool otel_records_on(struct uw_target *t);
