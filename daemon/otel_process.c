@@ -64,10 +64,15 @@ static void process_context_apply(struct uw_target *uw, pid_t pid, const Pyprofd
 			const Pyprofd__Otlp__AnyValue *v = map->array_value->values[i];
 			names[n++] = v && v->value_case == PYPROFD__OTLP__ANY_VALUE__VALUE_STRING_VALUE ? v->string_value : "";
 		}
-	uw_thread_context_keys(uw, names, n);
-	log_info("pid %d: publishes OpenTelemetry's thread records (schema %s, %u keys, service.name \"%s\"): "
-	         "spans and labels are read from them",
-	         (int)pid, schema->string_value, n, service_name);
+	if (uw_thread_context_keys(uw, names, n))
+		log_info("pid %d: publishes OpenTelemetry's thread records (schema %s, %u keys, service.name \"%s\"): "
+		         "spans and labels are read from them",
+		         (int)pid, schema->string_value, n, service_name);
+	else
+		log_warn("pid %d: says it publishes OpenTelemetry's thread records (schema %s), but no module it "
+		         "maps defines otel_thread_ctx_v1 where this reader can find it (x86-64, a TLS relocation "
+		         "of the module's own); looked for again, and its ContextVars are read meanwhile",
+		         (int)pid, schema->string_value);
 }
 
 void contexts_poll_process(struct uw_target *uw, pid_t pid, double now, double *polled, char *service,

@@ -404,13 +404,13 @@ const struct uw_context *context_of_thread(struct uw_target *t, struct thread_ca
 	t->pyobj_batched = true;
 	tc->ctx->has_span = false;
 	tc->ctx->nlabels = 0;
-	int rc = 0;
-	if (record) {
-		t->stats.context_reads++;
-		rc = otel_thread_record(t, thread_id, tc->ctx);
-	}
+	int rc = record ? otel_thread_record(t, thread_id, tc->ctx) : 0;
 	/* The ContextVars for what the record did not say: every label, or the span too when there is no record. */
-	if (rc == 0 && seen->vars && (!record || tc->ctx->nlabels < t->opts.ncontext_labels)) {
+	bool vars = rc == 0 && seen->vars && (!record || tc->ctx->nlabels < t->opts.ncontext_labels);
+	/* One read of the thread's context, whichever it was read through. */
+	if (!vars)
+		t->stats.context_reads += record;
+	if (vars) {
 		uint8_t fields[16];
 		memcpy(fields, &seen->ctx, 8);
 		memcpy(fields + 8, &seen->ver, 8);

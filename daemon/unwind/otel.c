@@ -198,21 +198,28 @@ static void otel_tls_look(struct uw_target *t)
 	proc_maps_free(&maps);
 }
 
-void uw_thread_context_keys(struct uw_target *t, const char *const *names, uint32_t n)
+bool uw_thread_context_keys(struct uw_target *t, const char *const *names, uint32_t n)
 {
 	struct otel_state *os = &t->otel;
 	if (!os->keys && !(os->keys = calloc(OTEL_KEYS_MAX, sizeof *os->keys)))
-		return;
+		return false;
 	os->nkeys = n < OTEL_KEYS_MAX ? n : OTEL_KEYS_MAX;
 	for (uint32_t k = 0; k < os->nkeys; k++) {
-		strncpy(os->keys[k], names[k] ? names[k] : "", UW_CONTEXT_NAME_LEN - 1);
-		os->keys[k][UW_CONTEXT_NAME_LEN - 1] = '\0';
+		/* A name too long for a label's names none: cut, it could equal another's. */
+		size_t len = names[k] ? strlen(names[k]) : 0;
+		if (len >= UW_CONTEXT_NAME_LEN)
+			len = 0;
+		memcpy(os->keys[k], names[k] ? names[k] : "", len);
+		os->keys[k][len] = '\0';
 	}
 	os->keys_known = true;
 	otel_key_labels(t);
 	/* Contexts read before were read without the records: read again. */
 	t->contexts.gen++;
+	/* Looked for at once, even if a look not long ago found nothing: the process says it is there now. */
+	os->tls_looked_ns = 0;
 	otel_tls_look(t);
+	return os->tls != OTEL_TLS_UNKNOWN;
 }
 
 bool otel_records_on(struct uw_target *t)

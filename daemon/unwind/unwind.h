@@ -352,8 +352,9 @@ int uw_process_context(struct uw_target *target, uint8_t *buf, size_t cap, size_
  * publishes OTEP 4947's thread records, and names[i] is key index i.
  * From now on a thread's record, found through its thread-local
  * otel_thread_ctx_v1, gives its span and labels in place of the ContextVars'.
+ * Whether that variable was found now (if not, it is looked for again, spaced).
  */
-void uw_thread_context_keys(struct uw_target *target, const char *const *names, uint32_t n);
+bool uw_thread_context_keys(struct uw_target *target, const char *const *names, uint32_t n);
 
 /* The file the runtime was found in (libpython or the executable). */
 const char *uw_runtime_file(const struct uw_target *target);

@@ -95,7 +95,7 @@ static void otel_check(const struct python *py, const char *variant, bool dynami
 	cr_assert_eq(uw_process_context(t, payload, cap, &len, &err), 0, "%s: the same publication twice", ctx);
 	free(payload);
 	const char *keys[] = {"route", "tenant"};
-	uw_thread_context_keys(t, keys, 2);
+	cr_assert(uw_thread_context_keys(t, keys, 2), "%s: otel_thread_ctx_v1 not found", ctx);
 
 	json_t *seen = json_object();
 	unsigned inside = 0, torn = 0;
