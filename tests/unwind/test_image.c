@@ -13,15 +13,21 @@
 
 #include "image.h"
 
-static struct uw_target *img_open(struct img *m, const struct img_runtime *r)
+/* The image as a target; tp_offset nonzero: publishing thread records there (uw_image_target's). */
+static struct uw_target *img_open_at(struct img *m, const struct img_runtime *r, int64_t tp_offset)
 {
 	m->image = (struct remote_image){m->seg, m->n};
-	struct uw_image_target it = {&m->image,  10,        r->runtime, CODE_TYPE,  UNICODE_TYPE,   BYTES_TYPE,
-	                             FRAME_TYPE, DICT_TYPE, LONG_TYPE,  TUPLE_TYPE, CONTEXTVAR_TYPE, 0};
+	struct uw_image_target it = {&m->image,  10,        r->runtime, CODE_TYPE,  UNICODE_TYPE,    BYTES_TYPE,
+	                             FRAME_TYPE, DICT_TYPE, LONG_TYPE,  TUPLE_TYPE, CONTEXTVAR_TYPE, tp_offset};
 	struct uw_error err;
 	struct uw_target *t = uw_open_image(&it, &err);
 	cr_assert_not_null(t, "%s", err.msg);
 	return t;
+}
+
+static struct uw_target *img_open(struct img *m, const struct img_runtime *r)
+{
+	return img_open_at(m, r, 0);
 }
 
 
@@ -347,12 +353,7 @@ Test(image, a_context_of_garbage_gives_nothing_wrong, .timeout = 30)
 /* The image opened as a process publishing thread records, their keys named route and tenant. */
 static struct uw_target *img_open_records(struct img *m, const struct img_runtime *r, int64_t tp_offset)
 {
-	m->image = (struct remote_image){m->seg, m->n};
-	struct uw_image_target it = {&m->image,  10,        r->runtime, CODE_TYPE,  UNICODE_TYPE,    BYTES_TYPE,
-	                             FRAME_TYPE, DICT_TYPE, LONG_TYPE,  TUPLE_TYPE, CONTEXTVAR_TYPE, tp_offset};
-	struct uw_error err;
-	struct uw_target *t = uw_open_image(&it, &err);
-	cr_assert_not_null(t, "%s", err.msg);
+	struct uw_target *t = img_open_at(m, r, tp_offset);
 	img_context_options(t);
 	const char *keys[] = {"route", "tenant"};
 	uw_thread_context_keys(t, keys, 2);
