@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "collector.h"
@@ -173,17 +174,34 @@ static void contexts_otel_service(const struct python *py)
 	const char *attach[] = {"attach", pid, "--context", "otel", NULL};
 	ctl_ok(&d, attach);
 
-	/* A trace the history has samples of, whose span the service saw end. */
-	char trace[33] = "", span[17] = "";
+	/*
+	 * The Collector handing profiles on first: a trace exported before its
+	 * exporter to the sink worked may be dropped by it, which says nothing
+	 * of pyprofd.  So the trace is one that began after.
+	 */
+	struct contexts_links probe = {.trace = "", .span = ""};
 	double deadline = mono_now() + CONTEXTS_WAIT_S;
+	while (!probe.requests && mono_now() < deadline) {
+		otlp_sink_each(&sink, CONTEXTS_PROFILES_PATH, contexts_link_scan, &probe);
+		if (!probe.requests)
+			pause_ms(250);
+	}
+	cr_assert_gt(probe.requests, 0, "%s: the Collector handed on no profiles", what);
+	double handing_on = (double)time(NULL) + 1;
+
+	/* A trace the history has samples of, begun after that, whose span the service saw end. */
+	char trace[33] = "", span[17] = "";
+	deadline = mono_now() + CONTEXTS_WAIT_S;
 	while (!trace[0] && mono_now() < deadline) {
-		const char *traces[] = {"query", "--pid", pid, "--format", "traces", NULL};
+		/* The recent ones: the list is of the most sampled, and older traces would fill it. */
+		const char *traces[] = {"query", "--pid", pid, "--since", "10s", "--limit", "1000", "--format", "traces", NULL};
 		json_t *j = ctl_json(&d, traces);
 		size_t i;
 		json_t *t;
 		json_array_foreach(j, i, t) {
 			const char *id = json_string_value(json_object_get(t, "trace_id"));
 			if (id && json_integer_value(json_object_get(t, "samples")) >= 2 &&
+			    json_number_value(json_object_get(t, "first")) >= handing_on &&
 			    contexts_span_written(spans_file, id, span)) {
 				snprintf(trace, sizeof trace, "%s", id);
 				break;
