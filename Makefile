@@ -38,13 +38,13 @@ PYTHON   ?= python3
 # unwinder's kernel programs, python3 for the demo's workload.
 DEB_PACKAGES = build-essential pkg-config libelf-dev libjansson-dev libev-dev \
                libprotobuf-c-dev protobuf-c-compiler libsqlite3-dev libinih-dev \
-               libsystemd-dev zlib1g-dev libcurl4-openssl-dev libbpf-dev bpftool clang llvm \
+               libsystemd-dev zlib1g-dev libcurl4-openssl-dev libbpf-dev bpftool clang llvm libdw-dev \
                linux-libc-dev python3
 # What the tests (and benchmarks, fuzzing, the pythons and collector roots)
 # take besides: see README.md, Dependencies.
 TEST_DEB_PACKAGES = libcriterion-dev procps util-linux libcap2-bin systemd man-db \
                     protobuf-compiler chromium ca-certificates python3-jsonschema \
-                    libclang-rt-14-dev mmdebstrap golang-go libseccomp-dev
+                    libclang-rt-14-dev mmdebstrap golang-go libseccomp-dev gdb
 
 # speedscope's file-format schema, which the tests hold the speedscope export
 # to.  It is speedscope's, not ours to commit: make test-deps fetches the npm package
@@ -81,7 +81,7 @@ COLLECTOR_ROOT     ?= /var/cache/pyprofd/collector
 COLLECTOR_PACKAGES  = golang-go golang-opentelemetry-collector-dev
 COLLECTOR_BIN      ?= $(COLLECTOR_ROOT)-bin/pyprofd-test-collector
 
-PKGS     = libelf jansson libprotobuf-c inih libsystemd sqlite3 zlib libcurl libbpf
+PKGS     = libelf libdw jansson libprotobuf-c inih libsystemd sqlite3 zlib libcurl libbpf
 WARN     = -Wall -Wextra -Werror -Wshadow -Wpointer-arith -Wstrict-prototypes \
            -Wmissing-prototypes -Wvla -Wformat=2
 OPT      ?= -O2 -g
@@ -196,8 +196,8 @@ $(CTL_OBJ) $(BUILD)/client/main.o:    LIBINC = $(NO_SQLITE) $(NO_EV) $(INC_CTL)
 
 PYPROFD    = $(BUILD)/pyprofd
 CTL        = $(BUILD)/pyprofd-ctl
-# What the unwinder links beyond libc: libelf, and libbpf for its in-kernel reader.
-LINK_UNWIND = -lelf -lbpf
+# What the unwinder links beyond libc: libelf, libbpf for its kernel programs, libdw for C frames.
+LINK_UNWIND = -lelf -lbpf -ldw
 LIBS_DAEMON = $(LIBDAEMON) $(LIBEXPORT) $(LIBSTORE) $(LIBWIRE) $(LIBUNWIND) $(LIBBASE)
 LIBS_CTL   = $(LIBCTL) $(LIBCLIENT) $(LIBEXPORT) $(LIBWIRE) $(LIBBASE)
 LINK_DAEMON = $(LIBS_ALL)

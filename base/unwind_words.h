@@ -24,6 +24,7 @@ enum uw_frame_kind {
 	UW_FRAME_NATIVE, /* C code sits between the Python frames around it */
 	UW_FRAME_GC,     /* the cyclic garbage collector is running */
 	UW_FRAME_MOVING, /* the last resort: the thread moved through every read, nothing of it proven */
+	UW_FRAME_C,      /* a C function: function its symbol, file its shared object (--native) */
 };
 
 /* Which threads a sample walks. */

@@ -25,7 +25,10 @@ static const char dump_usage[] =
 	"  --json     one JSON object: {pid, python_version, threads: [{thread_id,\n"
 	"             native_thread_id, gil, on_cpu, frames: [{function, qualname, file,\n"
 	"             line, kind}]}]}\n"
-	"  --native   mark with <native> where C code sits between Python frames (3.11+)\n"
+	"  --native   the C frames too (kind \"c\"), of every thread that waits: its\n"
+	"             symbols and shared objects, in place between and below its Python\n"
+	"             frames; a running thread, or without the kernel's copy (root,\n"
+	"             Linux 6.7), is marked <native> where C code sits (3.11+)\n"
 	"  --gc       mark with <GC> the thread running the garbage collector\n"
 	"  --no-write never write into the target (3.15's frame-cache marker)\n"
 	"  --async-aware\n"
@@ -162,10 +165,17 @@ int dump_main(int argc, char **argv)
 		fprintf(stderr, "pyprofd: %s\n", err.msg);
 		return vocab_status_exit(err.status);
 	}
-	if (no_write) {
+	struct uw_native *native = NULL;
+	if (flags & UW_SNAP_NATIVE) {
+		struct uw_error why = {0};
+		if (!(native = uw_native_open(&why)))
+			fprintf(stderr, "pyprofd: --native: no C frames, only <native> marks: %s\n", why.msg);
+	}
+	if (no_write || native) {
 		struct uw_options opts;
 		uw_options_get(t, &opts);
-		opts.no_write = true;
+		opts.no_write = no_write;
+		opts.native = native;
 		uw_configure(t, &opts);
 	}
 	struct uw_snapshot snap;
@@ -182,6 +192,7 @@ int dump_main(int argc, char **argv)
 		uw_error_add_remedy(&err, pid);
 		fprintf(stderr, "pyprofd: process %d (Python %s): %s\n", (int)pid, uw_version(t), err.msg);
 		uw_close(t);
+		uw_native_close(native);
 		return vocab_status_exit(err.status);
 	}
 
@@ -198,5 +209,6 @@ int dump_main(int argc, char **argv)
 	arena_free(&a);
 	uw_snapshot_release(&snap);
 	uw_close(t);
+	uw_native_close(native);
 	return status;
 }

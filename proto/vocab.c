@@ -49,6 +49,7 @@ static const struct {
 	{UW_FRAME_NATIVE, "native"},
 	{UW_FRAME_GC, "gc"},
 	{UW_FRAME_MOVING, "moving"},
+	{UW_FRAME_C, "c"},
 };
 
 Pyprofd__ErrorCode vocab_status_code(enum uw_status status)

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "native.h"
 #include "unwind_internal.h"
 
 /* Symbols the unwinder needs, in this order. */
@@ -374,6 +375,7 @@ void uw_close(struct uw_target *t)
 	tasks_free(t);
 	context_free(t);
 	otel_free(t);
+	native_free(t);
 	walk_free(t);
 	view_free(t);
 	free(t->runtime_file);

@@ -159,6 +159,16 @@ void uw_kreader_copy_off(struct uw_kreader *kr);
 struct uw_kreader_state {
 	const char *reader, *look, *copy;
 };
+/*
+ * The kernel's copier of waiting threads' registers and stacks, for their C
+ * frames (uw_options.native): a BPF program the daemon runs on demand,
+ * nothing on the targets.  Needs root (CAP_BPF and CAP_PERFMON) and Linux
+ * 6.7.  NULL and *err when the kernel refuses it.
+ */
+struct uw_native;
+struct uw_native *uw_native_open(struct uw_error *err);
+void uw_native_close(struct uw_native *native);
+
 struct uw_kreader_state uw_kreader_state(const struct uw_kreader *kr, const char *without);
 
 /*
@@ -226,6 +236,12 @@ struct uw_options {
 	struct uw_kreader *kreader; /* NULL: none; it must outlive the target */
 	uint32_t kreader_uid;       /* whose share of the reader's slots its watches take (0: root's) */
 	struct uw_fd_budget *fd_budget; /* NULL: a target's own bound (256) alone */
+	/*
+	 * With UW_SNAP_NATIVE, a snapshot's waiting threads show their C frames
+	 * (kind UW_FRAME_C) between and below their Python frames, copied by
+	 * this (uw_native_open; it must outlive the target).  NULL: markers.
+	 */
+	struct uw_native *native;
 	/*
 	 * For samplers faster than a thread may be shot (back to back, or past
 	 * 2 kHz): a sample waits, before it reads, until every watched thread

@@ -516,6 +516,7 @@ struct uw_target {
 	struct pyobj_notes *notes; /* pyobj_read notes its reads here; NULL: not noting */
 	struct context_state contexts;
 	struct otel_state otel;
+	struct native_state *native; /* C frames' walker and modules (native.c), NULL until a walk */
 	raddr_t none_object; /* exception.c: &_Py_NoneStruct, 0 until looked up */
 	bool none_looked;
 };

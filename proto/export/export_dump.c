@@ -17,8 +17,15 @@ static void export_dump_frame_text(const Pyprofd__Frame *f, const char *indent, 
 {
 	/* The qualified name where there is one: Runner.run, not run. */
 	const char *name = *export_str(f->qualname) ? f->qualname : export_str(f->function);
+	enum uw_frame_kind kind = vocab_kind_parse(f->kind);
+	/* A C frame: its symbol and the shared object's name, as a debugger shows them. */
+	if (kind == UW_FRAME_C) {
+		const char *module = strrchr(export_str(f->file), '/');
+		fprintf(out, "%s%s (%s)\n", indent, name, module ? module + 1 : export_str(f->file));
+		return;
+	}
 	/* Markers (<native>, <task>:NAME) have no file. */
-	if (vocab_kind_parse(f->kind) != UW_FRAME_PYTHON || !*export_str(f->file))
+	if (kind != UW_FRAME_PYTHON || !*export_str(f->file))
 		fprintf(out, "%s%s\n", indent, name);
 	else if (f->line >= 0)
 		fprintf(out, "%s%s (%s:%d)\n", indent, name, export_str(f->file), (int)f->line);

@@ -116,7 +116,7 @@ static int export_profile_check(const struct export_profile *p, uint64_t *total)
 		goto bad;
 	for (uint32_t i = 0; i < p->nframes; i++) {
 		const struct export_frame *f = &p->frames[i];
-		if (!f->function || !f->file || f->kind < UW_FRAME_PYTHON || f->kind > UW_FRAME_MOVING)
+		if (!f->function || !f->file || f->kind < UW_FRAME_PYTHON || f->kind > UW_FRAME_C)
 			goto bad;
 	}
 	if (p->nthreads && !p->threads)

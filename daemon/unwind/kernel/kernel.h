@@ -14,6 +14,7 @@
 
 #include "clock.h"
 #include "error.h"
+#include "knative_abi.h"
 #include "kstill_abi.h"
 #include "layout.h"
 #include "prove.h"
@@ -91,6 +92,25 @@ void kcopy_window(struct kcopy *kc, int slot, uint64_t since_ns, uint64_t from_n
  */
 bool kcopy_take(struct kcopy *kc, int slot, uint64_t generation, uint64_t after_ns,
                 const struct kstill_task *tasks, uint32_t n, struct remote_range *ranges, uint32_t nranges);
+
+/* knative.c: the native stacks of waiting threads (see knative.c) */
+struct knative;
+/* NULL and *err when the kernel refuses its program. */
+struct knative *knative_open(struct uw_error *err);
+void knative_close(struct knative *kn);
+/* A thread to copy or look at: its process, its id and when it began (0: any). */
+struct knative_ask {
+	pid_t pid, tid;
+	uint64_t start_ns;
+};
+/*
+ * Copy (KNATIVE_COPY) the n threads asked, at most KNATIVE_THREADS, or
+ * look at (KNATIVE_LOOK, asks NULL) the n first of the last copy, which
+ * stays: their answers in the order asked, valid until the next copy;
+ * NULL when the kernel would not run the program.
+ */
+const struct knative_thread *knative_run(struct knative *kn, enum knative_mode mode,
+                                         const struct knative_ask *asks, uint32_t n);
 
 /* kread.c: the in-kernel reader (struct uw_kreader, unwind.h) */
 /* The reader's copier of processes as they fall quiet, NULL when the kernel refused it. */

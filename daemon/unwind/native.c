@@ -1,0 +1,540 @@
+/*
+ * C frames from a copy: a thread's registers and the top of its stack, as
+ * the kernel copied them while the thread waited (kernel/knative.c), are
+ * unwound by elfutils' libdwfl with the CFI of each module (.eh_frame,
+ * which Debian's and pyenv's builds keep, frame pointers or not).  Nothing
+ * is read of the thread but the copy: a walk that needs more of the stack
+ * ends there, marked.
+ *
+ * A step is taken only from a frame whose code has CFI.  libdwfl would
+ * otherwise guess the caller from the frame pointer, and code built
+ * without one gives a wrong caller: such a walk ends at that frame with a
+ * marker instead.
+ *
+ * Symbols come from the module's own .symtab, .dynsym and MiniDebugInfo
+ * (.gnu_debugdata); separate debug files are not looked for, so what is
+ * shown does not depend on what else the host has installed.  The modules
+ * and their symbol tables are kept with the target, so a warm target does
+ * no symbol work but a lookup; a frame is interned once an epoch by its
+ * address (the walk's cache below).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <elfutils/libdwfl.h>
+
+#include "kernel/kernel.h"
+#include "native.h"
+#include "unwind_internal.h"
+
+/* Bytes of a thread state its members lie in (it is a few hundred). */
+#define NATIVE_TSTATE_SPAN 4096u
+
+/* The DWARF number of x86-64's stack pointer. */
+#define NATIVE_DWARF_SP 7
+
+/* The evaluation loop's C function: where a segment of Python frames runs. */
+#define NATIVE_EVAL_SYMBOL "_PyEval_EvalFrameDefault"
+
+/* Addresses whose frames are interned, kept per target: a warm walk looks up, not symbolises. */
+#define NATIVE_PC_SLOTS 1024u
+
+struct native_pc {
+	uint64_t pc;     /* the address looked up (a return address less one); 0 empty */
+	uint32_t frame;
+	bool eval;
+	uint32_t epoch;  /* the intern epoch the frame id belongs to */
+};
+
+struct native_state {
+	Dwfl *dwfl;
+	bool attached;
+	const struct knative_thread *copy; /* the walk under way */
+	pid_t pid, tid;
+	struct native_pc pcs[NATIVE_PC_SLOTS];
+	uint32_t epoch;
+	bool rereported;   /* modules listed again this walk: at most once */
+};
+
+struct uw_native {
+	struct knative *kn;
+};
+
+struct uw_native *uw_native_open(struct uw_error *err)
+{
+#ifndef __x86_64__
+	/* The registers copied and their DWARF numbers are x86-64's. */
+	uw_fail(err, UW_EVERSION, "native frames are read on x86-64 only");
+	return NULL;
+#endif
+	struct uw_native *n = calloc(1, sizeof *n);
+	if (!n) {
+		uw_fail(err, UW_ENOMEM, "out of memory");
+		return NULL;
+	}
+	if (!(n->kn = knative_open(err))) {
+		free(n);
+		return NULL;
+	}
+	return n;
+}
+
+void uw_native_close(struct uw_native *n)
+{
+	if (!n)
+		return;
+	knative_close(n->kn);
+	free(n);
+}
+
+struct knative *native_copier(const struct uw_native *native)
+{
+	return native ? native->kn : NULL;
+}
+
+/* No separate debug files: a frame's symbol is what the module itself holds. */
+static int native_no_debuginfo(Dwfl_Module *mod, void **userdata, const char *modname, Dwarf_Addr base,
+                               const char *file_name, const char *debuglink_file, GElf_Word debuglink_crc,
+                               char **debuginfo_file_name)
+{
+	(void)mod, (void)userdata, (void)modname, (void)base, (void)file_name;
+	(void)debuglink_file, (void)debuglink_crc;
+	*debuginfo_file_name = NULL;
+	return -1;
+}
+
+/*
+ * A module's file as the process sees it, through its root: a target in a
+ * container or chroot names files of its own, not the daemon's.  A module
+ * with no path of its own (the vDSO) is libdwfl's to find.  Each module's
+ * userdata is its walker's state (native_report).
+ */
+static int native_find_elf(Dwfl_Module *mod, void **userdata, const char *module_name, Dwarf_Addr base,
+                           char **file_name, Elf **elfp)
+{
+	const struct native_state *ns = *userdata;
+	if (ns && module_name[0] == '/') {
+		char path[PATH_MAX];
+		int len = snprintf(path, sizeof path, "/proc/%d/root%s", (int)ns->pid, module_name);
+		int fd = len > 0 && (size_t)len < sizeof path ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+		if (fd >= 0) {
+			*file_name = strdup(path);
+			*elfp = NULL;
+			return fd;
+		}
+	}
+	return dwfl_linux_proc_find_elf(mod, userdata, module_name, base, file_name, elfp);
+}
+
+static const Dwfl_Callbacks native_modules = {
+	.find_elf = native_find_elf,
+	.find_debuginfo = native_no_debuginfo,
+};
+
+static pid_t native_next_thread(Dwfl *dwfl, void *arg, void **thread_arg)
+{
+	(void)dwfl;
+	struct native_state *ns = arg;
+	if (*thread_arg)
+		return 0;
+	*thread_arg = ns;
+	return ns->tid;
+}
+
+static bool native_get_thread(Dwfl *dwfl, pid_t tid, void *arg, void **thread_arg)
+{
+	(void)dwfl;
+	struct native_state *ns = arg;
+	*thread_arg = ns;
+	return tid == ns->tid;
+}
+
+/* Only the copy is read: the thread may run again by now, and its live stack is not the copy's. */
+static bool native_memory_read(Dwfl *dwfl, Dwarf_Addr addr, Dwarf_Word *result, void *arg)
+{
+	(void)dwfl;
+	const struct knative_thread *c = ((struct native_state *)arg)->copy;
+	/* Below the stack pointer is not the stack's: the page's bytes there are of no frame. */
+	if (addr < c->regs[KNATIVE_SP] || addr - c->base > c->len || c->len - (addr - c->base) < sizeof *result)
+		return false;
+	memcpy(result, c->stack + (addr - c->base), sizeof *result);
+	return true;
+}
+
+/* The x86-64 DWARF numbers of the registers copied (the psABI's table). */
+static bool native_initial_registers(Dwfl_Thread *thread, void *arg)
+{
+	const struct knative_thread *c = ((struct native_state *)arg)->copy;
+	Dwarf_Word bx = c->regs[KNATIVE_BX];
+	Dwarf_Word bp_sp[2] = {c->regs[KNATIVE_BP], c->regs[KNATIVE_SP]};
+	Dwarf_Word r12_15[4] = {c->regs[KNATIVE_R12], c->regs[KNATIVE_R13], c->regs[KNATIVE_R14],
+	                        c->regs[KNATIVE_R15]};
+	if (!dwfl_thread_state_registers(thread, 3, 1, &bx) || !dwfl_thread_state_registers(thread, 6, 2, bp_sp) ||
+	    !dwfl_thread_state_registers(thread, 12, 4, r12_15))
+		return false;
+	dwfl_thread_state_register_pc(thread, c->regs[KNATIVE_IP]);
+	return true;
+}
+
+static const Dwfl_Thread_Callbacks native_threads = {
+	.next_thread = native_next_thread,
+	.get_thread = native_get_thread,
+	.memory_read = native_memory_read,
+	.set_initial_registers = native_initial_registers,
+};
+
+/* Each module's files are looked for through its process's root: the module knows its walker. */
+static int native_module_owner(Dwfl_Module *mod, void **userdata, const char *name, Dwarf_Addr start, void *arg)
+{
+	(void)mod, (void)name, (void)start;
+	*userdata = arg;
+	return DWARF_CB_OK;
+}
+
+/* The process's modules, listed (again) from its maps, and the walker attached to them. */
+static int native_report(struct uw_target *t, struct native_state *ns, struct uw_error *err)
+{
+	if (ns->dwfl)
+		dwfl_end(ns->dwfl);
+	ns->attached = false;
+	if (!(ns->dwfl = dwfl_begin(&native_modules)))
+		return uw_fail(err, UW_ENOMEM, "native frames: %s", dwfl_errmsg(-1));
+	dwfl_report_begin(ns->dwfl);
+	int rc = dwfl_linux_proc_report(ns->dwfl, t->pid);
+	if (dwfl_report_end(ns->dwfl, NULL, NULL) != 0 || rc != 0)
+		return uw_fail(err, rc > 0 && rc == ESRCH ? UW_EGONE : UW_EIO,
+		               "native frames: the process's modules cannot be listed (%s)",
+		               rc > 0 ? strerror(rc) : dwfl_errmsg(-1));
+	ns->pid = t->pid;
+	dwfl_getmodules(ns->dwfl, native_module_owner, ns, 0);
+	if (!dwfl_attach_state(ns->dwfl, NULL, t->pid, &native_threads, ns))
+		return uw_fail(err, UW_EIO, "native frames: %s", dwfl_errmsg(-1));
+	ns->attached = true;
+	return 0;
+}
+
+/* A code address with CFI to step from, in its module's .eh_frame or .debug_frame. */
+static bool native_has_cfi(Dwfl_Module *mod, uint64_t pc)
+{
+	Dwarf_Addr bias;
+	Dwarf_Frame *frame;
+	Dwarf_CFI *cfi = dwfl_module_eh_cfi(mod, &bias);
+	if (cfi && dwarf_cfi_addrframe(cfi, pc - bias, &frame) == 0) {
+		free(frame);
+		return true;
+	}
+	cfi = dwfl_module_dwarf_cfi(mod, &bias);
+	if (cfi && dwarf_cfi_addrframe(cfi, pc - bias, &frame) == 0) {
+		free(frame);
+		return true;
+	}
+	return false;
+}
+
+/* Leading underscores: of a function's aliases, the one with fewest is its public name. */
+static size_t native_underscores(const char *name)
+{
+	size_t n = 0;
+	while (name[n] == '_')
+		n++;
+	return n;
+}
+
+/*
+ * A function often has several names at one address (libc's __select and
+ * select, __libc_recv and recv): each is right, and the one a person knows
+ * is the one with fewest leading underscores, as a debugger shows it.
+ * Looked for once a code address (the caller caches it), over the
+ * module's symbols; at is the function's address.
+ */
+static const char *native_public_alias(Dwfl_Module *mod, const char *name, const GElf_Sym *found, GElf_Addr at)
+{
+	int nsyms = dwfl_module_getsymtab(mod);
+	size_t best = native_underscores(name);
+	for (int i = 1; i < nsyms && best > 0; i++) {
+		GElf_Sym sym;
+		GElf_Addr addr;
+		const char *alias = dwfl_module_getsym_info(mod, i, &sym, &addr, NULL, NULL, NULL);
+		if (!alias || addr != at || GELF_ST_TYPE(sym.st_info) != GELF_ST_TYPE(found->st_info) || !*alias)
+			continue;
+		size_t under = native_underscores(alias);
+		if (under < best) {
+			best = under;
+			name = alias;
+		}
+	}
+	return name;
+}
+
+/*
+ * The interned frame of a code address: its symbol and module, or where it
+ * has no symbol, its address in the module's file (a clear "[+0x…]", never
+ * the nearest name).
+ */
+static int native_frame_of(struct uw_target *t, Dwfl_Module *mod, uint64_t pc, struct native_pc *out,
+                           struct uw_error *err)
+{
+	const char *path = NULL;
+	Dwarf_Addr start = 0;
+	const char *modname = dwfl_module_info(mod, NULL, &start, NULL, NULL, NULL, &path, NULL);
+	if (!path)
+		path = modname ? modname : "";
+	GElf_Off offset;
+	GElf_Sym sym;
+	const char *name = dwfl_module_addrinfo(mod, pc, &offset, &sym, NULL, NULL, NULL);
+	char unnamed[32];
+	if (name && *name && native_underscores(name) > 0)
+		name = native_public_alias(mod, name, &sym, pc - offset);
+	if (!name || !*name) {
+		/* The address in the file, as addr2line and objdump take it. */
+		Dwarf_Addr bias = 0;
+		if (!dwfl_module_getelf(mod, &bias))
+			bias = start;
+		snprintf(unnamed, sizeof unnamed, "[+0x%llx]", (unsigned long long)(pc - bias));
+		name = unnamed;
+	}
+	struct frame_key key = {.line = -1, .kind = UW_FRAME_C};
+	key.function = key.qualname = intern_string(&t->intern, name, strlen(name));
+	key.file = intern_string(&t->intern, path, strlen(path));
+	if (key.function == INTERN_FAILED || key.file == INTERN_FAILED ||
+	    (out->frame = intern_frame(&t->intern, &key)) == INTERN_FAILED)
+		return uw_fail(err, UW_ENOMEM, "out of memory interning native frames");
+	out->eval = strncmp(name, NATIVE_EVAL_SYMBOL, sizeof NATIVE_EVAL_SYMBOL - 1) == 0 &&
+	            (name[sizeof NATIVE_EVAL_SYMBOL - 1] == '\0' || name[sizeof NATIVE_EVAL_SYMBOL - 1] == '.');
+	out->pc = pc;
+	out->epoch = t->stats.cache_resets;
+	return 0;
+}
+
+struct native_walk_ctx {
+	struct uw_target *t;
+	struct native_state *ns;
+	struct native_frame *out;
+	uint32_t n;
+	enum native_end end;
+	struct uw_error *err;
+	bool failed;
+};
+
+static int native_on_frame(Dwfl_Frame *state, void *arg)
+{
+	struct native_walk_ctx *w = arg;
+	Dwarf_Addr pc;
+	bool activation;
+	if (!dwfl_frame_pc(state, &pc, &activation)) {
+		w->end = NATIVE_UNWOUND;
+		return DWARF_CB_ABORT;
+	}
+	if (w->n >= NATIVE_MAX_FRAMES) {
+		w->end = NATIVE_TOO_DEEP;
+		return DWARF_CB_ABORT;
+	}
+	/* A caller's pc is its return address: the call is the byte before. */
+	uint64_t at = activation ? pc : pc - 1;
+	struct native_state *ns = w->ns;
+	uint32_t epoch = w->t->stats.cache_resets;
+	struct native_pc *slot = &ns->pcs[(at ^ (at >> 12)) % NATIVE_PC_SLOTS];
+	Dwfl_Module *mod = dwfl_addrmodule(ns->dwfl, at);
+	if (!mod) {
+		w->end = NATIVE_UNWOUND;
+		return DWARF_CB_ABORT;
+	}
+	if (slot->pc != at || slot->epoch != epoch) {
+		if (native_frame_of(w->t, mod, at, slot, w->err) != 0) {
+			w->failed = true;
+			return DWARF_CB_ABORT;
+		}
+	}
+	Dwarf_Word sp = 0;
+	dwfl_frame_reg(state, NATIVE_DWARF_SP, &sp);
+	/* From 3.12 the entry frames say which frames run the eval loop (native_find_evals), not names. */
+	bool by_name = w->t->version_hex < 0x030c0000;
+	w->out[w->n++] = (struct native_frame){.frame = slot->frame, .eval = by_name && slot->eval, .sp = sp};
+	if (!native_has_cfi(mod, at)) {
+		w->end = NATIVE_NO_CFI;
+		return DWARF_CB_ABORT;
+	}
+	return DWARF_CB_OK;
+}
+
+int native_walk(struct uw_target *t, const struct knative_thread *copy, struct native_frame *out,
+                uint32_t *n, enum native_end *end, struct uw_error *err)
+{
+	*n = 0;
+	*end = NATIVE_UNWOUND;
+	struct native_state *ns = t->native;
+	if (!ns) {
+		if (!(ns = t->native = calloc(1, sizeof *ns)))
+			return uw_fail(err, UW_ENOMEM, "out of memory");
+	}
+	ns->rereported = false;
+	if (!ns->attached && native_report(t, ns, err) != 0)
+		return -1;
+	/* A module loaded since the modules were listed: listed again, once a walk. */
+	if (!dwfl_addrmodule(ns->dwfl, copy->regs[KNATIVE_IP])) {
+		ns->rereported = true;
+		if (native_report(t, ns, err) != 0)
+			return -1;
+	}
+	ns->copy = copy;
+	ns->tid = copy->tid;
+	struct native_walk_ctx w = {.t = t, .ns = ns, .out = out, .end = NATIVE_WHOLE, .err = err};
+	int rc = dwfl_getthread_frames(ns->dwfl, copy->tid, native_on_frame, &w);
+	ns->copy = NULL;
+	if (w.failed)
+		return -1;
+	*n = w.n;
+	if (rc != 0 && w.end == NATIVE_WHOLE) {
+		/*
+		 * libdwfl ends a walk with an error where the CFI leaves the
+		 * caller undefined (a thread's start) only after the last frame
+		 * was given: a stack read past the copy is what else stops it.
+		 */
+		w.end = copy->len < KNATIVE_STACK ? NATIVE_UNWOUND : NATIVE_STACK_CUT;
+	}
+	*end = w.end;
+	return 0;
+}
+
+void native_free(struct uw_target *t)
+{
+	struct native_state *ns = t->native;
+	if (!ns)
+		return;
+	if (ns->dwfl)
+		dwfl_end(ns->dwfl);
+	free(ns);
+	t->native = NULL;
+}
+
+/* Where each segment of Python frames begins: one eval loop's frames, split at C's entries. */
+static uint32_t native_segments(const struct uw_target *t, const uint32_t *py, uint32_t from, uint32_t npy,
+                                uint32_t *starts)
+{
+	/* Before 3.11 every Python call is a C call of the eval loop; from 3.11 markers stand where C entered. */
+	bool each_frame = t->version_hex < 0x030b0000;
+	uint32_t s = 0;
+	bool open = false;
+	for (uint32_t i = from; i < npy; i++) {
+		if (uw_frame_get(t, py[i])->kind == UW_FRAME_NATIVE) {
+			open = false;
+			continue;
+		}
+		if (!open || each_frame)
+			starts[s++] = i;
+		open = true;
+	}
+	return s;
+}
+
+uint32_t native_splice(const struct uw_target *t, const uint32_t *py, uint32_t npy, const struct native_frame *c,
+                       uint32_t nc, enum native_end end, uint32_t *starts, uint32_t *out)
+{
+	uint32_t n = 0, from = 0;
+	/* The collector's marker stays on top. */
+	if (npy && uw_frame_get(t, py[0])->kind == UW_FRAME_GC)
+		out[n++] = py[from++];
+	uint32_t segments = native_segments(t, py, from, npy, starts), evals = 0;
+	for (uint32_t i = 0; i < nc; i++)
+		evals += c[i].eval;
+	/*
+	 * The innermost eval loop runs the innermost segment, and so on out: a
+	 * whole walk must have one loop a segment, a cut one at most that
+	 * many.  Otherwise an eval loop went unrecognised (a symbol stripped)
+	 * and no C frame can be placed: the Python frames are shown as read.
+	 */
+	if (evals > segments || (evals < segments && end == NATIVE_WHOLE)) {
+		memcpy(out + n, py + from, (npy - from) * sizeof *py);
+		return n + npy - from;
+	}
+	uint32_t next = 0;
+	for (uint32_t i = 0; i < nc; i++) {
+		if (!c[i].eval) {
+			out[n++] = c[i].frame;
+			continue;
+		}
+		uint32_t stop = next + 1 < segments ? starts[next + 1] : npy;
+		for (uint32_t k = starts[next]; k < stop; k++)
+			if (uw_frame_get(t, py[k])->kind != UW_FRAME_NATIVE)
+				out[n++] = py[k];
+		next++;
+	}
+	if (end != NATIVE_WHOLE) {
+		out[n++] = t->native_frame;
+		if (next < segments) {
+			memcpy(out + n, py + starts[next], (npy - starts[next]) * sizeof *py);
+			n += npy - starts[next];
+		}
+	}
+	return n;
+}
+
+/*
+ * From 3.12 the eval loop pushes a shim frame (entry_frame, one of its own
+ * locals) below the Python frames it runs: the shim lies in the loop's C
+ * frame, between its stack pointer and its caller's.  Each segment of the
+ * thread's chain (its Python frames between two of C's entries) has its
+ * outermost frame link to its shim; the shim, in the copy, must be one
+ * (its owner C's or the interpreter's) and link to the next segment's
+ * innermost frame (none for the last).  That is read of the copy, the
+ * moment the chain is proven of: the one live read, of the outermost
+ * frame's link, is held to it.  Symbols would not do: the eval loop of a
+ * stripped build is a clone without a name.
+ */
+bool native_find_evals(struct uw_target *t, const struct thread_cache *tc, const struct knative_thread *copy,
+                       struct native_frame *c, uint32_t nc)
+{
+	const struct py_layout *L = &t->layout;
+	raddr_t inner[NATIVE_MAX_FRAMES], outer[NATIVE_MAX_FRAMES];
+	uint32_t segments = 0;
+	bool open = false;
+	for (uint32_t i = 0; i < nc; i++)
+		c[i].eval = false;
+	/* The chain is outermost first: its segments are taken innermost first. */
+	for (uint32_t d = tc->n; d-- > 0;) {
+		const struct chain_link *link = &tc->chain[d];
+		if (link->kind == UW_FRAME_NATIVE) {
+			open = false;
+			continue;
+		}
+		if (link->kind != UW_FRAME_PYTHON || !link->addr)
+			return false;
+		if (!open) {
+			if (segments == NATIVE_MAX_FRAMES)
+				return false;
+			inner[segments++] = link->addr;
+			open = true;
+		}
+		outer[segments - 1] = link->addr;
+	}
+	uint64_t sp = copy->regs[KNATIVE_SP], end = copy->base + copy->len;
+	uint32_t k = 0;
+	for (uint32_t j = 0; j < segments; j++) {
+		uint64_t shim;
+		if (remote_read(&t->mem, outer[j] + L->frame.back, &shim, sizeof shim, NULL) != 0 || shim < sp ||
+		    shim + L->frame.size > end || shim % 8)
+			return false;
+		const uint8_t *in_copy = copy->stack + (shim - copy->base);
+		uint64_t links_to;
+		memcpy(&links_to, in_copy + L->frame.back, sizeof links_to);
+		/*
+		 * The last links to no frame, or from 3.14 to the thread state's
+		 * own base frame, a member of the state (within its first pages).
+		 */
+		bool last_ok = links_to == 0 || (links_to > tc->tstate && links_to - tc->tstate < NATIVE_TSTATE_SPAN);
+		if (!frames_is_shim(L, in_copy[L->frame.owner]) ||
+		    (j + 1 < segments ? links_to != inner[j + 1] : !last_ok))
+			return false;
+		/* The C frame whose locals hold it: after the last one found, innermost first as the segments. */
+		while (k < nc && !(shim >= c[k].sp && (k + 1 == nc || shim < c[k + 1].sp)))
+			k++;
+		if (k == nc)
+			return false;
+		c[k++].eval = true;
+	}
+	return true;
+}

@@ -1,0 +1,71 @@
+/*
+ * The C frames of a thread, unwound from a copy of its registers and stack
+ * (native.c).  Internal to daemon/unwind.
+ */
+#ifndef PYPROFD_UNWIND_NATIVE_H
+#define PYPROFD_UNWIND_NATIVE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "kernel/knative_abi.h"
+#include "unwind.h"
+
+struct uw_target;
+
+/* C frames one thread's walk gives at most. */
+#define NATIVE_MAX_FRAMES 256u
+
+/* One C frame: its interned frame, and whether it is the interpreter's evaluation loop. */
+struct native_frame {
+	uint32_t frame;
+	bool eval;
+	uint64_t sp; /* its stack pointer: its locals lie from here to its caller's */
+};
+
+/*
+ * How a walk ended: at the thread's first frame (its start, whose caller
+ * the CFI leaves undefined), or short of it, with a <native> marker
+ * standing for the rest.
+ */
+enum native_end {
+	NATIVE_WHOLE,
+	NATIVE_NO_CFI,     /* a frame whose code has no CFI: its caller would be a guess */
+	NATIVE_STACK_CUT,  /* the walk needed stack past the copy */
+	NATIVE_UNWOUND,    /* the CFI could not be followed (bad data, no module at the address) */
+	NATIVE_TOO_DEEP,   /* NATIVE_MAX_FRAMES frames */
+};
+
+/*
+ * The C frames of a copied thread (status KNATIVE_COPIED), innermost first:
+ * *n of them into out (room for NATIVE_MAX_FRAMES).  0, or -1 and *err
+ * (out of memory, a process whose modules cannot be listed).
+ */
+int native_walk(struct uw_target *t, const struct knative_thread *copy, struct native_frame *out,
+                uint32_t *n, enum native_end *end, struct uw_error *err);
+struct thread_cache;
+/*
+ * From 3.12, which C frames run the eval loop, found by where each keeps
+ * its entry frame (the shim of a segment of Python frames): c's eval flags
+ * set, true; false when the thread's chain (tc) and the copy do not agree,
+ * and no frame is marked.  Before 3.12 the symbols say (native_walk).
+ */
+bool native_find_evals(struct uw_target *t, const struct thread_cache *tc, const struct knative_thread *copy,
+                       struct native_frame *c, uint32_t nc);
+/*
+ * A thread's frames with its C frames in place: py, its frame ids as read
+ * (innermost first, with <native> markers where C entered the eval loop,
+ * 3.11+), and c, its walk.  Each eval loop of c stands for its segment of
+ * Python frames; where the two do not pair up, py is given as read.  Into
+ * out (room for npy + nc + 1), starts a scratch of npy: the frames given.
+ */
+uint32_t native_splice(const struct uw_target *t, const uint32_t *py, uint32_t npy, const struct native_frame *c,
+                       uint32_t nc, enum native_end end, uint32_t *starts, uint32_t *out);
+/* The target's unwinder and its modules' symbols, freed (uw_close). */
+void native_free(struct uw_target *t);
+
+/* The kernel's copier of the target's options (uw_options.native), NULL when none. */
+struct knative *native_copier(const struct uw_native *native);
+
+#endif
