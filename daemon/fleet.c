@@ -235,7 +235,7 @@ static enum fleet_verdict fleet_attach(struct fleet *f, struct fleet_waiting *w,
 		return FLEET_NO_ROOM;
 	}
 	struct uw_error err = {0};
-	struct target *t = target_open(s->loop, &s->schedule, &s->history, s->kreader, &s->proc_fds,
+	struct target *t = target_open(s->loop, &s->schedule, &s->history, s->kreader, s->native, &s->proc_fds,
 	                               facts->pid, &err);
 	if (!t) {
 		double waited = ev_now(s->loop) - w->since;
@@ -292,6 +292,7 @@ static enum fleet_verdict fleet_attach(struct fleet *f, struct fleet_waiting *w,
 		params.rate_hz = parent->params.rate_hz;
 		params.mode = parent->params.mode;
 		params.async_mode = parent->params.async_mode;
+		params.flags = parent->params.flags;
 		params.context = parent->params.context;
 		labelled = fleet_labels_of_child(facts, t->python_version, &parent->params.labels, ancestor,
 		                                 &params);
@@ -301,6 +302,7 @@ static enum fleet_verdict fleet_attach(struct fleet *f, struct fleet_waiting *w,
 		if (rule->has_mode)
 			params.mode = rule->mode;
 		params.async_mode = rule->async_mode;
+		params.flags = rule->native ? UW_SNAP_NATIVE : 0u;
 		params.context = rule->context;
 		labelled = fleet_labels_of_rule(facts, t->python_version, rule, &params);
 	}
@@ -561,7 +563,7 @@ static void fleet_reconsider(struct fleet *f, struct target *t)
 		                               .mode = rule->has_mode ? rule->mode : t->params.mode,
 		                               .async_mode = rule->async_mode,
 		                               .context = rule->context,
-		                               .flags = t->params.flags,
+		                               .flags = (t->params.flags & ~UW_SNAP_NATIVE) | (rule->native ? UW_SNAP_NATIVE : 0u),
 		                               .max_sample_ns = s->config.max_sample_ns,
 		                               .no_write = s->config.no_write,
 		                               .provers_off = s->config.provers_off};
@@ -578,7 +580,7 @@ static void fleet_reconsider(struct fleet *f, struct target *t)
 			t->children = rule->children;
 			/* A new session only when something it samples by changed. */
 			if (params.rate_hz != t->params.rate_hz || params.mode != t->params.mode ||
-			    params.async_mode != t->params.async_mode ||
+			    params.async_mode != t->params.async_mode || params.flags != t->params.flags ||
 			    !context_spec_equal(&params.context, &t->params.context) ||
 			    params.labels.n != t->params.labels.n)
 				target_start(t, &params);

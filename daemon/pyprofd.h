@@ -45,7 +45,7 @@ struct stats_counter {
 	size_t offset; /* of a uint64_t in struct uw_stats */
 };
 extern const struct stats_counter counters_table[];
-#define COUNTERS_COUNT 46
+#define COUNTERS_COUNT 49
 uint64_t counters_value(const struct uw_stats *st, size_t i);
 
 /* record.c */
@@ -271,6 +271,7 @@ struct rule {
 	struct labels labels;
 	bool children; /* Python children follow their parent */
 	bool exclude;  /* a match is never attached */
+	bool native;   /* C frames too (UW_SNAP_NATIVE) */
 };
 struct rules {
 	struct rule *v;
@@ -514,17 +515,19 @@ struct target {
 	struct target_percentiles final_percentiles; /* theirs when the process exited */
 	struct uw_stats final_stats; /* the engine's counters when the process exited */
 	struct uw_kreader *kreader;  /* the daemon's, or NULL */
+	struct uw_native *native;    /* the daemon's copier of waiting threads' C frames, or NULL */
 	struct uw_fd_budget *proc_fds; /* the daemon's budget of /proc files its targets keep open */
 	size_t cache_budget;  /* its unwinder's, a share of the daemon's (targets_share_cache) */
 	ev_tstamp last_used; /* loop time; detached targets are evicted oldest first */
 };
 
 /*
- * kreader: the daemon's in-kernel reader, or NULL; proc_fds: its budget of
- * /proc files kept open, or NULL; both outlive the target.
+ * kreader: the daemon's in-kernel reader, or NULL; native: its copier of
+ * C frames, or NULL; proc_fds: its budget of /proc files kept open, or
+ * NULL; all outlive the target.
  */
 struct target *target_open(struct ev_loop *loop, struct schedule *schedule,
-                           struct history *history, struct uw_kreader *kreader,
+                           struct history *history, struct uw_kreader *kreader, struct uw_native *native,
                            struct uw_fd_budget *proc_fds, pid_t pid, struct uw_error *err);
 
 /*
@@ -705,6 +708,7 @@ struct server {
 	struct schedule schedule; /* the targets' ticks */
 	struct uw_kreader *kreader; /* the in-kernel reader every target shares; NULL without */
 	struct uw_error kreader_err; /* why there is none (the kernel's refusal), for status */
+	struct uw_native *native;    /* the copier of waiting threads' C frames (native = true); NULL without */
 	struct uw_fd_budget proc_fds; /* the /proc files targets keep open: what the descriptors leave */
 	struct history history;
 	struct jobs jobs; /* queries and backfills */

@@ -494,6 +494,7 @@ int record_pid(struct record_opts *opts, FILE *out)
 	o.uw.kreader = o.no_kernel_reader ? NULL : uw_kreader_open(&o.kreader_err);
 	if (!o.kernel_copy)
 		uw_kreader_copy_off(o.uw.kreader);
+	record_native_open(&o);
 	/* Faster than a thread may be shot (2 kHz): each sample waits for its shot, rather than go unshot. */
 	o.uw.kernel_pace = o.rate == 0 || o.rate > 2000;
 	uw_configure(t, &o.uw);
@@ -525,5 +526,6 @@ int record_pid(struct record_opts *opts, FILE *out)
 	free(run.ns);
 	uw_close(t);
 	uw_kreader_close(o.uw.kreader);
+	uw_native_close(o.uw.native);
 	return status;
 }

@@ -85,6 +85,12 @@ int record_emit(struct export_profile *p, const struct record_opts *o, const str
 int record_command(struct record_opts *o, FILE *out);
 /* The command line into o: 0, -1 when --help was printed, or an exit status. */
 int record_parse(int argc, char **argv, struct record_opts *o);
+/*
+ * With --native, the kernel's copier of waiting threads' stacks into
+ * o->uw.native; when the kernel refuses it, said once, and the samples
+ * have marks.
+ */
+void record_native_open(struct record_opts *o);
 /* Record the process o names into out (closed unless stdout); pyprofd's exit status. */
 int record_pid(struct record_opts *o, FILE *out);
 

@@ -34,7 +34,8 @@ static const char record_usage[] =
 	"  --mode wall|cpu|gil|exception\n"
 	"                      threads to sample: all (default), on CPU, holding the GIL,\n"
 	"                      handling an exception (in except or finally with one set)\n"
-	"  --native            mark C code between Python frames (3.11+)\n"
+	"  --native            the C frames of waiting threads too, in place (as root;\n"
+	"                      else marks where C code sits between Python frames, 3.11+)\n"
 	"  --gc                mark the thread running the garbage collector\n"
 	"  --async-aware       asyncio programs (3.11+): a thread running a task is sampled\n"
 	"                      as the task's stack: its coroutine frames, <task>:NAME,\n"
@@ -225,4 +226,13 @@ int record_parse(int argc, char **argv, struct record_opts *o)
 		return EXIT_USAGE;
 	}
 	return cli_pid_operand("record", argc, argv, optind, &o->pid);
+}
+
+void record_native_open(struct record_opts *o)
+{
+	if (!(o->uw.flags & UW_SNAP_NATIVE))
+		return;
+	struct uw_error why = {0};
+	if (!(o->uw.native = uw_native_open(&why)))
+		fprintf(stderr, "pyprofd: --native: no C frames, only <native> marks: %s\n", why.msg);
 }

@@ -649,6 +649,7 @@ int record_command(struct record_opts *o, FILE *out)
 	o->uw.kreader = o->no_kernel_reader ? NULL : uw_kreader_open(&o->kreader_err);
 	if (!o->kernel_copy)
 		uw_kreader_copy_off(o->uw.kreader);
+	record_native_open(o);
 	o->uw.kernel_pace = o->rate == 0 || o->rate > 2000;
 	r->o = o;
 	int status = run_spawn(r, o->command, &old);
@@ -680,6 +681,7 @@ int record_command(struct record_opts *o, FILE *out)
 	free(r->timing.ns);
 	free(r);
 	uw_kreader_close(o->uw.kreader);
+	uw_native_close(o->uw.native);
 	return status;
 }
 

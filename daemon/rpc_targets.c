@@ -127,7 +127,7 @@ void rpc_attach(struct server *s, struct client *c, const Pyprofd__Request *req,
 			return;
 		}
 		struct uw_error err = {0};
-		t = target_open(s->loop, &s->schedule, &s->history, s->kreader, &s->proc_fds, r->pid,
+		t = target_open(s->loop, &s->schedule, &s->history, s->kreader, s->native, &s->proc_fds, r->pid,
 		                &err);
 		if (!t) {
 			uw_error_add_remedy(&err, r->pid);

@@ -271,16 +271,17 @@ static int rule_apply(struct rule *r, const char *key, const char *value, unsign
 		return context_spec_labels(&r->context, value, why, why_len);
 	if (strcmp(key, "labels") == 0)
 		return rule_set_labels(r, value, why, why_len);
-	if (strcmp(key, "children") == 0 || strcmp(key, "exclude") == 0) {
+	if (strcmp(key, "children") == 0 || strcmp(key, "exclude") == 0 || strcmp(key, "native") == 0) {
 		if (!rule_parse_bool(value, &flag))
 			return snprintf(why, why_len, "%s is true or false (not '%s')", key, value), -1;
-		*(strcmp(key, "children") == 0 ? &r->children : &r->exclude) = flag;
+		*(strcmp(key, "children") == 0 ? &r->children : strcmp(key, "exclude") == 0 ? &r->exclude : &r->native) =
+			flag;
 		return 0;
 	}
 	snprintf(why, why_len,
 	         "unknown setting '%s' (a rule takes match.exe, match.cmdline, match.unit, "
 	         "match.container, match.uid, match.python, rate, mode, async, async_mode, context, "
-	         "context_labels, labels, children, exclude)",
+	         "context_labels, labels, children, exclude, native)",
 	         key);
 	return -1;
 }

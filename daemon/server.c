@@ -278,6 +278,7 @@ static void server_shutdown(struct server *s)
 	history_close(&s->history);
 	targets_free(&s->targets);
 	uw_kreader_close(s->kreader); /* after every target that used it */
+	uw_native_close(s->native);
 	schedule_free(&s->schedule);
 	if (s->listen_fd >= 0) {
 		close(s->listen_fd);
@@ -330,6 +331,10 @@ int server_main(int argc, char **argv)
 			log_info("%s; a process that ran since its last sample is read from outside",
 			         uw_kreader_copy_refused(s.kreader));
 	}
+	/* Loaded whatever the rules say: a rule or an attach may ask for C frames at any time. */
+	struct uw_error native_err = {0};
+	if (!(s.native = uw_native_open(&native_err)))
+		log_info("%s; native = true marks where C code sits, without its frames", native_err.msg);
 	signal(SIGPIPE, SIG_IGN);
 #ifdef __GLIBC__
 	/*
@@ -411,5 +416,6 @@ fail_listen:
 fail_loop:
 	config_free(&s.config);
 	uw_kreader_close(s.kreader);
+	uw_native_close(s.native);
 	return EXIT_FAILURE_OTHER;
 }

@@ -293,7 +293,7 @@ void target_lower_owner(struct target *t, const struct uw_process_identity *id)
 }
 
 struct target *target_open(struct ev_loop *loop, struct schedule *schedule,
-                           struct history *history, struct uw_kreader *kreader,
+                           struct history *history, struct uw_kreader *kreader, struct uw_native *native,
                            struct uw_fd_budget *proc_fds, pid_t pid, struct uw_error *err)
 {
 	struct uw_process_identity id;
@@ -309,6 +309,7 @@ struct target *target_open(struct ev_loop *loop, struct schedule *schedule,
 	t->schedule = schedule;
 	t->history = history;
 	t->kreader = kreader;
+	t->native = native;
 	t->proc_fds = proc_fds;
 	schedule_entry_init(&t->tick, target_on_tick, TARGET_FIRST_COST_S);
 	t->pid = pid;
@@ -370,6 +371,7 @@ static void target_configure_unwinder(struct target *t)
 	                          /* Watches hold a slot and a perf event each: a detached target gives them back. */
 	                          .kreader = t->state == TARGET_SAMPLING ? t->kreader : NULL,
 	                          .kreader_uid = t->charged_uid,
+	                          .native = t->native,
 	                          /* A detached target keeps its files open with its warm state, charged still. */
 	                          .fd_budget = t->proc_fds,
 	                          .on_epoch_end = target_on_epoch_end,

@@ -125,7 +125,7 @@ int store_batch_session(struct store_batch *b, int target, double attached_at, d
 int32_t store_batch_frame(struct store_batch *b, const char *function, const char *file,
                           int32_t line, int kind, int32_t first_line)
 {
-	if (!b || kind < 0 || kind > 3) /* python, native, gc, moving */
+	if (!b || kind < 0 || kind > 4) /* python, native, gc, moving, c (base/unwind_words.h) */
 		return -1;
 	if (batch_reserve((void **)&b->frames, &b->frames_cap, b->nframes, sizeof *b->frames) < 0)
 		return -1;

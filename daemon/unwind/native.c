@@ -31,9 +31,6 @@
 #include "native.h"
 #include "unwind_internal.h"
 
-/* Bytes of a thread state its members lie in (it is a few hundred). */
-#define NATIVE_TSTATE_SPAN 4096u
-
 /* The DWARF number of x86-64's stack pointer. */
 #define NATIVE_DWARF_SP 7
 
@@ -58,7 +55,30 @@ struct native_state {
 	struct native_pc pcs[NATIVE_PC_SLOTS];
 	uint32_t epoch;
 	bool rereported;   /* modules listed again this walk: at most once */
+	/* A sample's working room, kept: a steady sample allocates nothing. */
+	uint32_t *ids;
+	size_t ids_cap;
+	struct native_frame frames[NATIVE_MAX_FRAMES];
 };
+
+/* The target's walker, made at its first use. */
+static struct native_state *native_state_of(struct uw_target *t, struct uw_error *err)
+{
+	if (!t->native && !(t->native = calloc(1, sizeof *t->native)))
+		uw_fail(err, UW_ENOMEM, "out of memory");
+	return t->native;
+}
+
+uint32_t *native_room(struct uw_target *t, size_t n, struct native_frame **frames, struct uw_error *err)
+{
+	struct native_state *ns = native_state_of(t, err);
+	if (!ns || array_reserve((void **)&ns->ids, &ns->ids_cap, n, sizeof *ns->ids, NULL)) {
+		uw_fail(err, UW_ENOMEM, "out of memory");
+		return NULL;
+	}
+	*frames = ns->frames;
+	return ns->ids;
+}
 
 struct uw_native {
 	struct knative *kn;
@@ -278,11 +298,11 @@ static const char *native_public_alias(Dwfl_Module *mod, const char *name, const
 static int native_frame_of(struct uw_target *t, Dwfl_Module *mod, uint64_t pc, struct native_pc *out,
                            struct uw_error *err)
 {
-	const char *path = NULL;
 	Dwarf_Addr start = 0;
-	const char *modname = dwfl_module_info(mod, NULL, &start, NULL, NULL, NULL, &path, NULL);
+	/* The path the process maps it by, not where it was opened from (its root, through /proc). */
+	const char *path = dwfl_module_info(mod, NULL, &start, NULL, NULL, NULL, NULL, NULL);
 	if (!path)
-		path = modname ? modname : "";
+		path = "";
 	GElf_Off offset;
 	GElf_Sym sym;
 	const char *name = dwfl_module_addrinfo(mod, pc, &offset, &sym, NULL, NULL, NULL);
@@ -366,11 +386,9 @@ int native_walk(struct uw_target *t, const struct knative_thread *copy, struct n
 {
 	*n = 0;
 	*end = NATIVE_UNWOUND;
-	struct native_state *ns = t->native;
-	if (!ns) {
-		if (!(ns = t->native = calloc(1, sizeof *ns)))
-			return uw_fail(err, UW_ENOMEM, "out of memory");
-	}
+	struct native_state *ns = native_state_of(t, err);
+	if (!ns)
+		return -1;
 	ns->rereported = false;
 	if (!ns->attached && native_report(t, ns, err) != 0)
 		return -1;
@@ -407,134 +425,7 @@ void native_free(struct uw_target *t)
 		return;
 	if (ns->dwfl)
 		dwfl_end(ns->dwfl);
+	free(ns->ids);
 	free(ns);
 	t->native = NULL;
-}
-
-/* Where each segment of Python frames begins: one eval loop's frames, split at C's entries. */
-static uint32_t native_segments(const struct uw_target *t, const uint32_t *py, uint32_t from, uint32_t npy,
-                                uint32_t *starts)
-{
-	/* Before 3.11 every Python call is a C call of the eval loop; from 3.11 markers stand where C entered. */
-	bool each_frame = t->version_hex < 0x030b0000;
-	uint32_t s = 0;
-	bool open = false;
-	for (uint32_t i = from; i < npy; i++) {
-		if (uw_frame_get(t, py[i])->kind == UW_FRAME_NATIVE) {
-			open = false;
-			continue;
-		}
-		if (!open || each_frame)
-			starts[s++] = i;
-		open = true;
-	}
-	return s;
-}
-
-uint32_t native_splice(const struct uw_target *t, const uint32_t *py, uint32_t npy, const struct native_frame *c,
-                       uint32_t nc, enum native_end end, uint32_t *starts, uint32_t *out)
-{
-	uint32_t n = 0, from = 0;
-	/* The collector's marker stays on top. */
-	if (npy && uw_frame_get(t, py[0])->kind == UW_FRAME_GC)
-		out[n++] = py[from++];
-	uint32_t segments = native_segments(t, py, from, npy, starts), evals = 0;
-	for (uint32_t i = 0; i < nc; i++)
-		evals += c[i].eval;
-	/*
-	 * The innermost eval loop runs the innermost segment, and so on out: a
-	 * whole walk must have one loop a segment, a cut one at most that
-	 * many.  Otherwise an eval loop went unrecognised (a symbol stripped)
-	 * and no C frame can be placed: the Python frames are shown as read.
-	 */
-	if (evals > segments || (evals < segments && end == NATIVE_WHOLE)) {
-		memcpy(out + n, py + from, (npy - from) * sizeof *py);
-		return n + npy - from;
-	}
-	uint32_t next = 0;
-	for (uint32_t i = 0; i < nc; i++) {
-		if (!c[i].eval) {
-			out[n++] = c[i].frame;
-			continue;
-		}
-		uint32_t stop = next + 1 < segments ? starts[next + 1] : npy;
-		for (uint32_t k = starts[next]; k < stop; k++)
-			if (uw_frame_get(t, py[k])->kind != UW_FRAME_NATIVE)
-				out[n++] = py[k];
-		next++;
-	}
-	if (end != NATIVE_WHOLE) {
-		out[n++] = t->native_frame;
-		if (next < segments) {
-			memcpy(out + n, py + starts[next], (npy - starts[next]) * sizeof *py);
-			n += npy - starts[next];
-		}
-	}
-	return n;
-}
-
-/*
- * From 3.12 the eval loop pushes a shim frame (entry_frame, one of its own
- * locals) below the Python frames it runs: the shim lies in the loop's C
- * frame, between its stack pointer and its caller's.  Each segment of the
- * thread's chain (its Python frames between two of C's entries) has its
- * outermost frame link to its shim; the shim, in the copy, must be one
- * (its owner C's or the interpreter's) and link to the next segment's
- * innermost frame (none for the last).  That is read of the copy, the
- * moment the chain is proven of: the one live read, of the outermost
- * frame's link, is held to it.  Symbols would not do: the eval loop of a
- * stripped build is a clone without a name.
- */
-bool native_find_evals(struct uw_target *t, const struct thread_cache *tc, const struct knative_thread *copy,
-                       struct native_frame *c, uint32_t nc)
-{
-	const struct py_layout *L = &t->layout;
-	raddr_t inner[NATIVE_MAX_FRAMES], outer[NATIVE_MAX_FRAMES];
-	uint32_t segments = 0;
-	bool open = false;
-	for (uint32_t i = 0; i < nc; i++)
-		c[i].eval = false;
-	/* The chain is outermost first: its segments are taken innermost first. */
-	for (uint32_t d = tc->n; d-- > 0;) {
-		const struct chain_link *link = &tc->chain[d];
-		if (link->kind == UW_FRAME_NATIVE) {
-			open = false;
-			continue;
-		}
-		if (link->kind != UW_FRAME_PYTHON || !link->addr)
-			return false;
-		if (!open) {
-			if (segments == NATIVE_MAX_FRAMES)
-				return false;
-			inner[segments++] = link->addr;
-			open = true;
-		}
-		outer[segments - 1] = link->addr;
-	}
-	uint64_t sp = copy->regs[KNATIVE_SP], end = copy->base + copy->len;
-	uint32_t k = 0;
-	for (uint32_t j = 0; j < segments; j++) {
-		uint64_t shim;
-		if (remote_read(&t->mem, outer[j] + L->frame.back, &shim, sizeof shim, NULL) != 0 || shim < sp ||
-		    shim + L->frame.size > end || shim % 8)
-			return false;
-		const uint8_t *in_copy = copy->stack + (shim - copy->base);
-		uint64_t links_to;
-		memcpy(&links_to, in_copy + L->frame.back, sizeof links_to);
-		/*
-		 * The last links to no frame, or from 3.14 to the thread state's
-		 * own base frame, a member of the state (within its first pages).
-		 */
-		bool last_ok = links_to == 0 || (links_to > tc->tstate && links_to - tc->tstate < NATIVE_TSTATE_SPAN);
-		if (!frames_is_shim(L, in_copy[L->frame.owner]) ||
-		    (j + 1 < segments ? links_to != inner[j + 1] : !last_ok))
-			return false;
-		/* The C frame whose locals hold it: after the last one found, innermost first as the segments. */
-		while (k < nc && !(shim >= c[k].sp && (k + 1 == nc || shim < c[k + 1].sp)))
-			k++;
-		if (k == nc)
-			return false;
-		c[k++].eval = true;
-	}
-	return true;
 }

@@ -62,6 +62,22 @@ bool native_find_evals(struct uw_target *t, const struct thread_cache *tc, const
  */
 uint32_t native_splice(const struct uw_target *t, const uint32_t *py, uint32_t npy, const struct native_frame *c,
                        uint32_t nc, enum native_end end, uint32_t *starts, uint32_t *out);
+/*
+ * A sample's C frames (with UW_SNAP_NATIVE and a copier).  Before any
+ * memory is read, the kernel looks at the switch counts of the threads the
+ * last sample met (native_sample_begin); after the walk, the threads that
+ * were off their CPU then are copied, and the ones whose count held have
+ * their stack replaced with the one spliced with their C frames
+ * (native_sample_end).  A thread that did not run since its last copy
+ * keeps its spliced stack, uncopied.  -1 and *err only when out of memory.
+ */
+void native_sample_begin(struct uw_target *t);
+int native_sample_end(struct uw_target *t, struct uw_sample *s, struct uw_error *err);
+/*
+ * Working room kept with the target: n frame ids, and NATIVE_MAX_FRAMES
+ * C frames (*frames); valid until the next call.  NULL and *err.
+ */
+uint32_t *native_room(struct uw_target *t, size_t n, struct native_frame **frames, struct uw_error *err);
 /* The target's unwinder and its modules' symbols, freed (uw_close). */
 void native_free(struct uw_target *t);
 

@@ -2,8 +2,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernel/kernel.h"
-#include "native.h"
 #include "unwind_internal.h"
 
 /* A dump wants every thread: a moving one gets this many reads. */
@@ -15,91 +13,17 @@
  */
 #define SNAPSHOT_TASK_ATTEMPTS 16
 
-/*
- * The waiting threads' registers and stacks, copied by the kernel between
- * the sample that found the threads and the sample taken for the
- * snapshot, then looked at once more: a thread off its CPU from the copy to
- * the look, its switch count unchanged, ran nothing in between, so its
- * copy and its Python frames are of one moment (kernel/knative.c).  The
- * copy's answers, or NULL (no copier, none asked, the kernel refused).
- */
-static const struct knative_thread *snapshot_copy(struct uw_target *t, struct knative *kn,
-                                                  const struct uw_sample *s, uint32_t *ncopied)
-{
-	struct knative_ask asks[KNATIVE_THREADS];
-	uint32_t n = 0;
-	*ncopied = 0;
-	/* The kernel finds threads by the ids of its own namespace, not those of a nested one. */
-	if (!kn || t->pid_namespace_nested)
-		return NULL;
-	for (uint32_t i = 0; i < s->nthreads && n < KNATIVE_THREADS; i++)
-		if (s->threads[i].native_id > 0 && !s->threads[i].moving)
-			asks[n++] = (struct knative_ask){.pid = t->pid, .tid = (pid_t)s->threads[i].native_id};
-	*ncopied = n;
-	return n ? knative_run(kn, KNATIVE_COPY, asks, n) : NULL;
-}
-
-/* The copy of a thread that holds, by its id: NULL when it ran, or was not copied. */
-static const struct knative_thread *snapshot_copy_of(const struct knative_thread *copies, uint32_t n,
-                                                     int64_t tid)
-{
-	for (uint32_t i = 0; copies && i < n; i++)
-		if (copies[i].tid == tid)
-			return copies[i].status == KNATIVE_COPIED && copies[i].look_status == KNATIVE_STILL &&
-			               copies[i].look_switches == copies[i].switches
-			       ? &copies[i]
-			       : NULL;
-	return NULL;
-}
-
-/* The cache of the thread read this sample with kernel id tid, NULL when none. */
-static const struct thread_cache *snapshot_cache_of(const struct uw_target *t, int64_t tid)
-{
-	for (uint32_t i = 0; i < t->nthreads; i++)
-		if (t->threads[i].seen == t->sample_gen && t->threads[i].own_tid == tid)
-			return &t->threads[i];
-	return NULL;
-}
-
-/* A thread's frames: as read, or with its C frames in place when its copy holds. */
-static int snapshot_frames(struct uw_target *t, const struct uw_sample_thread *st,
-                           const struct knative_thread *copy, struct uw_thread *th, struct uw_error *err)
+/* A thread's frames, outermost last. */
+static int snapshot_frames(struct uw_target *t, const struct uw_sample_thread *st, struct uw_thread *th,
+                           struct uw_error *err)
 {
 	/* Unreadable: its one frame says only that; the snapshot's flag says it plainly. */
 	uint32_t depth = st->moving ? 0 : uw_stack_depth(t, st->stack);
-	uint32_t room = depth + (copy ? NATIVE_MAX_FRAMES + 1 : 0);
-	uint32_t *ids = calloc(2 * (size_t)depth + room + 1, sizeof *ids);
-	struct native_frame *c = copy ? calloc(NATIVE_MAX_FRAMES, sizeof *c) : NULL;
-	th->frames = calloc(room ? room : 1, sizeof *th->frames);
-	if (!ids || (copy && !c) || !th->frames) {
-		free(ids);
-		free(c);
+	th->frames = calloc(depth ? depth : 1, sizeof *th->frames);
+	if (!th->frames)
 		return uw_fail(err, UW_ENOMEM, "out of memory");
-	}
-	uint32_t npy = 0, n;
-	for (uint32_t stack = st->stack; stack && npy < depth; stack = uw_stack_parent(t, stack))
-		ids[npy++] = uw_stack_frame(t, stack);
-	const uint32_t *shown = ids;
-	n = npy;
-	uint32_t nc;
-	enum native_end end;
-	if (copy) {
-		if (native_walk(t, copy, c, &nc, &end, err) != 0) {
-			free(ids);
-			free(c);
-			return -1;
-		}
-		const struct thread_cache *tc = snapshot_cache_of(t, st->native_id);
-		if (t->version_hex >= 0x030c0000 && !(tc && native_find_evals(t, tc, copy, c, nc)))
-			nc = 0;
-		uint32_t *spliced = ids + npy, *starts = spliced + room;
-		n = native_splice(t, ids, npy, c, nc, end, starts, spliced);
-		shown = spliced;
-	}
-	for (uint32_t i = 0; i < n; i++)
-		th->frames[th->nframes++] = *uw_frame_get(t, shown[i]);
-	free(ids);
-	free(c);
+	for (uint32_t stack = st->stack; stack && th->nframes < depth; stack = uw_stack_parent(t, stack))
+		th->frames[th->nframes++] = *uw_frame_get(t, uw_stack_frame(t, stack));
 	return 0;
 }
 
@@ -122,14 +46,12 @@ int uw_snapshot(struct uw_target *t, unsigned flags, struct uw_snapshot *out,
 	int rc = uw_sample(t, &s, err);
 	for (int attempt = 1; rc == 0 && s.tasks_moved && attempt < SNAPSHOT_TASK_ATTEMPTS; attempt++)
 		rc = uw_sample(t, &s, err);
-	struct knative *kn = (flags & UW_SNAP_NATIVE) ? native_copier(t->opts.native) : NULL;
-	uint32_t ncopied = 0;
-	const struct knative_thread *copies = rc == 0 ? snapshot_copy(t, kn, &s, &ncopied) : NULL;
-	if (copies) {
+	/*
+	 * C frames are copied only of threads the kernel looked at before the
+	 * walk, which are those a sample met: the first one meets them.
+	 */
+	if (rc == 0 && (flags & UW_SNAP_NATIVE) && t->opts.native)
 		rc = uw_sample(t, &s, err);
-		if (rc == 0 && !knative_run(kn, KNATIVE_LOOK, NULL, ncopied))
-			copies = NULL;
-	}
 	t->opts = saved;
 	t->thread_attempts = 0;
 	/* A thread read as garbage makes the snapshot fail; one that kept moving is shown as such. */
@@ -171,8 +93,7 @@ int uw_snapshot(struct uw_target *t, unsigned flags, struct uw_snapshot *out,
 		                         .truncated = st->truncated,
 		                         .unreadable = st->moving};
 		memcpy(th->name, st->name, sizeof th->name);
-		const struct knative_thread *copy = st->moving ? NULL : snapshot_copy_of(copies, ncopied, st->native_id);
-		if (snapshot_frames(t, st, copy, th, err) != 0) {
+		if (snapshot_frames(t, st, th, err) != 0) {
 			uw_sample_free(&s);
 			uw_snapshot_release(out);
 			return -1;

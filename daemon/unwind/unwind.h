@@ -496,6 +496,9 @@ struct uw_stats {
 	uint64_t context_reads;            /* request contexts read (threads', parked tasks'), through the sample's batch */
 	uint64_t context_torn;             /* contexts that moved while read, or read as garbage: none that sample */
 	uint64_t context_kept;             /* thread samples whose context stood: the kernel proved the thread ran nothing since */
+	uint64_t native_copied;            /* --native: thread samples whose C frames the kernel copied and were unwound */
+	uint64_t native_kept;              /* --native: thread samples that kept their C frames: the thread ran nothing since its copy */
+	uint64_t native_ran;               /* --native: thread samples left with marks: the thread ran between the look and the copy */
 	uint64_t cache_resets;             /* budget reached: everything forgotten */
 	uint64_t walks_cut;                /* samples cut short at max_sample_ns */
 	uint64_t tasks_read;               /* asyncio tasks read (async mode) */

@@ -225,6 +225,17 @@ struct thread_cache {
 	/* context.c: what the thread's context said this sample (NULL until one is read). */
 	struct uw_context *ctx;
 	bool ctx_moved;         /* it moved under the last read: read just before the stack next time */
+	/*
+	 * native.c: the thread's C frames.  At this sample's look it was off
+	 * its CPU (looked) with look_switches switches; its Python stack
+	 * py_stack was spliced with the copy taken at copy_switches into
+	 * stack, of epoch epoch.
+	 */
+	struct {
+		bool looked;
+		uint64_t look_switches, copy_switches, epoch;
+		uint32_t py_stack, stack;
+	} native;
 	bool ctx_proven;        /* ctx is proven as of the last sample that read it (and the names of ctx_gen) */
 	uint64_t ctx_gen;
 };

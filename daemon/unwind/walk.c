@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "kread_abi.h"
+#include "native.h"
 #include "unwind_internal.h"
 
 /*
@@ -683,6 +684,7 @@ int uw_sample(struct uw_target *t, struct uw_sample *s, struct uw_error *err)
 	if (process_proof)
 		still_arm(t);
 	threads_still_begin(t);
+	native_sample_begin(t);
 	/* Which provers serve, once a sample rather than at each hook of each thread. */
 	w->provers = 0;
 	for (unsigned i = 0; i < PROVER_COUNT; i++)
@@ -695,6 +697,9 @@ int uw_sample(struct uw_target *t, struct uw_sample *s, struct uw_error *err)
 	if (rc == 0 && !w->cut && tasks_wanted(t))
 		rc = tasks_sample(w, err);
 	view_end(t, rc == 0);
+	/* The C frames last: their copy must come after the walk it is held to. */
+	if (rc == 0 && !w->cut)
+		rc = native_sample_end(t, s, err);
 	s->cut = w->cut;
 	if (w->deadline_ns && (w->cut || s->tasks_cut)) {
 		/*

@@ -106,7 +106,9 @@ static int64_t gecko_func_string(struct gecko_track *g, const struct export_view
 
 static enum gecko_category gecko_frame_category(const struct export_frame *f)
 {
-	return f->kind == UW_FRAME_NATIVE ? GECKO_NATIVE : f->kind == UW_FRAME_GC ? GECKO_GC : GECKO_PYTHON;
+	return f->kind == UW_FRAME_NATIVE || f->kind == UW_FRAME_C ? GECKO_NATIVE
+	       : f->kind == UW_FRAME_GC                           ? GECKO_GC
+	                                                          : GECKO_PYTHON;
 }
 
 /* The frame-table index of a view frame in this track. */

@@ -159,7 +159,7 @@ Test(targets, a_flush_writes_what_was_counted, .timeout = 120)
 	cr_assert_eq(schedule_init(&sched, loop), 0);
 
 	struct uw_error err;
-	struct target *t = target_open(loop, &sched, &h, NULL, NULL, tt.pid, &err);
+	struct target *t = target_open(loop, &sched, &h, NULL, NULL, NULL, tt.pid, &err);
 	cr_assert_not_null(t, "%s", err.msg);
 	struct target_params params = {.rate_hz = 200, .mode = UW_MODE_WALL};
 	target_start(t, &params);
@@ -203,7 +203,7 @@ Test(targets, trimming_drops_the_least_recently_used, .timeout = 120)
 	for (int i = 0; i < 3; i++) {
 		json_decref(start_scenario(&tts[i], "nested"));
 		struct uw_error err;
-		struct target *t = target_open(loop, &sched, &none, NULL, NULL, tts[i].pid, &err);
+		struct target *t = target_open(loop, &sched, &none, NULL, NULL, NULL, tts[i].pid, &err);
 		cr_assert_not_null(t, "%s", err.msg);
 		struct uw_sample s = {0};
 		cr_assert_eq(uw_sample(t->uw, &s, &err), 0, "%s", err.msg);
