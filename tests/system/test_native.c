@@ -241,3 +241,104 @@ Test(native, without_the_kernel_copy_marks_and_says_why, .timeout = 120)
 	run_result_free(&r);
 	test_target_kill(&t);
 }
+
+/* A dump's thread as a collapsed line without its count: outermost first, `name (file[:line])`. */
+static void native_collapsed(json_t *frames, char *out, size_t len)
+{
+	out[0] = '\0';
+	for (size_t i = json_array_size(frames); i-- > 0;) {
+		json_t *f = json_array_get(frames, i);
+		const char *q = jstr(f, "qualname"), *name = q && *q ? q : jstr(f, "function");
+		char one[1024];
+		if (strcmp(jstr(f, "kind"), "python") == 0)
+			snprintf(one, sizeof one, "%s (%s:%lld)%s", name, jstr(f, "file"), (long long)jint(f, "line"),
+			         i ? ";" : "");
+		else
+			snprintf(one, sizeof one, "%s (%s)%s", name, jstr(f, "file"), i ? ";" : "");
+		strncat(out, one, len - strlen(out) - 1);
+	}
+}
+
+/* Whether collapsed text holds the line `stack COUNT`. */
+static bool native_has_line(const char *collapsed, const char *stack)
+{
+	size_t n = strlen(stack);
+	for (const char *at = collapsed; (at = strstr(at, stack)); at += n)
+		if ((at == collapsed || at[-1] == '\n') && at[n] == ' ')
+			return true;
+	return false;
+}
+
+static const unsigned sampled_minors[] = {12, 15};
+
+ParameterizedTestParameters(native, record_and_the_history_hold_the_dumps_c_frames)
+{
+	size_t n = COUNT(sampled_minors);
+	return cr_make_param_array(struct python_param, python_params_of_minors(sampled_minors, n), n,
+	                           python_params_free);
+}
+
+/*
+ * The samples of `record --native` and of the daemon's `attach --native`
+ * hold, for each waiting thread, the stack `dump --native` shows (whose C
+ * frames are gdb's, above): the C frames reach the history whole.
+ */
+ParameterizedTest(struct python_param *p, native, record_and_the_history_hold_the_dumps_c_frames, .timeout = 180)
+{
+	if (p->none)
+		cr_skip_test("no Python 3.%u here", p->minor);
+	if (p->py.root_len && geteuid() != 0)
+		cr_skip_test("the Debian root's interpreters need root to chroot");
+	struct test_target t;
+	json_t *report = test_target_start_script(&t, &p->py, "waiters.py");
+	char ctx[PATH_MAX + 64], pid[16];
+	python_describe(&p->py, ctx, sizeof ctx);
+	snprintf(pid, sizeof pid, "%d", (int)t.pid);
+	static const char *const flags[] = {"--native", "--json", NULL};
+	json_t *dump = dump_json(t.pid, flags, ctx);
+
+	const char *rec[] = {pyprofd_bin(), "record", pid, "--native", "--duration", "1", "--format", "collapsed", NULL};
+	struct run_result recorded;
+	run_command(&recorded, rec, NULL);
+	cr_assert(recorded.exited && recorded.code == 0, "%s: record --native failed: %s", ctx, recorded.err);
+
+	struct daemon d;
+	daemon_start(&d, NULL);
+	const char *attach[] = {"attach", pid, "--native", NULL};
+	struct run_result r;
+	ctl_run(&d, &r, attach, NULL);
+	cr_assert(r.exited && r.code == 0, "%s: attach --native failed: %s", ctx, r.err);
+	run_result_free(&r);
+
+	static const char *const roles[] = {"sleep", "lock", "recv"};
+	json_t *tids = json_object_get(report, "threads");
+	for (size_t k = 0; k < COUNT(roles); k++) {
+		json_int_t tid = json_integer_value(json_object_get(tids, roles[k]));
+		json_t *th = NULL, *e;
+		size_t i;
+		json_array_foreach(json_object_get(dump, "threads"), i, e) if (jint(e, "native_thread_id") == tid) th = e;
+		cr_assert(th, "%s: the dump has no thread %s", ctx, roles[k]);
+		char want[16384];
+		native_collapsed(json_object_get(th, "frames"), want, sizeof want);
+		cr_assert(strstr(want, " (") && strchr(want, ';'), "%s: an empty stack for %s", ctx, roles[k]);
+		cr_assert(native_has_line(recorded.out, want), "%s: record --native has no sample of %s's stack %s:\n%s",
+		          ctx, roles[k], want, recorded.out);
+		/* The history is written every few seconds: asked until it holds the stack. */
+		bool held = false;
+		const char *query[] = {"query", "--pid", pid, NULL};
+		for (int tries = 0; !held && tries < 300; tries++) {
+			ctl_run(&d, &r, query, NULL);
+			held = r.exited && r.code == 0 && native_has_line(r.out, want);
+			if (!held && tries == 299)
+				cr_assert_fail("%s: the history has no sample of %s's stack %s:\n%s", ctx, roles[k], want, r.out);
+			run_result_free(&r);
+			if (!held)
+				usleep(100 * 1000);
+		}
+	}
+	daemon_stop(&d);
+	run_result_free(&recorded);
+	json_decref(dump);
+	json_decref(report);
+	test_target_kill(&t);
+}
