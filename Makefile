@@ -21,6 +21,7 @@
 #   make bench-readv   what one process_vm_readv costs the reader, by pages, hot and cold
 #   make bench-async   cost per sample of async-aware sampling, 1,000 and 100,000 tasks (as root)
 #   make bench-context cost per sample of reading each sample's request: spans, labels (as root)
+#   make bench-native  cost per sample of C frames (--native), quiet and busy (as root)
 #   make bench-bound   the per-sample time bound against task chains, exception chains, threads (as root)
 #   make soak       the daemon for SOAK_MINUTES (30) under targets, queries, churn and
 #                   hostile clients: RSS, descriptors, rates and errors every minute
@@ -255,7 +256,7 @@ $(BUILD)/fuzz/%: $(BUILD)/tests/fuzz/%.o $(LIBCTL) $(LIBCLIENT) $(LIBS_DAEMON)
 	$(E) "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -fsanitize=fuzzer -o $@ $^ $(LINK_DAEMON)
 
-.PHONY: all deps test-deps pythons collector test-build test check sanitize fuzz fuzz-run demo bench bench-daemon bench-accuracy bench-ablation bench-history bench-hostile bench-fleet bench-page bench-readv bench-async bench-context bench-bound soak install clean
+.PHONY: all deps test-deps pythons collector test-build test check sanitize fuzz fuzz-run demo bench bench-daemon bench-accuracy bench-ablation bench-history bench-hostile bench-fleet bench-page bench-readv bench-async bench-context bench-native bench-bound soak install clean
 
 all: $(PYPROFD) $(CTL)
 
@@ -654,6 +655,10 @@ bench-async: test-deps
 bench-context: test-deps
 	$(Q)$(MAKE) --no-print-directory all
 	PYPROFD_PYTHONS_ROOT=$(PYTHONS_ROOT) $(PYTHON) bench/context.py --pyprofd $(PYPROFD) $(BENCH_ARGS)
+
+bench-native: test-deps
+	$(Q)$(MAKE) --no-print-directory all
+	PYPROFD_PYTHONS_ROOT=$(PYTHONS_ROOT) $(PYTHON) bench/native.py --pyprofd $(PYPROFD) $(BENCH_ARGS)
 
 # The per-sample time bound against each reader's worst; see bench/bound.py.
 bench-bound: test-deps

@@ -402,12 +402,20 @@ def main():
     ap.add_argument("--context", choices=("off", "on", "both"), default="off",
                     help="attach with --context otel --context-label route (with --workload spans4.py: "
                          "every request a span with a route); both: rounds without and with, in turn")
+    ap.add_argument("--native", choices=("off", "on", "both"), default="off",
+                    help="attach with --native (the C frames of waiting threads); both: rounds without and "
+                         "with, in turn")
     ap.add_argument("--no-copies", action="store_true", help="leave out the rounds with the kernel's copies")
     ap.add_argument("--rounds", type=int, default=3,
                     help="measure the daemon and CPython's sampler this many times, alternating")
     args = ap.parse_args()
-    context_args = ["--context", "otel", "--context-label", "route"]
-    args.attach_extra = context_args if args.context == "on" else []
+    # What attach is given besides the rate; with "both", the one compared round by round.
+    options = {"context": ["--context", "otel", "--context-label", "route"], "native": ["--native"]}
+    always = [a for name, extra in options.items() if getattr(args, name) == "on" for a in extra]
+    compared = [name for name in options if getattr(args, name) == "both"]
+    if len(compared) > 1:
+        sys.exit("daemon.py: compare one of --context and --native at a time")
+    args.attach_extra = always
     if args.waker is None:
         beside = os.path.join(os.path.dirname(args.pyprofd), "bench", "wake_cost")
         args.waker = beside if os.access(beside, os.X_OK) else None
@@ -418,17 +426,17 @@ def main():
         sys.exit("no CPython found")
     tachyon = python.minor >= 15 and not args.no_tachyon
     ours, copied, copies, theirs = [], [], [], []
-    with_context = []
+    with_option = []
     for round_ in range(max(1, args.rounds)):
         verbose = round_ == 0
         ours.append(bench_pyprofd(args, python, verbose)[0])
-        if args.context == "both":
-            # The same targets' workload read with each sample's request, beside the round without.
-            args.attach_extra = context_args
-            with_context.append(bench_pyprofd(args, python, verbose)[0])
-            args.attach_extra = []
-            print("  round %d: context off %5.2f %%, on %5.2f %% (%+.1f %%)"
-                  % (round_ + 1, ours[-1], with_context[-1], 100 * (with_context[-1] / ours[-1] - 1)),
+        if compared:
+            # The same targets sampled with the option, beside the round without.
+            args.attach_extra = always + options[compared[0]]
+            with_option.append(bench_pyprofd(args, python, verbose)[0])
+            args.attach_extra = always
+            print("  round %d: %s off %5.2f %%, on %5.2f %% (%+.1f %%)"
+                  % (round_ + 1, compared[0], ours[-1], with_option[-1], 100 * (with_option[-1] / ours[-1] - 1)),
                   flush=True)
         if args.rounds > 1 and not args.no_copies:
             # The same with the kernel's copies: what the daemon no longer reads, and what the targets pay.
@@ -445,11 +453,11 @@ def main():
                                    "" if theirs[-1] is None else
                   ", CPython's sampler %5.2f %% (%.2f of it)" % (theirs[-1], ours[-1] / theirs[-1])),
                   flush=True)
-    if with_context:
-        off, on = statistics.median(ours), statistics.median(with_context)
-        print("daemon CPU over %d rounds: without context median %.2f %% (%.2f-%.2f), with it %.2f %% "
-              "(%.2f-%.2f): %+.1f %%" % (len(ours), off, min(ours), max(ours), on, min(with_context),
-                                        max(with_context), 100 * (on / off - 1)))
+    if with_option:
+        off, on = statistics.median(ours), statistics.median(with_option)
+        print("daemon CPU over %d rounds: without %s median %.2f %% (%.2f-%.2f), with it %.2f %% "
+              "(%.2f-%.2f): %+.1f %%" % (len(ours), compared[0], off, min(ours), max(ours), on, min(with_option),
+                                        max(with_option), 100 * (on / off - 1)))
     if args.rounds > 1:
         measured = [t for t in theirs if t is not None]
         totals = [a + b for a, b in zip(copied, copies)]

@@ -12,7 +12,9 @@ stacks of 10, 100, 1,000 and 3,000 frames and 1, 10, 50 and 200 threads; on
 every interpreter, call-heavy code against its own account of where its time
 goes, quiet and busy, at 19, 100, 1,000 Hz and back to back, beside CPython's
 sampler (bench/accuracy.py, shorter windows); each prover off in turn
-(bench/ablation.py); and the daemon's own cost (bench/daemon.py, shorter).
+(bench/ablation.py); a sample's cost with C frames (--native) against
+without, quiet and busy (bench/native.py, shorter); and the daemon's own
+cost (bench/daemon.py, shorter).
 
 Figures: µs of CPU per whole-process sample (the sampler's user + system time
 over its samples), the median of a sample's wall time, `process_vm_readv`
@@ -225,8 +227,9 @@ def main():
     ap.add_argument("--ctl", default=os.path.join(HERE, "..", "build", "pyprofd-ctl"))
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
-    ap.add_argument("--sections", default="engines,depths,threads,accuracy,ablation,daemon",
-                    help="which of engines, depths, threads, accuracy, ablation, daemon, all-pythons to run")
+    ap.add_argument("--sections", default="engines,depths,threads,accuracy,ablation,native,daemon",
+                    help="which of engines, depths, threads, accuracy, ablation, native, daemon, all-pythons "
+                         "to run")
     ap.add_argument("--accuracy-scale", type=float, default=0.5,
                     help="accuracy: multiply its windows (make bench-accuracy runs them whole)")
     ap.add_argument("--daemon-seconds", type=float, default=10.0)
@@ -286,6 +289,13 @@ def main():
         print("Ablation (bench/ablation.py):", flush=True)
         subprocess.run([sys.executable, os.path.join(HERE, "ablation.py"), "--pyprofd", args.pyprofd,
                         "--ctl", args.ctl, "--repeat", "1"])
+
+    if "native" in sections:
+        for busy in (0, 2):
+            print("C frames (bench/native.py%s):" % (" --busy %d" % busy if busy else ""), flush=True)
+            subprocess.run([sys.executable, os.path.join(HERE, "native.py"), "--pyprofd", args.pyprofd,
+                            "--seconds", "2", "--rounds", "2", "--busy", str(busy)])
+            print()
 
     if "all-pythons" in sections:
         print("pyprofd on every interpreter found (cache on and off):")

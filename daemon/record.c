@@ -444,6 +444,15 @@ int record_emit(struct export_profile *p, const struct record_opts *o, const str
 	return rc;
 }
 
+void record_native_open(struct record_opts *o)
+{
+	if (!(o->uw.flags & UW_SNAP_NATIVE))
+		return;
+	struct uw_error why = {0};
+	if (!(o->uw.native = uw_native_open(&why)))
+		fprintf(stderr, "pyprofd: --native: no C frames, only <native> marks: %s\n", why.msg);
+}
+
 /* The profile in the asked format, through the export library pyprofd-ctl uses too. */
 static int record_write(struct profile *prof, const struct uw_target *t,
                         const struct record_opts *o, const struct record_run *run, FILE *out)

@@ -227,12 +227,3 @@ int record_parse(int argc, char **argv, struct record_opts *o)
 	}
 	return cli_pid_operand("record", argc, argv, optind, &o->pid);
 }
-
-void record_native_open(struct record_opts *o)
-{
-	if (!(o->uw.flags & UW_SNAP_NATIVE))
-		return;
-	struct uw_error why = {0};
-	if (!(o->uw.native = uw_native_open(&why)))
-		fprintf(stderr, "pyprofd: --native: no C frames, only <native> marks: %s\n", why.msg);
-}

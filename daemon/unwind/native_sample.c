@@ -158,12 +158,16 @@ void native_sample_begin(struct uw_target *t)
 	struct knative_ask asks[KNATIVE_THREADS];
 	struct thread_cache *of[KNATIVE_THREADS];
 	uint32_t n = 0;
-	/* The threads the last sample met: a thread new to this one is copied from the next on. */
+	/*
+	 * The threads the last walk met (its sweep let the rest go), however
+	 * many samples the process stood still since: a thread new to this one
+	 * is copied from the next on.
+	 */
 	for (uint32_t i = 0; i <= t->nthreads; i++) {
 		struct thread_cache *tc = i < t->nthreads ? &t->threads[i] : NULL;
 		if (tc) {
 			tc->native.looked = false;
-			if (tc->own_tid > 0 && tc->seen + 1 == t->sample_gen)
+			if (tc->own_tid > 0)
 				of[n] = tc, asks[n++] = (struct knative_ask){.pid = t->pid, .tid = (pid_t)tc->own_tid};
 		}
 		if (n == KNATIVE_THREADS || (!tc && n)) {

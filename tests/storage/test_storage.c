@@ -149,7 +149,7 @@ Test(storage, batch_refuses_dangling_indexes)
 {
 	struct store_batch *b = store_batch_new();
 	cr_assert_not_null(b);
-	cr_expect_eq(store_batch_frame(b, "f", "x.py", 1, 4, 0), -1, "kind 4");
+	cr_expect_eq(store_batch_frame(b, "f", "x.py", 1, 5, 0), -1, "kind 5");
 	cr_expect_eq(store_batch_stack(b, -1, 0), -1, "no frame 0 yet");
 	int32_t f = store_batch_frame(b, "f", "x.py", 1, 0, 0);
 	cr_assert_eq(f, 0);

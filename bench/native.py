@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""What C frames cost a sample (--native), and the target (run as root: the kernel's copy).
+
+`pyprofd record` samples each workload at the daemon's rate without and with
+--native, interleaved, --rounds times, and prints the medians: µs per
+sample, pages per sample, the threads copied and unwound per sample, those
+that kept their C frames uncopied (they ran nothing since their last copy)
+and those left with marks (they ran between the kernel's look and its copy);
+and the target's own CPU seconds per second meanwhile (its work is fixed:
+what the copies cost it shows as a rise).  Workloads: parked4.py (four
+threads asleep for good: the C frames are copied once), service4.py (four
+threads that work and sleep 20 ms in turn: copied at most samples) and
+waiters (bench/workloads/cwait4.py: threads in a lock, a socket's recv, a
+select and a sleep, woken every 50 ms).  --busy N runs N processes that
+spin beside it: a busy host.  Prints figures; never passes or fails on them.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import pythons  # noqa: E402
+
+WORKLOADS = ("parked4.py", "service4.py", "cwait4.py")
+
+
+def record(pyprofd, pid, seconds, rate, extra):
+    cmd = [pyprofd, "record", str(pid), "--rate", str(rate), "--duration", str(seconds),
+           "--stats-json", "-o", os.devnull] + extra
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    lines = [line for line in out.stderr.splitlines() if line.startswith("{")]
+    return json.loads(lines[-1]) if lines else None
+
+
+def cpu_seconds(pid):
+    """The process's user and system time so far (all its threads)."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(args, pid, extra):
+    before, t0 = cpu_seconds(pid), time.monotonic()
+    st = record(args.pyprofd, pid, args.seconds, args.rate, extra)
+    spent = (cpu_seconds(pid) - before) / (time.monotonic() - t0)
+    return st, spent
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--pyprofd", default=os.path.join(HERE, "..", "build", "pyprofd"))
+    ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--rate", type=int, default=100, help="the daemon's default, 100 Hz")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--busy", type=int, default=0, help="spinning processes beside it: a busy host")
+    ap.add_argument("--pythons", default="3.12,3.15", help="minor versions, comma-separated")
+    args = ap.parse_args()
+    wanted = set(args.pythons.split(","))
+    pys = [p for p in pythons.find() if p.version_tag() in wanted]
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
+    print("host: %s, %d Hz, %d rounds of %.0f s" % ("busy (%d spinning)" % args.busy if args.busy else "quiet",
+                                                 args.rate, args.rounds, args.seconds))
+    print("%-22s %-12s %-7s %9s %9s %9s %9s %9s %11s" % ("interpreter", "workload", "native", "us/sample",
+                                                        "pages", "copied", "kept", "ran", "target cpu"))
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            os.chmod(tmp, 0o755)
+            for py in pys:
+                for workload in WORKLOADS:
+                    proc = py.popen(["-I", os.path.join(HERE, "workloads", workload)], binds=(tmp,),
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    time.sleep(1.5)
+                    if proc.poll() is not None:
+                        print("%-22s %-12s could not start" % (py.label, workload))
+                        continue
+                    runs = {"off": [], "on": []}
+                    for _ in range(args.rounds):
+                        for key, extra in (("off", []), ("on", ["--native"])):
+                            st, spent = measure(args, proc.pid, extra)
+                            if st and st.get("ok_samples"):
+                                runs[key].append((st, spent))
+                    proc.kill()
+                    proc.wait()
+                    for key in ("off", "on"):
+                        if not runs[key]:
+                            continue
+
+                        def med(f):
+                            return statistics.median(f(st, spent) for st, spent in runs[key])
+
+                        per = lambda name: med(lambda st, _: st.get(name, 0) / st["ok_samples"])  # noqa: E731
+                        print("%-22s %-12s %-7s %9.1f %9.2f %9.2f %9.2f %9.2f %10.3fs" % (
+                            py.label, workload.replace(".py", ""), key, med(lambda st, _: st["us_per_sample_median"]),
+                            med(lambda st, _: st["pages_per_sample"]), per("native_copied"), per("native_kept"),
+                            per("native_ran"), med(lambda _, spent: spent)))
+                    sys.stdout.flush()
+    finally:
+        for h in hogs:
+            h.kill()
+
+
+if __name__ == "__main__":
+    main()
