@@ -40,11 +40,16 @@
 /* Addresses whose frames are interned, kept per target: a warm walk looks up, not symbolises. */
 #define NATIVE_PC_SLOTS 1024u
 
+/* Modules whose symbol tables a target keeps at hand; past them a table is found by its build id again. */
+#define NATIVE_MODULES_KEPT 64u
+
 struct native_pc {
 	uint64_t pc;     /* the address looked up (a return address less one); 0 empty */
 	uint32_t frame;
 	bool eval;
+	bool has_cfi;    /* its code has CFI: its caller may be found */
 	uint32_t epoch;  /* the intern epoch the frame id belongs to */
+	uint32_t listing; /* the modules' listing it was looked up in */
 };
 
 struct native_state {
@@ -55,6 +60,13 @@ struct native_state {
 	struct native_pc pcs[NATIVE_PC_SLOTS];
 	uint32_t epoch;
 	bool rereported;   /* modules listed again this walk: at most once */
+	uint32_t listing;  /* times the modules were listed: an address's module may change with it */
+	/* Each module's symbols, found by its build id once a listing. */
+	struct {
+		Dwfl_Module *mod;
+		const struct native_symbols *symbols;
+	} tables[NATIVE_MODULES_KEPT];
+	uint32_t ntables;
 	/* A sample's working room, kept: a steady sample allocates nothing. */
 	uint32_t *ids;
 	size_t ids_cap;
@@ -80,10 +92,6 @@ uint32_t *native_room(struct uw_target *t, size_t n, struct native_frame **frame
 	return ns->ids;
 }
 
-struct uw_native {
-	struct knative *kn;
-};
-
 struct uw_native *uw_native_open(struct uw_error *err)
 {
 #ifndef __x86_64__
@@ -108,6 +116,7 @@ void uw_native_close(struct uw_native *n)
 	if (!n)
 		return;
 	knative_close(n->kn);
+	native_symbols_free(n);
 	free(n);
 }
 
@@ -223,6 +232,8 @@ static int native_report(struct uw_target *t, struct native_state *ns, struct uw
 	ns->attached = false;
 	if (!(ns->dwfl = dwfl_begin(&native_modules)))
 		return uw_fail(err, UW_ENOMEM, "native frames: %s", dwfl_errmsg(-1));
+	ns->listing++;
+	ns->ntables = 0;
 	dwfl_report_begin(ns->dwfl);
 	int rc = dwfl_linux_proc_report(ns->dwfl, t->pid);
 	if (dwfl_report_end(ns->dwfl, NULL, NULL) != 0 || rc != 0)
@@ -255,39 +266,19 @@ static bool native_has_cfi(Dwfl_Module *mod, uint64_t pc)
 	return false;
 }
 
-/* Leading underscores: of a function's aliases, the one with fewest is its public name. */
-static size_t native_underscores(const char *name)
+/* A module's symbols: the copier's table of its build id, kept at hand for the target's next frames. */
+static const struct native_symbols *native_module_symbols(struct uw_target *t, Dwfl_Module *mod)
 {
-	size_t n = 0;
-	while (name[n] == '_')
-		n++;
-	return n;
-}
-
-/*
- * A function often has several names at one address (libc's __select and
- * select, __libc_recv and recv): each is right, and the one a person knows
- * is the one with fewest leading underscores, as a debugger shows it.
- * Looked for once a code address (the caller caches it), over the
- * module's symbols; at is the function's address.
- */
-static const char *native_public_alias(Dwfl_Module *mod, const char *name, const GElf_Sym *found, GElf_Addr at)
-{
-	int nsyms = dwfl_module_getsymtab(mod);
-	size_t best = native_underscores(name);
-	for (int i = 1; i < nsyms && best > 0; i++) {
-		GElf_Sym sym;
-		GElf_Addr addr;
-		const char *alias = dwfl_module_getsym_info(mod, i, &sym, &addr, NULL, NULL, NULL);
-		if (!alias || addr != at || GELF_ST_TYPE(sym.st_info) != GELF_ST_TYPE(found->st_info) || !*alias)
-			continue;
-		size_t under = native_underscores(alias);
-		if (under < best) {
-			best = under;
-			name = alias;
-		}
+	struct native_state *ns = t->native;
+	for (uint32_t i = 0; i < ns->ntables; i++)
+		if (ns->tables[i].mod == mod)
+			return ns->tables[i].symbols;
+	const struct native_symbols *symbols = t->opts.native ? native_symbols_of(t->opts.native, mod) : NULL;
+	if (symbols && ns->ntables < NATIVE_MODULES_KEPT) {
+		ns->tables[ns->ntables].mod = mod;
+		ns->tables[ns->ntables++].symbols = symbols;
 	}
-	return name;
+	return symbols;
 }
 
 /*
@@ -303,17 +294,14 @@ static int native_frame_of(struct uw_target *t, Dwfl_Module *mod, uint64_t pc, s
 	const char *path = dwfl_module_info(mod, NULL, &start, NULL, NULL, NULL, NULL, NULL);
 	if (!path)
 		path = "";
-	GElf_Off offset;
-	GElf_Sym sym;
-	const char *name = dwfl_module_addrinfo(mod, pc, &offset, &sym, NULL, NULL, NULL);
+	/* The address in the file, as the symbols, addr2line and objdump take it. */
+	Dwarf_Addr bias = 0;
+	if (!dwfl_module_getelf(mod, &bias))
+		bias = start;
+	const struct native_symbols *symbols = native_module_symbols(t, mod);
+	const char *name = symbols ? native_symbols_find(symbols, pc - bias) : NULL;
 	char unnamed[32];
-	if (name && *name && native_underscores(name) > 0)
-		name = native_public_alias(mod, name, &sym, pc - offset);
-	if (!name || !*name) {
-		/* The address in the file, as addr2line and objdump take it. */
-		Dwarf_Addr bias = 0;
-		if (!dwfl_module_getelf(mod, &bias))
-			bias = start;
+	if (!name) {
 		snprintf(unnamed, sizeof unnamed, "[+0x%llx]", (unsigned long long)(pc - bias));
 		name = unnamed;
 	}
@@ -358,23 +346,25 @@ static int native_on_frame(Dwfl_Frame *state, void *arg)
 	struct native_state *ns = w->ns;
 	uint32_t epoch = w->t->stats.cache_resets;
 	struct native_pc *slot = &ns->pcs[(at ^ (at >> 12)) % NATIVE_PC_SLOTS];
-	Dwfl_Module *mod = dwfl_addrmodule(ns->dwfl, at);
-	if (!mod) {
-		w->end = NATIVE_UNWOUND;
-		return DWARF_CB_ABORT;
-	}
-	if (slot->pc != at || slot->epoch != epoch) {
+	if (slot->pc != at || slot->epoch != epoch || slot->listing != ns->listing) {
+		Dwfl_Module *mod = dwfl_addrmodule(ns->dwfl, at);
+		if (!mod) {
+			w->end = NATIVE_UNWOUND;
+			return DWARF_CB_ABORT;
+		}
 		if (native_frame_of(w->t, mod, at, slot, w->err) != 0) {
 			w->failed = true;
 			return DWARF_CB_ABORT;
 		}
+		slot->has_cfi = native_has_cfi(mod, at);
+		slot->listing = ns->listing;
 	}
 	Dwarf_Word sp = 0;
 	dwfl_frame_reg(state, NATIVE_DWARF_SP, &sp);
 	/* From 3.12 the entry frames say which frames run the eval loop (native_find_evals), not names. */
 	bool by_name = w->t->version_hex < 0x030c0000;
 	w->out[w->n++] = (struct native_frame){.frame = slot->frame, .eval = by_name && slot->eval, .sp = sp};
-	if (!native_has_cfi(mod, at)) {
+	if (!slot->has_cfi) {
 		w->end = NATIVE_NO_CFI;
 		return DWARF_CB_ABORT;
 	}

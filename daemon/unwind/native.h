@@ -13,6 +13,23 @@
 #include "unwind.h"
 
 struct uw_target;
+struct native_symbols;
+struct Dwfl_Module;
+
+/* The copier every target of a program shares: the kernel's program, and the modules' symbols. */
+struct uw_native {
+	struct knative *kn;
+	struct native_symbols *tables; /* native_symbols.c, by build id */
+};
+
+/*
+ * native_symbols.c: a module's functions by address, built once a build id
+ * and kept with the copier; NULL when out of memory.
+ */
+const struct native_symbols *native_symbols_of(struct uw_native *native, struct Dwfl_Module *mod);
+/* The function holding the file address at (one of the module's), NULL when none does. */
+const char *native_symbols_find(const struct native_symbols *symbols, uint64_t at);
+void native_symbols_free(struct uw_native *native);
 
 /* C frames one thread's walk gives at most. */
 #define NATIVE_MAX_FRAMES 256u
