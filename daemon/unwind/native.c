@@ -25,14 +25,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <dwarf.h>
 #include <elfutils/libdwfl.h>
 
 #include "kernel/kernel.h"
 #include "native.h"
 #include "unwind_internal.h"
 
-/* The DWARF number of x86-64's stack pointer. */
+/* The DWARF numbers of x86-64's frame pointer, stack pointer and return address. */
+#define NATIVE_DWARF_BP 6
 #define NATIVE_DWARF_SP 7
+#define NATIVE_DWARF_RA 16
 
 /* The evaluation loop's C function: where a segment of Python frames runs. */
 #define NATIVE_EVAL_SYMBOL "_PyEval_EvalFrameDefault"
@@ -43,11 +46,33 @@
 /* Modules whose symbol tables a target keeps at hand; past them a table is found by its build id again. */
 #define NATIVE_MODULES_KEPT 64u
 
+/* How a register of the caller is found, by a frame's CFI. */
+enum native_how {
+	NATIVE_SAME,      /* the frame kept it */
+	NATIVE_UNDEFINED, /* lost (the return address: the thread's first frame) */
+	NATIVE_AT_CFA,    /* saved at the canonical frame address plus an offset */
+};
+
+/*
+ * A frame's CFI at one address, as the walk below follows it: the CFA is a
+ * register (the stack or frame pointer) plus an offset, and the return
+ * address and frame pointer are kept, lost or saved at the CFA plus an
+ * offset.  What the CFI says otherwise (an expression, a signal frame) is
+ * left to libdwfl's own walk.
+ */
+enum native_rule_kind { NATIVE_RULE_SIMPLE, NATIVE_RULE_COMPLEX, NATIVE_RULE_NONE };
+struct native_rule {
+	uint8_t kind;     /* enum native_rule_kind; NONE: no CFI, the caller would be a guess */
+	uint8_t cfa_reg;  /* NATIVE_DWARF_SP or NATIVE_DWARF_BP */
+	uint8_t ra_how, bp_how;
+	int32_t cfa_off, ra_off, bp_off;
+};
+
 struct native_pc {
 	uint64_t pc;     /* the address looked up (a return address less one); 0 empty */
 	uint32_t frame;
 	bool eval;
-	bool has_cfi;    /* its code has CFI: its caller may be found */
+	struct native_rule rule;
 	uint32_t epoch;  /* the intern epoch the frame id belongs to */
 	uint32_t listing; /* the modules' listing it was looked up in */
 };
@@ -248,22 +273,76 @@ static int native_report(struct uw_target *t, struct native_state *ns, struct uw
 	return 0;
 }
 
-/* A code address with CFI to step from, in its module's .eh_frame or .debug_frame. */
-static bool native_has_cfi(Dwfl_Module *mod, uint64_t pc)
+/* A register's rule as the walk follows it: false when it is an expression. */
+static bool native_how_of(const Dwarf_Op *ops, size_t nops, const Dwarf_Op *ops_mem, uint8_t *how, int32_t *off)
 {
-	Dwarf_Addr bias;
-	Dwarf_Frame *frame;
-	Dwarf_CFI *cfi = dwfl_module_eh_cfi(mod, &bias);
-	if (cfi && dwarf_cfi_addrframe(cfi, pc - bias, &frame) == 0) {
-		free(frame);
+	*off = 0;
+	if (nops == 0) {
+		*how = ops == ops_mem ? NATIVE_UNDEFINED : NATIVE_SAME;
 		return true;
 	}
-	cfi = dwfl_module_dwarf_cfi(mod, &bias);
-	if (cfi && dwarf_cfi_addrframe(cfi, pc - bias, &frame) == 0) {
-		free(frame);
+	if (ops[0].atom != DW_OP_call_frame_cfa)
+		return false;
+	*how = NATIVE_AT_CFA;
+	if (nops == 1)
+		return true;
+	if (nops == 2 && ops[1].atom == DW_OP_plus_uconst) {
+		*off = (int32_t)(int64_t)ops[1].number;
+		return true;
+	}
+	if (nops == 3 && ops[1].atom == DW_OP_consts && ops[2].atom == DW_OP_plus) {
+		*off = (int32_t)(int64_t)ops[1].number;
 		return true;
 	}
 	return false;
+}
+
+/* The CFI of a code address, in its module's .eh_frame or .debug_frame. */
+static struct native_rule native_rule_at(Dwfl_Module *mod, uint64_t pc)
+{
+	struct native_rule rule = {.kind = NATIVE_RULE_NONE};
+	Dwarf_Addr bias;
+	Dwarf_Frame *frame = NULL;
+	Dwarf_CFI *cfi = dwfl_module_eh_cfi(mod, &bias);
+	if (!cfi || dwarf_cfi_addrframe(cfi, pc - bias, &frame) != 0) {
+		cfi = dwfl_module_dwarf_cfi(mod, &bias);
+		if (!cfi || dwarf_cfi_addrframe(cfi, pc - bias, &frame) != 0)
+			return rule;
+	}
+	rule.kind = NATIVE_RULE_COMPLEX;
+	Dwarf_Op *ops, ra_mem[3], bp_mem[3];
+	size_t nops;
+	bool signal = false;
+	Dwarf_Addr start, end;
+	if (dwarf_frame_info(frame, &start, &end, &signal) < 0 || signal ||
+	    dwarf_frame_cfa(frame, &ops, &nops) != 0 || nops != 1)
+		goto out;
+	unsigned reg;
+	int64_t off;
+	if (ops[0].atom == DW_OP_bregx) {
+		reg = (unsigned)ops[0].number;
+		off = (int64_t)ops[0].number2;
+	} else if (ops[0].atom >= DW_OP_breg0 && ops[0].atom <= DW_OP_breg31) {
+		reg = ops[0].atom - DW_OP_breg0;
+		off = (int64_t)ops[0].number;
+	} else {
+		goto out;
+	}
+	if ((reg != NATIVE_DWARF_SP && reg != NATIVE_DWARF_BP) || off < INT32_MIN || off > INT32_MAX)
+		goto out;
+	rule.cfa_reg = (uint8_t)reg;
+	rule.cfa_off = (int32_t)off;
+	Dwarf_Op *ra_ops, *bp_ops;
+	size_t ra_n, bp_n;
+	if (dwarf_frame_register(frame, NATIVE_DWARF_RA, ra_mem, &ra_ops, &ra_n) != 0 ||
+	    !native_how_of(ra_ops, ra_n, ra_mem, &rule.ra_how, &rule.ra_off) ||
+	    dwarf_frame_register(frame, NATIVE_DWARF_BP, bp_mem, &bp_ops, &bp_n) != 0 ||
+	    !native_how_of(bp_ops, bp_n, bp_mem, &rule.bp_how, &rule.bp_off) || rule.ra_how == NATIVE_SAME)
+		goto out;
+	rule.kind = NATIVE_RULE_SIMPLE;
+out:
+	free(frame);
+	return rule;
 }
 
 /* A module's symbols: the copier's table of its build id, kept at hand for the target's next frames. */
@@ -328,6 +407,44 @@ struct native_walk_ctx {
 	bool failed;
 };
 
+/*
+ * One frame at code address at (a caller's: its return address less one)
+ * with stack pointer sp, into the walk: its slot (frame, eval loop, CFI),
+ * or NULL when the walk ends here (w->end says why, w->failed out of memory).
+ */
+static const struct native_pc *native_emit(struct native_walk_ctx *w, uint64_t at, uint64_t sp)
+{
+	if (w->n >= NATIVE_MAX_FRAMES) {
+		w->end = NATIVE_TOO_DEEP;
+		return NULL;
+	}
+	struct native_state *ns = w->ns;
+	uint32_t epoch = w->t->stats.cache_resets;
+	struct native_pc *slot = &ns->pcs[(at ^ (at >> 12)) % NATIVE_PC_SLOTS];
+	if (slot->pc != at || slot->epoch != epoch || slot->listing != ns->listing) {
+		Dwfl_Module *mod = dwfl_addrmodule(ns->dwfl, at);
+		if (!mod) {
+			w->end = NATIVE_UNWOUND;
+			return NULL;
+		}
+		if (native_frame_of(w->t, mod, at, slot, w->err) != 0) {
+			w->failed = true;
+			return NULL;
+		}
+		slot->rule = native_rule_at(mod, at);
+		slot->listing = ns->listing;
+	}
+	/* From 3.12 the entry frames say which frames run the eval loop (native_find_evals), not names. */
+	bool by_name = w->t->version_hex < 0x030c0000;
+	w->out[w->n++] = (struct native_frame){.frame = slot->frame, .eval = by_name && slot->eval, .sp = sp};
+	if (slot->rule.kind == NATIVE_RULE_NONE) {
+		w->end = NATIVE_NO_CFI;
+		return NULL;
+	}
+	return slot;
+}
+
+/* libdwfl's walk, for a stack whose CFI the walk below does not follow. */
 static int native_on_frame(Dwfl_Frame *state, void *arg)
 {
 	struct native_walk_ctx *w = arg;
@@ -337,38 +454,62 @@ static int native_on_frame(Dwfl_Frame *state, void *arg)
 		w->end = NATIVE_UNWOUND;
 		return DWARF_CB_ABORT;
 	}
-	if (w->n >= NATIVE_MAX_FRAMES) {
-		w->end = NATIVE_TOO_DEEP;
-		return DWARF_CB_ABORT;
-	}
-	/* A caller's pc is its return address: the call is the byte before. */
-	uint64_t at = activation ? pc : pc - 1;
-	struct native_state *ns = w->ns;
-	uint32_t epoch = w->t->stats.cache_resets;
-	struct native_pc *slot = &ns->pcs[(at ^ (at >> 12)) % NATIVE_PC_SLOTS];
-	if (slot->pc != at || slot->epoch != epoch || slot->listing != ns->listing) {
-		Dwfl_Module *mod = dwfl_addrmodule(ns->dwfl, at);
-		if (!mod) {
-			w->end = NATIVE_UNWOUND;
-			return DWARF_CB_ABORT;
-		}
-		if (native_frame_of(w->t, mod, at, slot, w->err) != 0) {
-			w->failed = true;
-			return DWARF_CB_ABORT;
-		}
-		slot->has_cfi = native_has_cfi(mod, at);
-		slot->listing = ns->listing;
-	}
 	Dwarf_Word sp = 0;
 	dwfl_frame_reg(state, NATIVE_DWARF_SP, &sp);
-	/* From 3.12 the entry frames say which frames run the eval loop (native_find_evals), not names. */
-	bool by_name = w->t->version_hex < 0x030c0000;
-	w->out[w->n++] = (struct native_frame){.frame = slot->frame, .eval = by_name && slot->eval, .sp = sp};
-	if (!slot->has_cfi) {
-		w->end = NATIVE_NO_CFI;
-		return DWARF_CB_ABORT;
+	/* A caller's pc is its return address: the call is the byte before. */
+	return native_emit(w, activation ? pc : pc - 1, sp) ? DWARF_CB_OK : DWARF_CB_ABORT;
+}
+
+/* A word of the copy, false when it lies outside it (or below the stack pointer). */
+static bool native_copy_word(const struct knative_thread *c, uint64_t addr, uint64_t *word)
+{
+	if (addr < c->regs[KNATIVE_SP] || addr - c->base > c->len || c->len - (addr - c->base) < sizeof *word)
+		return false;
+	memcpy(word, c->stack + (addr - c->base), sizeof *word);
+	return true;
+}
+
+/*
+ * The walk by each frame's CFI, as the rules above keep it: a few loads a
+ * frame once its address was met, where libdwfl evaluates the CFI again at
+ * every frame of every walk.  1 when a frame's CFI is more than it follows
+ * (libdwfl's walk is taken instead), else 0 with w->end set.
+ */
+static int native_walk_rules(struct native_walk_ctx *w, const struct knative_thread *copy)
+{
+	uint64_t pc = copy->regs[KNATIVE_IP], sp = copy->regs[KNATIVE_SP], bp = copy->regs[KNATIVE_BP];
+	bool bp_known = true, first = true;
+	for (;;) {
+		const struct native_pc *slot = native_emit(w, first ? pc : pc - 1, sp);
+		if (!slot)
+			return 0;
+		const struct native_rule *r = &slot->rule;
+		if (r->kind != NATIVE_RULE_SIMPLE || (r->cfa_reg == NATIVE_DWARF_BP && !bp_known))
+			return 1;
+		uint64_t cfa = (r->cfa_reg == NATIVE_DWARF_SP ? sp : bp) + (uint64_t)(int64_t)r->cfa_off;
+		/* The thread's first frame: its CFI says there is no caller. */
+		if (r->ra_how == NATIVE_UNDEFINED) {
+			w->end = NATIVE_WHOLE;
+			return 0;
+		}
+		uint64_t ra;
+		if (!native_copy_word(copy, cfa + (uint64_t)(int64_t)r->ra_off, &ra)) {
+			w->end = copy->len < KNATIVE_STACK ? NATIVE_UNWOUND : NATIVE_STACK_CUT;
+			return 0;
+		}
+		if (r->bp_how == NATIVE_AT_CFA)
+			bp_known = native_copy_word(copy, cfa + (uint64_t)(int64_t)r->bp_off, &bp);
+		else if (r->bp_how == NATIVE_UNDEFINED)
+			bp_known = false;
+		/* Each caller's frame lies above its callee's: a CFA that does not climb is bad data. */
+		if (cfa <= sp || ra == 0) {
+			w->end = ra == 0 ? NATIVE_WHOLE : NATIVE_UNWOUND;
+			return 0;
+		}
+		sp = cfa;
+		pc = ra;
+		first = false;
 	}
-	return DWARF_CB_OK;
 }
 
 int native_walk(struct uw_target *t, const struct knative_thread *copy, struct native_frame *out,
@@ -388,9 +529,16 @@ int native_walk(struct uw_target *t, const struct knative_thread *copy, struct n
 		if (native_report(t, ns, err) != 0)
 			return -1;
 	}
+	struct native_walk_ctx w = {.t = t, .ns = ns, .out = out, .end = NATIVE_WHOLE, .err = err};
+	if (native_walk_rules(&w, copy) == 0) {
+		*n = w.n;
+		*end = w.end;
+		return w.failed ? -1 : 0;
+	}
+	t->stats.native_libdwfl_walks++;
+	w = (struct native_walk_ctx){.t = t, .ns = ns, .out = out, .end = NATIVE_WHOLE, .err = err};
 	ns->copy = copy;
 	ns->tid = copy->tid;
-	struct native_walk_ctx w = {.t = t, .ns = ns, .out = out, .end = NATIVE_WHOLE, .err = err};
 	int rc = dwfl_getthread_frames(ns->dwfl, copy->tid, native_on_frame, &w);
 	ns->copy = NULL;
 	if (w.failed)

@@ -219,7 +219,7 @@ static void compare_stack(const char *ctx, json_int_t tid, const json_t *want_fr
 	size_t nwant = json_array_size(want_frames), ngot = json_array_size(got_frames);
 	json_t **want = calloc(nwant + 1, sizeof *want), **got = calloc(ngot + 1, sizeof *got);
 	cr_assert(want && got, "out of memory");
-	size_t k = 0, markers = 0;
+	size_t k = 0, markers = 0, c_frames = 0;
 	for (size_t i = 0; i < nwant; i++)
 		want[i] = json_array_get(want_frames, i);
 	for (size_t i = 0; i < ngot; i++) {
@@ -228,6 +228,7 @@ static void compare_stack(const char *ctx, json_int_t tid, const json_t *want_fr
 			char t[512];
 			frame_text(f, t, sizeof t);
 			cr_expect(c_frame_ok(f), "%s: thread %lld frame %zu: bad C frame %s", ctx, (long long)tid, i, t);
+			c_frames++;
 			continue;
 		}
 		if (mode == MATCH_PYTHON_ONLY && !is_kind(f, "python")) {
@@ -240,10 +241,11 @@ static void compare_stack(const char *ctx, json_int_t tid, const json_t *want_fr
 		}
 		got[k++] = f;
 	}
+	/* With C frames, one mark may end them: a stack deeper than the kernel's copy. */
 	if (mode == MATCH_PYTHON_ONLY && minor < 11)
-		cr_expect(markers == 0,
+		cr_expect(markers <= (c_frames ? 1u : 0u),
 		          "%s: thread %lld: %zu <native> markers, but before 3.11 C frames between "
-		          "Python frames cannot be detected, so none may appear",
+		          "Python frames cannot be detected, so none may appear but where C frames were cut",
 		          ctx, (long long)tid, markers);
 
 	char ws[2048], gs[2048];
