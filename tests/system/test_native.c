@@ -105,14 +105,29 @@ static json_t *native_as_gdb(json_t *frames, unsigned minor, const char **first_
 	return seq;
 }
 
-ParameterizedTest(struct python_param *p, native, waiting_threads_show_the_c_frames_gdb_shows, .timeout = 180)
+/* tests/targets/waiters.py on p's interpreter, once its threads wait: its report (the caller's). */
+static json_t *native_waiters_start(struct python_param *p, struct test_target *t)
 {
 	if (p->none)
 		cr_skip_test("no Python 3.%u here", p->minor);
 	if (p->py.root_len && geteuid() != 0)
 		cr_skip_test("the Debian root's interpreters need root to chroot");
+	return test_target_start_script(t, &p->py, "waiters.py");
+}
+
+/* The dump's thread whose kernel id is tid, NULL when it has none. */
+static json_t *native_thread_of(json_t *dump, json_int_t tid)
+{
+	size_t i;
+	json_t *e;
+	json_array_foreach(json_object_get(dump, "threads"), i, e) if (jint(e, "native_thread_id") == tid) return e;
+	return NULL;
+}
+
+ParameterizedTest(struct python_param *p, native, waiting_threads_show_the_c_frames_gdb_shows, .timeout = 180)
+{
 	struct test_target t;
-	json_t *report = test_target_start_script(&t, &p->py, "waiters.py");
+	json_t *report = native_waiters_start(p, &t);
 	json_t *tids = json_object_get(report, "threads");
 	char ctx[PATH_MAX + 64];
 	python_describe(&p->py, ctx, sizeof ctx);
@@ -132,11 +147,7 @@ ParameterizedTest(struct python_param *p, native, waiting_threads_show_the_c_fra
 	} roles[] = {{"sleep", "in_sleep"}, {"lock", "in_lock"}, {"recv", "in_recv"}};
 	for (size_t k = 0; k < COUNT(roles); k++) {
 		json_int_t tid = json_integer_value(json_object_get(tids, roles[k].role));
-		json_t *threads = json_object_get(dump, "threads"), *th = NULL, *e;
-		size_t i;
-		json_array_foreach(threads, i, e)
-			if (jint(e, "native_thread_id") == tid)
-				th = e;
+		json_t *th = native_thread_of(dump, tid);
 		cr_assert(th, "%s: the dump has no thread %lld (%s)", ctx, (long long)tid, roles[k].role);
 		const char *first_python;
 		json_t *modules, *ours = native_as_gdb(json_object_get(th, "frames"), p->minor, &first_python, &modules);
@@ -285,12 +296,8 @@ ParameterizedTestParameters(native, record_and_the_history_hold_the_dumps_c_fram
  */
 ParameterizedTest(struct python_param *p, native, record_and_the_history_hold_the_dumps_c_frames, .timeout = 180)
 {
-	if (p->none)
-		cr_skip_test("no Python 3.%u here", p->minor);
-	if (p->py.root_len && geteuid() != 0)
-		cr_skip_test("the Debian root's interpreters need root to chroot");
 	struct test_target t;
-	json_t *report = test_target_start_script(&t, &p->py, "waiters.py");
+	json_t *report = native_waiters_start(p, &t);
 	char ctx[PATH_MAX + 64], pid[16];
 	python_describe(&p->py, ctx, sizeof ctx);
 	snprintf(pid, sizeof pid, "%d", (int)t.pid);
@@ -314,9 +321,7 @@ ParameterizedTest(struct python_param *p, native, record_and_the_history_hold_th
 	json_t *tids = json_object_get(report, "threads");
 	for (size_t k = 0; k < COUNT(roles); k++) {
 		json_int_t tid = json_integer_value(json_object_get(tids, roles[k]));
-		json_t *th = NULL, *e;
-		size_t i;
-		json_array_foreach(json_object_get(dump, "threads"), i, e) if (jint(e, "native_thread_id") == tid) th = e;
+		json_t *th = native_thread_of(dump, tid);
 		cr_assert(th, "%s: the dump has no thread %s", ctx, roles[k]);
 		char want[16384];
 		native_collapsed(json_object_get(th, "frames"), want, sizeof want);

@@ -16,6 +16,7 @@
 #include <bpf/bpf_helpers.h>
 
 #include "knative_abi.h"
+#include "ktasks.bpf.h"
 
 struct pt_regs {
 	unsigned long r15, r14, r13, r12, bp, bx;
@@ -32,16 +33,6 @@ struct task_struct {
 	unsigned long nivcsw;
 	__u64 start_time;
 } __attribute__((preserve_access_index));
-
-struct bpf_iter_num {
-	__u64 opaque[1];
-} __attribute__((aligned(8)));
-
-extern struct task_struct *bpf_task_from_pid(__s32 pid) __ksym;
-extern void bpf_task_release(struct task_struct *p) __ksym;
-extern int bpf_iter_num_new(struct bpf_iter_num *it, int start, int end) __ksym;
-extern int *bpf_iter_num_next(struct bpf_iter_num *it) __ksym;
-extern void bpf_iter_num_destroy(struct bpf_iter_num *it) __ksym;
 
 /* PF_KTHREAD: a kernel thread has no user registers. */
 #define KNATIVE_PF_KTHREAD 0x00200000u

@@ -30,16 +30,8 @@ struct task_struct {
 	__u64 start_time;
 } __attribute__((preserve_access_index));
 
-struct bpf_iter_num {
-	__u64 opaque[1];
-} __attribute__((aligned(8)));
-
-extern struct task_struct *bpf_task_from_pid(__s32 pid) __ksym;
 extern void bpf_rcu_read_lock(void) __ksym;
 extern void bpf_rcu_read_unlock(void) __ksym;
-extern int bpf_iter_num_new(struct bpf_iter_num *it, int start, int end) __ksym;
-extern int *bpf_iter_num_next(struct bpf_iter_num *it) __ksym;
-extern void bpf_iter_num_destroy(struct bpf_iter_num *it) __ksym;
 
 /* Processes below this are looked at: set by the daemon (no argument to copy in at every look). */
 __u32 kstill_nprocs;
