@@ -15,7 +15,6 @@ select and a sleep, woken every 50 ms).  --busy N runs N processes that
 spin beside it: a busy host.  Prints figures; never passes or fails on them.
 """
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -26,16 +25,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import pythons  # noqa: E402
+from context import record  # noqa: E402
 
 WORKLOADS = ("parked4.py", "service4.py", "cwait4.py")
-
-
-def record(pyprofd, pid, seconds, rate, extra):
-    cmd = [pyprofd, "record", str(pid), "--rate", str(rate), "--duration", str(seconds),
-           "--stats-json", "-o", os.devnull] + extra
-    out = subprocess.run(cmd, capture_output=True, text=True)
-    lines = [line for line in out.stderr.splitlines() if line.startswith("{")]
-    return json.loads(lines[-1]) if lines else None
 
 
 def cpu_seconds(pid):
