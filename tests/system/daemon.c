@@ -362,13 +362,14 @@ void attach_as_nobody(const struct daemon *d, pid_t pid, const char *context)
 	attach_as_nobody_argv(d, attach_own, context);
 }
 
-void attach_as_nobody_argv(const struct daemon *d, const char *const attach[], const char *context)
+/* An attach that must succeed once the target's interpreter has started (10 s at most). */
+static void ctl_attach_started(const struct daemon *d, const char *const attach[], const struct run_opts *opts,
+                               const char *context)
 {
-	struct run_opts nobody = {.drop_privileges = true, .uid = NOBODY_UID, .gid = NOBODY_GID};
 	char why[512];
 	struct run_result r;
 	for (int i = 0; i < 100; i++) {
-		ctl_run(d, &r, attach, &nobody);
+		ctl_run(d, &r, attach, opts);
 		if (r.exited && r.code == 0)
 			break;
 		/* Until the interpreter has started, it is not yet a Python process. */
@@ -377,6 +378,12 @@ void attach_as_nobody_argv(const struct daemon *d, const char *const attach[], c
 	}
 	cr_assert(r.exited && r.code == 0, "%s: %s", context, run_describe(&r, why, sizeof why));
 	run_result_free(&r);
+}
+
+void attach_as_nobody_argv(const struct daemon *d, const char *const attach[], const char *context)
+{
+	struct run_opts nobody = {.drop_privileges = true, .uid = NOBODY_UID, .gid = NOBODY_GID};
+	ctl_attach_started(d, attach, &nobody, context);
 }
 
 /* An interpreter the unprivileged user may run, or NULL. */
@@ -468,7 +475,8 @@ void ctl_attach_at(const struct daemon *d, pid_t pid, const char *rate)
 {
 	char p[16];
 	const char *args[] = {"attach", pid_text(pid, p, sizeof p), "--rate", rate, NULL};
-	ctl_ok(d, args);
+	/* A target just started may not have its runtime yet: on a busy host, for a while. */
+	ctl_attach_started(d, args, NULL, "pyprofd-ctl attach");
 }
 
 /* `pyprofd-ctl stats PID --json`. */
