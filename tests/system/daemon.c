@@ -386,21 +386,33 @@ void attach_as_nobody_argv(const struct daemon *d, const char *const attach[], c
 	ctl_attach_started(d, attach, &nobody, context);
 }
 
-/* An interpreter the unprivileged user may run, or NULL. */
+/*
+ * An interpreter the unprivileged user may run, or NULL.  Asked a few
+ * times: another test's targets of that user (thousands of threads, a
+ * hostile one) may leave it no room to start a process for a moment.
+ */
 const struct python *python_for_nobody(const struct python *pys, size_t n)
 {
-	for (size_t i = 0; i < n; i++) {
-		/* Only root may enter a root. */
-		if (pys[i].root_len)
-			continue;
-		struct run_result r;
-		const char *argv[] = {AS_NOBODY, pys[i].path, "-I", "-c", "pass", NULL};
-		run_command(&r, argv, NULL);
-		bool ok = r.exited && r.code == 0;
-		run_result_free(&r);
-		if (ok)
-			return &pys[i];
+	char why[512] = "";
+	for (int round = 0; round < 5; round++) {
+		if (round)
+			pause_ms(500);
+		for (size_t i = 0; i < n; i++) {
+			/* Only root may enter a root. */
+			if (pys[i].root_len)
+				continue;
+			struct run_result r;
+			const char *argv[] = {AS_NOBODY, pys[i].path, "-I", "-c", "pass", NULL};
+			run_command(&r, argv, NULL);
+			bool ok = r.exited && r.code == 0;
+			if (!ok)
+				run_describe(&r, why, sizeof why);
+			run_result_free(&r);
+			if (ok)
+				return &pys[i];
+		}
 	}
+	fprintf(stderr, "no interpreter ran as nobody; the last said: %s\n", why);
 	return NULL;
 }
 
