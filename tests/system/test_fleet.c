@@ -717,19 +717,30 @@ Test(fleet, users_match_by_uid)
 		cr_skip_test("no runuser (util-linux)");
 	struct python pys[PYTHONS_MAX];
 	size_t n = pythons_supported(pys, PYTHONS_MAX);
-	/* runuser gives nobody its own groups and session: an interpreter it may reach as itself. */
+	/*
+	 * runuser gives nobody its own groups and session: an interpreter it may
+	 * reach as itself.  Asked a few times: another test's processes of
+	 * nobody may leave it no room to start one for a moment.
+	 */
 	const struct python *py = NULL;
-	for (size_t i = 0; i < n && !py; i++) {
-		if (pys[i].root_len)
-			continue; /* only root may enter a root */
-		const char *argv[] = {"runuser", "-u", "nobody", "--", pys[i].path, "-I", "-c", "pass", NULL};
-		struct run_result r;
-		run_command(&r, argv, NULL);
-		if (r.exited && r.code == 0)
-			py = &pys[i];
-		run_result_free(&r);
+	char why[512] = "";
+	for (int round = 0; round < 5 && !py; round++) {
+		if (round)
+			pause_ms(500);
+		for (size_t i = 0; i < n && !py; i++) {
+			if (pys[i].root_len)
+				continue; /* only root may enter a root */
+			const char *argv[] = {"runuser", "-u", "nobody", "--", pys[i].path, "-I", "-c", "pass", NULL};
+			struct run_result r;
+			run_command(&r, argv, NULL);
+			if (r.exited && r.code == 0)
+				py = &pys[i];
+			else
+				run_describe(&r, why, sizeof why);
+			run_result_free(&r);
+		}
 	}
-	cr_assert_not_null(py, "no interpreter found that the user nobody may run");
+	cr_assert_not_null(py, "no interpreter found that the user nobody may run; the last said: %s", why);
 	char config[PATH_MAX];
 	struct daemon d;
 	fleet_daemon(&d, "[rule.users]\nmatch.uid = nobody\nmatch.cmdline = fleet-uid-marker\n", config,
