@@ -83,8 +83,6 @@ struct native_state {
 	const struct knative_thread *copy; /* the walk under way */
 	pid_t pid, tid;
 	struct native_pc pcs[NATIVE_PC_SLOTS];
-	uint32_t epoch;
-	bool rereported;   /* modules listed again this walk: at most once */
 	uint32_t listing;  /* times the modules were listed: an address's module may change with it */
 	/* Each module's symbols, found by its build id once a listing. */
 	struct {
@@ -520,12 +518,10 @@ int native_walk(struct uw_target *t, const struct knative_thread *copy, struct n
 	struct native_state *ns = native_state_of(t, err);
 	if (!ns)
 		return -1;
-	ns->rereported = false;
 	if (!ns->attached && native_report(t, ns, err) != 0)
 		return -1;
 	/* A module loaded since the modules were listed: listed again, once a walk. */
 	if (!dwfl_addrmodule(ns->dwfl, copy->regs[KNATIVE_IP])) {
-		ns->rereported = true;
 		if (native_report(t, ns, err) != 0)
 			return -1;
 	}
