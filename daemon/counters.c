@@ -28,6 +28,7 @@ const struct stats_counter counters_table[COUNTERS_COUNT] = {
 	{"native_copied", offsetof(struct uw_stats, native_copied)},
 	{"native_kept", offsetof(struct uw_stats, native_kept)},
 	{"native_ran", offsetof(struct uw_stats, native_ran)},
+	{"native_unwalked", offsetof(struct uw_stats, native_unwalked)},
 	{"native_libdwfl_walks", offsetof(struct uw_stats, native_libdwfl_walks)},
 	{"cache_resets", offsetof(struct uw_stats, cache_resets)},
 	{"cache_bytes", offsetof(struct uw_stats, cache_bytes)},

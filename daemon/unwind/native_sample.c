@@ -181,12 +181,19 @@ void native_sample_begin(struct uw_target *t)
 	}
 }
 
-/* The cache of the thread read this sample with kernel id tid, NULL when none. */
-static struct thread_cache *native_cache_of(struct uw_target *t, int64_t tid)
+/*
+ * The cache of the thread read this sample with kernel id tid, NULL when
+ * none.  The caches stand in the order the walk meets the thread states, as
+ * the sample's threads do: looked for from the sample's own index (hint),
+ * a sample of thousands of threads does not search them all for each.
+ */
+static struct thread_cache *native_cache_of(struct uw_target *t, int64_t tid, uint32_t hint)
 {
-	for (uint32_t i = 0; i < t->nthreads; i++)
-		if (t->threads[i].seen == t->sample_gen && t->threads[i].own_tid == tid)
-			return &t->threads[i];
+	for (uint32_t k = 0; k < t->nthreads; k++) {
+		struct thread_cache *tc = &t->threads[(hint + k) % t->nthreads];
+		if (tc->seen == t->sample_gen && tc->own_tid == tid)
+			return tc;
+	}
 	return NULL;
 }
 
@@ -206,11 +213,13 @@ static int native_stack(struct uw_target *t, struct thread_cache *tc, const stru
 		py[npy++] = uw_stack_frame(t, s);
 	enum native_end end;
 	struct uw_error walk_err;
-	/* A process whose modules cannot be listed keeps its marks; only memory fails the sample. */
+	/* A process whose modules cannot be listed keeps its marks, counted; only memory fails the sample. */
 	if (native_walk(t, copy, c, &nc, &end, &walk_err) != 0) {
 		*stack = py_stack;
-		if (walk_err.status != UW_ENOMEM)
+		if (walk_err.status != UW_ENOMEM) {
+			t->stats.native_unwalked++;
 			return 0;
+		}
 		*err = walk_err;
 		return -1;
 	}
@@ -232,11 +241,12 @@ int native_sample_end(struct uw_target *t, struct uw_sample *s, struct uw_error 
 		return 0;
 	struct knative_ask asks[KNATIVE_THREADS];
 	uint32_t at[KNATIVE_THREADS];
+	struct thread_cache *of[KNATIVE_THREADS];
 	uint32_t n = 0;
 	for (uint32_t i = 0; i <= s->nthreads; i++) {
 		struct uw_sample_thread *st = i < s->nthreads ? &s->threads[i] : NULL;
 		struct thread_cache *tc = st && !st->task && !st->moving && st->native_id > 0
-		                                  ? native_cache_of(t, st->native_id)
+		                                  ? native_cache_of(t, st->native_id, i)
 		                                  : NULL;
 		if (tc && tc->native.looked) {
 			/* Not run since its last copy, with the same Python stack: the same C frames. */
@@ -246,6 +256,7 @@ int native_sample_end(struct uw_target *t, struct uw_sample *s, struct uw_error 
 				t->stats.native_kept++;
 			} else {
 				at[n] = i;
+				of[n] = tc;
 				asks[n++] = (struct knative_ask){.pid = t->pid, .tid = (pid_t)st->native_id};
 			}
 		}
@@ -254,7 +265,7 @@ int native_sample_end(struct uw_target *t, struct uw_sample *s, struct uw_error 
 		const struct knative_thread *copies = knative_run(kn, KNATIVE_COPY, asks, n);
 		for (uint32_t k = 0; copies && k < n; k++) {
 			struct uw_sample_thread *cs = &s->threads[at[k]];
-			struct thread_cache *ctc = native_cache_of(t, cs->native_id);
+			struct thread_cache *ctc = of[k];
 			/* Off its CPU from the look to the copy: the walk read it as the copy holds it. */
 			if (copies[k].status != KNATIVE_COPIED || copies[k].switches != ctc->native.look_switches) {
 				t->stats.native_ran++;

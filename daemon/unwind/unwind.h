@@ -499,6 +499,7 @@ struct uw_stats {
 	uint64_t native_copied;            /* --native: thread samples whose C frames the kernel copied and were unwound */
 	uint64_t native_kept;              /* --native: thread samples that kept their C frames: the thread ran nothing since its copy */
 	uint64_t native_ran;               /* --native: thread samples left with marks: the thread ran between the look and the copy */
+	uint64_t native_unwalked;          /* --native: thread samples left with marks: the process's modules could not be listed */
 	uint64_t native_libdwfl_walks;     /* --native: walks handed to libdwfl: a frame's CFI was an expression or a signal frame's */
 	uint64_t cache_resets;             /* budget reached: everything forgotten */
 	uint64_t walks_cut;                /* samples cut short at max_sample_ns */
