@@ -92,6 +92,14 @@ json_t *test_target_wait_report(struct test_target *t, double timeout_s);
 bool test_target_exited(struct test_target *t);
 
 void test_target_kill(struct test_target *t);
+/*
+ * Put a target's threads (those it starts later inherit it from theirs)
+ * and the calling thread before the host's other work (nice -20, as root),
+ * for a test of what the sampler sees of threads that run beside it: on a
+ * host busy with other work they rarely do.  The calling thread's old
+ * priority, to give back with setpriority(PRIO_PROCESS, 0, old).
+ */
+int test_favour_over_the_host(pid_t pid);
 
 /* What one command did. */
 struct run_result {
