@@ -60,7 +60,8 @@ DEPS_DIR             = build/deps
 SPEEDSCOPE_TGZ       = $(DEPS_DIR)/speedscope-$(SPEEDSCOPE_VERSION).tgz
 SPEEDSCOPE_SCHEMA    = $(DEPS_DIR)/speedscope-file-format-schema.json
 
-# CPython 3.13, 3.14, 3.15 and 3.15's debug build (python3.15d) for the tests:
+# CPython 3.13, 3.14, 3.15 and 3.15's debug build (python3.15d) for the tests,
+# with numpy for 3.14 (Debian's default Python there: a real C extension):
 # Debian's own packages, which only sid has, in a sid root built by mmdebstrap
 # from the Debian archive apt is configured with (PYTHONS_MIRROR overrides
 # it).  The root lives outside the clone, so every clone and every CI run
@@ -68,7 +69,8 @@ SPEEDSCOPE_SCHEMA    = $(DEPS_DIR)/speedscope-file-format-schema.json
 PYTHONS_ROOT     ?= /var/cache/pyprofd/sid
 PYTHONS_MIRROR   ?=
 PYTHONS_PACKAGES  = python3.13 python3.14 python3.15 python3.15-dbg python3.15-dev \
-                    python3-opentelemetry-sdk python3-opentelemetry-exporter-otlp-proto-http
+                    python3-opentelemetry-sdk python3-opentelemetry-exporter-otlp-proto-http \
+                    python3-numpy
 # Whole and of this package list: what tests/pythons-root.sh writes last.
 PYTHONS_READY     = [ "$$(cat $(PYTHONS_ROOT)/.pyprofd-pythons 2>/dev/null)" = \
                       "packages: $(PYTHONS_PACKAGES)" ]
@@ -302,7 +304,7 @@ KERNEL_DIR      = daemon/unwind/kernel
 KERNEL_PROGS    = $(patsubst $(KERNEL_DIR)/%.bpf.c,%,$(wildcard $(KERNEL_DIR)/*.bpf.c))
 BPF_SKELS       = $(KERNEL_PROGS:%=$(BUILD)/$(KERNEL_DIR)/%.skel.h)
 KERNEL_LOADERS  = $(KERNEL_PROGS:%=$(BUILD)/$(KERNEL_DIR)/%.o)
-$(BUILD)/$(KERNEL_DIR)/%.bpf.o: $(KERNEL_DIR)/%.bpf.c $(KERNEL_DIR)/%_abi.h $(KERNEL_DIR)/ktasks.bpf.h
+$(BUILD)/$(KERNEL_DIR)/%.bpf.o: $(KERNEL_DIR)/%.bpf.c $(wildcard $(KERNEL_DIR)/*_abi.h $(KERNEL_DIR)/*.bpf.h)
 	@mkdir -p $(@D)
 	$(E) "  BPF     $<"
 	$(Q)clang -O2 -g -Wall -Werror -target bpf -I/usr/include/$(BPF_MULTIARCH) -I$(KERNEL_DIR) -c -o $@.tmp $<

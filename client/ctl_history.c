@@ -407,6 +407,7 @@ int ctl_history_export(const struct client_reply *const *replies, size_t nreplie
 					.line = qf->line,
 					.kind = vocab_kind_parse(qf->kind),
 					.first_line = qf->first_line,
+					.build_id = qf->build_id,
 				};
 			}
 			for (size_t m = 0; m < r->n_threads; m++, t++) {

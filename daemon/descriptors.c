@@ -19,7 +19,7 @@
 #define DESCRIPTORS_DISCOVERY 1 /* the process-events socket, or the /proc scan's directory */
 /* An attach's /proc files and ELF file, a rules file being saved, a reload, sd_notify. */
 #define DESCRIPTORS_PASSING 8
-/* The in-kernel reader, unless turned off: UW_KREADER_DESCRIPTORS. */
+/* The in-kernel reader and the shots of native stacks, unless turned off: UW_KREADER_DESCRIPTORS, UW_NATIVE_SHOT_DESCRIPTORS. */
 
 unsigned long long descriptors_raise_limit(void)
 {
@@ -39,7 +39,7 @@ unsigned descriptors_reserved(const struct config *c)
 {
 	return DESCRIPTORS_STDIO + DESCRIPTORS_LISTEN + DESCRIPTORS_LOOP + DESCRIPTORS_WRITER +
 	       QUERIES_MAX * DESCRIPTORS_PER_QUERY + DESCRIPTORS_DISCOVERY + DESCRIPTORS_PASSING +
-	       (c->no_kernel_reader ? 0 : UW_KREADER_DESCRIPTORS) + c->max_connections;
+	       (c->no_kernel_reader ? 0 : UW_KREADER_DESCRIPTORS + UW_NATIVE_SHOT_DESCRIPTORS) + c->max_connections;
 }
 
 int descriptors_fit(struct config *c, char *why, size_t why_len)

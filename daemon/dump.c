@@ -51,6 +51,8 @@ static Pyprofd__Frame *dump_frame_to_proto(const struct uw_frame *f, struct aren
 	pf->line = f->line >= 0 ? f->line : -1;
 	pf->first_line = f->first_line;
 	pf->kind = arena_strdup(a, vocab_kind_name(f->kind));
+	if (f->build_id && !(pf->build_id = arena_strdup(a, f->build_id)))
+		return NULL;
 	if (!pf->function || !pf->qualname || !pf->file || !pf->kind)
 		return NULL;
 	return pf;
@@ -168,8 +170,11 @@ int dump_main(int argc, char **argv)
 	struct uw_native *native = NULL;
 	if (flags & UW_SNAP_NATIVE) {
 		struct uw_error why = {0};
-		if (!(native = uw_native_open(&why)))
+		if (!(native = uw_native_open(true, &why)))
 			fprintf(stderr, "pyprofd: --native: no C frames, only <native> marks: %s\n", why.msg);
+		else if (uw_native_shots_refused(native))
+			fprintf(stderr, "pyprofd: --native: running threads keep their <native> marks: %s\n",
+			        uw_native_shots_refused(native));
 	}
 	if (no_write || native) {
 		struct uw_options opts;

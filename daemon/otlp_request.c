@@ -39,6 +39,7 @@ struct otlp_request {
 	OTLP_TABLE(Pyprofd__Otlp__KeyValue) resource;
 	OTLP_TABLE(Pyprofd__Otlp__Sample) samples;
 	OTLP_TABLE(Pyprofd__Otlp__Link) links; /* entry 0 the zero link: a sample in no span */
+	OTLP_TABLE(Pyprofd__Otlp__Mapping) mappings; /* entry 0 the zero mapping: Python frames and markers */
 	int32_t *locs; /* one stack's location indexes, leaf first */
 	size_t locs_cap;
 	Pyprofd__Otlp__Profile *profile;
@@ -165,6 +166,7 @@ static int32_t otlp_attribute_string(struct otlp_request *q, const char *key, co
 struct otlp_frame_identity {
 	const char *name, *system_name, *file;
 	int64_t start_line, line;
+	uint64_t address; /* a C frame's, in its module's file; 0 for the rest */
 };
 static void otlp_frame_identity(const struct store_frame *f, struct otlp_frame_identity *out)
 {
@@ -176,8 +178,42 @@ static void otlp_frame_identity(const struct store_frame *f, struct otlp_frame_i
 		.system_name = name,
 		.file = f->file ? f->file : "",
 		.start_line = f->first_line > 0 ? f->first_line : 0,
-		.line = f->line > 0 ? f->line : 0,
+		.line = f->kind != UW_FRAME_C && f->line > 0 ? f->line : 0,
+		.address = f->kind == UW_FRAME_C && f->line > 0 ? (uint64_t)f->line : 0,
 	};
+}
+
+/*
+ * The mapping of a C frame's module (its file, and its build id as the
+ * attribute process.executable.build_id.gnu), added on first use; 0 for
+ * the rest, -1 out of memory.  It spans the module's file addresses from
+ * 0, as the frames' addresses are.
+ */
+static int32_t otlp_mapping(struct otlp_request *q, const struct store_frame *f)
+{
+	if (f->kind != UW_FRAME_C)
+		return 0;
+	int32_t file = otlp_string(q, f->file ? f->file : ""), build_id = otlp_string(q, f->build_id ? f->build_id : "");
+	if (file < 0 || build_id < 0)
+		return -1;
+	int64_t key[2] = {file, build_id};
+	bool fresh;
+	int32_t at = otlp_intern(q, 'm', key, sizeof key, q->mappings.n, &fresh);
+	if (at < 0 || !fresh)
+		return at;
+	Pyprofd__Otlp__Mapping *m = ARENA_MESSAGE(&q->arena, Pyprofd__Otlp__Mapping, PYPROFD__OTLP__MAPPING__INIT);
+	if (!m || OTLP_TABLE_ROOM(q->mappings) < 0)
+		return -1;
+	m->filename_strindex = file;
+	if (build_id) {
+		int32_t attribute = otlp_attribute_string(q, "process.executable.build_id.gnu", f->build_id);
+		if (attribute < 0 || !(m->attribute_indices = arena_alloc(&q->arena, sizeof *m->attribute_indices)))
+			return -1;
+		m->attribute_indices[0] = attribute;
+		m->n_attribute_indices = 1;
+	}
+	q->mappings.v[q->mappings.n++] = m;
+	return at;
 }
 
 /* The location of a frame (its function and line), added on first use; -1 out of memory. */
@@ -205,7 +241,10 @@ static int32_t otlp_location(struct otlp_request *q, const struct store_frame *f
 		m->start_line = id.start_line;
 		q->functions.v[q->functions.n++] = m;
 	}
-	int64_t lkey[2] = {fn, id.line};
+	int32_t mapping = otlp_mapping(q, f);
+	if (mapping < 0)
+		return -1;
+	int64_t lkey[4] = {fn, id.line, mapping, (int64_t)id.address};
 	int32_t loc = otlp_intern(q, 'l', lkey, sizeof lkey, q->locations.n, &fresh);
 	if (loc < 0 || !fresh)
 		return loc;
@@ -220,6 +259,10 @@ static int32_t otlp_location(struct otlp_request *q, const struct store_frame *f
 	line->line = id.line;
 	l->lines[0] = line;
 	l->n_lines = 1;
+	l->mapping_index = mapping;
+	l->address = id.address;
+	if (mapping > 0 && id.address + 1 > q->mappings.v[mapping]->memory_limit)
+		q->mappings.v[mapping]->memory_limit = id.address + 1;
 	q->locations.v[q->locations.n++] = l;
 	return loc;
 }
@@ -229,8 +272,12 @@ static int otlp_request_zeros(struct otlp_request *q)
 {
 	if (otlp_string(q, "") != 0 || OTLP_TABLE_ROOM(q->functions) < 0 ||
 	    OTLP_TABLE_ROOM(q->locations) < 0 || OTLP_TABLE_ROOM(q->stacks) < 0 ||
-	    OTLP_TABLE_ROOM(q->attributes) < 0 || OTLP_TABLE_ROOM(q->links) < 0)
+	    OTLP_TABLE_ROOM(q->attributes) < 0 || OTLP_TABLE_ROOM(q->links) < 0 ||
+	    OTLP_TABLE_ROOM(q->mappings) < 0)
 		return -1;
+	if (!(q->mappings.v[0] = ARENA_MESSAGE(&q->arena, Pyprofd__Otlp__Mapping, PYPROFD__OTLP__MAPPING__INIT)))
+		return -1;
+	q->mappings.n = 1;
 	if (!(q->links.v[0] = ARENA_MESSAGE(&q->arena, Pyprofd__Otlp__Link, PYPROFD__OTLP__LINK__INIT)))
 		return -1;
 	q->links.n = 1;
@@ -245,10 +292,11 @@ static int otlp_request_zeros(struct otlp_request *q)
 		return -1;
 	q->functions.n = q->locations.n = q->stacks.n = q->attributes.n = 1;
 	/* The zero values are their tables' entry 0 by identity too. */
-	int64_t zf[4] = {0, 0, 0, 0}, zl[2] = {0, 0};
+	int64_t zf[4] = {0, 0, 0, 0}, zl[4] = {0, 0, 0, 0}, zm[2] = {0, 0};
 	bool fresh;
 	return otlp_intern(q, 'f', zf, sizeof zf, 0, &fresh) == 0 &&
-	               otlp_intern(q, 'l', zl, sizeof zl, 0, &fresh) == 0
+	               otlp_intern(q, 'l', zl, sizeof zl, 0, &fresh) == 0 &&
+	               otlp_intern(q, 'm', zm, sizeof zm, 0, &fresh) == 0
 	           ? 0
 	           : -1;
 }
@@ -479,10 +527,8 @@ int otlp_request_pack(struct otlp_request *q, uint8_t **out, size_t *len)
 	if (q->failed)
 		return -1;
 	Pyprofd__Otlp__ProfilesDictionary dict = PYPROFD__OTLP__PROFILES_DICTIONARY__INIT;
-	Pyprofd__Otlp__Mapping zero_mapping = PYPROFD__OTLP__MAPPING__INIT;
-	Pyprofd__Otlp__Mapping *mappings[1] = {&zero_mapping};
-	dict.mapping_table = mappings;
-	dict.n_mapping_table = 1;
+	dict.mapping_table = q->mappings.v;
+	dict.n_mapping_table = q->mappings.n;
 	dict.link_table = q->links.v;
 	dict.n_link_table = q->links.n;
 	dict.string_table = q->strings.v;
@@ -529,6 +575,7 @@ void otlp_request_free(struct otlp_request *q)
 	free(q->resource.v);
 	free(q->samples.v);
 	free(q->links.v);
+	free(q->mappings.v);
 	free(q->locs);
 	free(q);
 }

@@ -11,7 +11,7 @@
 #include "pyprofd.h"
 
 struct profile_frame_key {
-	const char *function, *file;
+	const char *function, *file, *build_id; /* build_id: "" none */
 	int32_t line;
 	enum uw_frame_kind kind;
 	int32_t first_line;
@@ -29,7 +29,8 @@ static bool profile_frame_equal(const void *ctx, uint32_t id, const void *key)
 	const struct export_frame *f = &((const struct profile *)ctx)->frames[id];
 	const struct profile_frame_key *k = key;
 	return f->line == k->line && f->kind == k->kind && f->first_line == k->first_line &&
-	       strcmp(f->function, k->function) == 0 && strcmp(f->file, k->file) == 0;
+	       strcmp(f->function, k->function) == 0 && strcmp(f->file, k->file) == 0 &&
+	       strcmp(f->build_id, k->build_id) == 0;
 }
 
 struct profile_stack_key {
@@ -52,14 +53,15 @@ static int32_t profile_frame(struct profile *p, struct profile_frame_key key)
 	struct hash_slot *slot = hash_probe(&p->frame_index, hash, profile_frame_equal, p, &key);
 	if (slot->id)
 		return (int32_t)slot->id - 1;
-	char *function = strdup(key.function), *file = strdup(key.file);
-	if (!function || !file ||
+	char *function = strdup(key.function), *file = strdup(key.file), *build_id = strdup(key.build_id);
+	if (!function || !file || !build_id ||
 	    array_reserve((void **)&p->frames, &p->frames_cap, p->nframes, sizeof *p->frames, NULL)) {
 		free(function);
 		free(file);
+		free(build_id);
 		return -1;
 	}
-	p->frames[p->nframes] = (struct export_frame){function, file, key.line, key.kind, key.first_line};
+	p->frames[p->nframes] = (struct export_frame){function, file, key.line, key.kind, key.first_line, build_id};
 	hash_fill(&p->frame_index, slot, hash, (uint32_t)p->nframes);
 	return (int32_t)p->nframes++;
 }
@@ -71,7 +73,8 @@ static int32_t profile_sink_frame(void *ctx, const struct uw_frame *f)
 	                                                     .file = f->file ? f->file : "",
 	                                                     .line = f->line,
 	                                                     .kind = f->kind,
-	                                                     .first_line = f->first_line});
+	                                                     .first_line = f->first_line,
+	                                                     .build_id = f->build_id ? f->build_id : ""});
 }
 
 /* The spell sink: a stack as its parent (-1: none) and innermost frame. */
@@ -111,8 +114,8 @@ static int32_t profile_labels_frame(struct profile *p, const struct uw_context *
 			if (c->labels[i].index == want && o < sizeof text)
 				o += (size_t)snprintf(text + o, sizeof text - o, "%s%s=%s", o ? " " : "",
 				                      p->context_labels[want], c->labels[i].value);
-	int32_t f = profile_frame(p, (struct profile_frame_key){.function = text, .file = "", .line = -1,
-	                                                        .kind = UW_FRAME_PYTHON});
+	int32_t f = profile_frame(p, (struct profile_frame_key){.function = text, .file = "", .build_id = "",
+	                                                        .line = -1, .kind = UW_FRAME_PYTHON});
 	return f < 0 ? -1 : f + 1;
 }
 
@@ -148,6 +151,7 @@ void profile_free(struct profile *p)
 	for (size_t i = 0; i < p->nframes; i++) {
 		free((char *)p->frames[i].function);
 		free((char *)p->frames[i].file);
+		free((char *)p->frames[i].build_id);
 	}
 	free(p->frames);
 	hash_free(&p->frame_index);

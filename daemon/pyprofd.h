@@ -45,7 +45,7 @@ struct stats_counter {
 	size_t offset; /* of a uint64_t in struct uw_stats */
 };
 extern const struct stats_counter counters_table[];
-#define COUNTERS_COUNT 51
+#define COUNTERS_COUNT 54
 uint64_t counters_value(const struct uw_stats *st, size_t i);
 
 /* record.c */

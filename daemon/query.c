@@ -119,6 +119,8 @@ static uint32_t query_frame_id(struct builder *b, const struct store_frame *f)
 	qf->line = f->line;
 	qf->first_line = f->first_line;
 	qf->kind = (char *)vocab_kind_name((enum uw_frame_kind)f->kind);
+	if (f->build_id && *f->build_id && !(qf->build_id = arena_strdup(&b->arena, f->build_id)))
+		return UINT32_MAX;
 	if (!qf->function || !qf->file)
 		return UINT32_MAX;
 	b->frames[b->nframes++] = qf;

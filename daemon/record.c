@@ -449,8 +449,11 @@ void record_native_open(struct record_opts *o)
 	if (!(o->uw.flags & UW_SNAP_NATIVE))
 		return;
 	struct uw_error why = {0};
-	if (!(o->uw.native = uw_native_open(&why)))
+	if (!(o->uw.native = uw_native_open(!o->no_kernel_reader, &why)))
 		fprintf(stderr, "pyprofd: --native: no C frames, only <native> marks: %s\n", why.msg);
+	else if (!o->no_kernel_reader && uw_native_shots_refused(o->uw.native))
+		fprintf(stderr, "pyprofd: --native: running threads keep their <native> marks: %s\n",
+		        uw_native_shots_refused(o->uw.native));
 }
 
 /* The profile in the asked format, through the export library pyprofd-ctl uses too. */

@@ -522,7 +522,7 @@ static int run_merge(const struct run *r, struct export_profile *parts, size_t n
 		if (!run_in_profile(r->procs[i]))
 			continue;
 		const struct export_profile *part = &parts[k];
-		frames[k] = (struct export_frame){r->procs[i]->title, "", -1, UW_FRAME_PYTHON, 0};
+		frames[k] = (struct export_frame){r->procs[i]->title, "", -1, UW_FRAME_PYTHON, 0, NULL};
 		memcpy(frames + f, part->frames, part->nframes * sizeof *frames);
 		memcpy(threads + t, part->threads, part->nthreads * sizeof *threads);
 		for (uint32_t j = 0; j < part->nstacks; j++) {

@@ -333,8 +333,12 @@ int server_main(int argc, char **argv)
 	}
 	/* Loaded whatever the rules say: a rule or an attach may ask for C frames at any time. */
 	struct uw_error native_err = {0};
-	if (!(s.native = uw_native_open(&native_err)))
+	/* Its shots of running threads are perf events as the in-kernel reader's, and go with it. */
+	if (!(s.native = uw_native_open(!s.config.no_kernel_reader, &native_err)))
 		log_info("%s; native = true marks where C code sits, without its frames", native_err.msg);
+	else if (!s.config.no_kernel_reader && uw_native_shots_refused(s.native))
+		log_info("%s; native = true marks where a running thread's C code sits, without its frames",
+		         uw_native_shots_refused(s.native));
 	signal(SIGPIPE, SIG_IGN);
 #ifdef __GLIBC__
 	/*

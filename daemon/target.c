@@ -107,6 +107,8 @@ static int32_t target_batch_frame(void *ctx, const struct uw_frame *f)
 {
 	struct target_batch *tb = ctx;
 	const char *name = uw_frame_name(f);
+	if (f->kind == UW_FRAME_C)
+		return store_batch_c_frame(tb->b, name ? name : "", f->file ? f->file : "", f->line, f->build_id);
 	return store_batch_frame(tb->b, name ? name : "", f->file ? f->file : "", f->line, (int)f->kind,
 	                         f->first_line);
 }

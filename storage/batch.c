@@ -38,6 +38,7 @@ void store_batch_free(struct store_batch *b)
 	for (size_t i = 0; i < b->nframes; i++) {
 		free(b->frames[i].function);
 		free(b->frames[i].file);
+		free(b->frames[i].build_id);
 	}
 	free(b->frames);
 	for (size_t i = 0; i < b->nthreads; i++)
@@ -122,8 +123,8 @@ int store_batch_session(struct store_batch *b, int target, double attached_at, d
 	return (int)b->nsessions++;
 }
 
-int32_t store_batch_frame(struct store_batch *b, const char *function, const char *file,
-                          int32_t line, int kind, int32_t first_line)
+static int32_t batch_frame(struct store_batch *b, const char *function, const char *file, int32_t line, int kind,
+                           int32_t first_line, const char *build_id)
 {
 	if (!b || kind < 0 || kind > 4) /* python, native, gc, moving, c (base/unwind_words.h) */
 		return -1;
@@ -133,15 +134,29 @@ int32_t store_batch_frame(struct store_batch *b, const char *function, const cha
 	struct batch_frame *f = &b->frames[b->nframes];
 	f->function = batch_strdup(function, &ok);
 	f->file = batch_strdup(file, &ok);
+	f->build_id = batch_strdup(build_id, &ok);
 	f->line = line;
 	f->kind = kind;
 	f->first_line = first_line;
 	if (!ok) {
 		free(f->function);
 		free(f->file);
+		free(f->build_id);
 		return -1;
 	}
 	return (int32_t)b->nframes++;
+}
+
+int32_t store_batch_frame(struct store_batch *b, const char *function, const char *file,
+                          int32_t line, int kind, int32_t first_line)
+{
+	return batch_frame(b, function, file, line, kind, first_line, NULL);
+}
+
+int32_t store_batch_c_frame(struct store_batch *b, const char *function, const char *file, int32_t address,
+                            const char *build_id)
+{
+	return batch_frame(b, function, file, address, 4, 0, build_id);
 }
 
 int32_t store_batch_stack(struct store_batch *b, int32_t parent, int32_t frame)

@@ -40,9 +40,9 @@ static const char *const insert_sql[ST_COUNT] = {
 	[ST_STR_GET] = "SELECT id FROM strings WHERE s = ?1",
 	[ST_STR_ADD] = "INSERT INTO strings(s) VALUES (?1)",
 	[ST_FRAME_GET] = "SELECT id FROM frames WHERE function = ?1 AND file = ?2 AND line = ?3 "
-	                 "AND kind = ?4 AND first_line = ?5",
-	[ST_FRAME_ADD] = "INSERT INTO frames(function, file, line, kind, first_line) "
-	                 "VALUES (?1, ?2, ?3, ?4, ?5)",
+	                 "AND kind = ?4 AND first_line = ?5 AND build_id = ?6",
+	[ST_FRAME_ADD] = "INSERT INTO frames(function, file, line, kind, first_line, build_id) "
+	                 "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
 	[ST_STACK_GET] = "SELECT id FROM stacks WHERE parent = ?1 AND frame = ?2",
 	[ST_STACK_ADD] = "INSERT INTO stacks(parent, frame) VALUES (?1, ?2)",
 	[ST_TARGET_UPSERT] = STORE_SQL_TARGET_UPSERT("targets"),
@@ -163,13 +163,16 @@ static int insert_string(struct inserter *ins, const char *s, int64_t *id)
 static int insert_frame(struct inserter *ins, const struct batch_frame *f, int64_t *id)
 {
 	struct {
-		int64_t function, file;
+		int64_t function, file, build_id;
 		int32_t line, kind, first_line, pad;
 	} key;
 	memset(&key, 0, sizeof key);
 	int rc = insert_string(ins, f->function, &key.function);
 	if (rc == SQLITE_OK)
 		rc = insert_string(ins, f->file, &key.file);
+	/* No build id is string 0, as no file is "" (interned like any). */
+	if (rc == SQLITE_OK && f->build_id && *f->build_id)
+		rc = insert_string(ins, f->build_id, &key.build_id);
 	if (rc != SQLITE_OK)
 		return rc;
 	key.line = f->line;
@@ -181,7 +184,8 @@ static int insert_frame(struct inserter *ins, const struct batch_frame *f, int64
 		    sqlite3_bind_int64(s, 2, key.file) != SQLITE_OK ||
 		    sqlite3_bind_int(s, 3, key.line) != SQLITE_OK ||
 		    sqlite3_bind_int(s, 4, key.kind) != SQLITE_OK ||
-		    sqlite3_bind_int(s, 5, key.first_line) != SQLITE_OK)
+		    sqlite3_bind_int(s, 5, key.first_line) != SQLITE_OK ||
+		    sqlite3_bind_int64(s, 6, key.build_id) != SQLITE_OK)
 			return sqlite3_errcode(ins->db);
 	}
 	return insert_interned(ins, &ins->frames, &key, sizeof key, ins->stmt[ST_FRAME_GET], ins->stmt[ST_FRAME_ADD],

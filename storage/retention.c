@@ -175,7 +175,7 @@ static int collect_orphans(sqlite3 *db, struct store_error *err)
 		"DELETE FROM stacks WHERE id NOT IN (SELECT id FROM live)",
 		"DELETE FROM frames WHERE id NOT IN (SELECT frame FROM stacks)",
 		"DELETE FROM strings WHERE id NOT IN (SELECT function FROM frames UNION "
-		"SELECT file FROM frames)",
+		"SELECT file FROM frames UNION SELECT build_id FROM frames)",
 		"DROP TABLE IF EXISTS temp.gone",
 		"CREATE TEMP TABLE gone AS SELECT id FROM targets "
 		"WHERE last_seen < unixepoch() - 86400 AND id NOT IN (SELECT DISTINCT target FROM samples)",

@@ -199,12 +199,34 @@ static const char schema_v4[] =
 	"CREATE INDEX context_samples_context ON context_samples(context);\n"
 	"CREATE INDEX context_samples_bucket ON context_samples(bucket_start);\n";
 
+/*
+ * Version 5: a C frame's module's build id (a string, 0 for none), so pprof
+ * and OTLP name the exact build a frame's address is of.  Part of a
+ * frame's identity: two builds of a library at one path are two modules.
+ * frames is copied under its ids again, as in version 2.
+ */
+static const char schema_v5[] =
+	"CREATE TABLE frames_v5(\n"
+	"  id INTEGER PRIMARY KEY,\n"
+	"  function INTEGER NOT NULL,\n"
+	"  file INTEGER NOT NULL,\n"
+	"  line INTEGER NOT NULL,\n" /* a C frame's: its address in its module's file */
+	"  kind INTEGER NOT NULL,\n"
+	"  first_line INTEGER NOT NULL DEFAULT 0,\n"
+	"  build_id INTEGER NOT NULL DEFAULT 0,\n" /* strings.id of the hex; 0 none */
+	"  UNIQUE(function, file, line, kind, first_line, build_id));\n"
+	"INSERT INTO frames_v5(id, function, file, line, kind, first_line) "
+	"SELECT id, function, file, line, kind, first_line FROM frames;\n"
+	"DROP TABLE frames;\n"
+	"ALTER TABLE frames_v5 RENAME TO frames;\n";
+
 /* Step i brings the schema from version i to i + 1. */
 static const char *const migrations[STORE_SCHEMA_VERSION] = {
 	schema_v1,
 	schema_v2,
 	schema_v3,
 	schema_v4,
+	schema_v5,
 };
 
 /* Applies every step past the database's version, one transaction each. */

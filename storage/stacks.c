@@ -88,12 +88,12 @@ static void stacks_free(struct stacks_query *qs)
  * sight (strings copied).  0, or -1 when out of memory.
  */
 static int stacks_frame_index(struct stacks_query *qs, int32_t line, int kind, int32_t first_line,
-                              const char *function, const char *file, size_t *index)
+                              const char *function, const char *file, const char *build_id, size_t *index)
 {
-	const char *fn = function ? function : "", *fl = file ? file : "";
-	size_t lf = strlen(fn), ll = strlen(fl);
+	const char *fn = function ? function : "", *fl = file ? file : "", *bi = build_id ? build_id : "";
+	size_t lf = strlen(fn), ll = strlen(fl), lb = strlen(bi);
 	int32_t head[3] = {kind, line, first_line};
-	size_t len = sizeof head + lf + ll + 2;
+	size_t len = sizeof head + lf + ll + lb + 3;
 	/* NULL and "" are one name: no frame of either source tells them apart. */
 	char *text = malloc(len);
 	if (!text)
@@ -101,6 +101,7 @@ static int stacks_frame_index(struct stacks_query *qs, int32_t line, int kind, i
 	memcpy(text, head, sizeof head);
 	memcpy(text + sizeof head, fn, lf + 1);
 	memcpy(text + sizeof head + lf + 1, fl, ll + 1);
+	memcpy(text + sizeof head + lf + ll + 2, bi, lb + 1);
 	int64_t v;
 	if (hash_map_get(&qs->frame_texts, text, len, &v)) {
 		free(text);
@@ -115,11 +116,12 @@ static int stacks_frame_index(struct stacks_query *qs, int32_t line, int kind, i
 	struct store_frame *f = &qs->frames[qs->nframes];
 	f->function = arena_strdup(&qs->strings, function);
 	f->file = arena_strdup(&qs->strings, file);
+	f->build_id = arena_strdup(&qs->strings, bi);
 	f->line = line;
 	f->kind = kind;
 	f->first_line = first_line;
 	f->id = (uint32_t)qs->nframes;
-	int rc = (function && !f->function) || (file && !f->file) ? -1 : 0;
+	int rc = (function && !f->function) || (file && !f->file) || !f->build_id ? -1 : 0;
 	*index = qs->nframes++;
 	if (rc == 0)
 		rc = hash_map_put(&qs->frame_texts, text, len, (int64_t)*index);
@@ -162,7 +164,8 @@ static int stacks_file_frame(struct stacks_query *qs, int64_t id, size_t *index,
 	}
 	int rc = stacks_frame_index(qs, sqlite3_column_int(st, 0), sqlite3_column_int(st, 1),
 	                        sqlite3_column_int(st, 4), (const char *)sqlite3_column_text(st, 2),
-	                        (const char *)sqlite3_column_text(st, 3), index);
+	                        (const char *)sqlite3_column_text(st, 3), (const char *)sqlite3_column_text(st, 5),
+	                        index);
 	sqlite3_reset(st);
 	if (rc < 0 || hash_map_put(&qs->frame_ids, &id, sizeof id, (int64_t)*index) < 0) {
 		store_error_text(err, "query: out of memory");
@@ -233,7 +236,7 @@ static int stacks_pending_frame(struct stacks_query *qs, const struct store_batc
 		return 0;
 	}
 	const struct batch_frame *f = &b->frames[frame];
-	if (stacks_frame_index(qs, f->line, f->kind, f->first_line, f->function, f->file, index) < 0)
+	if (stacks_frame_index(qs, f->line, f->kind, f->first_line, f->function, f->file, f->build_id, index) < 0)
 		return -1;
 	return hash_map_put(&qs->pending_frames, &key, sizeof key, (int64_t)*index);
 }

@@ -19,7 +19,7 @@
 #include "store.h"
 
 /* The schema version this code writes; user_version past it is refused. */
-#define STORE_SCHEMA_VERSION 4
+#define STORE_SCHEMA_VERSION 5
 
 /* Stacks deeper than this are corrupt (the unwinder stops at 8192 frames). */
 #define STORE_MAX_DEPTH 8192
@@ -156,7 +156,7 @@ struct batch_session {
 };
 
 struct batch_frame {
-	char *function, *file; /* may be NULL */
+	char *function, *file, *build_id; /* may be NULL */
 	int32_t line;
 	int kind;
 	int32_t first_line;

@@ -72,6 +72,13 @@ int store_batch_session(struct store_batch *b, int target, double attached_at, d
  */
 int32_t store_batch_frame(struct store_batch *b, const char *function, const char *file,
                           int32_t line, int kind, int32_t first_line);
+/*
+ * A C frame (kind 4): its function (or "[+0x…]"), its module's file, its
+ * address in that file (-1: unknown) and the module's GNU build id in hex
+ * (NULL or "": none).  Its batch-local index, or -1.
+ */
+int32_t store_batch_c_frame(struct store_batch *b, const char *function, const char *file, int32_t address,
+                            const char *build_id);
 
 /* A stack: parent (-1 for the root's child) plus frame.  Its batch-local index, or -1. */
 int32_t store_batch_stack(struct store_batch *b, int32_t parent, int32_t frame);
@@ -319,11 +326,12 @@ void store_reader_unpin(struct store_reader *r, struct store_pending *p);
 /* One aggregated stack of a query's result: frames root first. */
 struct store_frame {
 	const char *function, *file;
-	int32_t line;
+	int32_t line;         /* a C frame's: its address in its module's file */
 	int kind;
 	int32_t first_line; /* 0: unknown */
 	/* Within one store_query_stacks call: 0, 1, 2... in order of first appearance, equal for equal frames. */
 	uint32_t id;
+	const char *build_id; /* a C frame's module's, in hex; "" (or NULL) none */
 };
 /* A request context of a query split by contexts. */
 struct store_context {

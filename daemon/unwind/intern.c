@@ -151,6 +151,7 @@ uint32_t intern_frame(struct intern *in, const struct frame_key *key)
 		.line = key->line,
 		.kind = (enum uw_frame_kind)key->kind,
 		.first_line = key->first_line,
+		.build_id = key->build_id ? in->strs[key->build_id] : NULL,
 	};
 	hash_fill(&in->frame_index, slot, hash, id);
 	return id;

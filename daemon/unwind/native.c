@@ -115,7 +115,7 @@ uint32_t *native_room(struct uw_target *t, size_t n, struct native_frame **frame
 	return ns->ids;
 }
 
-struct uw_native *uw_native_open(struct uw_error *err)
+struct uw_native *uw_native_open(bool shots, struct uw_error *err)
 {
 #ifndef __x86_64__
 	/* The registers copied and their DWARF numbers are x86-64's. */
@@ -131,13 +131,23 @@ struct uw_native *uw_native_open(struct uw_error *err)
 		free(n);
 		return NULL;
 	}
+	if (shots)
+		n->shots = kshot_open(&n->shots_err);
+	else
+		uw_fail(&n->shots_err, UW_EPERM, "off");
 	return n;
+}
+
+const char *uw_native_shots_refused(const struct uw_native *n)
+{
+	return n && !n->shots ? n->shots_err.msg : NULL;
 }
 
 void uw_native_close(struct uw_native *n)
 {
 	if (!n)
 		return;
+	kshot_close(n->shots);
 	knative_close(n->kn);
 	native_symbols_free(n);
 	free(n);
@@ -376,13 +386,26 @@ static int native_frame_of(struct uw_target *t, Dwfl_Module *mod, uint64_t pc, s
 	if (!dwfl_module_getelf(mod, &bias))
 		bias = start;
 	const struct native_symbols *symbols = native_module_symbols(t, mod);
-	const char *name = symbols ? native_symbols_find(symbols, pc - bias) : NULL;
+	uint64_t at = pc - bias;
+	const char *name = symbols ? native_symbols_find(symbols, pc - bias, &at) : NULL;
 	char unnamed[32];
 	if (!name) {
-		snprintf(unnamed, sizeof unnamed, "[+0x%llx]", (unsigned long long)(pc - bias));
+		at = pc - bias;
+		snprintf(unnamed, sizeof unnamed, "[+0x%llx]", (unsigned long long)at);
 		name = unnamed;
 	}
-	struct frame_key key = {.line = -1, .kind = UW_FRAME_C};
+	/* The address the frame is known by in exports (pprof, OTLP), with the module's build id. */
+	struct frame_key key = {.line = at <= INT32_MAX ? (int32_t)at : -1, .kind = UW_FRAME_C};
+	const unsigned char *bits;
+	GElf_Addr note_at;
+	int bits_len = dwfl_module_build_id(mod, &bits, &note_at);
+	char hex[2 * NATIVE_BUILD_ID_MAX + 1];
+	if (bits_len > 0 && bits_len <= NATIVE_BUILD_ID_MAX) {
+		for (int i = 0; i < bits_len; i++)
+			snprintf(hex + 2 * i, 3, "%02x", bits[i]);
+		if ((key.build_id = intern_string(&t->intern, hex, 2 * (size_t)bits_len)) == INTERN_FAILED)
+			return uw_fail(err, UW_ENOMEM, "out of memory interning native frames");
+	}
 	key.function = key.qualname = intern_string(&t->intern, name, strlen(name));
 	key.file = intern_string(&t->intern, path, strlen(path));
 	if (key.function == INTERN_FAILED || key.file == INTERN_FAILED ||

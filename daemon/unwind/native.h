@@ -19,6 +19,8 @@ struct Dwfl_Module;
 /* The copier every target of a program shares: the kernel's program, and the modules' symbols. */
 struct uw_native {
 	struct knative *kn;
+	struct kshot *shots;       /* of running threads; NULL when the kernel refused it (shots_err says why) */
+	struct uw_error shots_err;
 	struct native_symbols *tables; /* native_symbols.c, by build id */
 };
 
@@ -27,10 +29,12 @@ struct uw_native {
  * and kept with the copier; NULL when out of memory.
  */
 const struct native_symbols *native_symbols_of(struct uw_native *native, struct Dwfl_Module *mod);
-/* The function holding the file address at (one of the module's), NULL when none does. */
-const char *native_symbols_find(const struct native_symbols *symbols, uint64_t at);
+/* The function holding the file address at (one of the module's), and where it begins; NULL when none does. */
+const char *native_symbols_find(const struct native_symbols *symbols, uint64_t at, uint64_t *start);
 void native_symbols_free(struct uw_native *native);
 
+/* Bytes of a build id kept: a GNU build id is 20 (SHA-1), some linkers' 16 or 8. */
+#define NATIVE_BUILD_ID_MAX 64
 /* C frames one thread's walk gives at most. */
 #define NATIVE_MAX_FRAMES 256u
 
@@ -66,10 +70,11 @@ struct thread_cache;
  * From 3.12, which C frames run the eval loop, found by where each keeps
  * its entry frame (the shim of a segment of Python frames): c's eval flags
  * set, true; false when the thread's chain (tc) and the copy do not agree,
- * and no frame is marked.  Before 3.12 the symbols say (native_walk).
+ * and no frame is marked.  A walk cut short (end) finds the loops its copy
+ * holds, the inner ones.  Before 3.12 the symbols say (native_walk).
  */
 bool native_find_evals(struct uw_target *t, const struct thread_cache *tc, const struct knative_thread *copy,
-                       struct native_frame *c, uint32_t nc);
+                       struct native_frame *c, uint32_t nc, enum native_end end);
 /*
  * A thread's frames with its C frames in place: py, its frame ids as read
  * (innermost first, with <native> markers where C entered the eval loop,
@@ -89,6 +94,8 @@ uint32_t native_splice(const struct uw_target *t, const uint32_t *py, uint32_t n
  * keeps its spliced stack, uncopied.  -1 and *err only when out of memory.
  */
 void native_sample_begin(struct uw_target *t);
+/* A thread's cache going (or the copier changing): its shot's watch given back. */
+void native_forget(struct uw_target *t, struct thread_cache *tc);
 int native_sample_end(struct uw_target *t, struct uw_sample *s, struct uw_error *err);
 /*
  * Working room kept with the target: n frame ids, and NATIVE_MAX_FRAMES

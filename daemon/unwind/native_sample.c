@@ -89,7 +89,7 @@ uint32_t native_splice(const struct uw_target *t, const uint32_t *py, uint32_t n
  * stripped build is a clone without a name.
  */
 bool native_find_evals(struct uw_target *t, const struct thread_cache *tc, const struct knative_thread *copy,
-                       struct native_frame *c, uint32_t nc)
+                       struct native_frame *c, uint32_t nc, enum native_end end)
 {
 	const struct py_layout *L = &t->layout;
 	raddr_t inner[NATIVE_MAX_FRAMES], outer[NATIVE_MAX_FRAMES];
@@ -114,13 +114,16 @@ bool native_find_evals(struct uw_target *t, const struct thread_cache *tc, const
 		}
 		outer[segments - 1] = link->addr;
 	}
-	uint64_t sp = copy->regs[KNATIVE_SP], end = copy->base + copy->len;
+	uint64_t sp = copy->regs[KNATIVE_SP], copy_end = copy->base + copy->len;
 	uint32_t k = 0;
 	for (uint32_t j = 0; j < segments; j++) {
 		uint64_t shim;
 		if (remote_read(&t->mem, outer[j] + L->frame.back, &shim, sizeof shim, NULL) != 0 || shim < sp ||
-		    shim + L->frame.size > end || shim % 8)
+		    shim % 8)
 			return false;
+		/* Past the copy: a cut walk has placed the loops it holds, the rest stay under its mark. */
+		if (shim + L->frame.size > copy_end)
+			return end != NATIVE_WHOLE;
 		const uint8_t *in_copy = copy->stack + (shim - copy->base);
 		uint64_t links_to;
 		memcpy(&links_to, in_copy + L->frame.back, sizeof links_to);
@@ -132,11 +135,16 @@ bool native_find_evals(struct uw_target *t, const struct thread_cache *tc, const
 		if (!frames_is_shim(L, in_copy[L->frame.owner]) ||
 		    (j + 1 < segments ? links_to != inner[j + 1] : !last_ok))
 			return false;
-		/* The C frame whose locals hold it: after the last one found, innermost first as the segments. */
-		while (k < nc && !(shim >= c[k].sp && (k + 1 == nc || shim < c[k + 1].sp)))
+		/*
+		 * The C frame whose locals hold it: after the last one found,
+		 * innermost first as the segments.  The last frame of a cut walk
+		 * has no known end: what lies past its stack pointer may be its
+		 * callers'.
+		 */
+		while (k < nc && !(shim >= c[k].sp && (k + 1 < nc ? shim < c[k + 1].sp : end == NATIVE_WHOLE)))
 			k++;
 		if (k == nc)
-			return false;
+			return end != NATIVE_WHOLE;
 		c[k++].eval = true;
 	}
 	return true;
@@ -148,6 +156,44 @@ static struct knative *native_wanted(const struct uw_target *t)
 	if (!(t->opts.flags & UW_SNAP_NATIVE) || t->pid_namespace_nested)
 		return NULL;
 	return native_copier(t->opts.native);
+}
+
+static struct kshot *native_shooter(const struct uw_target *t)
+{
+	return t->opts.native ? t->opts.native->shots : NULL;
+}
+
+void native_forget(struct uw_target *t, struct thread_cache *tc)
+{
+	if (tc->native.shot_slot >= 0)
+		kshot_unwatch(native_shooter(t), tc->native.shot_slot, tc->native.shot_generation);
+	tc->native.shot_slot = -1;
+	tc->native.shot_generation = tc->native.shot_taken = 0;
+}
+
+/*
+ * A thread on its CPU at the look (3.11+): watched, unless it is, and
+ * shot as it runs from now on.  The shots record where the thread's
+ * innermost frames are as the walk reads them (see kshot.c).
+ */
+static void native_watch_running(struct uw_target *t, struct thread_cache *tc)
+{
+	struct kshot *ks = native_shooter(t);
+	const struct py_layout *L = &t->layout;
+	if (!ks || L->frame_model != FRAME_MODEL_INTERP ||
+	    kshot_watching(ks, tc->native.shot_slot, tc->native.shot_generation))
+		return;
+	bool cframe = L->tstate.cframe != LAYOUT_ABSENT;
+	struct kshot_aim aim = {
+		.tstate = tc->tstate,
+		.frame = (uint16_t)(cframe ? L->tstate.cframe : L->tstate.frame),
+		.cframe_current = (uint16_t)(cframe ? L->tstate.cframe_current_frame : KSHOT_ABSENT),
+		.back = (uint16_t)L->frame.back,
+		.instr = (uint16_t)L->frame.instr_ptr,
+		.owner = (uint16_t)L->frame.owner,
+	};
+	tc->native.shot_slot = kshot_watch(ks, (pid_t)tc->own_tid, aim, &tc->native.shot_generation);
+	tc->native.shot_taken = 0;
 }
 
 void native_sample_begin(struct uw_target *t)
@@ -175,6 +221,8 @@ void native_sample_begin(struct uw_target *t)
 			for (uint32_t k = 0; seen && k < n; k++) {
 				of[k]->native.looked = seen[k].look_status == KNATIVE_STILL;
 				of[k]->native.look_switches = seen[k].look_switches;
+				if (seen[k].look_status == KNATIVE_RUNS)
+					native_watch_running(t, of[k]);
 			}
 			n = 0;
 		}
@@ -223,7 +271,7 @@ static int native_stack(struct uw_target *t, struct thread_cache *tc, const stru
 		*err = walk_err;
 		return -1;
 	}
-	if (t->version_hex >= 0x030c0000 && !native_find_evals(t, tc, copy, c, nc))
+	if (t->version_hex >= 0x030c0000 && !native_find_evals(t, tc, copy, c, nc, end))
 		nc = 0;
 	uint32_t n = native_splice(t, py, npy, c, nc, end, starts, out);
 	uint32_t id = 0;
@@ -231,6 +279,58 @@ static int native_stack(struct uw_target *t, struct thread_cache *tc, const stru
 		if ((id = intern_stack(&t->intern, id, out[i])) == INTERN_FAILED)
 			return uw_fail(err, UW_ENOMEM, "out of memory interning frames");
 	*stack = id;
+	return 0;
+}
+
+/*
+ * Whether a shot is of the moment the walk read: the Python frames it
+ * found, innermost first (shims aside), are the chain's, at the same
+ * addresses and instructions.  The C frames under a frame at the same
+ * instruction are the ones of that call.
+ */
+static bool native_shot_matches(const struct uw_target *t, const struct thread_cache *tc,
+                                const struct kshot_slot *shot)
+{
+	const struct py_layout *L = &t->layout;
+	uint32_t d = tc->n, matched = 0;
+	for (uint32_t i = 0; i < shot->nanchors && i < KSHOT_ANCHORS; i++) {
+		const struct kshot_anchor *a = &shot->anchors[i];
+		if (frames_is_shim(L, a->owner))
+			continue;
+		while (d > 0 && tc->chain[d - 1].kind != UW_FRAME_PYTHON)
+			d--;
+		if (d == 0 || tc->chain[d - 1].addr != a->addr || tc->chain[d - 1].pos != a->instr)
+			return false;
+		d--;
+		matched++;
+	}
+	return matched > 0;
+}
+
+/*
+ * A thread that ran at the look or during its copy: its stack with the C
+ * frames of its newest shot, when one came since the last taken and its
+ * Python frames are the walk's.  -1 and *err only when out of memory.
+ */
+static int native_shot_stack(struct uw_target *t, struct thread_cache *tc, struct uw_sample_thread *st,
+                             struct uw_error *err)
+{
+	const struct kshot_slot *shot =
+		kshot_take(native_shooter(t), tc->native.shot_slot, tc->native.shot_generation, tc->native.shot_taken);
+	if (!shot) {
+		t->stats.native_shot_late++;
+		return 0;
+	}
+	tc->native.shot_taken = shot->taken_ns;
+	if (!native_shot_matches(t, tc, shot)) {
+		t->stats.native_shot_missed++;
+		return 0;
+	}
+	uint32_t stack = st->stack;
+	if (native_stack(t, tc, &shot->copy, st->stack, &stack, err) != 0)
+		return -1;
+	t->stats.native_shot++;
+	st->stack = stack;
 	return 0;
 }
 
@@ -248,6 +348,8 @@ int native_sample_end(struct uw_target *t, struct uw_sample *s, struct uw_error 
 		struct thread_cache *tc = st && !st->task && !st->moving && st->native_id > 0
 		                                  ? native_cache_of(t, st->native_id, i)
 		                                  : NULL;
+		if (tc && !tc->native.looked && tc->native.shot_slot >= 0 && native_shot_stack(t, tc, st, err) != 0)
+			return -1;
 		if (tc && tc->native.looked) {
 			/* Not run since its last copy, with the same Python stack: the same C frames. */
 			if (tc->native.epoch == t->epoch && tc->native.py_stack == st->stack &&
@@ -269,6 +371,8 @@ int native_sample_end(struct uw_target *t, struct uw_sample *s, struct uw_error 
 			/* Off its CPU from the look to the copy: the walk read it as the copy holds it. */
 			if (copies[k].status != KNATIVE_COPIED || copies[k].switches != ctc->native.look_switches) {
 				t->stats.native_ran++;
+				if (ctc->native.shot_slot >= 0 && native_shot_stack(t, ctc, cs, err) != 0)
+					return -1;
 				continue;
 			}
 			uint32_t stack = cs->stack;

@@ -142,7 +142,7 @@ const struct native_symbols *native_symbols_of(struct uw_native *native, Dwfl_Mo
 	return s;
 }
 
-const char *native_symbols_find(const struct native_symbols *s, uint64_t at)
+const char *native_symbols_find(const struct native_symbols *s, uint64_t at, uint64_t *start)
 {
 	uint32_t lo = 0, hi = s->n;
 	/* The last function that begins at or below at. */
@@ -156,6 +156,7 @@ const char *native_symbols_find(const struct native_symbols *s, uint64_t at)
 	if (lo == 0)
 		return NULL;
 	const struct native_function *f = &s->functions[lo - 1];
+	*start = f->addr;
 	return at - f->addr < f->size ? s->names + f->name : NULL;
 }
 

@@ -414,6 +414,10 @@ void uw_configure(struct uw_target *t, const struct uw_options *options)
 		t->kstill_looked = 0;
 		t->look = NULL;
 	}
+	/* Shots belong to the copier that watched for them. */
+	if (options->native != t->opts.native)
+		for (uint32_t i = 0; i < t->nthreads; i++)
+			native_forget(t, &t->threads[i]);
 	/* The files kept open are charged to the budget given now. */
 	if (options->fd_budget != t->opts.fd_budget) {
 		if (t->opts.fd_budget)

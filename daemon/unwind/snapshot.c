@@ -1,7 +1,9 @@
 /* Whole snapshots for dumps: every thread's stack spelled out, and the tasks apart. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "kernel/kshot_abi.h"
 #include "unwind_internal.h"
 
 /* A dump wants every thread: a moving one gets this many reads. */
@@ -12,6 +14,8 @@
  * frames are known of no moment, and a dump shows the running task's.
  */
 #define SNAPSHOT_TASK_ATTEMPTS 16
+/* Samples more a dump with C frames takes at most for running threads' shots. */
+#define SNAPSHOT_NATIVE_SHOTS 4
 
 /* A thread's frames, outermost last. */
 static int snapshot_frames(struct uw_target *t, const struct uw_sample_thread *st, struct uw_thread *th,
@@ -48,10 +52,26 @@ int uw_snapshot(struct uw_target *t, unsigned flags, struct uw_snapshot *out,
 		rc = uw_sample(t, &s, err);
 	/*
 	 * C frames are copied only of threads the kernel looked at before the
-	 * walk, which are those a sample met: the first one meets them.
+	 * walk, which are those a sample met: the first one meets them, the
+	 * next copies them.
 	 */
-	if (rc == 0 && (flags & UW_SNAP_NATIVE) && t->opts.native)
-		rc = uw_sample(t, &s, err);
+	if (rc == 0 && (flags & UW_SNAP_NATIVE) && t->opts.native) {
+		/*
+		 * A thread that ran at the look is shot as it runs from then on
+		 * (kshot.c): a few samples more, a few shots apart, give it one
+		 * whose Python frames are the walk's.
+		 */
+		for (int again = 0; rc == 0 && again <= SNAPSHOT_NATIVE_SHOTS; again++) {
+			uint64_t unshot = t->stats.native_shot_late + t->stats.native_shot_missed;
+			if (again) {
+				struct timespec apart = {0, 2 * (long)KSHOT_PERIOD_NS};
+				nanosleep(&apart, NULL);
+			}
+			rc = uw_sample(t, &s, err);
+			if (t->stats.native_shot_late + t->stats.native_shot_missed == unshot)
+				break;
+		}
+	}
 	t->opts = saved;
 	t->thread_attempts = 0;
 	/* A thread read as garbage makes the snapshot fail; one that kept moving is shown as such. */

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "native.h"
 #include "procstat.h"
 #include "unwind_internal.h"
 
@@ -54,6 +55,7 @@ void threads_unwatch(struct uw_target *t, struct thread_cache *tc)
 static void threads_clear_one(struct uw_target *t, struct thread_cache *tc)
 {
 	threads_unwatch(t, tc);
+	native_forget(t, tc);
 	threads_close_stat(t, tc);
 	threads_still_close(t, &tc->still);
 	free(tc->chain);
@@ -86,7 +88,7 @@ struct thread_cache *threads_lookup(struct uw_target *t, raddr_t tstate, uint32_
 	struct thread_cache *tc = &t->threads[t->nthreads++];
 	*tc = (struct thread_cache){.tstate = tstate, .stat_fd = -1, .stat_tid = -1,
 	                            .still = {.files = SCHED_FILES_NONE, .proc_tid_of = -1},
-	                            .kernel = {.slot = -1}};
+	                            .kernel = {.slot = -1}, .native = {.shot_slot = -1}};
 	return tc;
 }
 

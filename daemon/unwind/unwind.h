@@ -31,6 +31,12 @@ struct uw_error {
  * first_line is the code object's co_firstlineno (0 for markers): with the
  * qualified name and the file it tells one function from another.
  */
+/*
+ * A frame.  A C frame's line is its address in its module's file (file):
+ * where its function begins when the module names it, the code address
+ * itself when not (its function then "[+0x…]"), -1 past what an int holds;
+ * build_id is the module's GNU build id in hex, NULL when it has none.
+ */
 struct uw_frame {
 	const char *function;
 	const char *qualname;
@@ -38,6 +44,7 @@ struct uw_frame {
 	int line;
 	enum uw_frame_kind kind;
 	int first_line;
+	const char *build_id;
 };
 
 /* What a frame is called wherever it is shown: its qualified name, or co_name before 3.11. */
@@ -166,8 +173,17 @@ struct uw_kreader_state {
  * 6.7.  NULL and *err when the kernel refuses it.
  */
 struct uw_native;
-struct uw_native *uw_native_open(struct uw_error *err);
+/*
+ * With shots, threads running at a sample are shot instead (a perf event's
+ * program in the thread's own context, as the in-kernel reader's): they
+ * take UW_NATIVE_SHOT_DESCRIPTORS more.
+ */
+struct uw_native *uw_native_open(bool shots, struct uw_error *err);
 void uw_native_close(struct uw_native *native);
+/* Why running threads are not shot (the kernel refused, or not asked), or NULL when they are. */
+const char *uw_native_shots_refused(const struct uw_native *native);
+/* Descriptors the shots hold at most: their program, maps and BTF, two per thread watched. */
+#define UW_NATIVE_SHOT_DESCRIPTORS (8u + 2u * 64u)
 
 struct uw_kreader_state uw_kreader_state(const struct uw_kreader *kr, const char *without);
 
@@ -499,6 +515,9 @@ struct uw_stats {
 	uint64_t native_copied;            /* --native: thread samples whose C frames the kernel copied and were unwound */
 	uint64_t native_kept;              /* --native: thread samples that kept their C frames: the thread ran nothing since its copy */
 	uint64_t native_ran;               /* --native: thread samples left with marks: the thread ran between the look and the copy */
+	uint64_t native_shot;              /* --native: thread samples whose C frames were shot as the thread ran (kshot.c) */
+	uint64_t native_shot_late;         /* --native: thread samples left with marks: on a CPU, its shot not come by the sample's end */
+	uint64_t native_shot_missed;       /* --native: thread samples left with marks: the shot's Python frames were not the walk's */
 	uint64_t native_unwalked;          /* --native: thread samples left with marks: the process's modules could not be listed */
 	uint64_t native_libdwfl_walks;     /* --native: walks handed to libdwfl: a frame's CFI was an expression or a signal frame's */
 	uint64_t cache_resets;             /* budget reached: everything forgotten */

@@ -27,6 +27,7 @@ struct frame_key {
 	uint32_t kind;                     /* enum uw_frame_kind */
 	int32_t first_line;                /* co_firstlineno; 0 for markers */
 	uint32_t waits;                    /* a known wait of the standard library (code_known_wait) */
+	uint32_t build_id;                 /* a C frame's module's GNU build id, in hex (string id); 0 none */
 };
 
 struct stack_node {
@@ -235,6 +236,9 @@ struct thread_cache {
 		bool looked;
 		uint64_t look_switches, copy_switches, epoch;
 		uint32_t py_stack, stack;
+		/* On its CPU at a look: its shots' watch (kshot.c; slot -1 none), and when the last one taken was. */
+		int shot_slot;
+		uint64_t shot_generation, shot_taken;
 	} native;
 	bool ctx_proven;        /* ctx is proven as of the last sample that read it (and the names of ctx_gen) */
 	uint64_t ctx_gen;

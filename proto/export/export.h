@@ -27,11 +27,18 @@
  */
 struct export_frame {
 	const char *function;
-	const char *file; /* "" for markers */
-	int32_t line;     /* -1: unknown */
+	const char *file; /* "" for markers; a C frame's module */
+	int32_t line;     /* -1: unknown; a C frame's: its address in its module's file (export_frame_line) */
 	enum uw_frame_kind kind;
 	int32_t first_line; /* co_firstlineno; 0: unknown, and for markers */
+	const char *build_id; /* a C frame's module's GNU build id in hex; NULL or "": none */
 };
+
+/* The line a view shows of a frame: -1 for a C frame, whose line holds its address. */
+static inline int32_t export_frame_line(const struct export_frame *f)
+{
+	return f->kind == UW_FRAME_C ? -1 : f->line;
+}
 
 struct export_label {
 	const char *key, *value;
@@ -155,8 +162,9 @@ enum export_format {
 	EXPORT_PPROF,
 	/*
 	 * The profile itself, one line: {name, mode, rate_hz, from, until, samples,
-	 * frames: [{function, file, line (null: unknown), first_line (null:
-	 * unknown), kind: python|native|gc}], stacks: [{frames: [index...], count,
+	 * frames: [{function, file, line (null: unknown, and for C frames),
+	 * first_line (null: unknown), kind: python|native|gc|moving|c, and for a
+	 * C frame address and build_id (absent: none)}], stacks: [{frames: [index...], count,
 	 * idle, thread_id, thread (index into threads, or null), slot_start (a
 	 * profile split by time)}], threads: [{thread_id, native_thread_id,
 	 * name, pid, labels}], slot_seconds (a profile split by time)}.

@@ -149,13 +149,22 @@ static json_t *export_dump_frames_json(Pyprofd__Frame *const *fs, size_t n)
 	for (size_t k = 0; frames && k < n; k++) {
 		const Pyprofd__Frame *f = fs[k];
 		/* json_pack takes every "o" argument, even when it fails. */
+		bool c = vocab_kind_parse(f->kind) == UW_FRAME_C;
 		json_t *frame = json_pack(
 			"{s:o, s:o, s:o, s:o, s:o, s:s}", "function", export_json_string(f->function),
 			"qualname", export_dump_string_or_null(f->qualname), "file",
 			export_dump_string_or_null(f->file), "line",
-			f->line >= 0 ? json_integer(f->line) : json_null(), "first_line",
+			f->line >= 0 && !c ? json_integer(f->line) : json_null(), "first_line",
 			f->first_line > 0 ? json_integer(f->first_line) : json_null(), "kind",
 			vocab_kind_name(vocab_kind_parse(f->kind)));
+		/* A C frame: where it is in its module's file, and which build that file is. */
+		if (frame && c &&
+		    ((f->line >= 0 && json_object_set_new(frame, "address", json_integer(f->line)) != 0) ||
+		     (f->build_id && *f->build_id &&
+		      json_object_set_new(frame, "build_id", export_json_string(f->build_id)) != 0))) {
+			json_decref(frame);
+			frame = NULL;
+		}
 		if (json_array_append_new(frames, frame) != 0) {
 			json_decref(frames);
 			frames = NULL;

@@ -196,7 +196,7 @@ static json_t *page_data(const struct export_view *v, bool heatmap, struct page_
 		json_t *f = json_array();
 		if (export_json_add(frames, f) || export_json_add(f, json_string(v->function[i])) ||
 		    export_json_add(f, json_string(v->file[i])) ||
-		    export_json_add(f, json_integer(p->frames[i].line)) ||
+		    export_json_add(f, json_integer(export_frame_line(&p->frames[i]))) ||
 		    export_json_add(f, json_integer(p->frames[i].kind)) ||
 		    export_json_add(f, json_integer(p->frames[i].first_line)))
 			goto fail;

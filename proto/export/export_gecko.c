@@ -123,7 +123,7 @@ static int64_t gecko_frame(struct gecko_track *g, const struct export_view *v, u
 	const struct export_frame *f = &v->p->frames[i];
 	/* location, relevantForJS, innerWindowID, implementation, line, column, category, subcategory */
 	json_t *row = json_pack("[I, b, n, n, o, n, i, i]", (json_int_t)loc, 0,
-	                        f->line > 0 ? json_integer(f->line) : json_null(),
+	                        export_frame_line(f) > 0 ? json_integer(f->line) : json_null(),
 	                        (int)gecko_frame_category(f), 0);
 	if (export_json_add(g->frames, row))
 		return -1;

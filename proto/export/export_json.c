@@ -65,10 +65,15 @@ int export_write_json(const struct export_view *v, FILE *out)
 		    export_json_set(o, "function", json_string(v->function[i])) ||
 		    export_json_set(o, "file", json_string(v->file[i])) ||
 		    export_json_set(o, "line",
-		                    f->line >= 0 ? json_integer(f->line) : json_null()) ||
+		                    export_frame_line(f) >= 0 ? json_integer(f->line) : json_null()) ||
 		    export_json_set(o, "first_line",
 		                    f->first_line > 0 ? json_integer(f->first_line) : json_null()) ||
 		    export_json_set(o, "kind", json_string(vocab_kind_name(f->kind))))
+			goto fail;
+		/* A C frame: where it is in its module's file, and which build that file is. */
+		if (f->kind == UW_FRAME_C &&
+		    ((f->line >= 0 && export_json_set(o, "address", json_integer(f->line))) ||
+		     (f->build_id && *f->build_id && export_json_set(o, "build_id", json_string(f->build_id)))))
 			goto fail;
 	}
 	json_t *threads = json_array();
@@ -214,7 +219,7 @@ int export_write_speedscope(const struct export_view *v, FILE *out)
 			goto fail;
 		if (v->file[i][0] && export_json_set(f, "file", json_string(v->file[i])))
 			goto fail;
-		if (p->frames[i].line >= 0 &&
+		if (export_frame_line(&p->frames[i]) >= 0 &&
 		    export_json_set(f, "line", json_integer(p->frames[i].line)))
 			goto fail;
 	}

@@ -5,6 +5,9 @@
  * Each distinct frame is one Location with one Line; each (function, file,
  * first line) one Function, so pprof's function view merges the lines of a
  * function as the table does.  Ids are the dense ids of the view plus one (0 means none).
+ * A C frame's Location has its address in its module's file, and a Mapping
+ * of that module (its file and build id): the Mapping spans the module's
+ * file addresses from 0, so an address is what addr2line takes.
  */
 #include <errno.h>
 #include <math.h>
@@ -88,6 +91,11 @@ out:
  * system name carries the file too ("app.py:<module>"), which keeps it
  * unique per function as well.
  */
+static const char *pprof_build_id(const struct export_frame *f)
+{
+	return f->build_id ? f->build_id : "";
+}
+
 static char *pprof_system_name(const char *function, const char *file, int32_t first_line)
 {
 	size_t n = strlen(function) + strlen(file) + 32;
@@ -160,10 +168,14 @@ int export_write_pprof(const struct export_view *v, FILE *out)
 	Perftools__Profiles__Label **labelp = calloc(nlabels + 1, sizeof *labelp);
 	uint64_t *ids = calloc(nids + 1, sizeof *ids);
 	int64_t *values = calloc(2 * nsamples + 1, sizeof *values);
-	t.s = calloc(14 + 3 * (size_t)v->nfuncs + p->nthreads + nthread_labels, sizeof *t.s);
+	t.s = calloc(14 + 3 * (size_t)v->nfuncs + v->nuniq + p->nthreads + nthread_labels, sizeof *t.s);
+	Perftools__Profiles__Mapping *maps = calloc(v->nuniq + 1, sizeof *maps);
+	Perftools__Profiles__Mapping **mapp = calloc(v->nuniq + 1, sizeof *mapp);
+	uint32_t *mapping_of = calloc(v->nuniq + 1, sizeof *mapping_of);
+	uint32_t nmaps = 0;
 	uint8_t *packed = NULL;
 	if (!funcs || !funcp || !system_names || !locs || !locp || !lines || !linep || !samples ||
-	    !samplep || !labels || !labelp || !ids || !values || !t.s)
+	    !samplep || !labels || !labelp || !ids || !values || !t.s || !maps || !mapp || !mapping_of)
 		goto out;
 
 	const char *comment = v->name[0] ? v->name : NULL;
@@ -186,6 +198,28 @@ int export_write_pprof(const struct export_view *v, FILE *out)
 		t.s[t.n++] = v->function[i];
 		t.s[t.n++] = v->file[i];
 		t.s[t.n++] = system_names[f];
+	}
+	/* The modules of the C frames: one Mapping each (file and build id), in order of first use. */
+	for (uint32_t u = 0; u < v->nuniq; u++) {
+		const struct export_frame *f = &p->frames[v->frame_rep[u]];
+		if (f->kind != UW_FRAME_C)
+			continue;
+		const char *build_id = f->build_id ? f->build_id : "";
+		uint32_t m = 0;
+		while (m < nmaps && !(strcmp(p->frames[mapping_of[m]].file, f->file) == 0 &&
+		                      strcmp(pprof_build_id(&p->frames[mapping_of[m]]), build_id) == 0))
+			m++;
+		if (m == nmaps) {
+			perftools__profiles__mapping__init(&maps[m]);
+			maps[m].id = ++nmaps;
+			maps[m].has_functions = true;
+			mapping_of[m] = v->frame_rep[u]; /* the frame that names the module, until ids are mapped below */
+			mapp[m] = &maps[m];
+			if (*build_id)
+				t.s[t.n++] = build_id;
+		}
+		if (f->line >= 0 && (uint64_t)f->line + 1 > maps[m].memory_limit)
+			maps[m].memory_limit = (uint64_t)f->line + 1;
 	}
 	for (uint32_t i = 0; i < p->nthreads; i++) {
 		t.s[t.n++] = v->thread_title[i];
@@ -215,17 +249,31 @@ int export_write_pprof(const struct export_view *v, FILE *out)
 		funcs[f].start_line = p->frames[i].first_line > 0 ? p->frames[i].first_line : 0;
 		funcp[f] = &funcs[f];
 	}
+	for (uint32_t m = 0; m < nmaps; m++) {
+		const struct export_frame *f = &p->frames[mapping_of[m]];
+		maps[m].filename = strings_index(&t, f->file);
+		maps[m].build_id = strings_index(&t, pprof_build_id(f));
+	}
 	for (uint32_t u = 0; u < v->nuniq; u++) {
 		uint32_t i = v->frame_rep[u];
+		const struct export_frame *f = &p->frames[i];
 		perftools__profiles__line__init(&lines[u]);
 		lines[u].function_id = v->func_id[i] + 1;
-		lines[u].line = p->frames[i].line > 0 ? p->frames[i].line : 0;
+		lines[u].line = export_frame_line(f) > 0 ? f->line : 0;
 		linep[u] = &lines[u];
 		perftools__profiles__location__init(&locs[u]);
 		locs[u].id = u + 1;
 		locs[u].n_line = 1;
 		locs[u].line = &linep[u];
 		locp[u] = &locs[u];
+		for (uint32_t m = 0; f->kind == UW_FRAME_C && m < nmaps; m++) {
+			const struct export_frame *named = &p->frames[mapping_of[m]];
+			if (strcmp(named->file, f->file) == 0 && strcmp(pprof_build_id(named), pprof_build_id(f)) == 0) {
+				locs[u].mapping_id = maps[m].id;
+				locs[u].address = f->line >= 0 ? (uint64_t)f->line : 0;
+				break;
+			}
+		}
 	}
 	size_t k = 0, id = 0, l = 0;
 	int64_t thread_id_key = strings_index(&t, "thread.id");
@@ -322,6 +370,8 @@ int export_write_pprof(const struct export_view *v, FILE *out)
 	prof.location = locp;
 	prof.n_function = v->nfuncs;
 	prof.function = funcp;
+	prof.n_mapping = nmaps;
+	prof.mapping = mapp;
 	prof.n_string_table = t.n;
 	prof.string_table = (char **)t.s; /* only read by the encoder */
 	prof.time_nanos = llround(p->from_unix * 1e9);
@@ -358,5 +408,8 @@ out:
 	free(labelp);
 	free(ids);
 	free(values);
+	free(maps);
+	free(mapp);
+	free(mapping_of);
 	return r;
 }

@@ -69,7 +69,7 @@ static int buf_frame(struct buf *b, const struct export_view *v, uint32_t i)
 	if (buf_add(b, " (", 2) < 0 || buf_escaped(b, v->file[i]) < 0)
 		return -1;
 	char num[24] = "";
-	if (v->p->frames[i].line >= 0)
+	if (export_frame_line(&v->p->frames[i]) >= 0)
 		snprintf(num, sizeof num, ":%" PRId32, v->p->frames[i].line);
 	return buf_add(b, num, strlen(num)) < 0 || buf_add(b, ")", 1) < 0 ? -1 : 0;
 }

@@ -87,8 +87,8 @@ Test(otlp, request_as_the_specification_reads_it)
 	struct otlp_request *q = otlp_request_new(&oc, "host-a", &p, "cpu", 200, 1000, 1015);
 	cr_assert_not_null(q);
 	/* Root first, as the history gives them; the second shares the first's root. */
-	struct store_frame s1[] = {{"main", "app.py", 10, 0, 8, 0}, {"Server.handle", "app.py", 20, 0, 18, 1}};
-	struct store_frame s2[] = {{"main", "app.py", 10, 0, 8, 0}, {"", NULL, 0, 1, 0, 2}};
+	struct store_frame s1[] = {{"main", "app.py", 10, 0, 8, 0, NULL}, {"Server.handle", "app.py", 20, 0, 18, 1, NULL}};
+	struct store_frame s2[] = {{"main", "app.py", 10, 0, 8, 0, NULL}, {"", NULL, 0, 1, 0, 2, NULL}};
 	cr_assert_eq(otlp_request_sample(q, 11, "worker-payments-1", NULL, s1, 2, 5), 0);
 	cr_assert_eq(otlp_request_sample(q, 12, "", NULL, s1, 2, 3), 0);
 	cr_assert_eq(otlp_request_sample(q, 11, "worker-payments-1", NULL, s2, 2, 1), 0);
@@ -216,7 +216,7 @@ Test(otlp, samples_in_a_span_carry_its_link)
 	                          .command_line = "python3 app.py", .python_version = "3.15.2"};
 	struct otlp_request *q = otlp_request_new(&oc, "host-a", &p, "wall", 100, 1000, 1015);
 	cr_assert_not_null(q);
-	struct store_frame s1[] = {{"main", "app.py", 10, 0, 8, 0}, {"checkout", "app.py", 20, 0, 18, 1}};
+	struct store_frame s1[] = {{"main", "app.py", 10, 0, 8, 0, NULL}, {"checkout", "app.py", 20, 0, 18, 1, NULL}};
 	struct store_context in_span = {.has_trace = true, .has_span = true, .labels = "route=/checkout\ntenant=42"};
 	for (int i = 0; i < 16; i++)
 		in_span.trace_id[i] = (uint8_t)(0xa0 + i);
@@ -262,5 +262,72 @@ Test(otlp, samples_in_a_span_carry_its_link)
 		else
 			cr_expect_null(route, "sample %zu: a route outside any request", i);
 	}
+	pyprofd__otlp__export_profiles_service_request__free_unpacked(r, NULL);
+}
+
+/*
+ * C frames: each module one mapping (its file, its build id as the
+ * attribute process.executable.build_id.gnu), each frame a location in it
+ * at its address, its line 0; Python frames stay in the zero mapping.
+ */
+Test(otlp, c_frames_have_mappings_with_build_ids)
+{
+	struct otlp_config oc;
+	otlp_config_init(&oc);
+	struct store_process p = {.target_id = 7, .pid = 4242, .executable = "/usr/bin/python3.15",
+	                          .command_line = "python3 app.py", .python_version = "3.15.2"};
+	struct otlp_request *q = otlp_request_new(&oc, "host-a", &p, "cpu", 100, 1000, 1015);
+	cr_assert_not_null(q);
+	static const char libz[] = "/usr/lib/x86_64-linux-gnu/libz.so.1", id[] = "c0ffee0011223344";
+	/* Root first: a Python frame, then two C frames of libz and one of libc (no build id). */
+	struct store_frame s1[] = {{"run", "app.py", 37, 0, 35, 0, NULL},
+	                           {"deflate", libz, 0x6100, 4, 0, 1, id},
+	                           {"[+0x659b]", libz, 0x659b, 4, 0, 2, id}};
+	struct store_frame s2[] = {{"run", "app.py", 37, 0, 35, 0, NULL},
+	                           {"[+0x91c8b]", "/usr/lib/x86_64-linux-gnu/libc.so.6", 0x91c8b, 4, 0, 3, ""}};
+	cr_assert_eq(otlp_request_sample(q, 11, "zlib", NULL, s1, 3, 4), 0);
+	cr_assert_eq(otlp_request_sample(q, 11, "zlib", NULL, s2, 2, 1), 0);
+	uint8_t *bytes;
+	size_t len;
+	cr_assert_eq(otlp_request_pack(q, &bytes, &len), 0);
+	otlp_request_free(q);
+	otlp_config_free(&oc);
+	Pyprofd__Otlp__ExportProfilesServiceRequest *r =
+		pyprofd__otlp__export_profiles_service_request__unpack(NULL, len, bytes);
+	free(bytes);
+	cr_assert_not_null(r, "the request does not decode");
+	const Pyprofd__Otlp__ProfilesDictionary *d = r->dictionary;
+	/* The zero mapping, libz's and libc's. */
+	cr_assert_eq(d->n_mapping_table, 3, "%zu mappings", d->n_mapping_table);
+	cr_expect_eq(d->mapping_table[0]->filename_strindex, 0);
+	unsigned seen = 0;
+	for (size_t l = 1; l < d->n_location_table; l++) {
+		const Pyprofd__Otlp__Location *loc = d->location_table[l];
+		const char *name = str_at(d, d->function_table[loc->lines[0]->function_index]->name_strindex);
+		if (strcmp(name, "run") == 0) {
+			cr_expect_eq(loc->mapping_index, 0, "a Python frame in a module's mapping");
+			cr_expect_eq(loc->lines[0]->line, 37);
+			continue;
+		}
+		seen++;
+		cr_assert(loc->mapping_index > 0 && (size_t)loc->mapping_index < d->n_mapping_table, "%s: mapping", name);
+		cr_expect_eq(loc->lines[0]->line, 0, "%s: its address as a line", name);
+		const Pyprofd__Otlp__Mapping *m = d->mapping_table[loc->mapping_index];
+		const char *file = str_at(d, m->filename_strindex);
+		if (strcmp(name, "[+0x91c8b]") == 0) {
+			cr_expect_eq(loc->address, 0x91c8b);
+			cr_expect_str_eq(file, "/usr/lib/x86_64-linux-gnu/libc.so.6");
+			cr_expect_eq(m->n_attribute_indices, 0, "libc has no build id here");
+			continue;
+		}
+		cr_expect_eq(loc->address, strcmp(name, "deflate") == 0 ? 0x6100u : 0x659bu, "%s: address", name);
+		cr_expect_str_eq(file, libz);
+		cr_expect_gt(m->memory_limit, 0x659b, "the mapping ends before its frames");
+		cr_assert_eq(m->n_attribute_indices, 1, "%s: the mapping has no build id", name);
+		const Pyprofd__Otlp__KeyValueAndUnit *a = d->attribute_table[m->attribute_indices[0]];
+		cr_expect_str_eq(str_at(d, a->key_strindex), "process.executable.build_id.gnu");
+		cr_expect_str_eq(a->value->string_value, id);
+	}
+	cr_expect_eq(seen, 3, "%u C frames, not 3", seen);
 	pyprofd__otlp__export_profiles_service_request__free_unpacked(r, NULL);
 }

@@ -15,18 +15,18 @@
 #include "helpers.h"
 
 const struct export_frame frames[PROFILE_NFRAMES] = {
-	/* 0 */ {"main", "app.py", 10, UW_FRAME_PYTHON, 0},
-	/* 1 */ {"serve", "server.py", 40, UW_FRAME_PYTHON, 0},
-	/* 2 */ {"handle", "server.py", 88, UW_FRAME_PYTHON, 0},
-	/* 3 */ {"parse", "json.py", -1, UW_FRAME_PYTHON, 0},
-	/* 4 */ {"<native>", "", -1, UW_FRAME_NATIVE, 0},
-	/* 5 */ {"fib", "fib.py", 3, UW_FRAME_PYTHON, 0},
-	/* 6 */ {"größe_λ", "ünï.py", 7, UW_FRAME_PYTHON, 0},
-	/* 7 */ {EVIL_SCRIPT, "evil.py", 1, UW_FRAME_PYTHON, 0},
-	/* 8 */ {"a;b\nc", "semi.py", 2, UW_FRAME_PYTHON, 0},
-	/* 9 */ {"<GC>", "", -1, UW_FRAME_GC, 0},
-	/* 10 */ {"handle", "server.py", 88, UW_FRAME_PYTHON, 0}, /* frame 2 again */
-	/* 11 */ {EVIL_COMMENT, "evil.py", 5, UW_FRAME_PYTHON, 0},
+	/* 0 */ {"main", "app.py", 10, UW_FRAME_PYTHON, 0, NULL},
+	/* 1 */ {"serve", "server.py", 40, UW_FRAME_PYTHON, 0, NULL},
+	/* 2 */ {"handle", "server.py", 88, UW_FRAME_PYTHON, 0, NULL},
+	/* 3 */ {"parse", "json.py", -1, UW_FRAME_PYTHON, 0, NULL},
+	/* 4 */ {"<native>", "", -1, UW_FRAME_NATIVE, 0, NULL},
+	/* 5 */ {"fib", "fib.py", 3, UW_FRAME_PYTHON, 0, NULL},
+	/* 6 */ {"größe_λ", "ünï.py", 7, UW_FRAME_PYTHON, 0, NULL},
+	/* 7 */ {EVIL_SCRIPT, "evil.py", 1, UW_FRAME_PYTHON, 0, NULL},
+	/* 8 */ {"a;b\nc", "semi.py", 2, UW_FRAME_PYTHON, 0, NULL},
+	/* 9 */ {"<GC>", "", -1, UW_FRAME_GC, 0, NULL},
+	/* 10 */ {"handle", "server.py", 88, UW_FRAME_PYTHON, 0, NULL}, /* frame 2 again */
+	/* 11 */ {EVIL_COMMENT, "evil.py", 5, UW_FRAME_PYTHON, 0, NULL},
 };
 
 const uint32_t st0[3] = {0, 1, 2};
@@ -265,13 +265,13 @@ json_t *parse_json(const struct out *o)
 }
 
 static const struct export_frame threaded_frames[] = {
-	/* 0 */ {"<module>", "app.py", 12, UW_FRAME_PYTHON, 1},
-	/* 1 */ {"run", "runners.py", 44, UW_FRAME_PYTHON, 40},     /* a function run */
-	/* 2 */ {"run", "runners.py", 120, UW_FRAME_PYTHON, 118},   /* a method run, co_name only */
-	/* 3 */ {"Runner.run", "runners.py", 121, UW_FRAME_PYTHON, 118},
-	/* 4 */ {"<lambda>", "app.py", 7, UW_FRAME_PYTHON, 7},
-	/* 5 */ {"<GC>", "", -1, UW_FRAME_GC, 0},
-	/* 6 */ {"Condition.wait", "threading.py", 320, UW_FRAME_PYTHON, 288},
+	/* 0 */ {"<module>", "app.py", 12, UW_FRAME_PYTHON, 1, NULL},
+	/* 1 */ {"run", "runners.py", 44, UW_FRAME_PYTHON, 40, NULL},     /* a function run */
+	/* 2 */ {"run", "runners.py", 120, UW_FRAME_PYTHON, 118, NULL},   /* a method run, co_name only */
+	/* 3 */ {"Runner.run", "runners.py", 121, UW_FRAME_PYTHON, 118, NULL},
+	/* 4 */ {"<lambda>", "app.py", 7, UW_FRAME_PYTHON, 7, NULL},
+	/* 5 */ {"<GC>", "", -1, UW_FRAME_GC, 0, NULL},
+	/* 6 */ {"Condition.wait", "threading.py", 320, UW_FRAME_PYTHON, 288, NULL},
 };
 static const uint32_t th0[] = {0, 1}, th1[] = {0, 2}, th2[] = {0, 3, 4}, th3[] = {0, 4, 5},
 		      th4[] = {0, 6};

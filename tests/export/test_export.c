@@ -69,8 +69,8 @@ Test(export, collapsed_deterministic)
 Test(export, collapsed_escapes_backslash_and_controls)
 {
 	static const struct export_frame f[] = {
-		{"x\\y", "dir\\f.py", 1, UW_FRAME_PYTHON, 0},
-		{"tab\there", "p;q\r.py", -1, UW_FRAME_PYTHON, 0},
+		{"x\\y", "dir\\f.py", 1, UW_FRAME_PYTHON, 0, NULL},
+		{"tab\there", "p;q\r.py", -1, UW_FRAME_PYTHON, 0, NULL},
 	};
 	static const uint32_t s[] = {0, 1};
 	static const struct export_stack st[] = {{s, 2, 3, 0, 0, 0, 0, false}};
@@ -133,7 +133,7 @@ Test(export, json_is_the_profile)
 /* Bytes that are not UTF-8 become U+FFFD rather than failing the JSON formats. */
 Test(export, json_replaces_bad_utf8)
 {
-	static const struct export_frame f[] = {{"bad\xff\xfe", "x\xc3.py", 1, UW_FRAME_PYTHON, 0}};
+	static const struct export_frame f[] = {{"bad\xff\xfe", "x\xc3.py", 1, UW_FRAME_PYTHON, 0, NULL}};
 	static const uint32_t s[] = {0};
 	static const struct export_stack st[] = {{s, 1, 2, 0, 0, 0, 0, false}};
 	struct export_profile p = empty;

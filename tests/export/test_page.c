@@ -33,18 +33,18 @@ TestSuite(page, .init = helpers_init, .fini = helpers_fini);
 #define SLOT 10
 
 static const struct export_frame shop_frames[] = {
-	/* 0 */ {"<module>", "/srv/shop/app.py", 40, UW_FRAME_PYTHON, 1},
-	/* 1 */ {"main", "/srv/shop/app.py", 33, UW_FRAME_PYTHON, 30},
-	/* 2 */ {"Server.serve", "/srv/shop/server.py", 12, UW_FRAME_PYTHON, 10},
-	/* 3 */ {"Server.handle", "/srv/shop/server.py", 20, UW_FRAME_PYTHON, 18},
-	/* 4 */ {"render", "/srv/shop/views.py", 5, UW_FRAME_PYTHON, 3},
-	/* 5 */ {"query", "/srv/shop/db.py", 8, UW_FRAME_PYTHON, 6},
-	/* 6 */ {"Condition.wait", "/usr/lib/python3.12/threading.py", 355, UW_FRAME_PYTHON, 327},
-	/* 7 */ {"worker", "/srv/shop/app.py", 25, UW_FRAME_PYTHON, 22},
-	/* 8 */ {"<native>", "", -1, UW_FRAME_NATIVE, 0},
-	/* 9 */ {"<GC>", "", -1, UW_FRAME_GC, 0},
-	/* 10 */ {"Server.handle", "/srv/shop/server.py", 21, UW_FRAME_PYTHON, 18},
-	/* 11 */ {"Page.render", "/srv/shop/views.py", 14, UW_FRAME_PYTHON, 12},
+	/* 0 */ {"<module>", "/srv/shop/app.py", 40, UW_FRAME_PYTHON, 1, NULL},
+	/* 1 */ {"main", "/srv/shop/app.py", 33, UW_FRAME_PYTHON, 30, NULL},
+	/* 2 */ {"Server.serve", "/srv/shop/server.py", 12, UW_FRAME_PYTHON, 10, NULL},
+	/* 3 */ {"Server.handle", "/srv/shop/server.py", 20, UW_FRAME_PYTHON, 18, NULL},
+	/* 4 */ {"render", "/srv/shop/views.py", 5, UW_FRAME_PYTHON, 3, NULL},
+	/* 5 */ {"query", "/srv/shop/db.py", 8, UW_FRAME_PYTHON, 6, NULL},
+	/* 6 */ {"Condition.wait", "/usr/lib/python3.12/threading.py", 355, UW_FRAME_PYTHON, 327, NULL},
+	/* 7 */ {"worker", "/srv/shop/app.py", 25, UW_FRAME_PYTHON, 22, NULL},
+	/* 8 */ {"<native>", "", -1, UW_FRAME_NATIVE, 0, NULL},
+	/* 9 */ {"<GC>", "", -1, UW_FRAME_GC, 0, NULL},
+	/* 10 */ {"Server.handle", "/srv/shop/server.py", 21, UW_FRAME_PYTHON, 18, NULL},
+	/* 11 */ {"Page.render", "/srv/shop/views.py", 14, UW_FRAME_PYTHON, 12, NULL},
 };
 static const uint32_t p_render[] = {0, 1, 2, 3, 4}, p_query[] = {0, 1, 2, 10, 5},
 		      p_native[] = {0, 1, 2, 10, 5, 8}, p_wait[] = {0, 7, 6}, p_page[] = {0, 1, 2, 3, 11},
@@ -674,7 +674,7 @@ static void one_each(struct one_each *e, const char *dir, const char *const *nam
 			snprintf(e->files[i], sizeof e->files[i], "%s", names[i]);
 		else
 			snprintf(e->files[i], sizeof e->files[i], "%s/%s", dir, names[i]);
-		e->frames[i] = (struct export_frame){"f", e->files[i], 1, UW_FRAME_PYTHON, 1};
+		e->frames[i] = (struct export_frame){"f", e->files[i], 1, UW_FRAME_PYTHON, 1, NULL};
 		e->ids[i] = (uint32_t)i;
 		/* The first file the most sampled. */
 		e->stacks[i] = (struct export_stack){&e->ids[i], 1, 10 - i, 1, 1, 0, 0, false};

@@ -124,9 +124,9 @@ static void expect_speedscope_schema(const struct export_profile *p, const char 
 Test(speedscope, speedscope_schema_plain)
 {
 	static const struct export_frame f[] = {
-		{"main", "app.py", 1, UW_FRAME_PYTHON, 0},
-		{"work", "app.py", 7, UW_FRAME_PYTHON, 0},
-		{"sleep", "time.py", 30, UW_FRAME_PYTHON, 0},
+		{"main", "app.py", 1, UW_FRAME_PYTHON, 0, NULL},
+		{"work", "app.py", 7, UW_FRAME_PYTHON, 0, NULL},
+		{"sleep", "time.py", 30, UW_FRAME_PYTHON, 0, NULL},
 	};
 	static const uint32_t a[] = {0, 1}, b[] = {0, 1, 2}, c[] = {0};
 	static const struct export_stack st[] = {{a, 2, 40, 0, 0, 0, 0, false}, {b, 3, 9, 0, 0, 0, 0, false}, {c, 1, 1, 0, 0, 0, 0, false}};
@@ -153,12 +153,12 @@ Test(speedscope, speedscope_schema_mixed)
 Test(speedscope, speedscope_schema_unicode_and_bad_utf8)
 {
 	static const struct export_frame f[] = {
-		{"bad\xff\xfe", "x\xc3.py", 1, UW_FRAME_PYTHON, 0},
-		{"over\xc0\xaflong", "sur\xed\xa0\x80rogate.py", 2, UW_FRAME_PYTHON, 0},
-		{"past\xf4\x90\x80\x80max", "\x80\x80.py", 3, UW_FRAME_PYTHON, 0},
-		{"größe_λ_\xf0\x9f\x90\x8d", "ünï/\xe6\x97\xa5\xe6\x9c\xac.py", 4, UW_FRAME_PYTHON, 0},
-		{"ctl\t\n\r\x01\x1f\x7f", "q\"u\\o'te.py", 5, UW_FRAME_PYTHON, 0},
-		{"", "", -1, UW_FRAME_PYTHON, 0},
+		{"bad\xff\xfe", "x\xc3.py", 1, UW_FRAME_PYTHON, 0, NULL},
+		{"over\xc0\xaflong", "sur\xed\xa0\x80rogate.py", 2, UW_FRAME_PYTHON, 0, NULL},
+		{"past\xf4\x90\x80\x80max", "\x80\x80.py", 3, UW_FRAME_PYTHON, 0, NULL},
+		{"größe_λ_\xf0\x9f\x90\x8d", "ünï/\xe6\x97\xa5\xe6\x9c\xac.py", 4, UW_FRAME_PYTHON, 0, NULL},
+		{"ctl\t\n\r\x01\x1f\x7f", "q\"u\\o'te.py", 5, UW_FRAME_PYTHON, 0, NULL},
+		{"", "", -1, UW_FRAME_PYTHON, 0, NULL},
 	};
 	static const uint32_t a[] = {0, 1, 2}, b[] = {3, 4}, c[] = {3, 5};
 	static const struct export_stack st[] = {{a, 3, 2, 7, 0, 0, 0, false}, {b, 2, 1, 7, 0, 0, 0, false}, {c, 2, 4, 8, 0, 0, 0, false}};
@@ -182,10 +182,10 @@ Test(speedscope, speedscope_schema_unicode_and_bad_utf8)
 Test(speedscope, speedscope_schema_markers_and_threads)
 {
 	static const struct export_frame f[] = {
-		{"<native>", "", -1, UW_FRAME_NATIVE, 0},
-		{"<GC>", "", -1, UW_FRAME_GC, 0},
-		{"callback", "lib.py", 12, UW_FRAME_PYTHON, 0},
-		{"<module>", "main.py", 0, UW_FRAME_PYTHON, 0},
+		{"<native>", "", -1, UW_FRAME_NATIVE, 0, NULL},
+		{"<GC>", "", -1, UW_FRAME_GC, 0, NULL},
+		{"callback", "lib.py", 12, UW_FRAME_PYTHON, 0, NULL},
+		{"<module>", "main.py", 0, UW_FRAME_PYTHON, 0, NULL},
 	};
 	static const uint32_t gc_only[] = {1}, native_root[] = {0, 2}, sandwich[] = {3, 0, 2, 1, 0, 0},
 			      native_top[] = {3, 2, 0};
@@ -244,10 +244,10 @@ Test(speedscope, speedscope_schema_large)
 		snprintf(names[i][0], sizeof names[i][0], i % 7 ? "fn_%u" : "fünc_λ_%u", i);
 		snprintf(names[i][1], sizeof names[i][1], "pkg/mod_%u.py", i % 97);
 		f[i] = (struct export_frame){names[i][0], names[i][1], (int32_t)(lcg(&seed) % 5000),
-		                             UW_FRAME_PYTHON, 0};
+		                             UW_FRAME_PYTHON, 0, NULL};
 	}
-	f[1] = (struct export_frame){"<native>", "", -1, UW_FRAME_NATIVE, 0};
-	f[2] = (struct export_frame){"<GC>", "", -1, UW_FRAME_GC, 0};
+	f[1] = (struct export_frame){"<native>", "", -1, UW_FRAME_NATIVE, 0, NULL};
+	f[2] = (struct export_frame){"<GC>", "", -1, UW_FRAME_GC, 0, NULL};
 	f[3].line = INT32_MAX;
 	f[4].line = -1;
 	uint32_t *next = ids;

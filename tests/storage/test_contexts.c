@@ -292,7 +292,7 @@ Test(contexts, schema_3_migrates_keeping_its_rows, .timeout = 60)
 	w = open_writer(path);
 	store_writer_sync(w);
 	expect_written(w, "reopened");
-	cr_expect_eq(raw_int(path, "PRAGMA user_version"), 4);
+	cr_expect_eq(raw_int(path, "PRAGMA user_version"), 5);
 	cr_expect_eq(raw_int(path, "SELECT count(*) FROM samples"), rows);
 	struct store_reader *r = open_reader(path);
 	struct store_query q = range_query(base, 0, 10);

@@ -176,7 +176,7 @@ Test(sinks, schema_2_is_migrated_with_its_samples, .timeout = 60)
 	w = open_writer(path);
 	store_writer_sync(w);
 	expect_written(w, "reopened");
-	cr_expect_eq(raw_int(path, "PRAGMA user_version"), 4);
+	cr_expect_eq(raw_int(path, "PRAGMA user_version"), 5);
 	cr_expect_eq(raw_int(path, "SELECT count(*) FROM export_sinks"), 0);
 	struct store_reader *r = open_reader(path);
 	struct store_query q = range_query(base, 0, 10);

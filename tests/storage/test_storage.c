@@ -177,7 +177,7 @@ Test(storage, schema_reopen_keeps_data_and_refuses_newer, .timeout = 60)
 	submit_buckets(w, base, 0, 10);
 	store_writer_close(w); /* close writes what is pending */
 
-	cr_expect_eq(raw_int(path, "PRAGMA user_version"), 4);
+	cr_expect_eq(raw_int(path, "PRAGMA user_version"), 5);
 	cr_expect_eq(raw_int(path, "PRAGMA auto_vacuum"), 2, "incremental auto-vacuum");
 	char mode[32];
 	{
@@ -354,11 +354,11 @@ Test(storage, refuses_files_it_must_not_write, .timeout = 60)
 	cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
 	cr_assert_eq(sqlite3_exec(db,
 	                          "CREATE TABLE samples(x); INSERT INTO samples VALUES (1); "
-	                          "PRAGMA user_version = 5",
+	                          "PRAGMA user_version = 6",
 	                          NULL, NULL, NULL),
 	             SQLITE_OK);
 	sqlite3_close(db);
-	expect_refused(path, "newer", "schema version 5");
+	expect_refused(path, "newer", "schema version 6");
 
 	/* Someone else's database: tables, no schema version. */
 	snprintf(path, sizeof path, "%s/foreign.db", dir);
@@ -699,7 +699,7 @@ Test(storage, schema_1_migrates_keeping_its_rows)
 	store_writer_submit(w, b);
 	store_writer_sync(w);
 	store_writer_close(w);
-	cr_expect_eq(raw_int(path, "PRAGMA user_version"), 4);
+	cr_expect_eq(raw_int(path, "PRAGMA user_version"), 5);
 	cr_expect_eq(raw_int(path, "SELECT first_line FROM frames WHERE id = 7"), 0, "the old frame kept its id");
 	cr_expect_eq(raw_int(path, "SELECT count(*) FROM threads WHERE name = 'worker'"), 1);
 
@@ -912,4 +912,112 @@ Test(storage, writer_caches_stay_within_their_budget, .timeout = 120)
 	             1 + BATCHES * PER);
 	cr_assert_eq(raw_int(path, "SELECT sum(count) FROM samples"), (int64_t)total);
 	store_writer_close(w);
+}
+
+/* ---- schema 5: C frames with their module's build id ---- */
+
+struct c_seen {
+	uint64_t old_build, new_build, python;
+	int32_t address;
+};
+
+static int c_row(void *ctx, const struct store_row *row)
+{
+	struct c_seen *s = ctx;
+	const struct store_frame *leaf = &row->frames[row->depth - 1];
+	if (leaf->kind != 4) {
+		s->python += row->count;
+		cr_expect(!leaf->build_id || !*leaf->build_id, "a Python frame with a build id");
+		return 0;
+	}
+	cr_expect_str_eq(leaf->function, "deflate");
+	s->address = leaf->line;
+	if (strcmp(leaf->build_id, "aa11") == 0)
+		s->old_build += row->count;
+	else if (strcmp(leaf->build_id, "bb22") == 0)
+		s->new_build += row->count;
+	return 0;
+}
+
+/*
+ * A C frame keeps its address (as its line) and its module's build id; two
+ * builds of a library at one path (an upgrade under a running fleet) are
+ * two frames, each row counted under its own.  A history of schema 4
+ * migrates with its frames' ids.
+ */
+Test(storage, c_frames_keep_their_build_id_across_a_migration)
+{
+	char path[PATH_MAX];
+	db_path(path, sizeof path);
+	struct store_writer *w = open_writer(path);
+	struct store_batch *b = store_batch_new();
+	struct store_target_info info = {.pid = 4242, .start_time = 1};
+	int t = store_batch_target(b, &info);
+	int32_t py = store_batch_frame(b, "run", "app.py", 37, 0, 35);
+	int32_t old_build = store_batch_c_frame(b, "deflate", "/usr/lib/libz.so.1", 0x6100, "aa11");
+	int32_t new_build = store_batch_c_frame(b, "deflate", "/usr/lib/libz.so.1", 0x6100, "bb22");
+	int32_t root = store_batch_stack(b, -1, py);
+	int32_t s_old = store_batch_stack(b, root, old_build), s_new = store_batch_stack(b, root, new_build);
+	cr_assert(t >= 0 && old_build >= 0 && new_build >= 0 && old_build != new_build && s_old >= 0 && s_new >= 0);
+	cr_assert_eq(store_batch_samples(b, t, 2000, 10, 1, s_old, 3, 0), 0);
+	cr_assert_eq(store_batch_samples(b, t, 2000, 10, 1, s_new, 4, 0), 0);
+	cr_assert_eq(store_batch_samples(b, t, 2000, 10, 1, root, 2, 0), 0);
+	store_writer_submit(w, b);
+	store_writer_sync(w);
+	expect_written(w, "C frames");
+	store_writer_close(w);
+	cr_expect_eq(raw_int(path, "SELECT count(*) FROM frames WHERE kind = 4"), 2, "two builds, two frames");
+
+	struct store_reader *r = open_reader(path);
+	struct store_query q = {.until_unix = 3000};
+	struct c_seen seen = {0};
+	struct store_error err = {{0}};
+	uint64_t total = 0;
+	cr_assert_eq(store_query_stacks(r, &q, c_row, &seen, &total, &err), 0, "%s", err.msg);
+	cr_expect_eq(seen.old_build, 3);
+	cr_expect_eq(seen.new_build, 4);
+	cr_expect_eq(seen.python, 2);
+	cr_expect_eq(seen.address, 0x6100);
+	store_reader_close(r);
+}
+
+Test(storage, schema_4_migrates_its_frames_under_their_ids)
+{
+	char path[PATH_MAX];
+	db_path(path, sizeof path);
+	struct store_writer *w = open_writer(path);
+	struct store_batch *b = store_batch_new();
+	struct store_target_info info = {.pid = 4242, .start_time = 1};
+	int t = store_batch_target(b, &info);
+	int32_t f = store_batch_frame(b, "run", "app.py", 37, 0, 35);
+	int32_t s = store_batch_stack(b, -1, f);
+	cr_assert_eq(store_batch_samples(b, t, 2000, 10, 1, s, 3, 0), 0);
+	store_writer_submit(w, b);
+	store_writer_sync(w);
+	expect_written(w, "a frame");
+	store_writer_close(w);
+	/* Back to schema 4's frames, as a history of the last release has it. */
+	int64_t id = raw_int(path, "SELECT id FROM frames");
+	raw_exec(path, "CREATE TABLE frames_v4(id INTEGER PRIMARY KEY, function INTEGER NOT NULL,"
+	               "  file INTEGER NOT NULL, line INTEGER NOT NULL, kind INTEGER NOT NULL,"
+	               "  first_line INTEGER NOT NULL DEFAULT 0, UNIQUE(function, file, line, kind, first_line));"
+	               "INSERT INTO frames_v4 SELECT id, function, file, line, kind, first_line FROM frames;"
+	               "DROP TABLE frames; ALTER TABLE frames_v4 RENAME TO frames; PRAGMA user_version = 4;");
+	/* The writer migrates as it opens the file, in its own thread: a batch written proves it did. */
+	w = open_writer(path);
+	store_writer_submit(w, store_batch_new());
+	store_writer_sync(w);
+	expect_written(w, "nothing, after the migration");
+	store_writer_close(w);
+	cr_expect_eq(raw_int(path, "PRAGMA user_version"), 5);
+	cr_expect_eq(raw_int(path, "SELECT id FROM frames"), id, "the frame kept its id");
+	cr_expect_eq(raw_int(path, "SELECT build_id FROM frames"), 0, "no build id");
+	struct store_reader *r = open_reader(path);
+	struct store_query q = {.until_unix = 3000};
+	struct c_seen seen = {0};
+	struct store_error err = {{0}};
+	uint64_t total = 0;
+	cr_assert_eq(store_query_stacks(r, &q, c_row, &seen, &total, &err), 0, "%s", err.msg);
+	cr_expect_eq(seen.python, 3, "its samples are still found");
+	store_reader_close(r);
 }

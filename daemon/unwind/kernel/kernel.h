@@ -15,6 +15,7 @@
 #include "clock.h"
 #include "error.h"
 #include "knative_abi.h"
+#include "kshot_abi.h"
 #include "kstill_abi.h"
 #include "layout.h"
 #include "prove.h"
@@ -33,6 +34,16 @@ int kernel_load(struct bpf_object_skeleton *skeleton, const char *what, const ch
                 struct uw_error *err);
 /* A BPF array made with BPF_F_MMAPABLE, len bytes of it mapped with prot (MAP_SHARED), or NULL. */
 void *kernel_map_mmap(const struct bpf_map *map, size_t len, int prot);
+struct bpf_link;
+struct bpf_program;
+/*
+ * A timer of thread tid's own CPU time (a task-clock perf event) that runs
+ * prog with cookie on the thread's CPU every period_ns of its running;
+ * disabled until enabled (PERF_EVENT_IOC_REFRESH) when asked.  Its link,
+ * which owns the event (*fd, to enable it), or NULL.
+ */
+struct bpf_link *kernel_task_timer(struct bpf_program *prog, pid_t tid, uint64_t period_ns, bool disabled,
+                                   uint64_t cookie, int *fd);
 
 /* kstill.c: the kernel's word on which threads ran (see kstill.c) */
 struct kstill;
@@ -111,6 +122,28 @@ struct knative_ask {
  */
 const struct knative_thread *knative_run(struct knative *kn, enum knative_mode mode,
                                          const struct knative_ask *asks, uint32_t n);
+
+/* kshot.c: the shots of running threads' native stacks (see kshot.c) */
+struct kshot;
+/* NULL and *err when the kernel refuses its program. */
+struct kshot *kshot_open(struct uw_error *err);
+void kshot_close(struct kshot *ks);
+/*
+ * Watch thread tid (as /proc names it), its innermost Python frames found
+ * as aim says (its generation is set here): its slot and *generation,
+ * which every call below takes, or -1 (no slot free, the kernel refused).
+ * The thread is shot every KSHOT_PERIOD_NS of its running from now on.  A
+ * watch whose shots were not taken for a second may be given to another
+ * thread: the calls below then find the generation gone and do nothing.
+ */
+int kshot_watch(struct kshot *ks, pid_t tid, struct kshot_aim aim, uint64_t *generation);
+void kshot_unwatch(struct kshot *ks, int slot, uint64_t generation);
+/* Whether the watch is still the caller's. */
+bool kshot_watching(const struct kshot *ks, int slot, uint64_t generation);
+/* When its last shot was taken, 0 never (or the watch is gone). */
+uint64_t kshot_taken_at(const struct kshot *ks, int slot, uint64_t generation);
+/* The last shot when whole (KSHOT_OK) and taken after after_ns, NULL otherwise; valid until the next take. */
+const struct kshot_slot *kshot_take(struct kshot *ks, int slot, uint64_t generation, uint64_t after_ns);
 
 /* kread.c: the in-kernel reader (struct uw_kreader, unwind.h) */
 /* The reader's copier of processes as they fall quiet, NULL when the kernel refused it. */

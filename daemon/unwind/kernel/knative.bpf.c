@@ -16,12 +16,8 @@
 #include <bpf/bpf_helpers.h>
 
 #include "knative_abi.h"
+#include "kregs.bpf.h"
 #include "ktasks.bpf.h"
-
-struct pt_regs {
-	unsigned long r15, r14, r13, r12, bp, bx;
-	unsigned long ip, sp;
-} __attribute__((preserve_access_index));
 
 struct task_struct {
 	unsigned int __state;
@@ -114,14 +110,7 @@ static __always_inline void knative_one(struct knative_thread *e, __u32 mode)
 		e->status = KNATIVE_NO_REGS;
 		goto out;
 	}
-	e->regs[KNATIVE_IP] = regs->ip;
-	e->regs[KNATIVE_SP] = regs->sp;
-	e->regs[KNATIVE_BP] = regs->bp;
-	e->regs[KNATIVE_BX] = regs->bx;
-	e->regs[KNATIVE_R12] = regs->r12;
-	e->regs[KNATIVE_R13] = regs->r13;
-	e->regs[KNATIVE_R14] = regs->r14;
-	e->regs[KNATIVE_R15] = regs->r15;
+	kregs_save(e->regs, regs);
 	e->len = knative_copy_stack(e, task, e->regs[KNATIVE_SP]);
 	int on_cpu = task->on_cpu;
 	__u64 after = knative_switches(task);

@@ -147,23 +147,11 @@ int kread_watch(struct uw_kreader *kr, pid_t tid, raddr_t tstate, const struct p
 	uint32_t key = (uint32_t)slot;
 	if (bpf_map_update_elem(kr->watches_fd, &key, &watch, BPF_ANY) != 0)
 		return -1;
-	/* The thread's own CPU time: the timer runs only while it does; disarmed until a tear. */
-	struct perf_event_attr attr = {
-		.type = PERF_TYPE_SOFTWARE,
-		.size = sizeof attr,
-		.config = PERF_COUNT_SW_TASK_CLOCK,
-		.sample_period = KREAD_SHOT_NS,
-		.disabled = 1,
-	};
-	int fd = (int)syscall(__NR_perf_event_open, &attr, tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
-	if (fd < 0)
+	/* Disarmed until a tear. */
+	int fd;
+	struct bpf_link *link = kernel_task_timer(kr->skel->progs.kread_tick, tid, KREAD_SHOT_NS, true, (uint64_t)slot, &fd);
+	if (!link)
 		return -1;
-	LIBBPF_OPTS(bpf_perf_event_opts, opts, .bpf_cookie = (uint64_t)slot);
-	struct bpf_link *link = bpf_program__attach_perf_event_opts(kr->skel->progs.kread_tick, fd, &opts);
-	if (!link) {
-		close(fd);
-		return -1;
-	}
 	kr->links[slot] = link;
 	kr->fds[slot] = fd;
 	kr->generations[slot] = watch.generation;
