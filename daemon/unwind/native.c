@@ -424,6 +424,7 @@ struct native_walk_ctx {
 	struct native_frame *out;
 	uint32_t n;
 	enum native_end end;
+	uint64_t top; /* the end of the stack the walk read */
 	struct uw_error *err;
 	bool failed;
 };
@@ -481,13 +482,22 @@ static int native_on_frame(Dwfl_Frame *state, void *arg)
 	return native_emit(w, activation ? pc : pc - 1, sp) ? DWARF_CB_OK : DWARF_CB_ABORT;
 }
 
-/* A word of the copy, false when it lies outside it (or below the stack pointer). */
-static bool native_copy_word(const struct knative_thread *c, uint64_t addr, uint64_t *word)
+/* A word of the copy, false when it lies outside it (or below the stack pointer); *top past it. */
+static bool native_copy_word(const struct knative_thread *c, uint64_t addr, uint64_t *word, uint64_t *top)
 {
 	if (addr < c->regs[KNATIVE_SP] || addr - c->base > c->len || c->len - (addr - c->base) < sizeof *word)
 		return false;
 	memcpy(word, c->stack + (addr - c->base), sizeof *word);
+	if (addr + sizeof *word > *top)
+		*top = addr + sizeof *word;
 	return true;
+}
+
+/* How a walk that needed stack past the copy ended: the copy was all it could be, or its room was short. */
+static enum native_end native_past_copy(const struct knative_thread *c)
+{
+	bool ended_as_asked = c->top && c->base + c->len >= c->top;
+	return c->len >= KNATIVE_STACK || ended_as_asked ? NATIVE_STACK_CUT : NATIVE_UNWOUND;
 }
 
 /*
@@ -514,12 +524,12 @@ static int native_walk_rules(struct native_walk_ctx *w, const struct knative_thr
 			return 0;
 		}
 		uint64_t ra;
-		if (!native_copy_word(copy, cfa + (uint64_t)(int64_t)r->ra_off, &ra)) {
-			w->end = copy->len < KNATIVE_STACK ? NATIVE_UNWOUND : NATIVE_STACK_CUT;
+		if (!native_copy_word(copy, cfa + (uint64_t)(int64_t)r->ra_off, &ra, &w->top)) {
+			w->end = native_past_copy(copy);
 			return 0;
 		}
 		if (r->bp_how == NATIVE_AT_CFA)
-			bp_known = native_copy_word(copy, cfa + (uint64_t)(int64_t)r->bp_off, &bp);
+			bp_known = native_copy_word(copy, cfa + (uint64_t)(int64_t)r->bp_off, &bp, &w->top);
 		else if (r->bp_how == NATIVE_UNDEFINED)
 			bp_known = false;
 		/* Each caller's frame lies above its callee's: a CFA that does not climb is bad data. */
@@ -534,10 +544,11 @@ static int native_walk_rules(struct native_walk_ctx *w, const struct knative_thr
 }
 
 int native_walk(struct uw_target *t, const struct knative_thread *copy, struct native_frame *out,
-                uint32_t *n, enum native_end *end, struct uw_error *err)
+                uint32_t *n, enum native_end *end, uint64_t *top, struct uw_error *err)
 {
 	*n = 0;
 	*end = NATIVE_UNWOUND;
+	*top = 0;
 	struct native_state *ns = native_state_of(t, err);
 	if (!ns)
 		return -1;
@@ -552,6 +563,7 @@ int native_walk(struct uw_target *t, const struct knative_thread *copy, struct n
 	if (native_walk_rules(&w, copy) == 0) {
 		*n = w.n;
 		*end = w.end;
+		*top = w.end == NATIVE_WHOLE ? w.top : 0;
 		return w.failed ? -1 : 0;
 	}
 	t->stats.native_libdwfl_walks++;
@@ -569,7 +581,7 @@ int native_walk(struct uw_target *t, const struct knative_thread *copy, struct n
 		 * caller undefined (a thread's start) only after the last frame
 		 * was given: a stack read past the copy is what else stops it.
 		 */
-		w.end = copy->len < KNATIVE_STACK ? NATIVE_UNWOUND : NATIVE_STACK_CUT;
+		w.end = native_past_copy(copy);
 	}
 	*end = w.end;
 	return 0;

@@ -60,11 +60,13 @@ enum native_end {
 
 /*
  * The C frames of a copied thread (status KNATIVE_COPIED), innermost first:
- * *n of them into out (room for NATIVE_MAX_FRAMES).  0, or -1 and *err
- * (out of memory, a process whose modules cannot be listed).
+ * *n of them into out (room for NATIVE_MAX_FRAMES), and of a whole walk
+ * where its stack ended (*top, the end of the outermost frame's words, 0
+ * otherwise): the thread's next copies need go no further.  0, or -1 and
+ * *err (out of memory, a process whose modules cannot be listed).
  */
 int native_walk(struct uw_target *t, const struct knative_thread *copy, struct native_frame *out,
-                uint32_t *n, enum native_end *end, struct uw_error *err);
+                uint32_t *n, enum native_end *end, uint64_t *top, struct uw_error *err);
 struct thread_cache;
 /*
  * From 3.12, which C frames run the eval loop, found by where each keeps

@@ -191,6 +191,7 @@ static void native_watch_running(struct uw_target *t, struct thread_cache *tc)
 		.back = (uint16_t)L->frame.back,
 		.instr = (uint16_t)L->frame.instr_ptr,
 		.owner = (uint16_t)L->frame.owner,
+		.top = tc->native.top,
 	};
 	tc->native.shot_slot = kshot_watch(ks, (pid_t)tc->own_tid, aim, &tc->native.shot_generation);
 	tc->native.shot_taken = 0;
@@ -261,8 +262,9 @@ static int native_stack(struct uw_target *t, struct thread_cache *tc, const stru
 		py[npy++] = uw_stack_frame(t, s);
 	enum native_end end;
 	struct uw_error walk_err;
+	uint64_t top;
 	/* A process whose modules cannot be listed keeps its marks, counted; only memory fails the sample. */
-	if (native_walk(t, copy, c, &nc, &end, &walk_err) != 0) {
+	if (native_walk(t, copy, c, &nc, &end, &top, &walk_err) != 0) {
 		*stack = py_stack;
 		if (walk_err.status != UW_ENOMEM) {
 			t->stats.native_unwalked++;
@@ -270,6 +272,15 @@ static int native_stack(struct uw_target *t, struct thread_cache *tc, const stru
 		}
 		*err = walk_err;
 		return -1;
+	}
+	/*
+	 * A thread's stack ends where it began, whatever it runs: its next
+	 * copies stop there (a few pages, not KNATIVE_STACK), and one cut short
+	 * of it (another thread under the state) copies all it may again.
+	 */
+	if (top != tc->native.top) {
+		tc->native.top = top;
+		kshot_aim_top(native_shooter(t), tc->native.shot_slot, tc->native.shot_generation, top);
 	}
 	if (t->version_hex >= 0x030c0000 && !native_find_evals(t, tc, copy, c, nc, end))
 		nc = 0;
@@ -359,7 +370,7 @@ int native_sample_end(struct uw_target *t, struct uw_sample *s, struct uw_error 
 			} else {
 				at[n] = i;
 				of[n] = tc;
-				asks[n++] = (struct knative_ask){.pid = t->pid, .tid = (pid_t)st->native_id};
+				asks[n++] = (struct knative_ask){.pid = t->pid, .tid = (pid_t)st->native_id, .top = tc->native.top};
 			}
 		}
 		if (n < KNATIVE_THREADS && (st || !n))

@@ -516,7 +516,7 @@ struct uw_stats {
 	uint64_t native_kept;              /* --native: thread samples that kept their C frames: the thread ran nothing since its copy */
 	uint64_t native_ran;               /* --native: thread samples left with marks: the thread ran between the look and the copy */
 	uint64_t native_shot;              /* --native: thread samples whose C frames were shot as the thread ran (kshot.c) */
-	uint64_t native_shot_late;         /* --native: thread samples left with marks: on a CPU, its shot not come by the sample's end */
+	uint64_t native_shot_late;         /* --native: thread samples left with marks: it ran, and no shot came since its last one taken */
 	uint64_t native_shot_missed;       /* --native: thread samples left with marks: the shot's Python frames were not the walk's */
 	uint64_t native_unwalked;          /* --native: thread samples left with marks: the process's modules could not be listed */
 	uint64_t native_libdwfl_walks;     /* --native: walks handed to libdwfl: a frame's CFI was an expression or a signal frame's */

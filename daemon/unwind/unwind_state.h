@@ -239,6 +239,8 @@ struct thread_cache {
 		/* On its CPU at a look: its shots' watch (kshot.c; slot -1 none), and when the last one taken was. */
 		int shot_slot;
 		uint64_t shot_generation, shot_taken;
+		/* Where its stack ended at its last whole walk: its copies need go no further (0: unknown). */
+		uint64_t top;
 	} native;
 	bool ctx_proven;        /* ctx is proven as of the last sample that read it (and the names of ctx_gen) */
 	uint64_t ctx_gen;

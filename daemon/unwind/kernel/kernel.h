@@ -109,10 +109,14 @@ struct knative;
 /* NULL and *err when the kernel refuses its program. */
 struct knative *knative_open(struct uw_error *err);
 void knative_close(struct knative *kn);
-/* A thread to copy or look at: its process, its id and when it began (0: any). */
+/*
+ * A thread to copy or look at: its process, its id, when it began (0: any)
+ * and where its stack's copy may end (0: KNATIVE_STACK from its stack
+ * pointer's page).
+ */
 struct knative_ask {
 	pid_t pid, tid;
-	uint64_t start_ns;
+	uint64_t start_ns, top;
 };
 /*
  * Copy (KNATIVE_COPY) the n threads asked, at most KNATIVE_THREADS, or
@@ -138,6 +142,8 @@ void kshot_close(struct kshot *ks);
  */
 int kshot_watch(struct kshot *ks, pid_t tid, struct kshot_aim aim, uint64_t *generation);
 void kshot_unwatch(struct kshot *ks, int slot, uint64_t generation);
+/* Where the thread's stack copies end from its next shot on (struct kshot_aim's top); false when the watch is gone. */
+bool kshot_aim_top(struct kshot *ks, int slot, uint64_t generation, uint64_t top);
 /* Whether the watch is still the caller's. */
 bool kshot_watching(const struct kshot *ks, int slot, uint64_t generation);
 /* When its last shot was taken, 0 never (or the watch is gone). */

@@ -55,17 +55,19 @@ static __always_inline __u64 knative_switches(struct task_struct *task)
 }
 
 /*
- * The stack from the page of sp up, whole pages at fixed offsets (what the
- * verifier can bound), until a page will not copy or the room ends: the
- * bytes copied.
+ * The stack from the page of sp up to the page of top (0: no end), whole
+ * pages at fixed offsets (what the verifier can bound), until a page will
+ * not copy or the room ends: the bytes copied.
  */
 static __always_inline __u32 knative_copy_stack(struct knative_thread *e, struct task_struct *task, __u64 sp)
 {
-	__u64 base = sp & ~(__u64)(KNATIVE_PAGE - 1);
+	__u64 base = sp & ~(__u64)(KNATIVE_PAGE - 1), top = e->top;
 	__u32 len = 0;
 	e->base = base;
 #pragma unroll
 	for (int page = 0; page < (int)(KNATIVE_STACK / KNATIVE_PAGE); page++) {
+		if (top && base + page * KNATIVE_PAGE >= top)
+			break;
 		if (bpf_copy_from_user_task(e->stack + page * KNATIVE_PAGE, KNATIVE_PAGE,
 		                            (const void *)(base + page * KNATIVE_PAGE), task, 0) != 0)
 			break;

@@ -82,6 +82,7 @@ const struct knative_thread *knative_run(struct knative *kn, enum knative_mode m
 		e->pid = asks[i].pid;
 		e->tid = asks[i].tid;
 		e->start_ns = asks[i].start_ns;
+		e->top = asks[i].top;
 	}
 	kn->skel->bss->knative_nthreads = n;
 	kn->skel->bss->knative_mode = mode;

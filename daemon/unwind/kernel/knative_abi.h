@@ -39,11 +39,12 @@ enum knative_reg {
 	KNATIVE_NREGS,
 };
 
-/* One thread: the daemon writes pid, tid and start_ns; the program the rest. */
+/* One thread: the daemon writes pid, tid, start_ns and top; the program the rest. */
 struct knative_thread {
 	__s32 pid;         /* the process it must belong to */
 	__s32 tid;         /* as the daemon's pid namespace numbers it */
 	__u64 start_ns;    /* when the task began (0: any): an id given to another reads another */
+	__u64 top;         /* the stack is copied up to here (the end of its last walk), 0: all it may */
 	__u32 status;      /* enum knative_status, of the last copy */
 	__u32 len;         /* bytes of stack copied from base, whole pages */
 	__u64 switches;    /* times the scheduler switched away from it (nvcsw + nivcsw), at the copy */

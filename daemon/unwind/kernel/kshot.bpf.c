@@ -64,14 +64,17 @@ static __always_inline __u32 kshot_anchors(struct kshot_slot *s, const struct ks
 	return fault ? KSHOT_FAULT : KSHOT_OK;
 }
 
-/* The stack from the page of sp up, whole pages, until one will not copy or the room ends. */
-static __always_inline __u32 kshot_copy_stack(struct knative_thread *c, __u64 sp)
+/* The stack from the page of sp up to the page of top (0: no end), whole pages, until one will not copy or the room ends. */
+static __always_inline __u32 kshot_copy_stack(struct knative_thread *c, __u64 sp, __u64 top)
 {
 	__u64 base = sp & ~(__u64)(KSHOT_PAGE - 1);
 	__u32 len = 0;
 	c->base = base;
+	c->top = top;
 #pragma unroll
 	for (int page = 0; page < (int)(KNATIVE_STACK / KSHOT_PAGE); page++) {
+		if (top && base + page * KSHOT_PAGE >= top)
+			break;
 		if (bpf_probe_read_user(c->stack + page * KSHOT_PAGE, KSHOT_PAGE,
 		                        (const void *)(base + page * KSHOT_PAGE)) != 0)
 			break;
@@ -97,7 +100,7 @@ int kshot_tick(void *ctx)
 	s->copy.len = 0;
 	if (regs) {
 		kregs_save(s->copy.regs, regs);
-		s->copy.len = kshot_copy_stack(&s->copy, s->copy.regs[KNATIVE_SP]);
+		s->copy.len = kshot_copy_stack(&s->copy, s->copy.regs[KNATIVE_SP], aim->top);
 		status = kshot_anchors(s, aim);
 	}
 	s->copy.status = KNATIVE_COPIED;

@@ -46,6 +46,7 @@ struct kshot {
 	int fds[KSHOT_SLOTS];
 	uint64_t generations[KSHOT_SLOTS];
 	uint64_t wanted_ns[KSHOT_SLOTS]; /* last taken from or watched: who may lose the slot */
+	struct kshot_aim aims[KSHOT_SLOTS]; /* as the program has them */
 	struct kshot_slot taken;        /* the last shot taken, for the caller */
 };
 
@@ -138,6 +139,7 @@ int kshot_watch(struct kshot *ks, pid_t tid, struct kshot_aim aim, uint64_t *gen
 	ks->fds[slot] = fd;
 	ks->generations[slot] = aim.generation;
 	ks->wanted_ns[slot] = now;
+	ks->aims[slot] = aim;
 	*generation = aim.generation;
 	return slot;
 }
@@ -164,6 +166,17 @@ uint64_t kshot_taken_at(const struct kshot *ks, int slot, uint64_t generation)
 	if (!kshot_owns(ks, slot, generation))
 		return 0;
 	return __atomic_load_n(&kshot_slot_at(ks, slot)->taken_ns, __ATOMIC_ACQUIRE);
+}
+
+bool kshot_aim_top(struct kshot *ks, int slot, uint64_t generation, uint64_t top)
+{
+	if (!kshot_owns(ks, slot, generation))
+		return false;
+	if (ks->aims[slot].top == top)
+		return true;
+	ks->aims[slot].top = top;
+	uint32_t key = (uint32_t)slot;
+	return bpf_map_update_elem(ks->aims_fd, &key, &ks->aims[slot], BPF_ANY) == 0;
 }
 
 bool kshot_watching(const struct kshot *ks, int slot, uint64_t generation)

@@ -33,6 +33,7 @@ struct kshot_aim {
 	__u16 cframe_current; /* in the cframe: the innermost frame; KSHOT_ABSENT: no cframe */
 	__u16 back, instr, owner;
 	__u16 pad[3];
+	__u64 top; /* the stack is copied up to here (the end of the thread's last walk), 0: all it may */
 };
 
 /* A Python frame as the shot found it. */
