@@ -40,7 +40,7 @@ struct bpf_program;
  * A timer of thread tid's own CPU time (a task-clock perf event) that runs
  * prog with cookie on the thread's CPU every period_ns of its running;
  * disabled until enabled (PERF_EVENT_IOC_REFRESH) when asked.  Its link,
- * which owns the event (*fd, to enable it), or NULL.
+ * which owns the event (*fd when fd is not NULL, to enable it), or NULL.
  */
 struct bpf_link *kernel_task_timer(struct bpf_program *prog, pid_t tid, uint64_t period_ns, bool disabled,
                                    uint64_t cookie, int *fd);
@@ -146,8 +146,6 @@ void kshot_unwatch(struct kshot *ks, int slot, uint64_t generation);
 bool kshot_aim_top(struct kshot *ks, int slot, uint64_t generation, uint64_t top);
 /* Whether the watch is still the caller's. */
 bool kshot_watching(const struct kshot *ks, int slot, uint64_t generation);
-/* When its last shot was taken, 0 never (or the watch is gone). */
-uint64_t kshot_taken_at(const struct kshot *ks, int slot, uint64_t generation);
 /* The last shot when whole (KSHOT_OK) and taken after after_ns, NULL otherwise; valid until the next take. */
 const struct kshot_slot *kshot_take(struct kshot *ks, int slot, uint64_t generation, uint64_t after_ns);
 

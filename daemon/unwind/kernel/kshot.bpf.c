@@ -1,8 +1,9 @@
 /*
  * The native stack of a running thread: on a timer of a watched thread's
- * CPU time, every KSHOT_PERIOD_NS of its running, copy its user registers and the top of its user stack while it stands
- * interrupted, and the few innermost Python frames it is in, which tie
- * the shot to the walk of the same sample (kshot.c).  Only the
+ * CPU time, every KSHOT_PERIOD_NS of its running, copy its user registers
+ * and the top of its user stack while it stands interrupted, and the few
+ * innermost Python frames it is in, which tie the shot to the walk of a
+ * sample (kshot.c).  Only the
  * interrupted thread's own memory is read, with faults off: a page not
  * resident ends the copy, never the thread.  Built by clang for BPF (see
  * Makefile), loaded by kshot.c.
@@ -64,7 +65,10 @@ static __always_inline __u32 kshot_anchors(struct kshot_slot *s, const struct ks
 	return fault ? KSHOT_FAULT : KSHOT_OK;
 }
 
-/* The stack from the page of sp up to the page of top (0: no end), whole pages, until one will not copy or the room ends. */
+/*
+ * The stack from the page of sp up to the page of top (0: no end), whole
+ * pages, until one will not copy or the room ends.
+ */
 static __always_inline __u32 kshot_copy_stack(struct knative_thread *c, __u64 sp, __u64 top)
 {
 	__u64 base = sp & ~(__u64)(KSHOT_PAGE - 1);

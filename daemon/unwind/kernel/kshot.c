@@ -43,7 +43,6 @@ struct kshot {
 	size_t slots_len, slot_stride;
 	uint64_t generation;
 	struct bpf_link *links[KSHOT_SLOTS];
-	int fds[KSHOT_SLOTS];
 	uint64_t generations[KSHOT_SLOTS];
 	uint64_t wanted_ns[KSHOT_SLOTS]; /* last taken from or watched: who may lose the slot */
 	struct kshot_aim aims[KSHOT_SLOTS]; /* as the program has them */
@@ -57,8 +56,6 @@ struct kshot *kshot_open(struct uw_error *err)
 		uw_fail(err, UW_ENOMEM, "out of memory");
 		return NULL;
 	}
-	for (unsigned i = 0; i < KSHOT_SLOTS; i++)
-		ks->fds[i] = -1;
 	ks->skel = kshot_bpf__open();
 	if (kernel_load(ks->skel ? ks->skel->skeleton : NULL, "the shot of running threads' native stacks",
 	                "it needs CAP_BPF and CAP_PERFMON, or root", err) != 0) {
@@ -84,7 +81,6 @@ static void kshot_drop(struct kshot *ks, int slot)
 {
 	bpf_link__destroy(ks->links[slot]); /* and its perf event: the timer stops */
 	ks->links[slot] = NULL;
-	ks->fds[slot] = -1;
 	ks->generations[slot] = 0;
 	struct kshot_aim none = {0};
 	uint32_t key = (uint32_t)slot;
@@ -131,12 +127,11 @@ int kshot_watch(struct kshot *ks, pid_t tid, struct kshot_aim aim, uint64_t *gen
 	uint32_t key = (uint32_t)slot;
 	if (bpf_map_update_elem(ks->aims_fd, &key, &aim, BPF_ANY) != 0)
 		return -1;
-	int fd;
-	struct bpf_link *link = kernel_task_timer(ks->skel->progs.kshot_tick, tid, KSHOT_PERIOD_NS, false, (uint64_t)slot, &fd);
+	struct bpf_link *link =
+		kernel_task_timer(ks->skel->progs.kshot_tick, tid, KSHOT_PERIOD_NS, false, (uint64_t)slot, NULL);
 	if (!link)
 		return -1;
 	ks->links[slot] = link;
-	ks->fds[slot] = fd;
 	ks->generations[slot] = aim.generation;
 	ks->wanted_ns[slot] = now;
 	ks->aims[slot] = aim;
@@ -144,7 +139,7 @@ int kshot_watch(struct kshot *ks, pid_t tid, struct kshot_aim aim, uint64_t *gen
 	return slot;
 }
 
-static bool kshot_owns(const struct kshot *ks, int slot, uint64_t generation)
+bool kshot_watching(const struct kshot *ks, int slot, uint64_t generation)
 {
 	return ks && slot >= 0 && slot < KSHOT_SLOTS && ks->links[slot] && generation &&
 	       ks->generations[slot] == generation;
@@ -152,7 +147,7 @@ static bool kshot_owns(const struct kshot *ks, int slot, uint64_t generation)
 
 void kshot_unwatch(struct kshot *ks, int slot, uint64_t generation)
 {
-	if (kshot_owns(ks, slot, generation))
+	if (kshot_watching(ks, slot, generation))
 		kshot_drop(ks, slot);
 }
 
@@ -161,32 +156,25 @@ static const struct kshot_slot *kshot_slot_at(const struct kshot *ks, int slot)
 	return (const void *)(ks->slots + (size_t)slot * ks->slot_stride);
 }
 
-uint64_t kshot_taken_at(const struct kshot *ks, int slot, uint64_t generation)
-{
-	if (!kshot_owns(ks, slot, generation))
-		return 0;
-	return __atomic_load_n(&kshot_slot_at(ks, slot)->taken_ns, __ATOMIC_ACQUIRE);
-}
-
 bool kshot_aim_top(struct kshot *ks, int slot, uint64_t generation, uint64_t top)
 {
-	if (!kshot_owns(ks, slot, generation))
+	if (!kshot_watching(ks, slot, generation))
 		return false;
 	if (ks->aims[slot].top == top)
 		return true;
-	ks->aims[slot].top = top;
+	/* Kept only once the program has it: a refused update is tried again at the next walk. */
+	struct kshot_aim aim = ks->aims[slot];
+	aim.top = top;
 	uint32_t key = (uint32_t)slot;
-	return bpf_map_update_elem(ks->aims_fd, &key, &ks->aims[slot], BPF_ANY) == 0;
-}
-
-bool kshot_watching(const struct kshot *ks, int slot, uint64_t generation)
-{
-	return kshot_owns(ks, slot, generation);
+	if (bpf_map_update_elem(ks->aims_fd, &key, &aim, BPF_ANY) != 0)
+		return false;
+	ks->aims[slot] = aim;
+	return true;
 }
 
 const struct kshot_slot *kshot_take(struct kshot *ks, int slot, uint64_t generation, uint64_t after_ns)
 {
-	if (!kshot_owns(ks, slot, generation))
+	if (!kshot_watching(ks, slot, generation))
 		return NULL;
 	ks->wanted_ns[slot] = clock_mono_ns();
 	const struct kshot_slot *s = kshot_slot_at(ks, slot);

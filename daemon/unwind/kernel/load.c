@@ -64,6 +64,7 @@ struct bpf_link *kernel_task_timer(struct bpf_program *prog, pid_t tid, uint64_t
 		close(event);
 		return NULL;
 	}
-	*fd = event;
+	if (fd)
+		*fd = event;
 	return link;
 }
