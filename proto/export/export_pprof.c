@@ -171,11 +171,13 @@ int export_write_pprof(const struct export_view *v, FILE *out)
 	t.s = calloc(14 + 3 * (size_t)v->nfuncs + v->nuniq + p->nthreads + nthread_labels, sizeof *t.s);
 	Perftools__Profiles__Mapping *maps = calloc(v->nuniq + 1, sizeof *maps);
 	Perftools__Profiles__Mapping **mapp = calloc(v->nuniq + 1, sizeof *mapp);
-	uint32_t *mapping_of = calloc(v->nuniq + 1, sizeof *mapping_of);
+	uint32_t *mapping_frame = calloc(v->nuniq + 1, sizeof *mapping_frame); /* the frame each mapping is of */
+	uint32_t *uniq_mapping = calloc(v->nuniq + 1, sizeof *uniq_mapping);   /* each frame's mapping id, 0 none */
 	uint32_t nmaps = 0;
 	uint8_t *packed = NULL;
 	if (!funcs || !funcp || !system_names || !locs || !locp || !lines || !linep || !samples ||
-	    !samplep || !labels || !labelp || !ids || !values || !t.s || !maps || !mapp || !mapping_of)
+	    !samplep || !labels || !labelp || !ids || !values || !t.s || !maps || !mapp || !mapping_frame ||
+	    !uniq_mapping)
 		goto out;
 
 	const char *comment = v->name[0] ? v->name : NULL;
@@ -206,18 +208,19 @@ int export_write_pprof(const struct export_view *v, FILE *out)
 			continue;
 		const char *build_id = f->build_id ? f->build_id : "";
 		uint32_t m = 0;
-		while (m < nmaps && !(strcmp(p->frames[mapping_of[m]].file, f->file) == 0 &&
-		                      strcmp(pprof_build_id(&p->frames[mapping_of[m]]), build_id) == 0))
+		while (m < nmaps && !(strcmp(p->frames[mapping_frame[m]].file, f->file) == 0 &&
+		                      strcmp(pprof_build_id(&p->frames[mapping_frame[m]]), build_id) == 0))
 			m++;
 		if (m == nmaps) {
 			perftools__profiles__mapping__init(&maps[m]);
 			maps[m].id = ++nmaps;
 			maps[m].has_functions = true;
-			mapping_of[m] = v->frame_rep[u]; /* the frame that names the module, until ids are mapped below */
+			mapping_frame[m] = v->frame_rep[u];
 			mapp[m] = &maps[m];
 			if (*build_id)
 				t.s[t.n++] = build_id;
 		}
+		uniq_mapping[u] = maps[m].id;
 		if (f->line >= 0 && (uint64_t)f->line + 1 > maps[m].memory_limit)
 			maps[m].memory_limit = (uint64_t)f->line + 1;
 	}
@@ -250,7 +253,7 @@ int export_write_pprof(const struct export_view *v, FILE *out)
 		funcp[f] = &funcs[f];
 	}
 	for (uint32_t m = 0; m < nmaps; m++) {
-		const struct export_frame *f = &p->frames[mapping_of[m]];
+		const struct export_frame *f = &p->frames[mapping_frame[m]];
 		maps[m].filename = strings_index(&t, f->file);
 		maps[m].build_id = strings_index(&t, pprof_build_id(f));
 	}
@@ -266,14 +269,9 @@ int export_write_pprof(const struct export_view *v, FILE *out)
 		locs[u].n_line = 1;
 		locs[u].line = &linep[u];
 		locp[u] = &locs[u];
-		for (uint32_t m = 0; f->kind == UW_FRAME_C && m < nmaps; m++) {
-			const struct export_frame *named = &p->frames[mapping_of[m]];
-			if (strcmp(named->file, f->file) == 0 && strcmp(pprof_build_id(named), pprof_build_id(f)) == 0) {
-				locs[u].mapping_id = maps[m].id;
-				locs[u].address = f->line >= 0 ? (uint64_t)f->line : 0;
-				break;
-			}
-		}
+		locs[u].mapping_id = uniq_mapping[u];
+		if (uniq_mapping[u] && f->line >= 0)
+			locs[u].address = (uint64_t)f->line;
 	}
 	size_t k = 0, id = 0, l = 0;
 	int64_t thread_id_key = strings_index(&t, "thread.id");
@@ -410,6 +408,7 @@ out:
 	free(values);
 	free(maps);
 	free(mapp);
-	free(mapping_of);
+	free(mapping_frame);
+	free(uniq_mapping);
 	return r;
 }
