@@ -179,7 +179,7 @@ static struct store_reader *reader_open(const struct store_place *p, bool dirfd_
 	                       "SELECT f.line, f.kind, fn.s, fl.s, f.first_line, b.s FROM main.frames f "
 	                       "LEFT JOIN main.strings fn ON fn.id = f.function "
 	                       "LEFT JOIN main.strings fl ON fl.id = f.file "
-	                       "LEFT JOIN main.strings b ON b.id = f.build_id AND f.build_id != 0 WHERE f.id = ?1",
+	                       "LEFT JOIN main.strings b ON b.id = f.build_id WHERE f.id = ?1",
 	                       -1, &r->frame, NULL) != SQLITE_OK) {
 		store_error_set(err, r->db, "store_reader_open: prepare");
 		goto fail;
