@@ -72,6 +72,21 @@ static const Pyprofd__Otlp__KeyValue *resource_attr(const Pyprofd__Otlp__Resourc
 	return NULL;
 }
 
+/* The request packed as it would be sent, decoded again; the request and its settings freed. */
+static Pyprofd__Otlp__ExportProfilesServiceRequest *request_sent(struct otlp_request *q, struct otlp_config *oc)
+{
+	uint8_t *bytes;
+	size_t len;
+	cr_assert_eq(otlp_request_pack(q, &bytes, &len), 0);
+	otlp_request_free(q);
+	otlp_config_free(oc);
+	Pyprofd__Otlp__ExportProfilesServiceRequest *r =
+		pyprofd__otlp__export_profiles_service_request__unpack(NULL, len, bytes);
+	free(bytes);
+	cr_assert_not_null(r, "the request does not decode");
+	return r;
+}
+
 Test(otlp, request_as_the_specification_reads_it)
 {
 	struct otlp_config oc;
@@ -93,16 +108,7 @@ Test(otlp, request_as_the_specification_reads_it)
 	cr_assert_eq(otlp_request_sample(q, 12, "", NULL, s1, 2, 3), 0);
 	cr_assert_eq(otlp_request_sample(q, 11, "worker-payments-1", NULL, s2, 2, 1), 0);
 	cr_expect_eq(otlp_request_samples(q), 9);
-	uint8_t *bytes;
-	size_t len;
-	cr_assert_eq(otlp_request_pack(q, &bytes, &len), 0);
-	otlp_request_free(q);
-	otlp_config_free(&oc);
-
-	Pyprofd__Otlp__ExportProfilesServiceRequest *r =
-		pyprofd__otlp__export_profiles_service_request__unpack(NULL, len, bytes);
-	free(bytes);
-	cr_assert_not_null(r, "the request does not decode");
+	Pyprofd__Otlp__ExportProfilesServiceRequest *r = request_sent(q, &oc);
 	const Pyprofd__Otlp__ProfilesDictionary *d = r->dictionary;
 	cr_assert_not_null(d);
 	/* Every table starts with its zero value. */
@@ -227,15 +233,7 @@ Test(otlp, samples_in_a_span_carry_its_link)
 	cr_assert_eq(otlp_request_sample(q, 11, "web", &in_span, s1, 1, 2), 0);
 	cr_assert_eq(otlp_request_sample(q, 11, "web", &labelled, s1, 2, 3), 0);
 	cr_assert_eq(otlp_request_sample(q, 11, "web", NULL, s1, 2, 1), 0);
-	uint8_t *bytes;
-	size_t len;
-	cr_assert_eq(otlp_request_pack(q, &bytes, &len), 0);
-	otlp_request_free(q);
-	otlp_config_free(&oc);
-	Pyprofd__Otlp__ExportProfilesServiceRequest *r =
-		pyprofd__otlp__export_profiles_service_request__unpack(NULL, len, bytes);
-	free(bytes);
-	cr_assert_not_null(r);
+	Pyprofd__Otlp__ExportProfilesServiceRequest *r = request_sent(q, &oc);
 	const Pyprofd__Otlp__ProfilesDictionary *d = r->dictionary;
 	cr_assert_eq(d->n_link_table, 2, "the zero link and the one span's, once");
 	cr_expect_eq(d->link_table[0]->trace_id.len, 0);
@@ -287,15 +285,7 @@ Test(otlp, c_frames_have_mappings_with_build_ids)
 	                           {"[+0x91c8b]", "/usr/lib/x86_64-linux-gnu/libc.so.6", 0x91c8b, 4, 0, 3, ""}};
 	cr_assert_eq(otlp_request_sample(q, 11, "zlib", NULL, s1, 3, 4), 0);
 	cr_assert_eq(otlp_request_sample(q, 11, "zlib", NULL, s2, 2, 1), 0);
-	uint8_t *bytes;
-	size_t len;
-	cr_assert_eq(otlp_request_pack(q, &bytes, &len), 0);
-	otlp_request_free(q);
-	otlp_config_free(&oc);
-	Pyprofd__Otlp__ExportProfilesServiceRequest *r =
-		pyprofd__otlp__export_profiles_service_request__unpack(NULL, len, bytes);
-	free(bytes);
-	cr_assert_not_null(r, "the request does not decode");
+	Pyprofd__Otlp__ExportProfilesServiceRequest *r = request_sent(q, &oc);
 	const Pyprofd__Otlp__ProfilesDictionary *d = r->dictionary;
 	/* The zero mapping, libz's and libc's. */
 	cr_assert_eq(d->n_mapping_table, 3, "%zu mappings", d->n_mapping_table);

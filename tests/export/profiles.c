@@ -302,3 +302,22 @@ const struct export_profile threaded = {
 	.from_unix = 1700000000.0,
 	.until_unix = 1700000060.5,
 };
+
+const char *pprof_str(const Perftools__Profiles__Profile *p, int64_t i)
+{
+	cr_assert(i >= 0 && (size_t)i < p->n_string_table, "string index %lld", (long long)i);
+	return p->string_table[i];
+}
+
+Perftools__Profiles__Profile *pprof_of(const struct export_profile *prof)
+{
+	struct out o;
+	export_ok(prof, EXPORT_PPROF, &o);
+	size_t len;
+	uint8_t *raw = gunzip(&o, &len);
+	Perftools__Profiles__Profile *p = perftools__profiles__profile__unpack(NULL, len, raw);
+	cr_assert_not_null(p, "protobuf-c cannot decode the profile");
+	free(raw);
+	free(o.buf);
+	return p;
+}

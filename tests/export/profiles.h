@@ -12,6 +12,7 @@
 #include <jansson.h>
 
 #include "export.h"
+#include "profile.pb-c.h"
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -79,5 +80,9 @@ void page_screenshot(const struct out *page, const char *hash, const char *name,
 
 /* The gunzipped bytes of a gzip stream (pprof). */
 uint8_t *gunzip(const struct out *o, size_t *len);
+/* The profile as pprof, decoded by protobuf-c (free with perftools__profiles__profile__free_unpacked). */
+Perftools__Profiles__Profile *pprof_of(const struct export_profile *prof);
+/* String i of a decoded pprof profile, failing the test when out of its table. */
+const char *pprof_str(const Perftools__Profiles__Profile *p, int64_t i);
 
 #endif

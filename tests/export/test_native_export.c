@@ -47,12 +47,6 @@ static const struct export_profile native_profile = {
 	.until_unix = 1700000010.0,
 };
 
-static const char *str_at(const Perftools__Profiles__Profile *p, int64_t i)
-{
-	cr_assert(i >= 0 && (size_t)i < p->n_string_table, "string index %lld", (long long)i);
-	return p->string_table[i];
-}
-
 static const Perftools__Profiles__Function *function_of(const Perftools__Profiles__Profile *p, uint64_t id)
 {
 	for (size_t i = 0; i < p->n_function; i++)
@@ -64,21 +58,14 @@ static const Perftools__Profiles__Function *function_of(const Perftools__Profile
 
 Test(native_export, pprof_has_a_mapping_a_module_and_c_frames_at_their_addresses)
 {
-	struct out o;
-	export_ok(&native_profile, EXPORT_PPROF, &o);
-	size_t len;
-	uint8_t *raw = gunzip(&o, &len);
-	Perftools__Profiles__Profile *p = perftools__profiles__profile__unpack(NULL, len, raw);
-	cr_assert_not_null(p, "protobuf-c cannot decode the profile");
-	free(raw);
-	free(o.buf);
+	Perftools__Profiles__Profile *p = pprof_of(&native_profile);
 
 	/* Three modules: libz and the interpreter with build ids, libc without. */
 	cr_assert_eq(p->n_mapping, 3, "%zu mappings, not one a module", p->n_mapping);
 	unsigned with_id = 0;
 	for (size_t m = 0; m < p->n_mapping; m++) {
 		const Perftools__Profiles__Mapping *map = p->mapping[m];
-		const char *file = str_at(p, map->filename), *id = str_at(p, map->build_id);
+		const char *file = pprof_str(p, map->filename), *id = pprof_str(p, map->build_id);
 		cr_assert(map->id > 0 && map->has_functions, "mapping %zu", m);
 		if (strcmp(file, LIBZ) == 0) {
 			cr_assert_str_eq(id, LIBZ_ID);
@@ -98,7 +85,7 @@ Test(native_export, pprof_has_a_mapping_a_module_and_c_frames_at_their_addresses
 		const Perftools__Profiles__Location *loc = p->location[l];
 		cr_assert_eq(loc->n_line, 1);
 		const Perftools__Profiles__Function *fn = function_of(p, loc->line[0]->function_id);
-		const char *name = str_at(p, fn->name);
+		const char *name = pprof_str(p, fn->name);
 		if (strcmp(name, "run_zlib") == 0) {
 			cr_assert_eq(loc->mapping_id, 0, "a Python frame in a mapping");
 			cr_assert_eq(loc->line[0]->line, 37);
@@ -114,7 +101,7 @@ Test(native_export, pprof_has_a_mapping_a_module_and_c_frames_at_their_addresses
 		for (size_t f = 0; f < native_profile.nframes; f++)
 			if (strcmp(native_frames[f].function, name) == 0) {
 				cr_assert_eq(loc->address, (uint64_t)native_frames[f].line, "%s: address", name);
-				cr_assert_str_eq(str_at(p, map->filename), native_frames[f].file, "%s: mapping", name);
+				cr_assert_str_eq(pprof_str(p, map->filename), native_frames[f].file, "%s: mapping", name);
 			}
 	}
 	cr_assert_eq(c_frames, 4);

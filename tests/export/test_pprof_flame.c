@@ -23,12 +23,6 @@ TestSuite(pprof_flame, .init = helpers_init, .fini = helpers_fini);
 
 /* ---- pprof ---------------------------------------------------------------- */
 
-static const char *str_at(const Perftools__Profiles__Profile *p, int64_t i)
-{
-	cr_assert(i >= 0 && (size_t)i < p->n_string_table, "string index %lld", (long long)i);
-	return p->string_table[i];
-}
-
 static const Perftools__Profiles__Location *location(const Perftools__Profiles__Profile *p,
                                                      uint64_t id)
 {
@@ -54,7 +48,7 @@ static const char *location_name(const Perftools__Profiles__Profile *p, uint64_t
 {
 	const Perftools__Profiles__Location *l = location(p, id);
 	cr_assert_eq(l->n_line, 1);
-	return str_at(p, function(p, l->line[0]->function_id)->name);
+	return pprof_str(p, function(p, l->line[0]->function_id)->name);
 }
 
 Test(pprof_flame, pprof_decodes_with_protobuf_c)
@@ -69,13 +63,13 @@ Test(pprof_flame, pprof_decodes_with_protobuf_c)
 	cr_assert(p->n_string_table > 0);
 	cr_expect_str_eq(p->string_table[0], "");
 	cr_assert_eq(p->n_sample_type, 2);
-	cr_expect_str_eq(str_at(p, p->sample_type[0]->type), "samples");
-	cr_expect_str_eq(str_at(p, p->sample_type[0]->unit), "count");
-	cr_expect_str_eq(str_at(p, p->sample_type[1]->type), "cpu");
-	cr_expect_str_eq(str_at(p, p->sample_type[1]->unit), "nanoseconds");
+	cr_expect_str_eq(pprof_str(p, p->sample_type[0]->type), "samples");
+	cr_expect_str_eq(pprof_str(p, p->sample_type[0]->unit), "count");
+	cr_expect_str_eq(pprof_str(p, p->sample_type[1]->type), "cpu");
+	cr_expect_str_eq(pprof_str(p, p->sample_type[1]->unit), "nanoseconds");
 	cr_assert_not_null(p->period_type);
-	cr_expect_str_eq(str_at(p, p->period_type->type), "cpu");
-	cr_expect_str_eq(str_at(p, p->period_type->unit), "nanoseconds");
+	cr_expect_str_eq(pprof_str(p, p->period_type->type), "cpu");
+	cr_expect_str_eq(pprof_str(p, p->period_type->unit), "nanoseconds");
 	cr_expect_eq(p->period, 1000000000 / RATE);
 	cr_expect_eq(p->time_nanos, 1700000000LL * 1000000000LL);
 	cr_expect_eq(p->duration_nanos, 60500000000LL);
@@ -119,7 +113,7 @@ Test(pprof_flame, pprof_decodes_with_protobuf_c)
 		}
 		saw_evil |= strcmp(leaf, EVIL_SCRIPT) == 0;
 		for (size_t l = 0; l < s->n_label; l++)
-			if (strcmp(str_at(p, s->label[l]->key), "thread.id") == 0)
+			if (strcmp(pprof_str(p, s->label[l]->key), "thread.id") == 0)
 				saw_thread |= s->label[l]->num == 2;
 	}
 	cr_expect_eq(count, TOTAL);
@@ -212,8 +206,8 @@ static void sample_labels(const Perftools__Profiles__Profile *p, const Perftools
 	out[0] = '\0';
 	for (size_t l = 0; l < s->n_label && n < len; l++)
 		if (s->label[l]->str)
-			n += (size_t)snprintf(out + n, len - n, "%s=%s;", str_at(p, s->label[l]->key),
-			                      str_at(p, s->label[l]->str));
+			n += (size_t)snprintf(out + n, len - n, "%s=%s;", pprof_str(p, s->label[l]->key),
+			                      pprof_str(p, s->label[l]->str));
 }
 
 /*

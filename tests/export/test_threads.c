@@ -23,32 +23,13 @@ TestSuite(threads, .init = helpers_init, .fini = helpers_fini);
 /* `go tool pprof` reads a profile in well under a minute; this only catches a hang. */
 #define GO_PPROF_TIMEOUT_S 120.0
 
-static const char *str_at(const Perftools__Profiles__Profile *p, int64_t i)
-{
-	cr_assert(i >= 0 && (size_t)i < p->n_string_table, "string index %lld", (long long)i);
-	return p->string_table[i];
-}
-
-static Perftools__Profiles__Profile *pprof_of(const struct export_profile *prof)
-{
-	struct out o;
-	export_ok(prof, EXPORT_PPROF, &o);
-	size_t len;
-	uint8_t *raw = gunzip(&o, &len);
-	Perftools__Profiles__Profile *p = perftools__profiles__profile__unpack(NULL, len, raw);
-	cr_assert_not_null(p, "protobuf-c cannot decode the profile");
-	free(raw);
-	free(o.buf);
-	return p;
-}
-
 /* The string label key of a sample, or NULL. */
 static const char *label_str(const Perftools__Profiles__Profile *p,
                              const Perftools__Profiles__Sample *s, const char *key)
 {
 	for (size_t i = 0; i < s->n_label; i++)
-		if (strcmp(str_at(p, s->label[i]->key), key) == 0 && s->label[i]->str)
-			return str_at(p, s->label[i]->str);
+		if (strcmp(pprof_str(p, s->label[i]->key), key) == 0 && s->label[i]->str)
+			return pprof_str(p, s->label[i]->str);
 	return NULL;
 }
 
@@ -56,7 +37,7 @@ static int64_t label_num(const Perftools__Profiles__Profile *p, const Perftools_
                          const char *key)
 {
 	for (size_t i = 0; i < s->n_label; i++)
-		if (strcmp(str_at(p, s->label[i]->key), key) == 0)
+		if (strcmp(pprof_str(p, s->label[i]->key), key) == 0)
 			return s->label[i]->num;
 	return -1;
 }
@@ -66,8 +47,8 @@ Test(threads, pprof_labels_every_sample_with_its_thread_and_process)
 	Perftools__Profiles__Profile *p = pprof_of(&threaded);
 	/* The mode is the sample type. */
 	cr_assert_eq(p->n_sample_type, 2);
-	cr_expect_str_eq(str_at(p, p->sample_type[1]->type), "gil");
-	cr_expect_str_eq(str_at(p, p->period_type->type), "gil");
+	cr_expect_str_eq(pprof_str(p, p->sample_type[1]->type), "gil");
+	cr_expect_str_eq(pprof_str(p, p->period_type->type), "gil");
 	cr_expect_eq(p->time_nanos, 1700000000LL * 1000000000LL);
 	cr_expect_eq(p->duration_nanos, 60500000000LL);
 	int64_t per_thread[3] = {0};
@@ -109,7 +90,7 @@ Test(threads, pprof_keeps_two_functions_of_one_short_name_and_their_names_whole)
 	bool module = false;
 	for (size_t i = 0; i < p->n_function; i++) {
 		const Perftools__Profiles__Function *f = p->function[i];
-		const char *name = str_at(p, f->name), *system = str_at(p, f->system_name);
+		const char *name = pprof_str(p, f->name), *system = pprof_str(p, f->system_name);
 		/* pprof simplifies a name equal to its system name: they must differ. */
 		cr_expect_str_neq(name, system, "function %s: system name equals the name", name);
 		if (strcmp(name, "run") == 0) {

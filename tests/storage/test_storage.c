@@ -939,6 +939,19 @@ static int c_row(void *ctx, const struct store_row *row)
 	return 0;
 }
 
+/* What a query of the whole history found, by c_row. */
+static struct c_seen c_query(const char *path)
+{
+	struct store_reader *r = open_reader(path);
+	struct store_query q = {.until_unix = 3000};
+	struct c_seen seen = {0};
+	struct store_error err = {{0}};
+	uint64_t total = 0;
+	cr_assert_eq(store_query_stacks(r, &q, c_row, &seen, &total, &err), 0, "%s", err.msg);
+	store_reader_close(r);
+	return seen;
+}
+
 /*
  * A C frame keeps its address (as its line) and its module's build id; two
  * builds of a library at one path (an upgrade under a running fleet) are
@@ -968,17 +981,11 @@ Test(storage, c_frames_keep_their_build_id_across_a_migration)
 	store_writer_close(w);
 	cr_expect_eq(raw_int(path, "SELECT count(*) FROM frames WHERE kind = 4"), 2, "two builds, two frames");
 
-	struct store_reader *r = open_reader(path);
-	struct store_query q = {.until_unix = 3000};
-	struct c_seen seen = {0};
-	struct store_error err = {{0}};
-	uint64_t total = 0;
-	cr_assert_eq(store_query_stacks(r, &q, c_row, &seen, &total, &err), 0, "%s", err.msg);
+	struct c_seen seen = c_query(path);
 	cr_expect_eq(seen.old_build, 3);
 	cr_expect_eq(seen.new_build, 4);
 	cr_expect_eq(seen.python, 2);
 	cr_expect_eq(seen.address, 0x6100);
-	store_reader_close(r);
 }
 
 Test(storage, schema_4_migrates_its_frames_under_their_ids)
@@ -1012,12 +1019,5 @@ Test(storage, schema_4_migrates_its_frames_under_their_ids)
 	cr_expect_eq(raw_int(path, "PRAGMA user_version"), 5);
 	cr_expect_eq(raw_int(path, "SELECT id FROM frames"), id, "the frame kept its id");
 	cr_expect_eq(raw_int(path, "SELECT build_id FROM frames"), 0, "no build id");
-	struct store_reader *r = open_reader(path);
-	struct store_query q = {.until_unix = 3000};
-	struct c_seen seen = {0};
-	struct store_error err = {{0}};
-	uint64_t total = 0;
-	cr_assert_eq(store_query_stacks(r, &q, c_row, &seen, &total, &err), 0, "%s", err.msg);
-	cr_expect_eq(seen.python, 3, "its samples are still found");
-	store_reader_close(r);
+	cr_expect_eq(c_query(path).python, 3, "its samples are still found");
 }
